@@ -1,0 +1,219 @@
+/*
+ * cvllm.h — the public C API of cvllm, an LLM serving engine for Qwen3-family models.
+ *
+ * Design (after llama.h): every object is an opaque handle created and destroyed in pairs
+ * (cvllm_engine_create / cvllm_engine_destroy, cvllm_tokenizer_create / cvllm_tokenizer_destroy).
+ * Every call that can fail returns a cvllm_status; on failure a one-line, human-readable reason is
+ * available from cvllm_last_error() on the same thread until the next failing call there.
+ *
+ * Ownership is explicit:
+ *   - strings and arrays passed in are copied before the call returns; the caller keeps them;
+ *   - memory returned through an out-pointer of type `T **` (ids, text) belongs to the caller and is
+ *     released with cvllm_free();
+ *   - outputs returned by cvllm_engine_step() belong to the engine and stay valid until the next
+ *     cvllm_engine_step() or cvllm_engine_destroy() on that engine.
+ *
+ * An engine is not thread-safe: drive it from one thread (the server wraps it in its own loop).
+ */
+#ifndef CVLLM_H
+#define CVLLM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CVLLM_VERSION "0.1.0"
+
+typedef enum cvllm_status {
+    CVLLM_OK = 0,
+    CVLLM_ERR_INVALID_ARGUMENT = -1, /* a parameter is out of range or malformed */
+    CVLLM_ERR_IO = -2,               /* a file could not be opened, read or mapped */
+    CVLLM_ERR_FORMAT = -3,           /* a file is corrupt or disagrees with its config */
+    CVLLM_ERR_NOT_FOUND = -4,        /* a model, file or tensor does not exist */
+    CVLLM_ERR_UNSUPPORTED = -5,      /* valid input that this build does not handle */
+    CVLLM_ERR_NO_MEMORY = -6,        /* an allocation or a memory budget failed */
+    CVLLM_ERR_NETWORK = -7,          /* a download failed or no network is reachable */
+    CVLLM_ERR_CAPACITY = -8,         /* the request cannot fit (context length, KV cache) */
+    CVLLM_ERR_INTERNAL = -9,         /* a bug: please report it */
+} cvllm_status;
+
+/* The reason for the last failure on this thread (never NULL; "" when none). */
+const char *cvllm_last_error(void);
+
+/* Releases memory that the API handed to the caller (token arrays, strings). NULL is allowed. */
+void cvllm_free(void *ptr);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Tokenizer                                                                                         */
+
+typedef struct cvllm_tokenizer cvllm_tokenizer;
+
+/* `model` is a model folder or a hub id found in the Hugging Face cache (see cvllm_engine_options). */
+cvllm_status cvllm_tokenizer_create(const char *model, cvllm_tokenizer **out);
+void cvllm_tokenizer_destroy(cvllm_tokenizer *tok);
+
+/* Encodes UTF-8 text (invalid UTF-8 is an error). Special tokens written in the text are matched as
+ * single tokens, as Hugging Face does. *ids is the caller's (cvllm_free). */
+cvllm_status cvllm_tokenize(const cvllm_tokenizer *tok, const char *text, size_t len, int32_t **ids,
+                            size_t *n_ids);
+
+/* Decodes ids to UTF-8 text (a NUL-terminated string, cvllm_free). Invalid byte sequences produced by
+ * partial tokens are replaced by U+FFFD, as Hugging Face does. */
+cvllm_status cvllm_detokenize(const cvllm_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                              bool skip_special_tokens, char **text);
+
+/* Number of ids the tokenizer knows (base vocabulary plus added tokens). */
+int32_t cvllm_tokenizer_vocab_size(const cvllm_tokenizer *tok);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Engine                                                                                            */
+
+typedef struct cvllm_engine cvllm_engine;
+
+typedef struct cvllm_engine_options {
+    const char *model;          /* folder or hub id (ORG/NAME), required */
+    const char *tokenizer;      /* folder or hub id of the tokenizer; NULL = model */
+    const char *revision;       /* hub revision for downloads; NULL = "main" */
+    const char *load_format;    /* "auto" (safetensors) or "dummy" (random weights); NULL = auto */
+    const char *dtype;          /* "auto", "bfloat16", "float16", "float32": weight storage; NULL = auto */
+    const char *generation_config; /* "auto" (model folder), "vllm" (none), or a folder; NULL = auto */
+    int32_t max_model_len;      /* 0 = max_position_embeddings from config.json */
+    int32_t max_num_seqs;       /* 0 = default (256) */
+    int32_t max_num_batched_tokens; /* 0 = default (max(max_model_len, 2048) capped at 8192) */
+    int32_t block_size;         /* KV cache block size in tokens, 0 = 16 */
+    uint64_t kv_cache_memory_bytes; /* 0 = derived from gpu_memory_utilization */
+    double gpu_memory_utilization;  /* fraction of RAM for weights + KV + activations, 0 = 0.9 */
+    int32_t num_threads;        /* kernel threads, 0 = all online CPUs */
+    int32_t max_logprobs;       /* largest logprobs / prompt_logprobs a request may ask for, 0 = 20 */
+    uint64_t seed;              /* seeds dummy weights and requests without their own seed */
+    bool enable_prefix_caching;
+} cvllm_engine_options;
+
+void cvllm_engine_options_default(cvllm_engine_options *opts);
+
+cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine **out);
+void cvllm_engine_destroy(cvllm_engine *engine);
+
+/* The engine's tokenizer; owned by the engine. */
+const cvllm_tokenizer *cvllm_engine_tokenizer(const cvllm_engine *engine);
+
+/* Effective limits after defaults and config were applied. */
+int32_t cvllm_engine_max_model_len(const cvllm_engine *engine);
+int32_t cvllm_engine_vocab_size(const cvllm_engine *engine); /* rows of the logits */
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Requests                                                                                          */
+
+typedef struct cvllm_sampling_params {
+    int32_t n;                   /* completions per prompt (>= 1) */
+    float temperature;           /* 0 = greedy */
+    float top_p;                 /* (0, 1] */
+    int32_t top_k;               /* 0 or -1 = off */
+    float min_p;                 /* [0, 1] */
+    float repetition_penalty;    /* > 0, 1 = off */
+    float presence_penalty;      /* [-2, 2] */
+    float frequency_penalty;     /* [-2, 2] */
+    int32_t max_tokens;          /* -1 = until max_model_len */
+    int32_t min_tokens;
+    bool ignore_eos;
+    bool has_seed;
+    int64_t seed;
+    const int32_t *stop_token_ids; /* in addition to the model's eos ids */
+    size_t n_stop_token_ids;
+    const char *const *stop;     /* stop strings */
+    size_t n_stop;
+    bool include_stop_str_in_output;
+    bool skip_special_tokens;
+    bool spaces_between_special_tokens;
+    int32_t logprobs;            /* -1 = none; N >= 0: top-N of the raw logits plus the sampled token */
+    int32_t prompt_logprobs;     /* -1 = none; N >= 0 as above for each prompt position */
+    const int32_t *logit_bias_ids;
+    const float *logit_bias_values;
+    size_t n_logit_bias;
+} cvllm_sampling_params;
+
+/* vLLM's neutral defaults, overridden by the model's generation_config.json (temperature, top_k,
+ * top_p, min_p, repetition_penalty) unless the engine was created with generation_config "vllm". */
+void cvllm_sampling_params_default(const cvllm_engine *engine, cvllm_sampling_params *params);
+
+/* A prompt is text or token ids (exactly one of them). */
+typedef struct cvllm_prompt {
+    const char *text;
+    size_t text_len;             /* 0 = strlen(text) */
+    const int32_t *token_ids;
+    size_t n_token_ids;
+} cvllm_prompt;
+
+/* Queues a request. *request_id receives an engine-unique id. Fails (and queues nothing) when the
+ * prompt or the parameters are invalid or the prompt cannot fit in max_model_len. */
+cvllm_status cvllm_engine_add_request(cvllm_engine *engine, const cvllm_prompt *prompt,
+                                      const cvllm_sampling_params *params, uint64_t *request_id);
+
+/* Stops a request at once and frees its cache; its last output reports finish reason "abort". */
+cvllm_status cvllm_engine_abort_request(cvllm_engine *engine, uint64_t request_id);
+
+bool cvllm_engine_has_unfinished(const cvllm_engine *engine);
+
+typedef enum cvllm_finish_reason {
+    CVLLM_FINISH_NONE = 0,       /* still running */
+    CVLLM_FINISH_STOP,           /* eos, a stop token id or a stop string */
+    CVLLM_FINISH_LENGTH,         /* max_tokens or max_model_len */
+    CVLLM_FINISH_ABORT,
+} cvllm_finish_reason;
+
+const char *cvllm_finish_reason_name(cvllm_finish_reason reason); /* "stop", "length", "abort", NULL */
+
+typedef struct cvllm_logprob {
+    int32_t token_id;
+    float logprob;
+    int32_t rank;                /* 1 = most likely */
+} cvllm_logprob;
+
+/* Logprobs at one position: the top-N entries (most likely first) and, separately, the token that
+ * was actually sampled or given there (it may or may not also be among the top-N). */
+typedef struct cvllm_position_logprobs {
+    cvllm_logprob chosen;
+    const cvllm_logprob *top;
+    int32_t n_top;
+} cvllm_position_logprobs;
+
+typedef struct cvllm_completion_output {
+    int32_t index;
+    const int32_t *token_ids;    /* all tokens generated so far */
+    size_t n_token_ids;
+    const char *text;            /* all text so far (NUL-terminated), stop string trimmed per params */
+    size_t text_len;
+    const cvllm_position_logprobs *logprobs; /* n_token_ids entries, or NULL when not requested */
+    size_t n_new_token_ids;      /* how many of token_ids arrived in this step */
+    size_t new_text_offset;      /* text[new_text_offset..] arrived in this step */
+    cvllm_finish_reason finish_reason;
+    int32_t stop_token_id;       /* the stop/eos id that finished it, or -1 */
+    const char *stop_str;        /* the stop string that finished it, or NULL */
+} cvllm_completion_output;
+
+typedef struct cvllm_request_output {
+    uint64_t request_id;
+    const int32_t *prompt_token_ids;
+    size_t n_prompt_token_ids;
+    /* n_prompt_token_ids entries or NULL; entry 0 has no distribution (n_top = 0, chosen.rank = 0). */
+    const cvllm_position_logprobs *prompt_logprobs;
+    size_t n_cached_tokens;      /* prompt tokens served from the prefix cache */
+    const cvllm_completion_output *outputs;
+    int32_t n_outputs;
+    bool finished;               /* all completions finished; the request is gone after this step */
+} cvllm_request_output;
+
+/* Runs one scheduling step (one forward pass over a batch of requests). On return *outputs points to
+ * *n_outputs request outputs that changed in this step; they belong to the engine (see top). */
+cvllm_status cvllm_engine_step(cvllm_engine *engine, const cvllm_request_output *const **outputs,
+                               size_t *n_outputs);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CVLLM_H */

@@ -1,0 +1,35 @@
+/*
+ * threadpool.h — a persistent pool of worker threads for the kernels.
+ *
+ * The threads are started once and wait on a generation counter; cv_threadpool_run() wakes them,
+ * runs fn on every thread (the caller is thread 0) and returns when all are done. Work is split by
+ * the callee with static partitioning (cv_split), so there is no queue and no per-op thread start.
+ */
+#ifndef CV_THREADPOOL_H
+#define CV_THREADPOOL_H
+
+#include <stdint.h>
+
+typedef struct cv_threadpool cv_threadpool;
+
+typedef void (*cv_task_fn)(void *arg, int thread_index, int n_threads);
+
+/* n_threads <= 0: all online CPUs. */
+cv_threadpool *cv_threadpool_create(int n_threads);
+void cv_threadpool_free(cv_threadpool *pool);
+int cv_threadpool_size(const cv_threadpool *pool);
+/* Runs fn(arg, i, n) for i in [0, n) concurrently; returns when all calls returned. A NULL pool
+ * runs fn(arg, 0, 1) on the caller. */
+void cv_threadpool_run(cv_threadpool *pool, cv_task_fn fn, void *arg);
+
+/* The [begin, end) share of `total` items for thread `i` of `n`, in multiples of `align`. */
+static inline void cv_split(int64_t total, int64_t align, int i, int n, int64_t *begin, int64_t *end) {
+    int64_t chunks = (total + align - 1) / align;
+    int64_t per = chunks / n, rem = chunks % n;
+    int64_t b = i * per + (i < rem ? i : rem);
+    int64_t e = b + per + (i < rem ? 1 : 0);
+    *begin = b * align < total ? b * align : total;
+    *end = e * align < total ? e * align : total;
+}
+
+#endif

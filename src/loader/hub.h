@@ -1,0 +1,28 @@
+/*
+ * hub.h — turning the MODEL argument into a local folder.
+ *
+ * MODEL is either a folder (used as is) or a hub id "ORG/NAME". A hub id is looked up in the Hugging
+ * Face cache exactly where huggingface_hub puts it ($HF_HUB_CACHE, else $HF_HOME/hub, else
+ * ~/.cache/huggingface/hub; models--ORG--NAME/refs/REVISION names the snapshot in
+ * snapshots/COMMIT/). When it is not there and downloads are allowed, the files are fetched with
+ * libcurl from $HF_ENDPOINT (default https://huggingface.co), with $HF_TOKEN as bearer token, into
+ * that same cache layout, resuming partial files (*.incomplete) with HTTP Range requests.
+ * VLLM_USE_MODELSCOPE=True switches to ModelScope's endpoint and file API. HF_HUB_OFFLINE=1
+ * forbids downloads.
+ */
+#ifndef CV_HUB_H
+#define CV_HUB_H
+
+#include <stdbool.h>
+
+typedef struct cv_hub_options {
+    const char *revision;      /* NULL = "main" */
+    bool allow_download;
+    bool weights;              /* also fetch *.safetensors (false: config + tokenizer files only) */
+    bool progress;             /* progress bar on stderr (only when it is a terminal) */
+} cv_hub_options;
+
+/* On success *dir is a cv_xmalloc'd path of a folder holding the model's files. */
+int cv_hub_resolve(const char *model, const cv_hub_options *opts, char **dir);
+
+#endif

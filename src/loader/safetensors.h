@@ -1,0 +1,56 @@
+/*
+ * safetensors.h — read-only, zero-copy access to a checkpoint's tensors.
+ *
+ * A checkpoint is one model.safetensors or several shards listed in model.safetensors.index.json.
+ * Each file is mmap'd whole; a tensor is a pointer into the mapping plus dtype and shape, so the
+ * weights are never copied (the page cache holds them once, however many engines map them).
+ * The header of every file is validated completely before any tensor is handed out: JSON shape,
+ * known dtypes, offsets in range, data length equal to the product of the shape, no overlap between
+ * tensors. Any violation is CVLLM_ERR_FORMAT with a message naming the file and the tensor.
+ */
+#ifndef CV_SAFETENSORS_H
+#define CV_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+
+#define CV_MAX_DIMS 8
+
+typedef struct cv_tensor {
+    const char *name;
+    cv_dtype dtype;
+    int ndim;
+    int64_t shape[CV_MAX_DIMS];
+    const void *data;  /* into the mapping (or into owned memory for dummy/converted weights) */
+    size_t nbytes;
+} cv_tensor;
+
+static inline int64_t cv_tensor_numel(const cv_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+/*
+ * Parses one safetensors header (the JSON after the 8-byte length) describing a data section of
+ * data_len bytes. On success *tensors is a cv_xmalloc'd array of *n tensors whose `data` field holds
+ * the byte offset from the start of the data section cast to a pointer, and whose names are
+ * cv_xmalloc'd. Exposed separately from the file reader so that it can be fuzzed.
+ */
+int cv_safetensors_parse_header(const char *json, size_t json_len, uint64_t data_len,
+                                cv_tensor **tensors, size_t *n);
+void cv_safetensors_free_tensors(cv_tensor *tensors, size_t n);
+
+/* All tensors of a checkpoint folder (single file or sharded), name-indexed. */
+typedef struct cv_checkpoint cv_checkpoint;
+
+int cv_checkpoint_open(const char *dir, cv_checkpoint **out);
+void cv_checkpoint_close(cv_checkpoint *ck);
+/* NULL when absent. */
+const cv_tensor *cv_checkpoint_find(const cv_checkpoint *ck, const char *name);
+size_t cv_checkpoint_count(const cv_checkpoint *ck);
+const cv_tensor *cv_checkpoint_tensor(const cv_checkpoint *ck, size_t i);
+
+#endif

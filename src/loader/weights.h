@@ -1,0 +1,43 @@
+/*
+ * weights.h — binding the tensors a model file asks for to memory, from a checkpoint or made up.
+ *
+ * A model file never opens files: it asks a cv_weight_source for each tensor by name with the shape
+ * its config implies. The source checks the shape (a mismatch names the tensor, both shapes and the
+ * config field) and returns either a view into the mmap'd checkpoint or, for --load-format dummy,
+ * freshly made random values (uniform in [-1e-3, 1e-3] like vLLM's dummy loader, from a seed) so a
+ * benchmark can run with nothing but config.json. Norm gains and other small vectors are requested
+ * as f32 copies so kernels see one type for them.
+ */
+#ifndef CV_WEIGHTS_H
+#define CV_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "loader/safetensors.h"
+
+typedef struct cv_weight_source cv_weight_source;
+
+/* Views into the checkpoint in DIR. */
+int cv_weight_source_checkpoint(const char *dir, cv_weight_source **out);
+/* Random weights of dtype `dtype` (bf16, f16 or f32) from `seed`. */
+int cv_weight_source_dummy(cv_dtype dtype, uint64_t seed, cv_weight_source **out);
+/* Frees the source and every buffer it made; views handed out die with it. */
+void cv_weight_source_free(cv_weight_source *src);
+
+/*
+ * Binds `name` with the expected shape (ndim dims). *out is valid until the source is freed.
+ * Missing tensor: CVLLM_ERR_NOT_FOUND "missing tensor NAME in DIR"; wrong shape or unsupported
+ * dtype: CVLLM_ERR_FORMAT naming the tensor, both shapes and `config_hint` (e.g. "hidden_size=64").
+ */
+int cv_weights_get(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
+                   const char *config_hint, cv_tensor *out);
+/* As cv_weights_get, but returns 1 (and fills *out) when present, 0 when absent. */
+int cv_weights_get_optional(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
+                            const char *config_hint, cv_tensor *out);
+/* As cv_weights_get, converted to a new f32 array owned by the source. */
+int cv_weights_get_f32(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
+                       const char *config_hint, const float **out);
+bool cv_weight_source_is_dummy(const cv_weight_source *src);
+
+#endif

@@ -1,0 +1,87 @@
+/*
+ * model.h — the contract between the engine and an architecture.
+ *
+ * The engine never knows which architecture it runs: it loads a model through the registry (keyed by
+ * config.json "architectures"), asks it what KV cache it needs, and calls forward() with a flat batch
+ * of tokens from many sequences. A model file expresses one forward pass in kernels and owns no
+ * scheduling; all per-request state lives in the paged KV cache the engine hands in.
+ *
+ * Paged KV cache (vLLM's layout): for every attention layer l, K and V are arrays of
+ * num_blocks × block_size slots of [num_kv_heads × head_dim] floats. A token's K/V go to slot
+ * `slot_mapping[t]` (= block_id·block_size + offset); sequence s reads its context through
+ * block_tables[s][0 .. ceil(context_len/block_size)).
+ */
+#ifndef CV_MODEL_H
+#define CV_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loader/config.h"
+#include "loader/weights.h"
+
+typedef struct cv_threadpool cv_threadpool;
+
+/* What the model needs from the KV cache, per token, for each of its attention layers. */
+typedef struct cv_kv_spec {
+    int32_t num_layers;      /* attention layers that keep K/V */
+    int32_t num_kv_heads;
+    int32_t head_dim;
+} cv_kv_spec;
+
+typedef struct cv_kv_cache {
+    int32_t num_blocks;
+    int32_t block_size;
+    float **k;               /* [num_layers] → [num_blocks·block_size][num_kv_heads·head_dim] */
+    float **v;
+} cv_kv_cache;
+
+/* One forward call: n_tokens tokens from n_seqs sequences, each sequence's tokens contiguous and in
+ * position order. */
+typedef struct cv_batch {
+    int32_t n_tokens;
+    const int32_t *token_ids;     /* [n_tokens] */
+    const int32_t *positions;     /* [n_tokens] absolute position within its sequence */
+    const int64_t *slot_mapping;  /* [n_tokens] KV slot this token writes */
+    int32_t n_seqs;
+    const int32_t *seq_start;     /* [n_seqs+1]: sequence s owns tokens [seq_start[s], seq_start[s+1]) */
+    const int32_t *context_lens;  /* [n_seqs]: tokens in the cache for s after this step (incl. new) */
+    const int32_t *const *block_tables; /* [n_seqs] → block ids */
+    int32_t n_logits;
+    const int32_t *logit_rows;    /* [n_logits] token indices whose logits are wanted */
+} cv_batch;
+
+typedef struct cv_model cv_model;
+
+typedef struct cv_model_ops {
+    /* Logits of batch->logit_rows into logits[n_logits][vocab]. */
+    int (*forward)(cv_model *m, const cv_batch *batch, cv_kv_cache *kv, float *logits);
+    void (*destroy)(cv_model *m);
+} cv_model_ops;
+
+struct cv_model {
+    const cv_model_ops *ops;
+    const cv_model_config *config; /* borrowed; outlives the model */
+    cv_kv_spec kv_spec;
+    int32_t vocab_size;            /* rows of the logits */
+    size_t weight_bytes;           /* bytes of weights read per token (for sizing and benchmarks) */
+    cv_threadpool *pool;           /* borrowed */
+};
+
+typedef struct cv_model_load_params {
+    const cv_model_config *config;
+    cv_weight_source *weights;
+    cv_threadpool *pool;
+    int32_t max_num_batched_tokens; /* largest n_tokens a forward call will get (scratch sizing) */
+} cv_model_load_params;
+
+/* Picks the architecture from config->architecture. Unknown: CVLLM_ERR_UNSUPPORTED naming it and
+ * listing the supported ones. */
+int cv_model_load(const cv_model_load_params *p, cv_model **out);
+void cv_model_free(cv_model *m);
+
+/* Comma-separated list of supported architecture names (static string). */
+const char *cv_model_supported_architectures(void);
+
+#endif

@@ -1,0 +1,54 @@
+/*
+ * tokenizer.h — Hugging Face byte-level BPE (Qwen2Tokenizer) from tokenizer.json.
+ *
+ * Encode = added/special tokens matched first (longest match at each position), then for each span
+ * between them: NFC normalisation, the Split pre-tokenizer regex (PCRE2, UTF + UCP, JIT), byte-level
+ * mapping, and BPE merges by rank. Decode maps tokens back to bytes. cv_detok turns a growing list of
+ * ids into text deltas without ever emitting half a UTF-8 character.
+ */
+#ifndef CV_TOKENIZER_H
+#define CV_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cv_tokenizer cv_tokenizer;
+
+/* Reads DIR/tokenizer.json and (optionally) DIR/tokenizer_config.json. */
+int cv_tokenizer_load(const char *dir, cv_tokenizer **out);
+void cv_tokenizer_free(cv_tokenizer *tok);
+
+/* *ids is cv_xmalloc'd. Invalid UTF-8 is CVLLM_ERR_INVALID_ARGUMENT naming the byte offset. */
+int cv_tokenizer_encode(const cv_tokenizer *tok, const char *text, size_t len, int32_t **ids,
+                        size_t *n_ids);
+/* *text is cv_xmalloc'd and NUL-terminated; invalid UTF-8 from partial tokens becomes U+FFFD. */
+int cv_tokenizer_decode(const cv_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                        bool skip_special_tokens, char **text, size_t *len);
+
+int32_t cv_tokenizer_vocab_size(const cv_tokenizer *tok);   /* max id + 1 */
+bool cv_tokenizer_is_special(const cv_tokenizer *tok, int32_t id);
+/* Id of an exact token string (added or base vocabulary), -1 when none. */
+int32_t cv_tokenizer_token_to_id(const cv_tokenizer *tok, const char *token);
+/* Raw bytes of one token (after byte-level decoding); NULL for an unknown id. */
+const char *cv_tokenizer_id_to_bytes(const cv_tokenizer *tok, int32_t id, size_t *len);
+/* tokenizer_config.json's eos_token / pad_token / bos_token strings, NULL when absent. */
+const char *cv_tokenizer_special_string(const cv_tokenizer *tok, const char *which);
+
+/* Incremental detokenizer: feed ids one at a time, get the text that became final. */
+typedef struct cv_detok {
+    const cv_tokenizer *tok;
+    bool skip_special_tokens;
+    char *pending;        /* bytes not yet emitted (an incomplete UTF-8 sequence) */
+    size_t n_pending, cap_pending;
+} cv_detok;
+
+void cv_detok_init(cv_detok *d, const cv_tokenizer *tok, bool skip_special_tokens);
+/* Appends the text completed by `id` to *out (a growing cv_xrealloc'd buffer of *out_len bytes,
+ * kept NUL-terminated) and returns the number of bytes appended. */
+size_t cv_detok_push(cv_detok *d, int32_t id, char **out, size_t *out_len, size_t *out_cap);
+/* Flushes what is pending at the end of a sequence (incomplete bytes become U+FFFD). */
+size_t cv_detok_flush(cv_detok *d, char **out, size_t *out_len, size_t *out_cap);
+void cv_detok_free(cv_detok *d);
+
+#endif
