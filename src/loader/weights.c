@@ -1,0 +1,318 @@
+/*
+ * weights.c — the two weight sources behind weights.h: checkpoint views and dummy random weights.
+ *
+ * A checkpoint source hands out cv_tensor views straight into the mmap'd files after checking
+ * dtype and shape; nothing is copied except the f32 copies asked for with cv_weights_get_f32 and
+ * tensors a writer left misaligned for their dtype (never the case for files written by the
+ * safetensors library, which pads the header to 8 bytes).
+ *
+ * A dummy source makes every tensor on request. Values are uniform in [-1e-3, 1e-3] (vLLM's dummy
+ * loader range) and come from a counter-based generator: element i of tensor NAME is
+ * hash32(i, key(seed, NAME)). Two consequences, both deliberate:
+ *   - a tensor's values depend only on the seed and its name, not on the order the model asks for
+ *     tensors, so two model files binding the same names see the same weights;
+ *   - filling is embarrassingly parallel and vectorizes (32-bit multiplies only), which is what
+ *     makes a 0.6B-parameter dummy model appear in about a second. Large tensors are split over a
+ *     few short-lived pthreads; kernel thread pools are not available at load time.
+ * The generator is not a good PRNG for statistics, only a fast source of decorrelated noise.
+ *
+ * Every buffer a source makes (dummy tensors, f32 copies) is kept on a list and freed with it.
+ */
+#include "loader/weights.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+
+typedef struct owned_buffer {
+    struct owned_buffer *next;
+    char *name;   /* owned copy for the cv_tensor handed out */
+    void *data;
+} owned_buffer;
+
+struct cv_weight_source {
+    cv_checkpoint *ck;    /* NULL for dummy */
+    char *dir;            /* for messages */
+    bool dummy;
+    cv_dtype dtype;       /* dummy weights' dtype */
+    uint64_t seed;
+    owned_buffer *owned;
+};
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Creation                                                                                          */
+
+int cv_weight_source_checkpoint(const char *dir, cv_weight_source **out) {
+    *out = NULL;
+    cv_checkpoint *ck;
+    int rc = cv_checkpoint_open(dir, &ck);
+    if (rc) return rc;
+    cv_weight_source *src = cv_xcalloc(1, sizeof *src);
+    src->ck = ck;
+    src->dir = cv_xstrdup(dir);
+    *out = src;
+    return 0;
+}
+
+static bool is_weight_dtype(cv_dtype t) {
+    return t == CV_DTYPE_BF16 || t == CV_DTYPE_F16 || t == CV_DTYPE_F32;
+}
+
+int cv_weight_source_dummy(cv_dtype dtype, uint64_t seed, cv_weight_source **out) {
+    *out = NULL;
+    if (!is_weight_dtype(dtype))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "dummy weights must be bf16, f16 or f32, not %s",
+                       cv_dtype_name(dtype));
+    cv_weight_source *src = cv_xcalloc(1, sizeof *src);
+    src->dir = cv_xstrdup("(dummy weights)");
+    src->dummy = true;
+    src->dtype = dtype;
+    src->seed = seed;
+    *out = src;
+    return 0;
+}
+
+void cv_weight_source_free(cv_weight_source *src) {
+    if (!src) return;
+    for (owned_buffer *b = src->owned, *next; b; b = next) {
+        next = b->next;
+        free(b->data);
+        free(b->name);
+        free(b);
+    }
+    cv_checkpoint_close(src->ck);
+    free(src->dir);
+    free(src);
+}
+
+bool cv_weight_source_is_dummy(const cv_weight_source *src) { return src->dummy; }
+
+/* Registers a malloc'd buffer with the source; returns the owned copy of `name`. */
+static const char *own(cv_weight_source *src, const char *name, void *data) {
+    owned_buffer *b = cv_xmalloc(sizeof *b);
+    b->next = src->owned;
+    b->name = cv_xstrdup(name);
+    b->data = data;
+    src->owned = b;
+    return b->name;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Shape checks                                                                                      */
+
+static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+static int shape_mismatch(const cv_weight_source *src, const char *name, const cv_tensor *t, int ndim,
+                          const int64_t *shape, const char *hint) {
+    char have[160], want[160];
+    format_shape(have, sizeof have, t->ndim, t->shape);
+    format_shape(want, sizeof want, ndim, shape);
+    return cv_fail(CVLLM_ERR_FORMAT, "tensor %s in %s has shape %s but config.json implies %s%s%s%s",
+                   name, src->dir, have, want, hint ? " (" : "", hint ? hint : "", hint ? ")" : "");
+}
+
+static bool same_shape(const cv_tensor *t, int ndim, const int64_t *shape) {
+    if (t->ndim != ndim) return false;
+    for (int i = 0; i < ndim; i++)
+        if (t->shape[i] != shape[i]) return false;
+    return true;
+}
+
+static int check_request(const char *name, int ndim, const int64_t *shape) {
+    if (ndim < 0 || ndim > CV_MAX_DIMS)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor %s: %d dimensions requested", name, ndim);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor %s: negative dimension requested", name);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Dummy values                                                                                      */
+
+static inline uint32_t hash32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t name_key(uint64_t seed, const char *name) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return splitmix64(seed ^ h);
+}
+
+typedef struct fill_job {
+    void *data;
+    cv_dtype dtype;
+    uint64_t key;
+    int64_t begin, end;  /* element range */
+} fill_job;
+
+/* Uniform in [-1e-3, 1e-3): 24 random bits (all an f32 mantissa holds) scaled and shifted. */
+static inline float noise(uint32_t i, uint32_t k) {
+    return (float)(hash32(i ^ k) >> 8) * (2e-3f / 16777216.0f) - 1e-3f;
+}
+
+static void fill_range(const fill_job *job) {
+    /* Elements are keyed by their index's low 32 bits and a per-2^32-block key, so tensors above
+     * 4G elements do not repeat. */
+    for (int64_t block = job->begin; block < job->end;) {
+        int64_t block_end = ((block >> 32) + 1) << 32;
+        if (block_end > job->end) block_end = job->end;
+        uint32_t k = (uint32_t)splitmix64(job->key + (uint64_t)(block >> 32));
+        uint32_t lo = (uint32_t)block, count = (uint32_t)(block_end - block);
+        switch (job->dtype) {
+        case CV_DTYPE_F32: {
+            float *d = (float *)job->data + block;
+            for (uint32_t j = 0; j < count; j++) d[j] = noise(lo + j, k);
+            break;
+        }
+        case CV_DTYPE_BF16: {
+            uint16_t *d = (uint16_t *)job->data + block;
+            for (uint32_t j = 0; j < count; j++) d[j] = cv_f32_to_bf16(noise(lo + j, k));
+            break;
+        }
+        default: {
+            uint16_t *d = (uint16_t *)job->data + block;
+            for (uint32_t j = 0; j < count; j++) d[j] = cv_f32_to_f16(noise(lo + j, k));
+            break;
+        }
+        }
+        block = block_end;
+    }
+}
+
+static void *fill_thread(void *arg) {
+    fill_range(arg);
+    return NULL;
+}
+
+#define FILL_MAX_THREADS 16
+#define FILL_MIN_PER_THREAD (1 << 20)
+
+static void fill_dummy(void *data, cv_dtype dtype, uint64_t key, int64_t numel) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t n = numel / FILL_MIN_PER_THREAD;
+    if (n > cpus) n = cpus;
+    if (n > FILL_MAX_THREADS) n = FILL_MAX_THREADS;
+    if (n < 1) n = 1;
+    fill_job jobs[FILL_MAX_THREADS];
+    pthread_t tids[FILL_MAX_THREADS];
+    bool started[FILL_MAX_THREADS] = {false};
+    for (int64_t i = 0; i < n; i++)
+        jobs[i] = (fill_job){data, dtype, key, numel * i / n, numel * (i + 1) / n};
+    /* Thread 0's share runs on the caller; a thread that fails to start has its share run here too. */
+    for (int64_t i = 1; i < n; i++) started[i] = pthread_create(&tids[i], NULL, fill_thread, &jobs[i]) == 0;
+    fill_range(&jobs[0]);
+    for (int64_t i = 1; i < n; i++) {
+        if (started[i]) pthread_join(tids[i], NULL);
+        else fill_range(&jobs[i]);
+    }
+}
+
+static int make_dummy(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
+                      cv_tensor *out) {
+    cv_tensor t = {.dtype = src->dtype, .ndim = ndim};
+    memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        if (__builtin_mul_overflow(numel, shape[i], &numel))
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor %s: shape too large", name);
+    size_t nbytes;
+    if (__builtin_mul_overflow((size_t)numel, cv_dtype_size(src->dtype), &nbytes))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor %s: shape too large", name);
+    void *data = cv_aligned_alloc(nbytes);
+    if (!data)
+        return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes for dummy tensor %s", nbytes, name);
+    fill_dummy(data, src->dtype, name_key(src->seed, name), numel);
+    t.name = own(src, name, data);
+    t.data = data;
+    t.nbytes = nbytes;
+    *out = t;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Binding                                                                                           */
+
+/* Writers pad the header so tensors start 8-byte aligned, but the format does not require it; a
+ * misaligned tensor gets an aligned copy so kernels may use typed loads on every view. */
+static int copy_aligned(cv_weight_source *src, cv_tensor *t) {
+    void *data = cv_aligned_alloc(t->nbytes);
+    if (!data)
+        return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes to align tensor %s", t->nbytes,
+                       t->name);
+    memcpy(data, t->data, t->nbytes);
+    t->name = own(src, t->name, data);
+    t->data = data;
+    return 1;
+}
+
+/* 1 found (and checked), 0 absent, < 0 error. */
+static int lookup(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
+                  const char *hint, bool dummy_makes_it, cv_tensor *out) {
+    int rc = check_request(name, ndim, shape);
+    if (rc) return rc;
+    if (src->dummy) {
+        if (!dummy_makes_it) return 0;
+        rc = make_dummy(src, name, ndim, shape, out);
+        return rc ? rc : 1;
+    }
+    const cv_tensor *t = cv_checkpoint_find(src->ck, name);
+    if (!t) return 0;
+    if (!is_weight_dtype(t->dtype))
+        return cv_fail(CVLLM_ERR_FORMAT,
+                       "tensor %s in %s has dtype %s; weights must be BF16, F16 or F32", name, src->dir,
+                       cv_dtype_name(t->dtype));
+    if (!same_shape(t, ndim, shape)) return shape_mismatch(src, name, t, ndim, shape, hint);
+    *out = *t;
+    return (uintptr_t)t->data % cv_dtype_size(t->dtype) ? copy_aligned(src, out) : 1;
+}
+
+int cv_weights_get(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
+                   const char *config_hint, cv_tensor *out) {
+    int rc = lookup(src, name, ndim, shape, config_hint, true, out);
+    if (rc == 0) return cv_fail(CVLLM_ERR_NOT_FOUND, "missing tensor %s in %s", name, src->dir);
+    return rc < 0 ? rc : 0;
+}
+
+/* Dummy sources report optional tensors absent: whether a checkpoint carries one (a bias, an untied
+ * lm_head) is not something config.json decides, and absent is the choice every model must handle. */
+int cv_weights_get_optional(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
+                            const char *config_hint, cv_tensor *out) {
+    return lookup(src, name, ndim, shape, config_hint, false, out);
+}
+
+int cv_weights_get_f32(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
+                       const char *config_hint, const float **out) {
+    cv_tensor t;
+    int rc = cv_weights_get(src, name, ndim, shape, config_hint, &t);
+    if (rc) return rc;
+    size_t numel = (size_t)cv_tensor_numel(&t);
+    float *f = cv_aligned_alloc(numel * sizeof *f);
+    if (!f) return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate an f32 copy of tensor %s", name);
+    cv_convert_to_f32(f, t.data, t.dtype, numel);
+    own(src, name, f);
+    *out = f;
+    return 0;
+}
