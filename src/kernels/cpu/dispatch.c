@@ -1,0 +1,97 @@
+/*
+ * dispatch.c — choosing the instruction-set path once, at first kernel call.
+ *
+ * The best path the CPU supports wins (AVX-512 needs F/BW/VL/DQ, AVX2 needs FMA and F16C too),
+ * unless CVLLM_ISA names another; an unknown or unsupported name is reported once and ignored
+ * rather than failing, since it is a tuning knob, not input. The choice is a plain pointer read on
+ * every kernel call: cheaper than any indirection through the thread pool and trivially
+ * overridable by tests through cv_isa_force().
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernels.h"
+
+static const cv_cpu_ops *const ops_by_isa[CV_ISA_COUNT] = {
+    [CV_ISA_SCALAR] = &cv_cpu_ops_scalar,
+    [CV_ISA_AVX2] = &cv_cpu_ops_avx2,
+    [CV_ISA_AVX512] = &cv_cpu_ops_avx512,
+};
+
+static const cv_cpu_ops *active_ops;
+
+bool cv_isa_supported(cv_isa isa) {
+    __builtin_cpu_init();
+    switch (isa) {
+    case CV_ISA_SCALAR:
+        return true;
+    case CV_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case CV_ISA_AVX512:
+        return cv_isa_supported(CV_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512dq");
+    default:
+        return false;
+    }
+}
+
+const char *cv_isa_name(cv_isa isa) {
+    static const char *const names[CV_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+    return (unsigned)isa < CV_ISA_COUNT ? names[isa] : "unknown";
+}
+
+int cv_isa_from_name(const char *name) {
+    for (int i = 0; i < CV_ISA_COUNT; i++)
+        if (strcmp(name, cv_isa_name((cv_isa)i)) == 0) return i;
+    return -1;
+}
+
+static cv_isa best_isa(void) {
+    for (int i = CV_ISA_COUNT - 1; i > 0; i--)
+        if (cv_isa_supported((cv_isa)i)) return (cv_isa)i;
+    return CV_ISA_SCALAR;
+}
+
+static cv_isa isa_from_environment(void) {
+    cv_isa best = best_isa();
+    const char *env = getenv("CVLLM_ISA");
+    if (!env || !*env) return best;
+    int isa = cv_isa_from_name(env);
+    if (isa < 0) {
+        cv_warn("kernels", "CVLLM_ISA=%s is not one of avx512|avx2|scalar; using %s", env, cv_isa_name(best));
+        return best;
+    }
+    if (!cv_isa_supported((cv_isa)isa)) {
+        cv_warn("kernels", "CVLLM_ISA=%s is not supported by this CPU; using %s", env, cv_isa_name(best));
+        return best;
+    }
+    return (cv_isa)isa;
+}
+
+const cv_cpu_ops *cv_cpu_ops_active(void) {
+    const cv_cpu_ops *ops = __atomic_load_n(&active_ops, __ATOMIC_ACQUIRE);
+    if (!ops) {
+        ops = ops_by_isa[isa_from_environment()];
+        __atomic_store_n(&active_ops, ops, __ATOMIC_RELEASE);
+    }
+    return ops;
+}
+
+cv_isa cv_isa_active(void) {
+    const cv_cpu_ops *ops = cv_cpu_ops_active();
+    for (int i = 0; i < CV_ISA_COUNT; i++)
+        if (ops_by_isa[i] == ops) return (cv_isa)i;
+    return CV_ISA_SCALAR;
+}
+
+int cv_isa_force(cv_isa isa) {
+    if ((unsigned)isa >= CV_ISA_COUNT) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "unknown ISA %d", (int)isa);
+    if (!cv_isa_supported(isa))
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "this CPU cannot run the %s kernels", cv_isa_name(isa));
+    __atomic_store_n(&active_ops, ops_by_isa[isa], __ATOMIC_RELEASE);
+    return 0;
+}

@@ -1,0 +1,110 @@
+/*
+ * rope.c — rotary position embedding: frequency tables (default, linear, dynamic NTK, YaRN) and the
+ * rotate-half application.
+ *
+ * Hugging Face computes inverse frequencies and angles in f32 and the cos/sin of the f32 angle;
+ * at position 10⁵ one f32 ulp of angle is ~0.008 rad, so computing angles in double would be more
+ * accurate but would not match the reference. We therefore round exactly where it does: inv_freq
+ * to f32, angle = f32(position · inv_freq), then cos/sin of that f32 value (evaluated in double and
+ * rounded once). Scaling variants only change the inverse frequencies and, for YaRN, multiply
+ * cos/sin by the attention factor.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+
+/* The dimension index whose wavelength completes `rotations` turns over the trained context. */
+static double yarn_correction_dim(double rotations, int rot_dim, double theta, int32_t max_pos) {
+    return rot_dim * log(max_pos / (rotations * 2.0 * M_PI)) / (2.0 * log(theta));
+}
+
+static void apply_yarn(float *inv, const cv_rope_params *p, int half) {
+    double lo = floor(yarn_correction_dim(p->beta_fast, p->rot_dim, p->theta, p->original_max_position));
+    double hi = ceil(yarn_correction_dim(p->beta_slow, p->rot_dim, p->theta, p->original_max_position));
+    if (lo < 0) lo = 0;
+    if (hi > p->rot_dim - 1) hi = p->rot_dim - 1;
+    if (lo == hi) hi += 0.001;
+    for (int i = 0; i < half; i++) {
+        float ramp = (float)(((float)i - (float)lo) / (float)(hi - lo));
+        ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+        float extrapolation = 1.0f - ramp;
+        float interpolated = inv[i] / (float)p->factor;
+        inv[i] = interpolated * (1.0f - extrapolation) + inv[i] * extrapolation;
+    }
+}
+
+static int check_params(const cv_rope_params *p) {
+    if (p->rot_dim <= 0 || p->rot_dim % 2)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "rotary dimension %d must be positive and even", p->rot_dim);
+    if (!(p->theta > 1.0)) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "rope_theta %g must be > 1", p->theta);
+    if (p->kind != CV_ROPE_KIND_DEFAULT && !(p->factor > 0.0))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "rope scaling factor %g must be > 0", p->factor);
+    if (p->kind == CV_ROPE_KIND_YARN && (p->original_max_position <= 0 || !(p->beta_fast > 0.0) || !(p->beta_slow > 0.0)))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
+                       "yarn rope needs original_max_position_embeddings > 0 and positive beta_fast/beta_slow");
+    if (p->kind == CV_ROPE_KIND_DYNAMIC && p->rot_dim <= 2)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "dynamic rope needs a rotary dimension > 2");
+    return 0;
+}
+
+int cv_rope_init(cv_rope *r, const cv_rope_params *p) {
+    *r = (cv_rope){0};
+    int rc = check_params(p);
+    if (rc) return rc;
+    const int half = p->rot_dim / 2;
+    double theta = p->theta;
+    if (p->kind == CV_ROPE_KIND_DYNAMIC) /* vLLM's static stretch for factor × the trained length */
+        theta *= pow(p->factor * p->factor - (p->factor - 1.0), (double)p->rot_dim / (p->rot_dim - 2));
+    float *inv = cv_xmalloc((size_t)half * sizeof *inv);
+    for (int i = 0; i < half; i++) {
+        float exponent = (float)(2 * i) / (float)p->rot_dim;
+        inv[i] = 1.0f / (float)pow(theta, (double)exponent);
+    }
+    r->attention_factor = 1.0f;
+    if (p->kind == CV_ROPE_KIND_LINEAR) {
+        for (int i = 0; i < half; i++) inv[i] /= (float)p->factor;
+    } else if (p->kind == CV_ROPE_KIND_YARN) {
+        apply_yarn(inv, p, half);
+        double af = p->attention_factor;
+        if (af <= 0.0) af = p->factor > 1.0 ? 0.1 * log(p->factor) + 1.0 : 1.0;
+        r->attention_factor = (float)af;
+    }
+    r->rot_dim = p->rot_dim;
+    r->inv_freq = inv;
+    return 0;
+}
+
+void cv_rope_free(cv_rope *r) {
+    free(r->inv_freq);
+    r->inv_freq = NULL;
+}
+
+void cv_rope_cos_sin(const cv_rope *r, const int32_t *positions, int64_t n, float *cos_out, float *sin_out) {
+    const int half = r->rot_dim / 2;
+    for (int64_t t = 0; t < n; t++) {
+        float pos = (float)positions[t];
+        for (int i = 0; i < half; i++) {
+            float angle = pos * r->inv_freq[i];
+            cos_out[t * half + i] = (float)cos((double)angle) * r->attention_factor;
+            sin_out[t * half + i] = (float)sin((double)angle) * r->attention_factor;
+        }
+    }
+}
+
+void cv_rope_apply(const cv_rope *r, float *x, int64_t n, int n_heads, int head_dim, const float *cos_in,
+                   const float *sin_in) {
+    const int half = r->rot_dim / 2;
+    for (int64_t t = 0; t < n; t++) {
+        const float *c = cos_in + t * half, *s = sin_in + t * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (t * n_heads + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * c[i] - b * s[i];
+                v[i + half] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}

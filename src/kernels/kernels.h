@@ -1,0 +1,129 @@
+/*
+ * kernels.h — the numeric building blocks of a forward pass, on the CPU.
+ *
+ * Kernels know tensors as pointers, sizes and element types only; nothing here knows about models,
+ * configs or the engine. Activations are always f32 (rows contiguous); weights are [out, in]
+ * row-major in f32, bf16 or f16 straight from the checkpoint mapping and are widened to f32 inside
+ * the kernel with f32 accumulation, so no converted copy of the weights ever exists.
+ *
+ * The hot kernels (matmul, dot products inside attention and norms) have AVX-512, AVX2 and scalar
+ * versions; one is picked at first use from the CPU's features, or from CVLLM_ISA
+ * (avx512|avx2|scalar), and tests can switch with cv_isa_force(). Kernels that take a thread pool
+ * split their work across it (NULL: run on the caller); the others are cheap enough to run on the
+ * calling thread.
+ */
+#ifndef CV_KERNELS_H
+#define CV_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+
+typedef struct cv_threadpool cv_threadpool;
+
+/* ---- instruction set selection ---------------------------------------------------------------- */
+
+typedef enum cv_isa { CV_ISA_SCALAR = 0, CV_ISA_AVX2, CV_ISA_AVX512, CV_ISA_COUNT } cv_isa;
+
+bool cv_isa_supported(cv_isa isa);      /* the CPU (and this build) can run it */
+cv_isa cv_isa_active(void);
+/* Makes `isa` the active path for all later kernel calls (not while kernels run). An ISA the CPU
+ * lacks: CVLLM_ERR_UNSUPPORTED. */
+int cv_isa_force(cv_isa isa);
+const char *cv_isa_name(cv_isa isa);    /* "scalar", "avx2", "avx512" */
+/* Parses a name as cv_isa_name spells it; -1 when unknown. */
+int cv_isa_from_name(const char *name);
+
+/* ---- linear layers ---------------------------------------------------------------------------- */
+
+/* A weight matrix [rows][cols] (rows = output features) of dtype f32, bf16 or f16. */
+typedef struct cv_matrix {
+    const void *data;
+    cv_dtype dtype;
+    int64_t rows, cols;
+} cv_matrix;
+
+bool cv_matrix_dtype_supported(cv_dtype t);
+
+/* y[m][w.rows] = x[m][w.cols] · wᵀ. Weight rows are split across the pool; each block of weight
+ * rows is reused for a run of tokens while it is in cache, so prefill reads the weights about once
+ * per 64 tokens rather than once per token. */
+void cv_matmul(cv_threadpool *pool, const cv_matrix *w, const float *x, int64_t m, float *y);
+
+/* out[i][:] = table[ids[i]][:] widened to f32. Every id must be < table->rows. */
+void cv_embed(const cv_matrix *table, const int32_t *ids, int64_t n, float *out);
+
+/* ---- element-wise and row-wise ---------------------------------------------------------------- */
+
+/* For each of `rows` rows of length dim: y = w ⊙ (x / sqrt(mean(x²) + eps)). y may alias x. Per-head
+ * norms are the same call with rows = tokens·heads and dim = head_dim. */
+void cv_rmsnorm(float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps);
+/* out = silu(gate) ⊙ up; out may alias gate or up. */
+void cv_silu_mul(float *out, const float *gate, const float *up, int64_t n);
+/* y += x */
+void cv_add(float *y, const float *x, int64_t n);
+/* In-place softmax of one row (f32, max-subtracted). */
+void cv_softmax(float *x, int64_t n);
+
+/* ---- rotary position embedding ---------------------------------------------------------------- */
+
+typedef enum cv_rope_kind { CV_ROPE_KIND_DEFAULT = 0, CV_ROPE_KIND_LINEAR, CV_ROPE_KIND_DYNAMIC, CV_ROPE_KIND_YARN } cv_rope_kind;
+
+typedef struct cv_rope_params {
+    cv_rope_kind kind;
+    double theta;
+    double factor;                 /* linear / dynamic / yarn */
+    int32_t original_max_position; /* yarn, dynamic: the trained context length */
+    double beta_fast, beta_slow;   /* yarn */
+    double attention_factor;       /* yarn; 0 = 0.1·ln(factor) + 1 */
+    int32_t rot_dim;               /* even, ≤ head_dim; the first rot_dim entries of a head rotate */
+} cv_rope_params;
+
+typedef struct cv_rope {
+    int32_t rot_dim;
+    float attention_factor;        /* multiplies cos and sin */
+    float *inv_freq;               /* [rot_dim/2] */
+} cv_rope;
+
+/* Dynamic NTK is applied statically as vLLM does (the base stretched once for
+ * factor·original_max_position), not per sequence length as Hugging Face does.
+ * Invalid parameters (odd or non-positive rot_dim, factor ≤ 0, theta ≤ 1): CVLLM_ERR_INVALID_ARGUMENT. */
+int cv_rope_init(cv_rope *r, const cv_rope_params *p);
+void cv_rope_free(cv_rope *r);
+/* cos/sin [n][rot_dim/2] for the given positions, computed as Hugging Face does in f32 (angle =
+ * f32(position · inv_freq)). */
+void cv_rope_cos_sin(const cv_rope *r, const int32_t *positions, int64_t n, float *cos, float *sin);
+/* Rotate-half (NeoX) rotation of x [n][n_heads][head_dim] in place; entry i pairs with i + rot_dim/2. */
+void cv_rope_apply(const cv_rope *r, float *x, int64_t n, int n_heads, int head_dim, const float *cos,
+                   const float *sin);
+
+/* ---- attention over a paged KV cache ---------------------------------------------------------- */
+
+/*
+ * Cache layout: slot = block_id·block_size + offset, each slot holding [n_kv_heads·head_dim] floats.
+ * Token t (of sequence s, at position positions[t]) attends causally over positions
+ * [0, positions[t]] of s, read through block_tables[s]; its own K/V must already be in the cache.
+ * Query head h uses KV head h / (n_heads / n_kv_heads).
+ */
+typedef struct cv_attention_args {
+    int32_t n_tokens;
+    int32_t n_seqs;
+    const int32_t *seq_start;           /* [n_seqs+1] */
+    const int32_t *positions;           /* [n_tokens] */
+    const int32_t *const *block_tables; /* [n_seqs] */
+    int32_t block_size;
+    int32_t n_heads, n_kv_heads, head_dim;
+    float scale;
+    const float *q;                     /* [n_tokens][n_heads·head_dim] */
+    const float *k_cache, *v_cache;
+    float *out;                         /* [n_tokens][n_heads·head_dim] */
+} cv_attention_args;
+
+void cv_attention(cv_threadpool *pool, const cv_attention_args *a);
+
+/* Copies k and v rows [n][width] into the cache slots slot_mapping[0..n). */
+void cv_kv_write(float *k_cache, float *v_cache, const float *k, const float *v, const int64_t *slot_mapping,
+                 int64_t n, int64_t width);
+
+#endif
