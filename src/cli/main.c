@@ -1,0 +1,39 @@
+/*
+ * main.c — the cvllm binary: dispatches to a subcommand, each built on the public API (cvllm.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cvllm.h"
+
+static const char usage[] =
+    "usage: cvllm <command> [options]\n"
+    "commands:\n"
+    "  generate MODEL   offline batch inference (cvllm generate --help)\n"
+    "  tokenize MODEL   encode text or decode ids with the model's tokenizer\n"
+    "  bench latency    latency of one batch (vLLM's `bench latency`)\n"
+    "MODEL is a Hugging Face model folder or a hub id (ORG/NAME) in the Hugging Face cache.\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("cvllm %s\n", CVLLM_VERSION);
+        return 0;
+    }
+    static const struct {
+        const char *name;
+        int (*run)(int, char **);
+    } commands[] = {
+        {"generate", cmd_generate},
+        {"tokenize", cmd_tokenize},
+        {"bench", cmd_bench},
+    };
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "cvllm: unknown command '%s'\n%s", argv[1], usage);
+    return 2;
+}

@@ -1,0 +1,723 @@
+/*
+ * engine.c — the public engine API: create, add requests, step, abort, destroy.
+ *
+ * A step is three phases, in the order nano-vllm made famous:
+ *   1. schedule: the scheduler picks sequences and token counts under the budget;
+ *   2. run: the scheduled tokens are flattened into one cv_batch (positions, KV slots, block tables)
+ *      and the model computes logits only for the rows that need them (the last token of a sequence
+ *      that is ready to sample, and every prompt row when prompt_logprobs is asked for);
+ *   3. post-process: sample, record logprobs, detokenize incrementally, check stop conditions, and
+ *      publish the changed requests' outputs.
+ * Finished requests stay alive until the start of the next step so their outputs remain readable.
+ */
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "engine/engine.h"
+#include "loader/hub.h"
+
+#define DEFAULT_MAX_NUM_SEQS 256
+#define DEFAULT_MAX_NUM_BATCHED_TOKENS 4096
+#define DEFAULT_BLOCK_SIZE 16
+#define DEFAULT_MAX_LOGPROBS 20
+
+void cvllm_engine_options_default(cvllm_engine_options *o) {
+    memset(o, 0, sizeof *o);
+    o->max_num_seqs = DEFAULT_MAX_NUM_SEQS;
+    o->max_num_batched_tokens = DEFAULT_MAX_NUM_BATCHED_TOKENS;
+    o->block_size = DEFAULT_BLOCK_SIZE;
+    o->gpu_memory_utilization = 0.9;
+    o->max_logprobs = DEFAULT_MAX_LOGPROBS;
+    o->enable_prefix_caching = true;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Creation                                                                                          */
+
+static int check_options(const cvllm_engine_options *o) {
+    if (!o->model || !*o->model) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "no model given");
+    if (o->max_model_len < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_model_len must be positive, got %d", o->max_model_len);
+    if (o->max_num_seqs < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_num_seqs must be positive, got %d", o->max_num_seqs);
+    if (o->max_num_batched_tokens < 0)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_num_batched_tokens must be positive, got %d", o->max_num_batched_tokens);
+    if (o->block_size < 0 || (o->block_size & (o->block_size - 1)))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "block_size must be a power of two, got %d", o->block_size);
+    if (o->gpu_memory_utilization < 0 || o->gpu_memory_utilization > 1)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "gpu_memory_utilization must be in (0, 1], got %g", o->gpu_memory_utilization);
+    if (o->num_threads < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "num_threads must be >= 0, got %d", o->num_threads);
+    if (o->max_logprobs < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_logprobs must be >= 0, got %d", o->max_logprobs);
+    return 0;
+}
+
+static void apply_option_defaults(cvllm_engine_options *o) {
+    cvllm_engine_options d;
+    cvllm_engine_options_default(&d);
+    if (!o->max_num_seqs) o->max_num_seqs = d.max_num_seqs;
+    if (!o->max_num_batched_tokens) o->max_num_batched_tokens = d.max_num_batched_tokens;
+    if (!o->block_size) o->block_size = d.block_size;
+    if (o->gpu_memory_utilization == 0) o->gpu_memory_utilization = d.gpu_memory_utilization;
+    if (!o->max_logprobs) o->max_logprobs = d.max_logprobs;
+}
+
+static bool is_dummy_format(const char *load_format, int *rc) {
+    *rc = 0;
+    if (!load_format || !strcmp(load_format, "auto") || !strcmp(load_format, "safetensors")) return false;
+    if (!strcmp(load_format, "dummy")) return true;
+    *rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid load format '%s'; choose from auto, safetensors, dummy", load_format);
+    return false;
+}
+
+static int weight_dtype(const char *dtype, cv_dtype config_dtype, cv_dtype *out) {
+    if (!dtype || !strcmp(dtype, "auto")) *out = config_dtype;
+    else if (!strcmp(dtype, "bfloat16")) *out = CV_DTYPE_BF16;
+    else if (!strcmp(dtype, "float16") || !strcmp(dtype, "half")) *out = CV_DTYPE_F16;
+    else if (!strcmp(dtype, "float32") || !strcmp(dtype, "float")) *out = CV_DTYPE_F32;
+    else
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid dtype '%s'; choose from auto, bfloat16, float16, float32", dtype);
+    return 0;
+}
+
+static int load_generation_config(cvllm_engine *e) {
+    const char *which = e->opts.generation_config;
+    memset(&e->gen, 0, sizeof e->gen);
+    if (which && !strcmp(which, "vllm")) return 0;
+    e->use_generation_defaults = true;
+    if (!which || !strcmp(which, "auto")) return cv_generation_config_load(e->model_dir, &e->gen);
+    return cv_generation_config_load(which, &e->gen);
+}
+
+static int resolve_max_model_len(cvllm_engine *e) {
+    int32_t derived = e->config.max_position_embeddings;
+    if (e->opts.max_model_len == 0) {
+        e->max_model_len = derived;
+    } else if (derived > 0 && e->opts.max_model_len > derived) {
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
+                       "User-specified max_model_len (%d) is greater than the derived max_model_len "
+                       "(max_position_embeddings=%d in model's config.json).",
+                       e->opts.max_model_len, derived);
+    } else {
+        e->max_model_len = e->opts.max_model_len;
+    }
+    if (e->max_model_len <= 1) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_model_len must be at least 2");
+    return 0;
+}
+
+static int load_tokenizer(cvllm_engine *e) {
+    if (!e->opts.tokenizer) return cv_tokenizer_load(e->model_dir, &e->tokenizer);
+    char *dir = NULL;
+    int rc = cv_engine_resolve_model(e->opts.tokenizer, e->opts.revision, false, &dir);
+    if (!rc) rc = cv_tokenizer_load(dir, &e->tokenizer);
+    free(dir);
+    return rc;
+}
+
+static int load_weights_and_model(cvllm_engine *e, bool dummy) {
+    cv_dtype dt;
+    int rc = weight_dtype(e->opts.dtype, e->config.torch_dtype, &dt);
+    if (rc) return rc;
+    rc = dummy ? cv_weight_source_dummy(dt, e->opts.seed, &e->weights)
+               : cv_weight_source_checkpoint(e->model_dir, &e->weights);
+    if (rc) return rc;
+    e->pool = cv_threadpool_create(e->opts.num_threads);
+    cv_model_load_params p = {
+        .config = &e->config,
+        .weights = e->weights,
+        .pool = e->pool,
+        .max_num_batched_tokens = e->opts.max_num_batched_tokens,
+    };
+    rc = cv_model_load(&p, &e->model);
+    if (rc) return rc;
+    e->vocab_size = e->model->vocab_size;
+    return 0;
+}
+
+static int create_engine(cvllm_engine *e) {
+    int rc;
+    bool dummy = is_dummy_format(e->opts.load_format, &rc);
+    if (rc) return rc;
+    rc = cv_engine_resolve_model(e->opts.model, e->opts.revision, !dummy, &e->model_dir);
+    if (rc) return rc;
+    cv_info("engine", "Initializing engine: model=%s (%s), load_format=%s", e->opts.model, e->model_dir,
+            dummy ? "dummy" : "safetensors");
+    if ((rc = cv_model_config_load(e->model_dir, &e->config))) return rc;
+    if ((rc = load_generation_config(e))) return rc;
+    if ((rc = resolve_max_model_len(e))) return rc;
+    if ((rc = load_tokenizer(e))) return rc;
+    if ((rc = load_weights_and_model(e, dummy))) return rc;
+    if ((rc = cv_kv_cache_create(e))) return rc;
+    cv_scheduler_init(&e->sched, &e->blocks, e->opts.max_num_seqs, e->opts.max_num_batched_tokens,
+                      e->opts.block_size, e->max_model_len);
+    e->max_logprobs = e->opts.max_logprobs;
+    e->sample_scratch = cv_xmalloc(2 * (size_t)e->vocab_size * sizeof(float));
+    e->top_scratch = cv_xmalloc(((size_t)e->max_logprobs + 1) * sizeof *e->top_scratch);
+    cv_info("engine", "%s: %d layers, hidden %d, vocab %d, max_model_len %d, %d threads, weights %.2f GiB",
+            e->config.architecture, e->config.num_hidden_layers, e->config.hidden_size, e->vocab_size,
+            e->max_model_len, cv_threadpool_size(e->pool), (double)e->model->weight_bytes / (1 << 30));
+    return 0;
+}
+
+cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine **out) {
+    *out = NULL;
+    int rc = check_options(opts);
+    if (rc) return rc;
+    cvllm_engine *e = cv_xcalloc(1, sizeof *e);
+    e->opts = *opts;
+    apply_option_defaults(&e->opts);
+    rc = create_engine(e);
+    if (rc) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", cv_error_message());
+        cvllm_engine_destroy(e);
+        cv_fail(rc, "%s", msg);
+        return rc;
+    }
+    *out = e;
+    return CVLLM_OK;
+}
+
+static void free_finished(cvllm_engine *e) {
+    for (size_t i = 0; i < e->n_finished; i++) cv_request_free(e->finished[i]);
+    e->n_finished = 0;
+}
+
+void cvllm_engine_destroy(cvllm_engine *e) {
+    if (!e) return;
+    free_finished(e);
+    for (size_t i = 0; i < e->n_requests; i++) cv_request_free(e->requests[i]);
+    free(e->requests);
+    free(e->finished);
+    free(e->outputs);
+    cv_schedule_free(&e->schedule);
+    cv_scheduler_free(&e->sched);
+    if (e->model) cv_kv_cache_destroy(e);
+    cv_model_free(e->model);
+    cv_threadpool_free(e->pool);
+    cv_weight_source_free(e->weights);
+    cv_tokenizer_free(e->tokenizer);
+    cv_model_config_free(&e->config);
+    free(e->batch.token_ids);
+    free(e->batch.positions);
+    free(e->batch.seq_start);
+    free(e->batch.context_lens);
+    free(e->batch.logit_rows);
+    free(e->batch.slot_mapping);
+    free(e->batch.block_tables);
+    free(e->batch.logits);
+    free(e->sample_scratch);
+    free(e->top_scratch);
+    free(e->model_dir);
+    free(e);
+}
+
+const cvllm_tokenizer *cvllm_engine_tokenizer(const cvllm_engine *e) { return (const cvllm_tokenizer *)e->tokenizer; }
+int32_t cvllm_engine_max_model_len(const cvllm_engine *e) { return e->max_model_len; }
+int32_t cvllm_engine_vocab_size(const cvllm_engine *e) { return e->vocab_size; }
+bool cvllm_engine_has_unfinished(const cvllm_engine *e) { return e->n_requests > 0; }
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Requests                                                                                          */
+
+void cvllm_sampling_params_default(const cvllm_engine *e, cvllm_sampling_params *p) {
+    memset(p, 0, sizeof *p);
+    p->n = 1;
+    p->temperature = 1.0f;
+    p->top_p = 1.0f;
+    p->repetition_penalty = 1.0f;
+    p->max_tokens = 16;
+    p->skip_special_tokens = true;
+    p->spaces_between_special_tokens = true;
+    p->logprobs = -1;
+    p->prompt_logprobs = -1;
+    if (!e || !e->use_generation_defaults) return;
+    const cv_generation_config *g = &e->gen;
+    if (g->has_temperature) p->temperature = g->temperature;
+    if (g->has_top_k) p->top_k = g->top_k;
+    if (g->has_top_p) p->top_p = g->top_p;
+    if (g->has_min_p) p->min_p = g->min_p;
+    if (g->has_repetition_penalty) p->repetition_penalty = g->repetition_penalty;
+    if (g->has_max_new_tokens) p->max_tokens = g->max_new_tokens;
+}
+
+const char *cvllm_finish_reason_name(cvllm_finish_reason r) {
+    switch (r) {
+    case CVLLM_FINISH_STOP: return "stop";
+    case CVLLM_FINISH_LENGTH: return "length";
+    case CVLLM_FINISH_ABORT: return "abort";
+    default: return NULL;
+    }
+}
+
+/* The checks and messages of vLLM's SamplingParams._verify_args. */
+static int check_sampling_params(const cvllm_engine *e, const cvllm_sampling_params *p) {
+    const int bad = CVLLM_ERR_INVALID_ARGUMENT;
+    if (p->n < 1) return cv_fail(bad, "n must be at least 1, got %d.", p->n);
+    if (!(p->presence_penalty >= -2 && p->presence_penalty <= 2))
+        return cv_fail(bad, "presence_penalty must be in [-2, 2], got %g.", p->presence_penalty);
+    if (!(p->frequency_penalty >= -2 && p->frequency_penalty <= 2))
+        return cv_fail(bad, "frequency_penalty must be in [-2, 2], got %g.", p->frequency_penalty);
+    if (!(p->repetition_penalty > 0))
+        return cv_fail(bad, "repetition_penalty must be greater than zero, got %g.", p->repetition_penalty);
+    if (!(p->temperature >= 0) || isinf(p->temperature))
+        return cv_fail(bad, "temperature must be non-negative, got %g.", p->temperature);
+    if (!(p->top_p > 0 && p->top_p <= 1)) return cv_fail(bad, "top_p must be in (0, 1], got %g.", p->top_p);
+    if (p->top_k < -1) return cv_fail(bad, "top_k must be 0 (disable), or at least 1, got %d.", p->top_k);
+    if (!(p->min_p >= 0 && p->min_p <= 1)) return cv_fail(bad, "min_p must be in [0, 1], got %g.", p->min_p);
+    if (p->max_tokens != -1 && p->max_tokens < 1)
+        return cv_fail(bad, "max_tokens must be at least 1, got %d.", p->max_tokens);
+    if (p->min_tokens < 0) return cv_fail(bad, "min_tokens must be greater than or equal to 0, got %d.", p->min_tokens);
+    if (p->max_tokens != -1 && p->min_tokens > p->max_tokens)
+        return cv_fail(bad, "min_tokens must be less than or equal to max_tokens=%d, got %d.", p->max_tokens, p->min_tokens);
+    if (p->logprobs < -1) return cv_fail(bad, "logprobs must be non-negative, got %d.", p->logprobs);
+    if (p->prompt_logprobs < -1) return cv_fail(bad, "prompt_logprobs must be non-negative, got %d.", p->prompt_logprobs);
+    if (p->logprobs > e->max_logprobs)
+        return cv_fail(bad, "Requested sample logprobs of %d, which is greater than max allowed: %d", p->logprobs, e->max_logprobs);
+    if (p->prompt_logprobs > e->max_logprobs)
+        return cv_fail(bad, "Requested prompt logprobs of %d, which is greater than max allowed: %d", p->prompt_logprobs,
+                       e->max_logprobs);
+    for (size_t i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || !*p->stop[i]) return cv_fail(bad, "stop strings must not be empty.");
+    for (size_t i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= e->vocab_size)
+            return cv_fail(bad, "token_id(s) [%d] in logit_bias contain out-of-vocab token ids. Vocabulary size: %d",
+                           p->logit_bias_ids[i], e->vocab_size);
+    return 0;
+}
+
+static int tokenize_prompt(const cvllm_engine *e, const cvllm_prompt *prompt, int32_t **ids, size_t *n) {
+    bool has_text = prompt->text != NULL, has_ids = prompt->token_ids != NULL;
+    if (has_text == has_ids)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "a prompt must have either text or token ids");
+    if (has_ids) {
+        *n = prompt->n_token_ids;
+        *ids = cv_xmalloc((*n ? *n : 1) * sizeof(int32_t));
+        memcpy(*ids, prompt->token_ids, *n * sizeof(int32_t));
+        return 0;
+    }
+    size_t len = prompt->text_len ? prompt->text_len : strlen(prompt->text);
+    return cv_tokenizer_encode(e->tokenizer, prompt->text, len, ids, n);
+}
+
+static int check_prompt(const cvllm_engine *e, const int32_t *ids, size_t n) {
+    if (n == 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "The decoder prompt cannot be empty");
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->vocab_size)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Token id %d is out of vocabulary", ids[i]);
+    if (n >= (size_t)e->max_model_len)
+        return cv_fail(CVLLM_ERR_CAPACITY,
+                       "The decoder prompt (length %zu) is longer than the maximum model length of %d. Make sure "
+                       "that `max_model_len` is no smaller than the number of text tokens (plus one for the output).",
+                       n, e->max_model_len);
+    return 0;
+}
+
+static uint64_t request_seed(cvllm_engine *e, const cvllm_sampling_params *p, int32_t index) {
+    if (p->has_seed) return (uint64_t)p->seed + (uint64_t)index;
+    return e->opts.seed ^ (0x9E3779B97F4A7C15ull * ++e->seed_counter);
+}
+
+static void start_sequences(cvllm_engine *e, cv_request *req) {
+    for (int32_t i = 0; i < req->n_seqs; i++) {
+        cv_seq *s = &req->seqs[i];
+        cv_sampler_state_init(&s->sampler, &req->sampler_params, e->vocab_size, request_seed(e, &req->params, i),
+                              req->prompt, req->n_prompt);
+        cv_detok_init(&s->detok, e->tokenizer, req->params.skip_special_tokens);
+        cv_scheduler_add(&e->sched, s);
+    }
+}
+
+static void push_request(cvllm_engine *e, cv_request *req) {
+    if (e->n_requests == e->cap_requests) {
+        e->cap_requests = e->cap_requests ? e->cap_requests * 2 : 16;
+        e->requests = cv_xrealloc(e->requests, e->cap_requests * sizeof *e->requests);
+    }
+    e->requests[e->n_requests++] = req;
+}
+
+cvllm_status cvllm_engine_add_request(cvllm_engine *e, const cvllm_prompt *prompt,
+                                      const cvllm_sampling_params *params, uint64_t *request_id) {
+    int rc = check_sampling_params(e, params);
+    if (rc) return rc;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    rc = tokenize_prompt(e, prompt, &ids, &n);
+    if (!rc) rc = check_prompt(e, ids, n);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    int32_t room = e->max_model_len - (int32_t)n;
+    int32_t max_tokens = params->max_tokens == -1 || params->max_tokens > room ? room : params->max_tokens;
+    const cv_generation_config *g = &e->gen;
+    const int32_t *eos = g->n_eos_token_ids ? g->eos_token_ids : e->config.eos_token_ids;
+    size_t n_eos = g->n_eos_token_ids ? (size_t)g->n_eos_token_ids : (size_t)e->config.n_eos_token_ids;
+    uint64_t id = ++e->next_request_id;
+    cv_request *req = cv_request_create(id, id, ids, n, params, max_tokens, eos, n_eos);
+    free(ids);
+    start_sequences(e, req);
+    push_request(e, req);
+    e->prompt_tokens_total += n;
+    if (request_id) *request_id = req->id;
+    return CVLLM_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Finishing                                                                                         */
+
+static void finish_seq(cvllm_engine *e, cv_seq *seq, cvllm_finish_reason reason) {
+    assert(seq->status != CV_SEQ_FINISHED);
+    cv_scheduler_finish(&e->sched, seq);
+    seq->out.finish_reason = reason;
+    seq->req->n_finished++;
+    seq->touched = seq->req->touched = true;
+}
+
+cvllm_status cvllm_engine_abort_request(cvllm_engine *e, uint64_t id) {
+    for (size_t i = 0; i < e->n_requests; i++) {
+        cv_request *req = e->requests[i];
+        if (req->id != id) continue;
+        for (int32_t s = 0; s < req->n_seqs; s++)
+            if (req->seqs[s].status != CV_SEQ_FINISHED) finish_seq(e, &req->seqs[s], CVLLM_FINISH_ABORT);
+        return CVLLM_OK;
+    }
+    return cv_fail(CVLLM_ERR_NOT_FOUND, "no running request with id %llu", (unsigned long long)id);
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Building the batch                                                                                */
+
+static void ensure_batch_capacity(cv_batch_buf *b, int32_t n_tokens, int32_t n_seqs) {
+    if (n_tokens > b->cap_tokens) {
+        b->cap_tokens = n_tokens;
+        b->token_ids = cv_xrealloc(b->token_ids, (size_t)n_tokens * sizeof(int32_t));
+        b->positions = cv_xrealloc(b->positions, (size_t)n_tokens * sizeof(int32_t));
+        b->slot_mapping = cv_xrealloc(b->slot_mapping, (size_t)n_tokens * sizeof(int64_t));
+        b->logit_rows = cv_xrealloc(b->logit_rows, (size_t)n_tokens * sizeof(int32_t));
+    }
+    if (n_seqs > b->cap_seqs) {
+        b->cap_seqs = n_seqs;
+        b->seq_start = cv_xrealloc(b->seq_start, (size_t)(n_seqs + 1) * sizeof(int32_t));
+        b->context_lens = cv_xrealloc(b->context_lens, (size_t)n_seqs * sizeof(int32_t));
+        b->block_tables = cv_xrealloc(b->block_tables, (size_t)n_seqs * sizeof(int32_t *));
+    }
+}
+
+/* Prompt rows t whose logits give the distribution of prompt token t+1 (prompt_logprobs). Only the
+ * first completion computes them, and each only once, even if the sequence is preempted and
+ * recomputed: entry t+1 exists once n_prompt_logprobs_done > t+1. */
+static void prompt_logprob_rows(const cv_seq *seq, size_t *first, size_t *count) {
+    const cv_request *req = seq->req;
+    *first = *count = 0;
+    if (!cv_request_wants_prompt_logprobs(req) || seq->index != 0) return;
+    size_t done = req->n_prompt_logprobs_done;
+    size_t begin = seq->num_computed, end = seq->num_computed + (size_t)seq->num_scheduled;
+    if (done > 0 && begin < done - 1) begin = done - 1;
+    if (end > req->n_prompt - 1) end = req->n_prompt - 1;
+    if (end > begin) {
+        *first = begin;
+        *count = end - begin;
+    }
+}
+
+static bool seq_samples_this_step(const cv_seq *seq) {
+    return seq->num_computed + (size_t)seq->num_scheduled == seq->n_tokens;
+}
+
+static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
+    const cv_seq_list *list = &e->schedule.seqs;
+    cv_batch_buf *b = &e->batch;
+    int32_t bs = e->opts.block_size;
+    ensure_batch_capacity(b, e->schedule.total_tokens, list->n);
+    int32_t t = 0, n_logits = 0;
+    for (int32_t s = 0; s < list->n; s++) {
+        cv_seq *seq = list->items[s];
+        b->seq_start[s] = t;
+        size_t first, count;
+        prompt_logprob_rows(seq, &first, &count);
+        for (int32_t i = 0; i < seq->num_scheduled; i++, t++) {
+            size_t pos = seq->num_computed + (size_t)i;
+            b->token_ids[t] = seq->tokens[pos];
+            b->positions[t] = (int32_t)pos;
+            b->slot_mapping[t] = (int64_t)seq->block_table[pos / (size_t)bs] * bs + (int64_t)(pos % (size_t)bs);
+            if (pos >= first && pos < first + count) b->logit_rows[n_logits++] = t;
+        }
+        if (seq_samples_this_step(seq)) b->logit_rows[n_logits++] = t - 1;
+        b->context_lens[s] = (int32_t)(seq->num_computed + (size_t)seq->num_scheduled);
+        b->block_tables[s] = seq->block_table;
+    }
+    b->seq_start[list->n] = t;
+    *batch = (cv_batch){
+        .n_tokens = t,
+        .token_ids = b->token_ids,
+        .positions = b->positions,
+        .slot_mapping = b->slot_mapping,
+        .n_seqs = list->n,
+        .seq_start = b->seq_start,
+        .context_lens = b->context_lens,
+        .block_tables = b->block_tables,
+        .n_logits = n_logits,
+        .logit_rows = b->logit_rows,
+    };
+    if ((size_t)n_logits > b->cap_logits) {
+        b->cap_logits = (size_t)n_logits;
+        free(b->logits);
+        b->logits = cv_aligned_alloc(b->cap_logits * (size_t)e->vocab_size * sizeof(float));
+        if (!b->logits) {
+            b->cap_logits = 0;
+            return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate logits for %d rows", n_logits);
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Post-processing                                                                                   */
+
+static cvllm_position_logprobs make_position_logprobs(const cv_logprob_entry *top, int32_t n_top,
+                                                      cv_logprob_entry chosen) {
+    cvllm_logprob *copy = NULL;
+    if (n_top > 0) {
+        copy = cv_xmalloc((size_t)n_top * sizeof *copy);
+        for (int32_t i = 0; i < n_top; i++) copy[i] = (cvllm_logprob){top[i].token_id, top[i].logprob, top[i].rank};
+    }
+    return (cvllm_position_logprobs){
+        .chosen = {chosen.token_id, chosen.logprob, chosen.rank},
+        .top = copy,
+        .n_top = n_top,
+    };
+}
+
+static void record_prompt_logprobs(cvllm_engine *e, cv_seq *seq, size_t first, size_t count, const float *rows) {
+    cv_request *req = seq->req;
+    if (req->n_prompt_logprobs_done == 0) {
+        req->prompt_logprobs[0] = (cvllm_position_logprobs){.chosen = {req->prompt[0], 0.0f, 0}};
+        req->n_prompt_logprobs_done = 1;
+    }
+    for (size_t i = 0; i < count; i++) {
+        size_t t = first + i; /* row t predicts prompt token t + 1 */
+        cv_logprob_entry chosen;
+        cv_logprobs_of(rows + i * (size_t)e->vocab_size, e->vocab_size, req->params.prompt_logprobs, req->prompt[t + 1],
+                       e->top_scratch, &chosen);
+        req->prompt_logprobs[t + 1] = make_position_logprobs(e->top_scratch, req->params.prompt_logprobs, chosen);
+        req->n_prompt_logprobs_done = t + 2;
+    }
+    req->touched = true;
+}
+
+static bool contains_id(const int32_t *ids, size_t n, int32_t id) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id) return true;
+    return false;
+}
+
+/* vLLM's check_stop: stop tokens count only once min_tokens are out; then the length limits. */
+static cvllm_finish_reason check_stop_token(const cv_seq *seq, int32_t token, int32_t *stop_token) {
+    const cv_request *req = seq->req;
+    size_t n_out = cv_seq_num_output(seq);
+    *stop_token = -1;
+    if (n_out >= (size_t)req->params.min_tokens) {
+        if (contains_id(req->eos_ids, req->n_eos_ids, token)) return CVLLM_FINISH_STOP;
+        if (contains_id(req->params.stop_token_ids, req->params.n_stop_token_ids, token)) {
+            *stop_token = token;
+            return CVLLM_FINISH_STOP;
+        }
+    }
+    if (n_out >= (size_t)req->max_tokens) return CVLLM_FINISH_LENGTH;
+    return CVLLM_FINISH_NONE;
+}
+
+/* Looks for a stop string in the text that the last token could have completed; trims the text. */
+static const char *check_stop_strings(cv_seq *seq, size_t old_len) {
+    const cv_request *req = seq->req;
+    if (!req->params.n_stop || cv_seq_num_output(seq) <= (size_t)req->params.min_tokens) return NULL;
+    size_t from = old_len + 1 > req->max_stop_len ? old_len + 1 - req->max_stop_len : 0;
+    const char *best = NULL;
+    size_t best_at = SIZE_MAX;
+    for (size_t i = 0; i < req->params.n_stop; i++) {
+        const char *hit = strstr(seq->text + from, req->stop[i]);
+        if (hit && (size_t)(hit - seq->text) < best_at) {
+            best_at = (size_t)(hit - seq->text);
+            best = req->stop[i];
+        }
+    }
+    if (!best) return NULL;
+    seq->text_len = req->params.include_stop_str_in_output ? best_at + strlen(best) : best_at;
+    seq->text[seq->text_len] = '\0';
+    return best;
+}
+
+static bool utf8_continuation(unsigned char c) { return (c & 0xC0) == 0x80; }
+
+/* While a request has stop strings, its last max_stop_len-1 bytes are held back so a stop string
+ * that is still forming is never shown; the cut never splits a UTF-8 character. */
+static void update_visible_text(cv_seq *seq, bool finished) {
+    size_t hold = seq->req->max_stop_len > 0 ? seq->req->max_stop_len - 1 : 0;
+    size_t visible = finished || seq->text_len < hold ? (finished ? seq->text_len : 0) : seq->text_len - hold;
+    while (visible > 0 && visible < seq->text_len && utf8_continuation((unsigned char)seq->text[visible])) visible--;
+    if (visible > seq->visible_len || finished) seq->visible_len = visible;
+}
+
+static void append_text(cv_seq *seq, int32_t token, bool finished) {
+    size_t old_len = seq->text_len;
+    cv_detok_push(&seq->detok, token, &seq->text, &seq->text_len, &seq->text_cap);
+    if (finished) cv_detok_flush(&seq->detok, &seq->text, &seq->text_len, &seq->text_cap);
+    const char *stop = check_stop_strings(seq, old_len);
+    if (stop && seq->out.finish_reason != CVLLM_FINISH_STOP) {
+        seq->out.finish_reason = CVLLM_FINISH_STOP;
+        seq->out.stop_str = stop;
+    }
+}
+
+static void process_sample(cvllm_engine *e, cv_seq *seq, float *row) {
+    cv_request *req = seq->req;
+    cv_sample_result res = {.top = e->top_scratch};
+    int32_t token = cv_sample(&req->sampler_params, &seq->sampler, row, e->sample_scratch, &res);
+    cv_seq_append_token(seq, token);
+    cv_sampler_accept(&seq->sampler, token);
+    if (req->params.logprobs >= 0)
+        seq->logprobs[cv_seq_num_output(seq) - 1] = make_position_logprobs(res.top, res.n_top, res.chosen);
+    e->generation_tokens_total++;
+
+    int32_t stop_token;
+    cvllm_finish_reason reason = check_stop_token(seq, token, &stop_token);
+    if (seq->n_tokens >= (size_t)e->max_model_len && reason == CVLLM_FINISH_NONE) reason = CVLLM_FINISH_LENGTH;
+    seq->out.finish_reason = reason;
+    seq->out.stop_token_id = stop_token;
+    bool stopped_by_token = reason == CVLLM_FINISH_STOP;
+    if (!stopped_by_token || req->params.include_stop_str_in_output)
+        append_text(seq, token, reason != CVLLM_FINISH_NONE);
+    else
+        cv_detok_flush(&seq->detok, &seq->text, &seq->text_len, &seq->text_cap);
+    if (seq->out.finish_reason != CVLLM_FINISH_NONE) {
+        cvllm_finish_reason r = seq->out.finish_reason;
+        seq->out.finish_reason = CVLLM_FINISH_NONE;
+        finish_seq(e, seq, r);
+    }
+    update_visible_text(seq, seq->status == CV_SEQ_FINISHED);
+    seq->touched = req->touched = true;
+}
+
+static void postprocess(cvllm_engine *e, const float *logits) {
+    const cv_seq_list *list = &e->schedule.seqs;
+    size_t row = 0;
+    for (int32_t s = 0; s < list->n; s++) {
+        cv_seq *seq = list->items[s];
+        size_t first, count;
+        prompt_logprob_rows(seq, &first, &count);
+        if (count) record_prompt_logprobs(e, seq, first, count, logits + row * (size_t)e->vocab_size);
+        row += count;
+        bool samples = seq_samples_this_step(seq);
+        seq->num_computed += (size_t)seq->num_scheduled;
+        if (samples) process_sample(e, seq, (float *)logits + row++ * (size_t)e->vocab_size);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Outputs                                                                                           */
+
+/* The text view must end at visible_len, which may be short of the decoded text while a stop string
+ * could still be forming: the byte there is swapped for a NUL and put back before the text grows. */
+static void hide_text_tail(cv_seq *seq) {
+    if (seq->visible_len < seq->text_len) {
+        seq->hidden_byte = seq->text[seq->visible_len];
+        seq->text[seq->visible_len] = '\0';
+        seq->has_hidden_byte = true;
+    }
+}
+
+static void restore_text_tail(cv_seq *seq) {
+    if (seq->has_hidden_byte) seq->text[seq->visible_len] = seq->hidden_byte;
+    seq->has_hidden_byte = false;
+}
+
+static void fill_completion_output(cv_seq *seq) {
+    cvllm_completion_output *o = &seq->out;
+    size_t n_out = cv_seq_num_output(seq);
+    o->index = seq->index;
+    o->token_ids = seq->tokens + seq->req->n_prompt;
+    o->n_token_ids = n_out;
+    hide_text_tail(seq);
+    o->text = seq->text;
+    o->text_len = seq->visible_len;
+    o->logprobs = seq->req->params.logprobs >= 0 ? seq->logprobs : NULL;
+    o->n_new_token_ids = n_out - seq->reported_tokens;
+    o->new_text_offset = seq->reported_text;
+    seq->reported_tokens = n_out;
+    seq->reported_text = seq->visible_len;
+}
+
+static void publish(cvllm_engine *e, cv_request *req) {
+    for (int32_t i = 0; i < req->n_seqs; i++) {
+        cv_seq *seq = &req->seqs[i];
+        if (seq->touched || !req->out.outputs) {
+            fill_completion_output(seq);
+        } else {
+            seq->out.n_new_token_ids = 0;
+            seq->out.new_text_offset = seq->visible_len;
+        }
+        req->outs[i] = seq->out;
+        seq->touched = false;
+    }
+    req->out = (cvllm_request_output){
+        .request_id = req->id,
+        .prompt_token_ids = req->prompt,
+        .n_prompt_token_ids = req->n_prompt,
+        .prompt_logprobs = req->prompt_logprobs,
+        .n_cached_tokens = 0,
+        .outputs = req->outs,
+        .n_outputs = req->n_seqs,
+        .finished = req->n_finished == req->n_seqs,
+    };
+    req->touched = false;
+    if (e->n_outputs == e->cap_outputs) {
+        e->cap_outputs = e->cap_outputs ? e->cap_outputs * 2 : 16;
+        e->outputs = cv_xrealloc(e->outputs, e->cap_outputs * sizeof *e->outputs);
+    }
+    e->outputs[e->n_outputs++] = &req->out;
+}
+
+static void retire(cvllm_engine *e, cv_request *req) {
+    if (e->n_finished == e->cap_finished) {
+        e->cap_finished = e->cap_finished ? e->cap_finished * 2 : 16;
+        e->finished = cv_xrealloc(e->finished, e->cap_finished * sizeof *e->finished);
+    }
+    e->finished[e->n_finished++] = req;
+}
+
+/* Publishes every changed request in arrival order and retires the finished ones. */
+static void collect_outputs(cvllm_engine *e) {
+    size_t kept = 0;
+    for (size_t i = 0; i < e->n_requests; i++) {
+        cv_request *req = e->requests[i];
+        if (req->touched) publish(e, req);
+        if (req->n_finished == req->n_seqs) retire(e, req);
+        else e->requests[kept++] = req;
+    }
+    e->n_requests = kept;
+}
+
+static void restore_text_views(cvllm_engine *e) {
+    for (size_t i = 0; i < e->n_requests; i++)
+        for (int32_t s = 0; s < e->requests[i]->n_seqs; s++) restore_text_tail(&e->requests[i]->seqs[s]);
+}
+
+cvllm_status cvllm_engine_step(cvllm_engine *e, const cvllm_request_output *const **outputs, size_t *n_outputs) {
+    free_finished(e);
+    restore_text_views(e);
+    e->n_outputs = 0;
+    cv_scheduler_schedule(&e->sched, &e->schedule);
+    if (e->schedule.seqs.n > 0) {
+        cv_batch batch;
+        int rc = build_batch(e, &batch);
+        if (!rc) rc = e->model->ops->forward(e->model, &batch, &e->kv, e->batch.logits);
+        if (rc) return rc;
+        postprocess(e, e->batch.logits);
+    }
+    collect_outputs(e);
+    *outputs = e->outputs;
+    *n_outputs = e->n_outputs;
+    return CVLLM_OK;
+}

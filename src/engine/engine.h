@@ -1,0 +1,72 @@
+/*
+ * engine.h — the engine's internal state (the public face is cvllm_engine in include/cvllm.h).
+ *
+ * The engine wires the layers together: a model from the registry, its paged KV cache and block
+ * pool, the scheduler, the tokenizer and the sampler. One step is nano-vllm's three calls: schedule,
+ * run the model on the flattened batch, then post-process each sequence (sample, detokenize, check
+ * stop conditions, build outputs). It never knows which architecture it runs.
+ */
+#ifndef CV_ENGINE_H
+#define CV_ENGINE_H
+
+#include "cvllm.h"
+#include "base/threadpool.h"
+#include "engine/block_pool.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "loader/config.h"
+#include "loader/weights.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+
+/* Reusable arrays for building one forward batch. */
+typedef struct cv_batch_buf {
+    int32_t *token_ids, *positions, *seq_start, *context_lens, *logit_rows;
+    int64_t *slot_mapping;
+    const int32_t **block_tables;
+    int32_t cap_tokens, cap_seqs;
+    float *logits;
+    size_t cap_logits;             /* rows */
+} cv_batch_buf;
+
+struct cvllm_engine {
+    cvllm_engine_options opts;     /* strings not kept; see model_dir */
+    char *model_dir;
+    cv_model_config config;
+    cv_generation_config gen;
+    bool use_generation_defaults;
+    cv_tokenizer *tokenizer;
+    cv_weight_source *weights;
+    cv_threadpool *pool;
+    cv_model *model;
+    cv_kv_cache kv;
+    cv_block_pool blocks;
+    cv_scheduler sched;
+    cv_schedule schedule;
+    cv_batch_buf batch;
+    float *sample_scratch;         /* 2 × vocab */
+    cv_logprob_entry *top_scratch; /* max_logprobs entries */
+    int32_t vocab_size;
+    int32_t max_model_len;
+    int32_t max_logprobs;
+    uint64_t next_request_id;
+    uint64_t seed_counter;
+    cv_request **requests;         /* live requests */
+    size_t n_requests, cap_requests;
+    cv_request **finished;         /* finished in the last step, freed at the start of the next */
+    size_t n_finished, cap_finished;
+    const cvllm_request_output **outputs;
+    size_t n_outputs, cap_outputs;
+    /* Counters for logs and metrics. */
+    uint64_t prompt_tokens_total, generation_tokens_total;
+};
+
+/* Resolves a MODEL argument (folder or hub id) into a local folder; for load_format dummy a hub id
+ * that is nowhere on disk falls back to the configs shipped with cvllm. */
+int cv_engine_resolve_model(const char *model, const char *revision, bool need_weights, char **dir);
+
+/* KV cache sizing (engine/kv_cache.c). */
+int cv_kv_cache_create(cvllm_engine *e);
+void cv_kv_cache_destroy(cvllm_engine *e);
+
+#endif

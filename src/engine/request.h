@@ -1,0 +1,93 @@
+/*
+ * request.h — a request and its sequences, as the engine tracks them.
+ *
+ * A request owns a copy of everything the caller passed (prompt, parameters, stop strings) and one
+ * sequence per completion (n > 1 gives n sequences that share the prompt but sample independently,
+ * each with its own seed stream, as vLLM's parallel sampling does). A sequence's `tokens` are the
+ * prompt followed by its output; `num_computed` counts those whose K/V are in the cache, and the
+ * scheduler moves it towards n_tokens (chunked prefill and decode are the same thing here).
+ *
+ * The public cvllm_request_output / cvllm_completion_output views live inside these structs and
+ * point into their arrays, so reporting a step copies nothing.
+ */
+#ifndef CV_REQUEST_H
+#define CV_REQUEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cvllm.h"
+#include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum cv_seq_status { CV_SEQ_WAITING, CV_SEQ_RUNNING, CV_SEQ_FINISHED } cv_seq_status;
+
+typedef struct cv_request cv_request;
+
+typedef struct cv_seq {
+    cv_request *req;
+    int32_t index;                 /* completion index within the request */
+    cv_seq_status status;
+    int32_t *tokens;               /* prompt + output */
+    size_t n_tokens, cap_tokens;
+    size_t num_computed;           /* tokens whose K/V are in the cache */
+    int32_t *block_table;
+    int32_t n_blocks, cap_blocks;
+    int32_t num_scheduled;         /* tokens given to it in the current step */
+    int32_t num_preemptions;
+    cv_sampler_state sampler;
+    cv_detok detok;
+    char *text;                    /* decoded output so far */
+    size_t text_len, text_cap;
+    size_t visible_len;            /* bytes of text reported (stop-string hold-back excluded) */
+    size_t reported_tokens, reported_text; /* what the previous output showed */
+    char hidden_byte;              /* see engine.c: hide_text_tail */
+    bool has_hidden_byte;
+    cvllm_position_logprobs *logprobs; /* one per output token, when requested */
+    bool touched;                  /* changed in this step */
+    cvllm_completion_output out;
+} cv_seq;
+
+struct cv_request {
+    uint64_t id;
+    uint64_t arrival;              /* FCFS order */
+    cvllm_sampling_params params;  /* arrays inside point to the copies below */
+    int32_t *stop_token_ids;
+    char **stop;
+    size_t max_stop_len;
+    int32_t *bias_ids;
+    float *bias_values;
+    int32_t *stop_ids;             /* what min_tokens masks: eos ids (unless ignore_eos) + stop_token_ids */
+    size_t n_stop_ids;
+    int32_t *eos_ids;              /* the model's eos ids, empty when ignore_eos */
+    size_t n_eos_ids;
+    cv_sampler_params sampler_params;
+    int32_t max_tokens;            /* resolved: never past max_model_len */
+    int32_t *prompt;
+    size_t n_prompt;
+    cvllm_position_logprobs *prompt_logprobs; /* n_prompt entries when requested */
+    size_t n_prompt_logprobs_done; /* positions filled (entry 0 counts once the prompt starts) */
+    cv_seq *seqs;
+    int32_t n_seqs;
+    int32_t n_finished;
+    bool touched;
+    cvllm_completion_output *outs;
+    cvllm_request_output out;
+};
+
+/* Makes a request with copies of prompt and params; `eos` are the model's eos ids. */
+cv_request *cv_request_create(uint64_t id, uint64_t arrival, const int32_t *prompt, size_t n_prompt,
+                              const cvllm_sampling_params *params, int32_t max_tokens,
+                              const int32_t *eos, size_t n_eos);
+void cv_request_free(cv_request *req);
+
+void cv_seq_append_token(cv_seq *seq, int32_t token);
+/* Ensures seq has blocks for n_tokens tokens of block_size each; returns how many it lacks. */
+int32_t cv_seq_blocks_needed(const cv_seq *seq, size_t n_tokens, int32_t block_size);
+void cv_seq_add_blocks(cv_seq *seq, const int32_t *ids, int32_t n);
+size_t cv_seq_num_output(const cv_seq *seq);
+bool cv_request_wants_prompt_logprobs(const cv_request *req);
+void cv_free_position_logprobs(cvllm_position_logprobs *lp, size_t n);
+
+#endif

@@ -1,0 +1,152 @@
+/*
+ * scheduler.c — see scheduler.h for the policy.
+ */
+#include "engine/scheduler.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+static void list_push(cv_seq_list *l, cv_seq *seq) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 16;
+        l->items = cv_xrealloc(l->items, (size_t)l->cap * sizeof *l->items);
+    }
+    l->items[l->n++] = seq;
+}
+
+static void list_push_front(cv_seq_list *l, cv_seq *seq) {
+    list_push(l, seq);
+    memmove(l->items + 1, l->items, (size_t)(l->n - 1) * sizeof *l->items);
+    l->items[0] = seq;
+}
+
+static void list_remove_at(cv_seq_list *l, int32_t i) {
+    memmove(l->items + i, l->items + i + 1, (size_t)(l->n - i - 1) * sizeof *l->items);
+    l->n--;
+}
+
+static int32_t list_find(const cv_seq_list *l, const cv_seq *seq) {
+    for (int32_t i = 0; i < l->n; i++)
+        if (l->items[i] == seq) return i;
+    return -1;
+}
+
+void cv_scheduler_init(cv_scheduler *s, cv_block_pool *pool, int32_t max_num_seqs,
+                       int32_t max_num_batched_tokens, int32_t block_size, int32_t max_model_len) {
+    memset(s, 0, sizeof *s);
+    s->pool = pool;
+    s->max_num_seqs = max_num_seqs;
+    s->max_num_batched_tokens = max_num_batched_tokens;
+    s->block_size = block_size;
+    s->max_model_len = max_model_len;
+}
+
+void cv_scheduler_free(cv_scheduler *s) {
+    free(s->running.items);
+    free(s->waiting.items);
+}
+
+void cv_schedule_free(cv_schedule *out) { free(out->seqs.items); }
+
+void cv_scheduler_add(cv_scheduler *s, cv_seq *seq) {
+    seq->status = CV_SEQ_WAITING;
+    list_push(&s->waiting, seq);
+}
+
+static void release_blocks(cv_scheduler *s, cv_seq *seq) {
+    cv_block_pool_release(s->pool, seq->block_table, seq->n_blocks);
+    seq->n_blocks = 0;
+}
+
+static void preempt(cv_scheduler *s, cv_seq *seq) {
+    release_blocks(s, seq);
+    seq->num_computed = 0;
+    seq->num_scheduled = 0;
+    seq->num_preemptions++;
+    seq->status = CV_SEQ_WAITING;
+    list_push_front(&s->waiting, seq);
+    s->num_preemptions++;
+}
+
+/* Tokens the sequence still needs, limited by the budget and by max_model_len. */
+static int32_t tokens_wanted(const cv_scheduler *s, const cv_seq *seq, int32_t budget) {
+    size_t remaining = seq->n_tokens - seq->num_computed;
+    if (remaining > (size_t)budget) remaining = (size_t)budget;
+    return (int32_t)remaining;
+}
+
+static bool grow_blocks(cv_scheduler *s, cv_seq *seq, int32_t n_tokens) {
+    int32_t need = cv_seq_blocks_needed(seq, seq->num_computed + (size_t)n_tokens, s->block_size);
+    if (need == 0) return true;
+    int32_t ids[need];
+    if (!cv_block_pool_allocate(s->pool, need, ids)) return false;
+    cv_seq_add_blocks(seq, ids, need);
+    return true;
+}
+
+static void schedule_running(cv_scheduler *s, cv_schedule *out, int32_t *budget) {
+    for (int32_t i = 0; i < s->running.n && *budget > 0; i++) {
+        cv_seq *seq = s->running.items[i];
+        int32_t n = tokens_wanted(s, seq, *budget);
+        if (n == 0) continue;
+        bool scheduled = false;
+        while (!scheduled) {
+            if (grow_blocks(s, seq, n)) {
+                scheduled = true;
+                break;
+            }
+            /* Out of blocks: preempt the newest running sequence (possibly this one). */
+            cv_seq *victim = s->running.items[s->running.n - 1];
+            list_remove_at(&s->running, s->running.n - 1);
+            preempt(s, victim);
+            out->num_preempted++;
+            if (victim == seq) break;
+        }
+        if (!scheduled) break;
+        seq->num_scheduled = n;
+        list_push(&out->seqs, seq);
+        out->total_tokens += n;
+        *budget -= n;
+    }
+}
+
+static void schedule_waiting(cv_scheduler *s, cv_schedule *out, int32_t *budget) {
+    while (s->waiting.n > 0 && *budget > 0 && s->running.n < s->max_num_seqs) {
+        cv_seq *seq = s->waiting.items[0];
+        int32_t n = tokens_wanted(s, seq, *budget);
+        assert(n > 0);
+        if (!grow_blocks(s, seq, n)) break;
+        list_remove_at(&s->waiting, 0);
+        seq->status = CV_SEQ_RUNNING;
+        list_push(&s->running, seq);
+        seq->num_scheduled = n;
+        list_push(&out->seqs, seq);
+        out->total_tokens += n;
+        *budget -= n;
+    }
+}
+
+void cv_scheduler_schedule(cv_scheduler *s, cv_schedule *out) {
+    out->seqs.n = 0;
+    out->total_tokens = 0;
+    out->num_preempted = 0;
+    for (int32_t i = 0; i < s->running.n; i++) s->running.items[i]->num_scheduled = 0;
+    int32_t budget = s->max_num_batched_tokens;
+    schedule_running(s, out, &budget);
+    if (out->num_preempted == 0) schedule_waiting(s, out, &budget);
+}
+
+void cv_scheduler_finish(cv_scheduler *s, cv_seq *seq) {
+    int32_t i = list_find(&s->running, seq);
+    if (i >= 0) list_remove_at(&s->running, i);
+    i = list_find(&s->waiting, seq);
+    if (i >= 0) list_remove_at(&s->waiting, i);
+    release_blocks(s, seq);
+    seq->status = CV_SEQ_FINISHED;
+}
+
+int32_t cv_scheduler_num_running(const cv_scheduler *s) { return s->running.n; }
+int32_t cv_scheduler_num_waiting(const cv_scheduler *s) { return s->waiting.n; }

@@ -1,0 +1,53 @@
+/*
+ * scheduler.h — who runs in the next forward pass, and with how many tokens (vLLM v1 semantics).
+ *
+ * There are no prefill and decode phases: every sequence has num_computed chasing n_tokens, and a
+ * step hands out at most max_num_batched_tokens tokens. Running sequences are served first, in
+ * order (a decode takes one token, an unfinished prompt takes what is left of the budget: chunked
+ * prefill); then, unless someone was preempted in this step, waiting sequences in FCFS order while
+ * fewer than max_num_seqs run. When KV blocks run out, the newest running sequence is preempted: its
+ * blocks are freed, its progress reset, and it goes back to the front of the queue to be recomputed.
+ */
+#ifndef CV_SCHEDULER_H
+#define CV_SCHEDULER_H
+
+#include <stdint.h>
+
+#include "engine/block_pool.h"
+#include "engine/request.h"
+
+typedef struct cv_seq_list {
+    cv_seq **items;
+    int32_t n, cap;
+} cv_seq_list;
+
+typedef struct cv_scheduler {
+    int32_t max_num_seqs;
+    int32_t max_num_batched_tokens;
+    int32_t block_size;
+    int32_t max_model_len;
+    cv_block_pool *pool;
+    cv_seq_list running;           /* in admission order */
+    cv_seq_list waiting;           /* front = next to admit */
+    uint64_t num_preemptions;      /* total, for metrics */
+} cv_scheduler;
+
+typedef struct cv_schedule {
+    cv_seq_list seqs;              /* scheduled this step, each with num_scheduled > 0 */
+    int32_t total_tokens;
+    int32_t num_preempted;
+} cv_schedule;
+
+void cv_scheduler_init(cv_scheduler *s, cv_block_pool *pool, int32_t max_num_seqs,
+                       int32_t max_num_batched_tokens, int32_t block_size, int32_t max_model_len);
+void cv_scheduler_free(cv_scheduler *s);
+void cv_scheduler_add(cv_scheduler *s, cv_seq *seq);
+/* Fills *out (its list is reused across steps). */
+void cv_scheduler_schedule(cv_scheduler *s, cv_schedule *out);
+/* Removes a sequence (finished or aborted) from whichever queue holds it and frees its blocks. */
+void cv_scheduler_finish(cv_scheduler *s, cv_seq *seq);
+int32_t cv_scheduler_num_running(const cv_scheduler *s);
+int32_t cv_scheduler_num_waiting(const cv_scheduler *s);
+void cv_schedule_free(cv_schedule *out);
+
+#endif
