@@ -21,13 +21,19 @@ int cv_fail(int code, const char *fmt, ...) {
 }
 
 int cv_fail_prefix(int code, const char *fmt, ...) {
-    char prefix[CV_ERRMSG_MAX], old[CV_ERRMSG_MAX];
+    char old[CV_ERRMSG_MAX];
+    memcpy(old, errmsg, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(errmsg, sizeof errmsg, fmt, ap);
     va_end(ap);
-    memcpy(old, errmsg, sizeof old);
-    snprintf(errmsg, sizeof errmsg, "%s: %s", prefix, old);
+    if (n >= 0 && (size_t)n + 2 < sizeof errmsg) {
+        memcpy(errmsg + n, ": ", 2);
+        size_t room = sizeof errmsg - (size_t)n - 2;
+        size_t len = strnlen(old, room - 1);
+        memcpy(errmsg + n + 2, old, len);
+        errmsg[(size_t)n + 2 + len] = '\0';
+    }
     return code;
 }
 

@@ -116,7 +116,7 @@ static int load_tokenizer(cvllm_engine *e) {
 }
 
 static int load_weights_and_model(cvllm_engine *e, bool dummy) {
-    cv_dtype dt;
+    cv_dtype dt = CV_DTYPE_BF16;
     int rc = weight_dtype(e->opts.dtype, e->config.torch_dtype, &dt);
     if (rc) return rc;
     rc = dummy ? cv_weight_source_dummy(dt, e->opts.seed, &e->weights)

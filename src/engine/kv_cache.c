@@ -69,7 +69,7 @@ int cv_kv_cache_create(cvllm_engine *e) {
     const cv_kv_spec *spec = &e->model->kv_spec;
     int32_t bs = e->opts.block_size;
     size_t block_bytes = kv_bytes_per_token(spec) * (size_t)bs;
-    double budget;
+    double budget = 0;
     int rc = kv_budget_bytes(e, &budget);
     if (rc) return rc;
     int64_t usable = block_bytes ? (int64_t)floor(budget / (double)block_bytes) : 0;

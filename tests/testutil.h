@@ -1,0 +1,148 @@
+/*
+ * testutil.h — helpers shared by the tests: scratch folders, model folders assembled from the
+ * reference checkpoints in tests/data plus the shipped tokenizer, reading small JSON and .npy files.
+ * Header-only (static functions) so each test program stays one file plus this.
+ */
+#ifndef CV_TESTUTIL_H
+#define CV_TESTUTIL_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char *tu_strdupf(const char *fmt, const char *a, const char *b) {
+    size_t n = (size_t)snprintf(NULL, 0, fmt, a, b) + 1;
+    char *s = malloc(n);
+    snprintf(s, n, fmt, a, b);
+    return s;
+}
+
+/* A new empty folder under $TMPDIR (or /tmp); caller removes it with tu_remove_tree. */
+static char *tu_make_temp_dir(void) {
+    const char *base = getenv("TMPDIR");
+    char *tmpl = tu_strdupf("%s/%s", base && *base ? base : "/tmp", "cvllm-test-XXXXXX");
+    if (!mkdtemp(tmpl)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    return tmpl;
+}
+
+static void tu_remove_tree(const char *dir) {
+    char *cmd = tu_strdupf("rm -rf '%s'%s", dir, "");
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    free(cmd);
+}
+
+static void tu_link(const char *target, const char *dir, const char *name) {
+    char *path = tu_strdupf("%s/%s", dir, name);
+    if (symlink(target, path) != 0) {
+        perror(path);
+        exit(1);
+    }
+    free(path);
+}
+
+/* A model folder: config, generation config and weights of tests/data/vectors/NAME, with the Qwen3
+ * tokenizer that cvllm ships. */
+static char *tu_model_dir(const char *vector_name) {
+    char *dir = tu_make_temp_dir();
+    char *src = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector_name);
+    static const char *files[] = {"config.json", "generation_config.json", "model.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char *t = tu_strdupf("%s/%s", src, files[i]);
+        tu_link(t, dir, files[i]);
+        free(t);
+    }
+    static const char *tok[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (size_t i = 0; i < 2; i++) {
+        char *t = tu_strdupf("%s/models/qwen3-tokenizer/%s", CVLLM_SOURCE_DIR, tok[i]);
+        tu_link(t, dir, tok[i]);
+        free(t);
+    }
+    free(src);
+    return dir;
+}
+
+/* Writes `text` to DIR/NAME. */
+static void tu_write_file(const char *dir, const char *name, const char *text, size_t len) {
+    char *path = tu_strdupf("%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(text, 1, len, f) != len) {
+        perror(path);
+        exit(1);
+    }
+    fclose(f);
+    free(path);
+}
+
+/* Reads tests/data/vectors/NAME/ref.CASE.json. */
+static json_t *tu_load_ref(const char *vector_name, const char *ref_case) {
+    char *dir = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector_name);
+    char *path = tu_strdupf("%s/ref.%s.json", dir, ref_case);
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    if (!j) {
+        fprintf(stderr, "%s: %s\n", path, err.text);
+        exit(1);
+    }
+    free(dir);
+    free(path);
+    return j;
+}
+
+/* An int array of a JSON array field; *n gets its length. */
+static int32_t *tu_json_ids(const json_t *obj, const char *key, size_t *n) {
+    const json_t *a = json_object_get(obj, key);
+    *n = json_array_size(a);
+    int32_t *ids = malloc((*n ? *n : 1) * sizeof *ids);
+    for (size_t i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(a, i));
+    return ids;
+}
+
+/* Loads a float32 C-order .npy file; *rows × *cols (1-D arrays give rows = 1). */
+static float *tu_load_npy(const char *path, size_t *rows, size_t *cols) {
+    FILE *f = fopen(path, "rb");
+    unsigned char pre[10];
+    if (!f || fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        fprintf(stderr, "%s: not a .npy file\n", path);
+        exit(1);
+    }
+    size_t hlen = pre[6] == 1 ? (size_t)(pre[8] | pre[9] << 8) : 0;
+    if (pre[6] != 1) {
+        unsigned char more[2];
+        if (fread(more, 1, 2, f) != 2) exit(1);
+        hlen = (size_t)(pre[8] | pre[9] << 8 | more[0] << 16 | more[1] << 24);
+    }
+    char *header = calloc(1, hlen + 1);
+    if (fread(header, 1, hlen, f) != hlen || !strstr(header, "'<f4'") || strstr(header, "True")) {
+        fprintf(stderr, "%s: expected little-endian float32 in C order\n", path);
+        exit(1);
+    }
+    const char *shape = strstr(header, "'shape': (");
+    long r = 1, c = 1;
+    if (!shape || sscanf(shape, "'shape': (%ld, %ld)", &r, &c) < 1) exit(1);
+    if (!strchr(shape, ',') || strstr(shape, ",)")) c = r, r = 1;
+    free(header);
+    *rows = (size_t)r;
+    *cols = (size_t)c;
+    float *data = malloc(*rows * *cols * sizeof *data);
+    if (fread(data, sizeof *data, *rows * *cols, f) != *rows * *cols) exit(1);
+    fclose(f);
+    return data;
+}
+
+static float *tu_load_ref_npy(const char *vector_name, const char *file, size_t *rows, size_t *cols) {
+    char *dir = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector_name);
+    char *path = tu_strdupf("%s/%s", dir, file);
+    float *d = tu_load_npy(path, rows, cols);
+    free(dir);
+    free(path);
+    return d;
+}
+
+#endif

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages cvllm needs to build and test (run as root). Does nothing when they
+# are already installed, so it also works without network on a prepared machine.
+set -euo pipefail
+packages=(build-essential cmake pkg-config git
+          libjansson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libxxhash-dev
+          python3 clang libclang-rt-14-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
