@@ -1,0 +1,338 @@
+/*
+ * qwen3.c — Qwen3ForCausalLM (dense Qwen3): weights and one forward pass in kernels.
+ *
+ * Per layer (qwen-arch.md §2.3): RMSNorm → q/k/v projections → per-head RMSNorm of q and k →
+ * rotate-half RoPE → K/V into the paged cache → causal GQA → o_proj + residual → RMSNorm → SwiGLU
+ * MLP + residual; then the final norm and lm_head (embed_tokens when tied) for the rows whose logits
+ * are wanted only.
+ *
+ * Numerics: the residual stream and every activation stay f32 and the weights are read in their
+ * checkpoint dtype by the kernels, so the result follows Hugging Face's f32 reference to rounding
+ * (it does not reproduce the bf16-activation rounding of a bf16 HF run; that is a deliberate choice
+ * for accuracy, see §2.4 item 10).
+ *
+ * Memory: weights are views into the checkpoint mapping (norm gains are small f32 copies). The
+ * activation scratch is sized for max_num_batched_tokens at load and only grows if a larger batch
+ * ever arrives, so a steady-state forward() allocates nothing.
+ *
+ * The batch is validated up front (token ids, slots, positions, block tables, logit rows), because
+ * the kernels below trust their indices and a bad one would otherwise be a wild memory access.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "kernels/kernels.h"
+#include "models/architectures.h"
+
+typedef struct qwen3_layer {
+    const float *input_norm, *post_attention_norm, *q_norm, *k_norm;
+    cv_matrix q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+} qwen3_layer;
+
+/* Activations for up to `capacity` tokens, each a [capacity][width] f32 array. */
+typedef struct qwen3_scratch {
+    int32_t capacity;
+    float *x;          /* residual stream [H] */
+    float *a;          /* normed input / projection output [H] */
+    float *q, *attn;   /* [nh·hd] */
+    float *k, *v;      /* [nkv·hd] */
+    float *gate, *up;  /* [I] */
+    float *cos, *sin;  /* [rot_dim/2] */
+} qwen3_scratch;
+
+typedef struct qwen3_model {
+    cv_model base;
+    int32_t hidden, n_layers, n_heads, n_kv_heads, head_dim, intermediate, vocab;
+    float eps;
+    cv_matrix embed, lm_head;
+    const float *final_norm;
+    qwen3_layer *layers;
+    cv_rope rope;
+    qwen3_scratch s;
+} qwen3_model;
+
+/* ---- loading --------------------------------------------------------------------------------- */
+
+typedef struct binder {
+    cv_weight_source *src;
+    size_t matmul_bytes;
+    int rc;
+} binder;
+
+static void bind_matrix(binder *b, const char *name, int64_t rows, int64_t cols, const char *hint, cv_matrix *out) {
+    if (b->rc) return;
+    cv_tensor t;
+    int64_t shape[2] = {rows, cols};
+    b->rc = cv_weights_get(b->src, name, 2, shape, hint, &t);
+    if (b->rc) return;
+    if (!cv_matrix_dtype_supported(t.dtype)) {
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s has dtype %s; matmul weights must be F32, BF16 or F16",
+                        name, cv_dtype_name(t.dtype));
+        return;
+    }
+    *out = (cv_matrix){t.data, t.dtype, rows, cols};
+    b->matmul_bytes += t.nbytes;
+}
+
+static void bind_gain(binder *b, const char *name, int64_t dim, const char *hint, const float **out) {
+    if (b->rc) return;
+    b->rc = cv_weights_get_f32(b->src, name, 1, &dim, hint, out);
+}
+
+static void bind_layer(binder *b, const qwen3_model *m, int l, qwen3_layer *ly) {
+    const int64_t H = m->hidden, q_dim = (int64_t)m->n_heads * m->head_dim, kv_dim = (int64_t)m->n_kv_heads * m->head_dim;
+    char name[160];
+#define LAYER_NAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix), name)
+    bind_gain(b, LAYER_NAME("input_layernorm.weight"), H, "hidden_size", &ly->input_norm);
+    bind_matrix(b, LAYER_NAME("self_attn.q_proj.weight"), q_dim, H, "num_attention_heads*head_dim, hidden_size",
+                &ly->q_proj);
+    bind_matrix(b, LAYER_NAME("self_attn.k_proj.weight"), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
+                &ly->k_proj);
+    bind_matrix(b, LAYER_NAME("self_attn.v_proj.weight"), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
+                &ly->v_proj);
+    bind_matrix(b, LAYER_NAME("self_attn.o_proj.weight"), H, q_dim, "hidden_size, num_attention_heads*head_dim",
+                &ly->o_proj);
+    bind_gain(b, LAYER_NAME("self_attn.q_norm.weight"), m->head_dim, "head_dim", &ly->q_norm);
+    bind_gain(b, LAYER_NAME("self_attn.k_norm.weight"), m->head_dim, "head_dim", &ly->k_norm);
+    bind_gain(b, LAYER_NAME("post_attention_layernorm.weight"), H, "hidden_size", &ly->post_attention_norm);
+    bind_matrix(b, LAYER_NAME("mlp.gate_proj.weight"), m->intermediate, H, "intermediate_size, hidden_size",
+                &ly->gate_proj);
+    bind_matrix(b, LAYER_NAME("mlp.up_proj.weight"), m->intermediate, H, "intermediate_size, hidden_size",
+                &ly->up_proj);
+    bind_matrix(b, LAYER_NAME("mlp.down_proj.weight"), H, m->intermediate, "hidden_size, intermediate_size",
+                &ly->down_proj);
+#undef LAYER_NAME
+}
+
+static int bind_weights(qwen3_model *m, const cv_model_config *cfg, cv_weight_source *src) {
+    binder b = {.src = src};
+    bind_matrix(&b, "model.embed_tokens.weight", m->vocab, m->hidden, "vocab_size, hidden_size", &m->embed);
+    b.matmul_bytes = 0; /* the embedding is gathered one row per token, not streamed */
+    for (int l = 0; l < m->n_layers; l++) bind_layer(&b, m, l, &m->layers[l]);
+    bind_gain(&b, "model.norm.weight", m->hidden, "hidden_size", &m->final_norm);
+    /* Tied: Hugging Face ties lm_head to embed_tokens and ignores any stored copy; so do we. */
+    if (cfg->tie_word_embeddings) {
+        m->lm_head = m->embed;
+        b.matmul_bytes += (size_t)m->vocab * (size_t)m->hidden * cv_dtype_size(m->embed.dtype);
+    } else {
+        bind_matrix(&b, "lm_head.weight", m->vocab, m->hidden, "vocab_size, hidden_size (tie_word_embeddings=false)",
+                    &m->lm_head);
+    }
+    m->base.weight_bytes = b.matmul_bytes;
+    return b.rc;
+}
+
+static int check_config(const cv_model_config *cfg) {
+    if (cfg->hidden_size <= 0 || cfg->num_hidden_layers <= 0 || cfg->num_attention_heads <= 0 ||
+        cfg->num_key_value_heads <= 0 || cfg->head_dim <= 0 || cfg->intermediate_size <= 0 || cfg->vocab_size <= 0)
+        return cv_fail(CVLLM_ERR_FORMAT, "config.json: Qwen3 needs positive hidden_size, num_hidden_layers, "
+                                         "num_attention_heads, num_key_value_heads, head_dim, intermediate_size "
+                                         "and vocab_size");
+    if (cfg->num_attention_heads % cfg->num_key_value_heads)
+        return cv_fail(CVLLM_ERR_FORMAT, "config.json: num_attention_heads=%d is not a multiple of num_key_value_heads=%d",
+                       cfg->num_attention_heads, cfg->num_key_value_heads);
+    if (cfg->attention_bias)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "config.json: attention_bias=true is not supported for Qwen3ForCausalLM");
+    if (!(cfg->rms_norm_eps > 0)) return cv_fail(CVLLM_ERR_FORMAT, "config.json: rms_norm_eps must be positive");
+    return 0;
+}
+
+static cv_rope_kind rope_kind(cv_rope_type t) {
+    switch (t) {
+    case CV_ROPE_LINEAR: return CV_ROPE_KIND_LINEAR;
+    case CV_ROPE_DYNAMIC: return CV_ROPE_KIND_DYNAMIC;
+    case CV_ROPE_YARN: return CV_ROPE_KIND_YARN;
+    default: return CV_ROPE_KIND_DEFAULT;
+    }
+}
+
+static int init_rope(qwen3_model *m, const cv_rope_config *rc) {
+    cv_rope_params p = {
+        .kind = rope_kind(rc->type),
+        .theta = rc->theta,
+        .factor = rc->factor,
+        .original_max_position = rc->original_max_position,
+        .beta_fast = rc->beta_fast,
+        .beta_slow = rc->beta_slow,
+        .attention_factor = rc->attention_factor,
+        .rot_dim = (int32_t)(m->head_dim * rc->partial_rotary_factor), /* HF: int(head_dim · factor) */
+    };
+    int rc_ = cv_rope_init(&m->rope, &p);
+    return rc_ ? cv_fail_prefix(rc_, "config.json rope") : 0;
+}
+
+static void free_scratch(qwen3_scratch *s) {
+    float **bufs[] = {&s->x, &s->a, &s->q, &s->attn, &s->k, &s->v, &s->gate, &s->up, &s->cos, &s->sin};
+    for (size_t i = 0; i < CV_ARRAY_LEN(bufs); i++) {
+        free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    s->capacity = 0;
+}
+
+static int reserve_scratch(qwen3_model *m, int32_t tokens) {
+    qwen3_scratch *s = &m->s;
+    if (tokens <= s->capacity) return 0;
+    free_scratch(s);
+    const int64_t q_dim = (int64_t)m->n_heads * m->head_dim, kv_dim = (int64_t)m->n_kv_heads * m->head_dim;
+    struct { float **buf; int64_t width; } plan[] = {
+        {&s->x, m->hidden},       {&s->a, m->hidden},          {&s->q, q_dim},   {&s->attn, q_dim},
+        {&s->k, kv_dim},          {&s->v, kv_dim},             {&s->gate, m->intermediate},
+        {&s->up, m->intermediate}, {&s->cos, m->rope.rot_dim / 2}, {&s->sin, m->rope.rot_dim / 2},
+    };
+    for (size_t i = 0; i < CV_ARRAY_LEN(plan); i++) {
+        size_t bytes = (size_t)tokens * (size_t)plan[i].width * sizeof(float);
+        *plan[i].buf = cv_aligned_alloc(bytes);
+        if (!*plan[i].buf) {
+            free_scratch(s);
+            return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes of activations for %d tokens", bytes, tokens);
+        }
+    }
+    s->capacity = tokens;
+    return 0;
+}
+
+static void qwen3_destroy(cv_model *base) {
+    qwen3_model *m = (qwen3_model *)base;
+    free_scratch(&m->s);
+    cv_rope_free(&m->rope);
+    free(m->layers);
+    free(m);
+}
+
+/* ---- forward ---------------------------------------------------------------------------------- */
+
+static int check_sequence(const qwen3_model *m, const cv_batch *b, const cv_kv_cache *kv, int32_t s) {
+    const int32_t begin = b->seq_start[s], end = b->seq_start[s + 1];
+    if (begin > end) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: seq_start is not ascending at sequence %d", s);
+    const int32_t ctx = b->context_lens[s];
+    const int64_t n_blocks = ((int64_t)ctx + kv->block_size - 1) / kv->block_size;
+    for (int64_t j = 0; j < n_blocks; j++)
+        if (b->block_tables[s][j] < 0 || b->block_tables[s][j] >= kv->num_blocks)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: sequence %d block %lld is %d, outside [0, %d)", s,
+                           (long long)j, b->block_tables[s][j], kv->num_blocks);
+    for (int32_t t = begin; t < end; t++) {
+        int32_t p = b->positions[t];
+        if (p < 0 || p >= ctx)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: token %d has position %d outside its context of %d",
+                           t, p, ctx);
+        if (t > begin && p <= b->positions[t - 1])
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: positions of sequence %d are not increasing", s);
+        int64_t slot = (int64_t)b->block_tables[s][p / kv->block_size] * kv->block_size + p % kv->block_size;
+        if (b->slot_mapping[t] != slot)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
+                           "batch: token %d (position %d) maps to slot %lld but its block table says %lld", t, p,
+                           (long long)b->slot_mapping[t], (long long)slot);
+        if (b->token_ids[t] < 0 || b->token_ids[t] >= m->vocab)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: token id %d is outside the vocabulary [0, %d)",
+                           b->token_ids[t], m->vocab);
+    }
+    return 0;
+}
+
+static int check_batch(const qwen3_model *m, const cv_batch *b, const cv_kv_cache *kv) {
+    if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || (b->n_tokens > 0 && b->n_seqs == 0))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: negative counts or tokens without sequences");
+    if (kv->block_size <= 0 || kv->num_blocks <= 0)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "KV cache has no blocks");
+    for (int l = 0; l < m->n_layers; l++)
+        if (!kv->k[l] || !kv->v[l]) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "KV cache layer %d is missing", l);
+    if (b->n_seqs > 0 && (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: seq_start must run from 0 to n_tokens=%d", b->n_tokens);
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int rc = check_sequence(m, b, kv, s);
+        if (rc) return rc;
+    }
+    for (int32_t i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: logit row %d is outside [0, %d)", b->logit_rows[i],
+                           b->n_tokens);
+    return 0;
+}
+
+static void attention_block(qwen3_model *m, const qwen3_layer *ly, int l, const cv_batch *b, cv_kv_cache *kv) {
+    qwen3_scratch *s = &m->s;
+    const int32_t T = b->n_tokens, hd = m->head_dim;
+    cv_threadpool *pool = m->base.pool;
+    cv_rmsnorm(s->a, s->x, ly->input_norm, T, m->hidden, m->eps);
+    cv_matmul(pool, &ly->q_proj, s->a, T, s->q);
+    cv_matmul(pool, &ly->k_proj, s->a, T, s->k);
+    cv_matmul(pool, &ly->v_proj, s->a, T, s->v);
+    cv_rmsnorm(s->q, s->q, ly->q_norm, (int64_t)T * m->n_heads, hd, m->eps);
+    cv_rmsnorm(s->k, s->k, ly->k_norm, (int64_t)T * m->n_kv_heads, hd, m->eps);
+    cv_rope_apply(&m->rope, s->q, T, m->n_heads, hd, s->cos, s->sin);
+    cv_rope_apply(&m->rope, s->k, T, m->n_kv_heads, hd, s->cos, s->sin);
+    cv_kv_write(kv->k[l], kv->v[l], s->k, s->v, b->slot_mapping, T, (int64_t)m->n_kv_heads * hd);
+    cv_attention_args args = {
+        .n_tokens = T, .n_seqs = b->n_seqs, .seq_start = b->seq_start, .positions = b->positions,
+        .block_tables = b->block_tables, .block_size = kv->block_size, .n_heads = m->n_heads,
+        .n_kv_heads = m->n_kv_heads, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = s->q,
+        .k_cache = kv->k[l], .v_cache = kv->v[l], .out = s->attn,
+    };
+    cv_attention(pool, &args);
+    cv_matmul(pool, &ly->o_proj, s->attn, T, s->a);
+    cv_add(s->x, s->a, (int64_t)T * m->hidden);
+}
+
+static void mlp_block(qwen3_model *m, const qwen3_layer *ly, int32_t T) {
+    qwen3_scratch *s = &m->s;
+    cv_threadpool *pool = m->base.pool;
+    cv_rmsnorm(s->a, s->x, ly->post_attention_norm, T, m->hidden, m->eps);
+    cv_matmul(pool, &ly->gate_proj, s->a, T, s->gate);
+    cv_matmul(pool, &ly->up_proj, s->a, T, s->up);
+    cv_silu_mul(s->gate, s->gate, s->up, (int64_t)T * m->intermediate);
+    cv_matmul(pool, &ly->down_proj, s->gate, T, s->a);
+    cv_add(s->x, s->a, (int64_t)T * m->hidden);
+}
+
+static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, float *logits) {
+    qwen3_model *m = (qwen3_model *)base;
+    int rc = check_batch(m, b, kv);
+    if (!rc) rc = reserve_scratch(m, b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits);
+    if (rc || b->n_tokens == 0) return rc;
+    qwen3_scratch *s = &m->s;
+    const int32_t T = b->n_tokens;
+    cv_embed(&m->embed, b->token_ids, T, s->x);
+    cv_rope_cos_sin(&m->rope, b->positions, T, s->cos, s->sin);
+    for (int l = 0; l < m->n_layers; l++) {
+        attention_block(m, &m->layers[l], l, b, kv);
+        mlp_block(m, &m->layers[l], T);
+    }
+    for (int32_t i = 0; i < b->n_logits; i++)
+        cv_rmsnorm(s->a + (int64_t)i * m->hidden, s->x + (int64_t)b->logit_rows[i] * m->hidden, m->final_norm, 1,
+                   m->hidden, m->eps);
+    cv_matmul(base->pool, &m->lm_head, s->a, b->n_logits, logits);
+    return 0;
+}
+
+static const cv_model_ops qwen3_ops = {.forward = qwen3_forward, .destroy = qwen3_destroy};
+
+int cv_qwen3_load(const cv_model_load_params *p, cv_model **out) {
+    const cv_model_config *cfg = p->config;
+    int rc = check_config(cfg);
+    if (rc) return rc;
+    qwen3_model *m = cv_xcalloc(1, sizeof *m);
+    m->base = (cv_model){.ops = &qwen3_ops, .config = cfg, .vocab_size = cfg->vocab_size, .pool = p->pool};
+    m->base.kv_spec = (cv_kv_spec){cfg->num_hidden_layers, cfg->num_key_value_heads, cfg->head_dim};
+    m->hidden = cfg->hidden_size;
+    m->n_layers = cfg->num_hidden_layers;
+    m->n_heads = cfg->num_attention_heads;
+    m->n_kv_heads = cfg->num_key_value_heads;
+    m->head_dim = cfg->head_dim;
+    m->intermediate = cfg->intermediate_size;
+    m->vocab = cfg->vocab_size;
+    m->eps = (float)cfg->rms_norm_eps;
+    m->layers = cv_xcalloc((size_t)m->n_layers, sizeof *m->layers);
+    rc = init_rope(m, &cfg->rope);
+    if (!rc) rc = bind_weights(m, cfg, p->weights);
+    if (!rc) rc = reserve_scratch(m, p->max_num_batched_tokens);
+    if (rc) {
+        qwen3_destroy(&m->base);
+        return rc;
+    }
+    *out = &m->base;
+    return 0;
+}

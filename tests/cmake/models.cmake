@@ -1,0 +1,3 @@
+# Qwen3 dense forward against Hugging Face f32 reference logits (tests/data/vectors), on the
+# AVX-512 and AVX2 paths.
+cv_add_test(test_qwen3_ref SOURCES test_qwen3_ref.c LIBS cv_models TIMEOUT 120)
