@@ -151,6 +151,30 @@ static void test_parse_header_errors(void) {
                         8, "duplicate");
 }
 
+static void test_parse_buffer(void) {
+    /* 8-byte length, a 56-byte header (space-padded), then 8 bytes of data holding two f32 values. */
+    const char header[] = "{\"v\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}  ";
+    CHECK_EQ_INT(sizeof header - 1, 56);
+    unsigned char buf[8 + 56 + 8] = {56};
+    memcpy(buf + 8, header, 56);
+    const float v[2] = {3.0f, -1.0f};
+    memcpy(buf + 64, v, 8);
+    cv_tensor *ts;
+    size_t n;
+    CHECK_EQ_INT(cv_safetensors_parse_buffer(buf, sizeof buf, &ts, &n), 0);
+    CHECK(n == 1 && ts[0].data == buf + 64 && ts[0].nbytes == 8);
+    cv_safetensors_free_tensors(ts, n);
+    CHECK_EQ_INT(cv_safetensors_parse_buffer(buf, 7, &ts, &n), CVLLM_ERR_FORMAT);
+    CHECK_CONTAINS(cv_error_message(), "truncated safetensors file (7 bytes");
+    CHECK_EQ_INT(cv_safetensors_parse_buffer(buf, 60, &ts, &n), CVLLM_ERR_FORMAT);
+    CHECK_CONTAINS(cv_error_message(), "header length 56 past the end of the file (60 bytes");
+    CHECK_EQ_INT(cv_safetensors_parse_buffer(buf, 68, &ts, &n), CVLLM_ERR_FORMAT);
+    CHECK_CONTAINS(cv_error_message(), "data_offsets [0, 8) out of range (data section is 4 bytes");
+    buf[6] = 1; /* 2^48 + 56 */
+    CHECK_EQ_INT(cv_safetensors_parse_buffer(buf, sizeof buf, &ts, &n), CVLLM_ERR_FORMAT);
+    CHECK_CONTAINS(cv_error_message(), "past the end of the file");
+}
+
 /* ------------------------------------------------------------------------------------------------ */
 /* Checkpoint files                                                                                  */
 
@@ -665,6 +689,7 @@ int main(void) {
     }
     test_parse_header_ok();
     test_parse_header_errors();
+    test_parse_buffer();
     test_single_file();
     test_bad_files();
     test_sharded();

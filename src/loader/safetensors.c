@@ -230,24 +230,32 @@ static void unmap_file(st_file *f) {
     free(f->path);
 }
 
-/* Validates the header of a mapped file and turns its tensors' offsets into pointers. */
-static int read_tensors(const st_file *f, cv_tensor **tensors, size_t *n) {
-    const unsigned char *base = f->map;
+int cv_safetensors_parse_buffer(const void *buf, size_t size, cv_tensor **tensors, size_t *n) {
+    *tensors = NULL;
+    *n = 0;
+    if (size < 8)
+        return cv_fail(CVLLM_ERR_FORMAT, "truncated safetensors file (%zu bytes, need at least 8)", size);
+    const unsigned char *base = buf;
     uint64_t header_len = read_le64(base);
-    if (header_len > f->size - 8)
+    if (header_len > size - 8)
         return cv_fail(CVLLM_ERR_FORMAT,
-                       "%s: header length %llu past the end of the file (%zu bytes; truncated or not a "
+                       "header length %llu past the end of the file (%zu bytes; truncated or not a "
                        "safetensors file)",
-                       f->path, (unsigned long long)header_len, f->size);
+                       (unsigned long long)header_len, size);
     if (header_len > MAX_HEADER_BYTES)
-        return cv_fail(CVLLM_ERR_FORMAT, "%s: header length %llu is implausibly large", f->path,
+        return cv_fail(CVLLM_ERR_FORMAT, "header length %llu is implausibly large",
                        (unsigned long long)header_len);
     const unsigned char *data = base + 8 + header_len;
-    uint64_t data_len = f->size - 8 - header_len;
+    uint64_t data_len = size - 8 - header_len;
     int rc = cv_safetensors_parse_header((const char *)base + 8, header_len, data_len, tensors, n);
-    if (rc) return cv_fail_prefix(rc, "%s", f->path);
+    if (rc) return rc;
     for (size_t i = 0; i < *n; i++) (*tensors)[i].data = data + (uintptr_t)(*tensors)[i].data;
     return 0;
+}
+
+static int read_tensors(const st_file *f, cv_tensor **tensors, size_t *n) {
+    int rc = cv_safetensors_parse_buffer(f->map, f->size, tensors, n);
+    return rc ? cv_fail_prefix(rc, "%s", f->path) : 0;
 }
 
 /* ------------------------------------------------------------------------------------------------ */

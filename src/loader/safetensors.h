@@ -43,6 +43,13 @@ int cv_safetensors_parse_header(const char *json, size_t json_len, uint64_t data
                                 cv_tensor **tensors, size_t *n);
 void cv_safetensors_free_tensors(cv_tensor *tensors, size_t n);
 
+/*
+ * Validates a whole safetensors file held in memory (8-byte header length, header, data) and
+ * returns its tensors as cv_safetensors_parse_header does, but with `data` pointing into buf.
+ * Messages do not name the file; callers prefix it.
+ */
+int cv_safetensors_parse_buffer(const void *buf, size_t size, cv_tensor **tensors, size_t *n);
+
 /* All tensors of a checkpoint folder (single file or sharded), name-indexed. */
 typedef struct cv_checkpoint cv_checkpoint;
 
