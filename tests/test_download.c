@@ -198,6 +198,9 @@ static void test_local_and_invalid(const char *src) {
     CHECK_EQ_INT(cv_hub_resolve(src, &cache_only, &dir), 0);
     CHECK_STR_EQ(dir, src);
     free(dir);
+    char *file = cv_xasprintf("%s/config.json", src);
+    expect_resolve_error(file, &download_all, CVLLM_ERR_INVALID_ARGUMENT, "config.json is a file; give its folder");
+    free(file);
     expect_resolve_error("a/b/c", &download_all, CVLLM_ERR_NOT_FOUND, "model a/b/c: no such folder, and not a hub id");
     expect_resolve_error("../x", &download_all, CVLLM_ERR_NOT_FOUND, "not a hub id");
     expect_resolve_error("org/-x", &download_all, CVLLM_ERR_NOT_FOUND, "not a hub id");

@@ -199,7 +199,8 @@ static void remote_init(hub_remote *r, const cv_hub_options *opts) {
         ep = env_nonempty("HF_ENDPOINT");
         r->endpoint = cv_xstrdup(ep ? ep : "https://huggingface.co");
         r->revision = opts->revision ? opts->revision : "main";
-        r->http.token = env_nonempty("HF_TOKEN") ? getenv("HF_TOKEN") : env_nonempty("HUGGING_FACE_HUB_TOKEN");
+        const char *token = env_nonempty("HF_TOKEN");
+        r->http.token = token ? token : env_nonempty("HUGGING_FACE_HUB_TOKEN");
     }
     size_t n = strlen(r->endpoint);
     while (n > 0 && r->endpoint[n - 1] == '/') r->endpoint[--n] = '\0';
@@ -413,6 +414,8 @@ int cv_hub_resolve(const char *model, const cv_hub_options *opts, char **dir) {
         *dir = cv_xstrdup(model);
         return 0;
     }
+    if (cv_path_exists(model))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "model %s is a file; give its folder or a hub id", model);
     if (!valid_repo_id(model))
         return cv_fail(CVLLM_ERR_NOT_FOUND, "model %s: no such folder, and not a hub id (ORG/NAME)", model);
     hub_remote remote;
