@@ -11,6 +11,9 @@
  *
  * Each request (each of its n completions) owns a cv_sampler_state whose RNG depends only on its
  * seed, so the same seed gives the same tokens whatever else is in the batch.
+ *
+ * NaN logits count as -inf and +inf as FLT_MAX. When nothing survives steps 2-4 (every logit -inf),
+ * the argmax of the raw logits is returned (token 0 when the raw row is all -inf too).
  */
 #ifndef CV_SAMPLER_H
 #define CV_SAMPLER_H
@@ -22,10 +25,10 @@
 #include "base/rng.h"
 
 typedef struct cv_sampler_params {
-    float temperature;
-    float top_p;
-    int32_t top_k;            /* <= 0: off */
-    float min_p;
+    float temperature;        /* < 1e-5: greedy */
+    float top_p;              /* >= 1: off */
+    int32_t top_k;            /* <= 0 or >= vocab: off; ties with the k-th largest logit are kept */
+    float min_p;              /* <= 0: off */
     float repetition_penalty; /* 1: off */
     float presence_penalty;
     float frequency_penalty;
@@ -43,6 +46,8 @@ typedef struct cv_sampler_state {
     int32_t vocab_size;
     uint8_t *in_prompt;       /* [vocab] 1 when the token occurs in the prompt (repetition penalty) */
     int32_t *out_count;       /* [vocab] occurrences in the output so far */
+    int32_t *seen;            /* distinct ids the penalties touch (prompt when tracked, output) */
+    int32_t n_seen, cap_seen;
     int32_t n_generated;
 } cv_sampler_state;
 
@@ -59,21 +64,37 @@ typedef struct cv_sample_result {
     int32_t n_top;
 } cv_sample_result;
 
-/* Penalty bookkeeping is allocated only when a penalty is active. */
+/* Penalty bookkeeping (in_prompt, out_count, seen) is allocated only when a penalty of `p` is
+ * active; `p` must be the parameters later passed to cv_sample. Prompt ids must be < vocab_size. */
 void cv_sampler_state_init(cv_sampler_state *st, const cv_sampler_params *p, int32_t vocab_size,
                            uint64_t seed, const int32_t *prompt, size_t n_prompt);
 void cv_sampler_state_free(cv_sampler_state *st);
 /* Records a generated token (penalties, min_tokens). */
 void cv_sampler_accept(cv_sampler_state *st, int32_t token_id);
 
-/* Samples from `logits` (vocab_size floats; modified in place). `scratch` must hold
- * 2·vocab_size floats. */
-int32_t cv_sample(const cv_sampler_params *p, cv_sampler_state *st, float *logits, float *scratch,
+/* Samples from `logits` (vocab_size floats; modified in place). `scratch` must hold 2·vocab_size
+ * 4-byte words (it holds token ids and a copy of the raw row) and come from malloc. `res` may be
+ * NULL when p->logprobs < 0; otherwise res->top needs min(p->logprobs, vocab_size) entries, and
+ * res->chosen / res->top / res->n_top are filled (when p->logprobs < 0, only res->token_id). */
+int32_t cv_sample(const cv_sampler_params *p, cv_sampler_state *st, float *logits, void *scratch,
                   cv_sample_result *res);
 
-/* Raw logprobs of one row: top-N entries (most likely first) and the entry for `token_id`
- * (prompt_logprobs and logprobs share this). `scratch` holds vocab_size floats. */
+/* Raw logprobs of one row: top-N entries (most likely first, ties by lower id, ranks 1..N) and the
+ * entry for `token_id`, whose rank is vLLM's: the number of tokens whose logprob is >= its own
+ * (so 1 + those strictly above it when there is no tie). prompt_logprobs and logprobs share this.
+ * n_top is clamped to vocab_size; `top` needs that many entries (may be NULL when n_top is 0). */
 void cv_logprobs_of(const float *logits, int32_t vocab_size, int32_t n_top, int32_t token_id,
-                    float *scratch, cv_logprob_entry *top, cv_logprob_entry *chosen);
+                    cv_logprob_entry *top, cv_logprob_entry *chosen);
+
+/* The stages of cv_sample, exposed so tests can check them exactly. */
+
+/* Steps 2-4 (min_tokens, logit_bias, penalties) in place on a row of st->vocab_size logits. */
+void cv_sampler_process_logits(const cv_sampler_params *p, const cv_sampler_state *st, float *logits);
+
+/* Step 5 up to the draw, for temperature >= 1e-5: divides by the temperature and sets every token
+ * removed by min_p, top_k or top_p to -inf. When top_k or top_p is active, writes the surviving
+ * ids to `ids` (vocab_size entries) and returns their count; otherwise returns -1 (every token with
+ * a finite logit is a candidate) and leaves `ids` alone. Returns 0 when no logit is finite. */
+int32_t cv_sampler_filter(const cv_sampler_params *p, float *logits, int32_t vocab_size, int32_t *ids);
 
 #endif
