@@ -94,8 +94,9 @@ static bpe_cand heap_pop(encoder *e) {
 }
 
 static void consider_pair(encoder *e, int32_t pos) {
+    if (pos < 0) return;
     int32_t next = e->syms[pos].next;
-    if (pos < 0 || next < 0) return;
+    if (next < 0) return;
     const tok_merge_slot *m = tok_merge_find(e->tok, e->syms[pos].id, e->syms[next].id);
     if (m) heap_push(e, (bpe_cand){m->rank, pos, e->syms[pos].id, e->syms[next].id, m->merged});
 }

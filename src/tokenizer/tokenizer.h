@@ -5,6 +5,10 @@
  * between them: NFC normalisation, the Split pre-tokenizer regex (PCRE2, UTF + UCP, JIT), byte-level
  * mapping, and BPE merges by rank. Decode maps tokens back to bytes. cv_detok turns a growing list of
  * ids into text deltas without ever emitting half a UTF-8 character.
+ *
+ * The public handle of cvllm.h is this object: a cvllm_tokenizer * is a cv_tokenizer * (api.c casts,
+ * and the engine may hand its own cv_tokenizer out as a cvllm_tokenizer the same way). A loaded
+ * tokenizer is immutable, so encode/decode may run on many threads at once.
  */
 #ifndef CV_TOKENIZER_H
 #define CV_TOKENIZER_H
@@ -22,7 +26,9 @@ void cv_tokenizer_free(cv_tokenizer *tok);
 /* *ids is cv_xmalloc'd. Invalid UTF-8 is CVLLM_ERR_INVALID_ARGUMENT naming the byte offset. */
 int cv_tokenizer_encode(const cv_tokenizer *tok, const char *text, size_t len, int32_t **ids,
                         size_t *n_ids);
-/* *text is cv_xmalloc'd and NUL-terminated; invalid UTF-8 from partial tokens becomes U+FFFD. */
+/* *text is cv_xmalloc'd and NUL-terminated; invalid UTF-8 from partial tokens becomes U+FFFD.
+ * An id outside [0, vocab_size) is CVLLM_ERR_INVALID_ARGUMENT; an id inside it that names no token
+ * decodes to nothing (as in HF). */
 int cv_tokenizer_decode(const cv_tokenizer *tok, const int32_t *ids, size_t n_ids,
                         bool skip_special_tokens, char **text, size_t *len);
 
@@ -32,7 +38,8 @@ bool cv_tokenizer_is_special(const cv_tokenizer *tok, int32_t id);
 int32_t cv_tokenizer_token_to_id(const cv_tokenizer *tok, const char *token);
 /* Raw bytes of one token (after byte-level decoding); NULL for an unknown id. */
 const char *cv_tokenizer_id_to_bytes(const cv_tokenizer *tok, int32_t id, size_t *len);
-/* tokenizer_config.json's eos_token / pad_token / bos_token strings, NULL when absent. */
+/* tokenizer_config.json's eos_token / pad_token / bos_token / unk_token strings, NULL when absent.
+ * `which` is the key ("eos_token") or its short form ("eos"). */
 const char *cv_tokenizer_special_string(const cv_tokenizer *tok, const char *which);
 
 /* Incremental detokenizer: feed ids one at a time, get the text that became final. */
@@ -45,7 +52,8 @@ typedef struct cv_detok {
 
 void cv_detok_init(cv_detok *d, const cv_tokenizer *tok, bool skip_special_tokens);
 /* Appends the text completed by `id` to *out (a growing cv_xrealloc'd buffer of *out_len bytes,
- * kept NUL-terminated) and returns the number of bytes appended. */
+ * kept NUL-terminated) and returns the number of bytes appended. Ids that name no token are
+ * ignored. The deltas plus the flush concatenate to exactly cv_tokenizer_decode() of all ids. */
 size_t cv_detok_push(cv_detok *d, int32_t id, char **out, size_t *out_len, size_t *out_cap);
 /* Flushes what is pending at the end of a sequence (incomplete bytes become U+FFFD). */
 size_t cv_detok_flush(cv_detok *d, char **out, size_t *out_len, size_t *out_cap);

@@ -1,13 +1,11 @@
 # Tokenizer: exact agreement with Hugging Face on the reference cases, round trips, the incremental
-# detokenizer and every load/encode/decode error. The public-API and CLI tests need the hub
-# resolver and the CLI's main, which live in other areas; they are added once those files exist.
+# detokenizer and every load/encode/decode error; the public API (through the hub resolver) and the
+# `cvllm tokenize` command.
 cv_add_test(test_tokenizer SOURCES ${CMAKE_SOURCE_DIR}/tests/test_tokenizer.c
             LIBS cv_tokenizer PkgConfig::UTF8PROC TIMEOUT 600)
 
-if(EXISTS ${CMAKE_SOURCE_DIR}/src/loader/hub.c AND EXISTS ${CMAKE_SOURCE_DIR}/tests/test_tokenizer_api.c)
-  cv_add_test(test_tokenizer_api SOURCES ${CMAKE_SOURCE_DIR}/tests/test_tokenizer_api.c
-              LIBS cv_tokenizer)
-endif()
+cv_add_test(test_tokenizer_api SOURCES ${CMAKE_SOURCE_DIR}/tests/test_tokenizer_api.c
+            LIBS cv_tokenizer)
 
 if(EXISTS ${CMAKE_SOURCE_DIR}/src/cli/main.c AND EXISTS ${CMAKE_SOURCE_DIR}/tests/test_tokenizer_cli.c)
   cv_add_test(test_tokenizer_cli SOURCES ${CMAKE_SOURCE_DIR}/tests/test_tokenizer_cli.c
