@@ -244,7 +244,7 @@ static void run_chunked(fixture *fx, const reference *ref, int32_t chunk, const 
         int32_t first = s.done, n = s.n_total - s.done < chunk ? s.n_total - s.done : chunk;
         step_begin(&st);
         step_add(&st, &fx->cache, &s, n);
-        int rc = fx->model->ops->forward(fx->model, &st.batch, &fx->cache.kv, fx->logits);
+        int rc = fx->model->ops->forward(fx->model, &st.batch, &fx->cache.kv, NULL, fx->logits);
         CHECK_MSG(rc == 0, "%s: forward failed: %s", fx->name, cv_error_message());
         if (rc) return;
         check_rows(fx, what, fx->logits, ref, first, n);
@@ -277,7 +277,7 @@ static void run_batched(fixture *fx, const reference *main, const reference *oth
             order[n_in++] = i;
             step_add(&st, &fx->cache, s, n);
         }
-        int rc = fx->model->ops->forward(fx->model, &st.batch, &fx->cache.kv, fx->logits);
+        int rc = fx->model->ops->forward(fx->model, &st.batch, &fx->cache.kv, NULL, fx->logits);
         CHECK_MSG(rc == 0, "%s: batched forward failed: %s", fx->name, cv_error_message());
         if (rc) return;
         for (int k = 0; k < n_in; k++) {
@@ -306,7 +306,7 @@ static void run_greedy(fixture *fx, const reference *ref) {
     step_add(&st, &fx->cache, &s, ref->n_prompt);
     st.batch.n_logits = 1; /* only the last position, as a real prefill asks */
     st.logit_rows[0] = ref->n_prompt - 1;
-    int rc = fx->model->ops->forward(fx->model, &st.batch, &fx->cache.kv, fx->logits);
+    int rc = fx->model->ops->forward(fx->model, &st.batch, &fx->cache.kv, NULL, fx->logits);
     CHECK_MSG(rc == 0, "%s: prefill failed: %s", fx->name, cv_error_message());
     double worst = 0;
     int matched = 0;
@@ -320,7 +320,7 @@ static void run_greedy(fixture *fx, const reference *ref) {
         if (i == 7) break;
         step_begin(&st);
         step_add(&st, &fx->cache, &s, 1);
-        rc = fx->model->ops->forward(fx->model, &st.batch, &fx->cache.kv, fx->logits);
+        rc = fx->model->ops->forward(fx->model, &st.batch, &fx->cache.kv, NULL, fx->logits);
         CHECK_MSG(rc == 0, "%s: decode failed: %s", fx->name, cv_error_message());
     }
     CHECK_MSG(matched == 8, "%s [%s]: greedy ids diverge from the reference at step %d", fx->name,
@@ -459,7 +459,7 @@ static void test_dummy_weights(cv_threadpool *pool) {
     step_begin(&st);
     step_add(&st, &c, &s, 3);
     float *logits = cv_xmalloc(3 * V * sizeof(float));
-    CHECK_EQ_INT(m->ops->forward(m, &st.batch, &c.kv, logits), 0);
+    CHECK_EQ_INT(m->ops->forward(m, &st.batch, &c.kv, NULL, logits), 0);
     int finite = 0;
     for (size_t i = 0; i < 3 * V; i++) finite += isfinite(logits[i]) != 0;
     CHECK_EQ_INT(finite, 3 * V);
@@ -472,7 +472,7 @@ static void test_dummy_weights(cv_threadpool *pool) {
 
 static void expect_batch_error(cv_model *m, paged_cache *c, step *st, const char *needle) {
     float *logits = cv_xmalloc(8 * (size_t)m->vocab_size * sizeof(float));
-    CHECK_EQ_INT(m->ops->forward(m, &st->batch, &c->kv, logits), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_EQ_INT(m->ops->forward(m, &st->batch, &c->kv, NULL, logits), CVLLM_ERR_INVALID_ARGUMENT);
     CHECK_CONTAINS(cv_error_message(), needle);
     free(logits);
 }

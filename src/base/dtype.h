@@ -2,8 +2,7 @@
  * dtype.h — element types of checkpoint tensors and the conversions the kernels need.
  *
  * bf16 is the top half of an f32, so widening is a shift; narrowing rounds to nearest even (NaN kept
- * quiet), which is what PyTorch does. f16 conversions use the F16C instructions through the
- * compiler's _Float16 support where available.
+ * quiet), which is what PyTorch does.
  */
 #ifndef CV_DTYPE_H
 #define CV_DTYPE_H
@@ -45,17 +44,48 @@ static inline uint16_t cv_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* IEEE half precision by bit manipulation, so every compiler (and the fuzz build with clang 14,
+ * which lacks _Float16 on x86) gets the same results. Kernels use F16C/AVX-512 conversions. */
 static inline float cv_f16_to_f32(uint16_t h) {
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13); /* inf / NaN */
+    } else if (exp != 0) {
+        u = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {
+        u = sign; /* signed zero */
+    } else { /* subnormal: normalise */
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400u));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
+/* Round to nearest even, overflow to infinity, NaN kept quiet. */
 static inline uint16_t cv_f32_to_f16(float f) {
-    _Float16 x = (_Float16)f;
-    uint16_t h;
-    memcpy(&h, &x, 2);
-    return h;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t abs = u & 0x7fffffffu;
+    if (abs > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);
+    if (abs >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
+    if (abs < 0x38800000u) {                                   /* subnormal or zero in f16 */
+        if (abs < 0x33000000u) return sign;                     /* below half the smallest subnormal */
+        uint32_t man = (abs & 0x7fffffu) | 0x800000u;
+        int shift = 126 - (int)(abs >> 23);                     /* 14 .. 24 */
+        uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1u))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t r = abs - 0x38000000u; /* rebias exponent 127 → 15 */
+    r += 0xfffu + ((r >> 13) & 1u);
+    return (uint16_t)(sign | (r >> 13));
 }
 
 /* Widens n elements of type t at src into f32. */

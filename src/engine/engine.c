@@ -712,7 +712,7 @@ cvllm_status cvllm_engine_step(cvllm_engine *e, const cvllm_request_output *cons
     if (e->schedule.seqs.n > 0) {
         cv_batch batch;
         int rc = build_batch(e, &batch);
-        if (!rc) rc = e->model->ops->forward(e->model, &batch, &e->kv, e->batch.logits);
+        if (!rc) rc = e->model->ops->forward(e->model, &batch, &e->kv, NULL, e->batch.logits);
         if (rc) return rc;
         postprocess(e, e->batch.logits);
     }

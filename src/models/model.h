@@ -10,6 +10,13 @@
  * num_blocks × block_size slots of [num_kv_heads × head_dim] floats. A token's K/V go to slot
  * `slot_mapping[t]` (= block_id·block_size + offset); sequence s reads its context through
  * block_tables[s][0 .. ceil(context_len/block_size)).
+ *
+ * Recurrent state (linear-attention layers of the hybrid models): a model that needs per-sequence
+ * state declares state_bytes_per_seq; the engine owns a pool of such slots, opaque to it, and gives
+ * each sequence of a batch its slot in state_slots. A sequence whose first token in the batch is at
+ * position 0 starts from zero state (the model clears the slot); otherwise the slot holds the state
+ * after the token before it. The engine may copy a slot's bytes (prefix-cache checkpoints,
+ * speculative-decoding rollback) without knowing what they mean.
  */
 #ifndef CV_MODEL_H
 #define CV_MODEL_H
@@ -30,6 +37,12 @@ typedef struct cv_kv_spec {
     int32_t head_dim;
 } cv_kv_spec;
 
+typedef struct cv_state_cache {
+    int32_t num_slots;
+    size_t slot_bytes;       /* = the model's state_bytes_per_seq */
+    uint8_t *data;           /* num_slots × slot_bytes, 64-byte aligned slots */
+} cv_state_cache;
+
 typedef struct cv_kv_cache {
     int32_t num_blocks;
     int32_t block_size;
@@ -48,6 +61,7 @@ typedef struct cv_batch {
     const int32_t *seq_start;     /* [n_seqs+1]: sequence s owns tokens [seq_start[s], seq_start[s+1]) */
     const int32_t *context_lens;  /* [n_seqs]: tokens in the cache for s after this step (incl. new) */
     const int32_t *const *block_tables; /* [n_seqs] → block ids */
+    const int32_t *state_slots;   /* [n_seqs] state slot of each sequence; NULL when the model has none */
     int32_t n_logits;
     const int32_t *logit_rows;    /* [n_logits] token indices whose logits are wanted */
 } cv_batch;
@@ -56,7 +70,7 @@ typedef struct cv_model cv_model;
 
 typedef struct cv_model_ops {
     /* Logits of batch->logit_rows into logits[n_logits][vocab]. */
-    int (*forward)(cv_model *m, const cv_batch *batch, cv_kv_cache *kv, float *logits);
+    int (*forward)(cv_model *m, const cv_batch *batch, cv_kv_cache *kv, cv_state_cache *state, float *logits);
     void (*destroy)(cv_model *m);
 } cv_model_ops;
 
@@ -64,6 +78,7 @@ struct cv_model {
     const cv_model_ops *ops;
     const cv_model_config *config; /* borrowed; outlives the model */
     cv_kv_spec kv_spec;
+    size_t state_bytes_per_seq;    /* 0 for pure attention models */
     int32_t vocab_size;            /* rows of the logits */
     size_t weight_bytes;           /* bytes of weights read per token (for sizing and benchmarks) */
     cv_threadpool *pool;           /* borrowed */

@@ -288,7 +288,7 @@ static void mlp_block(qwen3_model *m, const qwen3_layer *ly, int32_t T) {
     cv_add(s->x, s->a, (int64_t)T * m->hidden);
 }
 
-static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, float *logits) {
+static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *state, float *logits) {
     qwen3_model *m = (qwen3_model *)base;
     int rc = check_batch(m, b, kv);
     if (!rc) rc = reserve_scratch(m, b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits);
