@@ -503,6 +503,7 @@ static void m_decoder(json_t *r) { json_object_set_new(r, "decoder", json_pack("
 static void m_added_array(json_t *r) { json_object_set_new(r, "added_tokens", json_object()); }
 static void m_added_content(json_t *r) { json_object_del(json_array_get(json_object_get(r, "added_tokens"), 2), "content"); }
 static void m_added_id(json_t *r) { json_object_set_new(json_array_get(json_object_get(r, "added_tokens"), 0), "id", json_integer(-1)); }
+static void m_same_bytes(json_t *r) { json_object_set_new(json_object_get(json_object_get(r, "model"), "vocab"), " ", json_integer(1000)); }
 static void m_empty_vocab(json_t *r) {
     json_object_set_new(json_object_get(r, "model"), "vocab", json_object());
     json_object_set_new(r, "added_tokens", json_array());
@@ -541,6 +542,8 @@ static void test_load_errors(void) {
         {m_added_content, CVLLM_ERR_FORMAT, "tokenizer.json: added_tokens[2] has no content"},
         {m_added_id, CVLLM_ERR_FORMAT, "tokenizer.json: added token \"<|endoftext|>\" has no valid id"},
         {m_empty_vocab, CVLLM_ERR_FORMAT, "tokenizer.json: the vocabulary is empty"},
+        /* " " is not in the byte-level alphabet, so it stands for itself: the bytes of "Ġ". */
+        {m_same_bytes, CVLLM_ERR_FORMAT, "tokenizer.json: vocab token \" \" (id 1000) decodes to the same bytes as another token"},
     };
     json_t *mini = make_mini();
     if (!mini) return;
@@ -635,6 +638,9 @@ static void test_added_token_flags(void) {
     json_t *again = make_mini();
     CHECK_EQ_INT(load_variant(again, &tok), CVLLM_ERR_FORMAT);
     CHECK_STR_EQ(cv_error_message(), "tokenizer_config.json: \"eos_token\" is not a string");
+    write_file("tokenizer_config.json", "[1]");
+    CHECK_EQ_INT(load_variant(again, &tok), CVLLM_ERR_FORMAT);
+    CHECK_STR_EQ(cv_error_message(), "tokenizer_config.json: not an object");
     write_file("tokenizer_config.json", "not json");
     CHECK_EQ_INT(load_variant(again, &tok), CVLLM_ERR_FORMAT);
     CHECK_CONTAINS(cv_error_message(), "tokenizer_config.json: line 1");
@@ -673,6 +679,33 @@ static void test_string_merges(void) {
     cv_tokenizer_free(strings);
 }
 
+/* A literal Split pattern, and a regex that fails at match time (backtracking limit). */
+static void test_split_patterns(void) {
+    json_t *mini = make_mini();
+    if (!mini) return;
+    json_object_set_new(split_of(mini), "pattern", json_pack("{ss}", "String", "."));
+    cv_tokenizer *tok;
+    int rc = load_variant(mini, &tok);
+    CHECK_MSG(rc == 0, "String pattern: %s", cv_error_message());
+    if (rc) return;
+    size_t n;
+    int32_t *ids = encode_ok(tok, "in.in", &n); /* "." isolates; "in" is one token */
+    int32_t in = cv_tokenizer_token_to_id(tok, "in"), dot = cv_tokenizer_token_to_id(tok, ".");
+    CHECK(in >= 0 && n == 3 && ids[0] == in && ids[1] == dot && ids[2] == in);
+    free(ids);
+    cv_tokenizer_free(tok);
+
+    json_object_set_new(split_of(mini), "pattern", json_pack("{ss}", "Regex", "(a+)+$"));
+    CHECK_EQ_INT(load_variant(mini, &tok), 0);
+    char text[64];
+    memset(text, 'a', 40);
+    text[40] = '!';
+    CHECK_EQ_INT(cv_tokenizer_encode(tok, text, 41, &ids, &n), CVLLM_ERR_INTERNAL);
+    CHECK_STR_EQ(cv_error_message(), "pre-tokenizer regex failed at byte 0: match limit exceeded");
+    cv_tokenizer_free(tok);
+    json_decref(mini);
+}
+
 int main(void) {
     CHECK(mkdtemp(tmp_dir) != NULL);
     int rc = cv_tokenizer_load(QWEN_DIR, &qwen);
@@ -692,6 +725,7 @@ int main(void) {
     test_file_errors();
     test_added_token_flags();
     test_string_merges();
+    test_split_patterns();
     cv_tokenizer_free(qwen);
     char *path = cv_xasprintf("%s/tokenizer.json", tmp_dir);
     unlink(path);

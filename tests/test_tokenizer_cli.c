@@ -194,6 +194,7 @@ static void test_errors(void) {
         {{QWEN_DIR, "--file", "/nonexistent.jsonl", NULL}, 1, "",
          "cvllm tokenize: cannot open /nonexistent.jsonl: No such file or directory"},
         {{QWEN_DIR, "--file", bad_path, NULL}, 1, "[562]\n", msg_bad},
+        {{QWEN_DIR, "--file", "/", NULL}, 1, "", "cvllm tokenize: cannot read /: Is a directory"},
         {{QWEN_DIR, "--file", not_str, NULL}, 1, "[64]\n", msg_not_str},
         {{QWEN_DIR, "--file", bad_utf8, NULL}, 1, "", msg_bad_utf8},
         {{QWEN_DIR, "--decode", "--file", bad_ids, NULL}, 1, "\"Hello\"\n", msg_bad_ids},

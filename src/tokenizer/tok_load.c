@@ -406,7 +406,8 @@ static char *translate_regex(const char *pat, size_t len) {
 static int compile_regex(const char *pat, size_t len, uint32_t extra, pcre2_code **out) {
     int err;
     PCRE2_SIZE err_off;
-    *out = pcre2_compile((PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP | extra, &err, &err_off, NULL);
+    uint32_t unicode = PCRE2_UTF | (extra & PCRE2_LITERAL ? 0 : PCRE2_UCP); /* LITERAL refuses UCP */
+    *out = pcre2_compile((PCRE2_SPTR)pat, len, unicode | extra, &err, &err_off, NULL);
     if (!*out) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
