@@ -51,13 +51,14 @@ static int fail(const char *fmt, ...) {
     return 1;
 }
 
+/* 0: run; -1: --help was printed; otherwise the usage-error exit status. */
 static int parse_args(int argc, char **argv, tokenize_args *t) {
     cv_args a = {.cmd = "tokenize", .argc = argc, .argv = argv, .i = 1};
     while (a.i < argc && !a.failed) {
         const char *arg = argv[a.i];
         if (cv_args_flag(&a, "--help") || cv_args_flag(&a, "-h")) {
             fputs(usage, stdout);
-            exit(0);
+            return -1;
         }
         if (cv_args_value(&a, "--text", &t->text) || cv_args_value(&a, "--file", &t->file)) continue;
         if (cv_args_flag(&a, "--decode")) {
@@ -200,7 +201,7 @@ static int run_file(const cvllm_tokenizer *tok, const tokenize_args *t) {
 int cmd_tokenize(int argc, char **argv) {
     tokenize_args t = {0};
     int rc = parse_args(argc, argv, &t);
-    if (rc) return rc;
+    if (rc) return rc < 0 ? 0 : rc;
     cvllm_tokenizer *tok;
     if (cvllm_tokenizer_create(t.model, &tok) != CVLLM_OK) return fail("%s", cvllm_last_error());
     rc = t.file ? run_file(tok, &t) : run_text(tok, &t);
