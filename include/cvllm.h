@@ -146,6 +146,7 @@ typedef struct cvllm_prompt {
     size_t text_len;             /* 0 = strlen(text) */
     const int32_t *token_ids;
     size_t n_token_ids;
+    const char *cache_salt;      /* isolates this prompt's prefix-cache entries (vLLM's cache_salt); NULL = none */
 } cvllm_prompt;
 
 /* Queues a request. *request_id receives an engine-unique id. Fails (and queues nothing) when the

@@ -523,6 +523,55 @@ static void test_text_prompt(void) {
     tu_remove_tree(dir);
 }
 
+/* A second request that shares a 3-block prefix takes it from the cache (and computes the same
+ * tokens); another cache_salt, or caching switched off, gets no hit. */
+static void test_prefix_caching(void) {
+    char *dir = tu_model_dir("qwen3-dense-f32");
+    int32_t prompt[50];
+    for (int t = 0; t < 50; t++) prompt[t] = (t * 37 + 11) % 4096;
+    for (int enabled = 0; enabled < 2; enabled++) {
+        cvllm_engine_options o;
+        cvllm_engine_options_default(&o);
+        o.model = dir;
+        o.kv_cache_memory_bytes = 8 << 20;
+        o.max_model_len = 512;
+        o.enable_prefix_caching = enabled;
+        cvllm_engine *e = NULL;
+        CHECK(cvllm_engine_create(&o, &e) == 0);
+        cvllm_sampling_params p = greedy(e, 6);
+        result *r = calloc(4, sizeof *r);
+        size_t cached[4];
+        static const char *salts[] = {NULL, NULL, "tenant-a", NULL};
+        for (int i = 0; i < 4; i++) {
+            if (i == 3) prompt[5] ^= 1; /* differs inside the first block: nothing to share */
+            cvllm_prompt pr = {.token_ids = prompt, .n_token_ids = 50, .cache_salt = salts[i]};
+            CHECK(cvllm_engine_add_request(e, &pr, &p, &r[i].id) == 0);
+            cached[i] = SIZE_MAX;
+            while (cvllm_engine_has_unfinished(e)) {
+                const cvllm_request_output *const *outs;
+                size_t n;
+                CHECK(cvllm_engine_step(e, &outs, &n) == 0);
+                for (size_t k = 0; k < n; k++) {
+                    cached[i] = outs[k]->n_cached_tokens;
+                    copy_output(&r[i], outs[k]);
+                }
+            }
+        }
+        prompt[5] ^= 1;
+        CHECK_EQ_INT(cached[0], 0);
+        CHECK_EQ_INT(cached[1], enabled ? 48 : 0);
+        CHECK_EQ_INT(cached[2], 0);
+        CHECK_EQ_INT(cached[3], 0);
+        for (int i = 1; i < 3; i++) CHECK(memcmp(r[i].ids[0], r[0].ids[0], 6 * sizeof(int32_t)) == 0);
+        CHECK_EQ_INT(e->sched.prefix_hits, enabled ? 48 : 0);
+        CHECK(all_blocks_free(e));
+        free_results(r, 4);
+        free(r);
+        cvllm_engine_destroy(e);
+    }
+    tu_remove_tree(dir);
+}
+
 int main(void) {
     static const char *dense[] = {"qwen3-dense-f32", "qwen3-dense-bf16", "qwen3-dense-tied-f32", "qwen3-dense-tied-bf16"};
     for (size_t i = 0; i < 4; i++) test_greedy_matches_reference(dense[i]);
@@ -534,5 +583,6 @@ int main(void) {
     test_request_validation();
     test_engine_creation_errors();
     test_text_prompt();
+    test_prefix_caching();
     return cv_check_summary("test_engine");
 }

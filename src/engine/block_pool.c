@@ -5,8 +5,56 @@
 
 #include <assert.h>
 #include <stdlib.h>
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t for streaming */
+#include <xxhash.h>
 
 #include "base/error.h"
+
+#define SLOT_EMPTY (-1)
+#define SLOT_DELETED (-2)
+
+static size_t slot_of(const cv_block_pool *pool, cv_block_hash h) { return (size_t)h.lo & (pool->table_cap - 1); }
+
+static bool same_hash(cv_block_hash a, cv_block_hash b) { return a.lo == b.lo && a.hi == b.hi; }
+
+static void table_put(cv_block_pool *pool, int32_t id) {
+    size_t i = slot_of(pool, pool->blocks[id].hash);
+    while (pool->table[i] >= 0) i = (i + 1) & (pool->table_cap - 1);
+    if (pool->table[i] == SLOT_EMPTY) pool->table_used++;
+    pool->table[i] = id;
+}
+
+/* Deleted slots only go away by rebuilding; without it a miss would eventually probe forever. */
+static void table_rebuild(cv_block_pool *pool) {
+    for (size_t i = 0; i < pool->table_cap; i++) pool->table[i] = SLOT_EMPTY;
+    pool->table_used = 0;
+    for (int32_t id = 1; id < pool->num_blocks; id++)
+        if (pool->blocks[id].has_hash) table_put(pool, id);
+}
+
+static void table_insert(cv_block_pool *pool, int32_t id) {
+    if ((pool->table_used + 1) * 4 > pool->table_cap * 3) table_rebuild(pool);
+    table_put(pool, id);
+}
+
+static size_t table_find(const cv_block_pool *pool, cv_block_hash h) {
+    for (size_t i = slot_of(pool, h);; i = (i + 1) & (pool->table_cap - 1)) {
+        int32_t id = pool->table[i];
+        if (id == SLOT_EMPTY) return SIZE_MAX;
+        if (id >= 0 && same_hash(pool->blocks[id].hash, h)) return i;
+    }
+}
+
+/* Allocation reuses a cached block: its hash dies with its old contents. */
+static void evict(cv_block_pool *pool, int32_t id) {
+    cv_block *b = &pool->blocks[id];
+    if (!b->has_hash) return;
+    size_t i = table_find(pool, b->hash);
+    assert(i != SIZE_MAX && pool->table[i] == id);
+    pool->table[i] = SLOT_DELETED;
+    b->has_hash = false;
+}
 
 static void queue_push_tail(cv_block_pool *pool, int32_t id) {
     cv_block *b = &pool->blocks[id];
@@ -39,11 +87,18 @@ void cv_block_pool_init(cv_block_pool *pool, int32_t num_blocks) {
         if (i > 0) queue_push_tail(pool, i);
     }
     pool->blocks[0].ref_count = 1; /* reserved forever */
+    pool->table_cap = 16;
+    while (pool->table_cap < 2 * (size_t)num_blocks + 1) pool->table_cap *= 2;
+    pool->table = cv_xmalloc(pool->table_cap * sizeof *pool->table);
+    for (size_t i = 0; i < pool->table_cap; i++) pool->table[i] = SLOT_EMPTY;
+    pool->table_used = 0;
 }
 
 void cv_block_pool_free(cv_block_pool *pool) {
     free(pool->blocks);
+    free(pool->table);
     pool->blocks = NULL;
+    pool->table = NULL;
 }
 
 bool cv_block_pool_allocate(cv_block_pool *pool, int32_t n, int32_t *ids) {
@@ -52,6 +107,7 @@ bool cv_block_pool_allocate(cv_block_pool *pool, int32_t n, int32_t *ids) {
         int32_t id = pool->free_head;
         assert(id > 0 && pool->blocks[id].ref_count == 0);
         queue_remove(pool, id);
+        evict(pool, id);
         pool->blocks[id].ref_count = 1;
         ids[i] = id;
     }
@@ -71,4 +127,34 @@ int32_t cv_block_pool_num_free(const cv_block_pool *pool) { return pool->num_fre
 double cv_block_pool_usage(const cv_block_pool *pool) {
     int32_t usable = pool->num_blocks - 1;
     return usable > 0 ? (double)(usable - pool->num_free) / usable : 0.0;
+}
+
+cv_block_hash cv_block_hash_tokens(cv_block_hash parent, const int32_t *tokens, int32_t n, const char *salt) {
+    XXH3_state_t st;
+    XXH3_128bits_reset(&st);
+    XXH3_128bits_update(&st, &parent, sizeof parent);
+    XXH3_128bits_update(&st, tokens, (size_t)n * sizeof *tokens);
+    if (salt) XXH3_128bits_update(&st, salt, strlen(salt) + 1);
+    XXH128_hash_t h = XXH3_128bits_digest(&st);
+    return (cv_block_hash){h.low64, h.high64};
+}
+
+int32_t cv_block_pool_lookup(const cv_block_pool *pool, cv_block_hash h) {
+    size_t i = table_find(pool, h);
+    return i == SIZE_MAX ? -1 : pool->table[i];
+}
+
+void cv_block_pool_touch(cv_block_pool *pool, int32_t id) {
+    cv_block *b = &pool->blocks[id];
+    assert(id > 0 && b->has_hash);
+    if (b->ref_count++ == 0) queue_remove(pool, id);
+}
+
+void cv_block_pool_cache(cv_block_pool *pool, int32_t id, cv_block_hash h) {
+    cv_block *b = &pool->blocks[id];
+    assert(id > 0 && b->ref_count > 0);
+    if (b->has_hash || cv_block_pool_lookup(pool, h) >= 0) return;
+    b->hash = h;
+    b->has_hash = true;
+    table_insert(pool, id);
 }

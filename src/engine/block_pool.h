@@ -6,17 +6,31 @@
  * from the head: the queue is in LRU order. A block is shared by reference count; when the last
  * holder frees it, it returns to the tail of the queue. Block 0 is never handed out, so a zero in a
  * block table is visibly wrong rather than silently aliasing real data.
+ *
+ * Automatic prefix caching lives here too (vLLM's design): a full block can carry the hash of its
+ * tokens chained with the hashes of every block before it, and a table maps hashes to blocks. A
+ * freed block keeps its hash while it waits in the free queue, so a later request with the same
+ * prefix can take it back (a hit); it loses the hash only when allocation evicts it from the head of
+ * the queue. Hashes are 128-bit XXH3, so a collision (which would silently serve another prompt's
+ * KV) is not a practical concern.
  */
 #ifndef CV_BLOCK_POOL_H
 #define CV_BLOCK_POOL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+typedef struct cv_block_hash {
+    uint64_t lo, hi;
+} cv_block_hash;
 
 typedef struct cv_block {
     int32_t id;
     int32_t ref_count;
     int32_t prev_free, next_free; /* links of the free queue, -1 at the ends / when not queued */
+    bool has_hash;
+    cv_block_hash hash;
 } cv_block;
 
 typedef struct cv_block_pool {
@@ -24,6 +38,9 @@ typedef struct cv_block_pool {
     cv_block *blocks;
     int32_t free_head, free_tail;
     int32_t num_free;
+    int32_t *table;               /* open addressing: block id or -1 (empty) / -2 (deleted) */
+    size_t table_cap;             /* power of two, > 2 × num_blocks */
+    size_t table_used;            /* slots not empty (live or deleted); rebuilt past 3/4 of cap */
 } cv_block_pool;
 
 void cv_block_pool_init(cv_block_pool *pool, int32_t num_blocks);
@@ -34,6 +51,17 @@ bool cv_block_pool_allocate(cv_block_pool *pool, int32_t n, int32_t *ids);
  * in reverse order so that a request's last blocks are reused first. */
 void cv_block_pool_release(cv_block_pool *pool, const int32_t *ids, int32_t n);
 int32_t cv_block_pool_num_free(const cv_block_pool *pool);
+
+/* Hash of one full block: the parent's hash (zero for the first block), the block's tokens and, for
+ * the first block only, the request's cache_salt. */
+cv_block_hash cv_block_hash_tokens(cv_block_hash parent, const int32_t *tokens, int32_t n, const char *salt);
+/* The cached block with this hash, or -1. */
+int32_t cv_block_pool_lookup(const cv_block_pool *pool, cv_block_hash h);
+/* Takes one more reference to a cached block (leaving the free queue if it was there). */
+void cv_block_pool_touch(cv_block_pool *pool, int32_t id);
+/* Records that block `id` (full, held by the caller) holds the tokens hashed to h. A hash already
+ * cached by another block is left alone (the duplicate simply is not shared). */
+void cv_block_pool_cache(cv_block_pool *pool, int32_t id, cv_block_hash h);
 /* Fraction of usable blocks in use, for the kv_cache_usage metric. */
 double cv_block_pool_usage(const cv_block_pool *pool);
 

@@ -135,6 +135,29 @@ static int load_weights_and_model(cvllm_engine *e, bool dummy) {
     return 0;
 }
 
+/* One recurrent-state slot per sequence that can run at once (models with linear attention). */
+static int create_state_cache(cvllm_engine *e) {
+    size_t bytes = e->model->state_bytes_per_seq;
+    if (bytes == 0) return 0;
+    int32_t slots = e->opts.max_num_seqs;
+    e->state.slot_bytes = (bytes + 63) / 64 * 64;
+    e->state.num_slots = slots;
+    e->state.data = cv_aligned_alloc((size_t)slots * e->state.slot_bytes);
+    if (!e->state.data)
+        return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %d recurrent-state slots of %zu bytes", slots, bytes);
+    e->free_state_slots = cv_xmalloc((size_t)slots * sizeof(int32_t));
+    for (int32_t i = 0; i < slots; i++) e->free_state_slots[i] = slots - 1 - i;
+    e->n_free_state_slots = slots;
+    cv_info("engine", "Recurrent state: %d slots of %.2f MiB", slots, (double)bytes / (1 << 20));
+    return 0;
+}
+
+static void release_state_slot(cvllm_engine *e, cv_seq *seq) {
+    if (seq->state_slot < 0) return;
+    e->free_state_slots[e->n_free_state_slots++] = seq->state_slot;
+    seq->state_slot = -1;
+}
+
 static int create_engine(cvllm_engine *e) {
     int rc;
     bool dummy = is_dummy_format(e->opts.load_format, &rc);
@@ -149,8 +172,12 @@ static int create_engine(cvllm_engine *e) {
     if ((rc = load_tokenizer(e))) return rc;
     if ((rc = load_weights_and_model(e, dummy))) return rc;
     if ((rc = cv_kv_cache_create(e))) return rc;
+    if ((rc = create_state_cache(e))) return rc;
+    bool prefix_caching = e->opts.enable_prefix_caching && e->model->state_bytes_per_seq == 0;
+    if (e->opts.enable_prefix_caching && !prefix_caching)
+        cv_warn("engine", "prefix caching is not supported yet for models with recurrent state; disabled");
     cv_scheduler_init(&e->sched, &e->blocks, e->opts.max_num_seqs, e->opts.max_num_batched_tokens,
-                      e->opts.block_size, e->max_model_len);
+                      e->opts.block_size, e->max_model_len, prefix_caching);
     e->max_logprobs = e->opts.max_logprobs;
     e->sample_scratch = cv_xmalloc(2 * (size_t)e->vocab_size * sizeof(float));
     e->top_scratch = cv_xmalloc(((size_t)e->max_logprobs + 1) * sizeof *e->top_scratch);
@@ -206,9 +233,12 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     free(e->batch.logit_rows);
     free(e->batch.slot_mapping);
     free(e->batch.block_tables);
+    free(e->batch.state_slots);
     free(e->batch.logits);
     free(e->sample_scratch);
     free(e->top_scratch);
+    free(e->state.data);
+    free(e->free_state_slots);
     free(e->model_dir);
     free(e);
 }
@@ -319,16 +349,6 @@ static uint64_t request_seed(cvllm_engine *e, const cvllm_sampling_params *p, in
     return e->opts.seed ^ (0x9E3779B97F4A7C15ull * ++e->seed_counter);
 }
 
-static void start_sequences(cvllm_engine *e, cv_request *req) {
-    for (int32_t i = 0; i < req->n_seqs; i++) {
-        cv_seq *s = &req->seqs[i];
-        cv_sampler_state_init(&s->sampler, &req->sampler_params, e->vocab_size, request_seed(e, &req->params, i),
-                              req->prompt, req->n_prompt);
-        cv_detok_init(&s->detok, e->tokenizer, req->params.skip_special_tokens);
-        cv_scheduler_add(&e->sched, s);
-    }
-}
-
 static void push_request(cvllm_engine *e, cv_request *req) {
     if (e->n_requests == e->cap_requests) {
         e->cap_requests = e->cap_requests ? e->cap_requests * 2 : 16;
@@ -337,8 +357,9 @@ static void push_request(cvllm_engine *e, cv_request *req) {
     e->requests[e->n_requests++] = req;
 }
 
-cvllm_status cvllm_engine_add_request(cvllm_engine *e, const cvllm_prompt *prompt,
-                                      const cvllm_sampling_params *params, uint64_t *request_id) {
+int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm_sampling_params *params,
+                              cv_request **out) {
+    *out = NULL;
     int rc = check_sampling_params(e, params);
     if (rc) return rc;
     int32_t *ids = NULL;
@@ -355,11 +376,29 @@ cvllm_status cvllm_engine_add_request(cvllm_engine *e, const cvllm_prompt *promp
     const int32_t *eos = g->n_eos_token_ids ? g->eos_token_ids : e->config.eos_token_ids;
     size_t n_eos = g->n_eos_token_ids ? (size_t)g->n_eos_token_ids : (size_t)e->config.n_eos_token_ids;
     uint64_t id = ++e->next_request_id;
-    cv_request *req = cv_request_create(id, id, ids, n, params, max_tokens, eos, n_eos);
+    *out = cv_request_create(id, ids, n, prompt->cache_salt, params, max_tokens, eos, n_eos);
     free(ids);
-    start_sequences(e, req);
+    return 0;
+}
+
+void cv_engine_enqueue_request(cvllm_engine *e, cv_request *req) {
+    for (int32_t i = 0; i < req->n_seqs; i++) {
+        cv_seq *s = &req->seqs[i];
+        cv_sampler_state_init(&s->sampler, &req->sampler_params, e->vocab_size, request_seed(e, &req->params, i),
+                              req->prompt, req->n_prompt);
+        cv_detok_init(&s->detok, e->tokenizer, req->params.skip_special_tokens);
+        cv_scheduler_add(&e->sched, s);
+    }
     push_request(e, req);
-    e->prompt_tokens_total += n;
+    e->prompt_tokens_total += req->n_prompt;
+}
+
+cvllm_status cvllm_engine_add_request(cvllm_engine *e, const cvllm_prompt *prompt,
+                                      const cvllm_sampling_params *params, uint64_t *request_id) {
+    cv_request *req;
+    int rc = cv_engine_prepare_request(e, prompt, params, &req);
+    if (rc) return rc;
+    cv_engine_enqueue_request(e, req);
     if (request_id) *request_id = req->id;
     return CVLLM_OK;
 }
@@ -370,6 +409,7 @@ cvllm_status cvllm_engine_add_request(cvllm_engine *e, const cvllm_prompt *promp
 static void finish_seq(cvllm_engine *e, cv_seq *seq, cvllm_finish_reason reason) {
     assert(seq->status != CV_SEQ_FINISHED);
     cv_scheduler_finish(&e->sched, seq);
+    release_state_slot(e, seq);
     seq->out.finish_reason = reason;
     seq->req->n_finished++;
     seq->touched = seq->req->touched = true;
@@ -402,6 +442,7 @@ static void ensure_batch_capacity(cv_batch_buf *b, int32_t n_tokens, int32_t n_s
         b->seq_start = cv_xrealloc(b->seq_start, (size_t)(n_seqs + 1) * sizeof(int32_t));
         b->context_lens = cv_xrealloc(b->context_lens, (size_t)n_seqs * sizeof(int32_t));
         b->block_tables = cv_xrealloc(b->block_tables, (size_t)n_seqs * sizeof(int32_t *));
+        b->state_slots = cv_xrealloc(b->state_slots, (size_t)n_seqs * sizeof(int32_t));
     }
 }
 
@@ -447,6 +488,13 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         if (seq_samples_this_step(seq)) b->logit_rows[n_logits++] = t - 1;
         b->context_lens[s] = (int32_t)(seq->num_computed + (size_t)seq->num_scheduled);
         b->block_tables[s] = seq->block_table;
+        if (e->state.data) {
+            if (seq->state_slot < 0) {
+                assert(e->n_free_state_slots > 0 && seq->num_computed == 0);
+                seq->state_slot = e->free_state_slots[--e->n_free_state_slots];
+            }
+            b->state_slots[s] = seq->state_slot;
+        }
     }
     b->seq_start[list->n] = t;
     *batch = (cv_batch){
@@ -458,6 +506,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         .seq_start = b->seq_start,
         .context_lens = b->context_lens,
         .block_tables = b->block_tables,
+        .state_slots = e->state.data ? b->state_slots : NULL,
         .n_logits = n_logits,
         .logit_rows = b->logit_rows,
     };
@@ -611,6 +660,7 @@ static void postprocess(cvllm_engine *e, const float *logits) {
         row += count;
         bool samples = seq_samples_this_step(seq);
         seq->num_computed += (size_t)seq->num_scheduled;
+        cv_scheduler_cache_full_blocks(&e->sched, seq);
         if (samples) process_sample(e, seq, (float *)logits + row++ * (size_t)e->vocab_size);
     }
 }
@@ -666,7 +716,7 @@ static void publish(cvllm_engine *e, cv_request *req) {
         .prompt_token_ids = req->prompt,
         .n_prompt_token_ids = req->n_prompt,
         .prompt_logprobs = req->prompt_logprobs,
-        .n_cached_tokens = 0,
+        .n_cached_tokens = req->n_cached_tokens,
         .outputs = req->outs,
         .n_outputs = req->n_seqs,
         .finished = req->n_finished == req->n_seqs,
@@ -709,10 +759,11 @@ cvllm_status cvllm_engine_step(cvllm_engine *e, const cvllm_request_output *cons
     restore_text_views(e);
     e->n_outputs = 0;
     cv_scheduler_schedule(&e->sched, &e->schedule);
+    for (int32_t i = 0; i < e->schedule.preempted.n; i++) release_state_slot(e, e->schedule.preempted.items[i]);
     if (e->schedule.seqs.n > 0) {
         cv_batch batch;
         int rc = build_batch(e, &batch);
-        if (!rc) rc = e->model->ops->forward(e->model, &batch, &e->kv, NULL, e->batch.logits);
+        if (!rc) rc = e->model->ops->forward(e->model, &batch, &e->kv, &e->state, e->batch.logits);
         if (rc) return rc;
         postprocess(e, e->batch.logits);
     }

@@ -21,7 +21,7 @@
 
 /* Reusable arrays for building one forward batch. */
 typedef struct cv_batch_buf {
-    int32_t *token_ids, *positions, *seq_start, *context_lens, *logit_rows;
+    int32_t *token_ids, *positions, *seq_start, *context_lens, *logit_rows, *state_slots;
     int64_t *slot_mapping;
     const int32_t **block_tables;
     int32_t cap_tokens, cap_seqs;
@@ -46,10 +46,13 @@ struct cvllm_engine {
     cv_batch_buf batch;
     float *sample_scratch;         /* 2 × vocab */
     cv_logprob_entry *top_scratch; /* max_logprobs entries */
+    cv_state_cache state;          /* recurrent state slots (hybrid models), else empty */
+    int32_t *free_state_slots;
+    int32_t n_free_state_slots;
     int32_t vocab_size;
     int32_t max_model_len;
     int32_t max_logprobs;
-    uint64_t next_request_id;
+    _Atomic uint64_t next_request_id; /* requests may be prepared on other threads */
     uint64_t seed_counter;
     cv_request **requests;         /* live requests */
     size_t n_requests, cap_requests;
@@ -60,6 +63,13 @@ struct cvllm_engine {
     /* Counters for logs and metrics. */
     uint64_t prompt_tokens_total, generation_tokens_total;
 };
+
+/* Validates and tokenizes a request and builds it, without touching the engine's mutable state:
+ * safe to call from any thread while another thread steps the engine (engine_loop.c does). */
+int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm_sampling_params *params,
+                              cv_request **out);
+/* Queues a prepared request; the stepping thread only. */
+void cv_engine_enqueue_request(cvllm_engine *e, cv_request *req);
 
 /* Resolves a MODEL argument (folder or hub id) into a local folder; for load_format dummy a hub id
  * that is nowhere on disk falls back to the configs shipped with cvllm. */

@@ -55,12 +55,12 @@ static void fill_sampler_params(cv_request *req) {
     };
 }
 
-cv_request *cv_request_create(uint64_t id, uint64_t arrival, const int32_t *prompt, size_t n_prompt,
+cv_request *cv_request_create(uint64_t id, const int32_t *prompt, size_t n_prompt, const char *cache_salt,
                               const cvllm_sampling_params *params, int32_t max_tokens,
                               const int32_t *eos, size_t n_eos) {
     cv_request *req = cv_xcalloc(1, sizeof *req);
     req->id = id;
-    req->arrival = arrival;
+    req->cache_salt = cache_salt ? cv_xstrdup(cache_salt) : NULL;
     req->params = *params;
     req->max_tokens = max_tokens;
     req->prompt = copy_ids(prompt, n_prompt);
@@ -94,6 +94,7 @@ cv_request *cv_request_create(uint64_t id, uint64_t arrival, const int32_t *prom
         s->text = cv_xcalloc(1, 1);
         s->text_cap = 1;
         s->out.stop_token_id = -1;
+        s->state_slot = -1;
     }
     return req;
 }
@@ -111,6 +112,7 @@ void cv_request_free(cv_request *req) {
         free(s->tokens);
         free(s->block_table);
         free(s->text);
+        free(s->block_hashes);
         cv_sampler_state_free(&s->sampler);
         cv_detok_free(&s->detok);
         cv_free_position_logprobs(s->logprobs, cv_seq_num_output(s));
@@ -124,6 +126,7 @@ void cv_request_free(cv_request *req) {
     free(req->stop_ids);
     free(req->eos_ids);
     free(req->prompt);
+    free(req->cache_salt);
     free(req->seqs);
     free(req->outs);
     free(req);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "cvllm.h"
+#include "engine/block_pool.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,6 +37,10 @@ typedef struct cv_seq {
     int32_t n_blocks, cap_blocks;
     int32_t num_scheduled;         /* tokens given to it in the current step */
     int32_t num_preemptions;
+    cv_block_hash *block_hashes;   /* chained hashes of the full blocks of tokens (prefix caching) */
+    int32_t n_block_hashes, cap_block_hashes;
+    int32_t n_cached_blocks;       /* leading blocks already registered in the prefix cache */
+    int32_t state_slot;            /* recurrent-state slot while running, -1 otherwise */
     cv_sampler_state sampler;
     cv_detok detok;
     char *text;                    /* decoded output so far */
@@ -50,8 +55,7 @@ typedef struct cv_seq {
 } cv_seq;
 
 struct cv_request {
-    uint64_t id;
-    uint64_t arrival;              /* FCFS order */
+    uint64_t id;                   /* engine-unique, increasing: FCFS order */
     cvllm_sampling_params params;  /* arrays inside point to the copies below */
     int32_t *stop_token_ids;
     char **stop;
@@ -66,6 +70,9 @@ struct cv_request {
     int32_t max_tokens;            /* resolved: never past max_model_len */
     int32_t *prompt;
     size_t n_prompt;
+    char *cache_salt;              /* NULL = none */
+    size_t n_cached_tokens;        /* prefix-cache hit of the first admission */
+    bool cached_tokens_known;
     cvllm_position_logprobs *prompt_logprobs; /* n_prompt entries when requested */
     size_t n_prompt_logprobs_done; /* positions filled (entry 0 counts once the prompt starts) */
     cv_seq *seqs;
@@ -77,7 +84,7 @@ struct cv_request {
 };
 
 /* Makes a request with copies of prompt and params; `eos` are the model's eos ids. */
-cv_request *cv_request_create(uint64_t id, uint64_t arrival, const int32_t *prompt, size_t n_prompt,
+cv_request *cv_request_create(uint64_t id, const int32_t *prompt, size_t n_prompt, const char *cache_salt,
                               const cvllm_sampling_params *params, int32_t max_tokens,
                               const int32_t *eos, size_t n_eos);
 void cv_request_free(cv_request *req);

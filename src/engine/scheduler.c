@@ -35,8 +35,10 @@ static int32_t list_find(const cv_seq_list *l, const cv_seq *seq) {
 }
 
 void cv_scheduler_init(cv_scheduler *s, cv_block_pool *pool, int32_t max_num_seqs,
-                       int32_t max_num_batched_tokens, int32_t block_size, int32_t max_model_len) {
+                       int32_t max_num_batched_tokens, int32_t block_size, int32_t max_model_len,
+                       bool enable_prefix_caching) {
     memset(s, 0, sizeof *s);
+    s->enable_prefix_caching = enable_prefix_caching;
     s->pool = pool;
     s->max_num_seqs = max_num_seqs;
     s->max_num_batched_tokens = max_num_batched_tokens;
@@ -49,7 +51,10 @@ void cv_scheduler_free(cv_scheduler *s) {
     free(s->waiting.items);
 }
 
-void cv_schedule_free(cv_schedule *out) { free(out->seqs.items); }
+void cv_schedule_free(cv_schedule *out) {
+    free(out->seqs.items);
+    free(out->preempted.items);
+}
 
 void cv_scheduler_add(cv_scheduler *s, cv_seq *seq) {
     seq->status = CV_SEQ_WAITING;
@@ -59,6 +64,50 @@ void cv_scheduler_add(cv_scheduler *s, cv_seq *seq) {
 static void release_blocks(cv_scheduler *s, cv_seq *seq) {
     cv_block_pool_release(s->pool, seq->block_table, seq->n_blocks);
     seq->n_blocks = 0;
+    seq->n_cached_blocks = 0;
+}
+
+/* Extends the sequence's chain of block hashes over every full block of its tokens. */
+static void hash_full_blocks(const cv_scheduler *s, cv_seq *seq) {
+    int32_t bs = s->block_size, full = (int32_t)(seq->n_tokens / (size_t)bs);
+    if (full > seq->cap_block_hashes) {
+        seq->cap_block_hashes = full * 2;
+        seq->block_hashes = cv_xrealloc(seq->block_hashes, (size_t)seq->cap_block_hashes * sizeof *seq->block_hashes);
+    }
+    for (int32_t b = seq->n_block_hashes; b < full; b++) {
+        cv_block_hash parent = b ? seq->block_hashes[b - 1] : (cv_block_hash){0, 0};
+        seq->block_hashes[b] = cv_block_hash_tokens(parent, seq->tokens + (size_t)b * (size_t)bs, bs,
+                                                    b == 0 ? seq->req->cache_salt : NULL);
+    }
+    if (full > seq->n_block_hashes) seq->n_block_hashes = full;
+}
+
+/* Takes the longest cached prefix of a sequence that has nothing computed; returns its tokens. */
+static size_t take_cached_prefix(cv_scheduler *s, cv_seq *seq) {
+    if (!s->enable_prefix_caching) return 0;
+    assert(seq->num_computed == 0 && seq->n_blocks == 0);
+    hash_full_blocks(s, seq);
+    int32_t usable = (int32_t)((seq->n_tokens - 1) / (size_t)s->block_size), hits = 0;
+    while (hits < usable && hits < seq->n_block_hashes) {
+        int32_t id = cv_block_pool_lookup(s->pool, seq->block_hashes[hits]);
+        if (id < 0) break;
+        cv_block_pool_touch(s->pool, id);
+        cv_seq_add_blocks(seq, &id, 1);
+        hits++;
+    }
+    seq->n_cached_blocks = hits;
+    seq->num_computed = (size_t)hits * (size_t)s->block_size;
+    return seq->num_computed;
+}
+
+void cv_scheduler_cache_full_blocks(cv_scheduler *s, cv_seq *seq) {
+    if (!s->enable_prefix_caching) return;
+    int32_t computed_full = (int32_t)(seq->num_computed / (size_t)s->block_size);
+    if (computed_full <= seq->n_cached_blocks) return;
+    hash_full_blocks(s, seq);
+    for (int32_t b = seq->n_cached_blocks; b < computed_full; b++)
+        cv_block_pool_cache(s->pool, seq->block_table[b], seq->block_hashes[b]);
+    seq->n_cached_blocks = computed_full;
 }
 
 static void preempt(cv_scheduler *s, cv_seq *seq) {
@@ -102,7 +151,7 @@ static void schedule_running(cv_scheduler *s, cv_schedule *out, int32_t *budget)
             cv_seq *victim = s->running.items[s->running.n - 1];
             list_remove_at(&s->running, s->running.n - 1);
             preempt(s, victim);
-            out->num_preempted++;
+            list_push(&out->preempted, victim);
             if (victim == seq) break;
         }
         if (!scheduled) break;
@@ -116,9 +165,23 @@ static void schedule_running(cv_scheduler *s, cv_schedule *out, int32_t *budget)
 static void schedule_waiting(cv_scheduler *s, cv_schedule *out, int32_t *budget) {
     while (s->waiting.n > 0 && *budget > 0 && s->running.n < s->max_num_seqs) {
         cv_seq *seq = s->waiting.items[0];
+        size_t hit = take_cached_prefix(s, seq);
         int32_t n = tokens_wanted(s, seq, *budget);
         assert(n > 0);
-        if (!grow_blocks(s, seq, n)) break;
+        if (!grow_blocks(s, seq, n)) {
+            release_blocks(s, seq); /* give the cached blocks back; they keep their hashes */
+            seq->num_computed = 0;
+            break;
+        }
+        if (s->enable_prefix_caching) {
+            s->prefix_queries += seq->n_tokens;
+            s->prefix_hits += hit;
+        }
+        cv_request *req = seq->req;
+        if (seq->index == 0 && !req->cached_tokens_known) {
+            req->n_cached_tokens = hit;
+            req->cached_tokens_known = true;
+        }
         list_remove_at(&s->waiting, 0);
         seq->status = CV_SEQ_RUNNING;
         list_push(&s->running, seq);
@@ -132,11 +195,11 @@ static void schedule_waiting(cv_scheduler *s, cv_schedule *out, int32_t *budget)
 void cv_scheduler_schedule(cv_scheduler *s, cv_schedule *out) {
     out->seqs.n = 0;
     out->total_tokens = 0;
-    out->num_preempted = 0;
+    out->preempted.n = 0;
     for (int32_t i = 0; i < s->running.n; i++) s->running.items[i]->num_scheduled = 0;
     int32_t budget = s->max_num_batched_tokens;
     schedule_running(s, out, &budget);
-    if (out->num_preempted == 0) schedule_waiting(s, out, &budget);
+    if (out->preempted.n == 0) schedule_waiting(s, out, &budget);
 }
 
 void cv_scheduler_finish(cv_scheduler *s, cv_seq *seq) {

@@ -7,6 +7,10 @@
  * prefill); then, unless someone was preempted in this step, waiting sequences in FCFS order while
  * fewer than max_num_seqs run. When KV blocks run out, the newest running sequence is preempted: its
  * blocks are freed, its progress reset, and it goes back to the front of the queue to be recomputed.
+ *
+ * With prefix caching on, a sequence that is admitted first takes the longest run of cached blocks
+ * that match its tokens (never the whole prompt: the last token is always computed, for its
+ * logits), and every block that fills up is registered in the cache as soon as its K/V exist.
  */
 #ifndef CV_SCHEDULER_H
 #define CV_SCHEDULER_H
@@ -27,25 +31,31 @@ typedef struct cv_scheduler {
     int32_t block_size;
     int32_t max_model_len;
     cv_block_pool *pool;
+    bool enable_prefix_caching;
     cv_seq_list running;           /* in admission order */
     cv_seq_list waiting;           /* front = next to admit */
     uint64_t num_preemptions;      /* total, for metrics */
+    uint64_t prefix_queries;       /* tokens looked up in the prefix cache */
+    uint64_t prefix_hits;          /* tokens found there */
 } cv_scheduler;
 
 typedef struct cv_schedule {
     cv_seq_list seqs;              /* scheduled this step, each with num_scheduled > 0 */
     int32_t total_tokens;
-    int32_t num_preempted;
+    cv_seq_list preempted;         /* sequences preempted in this step */
 } cv_schedule;
 
 void cv_scheduler_init(cv_scheduler *s, cv_block_pool *pool, int32_t max_num_seqs,
-                       int32_t max_num_batched_tokens, int32_t block_size, int32_t max_model_len);
+                       int32_t max_num_batched_tokens, int32_t block_size, int32_t max_model_len,
+                       bool enable_prefix_caching);
 void cv_scheduler_free(cv_scheduler *s);
 void cv_scheduler_add(cv_scheduler *s, cv_seq *seq);
 /* Fills *out (its list is reused across steps). */
 void cv_scheduler_schedule(cv_scheduler *s, cv_schedule *out);
 /* Removes a sequence (finished or aborted) from whichever queue holds it and frees its blocks. */
 void cv_scheduler_finish(cv_scheduler *s, cv_seq *seq);
+/* After a forward pass: registers the sequence's newly filled blocks in the prefix cache. */
+void cv_scheduler_cache_full_blocks(cv_scheduler *s, cv_seq *seq);
 int32_t cv_scheduler_num_running(const cv_scheduler *s);
 int32_t cv_scheduler_num_waiting(const cv_scheduler *s);
 void cv_schedule_free(cv_schedule *out);

@@ -1,1 +1,2 @@
 cv_add_test(test_engine SOURCES test_engine.c LIBS cv_engine TIMEOUT 600)
+cv_add_test(test_block_pool SOURCES test_block_pool.c LIBS cv_engine TIMEOUT 60)

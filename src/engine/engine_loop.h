@@ -1,0 +1,109 @@
+/*
+ * engine_loop.h — the engine on its own thread, for callers on many threads (the HTTP server).
+ *
+ * The loop thread owns the cvllm_engine and steps it while there is work. Other threads submit and
+ * abort requests through a locked inbox that the loop drains before each step, so a submitter never
+ * waits for a forward pass. Validation and tokenization happen on the submitting thread (they read
+ * only immutable engine state), so a bad request fails synchronously with vLLM's message.
+ *
+ * Results flow back as events: after each step, every request that changed gets one event holding
+ * copies of what is new (tokens, text, logprobs, finish reason). Events are delivered on a separate
+ * output thread through the request's callback; with async scheduling the next step's forward pass
+ * runs while the previous step's events are being delivered (and turned into JSON / SSE by the
+ * server), which is the overlap vLLM's --async-scheduling buys.
+ *
+ * Every submitted request gets exactly one event with finished = true (normal end or abort); after
+ * it the callback is never called again for that request, so its `user` data may be freed then.
+ */
+#ifndef CV_ENGINE_LOOP_H
+#define CV_ENGINE_LOOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/histogram.h"
+#include "cvllm.h"
+
+typedef struct cv_engine_loop cv_engine_loop;
+
+typedef struct cv_loop_options {
+    bool async_scheduling;      /* deliver events on the output thread while the next step runs */
+    double log_stats_interval;  /* seconds between "Avg prompt throughput ..." lines; 0 = never */
+} cv_loop_options;
+
+/* What changed in one completion during one step. All memory is owned by the event. */
+typedef struct cv_completion_delta {
+    int32_t index;
+    int32_t *token_ids;         /* new tokens */
+    size_t n_token_ids;
+    char *text;                 /* new text (NUL-terminated) */
+    size_t text_len;
+    cvllm_position_logprobs *logprobs; /* n_token_ids entries, or NULL when not requested */
+    size_t n_total_tokens;      /* output tokens so far, including these */
+    cvllm_finish_reason finish_reason;
+    int32_t stop_token_id;      /* -1 unless a stop_token_ids entry finished it */
+    char *stop_str;             /* the stop string that finished it, or NULL */
+} cv_completion_delta;
+
+typedef struct cv_request_event {
+    uint64_t request_id;
+    cv_completion_delta *outputs; /* only the completions that changed */
+    int32_t n_outputs;
+    int32_t *prompt_token_ids;  /* in the first event only (NULL later) */
+    size_t n_prompt_token_ids;  /* always set */
+    cvllm_position_logprobs *prompt_logprobs; /* in the event that completes them, else NULL */
+    size_t n_cached_tokens;     /* prompt tokens served from the prefix cache */
+    bool finished;
+} cv_request_event;
+
+void cv_request_event_free(cv_request_event *ev);
+
+/* Called on the output thread; takes ownership of ev. Must not block for long. */
+typedef void (*cv_event_fn)(void *user, cv_request_event *ev);
+
+/* Takes ownership of the engine (destroyed by cv_engine_loop_stop). */
+int cv_engine_loop_start(cvllm_engine *engine, const cv_loop_options *opts, cv_engine_loop **out);
+/* Aborts everything in flight (each gets its final event), joins the threads, destroys the engine. */
+void cv_engine_loop_stop(cv_engine_loop *loop);
+/* Waits up to `seconds` for in-flight requests to finish (SIGTERM drain); true when none is left. */
+bool cv_engine_loop_drain(cv_engine_loop *loop, double seconds);
+
+typedef struct cv_submit {
+    const cvllm_prompt *prompt;
+    const cvllm_sampling_params *params;
+    cv_event_fn on_event;
+    void *user;
+} cv_submit;
+
+/* Thread-safe. On success *request_id identifies the request (for abort). */
+int cv_engine_loop_submit(cv_engine_loop *loop, const cv_submit *req, uint64_t *request_id);
+/* Thread-safe; unknown or finished ids are ignored. */
+void cv_engine_loop_abort(cv_engine_loop *loop, uint64_t request_id);
+
+/* Read-only engine facts for the server (immutable after start). */
+const cvllm_engine *cv_engine_loop_engine(const cv_engine_loop *loop);
+
+enum { CV_FINISHED_STOP, CV_FINISHED_LENGTH, CV_FINISHED_ABORT, CV_FINISHED_ERROR, CV_FINISHED_KINDS };
+
+/* A consistent snapshot for /metrics and the periodic log line (vLLM's names in comments). */
+typedef struct cv_engine_stats {
+    int32_t num_running;               /* vllm:num_requests_running */
+    int32_t num_waiting;               /* vllm:num_requests_waiting */
+    double kv_cache_usage;             /* vllm:kv_cache_usage_perc (0..1) */
+    uint64_t prompt_tokens;            /* vllm:prompt_tokens_total */
+    uint64_t generation_tokens;        /* vllm:generation_tokens_total */
+    uint64_t prefix_cache_queries;     /* vllm:prefix_cache_queries_total (tokens) */
+    uint64_t prefix_cache_hits;        /* vllm:prefix_cache_hits_total (tokens) */
+    uint64_t num_preemptions;          /* vllm:num_preemptions_total */
+    uint64_t request_success[CV_FINISHED_KINDS]; /* vllm:request_success_total{finished_reason} */
+    cv_histogram time_to_first_token;  /* vllm:time_to_first_token_seconds */
+    cv_histogram inter_token_latency;  /* vllm:inter_token_latency_seconds */
+    cv_histogram e2e_request_latency;  /* vllm:e2e_request_latency_seconds */
+    int64_t kv_cache_tokens;           /* capacity, for cache_config_info */
+    int32_t block_size;
+} cv_engine_stats;
+
+void cv_engine_loop_stats(cv_engine_loop *loop, cv_engine_stats *out);
+
+#endif

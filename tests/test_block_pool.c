@@ -1,0 +1,83 @@
+/*
+ * test_block_pool.c — the block pool's invariants: LRU reuse order, reference counting, prefix-cache
+ * hits and evictions, and the hash table surviving long churn (tombstones are rebuilt away).
+ */
+#include "check.h"
+#include "engine/block_pool.h"
+
+static cv_block_hash hash_of(int32_t k) {
+    int32_t toks[4] = {k, k + 1, k + 2, k + 3};
+    return cv_block_hash_tokens((cv_block_hash){0, 0}, toks, 4, NULL);
+}
+
+static void test_lru_and_refcount(void) {
+    cv_block_pool p;
+    cv_block_pool_init(&p, 5); /* blocks 1..4 usable */
+    int32_t a[4];
+    CHECK(cv_block_pool_allocate(&p, 4, a));
+    CHECK_EQ_INT(a[0], 1);
+    CHECK_EQ_INT(a[3], 4);
+    CHECK(!cv_block_pool_allocate(&p, 1, a));
+    CHECK(cv_block_pool_usage(&p) == 1.0);
+    cv_block_pool_release(&p, a, 2); /* returned in reverse: 2 then 1 */
+    int32_t b[2];
+    CHECK(cv_block_pool_allocate(&p, 2, b));
+    CHECK_EQ_INT(b[0], 2);
+    CHECK_EQ_INT(b[1], 1);
+    cv_block_pool_release(&p, b, 2);
+    cv_block_pool_release(&p, a + 2, 2);
+    CHECK_EQ_INT(cv_block_pool_num_free(&p), 4);
+    CHECK(cv_block_pool_usage(&p) == 0.0);
+    cv_block_pool_free(&p);
+}
+
+static void test_prefix_hits_and_eviction(void) {
+    cv_block_pool p;
+    cv_block_pool_init(&p, 3);
+    int32_t a[2];
+    CHECK(cv_block_pool_allocate(&p, 2, a));
+    cv_block_pool_cache(&p, a[0], hash_of(10));
+    cv_block_pool_cache(&p, a[1], hash_of(20));
+    cv_block_pool_cache(&p, a[1], hash_of(30)); /* already hashed: ignored */
+    CHECK_EQ_INT(cv_block_pool_lookup(&p, hash_of(10)), a[0]);
+    CHECK_EQ_INT(cv_block_pool_lookup(&p, hash_of(30)), -1);
+    cv_block_pool_release(&p, a, 2);
+    /* Freed blocks keep their hashes and can be taken back. */
+    CHECK_EQ_INT(cv_block_pool_lookup(&p, hash_of(20)), a[1]);
+    cv_block_pool_touch(&p, a[1]);
+    CHECK_EQ_INT(cv_block_pool_num_free(&p), 1);
+    /* Allocating the other block evicts its hash. */
+    int32_t c;
+    CHECK(cv_block_pool_allocate(&p, 1, &c));
+    CHECK_EQ_INT(c, a[0]);
+    CHECK_EQ_INT(cv_block_pool_lookup(&p, hash_of(10)), -1);
+    CHECK_EQ_INT(cv_block_pool_lookup(&p, hash_of(20)), a[1]);
+    cv_block_pool_release(&p, &c, 1);
+    cv_block_pool_release(&p, &a[1], 1);
+    cv_block_pool_free(&p);
+}
+
+/* Many cache/evict cycles: lookups of absent hashes must still terminate and live ones be found. */
+static void test_table_churn(void) {
+    cv_block_pool p;
+    cv_block_pool_init(&p, 9);
+    int32_t ids[8];
+    for (int round = 0; round < 2000; round++) {
+        CHECK(cv_block_pool_allocate(&p, 8, ids));
+        for (int i = 0; i < 8; i++) cv_block_pool_cache(&p, ids[i], hash_of(round * 8 + i));
+        cv_block_pool_release(&p, ids, 8);
+        if (round % 97 == 0) {
+            CHECK_EQ_INT(cv_block_pool_lookup(&p, hash_of(round * 8 + 3)), ids[3]);
+            CHECK_EQ_INT(cv_block_pool_lookup(&p, hash_of(-5)), -1);
+        }
+    }
+    CHECK(p.table_used * 4 <= p.table_cap * 3);
+    cv_block_pool_free(&p);
+}
+
+int main(void) {
+    test_lru_and_refcount();
+    test_prefix_hits_and_eviction();
+    test_table_churn();
+    return cv_check_summary("test_block_pool");
+}
