@@ -39,6 +39,7 @@ typedef enum cvllm_status {
     CVLLM_ERR_NETWORK = -7,          /* a download failed or no network is reachable */
     CVLLM_ERR_CAPACITY = -8,         /* the request cannot fit (context length, KV cache) */
     CVLLM_ERR_INTERNAL = -9,         /* a bug: please report it */
+    CVLLM_ERR_UNAVAILABLE = -10,     /* the engine is shutting down */
 } cvllm_status;
 
 /* The reason for the last failure on this thread (never NULL; "" when none). */

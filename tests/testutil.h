@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char *tu_strdupf(const char *fmt, const char *a, const char *b) {
+static inline char *tu_strdupf(const char *fmt, const char *a, const char *b) {
     size_t n = (size_t)snprintf(NULL, 0, fmt, a, b) + 1;
     char *s = malloc(n);
     snprintf(s, n, fmt, a, b);
@@ -22,7 +22,7 @@ static char *tu_strdupf(const char *fmt, const char *a, const char *b) {
 }
 
 /* A new empty folder under $TMPDIR (or /tmp); caller removes it with tu_remove_tree. */
-static char *tu_make_temp_dir(void) {
+static inline char *tu_make_temp_dir(void) {
     const char *base = getenv("TMPDIR");
     char *tmpl = tu_strdupf("%s/%s", base && *base ? base : "/tmp", "cvllm-test-XXXXXX");
     if (!mkdtemp(tmpl)) {
@@ -32,13 +32,13 @@ static char *tu_make_temp_dir(void) {
     return tmpl;
 }
 
-static void tu_remove_tree(const char *dir) {
+static inline void tu_remove_tree(const char *dir) {
     char *cmd = tu_strdupf("rm -rf '%s'%s", dir, "");
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
     free(cmd);
 }
 
-static void tu_link(const char *target, const char *dir, const char *name) {
+static inline void tu_link(const char *target, const char *dir, const char *name) {
     char *path = tu_strdupf("%s/%s", dir, name);
     if (symlink(target, path) != 0) {
         perror(path);
@@ -49,7 +49,7 @@ static void tu_link(const char *target, const char *dir, const char *name) {
 
 /* A model folder: config, generation config and weights of tests/data/vectors/NAME, with the Qwen3
  * tokenizer that cvllm ships. */
-static char *tu_model_dir(const char *vector_name) {
+static inline char *tu_model_dir(const char *vector_name) {
     char *dir = tu_make_temp_dir();
     char *src = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector_name);
     static const char *files[] = {"config.json", "generation_config.json", "model.safetensors"};
@@ -69,7 +69,7 @@ static char *tu_model_dir(const char *vector_name) {
 }
 
 /* Writes `text` to DIR/NAME. */
-static void tu_write_file(const char *dir, const char *name, const char *text, size_t len) {
+static inline void tu_write_file(const char *dir, const char *name, const char *text, size_t len) {
     char *path = tu_strdupf("%s/%s", dir, name);
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(text, 1, len, f) != len) {
@@ -81,7 +81,7 @@ static void tu_write_file(const char *dir, const char *name, const char *text, s
 }
 
 /* Reads tests/data/vectors/NAME/ref.CASE.json. */
-static json_t *tu_load_ref(const char *vector_name, const char *ref_case) {
+static inline json_t *tu_load_ref(const char *vector_name, const char *ref_case) {
     char *dir = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector_name);
     char *path = tu_strdupf("%s/ref.%s.json", dir, ref_case);
     json_error_t err;
@@ -96,7 +96,7 @@ static json_t *tu_load_ref(const char *vector_name, const char *ref_case) {
 }
 
 /* An int array of a JSON array field; *n gets its length. */
-static int32_t *tu_json_ids(const json_t *obj, const char *key, size_t *n) {
+static inline int32_t *tu_json_ids(const json_t *obj, const char *key, size_t *n) {
     const json_t *a = json_object_get(obj, key);
     *n = json_array_size(a);
     int32_t *ids = malloc((*n ? *n : 1) * sizeof *ids);
@@ -105,7 +105,7 @@ static int32_t *tu_json_ids(const json_t *obj, const char *key, size_t *n) {
 }
 
 /* Loads a float32 C-order .npy file; *rows × *cols (1-D arrays give rows = 1). */
-static float *tu_load_npy(const char *path, size_t *rows, size_t *cols) {
+static inline float *tu_load_npy(const char *path, size_t *rows, size_t *cols) {
     FILE *f = fopen(path, "rb");
     unsigned char pre[10];
     if (!f || fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
@@ -136,7 +136,7 @@ static float *tu_load_npy(const char *path, size_t *rows, size_t *cols) {
     return data;
 }
 
-static float *tu_load_ref_npy(const char *vector_name, const char *file, size_t *rows, size_t *cols) {
+static inline float *tu_load_ref_npy(const char *vector_name, const char *file, size_t *rows, size_t *cols) {
     char *dir = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector_name);
     char *path = tu_strdupf("%s/%s", dir, file);
     float *d = tu_load_npy(path, rows, cols);

@@ -155,6 +155,6 @@ void cv_block_pool_cache(cv_block_pool *pool, int32_t id, cv_block_hash h) {
     assert(id > 0 && b->ref_count > 0);
     if (b->has_hash || cv_block_pool_lookup(pool, h) >= 0) return;
     b->hash = h;
+    table_insert(pool, id); /* before has_hash: a rebuild inside must not insert it a second time */
     b->has_hash = true;
-    table_insert(pool, id);
 }

@@ -1,2 +1,3 @@
 cv_add_test(test_engine SOURCES test_engine.c LIBS cv_engine TIMEOUT 600)
 cv_add_test(test_block_pool SOURCES test_block_pool.c LIBS cv_engine TIMEOUT 60)
+cv_add_test(test_engine_loop SOURCES test_engine_loop.c LIBS cv_engine TIMEOUT 300)
