@@ -1,0 +1,221 @@
+/*
+ * test_cli_generate.c — `cvllm generate` and `cvllm bench latency` as a user runs them: output in
+ * both formats, vLLM's RequestOutput JSON shape, the flags, and every error path with its message
+ * and exit status.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "check.h"
+#include "testutil.h"
+
+typedef struct run_result {
+    int status;
+    char *out, *err;
+} run_result;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = calloc(1, (size_t)n + 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Runs `cvllm ARGS` through the shell with the given environment prefix. */
+static run_result run(const char *tmp, const char *env, const char *args) {
+    char *cmd = NULL;
+    size_t n = (size_t)snprintf(NULL, 0, "%s %s %s >%s/out 2>%s/err", env, CVLLM_BINARY, args, tmp, tmp) + 1;
+    cmd = malloc(n);
+    snprintf(cmd, n, "%s %s %s >%s/out 2>%s/err", env, CVLLM_BINARY, args, tmp, tmp);
+    int st = system(cmd);
+    free(cmd);
+    run_result r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1};
+    char *p = tu_strdupf("%s/%s", tmp, "out");
+    r.out = slurp(p);
+    free(p);
+    p = tu_strdupf("%s/%s", tmp, "err");
+    r.err = slurp(p);
+    free(p);
+    return r;
+}
+
+static void free_run(run_result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+/* The last line of stderr (log lines come before it). */
+static const char *last_line(const char *s) {
+    size_t n = strlen(s);
+    while (n > 0 && s[n - 1] == '\n') n--;
+    while (n > 0 && s[n - 1] != '\n') n--;
+    return s + n;
+}
+
+static void expect_error(const char *tmp, const char *env, const char *args, int status, const char *msg) {
+    run_result r = run(tmp, env, args);
+    CHECK_MSG(r.status == status, "exit %d (want %d) for: %s\n%s", r.status, status, args, r.err);
+    CHECK_CONTAINS(last_line(r.err), msg);
+    free_run(&r);
+}
+
+static void test_json_output(const char *tmp, const char *model) {
+    char *args = tu_strdupf("generate %s --prompt-token-ids 1,2,3,4,5,6,7,8 --temperature 0 --max-tokens 8 "
+                            "--logprobs 2 --prompt-logprobs 1 --output json --max-model-len 256%s",
+                            model, "");
+    run_result r = run(tmp, "CVLLM_LOG_LEVEL=warning", args);
+    free(args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    json_error_t err;
+    json_t *j = json_loads(r.out, 0, &err);
+    CHECK_MSG(j != NULL, "not JSON: %s", r.out);
+    if (j) {
+        json_t *ref = tu_load_ref("qwen3-dense-f32", "short");
+        CHECK(json_equal(json_object_get(j, "prompt_token_ids"), json_object_get(ref, "prompt")));
+        json_t *out = json_array_get(json_object_get(j, "outputs"), 0);
+        CHECK(json_equal(json_object_get(out, "token_ids"), json_object_get(ref, "greedy")));
+        CHECK_STR_EQ(json_string_value(json_object_get(out, "finish_reason")), "length");
+        CHECK_EQ_INT(json_integer_value(json_object_get(out, "index")), 0);
+        CHECK(json_is_string(json_object_get(out, "text")));
+        /* logprobs: one {"id": lp} object per token with the top-2 plus the chosen id. */
+        json_t *lps = json_object_get(out, "logprobs");
+        CHECK_EQ_INT(json_array_size(lps), 8);
+        json_t *first = json_array_get(lps, 0);
+        CHECK(json_object_size(first) >= 2 && json_object_size(first) <= 3);
+        char key[16];
+        snprintf(key, sizeof key, "%lld", (long long)json_integer_value(json_array_get(json_object_get(ref, "greedy"), 0)));
+        CHECK(json_is_real(json_object_get(first, key)));
+        /* prompt_logprobs: null first, then the top-1 plus the actual prompt token. */
+        json_t *plp = json_object_get(j, "prompt_logprobs");
+        CHECK_EQ_INT(json_array_size(plp), 8);
+        CHECK(json_is_null(json_array_get(plp, 0)));
+        CHECK(json_is_real(json_object_get(json_array_get(plp, 3), "4")));
+        json_decref(ref);
+        json_decref(j);
+    }
+    free_run(&r);
+}
+
+static void test_text_output_and_order(const char *tmp, const char *model) {
+    /* Prompts of different lengths finish out of order; results still come in prompt order. */
+    char *file = tu_strdupf("%s/%s", tmp, "prompts.txt");
+    FILE *f = fopen(file, "w");
+    fputs("I am in the house\n\n\"I am\\nin\"\n", f);
+    fclose(f);
+    char *args = tu_strdupf("generate %s --prompts-file %s --prompt 'I am' --max-tokens 3 --temperature 0 "
+                            "--max-model-len 256",
+                            model, file);
+    run_result r = run(tmp, "CVLLM_LOG_LEVEL=warning", args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    const char *a = strstr(r.out, "Prompt: \"I am in the house\"");
+    const char *b = strstr(r.out, "Prompt: \"I am\\nin\"");
+    const char *c = strstr(r.out, "Prompt: \"I am\"\n");
+    CHECK(a && b && c && a < b && b < c);
+    CHECK_CONTAINS(r.out, "Generated text: \"");
+    free_run(&r);
+    free(args);
+    free(file);
+
+    args = tu_strdupf("generate %s --prompt-token-ids 1,2,3 --n 2 --temperature 1 --seed 7 --max-tokens 4 "
+                      "--max-model-len 64%s",
+                      model, "");
+    r = run(tmp, "CVLLM_LOG_LEVEL=warning", args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "Generated text [0]: ");
+    CHECK_CONTAINS(r.out, "Generated text [1]: ");
+    /* --seed makes runs reproducible. */
+    run_result again = run(tmp, "CVLLM_LOG_LEVEL=warning", args);
+    CHECK_STR_EQ(again.out, r.out);
+    free_run(&again);
+    free_run(&r);
+    free(args);
+}
+
+static void test_errors(const char *tmp, const char *model) {
+    char *a;
+    expect_error(tmp, "", "generate", 2, "cvllm generate: no MODEL given");
+    expect_error(tmp, "", "generate /nonexistent/model --prompt hi", 1, "/nonexistent/model");
+    a = tu_strdupf("generate %s%s", model, "");
+    expect_error(tmp, "", a, 2, "no prompt given");
+    free(a);
+    a = tu_strdupf("generate %s --prompt hi --bogus%s", model, "");
+    expect_error(tmp, "", a, 2, "unknown option --bogus");
+    free(a);
+    a = tu_strdupf("generate %s --prompt hi --max-model-len abc%s", model, "");
+    expect_error(tmp, "", a, 2, "--max-model-len expects an integer, got 'abc'");
+    free(a);
+    a = tu_strdupf("generate %s --prompt hi --temperature -1%s", model, "");
+    expect_error(tmp, "CVLLM_LOG_LEVEL=warning", a, 1, "temperature must be non-negative");
+    free(a);
+    a = tu_strdupf("generate %s --prompt-token-ids 1,99999 %s", model, "--max-model-len 64");
+    expect_error(tmp, "CVLLM_LOG_LEVEL=warning", a, 1, "Token id 99999 is out of vocabulary");
+    free(a);
+    a = tu_strdupf("generate %s --prompt-token-ids 1,x,3%s", model, "");
+    expect_error(tmp, "", a, 2, "--prompt-token-ids expects an integer, got 'x'");
+    free(a);
+    a = tu_strdupf("generate %s --prompt hi --output yaml%s", model, "");
+    expect_error(tmp, "", a, 2, "--output must be text or json");
+    free(a);
+    a = tu_strdupf("generate %s --prompt hi --logit-bias '[1]'%s", model, "");
+    expect_error(tmp, "", a, 2, "--logit-bias expects a JSON object");
+    free(a);
+    a = tu_strdupf("generate %s --prompt hi --compilation-config '{bad'%s", model, "");
+    expect_error(tmp, "", a, 2, "--compilation-config is not valid JSON");
+    free(a);
+    a = tu_strdupf("generate %s --prompt hi --load-format pt%s", model, "");
+    expect_error(tmp, "", a, 1, "invalid load format 'pt'");
+    free(a);
+    a = tu_strdupf("generate %s --prompts-file /nonexistent/prompts%s", model, "");
+    expect_error(tmp, "", a, 2, "cannot open --prompts-file /nonexistent/prompts");
+    free(a);
+    /* A hub id that is not cached, with no reachable hub: one line that names the offline command. */
+    char *env = tu_strdupf("HF_HUB_CACHE=%s/hub HF_ENDPOINT=http://127.0.0.1:9%s", tmp, "");
+    run_result r = run(tmp, env, "generate Qwen/Qwen3-0.6B --prompt 'Give me a short introduction.'");
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(last_line(r.err), "cannot download Qwen/Qwen3-0.6B");
+    CHECK_CONTAINS(last_line(r.err), "cvllm generate Qwen/Qwen3-0.6B --prompt 'Give me a short introduction.' --load-format dummy");
+    CHECK(strchr(r.err, '\n') == r.err + strlen(r.err) - 1); /* exactly one line */
+    free_run(&r);
+    free(env);
+}
+
+/* The offline fallback works: the shipped Qwen3-0.6B config with dummy weights. */
+static void test_dummy_model(const char *tmp) {
+    char *env = tu_strdupf("CVLLM_LOG_LEVEL=warning HF_HUB_CACHE=%s/hub HF_HUB_OFFLINE=1%s", tmp, "");
+    run_result r = run(tmp, env,
+                       "generate Qwen/Qwen3-0.6B --load-format dummy --max-model-len 128 --max-tokens 2 "
+                       "--prompt 'Give me a short introduction to large language models.'");
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "Prompt: \"Give me a short introduction to large language models.\"");
+    free_run(&r);
+    r = run(tmp, env,
+            "bench latency --model Qwen/Qwen3-0.6B --load-format dummy --max-model-len 128 --input-len 8 "
+            "--output-len 2 --batch-size 1 --num-iters-warmup 0 --num-iters 1");
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "Avg latency: ");
+    CHECK_CONTAINS(r.out, "Prefill throughput: ");
+    CHECK_CONTAINS(r.out, "Decode throughput: ");
+    free_run(&r);
+    free(env);
+}
+
+int main(void) {
+    char *tmp = tu_make_temp_dir();
+    char *model = tu_model_dir("qwen3-dense-f32");
+    test_json_output(tmp, model);
+    test_text_output_and_order(tmp, model);
+    test_errors(tmp, model);
+    test_dummy_model(tmp);
+    tu_remove_tree(model);
+    tu_remove_tree(tmp);
+    free(model);
+    free(tmp);
+    return cv_check_summary("test_cli_generate");
+}
