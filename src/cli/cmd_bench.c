@@ -1,194 +1,35 @@
 /*
- * cmd_bench.c — `cvllm bench latency`: the time to run one batch end to end, as vLLM's
- * `vllm bench latency` measures it (same flags, same printed lines), plus the prefill and decode
- * throughput of that batch, which is what a CPU engine is judged by.
- *
- * Prompts are random token ids (as vLLM's dummy prompts are), every request decodes exactly
- * --output-len tokens (ignore_eos, greedy), and the clock covers submission to the last token.
- * Prefill time is from submission until every request has its first token; decode is the rest.
+ * cmd_bench.c — `cvllm bench serve|throughput|latency`: picks the benchmark; each lives in the
+ * bench layer (src/bench/bench.h) and mirrors the vLLM command of the same name.
  */
-#include <jansson.h>
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "base/error.h"
-#include "base/rng.h"
-#include "base/timeutil.h"
-#include "cli/args.h"
+#include "bench/bench.h"
 #include "cli/commands.h"
-#include "cvllm.h"
 
-typedef struct latency_args {
-    cvllm_engine_options engine;
-    int32_t input_len, output_len, batch_size, n, warmup, iters;
-    const char *output_json;
-} latency_args;
-
-typedef struct batch_timing {
-    double total, prefill, decode;
-} batch_timing;
-
-static const char latency_usage[] =
-    "usage: cvllm bench latency --model MODEL [--input-len 32] [--output-len 128] [--batch-size 8]\n"
-    "                           [--n 1] [--num-iters-warmup 10] [--num-iters 30] [--output-json FILE]\n"
-    "                           [engine options]\n";
-
-static int parse_latency_args(cv_args *a, latency_args *l) {
-    cvllm_engine_options_default(&l->engine);
-    l->input_len = 32, l->output_len = 128, l->batch_size = 8, l->n = 1, l->warmup = 10, l->iters = 30;
-    while (a->i < a->argc && !a->failed) {
-        const char *arg = a->argv[a->i], *v;
-        int64_t x;
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
-            fputs(latency_usage, stdout);
-            fputs(cv_args_engine_help, stdout);
-            exit(0);
-        }
-        if (cv_args_engine(a, &l->engine)) continue;
-        if (cv_args_value(a, "--input-len", &v)) { if (cv_args_int(a, "--input-len", v, 1, INT32_MAX, &x)) l->input_len = (int32_t)x; }
-        else if (cv_args_value(a, "--output-len", &v)) { if (cv_args_int(a, "--output-len", v, 1, INT32_MAX, &x)) l->output_len = (int32_t)x; }
-        else if (cv_args_value(a, "--batch-size", &v)) { if (cv_args_int(a, "--batch-size", v, 1, 1 << 20, &x)) l->batch_size = (int32_t)x; }
-        else if (cv_args_value(a, "--n", &v)) { if (cv_args_int(a, "--n", v, 1, 1 << 16, &x)) l->n = (int32_t)x; }
-        else if (cv_args_value(a, "--num-iters-warmup", &v)) { if (cv_args_int(a, "--num-iters-warmup", v, 0, 1 << 20, &x)) l->warmup = (int32_t)x; }
-        else if (cv_args_value(a, "--num-iters", &v)) { if (cv_args_int(a, "--num-iters", v, 1, 1 << 20, &x)) l->iters = (int32_t)x; }
-        else if (cv_args_value(a, "--output-json", &v)) l->output_json = v;
-        else if (arg[0] != '-' && !l->engine.model) { l->engine.model = arg; a->i++; }
-        else return cv_args_error(a, "unknown option %s (see cvllm bench latency --help)", arg);
-    }
-    if (a->failed) return 2;
-    if (!l->engine.model) return cv_args_error(a, "no model given (--model MODEL)");
-    return 0;
-}
-
-static int submit_batch(cvllm_engine *e, const latency_args *l, cv_rng *rng, int32_t *prompt) {
-    cvllm_sampling_params p;
-    cvllm_sampling_params_default(e, &p);
-    p.temperature = 0;
-    p.ignore_eos = true;
-    p.max_tokens = l->output_len;
-    p.n = l->n;
-    int32_t vocab = cvllm_engine_vocab_size(e), range = vocab < 10000 ? vocab : 10000;
-    for (int32_t b = 0; b < l->batch_size; b++) {
-        for (int32_t t = 0; t < l->input_len; t++) prompt[t] = (int32_t)(cv_rng_next(rng) % (uint64_t)range);
-        cvllm_prompt pr = {.token_ids = prompt, .n_token_ids = (size_t)l->input_len};
-        int rc = cvllm_engine_add_request(e, &pr, &p, NULL);
-        if (rc) return rc;
-    }
-    return 0;
-}
-
-static int run_batch(cvllm_engine *e, const latency_args *l, cv_rng *rng, int32_t *prompt, batch_timing *t) {
-    double start = cv_now(), first_tokens_at = 0;
-    int rc = submit_batch(e, l, rng, prompt);
-    if (rc) return rc;
-    int32_t started = 0, expected = l->batch_size * l->n;
-    while (cvllm_engine_has_unfinished(e)) {
-        const cvllm_request_output *const *outs;
-        size_t n;
-        if ((rc = cvllm_engine_step(e, &outs, &n))) return rc;
-        for (size_t k = 0; k < n; k++)
-            for (int32_t c = 0; c < outs[k]->n_outputs; c++)
-                if (outs[k]->outputs[c].n_token_ids == outs[k]->outputs[c].n_new_token_ids &&
-                    outs[k]->outputs[c].n_new_token_ids > 0)
-                    started++;
-        if (started == expected && first_tokens_at == 0) first_tokens_at = cv_now();
-    }
-    double end = cv_now();
-    t->total = end - start;
-    t->prefill = first_tokens_at - start;
-    t->decode = end - first_tokens_at;
-    return 0;
-}
-
-static int compare_double(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-static double percentile(const double *sorted, int n, double pct) {
-    double pos = pct / 100.0 * (n - 1);
-    int lo = (int)floor(pos), hi = (int)ceil(pos);
-    return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
-}
-
-static void report(const latency_args *l, batch_timing *runs, int n) {
-    double *lat = cv_xmalloc((size_t)n * sizeof *lat);
-    double sum = 0, prefill = 0, decode = 0;
-    for (int i = 0; i < n; i++) {
-        lat[i] = runs[i].total;
-        sum += runs[i].total;
-        prefill += runs[i].prefill;
-        decode += runs[i].decode;
-    }
-    qsort(lat, (size_t)n, sizeof *lat, compare_double);
-    static const int pcts[] = {10, 25, 50, 75, 90, 99};
-    printf("Avg latency: %.6f seconds\n", sum / n);
-    for (size_t k = 0; k < sizeof pcts / sizeof *pcts; k++)
-        printf("%d%% percentile latency: %.6f seconds\n", pcts[k], percentile(lat, n, pcts[k]));
-    double prompt_tokens = (double)l->batch_size * l->n * l->input_len;
-    double decode_tokens = (double)l->batch_size * l->n * (l->output_len - 1);
-    printf("Prefill throughput: %.2f tokens/s (%d x %d prompt tokens in %.4f s)\n", prompt_tokens * n / prefill,
-           l->batch_size * l->n, l->input_len, prefill / n);
-    if (l->output_len > 1)
-        printf("Decode throughput: %.2f tokens/s (%.2f tokens/s per sequence)\n", decode_tokens * n / decode,
-               (l->output_len - 1) * n / decode);
-    if (l->output_json) {
-        json_t *o = json_object(), *all = json_array(), *pj = json_object();
-        for (int i = 0; i < n; i++) json_array_append_new(all, json_real(runs[i].total));
-        for (size_t k = 0; k < sizeof pcts / sizeof *pcts; k++) {
-            char key[8];
-            snprintf(key, sizeof key, "%d", pcts[k]);
-            json_object_set_new(pj, key, json_real(percentile(lat, n, pcts[k])));
-        }
-        json_object_set_new(o, "avg_latency", json_real(sum / n));
-        json_object_set_new(o, "latencies", all);
-        json_object_set_new(o, "percentiles", pj);
-        json_object_set_new(o, "prefill_tokens_per_second", json_real(prompt_tokens * n / prefill));
-        json_object_set_new(o, "decode_tokens_per_second", json_real(l->output_len > 1 ? decode_tokens * n / decode : 0));
-        if (json_dump_file(o, l->output_json, JSON_INDENT(4)))
-            fprintf(stderr, "cvllm bench latency: cannot write %s\n", l->output_json);
-        json_decref(o);
-    }
-    free(lat);
-}
-
-static int bench_latency(int argc, char **argv) {
-    latency_args l = {0};
-    cv_args a = {.cmd = "bench latency", .argc = argc, .argv = argv, .i = 1};
-    int status = parse_latency_args(&a, &l);
-    if (status) return status;
-    cvllm_engine *e = NULL;
-    int rc = cvllm_engine_create(&l.engine, &e);
-    if (rc) {
-        cv_args_report_engine_error(&a, rc);
-        return 1;
-    }
-    cv_rng rng;
-    cv_rng_seed(&rng, l.engine.seed);
-    int32_t *prompt = cv_xmalloc((size_t)l.input_len * sizeof *prompt);
-    batch_timing *runs = cv_xcalloc((size_t)l.iters, sizeof *runs), scratch;
-    for (int i = 0; i < l.warmup && !rc; i++) rc = run_batch(e, &l, &rng, prompt, &scratch);
-    for (int i = 0; i < l.iters && !rc; i++) rc = run_batch(e, &l, &rng, prompt, &runs[i]);
-    if (rc) {
-        fprintf(stderr, "cvllm bench latency: %s\n", cvllm_last_error());
-        status = 1;
-    } else {
-        report(&l, runs, l.iters);
-    }
-    free(runs);
-    free(prompt);
-    cvllm_engine_destroy(e);
-    return status;
-}
+static const char bench_usage[] =
+    "usage: cvllm bench <benchmark> [options]\n"
+    "benchmarks (vLLM's `vllm bench`):\n"
+    "  serve       online: stream requests to an OpenAI-compatible server (cvllm bench serve --help)\n"
+    "  throughput  offline: a random dataset through the engine at once\n"
+    "  latency     offline: the latency of one batch\n";
 
 int cmd_bench(int argc, char **argv) {
-    if (argc < 2) {
-        fputs("usage: cvllm bench latency [options]\n", stderr);
-        return 2;
+    static const struct {
+        const char *name;
+        int (*run)(int, char **);
+    } benchmarks[] = {
+        {"serve", cv_bench_serve_main},
+        {"throughput", cv_bench_throughput_main},
+        {"latency", cv_bench_latency_main},
+    };
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fputs(bench_usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
     }
-    if (!strcmp(argv[1], "latency")) return bench_latency(argc - 1, argv + 1);
-    fprintf(stderr, "cvllm bench: unknown benchmark '%s' (available: latency)\n", argv[1]);
+    for (size_t i = 0; i < sizeof benchmarks / sizeof *benchmarks; i++)
+        if (!strcmp(argv[1], benchmarks[i].name)) return benchmarks[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "cvllm bench: unknown benchmark '%s' (available: serve, throughput, latency)\n", argv[1]);
     return 2;
 }

@@ -1,0 +1,44 @@
+/*
+ * dataset.h — vLLM's "random" benchmark dataset: synthetic prompts of controlled token length.
+ *
+ * Per request i: an input length drawn uniformly from [⌊L·(1−r)⌋, ⌈L·(1+r)⌉], an output length from
+ * [max(1, ⌊O·(1−r)⌋), max(1, ⌈O·(1+r)⌉)] and an offset; the prompt is a shared random prefix of P
+ * tokens followed by allowed[(offset + i + k) mod |allowed|] for k < input length, where `allowed`
+ * is every id below the vocabulary limit that is not a special token. The ids are decoded to text
+ * and, because decode∘encode is not the identity for BPE, re-encoded and trimmed or padded up to
+ * ten times until the text encodes to exactly P + input length tokens (vLLM's
+ * gen_prompt_decode_to_target_len); prompt_len is the count finally reached.
+ *
+ * `exact_ids` skips the text round trip and keeps the sampled ids as they are, for engines whose
+ * embedding table is smaller than the tokenizer (re-encoding could produce ids it cannot embed).
+ */
+#ifndef CV_BENCH_DATASET_H
+#define CV_BENCH_DATASET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cvllm.h"
+
+typedef struct cv_random_dataset_options {
+    int32_t num_prompts;
+    int32_t input_len, output_len, prefix_len;
+    double range_ratio;      /* [0, 1) */
+    uint64_t seed;
+    int32_t vocab_limit;     /* ids drawn below this; 0 = the tokenizer's vocabulary */
+    bool exact_ids;
+} cv_random_dataset_options;
+
+typedef struct cv_bench_sample {
+    char *prompt;            /* the prompt text */
+    int32_t *ids;            /* its token ids (prompt_len of them) */
+    int32_t prompt_len, output_len;
+} cv_bench_sample;
+
+/* *out gets opts->num_prompts samples; free with cv_bench_samples_free. */
+int cv_random_dataset(const cvllm_tokenizer *tok, const cv_random_dataset_options *opts,
+                      cv_bench_sample **out);
+void cv_bench_samples_free(cv_bench_sample *s, size_t n);
+
+#endif

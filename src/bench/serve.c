@@ -1,0 +1,515 @@
+/*
+ * serve.c — `cvllm bench serve`: vLLM's online serving benchmark against any OpenAI-compatible
+ * server (vllm-surface.md §4.1).
+ *
+ * The run follows vLLM's main(): resolve the model (the first one from /v1/models when --model is
+ * not given), load the tokenizer locally (--tokenizer, else the model id), build the random dataset
+ * with it, turn each sample into a streaming /v1/completions or /v1/chat/completions body, release
+ * the requests on a Poisson/Gamma schedule through the client (client.h), and report. The API is
+ * chosen by the endpoint (…/chat/completions means chat) or by --backend openai-chat. As in vLLM,
+ * the random dataset turns --ignore-eos on so every request runs to its output length.
+ *
+ * Flags that take several values (--goodput, --header, --metadata) accept them as separate
+ * arguments, as vLLM's nargs="+" does, or space-separated in one quoted argument.
+ */
+#include <curl/curl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/rng.h"
+#include "base/timeutil.h"
+#include "bench/arrivals.h"
+#include "bench/bench.h"
+#include "bench/client.h"
+#include "bench/dataset.h"
+#include "bench/serve.h"
+#include "bench/stats.h"
+#include "cli/args.h"
+
+typedef struct serve_args {
+    serve_config c;
+    const char *base_url, *host, *endpoint, *model, *served_model_name, *tokenizer;
+    int64_t port;
+    const char *dataset_name, *dataset_path;
+    cv_random_dataset_options data;
+    bool ignore_eos;
+    const char **goodput, **header_args;
+    size_t n_goodput, n_header_args;
+    char **headers;                  /* "Name: value", n_headers of them */
+    size_t n_headers;
+    json_t *sampling;                /* sampling flags, then --extra-body on top */
+    const char *extra_body;
+    const char *request_id_prefix;
+    int32_t num_warmups, logprobs;
+} serve_args;
+
+static const char serve_usage[] =
+    "usage: cvllm bench serve [--base-url URL | --host 127.0.0.1 --port 8000] [--endpoint /v1/completions]\n"
+    "                         [--backend openai|openai-chat|vllm] [--model NAME] [--served-model-name NAME]\n"
+    "                         [--tokenizer MODEL] [--dataset-name random] [--num-prompts 1000]\n"
+    "                         [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]\n"
+    "                         [--random-prefix-len 0] [--input-len N] [--output-len N] [--seed 0]\n"
+    "                         [--request-rate inf] [--burstiness 1.0] [--max-concurrency N] [--ignore-eos]\n"
+    "                         [--percentile-metrics ttft,tpot,itl] [--metric-percentiles 99]\n"
+    "                         [--goodput ttft:MS tpot:MS e2el:MS] [--num-warmups 0] [--header K=V ...]\n"
+    "                         [--temperature F] [--top-p F] [--top-k N] [--min-p F] [--frequency-penalty F]\n"
+    "                         [--presence-penalty F] [--repetition-penalty F] [--logprobs N] [--extra-body JSON]\n"
+    "                         [--request-id-prefix P] [--save-result] [--save-detailed] [--append-result]\n"
+    "                         [--result-dir DIR] [--result-filename NAME] [--label L] [--metadata K=V ...]\n"
+    "Sends --num-prompts streaming requests to an OpenAI-compatible server and prints vLLM's\n"
+    "\"Serving Benchmark Result\" block; --save-result writes vLLM's result JSON.\n";
+
+/* A flag with nargs: "--name=v", or "--name v1 v2 ..." up to the next option. Values are split at
+ * spaces, so one quoted "ttft:100 tpot:50" works too. */
+static bool list_option(cv_args *a, const char *name, const char ***items, size_t *n) {
+    const char *arg = a->argv[a->i];
+    size_t len = strlen(name);
+    if (strncmp(arg, name, len) != 0 || (arg[len] != '\0' && arg[len] != '=')) return false;
+    a->i++;
+    size_t before = *n;
+    if (arg[len] == '=') {
+        *items = cv_xrealloc(*items, (*n + 1) * sizeof **items);
+        (*items)[(*n)++] = arg + len + 1;
+    }
+    while (arg[len] == '\0' && a->i < a->argc && a->argv[a->i][0] != '-') {
+        *items = cv_xrealloc(*items, (*n + 1) * sizeof **items);
+        (*items)[(*n)++] = a->argv[a->i++];
+    }
+    if (*n == before) cv_args_error(a, "%s needs at least one value", name);
+    return true;
+}
+
+static bool sampling_option(cv_args *a, serve_args *s) {
+    static const char *float_flags[][2] = {
+        {"--temperature", "temperature"}, {"--top-p", "top_p"}, {"--min-p", "min_p"},
+        {"--frequency-penalty", "frequency_penalty"}, {"--presence-penalty", "presence_penalty"},
+        {"--repetition-penalty", "repetition_penalty"},
+    };
+    const char *v;
+    double d;
+    int64_t x;
+    for (size_t k = 0; k < CV_ARRAY_LEN(float_flags); k++)
+        if (cv_args_value(a, float_flags[k][0], &v)) {
+            if (cv_args_float(a, float_flags[k][0], v, -1e9, 1e9, &d))
+                json_object_set_new(s->sampling, float_flags[k][1], json_real(d));
+            return true;
+        }
+    if (cv_args_value(a, "--top-k", &v)) {
+        if (cv_args_int(a, "--top-k", v, -1, INT32_MAX, &x)) json_object_set_new(s->sampling, "top_k", json_integer(x));
+        return true;
+    }
+    return false;
+}
+
+static bool parse_metric_list(cv_args *a, const char *list, serve_config *c) {
+    memset(c->metric_selected, 0, sizeof c->metric_selected);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        int k = cv_metric_find(p, len);
+        if (k < 0) {
+            cv_args_error(a, "--percentile-metrics: unknown metric '%.*s' (ttft, tpot, itl, e2el, "
+                             "client_queue_time, e2el_including_client_queue)", (int)len, p);
+            return false;
+        }
+        c->metric_selected[k] = true;
+        p += len + (p[len] == ',');
+    }
+    return true;
+}
+
+static bool parse_percentiles(cv_args *a, const char *list, serve_config *c) {
+    free(c->percentiles);
+    c->percentiles = NULL;
+    c->n_percentiles = 0;
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        char *item = cv_xstrndup(p, len);
+        double v;
+        bool ok = cv_args_float(a, "--metric-percentiles", item, 0, 100, &v);
+        free(item);
+        if (!ok) return false;
+        c->percentiles = cv_xrealloc(c->percentiles, (c->n_percentiles + 1) * sizeof *c->percentiles);
+        c->percentiles[c->n_percentiles++] = v;
+        p += len + (p[len] == ',');
+    }
+    if (!c->n_percentiles) cv_args_error(a, "--metric-percentiles needs at least one number");
+    return c->n_percentiles > 0;
+}
+
+static bool int32_option(cv_args *a, const char *name, int64_t min, int32_t *out) {
+    const char *v;
+    int64_t x;
+    if (!cv_args_value(a, name, &v)) return false;
+    if (cv_args_int(a, name, v, min, INT32_MAX, &x)) *out = (int32_t)x;
+    return true;
+}
+
+static bool string_option(cv_args *a, const char *name, const char **out) {
+    const char *v;
+    if (!cv_args_value(a, name, &v)) return false;
+    if (v) *out = v;
+    return true;
+}
+
+static bool rate_option(cv_args *a, const char *name, double *out) {
+    const char *v;
+    if (!cv_args_value(a, name, &v)) return false;
+    double d;
+    if (cv_args_float(a, name, v, 1e-12, INFINITY, &d)) *out = d;
+    return true;
+}
+
+static bool flag_option(cv_args *a, const char *name, bool *out) {
+    if (!cv_args_flag(a, name)) return false;
+    *out = true;
+    return true;
+}
+
+/* Flags vLLM has that change nothing here: a progress bar we do not draw, remote code we never run. */
+static bool accepted_flag(cv_args *a) {
+    return cv_args_flag(a, "--disable-tqdm") || cv_args_flag(a, "--trust-remote-code");
+}
+
+static bool parse_option(cv_args *a, serve_args *s) {
+    serve_config *c = &s->c;
+    const char *v = NULL;
+    int64_t x;
+    if (string_option(a, "--backend", &c->backend) || string_option(a, "--base-url", &s->base_url) ||
+        string_option(a, "--host", &s->host) || string_option(a, "--endpoint", &s->endpoint) ||
+        string_option(a, "--model", &s->model) || string_option(a, "--served-model-name", &s->served_model_name) ||
+        string_option(a, "--tokenizer", &s->tokenizer) || string_option(a, "--dataset-name", &s->dataset_name) ||
+        string_option(a, "--dataset-path", &s->dataset_path) || string_option(a, "--label", &c->label) ||
+        string_option(a, "--result-dir", &c->result_dir) || string_option(a, "--result-filename", &c->result_filename) ||
+        string_option(a, "--extra-body", &s->extra_body) || string_option(a, "--request-id-prefix", &s->request_id_prefix))
+        return true;
+    if (int32_option(a, "--num-prompts", 1, &c->num_prompts) || int32_option(a, "--max-concurrency", 1, &c->max_concurrency) ||
+        int32_option(a, "--random-input-len", 0, &s->data.input_len) || int32_option(a, "--input-len", 0, &s->data.input_len) ||
+        int32_option(a, "--random-output-len", 1, &s->data.output_len) || int32_option(a, "--output-len", 1, &s->data.output_len) ||
+        int32_option(a, "--random-prefix-len", 0, &s->data.prefix_len) || int32_option(a, "--num-warmups", 0, &s->num_warmups) ||
+        int32_option(a, "--logprobs", 0, &s->logprobs))
+        return true;
+    if (rate_option(a, "--request-rate", &c->request_rate) || rate_option(a, "--burstiness", &c->burstiness)) return true;
+    if (flag_option(a, "--ignore-eos", &s->ignore_eos) || flag_option(a, "--save-result", &c->save_result) ||
+        flag_option(a, "--save-detailed", &c->save_detailed) || flag_option(a, "--append-result", &c->append_result) ||
+        accepted_flag(a))
+        return true;
+    if (list_option(a, "--goodput", &s->goodput, &s->n_goodput) ||
+        list_option(a, "--header", &s->header_args, &s->n_header_args) ||
+        list_option(a, "--metadata", &c->metadata, &c->n_metadata) || sampling_option(a, s))
+        return true;
+    if (cv_args_value(a, "--port", &v)) {
+        if (cv_args_int(a, "--port", v, 1, 65535, &x)) s->port = x;
+    } else if (cv_args_value(a, "--seed", &v)) {
+        if (cv_args_int(a, "--seed", v, 0, INT64_MAX, &x)) s->data.seed = (uint64_t)x;
+    } else if (cv_args_value(a, "--random-range-ratio", &v)) {
+        cv_args_float(a, "--random-range-ratio", v, 0, 0.999999, &s->data.range_ratio);
+    } else if (cv_args_value(a, "--percentile-metrics", &v)) {
+        if (v) parse_metric_list(a, v, c);
+    } else if (cv_args_value(a, "--metric-percentiles", &v)) {
+        if (v) parse_percentiles(a, v, c);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* Checks what single flags cannot: KEY=VALUE lists, the dataset, the API. */
+static int validate(cv_args *a, serve_args *s) {
+    serve_config *c = &s->c;
+    for (size_t i = 0; i < c->n_metadata; i++)
+        if (!strchr(c->metadata[i], '=') || c->metadata[i][0] == '=')
+            return cv_args_error(a, "--metadata '%s': use KEY=VALUE", c->metadata[i]);
+    for (size_t i = 0; i < s->n_header_args; i++) {
+        const char *h = s->header_args[i], *eq = strchr(h, '=');
+        if (!eq || eq == h) return cv_args_error(a, "--header '%s': use KEY=VALUE", h);
+        s->headers = cv_xrealloc(s->headers, (s->n_headers + 1) * sizeof *s->headers);
+        s->headers[s->n_headers++] = cv_xasprintf("%.*s: %s", (int)(eq - h), h, eq + 1);
+    }
+    if (strcmp(s->dataset_name, "random") != 0)
+        return cv_args_error(a, "--dataset-name %s is not supported (only 'random')", s->dataset_name);
+    if (s->dataset_path)
+        return cv_args_error(a, "cannot use the 'random' dataset with --dataset-path %s", s->dataset_path);
+    if (!strcmp(c->backend, "openai-chat")) c->api = CV_API_CHAT;
+    else if (!strcmp(c->backend, "openai") || !strcmp(c->backend, "vllm")) {
+        size_t n = strlen(s->endpoint);
+        c->api = n >= 16 && !strcmp(s->endpoint + n - 16, "chat/completions") ? CV_API_CHAT : CV_API_COMPLETIONS;
+    } else {
+        return cv_args_error(a, "--backend %s is not supported (openai, openai-chat, vllm)", c->backend);
+    }
+    size_t n = strlen(s->endpoint);
+    if (n < 11 || strcmp(s->endpoint + n - 11, "completions") != 0)
+        return cv_args_error(a, "--endpoint %s: expected a /v1/completions or /v1/chat/completions endpoint",
+                             s->endpoint);
+    if (s->n_goodput) {
+        size_t len = 1;
+        for (size_t i = 0; i < s->n_goodput; i++) len += strlen(s->goodput[i]) + 1;
+        char *spec = cv_xcalloc(1, len);
+        for (size_t i = 0; i < s->n_goodput; i++) strcat(strcat(spec, s->goodput[i]), " ");
+        int rc = cv_goodput_parse(spec, &c->slo);
+        free(spec);
+        if (rc) return cv_args_error(a, "%s", cvllm_last_error());
+    }
+    if (s->extra_body) {
+        json_error_t err;
+        json_t *extra = json_loads(s->extra_body, 0, &err);
+        if (!json_is_object(extra)) {
+            json_decref(extra);
+            return cv_args_error(a, "--extra-body must be a JSON object%s%s", extra ? "" : ": ", extra ? "" : err.text);
+        }
+        json_object_update(s->sampling, extra);
+        json_decref(extra);
+    }
+    return 0;
+}
+
+static void set_defaults(serve_args *s) {
+    serve_config *c = &s->c;
+    c->backend = "openai";
+    c->num_prompts = 1000;
+    c->request_rate = INFINITY;
+    c->burstiness = 1.0;
+    c->metric_selected[CV_METRIC_TTFT] = c->metric_selected[CV_METRIC_TPOT] = c->metric_selected[CV_METRIC_ITL] = true;
+    c->percentiles = cv_xmalloc(sizeof *c->percentiles);
+    c->percentiles[0] = 99;
+    c->n_percentiles = 1;
+    c->slo = (cv_goodput_slo){-1, -1, -1};
+    s->host = "127.0.0.1";
+    s->port = 8000;
+    s->endpoint = "/v1/completions";
+    s->dataset_name = "random";
+    s->data.input_len = 1024;
+    s->data.output_len = 128;
+    s->logprobs = -1;
+    s->sampling = json_object();
+}
+
+static int parse_serve_args(cv_args *a, serve_args *s) {
+    set_defaults(s);
+    while (a->i < a->argc && !a->failed) {
+        const char *arg = a->argv[a->i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            fputs(serve_usage, stdout);
+            return -1;
+        }
+        if (!parse_option(a, s)) return cv_args_error(a, "unknown option %s (see cvllm bench serve --help)", arg);
+    }
+    if (a->failed) return 2;
+    s->data.num_prompts = s->c.num_prompts;
+    return validate(a, s);
+}
+
+static void free_serve_args(serve_args *s) {
+    for (size_t i = 0; i < s->n_headers; i++) free(s->headers[i]);
+    free(s->headers);
+    free(s->goodput);
+    free(s->header_args);
+    free(s->c.metadata);
+    free(s->c.percentiles);
+    free(s->c.model_id);
+    free(s->c.model_name);
+    json_decref(s->sampling);
+}
+
+/* vLLM's get_first_model_from_server: data[0].id is the served name, data[0].root the model. */
+static int first_model_from_server(serve_args *s, const char *base_url) {
+    char *url = cv_xasprintf("%s/v1/models", base_url), *body;
+    int rc = cv_bench_http_get(url, (const char *const *)s->headers, s->n_headers, &body);
+    free(url);
+    if (rc) return rc;
+    json_t *j = json_loads(body, 0, NULL);
+    free(body);
+    const json_t *first = json_array_get(json_object_get(j, "data"), 0);
+    const char *id = json_string_value(json_object_get(first, "id"));
+    const char *root = json_string_value(json_object_get(first, "root"));
+    if (!id) rc = cv_fail(CVLLM_ERR_FORMAT, "no models found on the server at %s (/v1/models)", base_url);
+    else {
+        s->c.model_name = cv_xstrdup(id);
+        s->c.model_id = cv_xstrdup(root ? root : id);
+        printf("First model name: %s, first model id: %s\n", s->c.model_name, s->c.model_id);
+    }
+    json_decref(j);
+    return rc;
+}
+
+static char *request_body(const serve_args *s, const cv_bench_sample *smp) {
+    json_t *p = json_object();
+    json_object_set_new(p, "model", json_string(s->c.model_name ? s->c.model_name : s->c.model_id));
+    if (s->c.api == CV_API_COMPLETIONS) {
+        json_object_set_new(p, "prompt", json_string(smp->prompt));
+        json_object_set_new(p, "repetition_penalty", json_real(1.0));
+        json_object_set_new(p, "max_tokens", json_integer(smp->output_len));
+    } else {
+        json_t *msg = json_pack("{s:s, s:s}", "role", "user", "content", smp->prompt);
+        json_object_set_new(p, "messages", json_pack("[o]", msg));
+        /* both names: vLLM reads max_completion_tokens, older servers only max_tokens */
+        json_object_set_new(p, "max_completion_tokens", json_integer(smp->output_len));
+        json_object_set_new(p, "max_tokens", json_integer(smp->output_len));
+    }
+    if (s->logprobs >= 0) json_object_set_new(p, "logprobs", json_integer(s->logprobs));
+    json_object_set_new(p, "stream", json_true());
+    json_object_set_new(p, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    if (s->ignore_eos) json_object_set_new(p, "ignore_eos", json_true());
+    json_object_update(p, s->sampling);
+    char *text = json_dumps(p, JSON_COMPACT);
+    json_decref(p);
+    return text;
+}
+
+static char *random_prefix(void) {
+    cv_rng rng;
+    cv_rng_seed(&rng, (uint64_t)(cv_wall_now() * 1e9) ^ ((uint64_t)getpid() << 32));
+    return cv_xasprintf("bench-%08llx-", (unsigned long long)(cv_rng_next(&rng) & 0xffffffffULL));
+}
+
+typedef struct workload {
+    size_t n;
+    char **bodies, **ids;
+    double *arrivals;
+    cv_request_result *results;
+} workload;
+
+static void workload_free(workload *w) {
+    for (size_t i = 0; i < w->n; i++) {
+        free(w->bodies[i]);
+        free(w->ids[i]);
+        cv_request_result_free(&w->results[i]);
+    }
+    free(w->bodies);
+    free(w->ids);
+    free(w->arrivals);
+    free(w->results);
+}
+
+/* `n` requests; sample i % n_samples each (warmups repeat the first one). */
+static void workload_init(workload *w, const serve_args *s, const cv_bench_sample *smp, size_t n_samples, size_t n,
+                          const char *id_prefix) {
+    w->n = n;
+    w->bodies = cv_xcalloc(n, sizeof *w->bodies);
+    w->ids = cv_xcalloc(n, sizeof *w->ids);
+    w->arrivals = cv_xcalloc(n, sizeof *w->arrivals);
+    w->results = cv_xcalloc(n, sizeof *w->results);
+    for (size_t i = 0; i < n; i++) {
+        const cv_bench_sample *one = &smp[i % n_samples];
+        w->bodies[i] = request_body(s, one);
+        w->ids[i] = cv_xasprintf("%s%zu", id_prefix, i);
+        cv_request_result_init(&w->results[i], one->prompt_len);
+    }
+}
+
+static int run_workload(const serve_args *s, const char *url, workload *w, double *duration) {
+    cv_bench_http_options o = {.url = url, .api = s->c.api, .headers = (const char *const *)s->headers,
+                         .n_headers = s->n_headers, .max_concurrency = s->c.max_concurrency};
+    return cv_bench_http_run(&o, w->bodies, w->ids, w->arrivals, w->n, w->results, duration);
+}
+
+static void print_traffic(const serve_config *c) {
+    char rate[32], burst[32];
+    cv_stats_py_float(c->request_rate, rate, sizeof rate);
+    cv_stats_py_float(c->burstiness, burst, sizeof burst);
+    puts("Starting main benchmark run...");
+    printf("Traffic request rate: %s\n", rate);
+    printf("Burstiness factor: %s (%s)\n", burst, c->burstiness == 1.0 ? "Poisson process" : "Gamma distribution");
+    if (c->max_concurrency) printf("Maximum request concurrency: %d\n", c->max_concurrency);
+    else puts("Maximum request concurrency: None");
+    fflush(stdout);
+}
+
+static int warm_up(const serve_args *s, const char *url, const cv_bench_sample *first) {
+    if (s->num_warmups <= 0) return 0;
+    printf("Warming up with %d requests...\n", s->num_warmups);
+    workload w = {0};
+    workload_init(&w, s, first, 1, (size_t)s->num_warmups, "warmup-");
+    double duration;
+    int rc = run_workload(s, url, &w, &duration);
+    workload_free(&w);
+    if (!rc) puts("Warmup run completed.");
+    return rc;
+}
+
+/* Benchmark proper: schedule, send, measure, report, save. */
+static int benchmark(serve_args *s, const char *url, const cvllm_tokenizer *tok, const cv_bench_sample *samples) {
+    serve_config *c = &s->c;
+    char *prefix = s->request_id_prefix ? cv_xstrdup(s->request_id_prefix) : random_prefix();
+    workload w = {0};
+    workload_init(&w, s, samples, (size_t)c->num_prompts, (size_t)c->num_prompts, prefix);
+    free(prefix);
+    cv_rng rng;
+    cv_rng_seed(&rng, s->data.seed ^ 0x9e3779b97f4a7c15ULL); /* a stream apart from the dataset's */
+    cv_arrival_times(&rng, w.n, c->request_rate, c->burstiness, w.arrivals);
+    print_traffic(c);
+    double duration = 0;
+    int rc = run_workload(s, url, &w, &duration);
+    if (!rc) {
+        cv_bench_metrics m;
+        cv_bench_metrics_compute(w.results, w.n, duration, tok, &c->slo, &m);
+        serve_print_report(c, &m, w.results, w.n, duration);
+        if (c->save_result || c->append_result) {
+            json_t *result = serve_result_json(c, &m, w.results, w.n, duration);
+            rc = serve_save_result(c, result);
+            json_decref(result);
+        }
+        if (!rc && m.completed == 0) rc = cv_fail(CVLLM_ERR_NETWORK, "all %zu requests failed", w.n);
+        cv_bench_metrics_free(&m);
+    }
+    workload_free(&w);
+    return rc;
+}
+
+static int run_serve(serve_args *s) {
+    serve_config *c = &s->c;
+    char *base = s->base_url ? cv_xstrdup(s->base_url) : cv_xasprintf("http://%s:%lld", s->host, (long long)s->port);
+    size_t bl = strlen(base);
+    if (bl && base[bl - 1] == '/') base[bl - 1] = '\0';
+    char *url = cv_xasprintf("%s%s", base, s->endpoint);
+    int rc = 0;
+    if (s->model) {
+        c->model_id = cv_xstrdup(s->model);
+        c->model_name = s->served_model_name ? cv_xstrdup(s->served_model_name) : NULL;
+    } else {
+        puts("Model not specified, fetching first model from server...");
+        rc = first_model_from_server(s, base);
+    }
+    cvllm_tokenizer *tok = NULL;
+    cv_bench_sample *samples = NULL;
+    if (!rc) {
+        c->tokenizer_id = s->tokenizer ? s->tokenizer : c->model_id;
+        rc = cvllm_tokenizer_create(c->tokenizer_id, &tok);
+        if (rc) cv_fail_prefix(rc, "cannot load the tokenizer '%s' (give --tokenizer)", c->tokenizer_id);
+    }
+    if (!rc) rc = cv_random_dataset(tok, &s->data, &samples);
+    if (!rc) {
+        s->ignore_eos = true; /* vLLM: random datasets run every request to its output length */
+        if (!json_object_get(s->sampling, "temperature"))
+            puts("WARNING: vllm bench serve no longer sets temperature==0 (greedy) in requests by default. "
+                 "The default will be determined on the server side and can be model/API specific. "
+                 "For the old behavior, include --temperature=0.");
+        rc = warm_up(s, url, samples);
+    }
+    if (!rc) rc = benchmark(s, url, tok, samples);
+    cv_bench_samples_free(samples, samples ? (size_t)c->num_prompts : 0);
+    cvllm_tokenizer_destroy(tok);
+    free(url);
+    free(base);
+    return rc;
+}
+
+int cv_bench_serve_main(int argc, char **argv) {
+    serve_args s = {0};
+    cv_args a = {.cmd = "bench serve", .argc = argc, .argv = argv, .i = 1};
+    int status = parse_serve_args(&a, &s);
+    if (status) {
+        free_serve_args(&s);
+        return status < 0 ? 0 : status;
+    }
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = run_serve(&s);
+    if (rc) fprintf(stderr, "cvllm bench serve: %s\n", cvllm_last_error());
+    curl_global_cleanup();
+    free_serve_args(&s);
+    return rc ? 1 : 0;
+}

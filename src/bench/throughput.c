@@ -1,0 +1,189 @@
+/*
+ * throughput.c — `cvllm bench throughput`: vLLM's offline throughput benchmark (vllm-surface.md
+ * §4.2). The whole random dataset goes into the engine at once and the clock covers queueing to the
+ * last token; the scheduler's batching is what is being measured.
+ *
+ * As vLLM's run_vllm(): every request samples with temperature 1.0 and top_p 1.0 (explicit
+ * parameters, so generation_config.json plays no part), ignores EOS and stops at its dataset output
+ * length; token totals are counted from what the engine returned. Prompts are submitted as token
+ * ids — the same ids the engine would get by tokenizing the dataset's text, without timing the
+ * tokenizer. When the model's embedding table is smaller than the tokenizer (test checkpoints),
+ * prompt ids are drawn below it and not round-tripped through text.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/timeutil.h"
+#include "bench/bench.h"
+#include "bench/dataset.h"
+#include "cli/args.h"
+#include "cvllm.h"
+
+typedef struct throughput_args {
+    cvllm_engine_options engine;
+    cv_random_dataset_options data;
+    bool has_input_len;
+    int32_t n;
+    const char *output_json;
+} throughput_args;
+
+typedef struct totals {
+    int64_t prompt_tokens, output_tokens;
+    double elapsed;
+} totals;
+
+static const char throughput_usage[] =
+    "usage: cvllm bench throughput --model MODEL --input-len N [--output-len 128] [--num-prompts 1000]\n"
+    "                              [--n 1] [--dataset-name random] [--prefix-len 0] [--random-range-ratio 0]\n"
+    "                              [--output-json FILE] [--backend vllm] [engine options]\n"
+    "Runs --num-prompts random requests through the engine at once and prints vLLM's\n"
+    "\"Throughput: X requests/s, Y total tokens/s, Z output tokens/s\".\n";
+
+static bool int32_option(cv_args *a, const char *name, int64_t min, int32_t *out) {
+    const char *v;
+    int64_t x;
+    if (!cv_args_value(a, name, &v)) return false;
+    if (cv_args_int(a, name, v, min, INT32_MAX, &x)) *out = (int32_t)x;
+    return true;
+}
+
+static bool dataset_option(cv_args *a, throughput_args *t) {
+    const char *v;
+    if (cv_args_value(a, "--dataset-name", &v)) {
+        if (v && strcmp(v, "random") != 0) cv_args_error(a, "--dataset-name %s is not supported (only 'random')", v);
+        return true;
+    }
+    if (cv_args_value(a, "--dataset-path", &v) || cv_args_value(a, "--dataset", &v)) {
+        cv_args_error(a, "dataset files are not supported; the random dataset needs no --dataset-path");
+        return true;
+    }
+    if (cv_args_value(a, "--backend", &v)) {
+        if (v && strcmp(v, "vllm") != 0) cv_args_error(a, "--backend %s is not supported (only 'vllm')", v);
+        return true;
+    }
+    if (cv_args_value(a, "--random-range-ratio", &v)) {
+        cv_args_float(a, "--random-range-ratio", v, 0, 0.999999, &t->data.range_ratio);
+        return true;
+    }
+    if (int32_option(a, "--input-len", 1, &t->data.input_len)) {
+        t->has_input_len = true;
+        return true;
+    }
+    return int32_option(a, "--output-len", 1, &t->data.output_len) ||
+           int32_option(a, "--num-prompts", 1, &t->data.num_prompts) ||
+           int32_option(a, "--prefix-len", 0, &t->data.prefix_len) || int32_option(a, "--n", 1, &t->n);
+}
+
+static int parse_throughput_args(cv_args *a, throughput_args *t) {
+    cvllm_engine_options_default(&t->engine);
+    t->data.num_prompts = 1000;
+    t->data.output_len = 128;
+    t->n = 1;
+    while (a->i < a->argc && !a->failed) {
+        const char *arg = a->argv[a->i], *v;
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            fputs(throughput_usage, stdout);
+            fputs(cv_args_engine_help, stdout);
+            return -1;
+        }
+        if (cv_args_engine(a, &t->engine) || dataset_option(a, t)) continue;
+        /* detokenization is part of every engine step here; the flag changes nothing */
+        if (cv_args_flag(a, "--disable-detokenize")) continue;
+        if (cv_args_value(a, "--output-json", &v)) t->output_json = v;
+        else if (arg[0] != '-' && !t->engine.model) t->engine.model = arg, a->i++;
+        else return cv_args_error(a, "unknown option %s (see cvllm bench throughput --help)", arg);
+    }
+    if (a->failed) return 2;
+    if (!t->engine.model) return cv_args_error(a, "no model given (--model MODEL)");
+    if (!t->has_input_len) return cv_args_error(a, "--input-len must be provided for a random dataset");
+    t->data.seed = t->engine.seed;
+    return 0;
+}
+
+static int check_fits(const cvllm_engine *e, const cv_bench_sample *s, size_t n) {
+    int32_t max_len = cvllm_engine_max_model_len(e);
+    for (size_t i = 0; i < n; i++)
+        if ((int64_t)s[i].prompt_len + s[i].output_len > max_len)
+            return cv_fail(CVLLM_ERR_CAPACITY,
+                           "request %zu needs %d prompt + %d output tokens but max_model_len is %d: please "
+                           "ensure that max_model_len is at least prompt_len + output_len for all requests",
+                           i, s[i].prompt_len, s[i].output_len, max_len);
+    return 0;
+}
+
+static void count_finished(const cvllm_request_output *o, totals *t) {
+    t->prompt_tokens += (int64_t)o->n_prompt_token_ids;
+    for (int32_t c = 0; c < o->n_outputs; c++) t->output_tokens += (int64_t)o->outputs[c].n_token_ids;
+}
+
+static int run_all(cvllm_engine *e, const throughput_args *ta, const cv_bench_sample *s, size_t n, totals *t) {
+    cvllm_sampling_params p;
+    cvllm_sampling_params_default(NULL, &p); /* vLLM's neutral SamplingParams: temperature 1, top_p 1 */
+    p.ignore_eos = true;
+    p.n = ta->n;
+    double start = cv_now();
+    for (size_t i = 0; i < n; i++) {
+        cvllm_prompt prompt = {.token_ids = s[i].ids, .n_token_ids = (size_t)s[i].prompt_len};
+        p.max_tokens = s[i].output_len;
+        int rc = cvllm_engine_add_request(e, &prompt, &p, NULL);
+        if (rc) return rc;
+    }
+    while (cvllm_engine_has_unfinished(e)) {
+        const cvllm_request_output *const *outs;
+        size_t k;
+        int rc = cvllm_engine_step(e, &outs, &k);
+        if (rc) return rc;
+        for (size_t j = 0; j < k; j++)
+            if (outs[j]->finished) count_finished(outs[j], t);
+    }
+    t->elapsed = cv_now() - start;
+    return 0;
+}
+
+static void report(const throughput_args *ta, size_t n, const totals *t) {
+    int64_t total = t->prompt_tokens + t->output_tokens;
+    printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n", (double)n / t->elapsed,
+           (double)total / t->elapsed, (double)t->output_tokens / t->elapsed);
+    printf("Total num prompt tokens:  %lld\n", (long long)t->prompt_tokens);
+    printf("Total num output tokens:  %lld\n", (long long)t->output_tokens);
+    if (!ta->output_json) return;
+    json_t *o = json_object();
+    json_object_set_new(o, "elapsed_time", json_real(t->elapsed));
+    json_object_set_new(o, "num_requests", json_integer((json_int_t)n));
+    json_object_set_new(o, "total_num_tokens", json_integer(total));
+    json_object_set_new(o, "requests_per_second", json_real((double)n / t->elapsed));
+    json_object_set_new(o, "tokens_per_second", json_real((double)total / t->elapsed));
+    if (json_dump_file(o, ta->output_json, JSON_INDENT(4)))
+        fprintf(stderr, "cvllm bench throughput: cannot write %s\n", ta->output_json);
+    json_decref(o);
+}
+
+int cv_bench_throughput_main(int argc, char **argv) {
+    throughput_args t = {0};
+    cv_args a = {.cmd = "bench throughput", .argc = argc, .argv = argv, .i = 1};
+    int status = parse_throughput_args(&a, &t);
+    if (status) return status < 0 ? 0 : status;
+    cvllm_engine *e = NULL;
+    int rc = cvllm_engine_create(&t.engine, &e);
+    if (rc) {
+        cv_args_report_engine_error(&a, rc);
+        return 1;
+    }
+    const cvllm_tokenizer *tok = cvllm_engine_tokenizer(e);
+    t.data.vocab_limit = cvllm_engine_vocab_size(e);
+    t.data.exact_ids = t.data.vocab_limit < cvllm_tokenizer_vocab_size(tok);
+    cv_bench_sample *samples = NULL;
+    size_t n = (size_t)t.data.num_prompts;
+    totals tot = {0};
+    rc = cv_random_dataset(tok, &t.data, &samples);
+    if (!rc) rc = check_fits(e, samples, n);
+    if (!rc) rc = run_all(e, &t, samples, n, &tot);
+    if (rc) fprintf(stderr, "cvllm bench throughput: %s\n", cvllm_last_error());
+    else report(&t, n, &tot);
+    cv_bench_samples_free(samples, samples ? n : 0);
+    cvllm_engine_destroy(e);
+    return rc ? 1 : 0;
+}
