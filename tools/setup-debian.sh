@@ -3,7 +3,7 @@
 # are already installed, so it also works without network on a prepared machine.
 set -euo pipefail
 packages=(build-essential cmake pkg-config git
-          libjansson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libxxhash-dev
+          libjansson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libxxhash-dev libmicrohttpd-dev
           python3 clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -10,6 +10,7 @@
 static const char usage[] =
     "usage: cvllm <command> [options]\n"
     "commands:\n"
+    "  serve MODEL      OpenAI-compatible HTTP server, as `vllm serve` (cvllm serve --help)\n"
     "  generate MODEL   offline batch inference (cvllm generate --help)\n"
     "  tokenize MODEL   encode text or decode ids with the model's tokenizer\n"
     "  bench latency    latency of one batch (vLLM's `bench latency`)\n"
@@ -28,6 +29,7 @@ int main(int argc, char **argv) {
         const char *name;
         int (*run)(int, char **);
     } commands[] = {
+        {"serve", cmd_serve},
         {"generate", cmd_generate},
         {"tokenize", cmd_tokenize},
         {"bench", cmd_bench},

@@ -1,0 +1,168 @@
+/*
+ * api.h — the OpenAI/vLLM wire protocol, without any HTTP or engine thread: request JSON in, prompts
+ * and cvllm_sampling_params out; engine events in, response JSON and server-sent-event chunks out.
+ *
+ * Keeping this layer pure (it needs only a tokenizer for prompts and token strings) lets the unit
+ * tests cover every field, default and error message without a socket or a model, and lets the
+ * fuzzer hammer the parser alone.
+ *
+ * A request goes through two steps:
+ *   1. cv_api_parse_*: strict JSON (jansson) and field types; errors name the offending field.
+ *   2. cv_api_prepare: tokenizes text prompts and applies vLLM's context-length rules, which decide
+ *      each prompt's max_tokens. Range checks of sampling values are left to the engine, which
+ *      already words them as vLLM does, so there is one source of truth for them.
+ *
+ * Errors are vLLM's {"error":{"message","type","param","code"}} with the HTTP status as code.
+ */
+#ifndef CV_SERVER_API_H
+#define CV_SERVER_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cvllm.h"
+#include "engine/engine_loop.h"
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Errors                                                                                            */
+
+typedef struct cv_api_error {
+    int status;                 /* HTTP status, also the "code" field */
+    const char *type;           /* "BadRequestError", "NotFoundError", ... (static) */
+    char param[64];             /* offending field, "" = null */
+    char message[1024];
+} cv_api_error;
+
+/* Fills *err and returns -1, for `return cv_api_fail(...)`. */
+int cv_api_fail(cv_api_error *err, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* {"error":{...}} as a NUL-terminated string (free()). */
+char *cv_api_error_json(const cv_api_error *err);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Requests                                                                                          */
+
+typedef enum cv_api_kind { CV_API_COMPLETION, CV_API_CHAT } cv_api_kind;
+
+/* Engine-wide facts the protocol needs; filled by the server from the engine. */
+typedef struct cv_api_limits {
+    int32_t max_model_len;
+    int32_t vocab_size;
+    int32_t max_n;              /* most choices per prompt */
+    int32_t max_prompts;        /* most prompts in one completions request */
+    int32_t gen_max_tokens;     /* generation_config max_new_tokens, or -1 */
+    cvllm_sampling_params defaults; /* server defaults (generation_config applied) */
+} cv_api_limits;
+
+typedef struct cv_api_prompt {
+    char *text;                 /* text prompts (chat: the rendered ChatML); NULL for token ids */
+    size_t text_len;
+    int32_t *ids;               /* given, or filled by cv_api_prepare */
+    size_t n_ids;
+    int32_t max_tokens;         /* for the engine, set by cv_api_prepare */
+} cv_api_prompt;
+
+typedef struct cv_api_request {
+    cv_api_kind kind;
+    char *model;                /* NULL when the request names none */
+    cv_api_prompt *prompts;
+    size_t n_prompts;
+    cvllm_sampling_params params; /* its arrays point into the fields below */
+    char **stop;
+    int32_t *stop_token_ids;
+    int32_t *bias_ids;
+    float *bias_values;
+    int64_t max_tokens;         /* as requested; -1 = not given */
+    bool stream, include_usage, continuous_usage;
+    bool echo;
+    bool echo_only;             /* completions echo with max_tokens 0: generated tokens are dropped */
+    char *echo_text;            /* chat echo: the final assistant message, else NULL */
+    int32_t top_logprobs;       /* entries to print per position; -1 = no logprobs */
+    int32_t prompt_logprobs;    /* -1 = none */
+    bool return_token_ids, tokens_as_ids;
+    char *cache_salt;
+    char *request_id;           /* the client's request_id, else NULL */
+    /* /tokenize and /detokenize */
+    bool add_special_tokens, return_token_strs;
+} cv_api_request;
+
+int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                            cv_api_error *err);
+int cv_api_parse_chat(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                      cv_api_error *err);
+/* /tokenize: {prompt} or {messages, add_generation_prompt}; one prompt. */
+int cv_api_parse_tokenize(const char *body, size_t len, cv_api_request *req, cv_api_error *err);
+/* /detokenize: {tokens:[int]}; the ids land in prompts[0]. */
+int cv_api_parse_detokenize(const char *body, size_t len, cv_api_request *req, cv_api_error *err);
+void cv_api_request_free(cv_api_request *req);
+
+/* Tokenizes text prompts, checks ids and context length, and sets every prompt's max_tokens. */
+int cv_api_prepare(cv_api_request *req, const cvllm_tokenizer *tok, const cv_api_limits *lim, cv_api_error *err);
+
+/* The engine parameters for one prompt of a prepared request. */
+cvllm_sampling_params cv_api_prompt_params(const cv_api_request *req, size_t prompt_index);
+
+/* ChatML framing of Qwen3: "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then the
+ * generation prompt. `messages` is a jansson array; on failure *err says which message is wrong. */
+struct json_t;
+int cv_api_render_chatml(const struct json_t *messages, bool add_generation_prompt, bool continue_final,
+                         char **text, size_t *len, cv_api_error *err);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Responses                                                                                         */
+
+typedef struct cv_api_choice {
+    char *text;
+    size_t text_len, text_cap;
+    size_t text_chars;          /* code points of text, for completion text_offset */
+    int32_t *token_ids;
+    size_t n_tokens, cap_tokens;
+    cvllm_position_logprobs *logprobs; /* deep copies, when logprobs were asked for */
+    cvllm_finish_reason finish;
+    int32_t stop_token_id;
+    char *stop_str;
+    bool started;               /* streaming: the first chunk of this choice went out */
+} cv_api_choice;
+
+typedef struct cv_api_prompt_result {
+    size_t n_prompt_tokens;
+    size_t n_cached_tokens;
+    cvllm_position_logprobs *prompt_logprobs; /* deep copy, n_prompt_tokens entries, or NULL */
+    bool finished;
+} cv_api_prompt_result;
+
+typedef struct cv_api_response {
+    const cv_api_request *req;
+    const cvllm_tokenizer *tok;
+    const char *model;          /* the served name printed in replies */
+    char id[96];
+    int64_t created;
+    bool cached_tokens_details; /* --enable-prompt-tokens-details */
+    cv_api_choice *choices;     /* n_prompts × n, index = prompt × n + completion */
+    size_t n_choices;
+    cv_api_prompt_result *prompts;
+} cv_api_response;
+
+void cv_api_response_init(cv_api_response *r, const cv_api_request *req, const cvllm_tokenizer *tok,
+                          const char *model, bool cached_tokens_details);
+void cv_api_response_free(cv_api_response *r);
+
+/* Folds one engine event of prompt `prompt_index` into the response. When `sse` is not NULL (a
+ * streaming request), the SSE chunks for what is new are appended to *sse. */
+void cv_api_response_apply(cv_api_response *r, size_t prompt_index, const cv_request_event *ev, char **sse,
+                           size_t *sse_len, size_t *sse_cap);
+/* Streaming epilogue: the usage chunk (when asked for) and "data: [DONE]". */
+void cv_api_response_stream_end(cv_api_response *r, char **sse, size_t *sse_len, size_t *sse_cap);
+/* An error inside a stream (status already sent): a data: error chunk then [DONE]. */
+void cv_api_stream_error(const cv_api_error *err, char **sse, size_t *sse_len, size_t *sse_cap);
+/* The non-streaming body (free()). */
+char *cv_api_response_json(const cv_api_response *r);
+
+/* Whether every prompt has had its final event. */
+bool cv_api_response_done(const cv_api_response *r);
+
+/* A token's text for logprobs: the decoded token, or "token_id:N" with return_tokens_as_token_ids. */
+char *cv_api_token_string(const cvllm_tokenizer *tok, int32_t id, bool as_id);
+
+#endif

@@ -1,0 +1,43 @@
+/*
+ * server.h — the OpenAI-compatible HTTP server of `cvllm serve` (vLLM's endpoints and wire format)
+ * in front of an engine loop.
+ *
+ * The server borrows the loop: the caller starts the loop, starts the server on it, and after
+ * cv_server_stop stops the loop. Tests run it in-process on an ephemeral port.
+ */
+#ifndef CV_SERVER_H
+#define CV_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "engine/engine_loop.h"
+
+typedef struct cv_server cv_server;
+
+typedef struct cv_server_options {
+    const char *host;                  /* address to bind; NULL = all interfaces (0.0.0.0) */
+    int port;                          /* 0 = an ephemeral port (see cv_server_port) */
+    const char *const *served_model_names; /* the first one is printed in replies and metrics */
+    size_t n_served_model_names;       /* 0 = model_root */
+    const char *model_root;            /* the MODEL argument, /v1/models "root" */
+    const char *const *api_keys;       /* Bearer keys for /v1/...; none = open */
+    size_t n_api_keys;
+    bool enable_prompt_tokens_details; /* usage.prompt_tokens_details.cached_tokens */
+    bool enable_force_include_usage;   /* usage chunk on every stream */
+    size_t max_body_bytes;             /* larger bodies get 413; 0 = 32 MiB */
+    int max_n;                         /* most choices per prompt; 0 = 128 */
+} cv_server_options;
+
+/* Binds and starts serving. Fails (with cvllm_last_error) when the address cannot be bound. */
+int cv_server_start(cv_engine_loop *loop, const cv_server_options *opts, cv_server **out);
+
+/* The bound port (useful with port 0). */
+int cv_server_port(const cv_server *s);
+
+/* Stops accepting connections, lets in-flight requests finish for up to drain_seconds (vLLM's
+ * --shutdown-timeout), aborts what is left (clients see finish_reason "abort"), closes every
+ * connection and frees the server. The loop is left running for the caller to stop. */
+void cv_server_stop(cv_server *s, double drain_seconds);
+
+#endif
