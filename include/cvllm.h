@@ -92,6 +92,7 @@ typedef struct cvllm_engine_options {
     int32_t max_logprobs;       /* largest logprobs / prompt_logprobs a request may ask for, 0 = 20 */
     uint64_t seed;              /* seeds dummy weights and requests without their own seed */
     bool enable_prefix_caching;
+    const char *speculative_config; /* vLLM's JSON, e.g. {"method":"ngram","num_speculative_tokens":3}; NULL = off */
 } cvllm_engine_options;
 
 void cvllm_engine_options_default(cvllm_engine_options *opts);

@@ -165,6 +165,7 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (cv_args_value(a, "--tokenizer", &v)) o->tokenizer = v;
     else if (cv_args_value(a, "--revision", &v)) o->revision = v;
     else if (cv_args_value(a, "--model", &v)) o->model = v;
+    else if (cv_args_value(a, "--speculative-config", &v)) o->speculative_config = v;
     else if (cv_args_flag(a, "--enable-prefix-caching")) o->enable_prefix_caching = true;
     else if (cv_args_flag(a, "--no-enable-prefix-caching")) o->enable_prefix_caching = false;
     else return ignored_flag(a);
@@ -184,6 +185,7 @@ const char cv_args_engine_help[] =
     "  --generation-config auto|vllm|FOLDER\n"
     "  --tokenizer MODEL  --revision REV  --seed N  --max-logprobs N\n"
     "  --num-threads N              kernel threads (default: all CPUs)\n"
+    "  --speculative-config JSON    e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'\n"
     "  --trust-remote-code, --compilation-config JSON, --additional-config JSON,\n"
     "  --distributed-executor-backend X: accepted and ignored\n";
 

@@ -166,6 +166,10 @@ static int create_engine(cvllm_engine *e) {
     if (rc) return rc;
     cv_info("engine", "Initializing engine: model=%s (%s), load_format=%s", e->opts.model, e->model_dir,
             dummy ? "dummy" : "safetensors");
+    if ((rc = cv_spec_config_parse(e->opts.speculative_config, &e->spec))) return rc;
+    if (e->spec.method == CV_SPEC_MTP)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "speculative decoding with an MTP module is not supported yet; "
+                                              "use {\"method\": \"ngram\", ...}");
     if ((rc = cv_model_config_load(e->model_dir, &e->config))) return rc;
     if ((rc = load_generation_config(e))) return rc;
     if ((rc = resolve_max_model_len(e))) return rc;
@@ -464,7 +468,7 @@ static void prompt_logprob_rows(const cv_seq *seq, size_t *first, size_t *count)
 }
 
 static bool seq_samples_this_step(const cv_seq *seq) {
-    return seq->num_computed + (size_t)seq->num_scheduled == seq->n_tokens;
+    return seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft) == seq->n_tokens;
 }
 
 static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
@@ -478,14 +482,16 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         b->seq_start[s] = t;
         size_t first, count;
         prompt_logprob_rows(seq, &first, &count);
+        int32_t n_real = seq->num_scheduled - seq->n_draft;
         for (int32_t i = 0; i < seq->num_scheduled; i++, t++) {
             size_t pos = seq->num_computed + (size_t)i;
-            b->token_ids[t] = seq->tokens[pos];
+            b->token_ids[t] = i < n_real ? seq->tokens[pos] : seq->draft[i - n_real];
             b->positions[t] = (int32_t)pos;
             b->slot_mapping[t] = (int64_t)seq->block_table[pos / (size_t)bs] * bs + (int64_t)(pos % (size_t)bs);
             if (pos >= first && pos < first + count) b->logit_rows[n_logits++] = t;
         }
-        if (seq_samples_this_step(seq)) b->logit_rows[n_logits++] = t - 1;
+        if (seq_samples_this_step(seq))
+            for (int32_t d = seq->n_draft; d >= 0; d--) b->logit_rows[n_logits++] = t - 1 - d;
         b->context_lens[s] = (int32_t)(seq->num_computed + (size_t)seq->num_scheduled);
         b->block_tables[s] = seq->block_table;
         if (e->state.data) {
@@ -620,10 +626,12 @@ static void append_text(cv_seq *seq, int32_t token, bool finished) {
     }
 }
 
-static void process_sample(cvllm_engine *e, cv_seq *seq, float *row) {
+/* Samples one token from `row` (verifying `draft` when >= 0), appends it and checks the stop
+ * conditions; returns true while the sequence goes on. */
+static bool sample_token(cvllm_engine *e, cv_seq *seq, float *row, int32_t draft) {
     cv_request *req = seq->req;
     cv_sample_result res = {.top = e->top_scratch};
-    int32_t token = cv_sample(&req->sampler_params, &seq->sampler, row, e->sample_scratch, &res);
+    int32_t token = cv_sample_verify(&req->sampler_params, &seq->sampler, row, e->sample_scratch, draft, &res);
     cv_seq_append_token(seq, token);
     cv_sampler_accept(&seq->sampler, token);
     if (req->params.logprobs >= 0)
@@ -640,13 +648,49 @@ static void process_sample(cvllm_engine *e, cv_seq *seq, float *row) {
         append_text(seq, token, reason != CVLLM_FINISH_NONE);
     else
         cv_detok_flush(&seq->detok, &seq->text, &seq->text_len, &seq->text_cap);
-    if (seq->out.finish_reason != CVLLM_FINISH_NONE) {
-        cvllm_finish_reason r = seq->out.finish_reason;
-        seq->out.finish_reason = CVLLM_FINISH_NONE;
-        finish_seq(e, seq, r);
-    }
-    update_visible_text(seq, seq->status == CV_SEQ_FINISHED);
     seq->touched = req->touched = true;
+    if (seq->out.finish_reason == CVLLM_FINISH_NONE) return true;
+    cvllm_finish_reason r = seq->out.finish_reason;
+    seq->out.finish_reason = CVLLM_FINISH_NONE;
+    finish_seq(e, seq, r);
+    return false;
+}
+
+/* Drafts for the next step: never past max_model_len, never more than the output still allowed. */
+static void propose_drafts(cvllm_engine *e, cv_seq *seq) {
+    seq->n_draft = 0;
+    if (e->spec.method != CV_SPEC_NGRAM || seq->status == CV_SEQ_FINISHED) return;
+    int32_t room = e->max_model_len - (int32_t)seq->n_tokens;
+    int32_t left = seq->req->max_tokens - (int32_t)cv_seq_num_output(seq) - 1;
+    int32_t k = e->spec.num_speculative_tokens;
+    if (k > room) k = room;
+    if (k > left) k = left;
+    seq->n_draft = cv_ngram_propose(&e->spec, seq->tokens, seq->n_tokens, k, seq->draft);
+}
+
+/* Rows [0, n_draft] belong to the last real token and each draft: accept drafts while the
+ * rejection sampler keeps them, then one more token (a correction or the bonus). */
+static void process_samples(cvllm_engine *e, cv_seq *seq, float *rows, size_t n_before) {
+    int32_t n_draft = seq->n_draft, accepted = 0;
+    bool going = true;
+    for (int32_t d = 0; d <= n_draft && going; d++) {
+        int32_t draft = d < n_draft ? seq->draft[d] : -1;
+        going = sample_token(e, seq, rows + (size_t)d * (size_t)e->vocab_size, draft);
+        if (draft < 0 || seq->tokens[seq->n_tokens - 1] != draft) break;
+        accepted++;
+    }
+    if (n_draft > 0) {
+        cv_spec_stats *st = &e->spec_stats;
+        st->num_drafts++;
+        st->num_draft_tokens += (uint64_t)n_draft;
+        st->num_accepted_tokens += (uint64_t)accepted;
+        for (int32_t d = 0; d < accepted; d++) st->accepted_per_pos[d]++;
+    }
+    /* K/V is valid for the tokens before the newest one: the rejected drafts' slots get overwritten. */
+    seq->num_computed = n_before + (size_t)accepted;
+    seq->n_draft = 0;
+    update_visible_text(seq, seq->status == CV_SEQ_FINISHED);
+    if (going) propose_drafts(e, seq);
 }
 
 static void postprocess(cvllm_engine *e, const float *logits) {
@@ -658,10 +702,14 @@ static void postprocess(cvllm_engine *e, const float *logits) {
         prompt_logprob_rows(seq, &first, &count);
         if (count) record_prompt_logprobs(e, seq, first, count, logits + row * (size_t)e->vocab_size);
         row += count;
-        bool samples = seq_samples_this_step(seq);
-        seq->num_computed += (size_t)seq->num_scheduled;
-        cv_scheduler_cache_full_blocks(&e->sched, seq);
-        if (samples) process_sample(e, seq, (float *)logits + row++ * (size_t)e->vocab_size);
+        if (seq_samples_this_step(seq)) {
+            size_t rows_used = (size_t)seq->n_draft + 1;
+            process_samples(e, seq, (float *)logits + row * (size_t)e->vocab_size, seq->n_tokens);
+            row += rows_used;
+        } else {
+            seq->num_computed += (size_t)seq->num_scheduled;
+        }
+        if (seq->status != CV_SEQ_FINISHED) cv_scheduler_cache_full_blocks(&e->sched, seq);
     }
 }
 

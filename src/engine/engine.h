@@ -14,6 +14,7 @@
 #include "engine/block_pool.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode.h"
 #include "loader/config.h"
 #include "loader/weights.h"
 #include "models/model.h"
@@ -60,6 +61,8 @@ struct cvllm_engine {
     size_t n_finished, cap_finished;
     const cvllm_request_output **outputs;
     size_t n_outputs, cap_outputs;
+    cv_spec_config spec;
+    cv_spec_stats spec_stats;
     /* Counters for logs and metrics. */
     uint64_t prompt_tokens_total, generation_tokens_total;
 };

@@ -20,6 +20,7 @@
 #include "cvllm.h"
 #include "engine/block_pool.h"
 #include "engine/sampler.h"
+#include "engine/spec_decode.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum cv_seq_status { CV_SEQ_WAITING, CV_SEQ_RUNNING, CV_SEQ_FINISHED } cv_seq_status;
@@ -41,6 +42,8 @@ typedef struct cv_seq {
     int32_t n_block_hashes, cap_block_hashes;
     int32_t n_cached_blocks;       /* leading blocks already registered in the prefix cache */
     int32_t state_slot;            /* recurrent-state slot while running, -1 otherwise */
+    int32_t draft[CV_MAX_SPEC_TOKENS]; /* speculative tokens to verify after tokens[] */
+    int32_t n_draft;
     cv_sampler_state sampler;
     cv_detok detok;
     char *text;                    /* decoded output so far */

@@ -520,8 +520,32 @@ static int32_t draw(const cv_sampler_params *p, cv_sampler_state *st, float *log
     return exponential_race(logits, max, ids, n, &st->rng);
 }
 
-int32_t cv_sample(const cv_sampler_params *p, cv_sampler_state *st, float *logits, void *scratch,
-                  cv_sample_result *res) {
+/* Speculative decoding's rejection step for a draft token proposed with certainty (ngram and greedy
+ * MTP drafts are point masses): accept it with probability p(draft) under the filtered target
+ * distribution; otherwise draw from that distribution with the draft removed (renormalised). The
+ * token this returns is distributed exactly as a plain draw would be. */
+static int32_t draw_or_accept(const cv_sampler_params *p, cv_sampler_state *st, float *logits, int32_t *ids,
+                              int32_t fallback, int32_t draft) {
+    float max;
+    int32_t n = filter_row(p, logits, st->vocab_size, ids, &max);
+    if (n == 0) return fallback;
+    double total = n < 0 ? sum_exp(logits, st->vocab_size, max) : 0;
+    for (int32_t j = 0; j < n; j++) total += weight_of(logits, ids[j], max);
+    double p_draft = total > 0 ? weight_of(logits, draft, max) / total : 0;
+    if (cv_rng_uniform(&st->rng) < p_draft) return draft;
+    logits[draft] = -INFINITY;
+    if (n < 0) {
+        if (p_draft >= 1.0) return draft; /* nothing else has weight: cannot reject */
+        return inverse_cdf(logits, st->vocab_size, max, (double *)ids, &st->rng);
+    }
+    int32_t kept = 0;
+    for (int32_t j = 0; j < n; j++)
+        if (ids[j] != draft) ids[kept++] = ids[j];
+    return kept ? exponential_race(logits, max, ids, kept, &st->rng) : draft;
+}
+
+static int32_t sample_row(const cv_sampler_params *p, cv_sampler_state *st, float *logits, void *scratch,
+                          int32_t draft, cv_sample_result *res) {
     int32_t n = st->vocab_size;
     int32_t *ids = scratch;
     float *raw = (float *)scratch + n;
@@ -529,9 +553,10 @@ int32_t cv_sample(const cv_sampler_params *p, cv_sampler_state *st, float *logit
     assert(res || !want_logprobs);
     if (want_logprobs) memcpy(raw, logits, (size_t)n * sizeof *raw);
 
-    int32_t fallback = process_logits(p, st, logits);
-    int32_t token = p->temperature < CV_GREEDY_TEMPERATURE ? argmax_or(logits, n, fallback)
-                                                           : draw(p, st, logits, ids, fallback);
+    int32_t fallback = process_logits(p, st, logits), token;
+    if (p->temperature < CV_GREEDY_TEMPERATURE) token = argmax_or(logits, n, fallback);
+    else if (draft >= 0 && draft < n) token = draw_or_accept(p, st, logits, ids, fallback, draft);
+    else token = draw(p, st, logits, ids, fallback);
     if (!res) return token;
     res->token_id = token;
     if (want_logprobs) {
@@ -542,6 +567,16 @@ int32_t cv_sample(const cv_sampler_params *p, cv_sampler_state *st, float *logit
         res->chosen = (cv_logprob_entry){.token_id = token, .logprob = 0, .rank = 0};
     }
     return token;
+}
+
+int32_t cv_sample(const cv_sampler_params *p, cv_sampler_state *st, float *logits, void *scratch,
+                  cv_sample_result *res) {
+    return sample_row(p, st, logits, scratch, -1, res);
+}
+
+int32_t cv_sample_verify(const cv_sampler_params *p, cv_sampler_state *st, float *logits, void *scratch,
+                         int32_t draft, cv_sample_result *res) {
+    return sample_row(p, st, logits, scratch, draft, res);
 }
 
 /* ---- raw logprobs ------------------------------------------------------------------------------ */

@@ -79,6 +79,13 @@ void cv_sampler_accept(cv_sampler_state *st, int32_t token_id);
 int32_t cv_sample(const cv_sampler_params *p, cv_sampler_state *st, float *logits, void *scratch,
                   cv_sample_result *res);
 
+/* As cv_sample, for a position where speculative decoding proposed `draft`: returns the draft with
+ * probability p(draft) under the processed distribution, else a token drawn from that distribution
+ * without the draft. The result has exactly cv_sample's distribution (greedy: the argmax, which the
+ * caller compares with the draft). */
+int32_t cv_sample_verify(const cv_sampler_params *p, cv_sampler_state *st, float *logits, void *scratch,
+                         int32_t draft, cv_sample_result *res);
+
 /* Raw logprobs of one row: top-N entries (most likely first, ties by lower id, ranks 1..N) and the
  * entry for `token_id`, whose rank is vLLM's: the number of tokens whose logprob is >= its own
  * (so 1 + those strictly above it when there is no tie). prompt_logprobs and logprobs share this.

@@ -114,17 +114,20 @@ static void preempt(cv_scheduler *s, cv_seq *seq) {
     release_blocks(s, seq);
     seq->num_computed = 0;
     seq->num_scheduled = 0;
+    seq->n_draft = 0;
     seq->num_preemptions++;
     seq->status = CV_SEQ_WAITING;
     list_push_front(&s->waiting, seq);
     s->num_preemptions++;
 }
 
-/* Tokens the sequence still needs, limited by the budget and by max_model_len. */
-static int32_t tokens_wanted(const cv_scheduler *s, const cv_seq *seq, int32_t budget) {
+/* Tokens the sequence still needs, limited by the budget; draft tokens are dropped first. */
+static int32_t tokens_wanted(const cv_scheduler *s, cv_seq *seq, int32_t budget) {
     size_t remaining = seq->n_tokens - seq->num_computed;
     if (remaining > (size_t)budget) remaining = (size_t)budget;
-    return (int32_t)remaining;
+    int32_t room = budget - (int32_t)remaining;
+    if (seq->n_draft > room) seq->n_draft = room;
+    return (int32_t)remaining + seq->n_draft;
 }
 
 static bool grow_blocks(cv_scheduler *s, cv_seq *seq, int32_t n_tokens) {
