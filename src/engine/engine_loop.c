@@ -271,6 +271,11 @@ static void update_gauges(cv_engine_loop *l) {
     l->stats.prefix_cache_queries = e->sched.prefix_queries;
     l->stats.prefix_cache_hits = e->sched.prefix_hits;
     l->stats.num_preemptions = e->sched.num_preemptions;
+    l->stats.spec_num_drafts = e->spec_stats.num_drafts;
+    l->stats.spec_num_draft_tokens = e->spec_stats.num_draft_tokens;
+    l->stats.spec_num_accepted_tokens = e->spec_stats.num_accepted_tokens;
+    l->stats.spec_num_positions = e->spec.method == CV_SPEC_NONE ? 0 : e->spec.num_speculative_tokens;
+    memcpy(l->stats.spec_accepted_per_pos, e->spec_stats.accepted_per_pos, sizeof l->stats.spec_accepted_per_pos);
 }
 
 /* vLLM's periodic line (LoggingStatLogger), printed only when something happened since the last. */

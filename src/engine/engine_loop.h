@@ -100,6 +100,11 @@ typedef struct cv_engine_stats {
     cv_histogram time_to_first_token;  /* vllm:time_to_first_token_seconds */
     cv_histogram inter_token_latency;  /* vllm:inter_token_latency_seconds */
     cv_histogram e2e_request_latency;  /* vllm:e2e_request_latency_seconds */
+    uint64_t spec_num_drafts;          /* vllm:spec_decode_num_drafts_total */
+    uint64_t spec_num_draft_tokens;    /* vllm:spec_decode_num_draft_tokens_total */
+    uint64_t spec_num_accepted_tokens; /* vllm:spec_decode_num_accepted_tokens_total */
+    uint64_t spec_accepted_per_pos[16];/* vllm:spec_decode_num_accepted_tokens_per_pos_total{position} */
+    int32_t spec_num_positions;        /* num_speculative_tokens (0 = speculation off) */
     int64_t kv_cache_tokens;           /* capacity, for cache_config_info */
     int32_t block_size;
 } cv_engine_stats;
