@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "base/histogram.h"
+#include "engine/spec_decode.h"
 #include "cvllm.h"
 
 typedef struct cv_engine_loop cv_engine_loop;
@@ -103,7 +104,7 @@ typedef struct cv_engine_stats {
     uint64_t spec_num_drafts;          /* vllm:spec_decode_num_drafts_total */
     uint64_t spec_num_draft_tokens;    /* vllm:spec_decode_num_draft_tokens_total */
     uint64_t spec_num_accepted_tokens; /* vllm:spec_decode_num_accepted_tokens_total */
-    uint64_t spec_accepted_per_pos[16];/* vllm:spec_decode_num_accepted_tokens_per_pos_total{position} */
+    uint64_t spec_accepted_per_pos[CV_MAX_SPEC_TOKENS]; /* vllm:spec_decode_num_accepted_tokens_per_pos_total{position} */
     int32_t spec_num_positions;        /* num_speculative_tokens (0 = speculation off) */
     int64_t kv_cache_tokens;           /* capacity, for cache_config_info */
     int32_t block_size;
