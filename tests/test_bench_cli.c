@@ -1,0 +1,446 @@
+/*
+ * test_bench_cli.c — `cvllm bench serve|throughput|latency` as a user runs them.
+ *
+ * serve runs against tests/tools/mock_openai_server.py on 127.0.0.1 (an ephemeral port), which
+ * streams OpenAI-style SSE with a known TTFT and inter-token gap, splits every event across reads,
+ * and logs the request bodies. Checked: vLLM's printed block line by line (labels, column widths,
+ * which lines appear), the saved JSON's keys, order and values (counts from usage, goodput, timings
+ * within bounds of the server's schedule, --save-detailed arrays, metadata, the default file name),
+ * the request bodies (streaming with usage, ignore_eos, max_tokens, served model name, sampling
+ * flags, headers), the chat endpoint without usage (output counted with the tokenizer), HTTP and
+ * in-stream failures, and usage errors. throughput and latency run on the reference checkpoint
+ * (vocabulary 4096). alarm() bounds the run; the mock servers die with the test.
+ */
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "check.h"
+#include "testutil.h"
+
+#define QWEN_TOKENIZER CVLLM_SOURCE_DIR "/models/qwen3-tokenizer"
+#define MOCK CVLLM_SOURCE_DIR "/tests/tools/mock_openai_server.py"
+
+static char *tmp;
+
+typedef struct run_result {
+    int status;
+    char *out, *err;
+} run_result;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return cv_xstrdup("");
+    char *buf = NULL;
+    size_t len = 0;
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        buf = cv_xrealloc(buf, len + got + 1);
+        memcpy(buf + len, chunk, got);
+        len += got;
+    }
+    fclose(f);
+    if (!buf) return cv_xstrdup("");
+    buf[len] = '\0';
+    return buf;
+}
+
+/* Runs `cvllm bench ARGS...` (NULL-terminated) with stdout and stderr captured. */
+static run_result bench(const char *const *args) {
+    char *out_path = cv_xasprintf("%s/stdout", tmp), *err_path = cv_xasprintf("%s/stderr", tmp);
+    const char *argv[64] = {CVLLM_BINARY, "bench"};
+    size_t n = 2;
+    for (; args[n - 2] && n < 63; n++) argv[n] = args[n - 2];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(out, 1);
+        dup2(err, 2);
+        setenv("CVLLM_LOG_LEVEL", "warning", 1);
+        unsetenv("OPENAI_API_KEY");
+        execv(CVLLM_BINARY, (char *const *)argv);
+        _exit(127);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    run_result r = {WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, slurp(out_path), slurp(err_path)};
+    free(out_path);
+    free(err_path);
+    return r;
+}
+
+static void free_run(run_result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+typedef struct server {
+    pid_t pid;
+    char port[16];
+    char *log;
+} server;
+
+/* Starts the mock with extra arguments (NULL-terminated) and a request log of its own. */
+static server start_mock(const char *name, const char *const *extra) {
+    server s = {0};
+    s.log = cv_xasprintf("%s/%s.log", tmp, name);
+    int fds[2];
+    if (pipe(fds) != 0) return s;
+    const char *argv[32] = {"python3", MOCK, "--lifetime", "60", "--log", s.log, "--model-root", QWEN_TOKENIZER};
+    int argc = 8;
+    for (; extra && *extra && argc < 30; extra++) argv[argc++] = *extra;
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        execvp("python3", (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    FILE *f = fdopen(fds[0], "r");
+    if (f && fgets(s.port, sizeof s.port, f)) s.port[strcspn(s.port, "\n")] = '\0';
+    if (f) fclose(f);
+    s.pid = pid;
+    CHECK_MSG(s.port[0], "mock_openai_server.py did not start (is python3 installed?)");
+    return s;
+}
+
+static void stop_mock(server *s) {
+    if (s->pid > 0) {
+        kill(s->pid, SIGTERM);
+        waitpid(s->pid, NULL, 0);
+    }
+    free(s->log);
+    s->pid = 0;
+}
+
+/* The line of `out` that starts with `label`, or NULL. */
+static const char *line_of(const char *out, const char *label) {
+    for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (!strncmp(p, label, strlen(label))) return p;
+    return NULL;
+}
+
+/* The same within vLLM's result block (the traffic lines before it reuse some labels). */
+static const char *block_line(const char *out, const char *label) {
+    const char *block = strstr(out, "============ Serving Benchmark Result");
+    return block ? line_of(block, label) : NULL;
+}
+
+/* vLLM's "{:<40} {:<10}" row holding exactly `value`. */
+static void check_row(const char *out, const char *label, const char *value) {
+    char want[128];
+    snprintf(want, sizeof want, "%-40s %-10s\n", label, value);
+    const char *line = block_line(out, label);
+    CHECK_MSG(line && !strncmp(line, want, strlen(want)), "row '%s': want '%s'", label, want);
+}
+
+/* The number in vLLM's row `label`. */
+static double row_value(const char *out, const char *label) {
+    const char *line = block_line(out, label);
+    CHECK_MSG(line != NULL, "no row '%s'", label);
+    return line ? atof(line + 41) : -1;
+}
+
+static json_t *load_json(const char *path) {
+    json_error_t err;
+    json_t *j = json_load_file(path, 0, &err);
+    CHECK_MSG(j != NULL, "%s: %s", path, err.text);
+    return j;
+}
+
+static double num(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    CHECK_MSG(json_is_number(v), "key %s is not a number", key);
+    return json_number_value(v);
+}
+
+/* Request bodies the mock logged, one JSON object per line. */
+static json_t *logged_requests(const char *log) {
+    char *text = slurp(log);
+    json_t *all = json_array();
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) json_array_append_new(all, json_loads(line, 0, NULL));
+    free(text);
+    return all;
+}
+
+static void test_serve_completions(void) {
+    server s = start_mock("completions", (const char *const[]){"--ttft-ms", "50", "--itl-ms", "10", "--prompt-tokens", "7", NULL});
+    run_result r = bench((const char *const[]){
+        "serve", "--port", s.port, "--num-prompts", "6", "--random-input-len", "16", "--random-output-len", "5",
+        "--max-concurrency", "3", "--request-rate", "50", "--seed", "3", "--goodput", "ttft:10000", "tpot:1",
+        "--percentile-metrics", "ttft,tpot,itl,e2el,client_queue_time", "--metric-percentiles", "50,99.9",
+        "--save-result", "--save-detailed", "--result-dir", tmp, "--result-filename", "serve.json",
+        "--label", "mock", "--metadata", "run=ci", "--temperature", "0", "--header", "X-Test=yes", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "First model name: mock-model, first model id: " QWEN_TOKENIZER "\n");
+    CHECK_CONTAINS(r.out, "Traffic request rate: 50.0\nBurstiness factor: 1.0 (Poisson process)\n"
+                          "Maximum request concurrency: 3\n");
+    CHECK(strstr(r.out, "WARNING: vllm bench serve no longer sets temperature") == NULL);
+    CHECK_CONTAINS(r.out, "\n============ Serving Benchmark Result ============\n");
+    check_row(r.out, "Successful requests:", "6");
+    check_row(r.out, "Failed requests:", "0");
+    check_row(r.out, "Maximum request concurrency:", "3");
+    check_row(r.out, "Request rate configured (RPS):", "50.00");
+    check_row(r.out, "Total input tokens:", "42"); /* usage.prompt_tokens = 7 replaces the dataset's */
+    check_row(r.out, "Total generated tokens:", "30");
+    check_row(r.out, "Request goodput (req/s):", "0.00"); /* nothing meets TPOT <= 1 ms */
+    CHECK(line_of(r.out, "Peak output token throughput (tok/s):") && line_of(r.out, "Peak concurrent requests:"));
+    CHECK_CONTAINS(r.out, "\n---------------Time to First Token----------------\nMean TTFT (ms):");
+    CHECK_CONTAINS(r.out, "\n-----Time per Output Token (excl. 1st token)------\n");
+    CHECK_CONTAINS(r.out, "\n---------------Inter-token Latency----------------\n");
+    CHECK_CONTAINS(r.out, "\n----------------End-to-end Latency----------------\n");
+    CHECK_CONTAINS(r.out, "\n---------------Client-side Queueing---------------\n");
+    CHECK(line_of(r.out, "P99.9 TTFT (ms):") && line_of(r.out, "P50 ITL (ms):"));
+    CHECK(line_of(r.out, "P99 TTFT (ms):") == NULL);
+    double ttft = row_value(r.out, "Mean TTFT (ms):"), itl = row_value(r.out, "Mean ITL (ms):");
+    CHECK_MSG(ttft >= 49 && ttft < 1000, "mean TTFT %g ms for a 50 ms server", ttft);
+    CHECK_MSG(itl >= 5 && itl < 200, "mean ITL %g ms for a 10 ms server", itl);
+    CHECK(row_value(r.out, "Mean E2EL (ms):") >= 89);
+    CHECK_CONTAINS(r.out, "\n==================================================\n");
+
+    char *path = cv_xasprintf("%s/serve.json", tmp);
+    json_t *j = load_json(path);
+    static const char *order[] = {"date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id",
+                                  "num_prompts", "run", "request_rate", "burstiness", "max_concurrency",
+                                  "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+                                  "request_throughput", "request_goodput", "output_throughput",
+                                  "total_token_throughput", "input_lens", "output_lens", "ttfts", "itls",
+                                  "latencies", "start_times", "queue_times", "generated_texts", "errors",
+                                  "max_output_tokens_per_s", "max_concurrent_requests", "rtfx", "mean_ttft_ms",
+                                  "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms", "p99.9_ttft_ms"};
+    const char *key;
+    json_t *value;
+    size_t k = 0;
+    json_object_foreach(j, key, value) {
+        if (k < CV_ARRAY_LEN(order)) CHECK_MSG(!strcmp(key, order[k]), "key %zu is %s, expected %s", k, key, order[k]);
+        k++;
+    }
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "label")), "mock");
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "run")), "ci");
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "backend")), "openai");
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "tokenizer_id")), QWEN_TOKENIZER);
+    CHECK(num(j, "request_rate") == 50 && num(j, "burstiness") == 1 && num(j, "max_concurrency") == 3);
+    CHECK(num(j, "completed") == 6 && num(j, "failed") == 0 && num(j, "num_prompts") == 6);
+    CHECK(num(j, "total_input_tokens") == 42 && num(j, "total_output_tokens") == 30);
+    CHECK(num(j, "request_goodput") == 0);
+    CHECK(num(j, "rtfx") == 0);
+    CHECK(num(j, "max_concurrent_requests") >= 1 && num(j, "max_concurrent_requests") <= 3);
+    double duration = num(j, "duration");
+    CHECK(duration > 0.09 && fabs(num(j, "request_throughput") - 6 / duration) < 1e-9);
+    CHECK(fabs(num(j, "total_token_throughput") - 72 / duration) < 1e-9);
+    CHECK(num(j, "mean_itl_ms") > 5 && num(j, "p99.9_itl_ms") >= num(j, "median_itl_ms"));
+    CHECK(fabs(num(j, "mean_ttft_ms") - ttft) < 0.006);
+    CHECK(json_object_get(j, "p99.9_e2el_ms") && json_object_get(j, "std_client_queue_time_ms"));
+    CHECK(!json_object_get(j, "mean_e2el_including_client_queue_ms")); /* not selected */
+    const json_t *itls = json_object_get(j, "itls"), *texts = json_object_get(j, "generated_texts");
+    CHECK(json_array_size(itls) == 6 && json_array_size(json_array_get(itls, 0)) == 4);
+    CHECK_STR_EQ(json_string_value(json_array_get(texts, 5)), " hello hello hello hello hello");
+    CHECK_STR_EQ(json_string_value(json_array_get(json_object_get(j, "errors"), 0)), "");
+    CHECK(json_integer_value(json_array_get(json_object_get(j, "input_lens"), 2)) == 7);
+    CHECK(json_integer_value(json_array_get(json_object_get(j, "output_lens"), 2)) == 5);
+    json_decref(j);
+    free(path);
+
+    json_t *reqs = logged_requests(s.log);
+    CHECK_EQ_INT(json_array_size(reqs), 6);
+    const json_t *b = json_array_get(reqs, 0);
+    CHECK_STR_EQ(json_string_value(json_object_get(b, "model")), "mock-model");
+    CHECK(json_is_true(json_object_get(b, "stream")) && json_is_true(json_object_get(b, "ignore_eos")));
+    CHECK(json_is_true(json_object_get(json_object_get(b, "stream_options"), "include_usage")));
+    CHECK(json_integer_value(json_object_get(b, "max_tokens")) == 5);
+    CHECK(json_number_value(json_object_get(b, "temperature")) == 0);
+    CHECK(json_is_string(json_object_get(b, "prompt")) && json_string_length(json_object_get(b, "prompt")) > 10);
+    json_decref(reqs);
+    free_run(&r);
+    stop_mock(&s);
+}
+
+static void test_serve_chat_without_usage(void) {
+    server s = start_mock("chat", (const char *const[]){"--ttft-ms", "20", "--itl-ms", "5", "--no-usage", "--ping",
+                                                         "--fail-every", "3", NULL});
+    char *url = cv_xasprintf("http://127.0.0.1:%s/", s.port);
+    run_result r = bench((const char *const[]){
+        "serve", "--base-url", url, "--endpoint", "/v1/chat/completions", "--model", "/some/where/My-Model",
+        "--served-model-name", "served", "--tokenizer", QWEN_TOKENIZER, "--num-prompts", "6",
+        "--input-len", "12", "--output-len", "4", "--extra-body", "{\"top_k\": 5}", "--save-result",
+        "--result-dir", tmp, NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "WARNING: vllm bench serve no longer sets temperature==0");
+    CHECK_CONTAINS(r.out, "Failed requests during benchmark run detected (capping to 10):\nError 0: HTTP 500: ");
+    check_row(r.out, "Successful requests:", "4");
+    check_row(r.out, "Failed requests:", "2");
+    check_row(r.out, "Total generated tokens:", "16"); /* " hello" x 4, re-tokenized: 4 tokens each */
+    CHECK(block_line(r.out, "Maximum request concurrency:") == NULL);
+    CHECK(line_of(r.out, "Request rate configured (RPS):") == NULL);
+    CHECK(line_of(r.out, "Request goodput (req/s):") == NULL);
+    CHECK(line_of(r.out, "Mean E2EL (ms):") == NULL); /* not in the default ttft,tpot,itl */
+    double ttft = row_value(r.out, "Mean TTFT (ms):");
+    CHECK_MSG(ttft >= 19 && ttft < 1000, "TTFT %g: the role-only chunk must not count", ttft);
+
+    /* vLLM's default name: {label}-{rate}qps-{model basename}-{date}.json */
+    char *cmd = cv_xasprintf("ls %s | grep -c '^openai-infqps-My-Model-[0-9]\\{8\\}-[0-9]\\{6\\}\\.json$' >/dev/null", tmp);
+    CHECK_MSG(system(cmd) == 0, "no result file named openai-infqps-My-Model-<date>.json in %s", tmp);
+    free(cmd);
+
+    json_t *reqs = logged_requests(s.log);
+    CHECK_EQ_INT(json_array_size(reqs), 6);
+    const json_t *b = json_array_get(reqs, 1);
+    CHECK_STR_EQ(json_string_value(json_object_get(b, "model")), "served");
+    const json_t *msg = json_array_get(json_object_get(b, "messages"), 0);
+    CHECK_STR_EQ(json_string_value(json_object_get(msg, "role")), "user");
+    CHECK(json_is_string(json_object_get(msg, "content")));
+    CHECK(json_integer_value(json_object_get(b, "max_completion_tokens")) == 4);
+    CHECK(json_integer_value(json_object_get(b, "top_k")) == 5);
+    json_decref(reqs);
+    free_run(&r);
+    free(url);
+    stop_mock(&s);
+}
+
+static void test_serve_failures(void) {
+    server s = start_mock("errors", (const char *const[]){"--ttft-ms", "5", "--itl-ms", "1", "--stream-error-every", "2", NULL});
+    run_result r = bench((const char *const[]){"serve", "--port", s.port, "--num-prompts", "4", "--random-input-len", "8",
+                                               "--random-output-len", "3", "--num-warmups", "1", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "Warming up with 1 requests...\nWarmup run completed.\n");
+    CHECK_CONTAINS(r.out, "server error in stream: mock stream error");
+    CHECK(row_value(r.out, "Failed requests:") == 2);
+    free_run(&r);
+    stop_mock(&s);
+
+    /* nothing listens there: every request fails, the exit status says so */
+    r = bench((const char *const[]){"serve", "--port", s.port, "--model", "m", "--tokenizer", QWEN_TOKENIZER,
+                                    "--num-prompts", "2", "--random-input-len", "4", NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "cvllm bench serve: all 2 requests failed");
+    CHECK_CONTAINS(r.out, "Error 1: ");
+    free_run(&r);
+    r = bench((const char *const[]){"serve", "--port", s.port, "--num-prompts", "2", NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "/v1/models");
+    free_run(&r);
+
+    static const struct {
+        const char *args[8], *message;
+    } usage[] = {
+        {{"serve", "--bogus"}, "unknown option --bogus"},
+        {{"serve", "--dataset-name", "sharegpt"}, "--dataset-name sharegpt is not supported"},
+        {{"serve", "--endpoint", "/v1/embeddings"}, "--endpoint /v1/embeddings"},
+        {{"serve", "--max-concurrency", "0"}, "--max-concurrency must be in"},
+        {{"serve", "--request-rate", "fast"}, "--request-rate expects a number"},
+        {{"serve", "--goodput", "latency:5"}, "unknown metric 'latency'"},
+        {{"serve", "--percentile-metrics", "ttft,foo"}, "unknown metric 'foo'"},
+        {{"serve", "--metric-percentiles", "101"}, "--metric-percentiles must be in"},
+        {{"serve", "--header", "novalue"}, "--header 'novalue': use KEY=VALUE"},
+        {{"serve", "--extra-body", "[1]"}, "--extra-body must be a JSON object"},
+        {{"serve", "--backend", "tgi"}, "--backend tgi is not supported"},
+        {{"throughput", "--model", "x"}, "--input-len must be provided"},
+        {{"throughput", "--model", "x", "--input-len", "4", "--dataset-name", "sonnet"}, "not supported"},
+        {{"nonsense"}, "unknown benchmark 'nonsense'"},
+    };
+    for (size_t i = 0; i < CV_ARRAY_LEN(usage); i++) {
+        r = bench(usage[i].args);
+        CHECK_MSG(r.status == 2, "%s: status %d", usage[i].message, r.status);
+        CHECK_CONTAINS(r.err, usage[i].message);
+        free_run(&r);
+    }
+    r = bench((const char *const[]){"serve", "--help", NULL});
+    CHECK(r.status == 0);
+    CHECK_CONTAINS(r.out, "usage: cvllm bench serve");
+    free_run(&r);
+}
+
+static void test_throughput(const char *model) {
+    char *out = cv_xasprintf("%s/throughput.json", tmp);
+    run_result r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "16", "--output-len", "4",
+                                               "--num-prompts", "8", "--n", "2", "--max-model-len", "64",
+                                               "--output-json", out, NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    double req_s = 0, total_s = 0, out_s = 0;
+    const char *line = line_of(r.out, "Throughput: ");
+    CHECK(line && sscanf(line, "Throughput: %lf requests/s, %lf total tokens/s, %lf output tokens/s", &req_s,
+                         &total_s, &out_s) == 3);
+    CHECK_CONTAINS(r.out, "\nTotal num prompt tokens:  128\nTotal num output tokens:  64\n");
+    json_t *j = load_json(out);
+    CHECK(num(j, "num_requests") == 8 && num(j, "total_num_tokens") == 192);
+    double elapsed = num(j, "elapsed_time");
+    CHECK(elapsed > 0 && fabs(num(j, "requests_per_second") - 8 / elapsed) < 1e-9);
+    CHECK(fabs(num(j, "tokens_per_second") - 192 / elapsed) < 1e-9);
+    CHECK(fabs(req_s - 8 / elapsed) < 0.01 * req_s + 0.01);
+    json_decref(j);
+    free_run(&r);
+
+    r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "16", "--output-len", "4",
+                                    "--num-prompts", "6", "--random-range-ratio", "0.5", "--prefix-len", "3",
+                                    "--seed", "9", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    const char *p = line_of(r.out, "Total num prompt tokens:");
+    long prompt_tokens = p ? atol(p + 24) : 0;
+    CHECK_MSG(prompt_tokens >= 6 * 11 && prompt_tokens <= 6 * 27, "%ld prompt tokens", prompt_tokens);
+    free_run(&r);
+
+    r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "60", "--output-len", "8",
+                                    "--num-prompts", "2", "--max-model-len", "64", NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "max_model_len is 64");
+    free_run(&r);
+    free(out);
+}
+
+static void test_latency(const char *model) {
+    char *out = cv_xasprintf("%s/latency.json", tmp);
+    run_result r = bench((const char *const[]){"latency", "--model", model, "--input-len", "8", "--output-len", "4",
+                                               "--batch-size", "2", "--num-iters-warmup", "1", "--num-iters", "3",
+                                               "--output-json", out, NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "Avg latency: ");
+    CHECK_CONTAINS(r.out, "\n10% percentile latency: ");
+    CHECK_CONTAINS(r.out, "\n99% percentile latency: ");
+    json_t *j = load_json(out);
+    const json_t *lat = json_object_get(j, "latencies"), *pct = json_object_get(j, "percentiles");
+    CHECK(json_array_size(lat) == 3);
+    double lo = 1e9, hi = 0, sum = 0;
+    for (size_t i = 0; i < 3; i++) {
+        double v = json_number_value(json_array_get(lat, i));
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        sum += v;
+    }
+    CHECK(fabs(num(j, "avg_latency") - sum / 3) < 1e-12);
+    CHECK(num(j, "std_latency") >= 0 && num(j, "std_latency") <= hi - lo);
+    CHECK(json_number_value(json_object_get(pct, "10")) >= lo && json_number_value(json_object_get(pct, "99")) <= hi);
+    CHECK(json_number_value(json_object_get(pct, "50")) <= json_number_value(json_object_get(pct, "90")));
+    json_decref(j);
+    free_run(&r);
+    free(out);
+}
+
+int main(void) {
+    alarm(120);
+    tmp = tu_make_temp_dir();
+    test_serve_completions();
+    test_serve_chat_without_usage();
+    test_serve_failures();
+    char *model = tu_model_dir("qwen3-dense-f32");
+    test_throughput(model);
+    test_latency(model);
+    tu_remove_tree(model);
+    free(model);
+    tu_remove_tree(tmp);
+    free(tmp);
+    return cv_check_summary("test_bench_cli");
+}
