@@ -4,7 +4,9 @@
  * Per request i: an input length drawn uniformly from [⌊L·(1−r)⌋, ⌈L·(1+r)⌉], an output length from
  * [max(1, ⌊O·(1−r)⌋), max(1, ⌈O·(1+r)⌉)] and an offset; the prompt is a shared random prefix of P
  * tokens followed by allowed[(offset + i + k) mod |allowed|] for k < input length, where `allowed`
- * is every id below the vocabulary limit that is not a special token. The ids are decoded to text
+ * is every id below the vocabulary limit that is not a special token (vLLM also leaves out the few
+ * non-special added tokens such as <think>, which the tokenizer API does not tell apart from base
+ * tokens; they re-encode to themselves, so lengths stay exact). The ids are decoded to text
  * and, because decode∘encode is not the identity for BPE, re-encoded and trimmed or padded up to
  * ten times until the text encodes to exactly P + input length tokens (vLLM's
  * gen_prompt_decode_to_target_len); prompt_len is the count finally reached.
