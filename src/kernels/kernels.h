@@ -126,4 +126,79 @@ void cv_attention(cv_threadpool *pool, const cv_attention_args *a);
 void cv_kv_write(float *k_cache, float *v_cache, const float *k, const float *v, const int64_t *slot_mapping,
                  int64_t n, int64_t width);
 
+/* ---- mixture of experts (moe.c) --------------------------------------------------------------- */
+
+/* One SwiGLU expert: down · (silu(gate · x) ⊙ (up · x)); gate and up [inter][hidden], down
+ * [hidden][inter]. Experts of one call may differ in inter (a shared expert is often wider). */
+typedef struct cv_moe_expert {
+    cv_matrix gate, up, down;
+} cv_moe_expert;
+
+/* Per token: softmax over the n_experts router logits (f32), the top_k largest probabilities in
+ * descending order (ties: lower expert id first), renormalised to sum 1 when `renormalize`.
+ * ids and weights are [n_tokens][top_k]; top_k ≤ n_experts. */
+void cv_moe_route(const float *logits, int64_t n_tokens, int32_t n_experts, int32_t top_k, bool renormalize,
+                  int32_t *ids, float *weights);
+
+typedef struct cv_moe_args {
+    int64_t n_tokens;
+    int32_t hidden;
+    int32_t n_experts;              /* entries of experts */
+    const cv_moe_expert *experts;
+    int32_t routes;                 /* experts per token: columns of ids and weights */
+    const int32_t *ids;             /* [n_tokens][routes], < n_experts, distinct within a token */
+    const float *weights;           /* [n_tokens][routes] */
+    const float *x;                 /* [n_tokens][hidden] */
+    float *y;                       /* [n_tokens][hidden]: y += Σ_r weight·expert_r(x), experts in id order */
+    void *workspace;                /* cv_moe_workspace_bytes(...) bytes, 64-byte aligned */
+} cv_moe_args;
+
+/* Workspace for cv_moe with at most these sizes on this pool (max_inter: the widest expert). */
+size_t cv_moe_workspace_bytes(const cv_threadpool *pool, int64_t n_tokens, int32_t routes, int32_t hidden,
+                              int32_t max_inter, int32_t n_experts);
+/* Routed SwiGLU experts, grouped: the tokens of each expert are gathered and each selected expert's
+ * weights are streamed once per call, whatever the number of tokens routed to it. */
+void cv_moe(cv_threadpool *pool, const cv_moe_args *a);
+
+/* ---- gated delta rule (gdn.c) ----------------------------------------------------------------- */
+
+/* In place, for each of `rows` rows of length dim: x ← scale · x / sqrt(Σx² + eps). */
+void cv_l2norm(float *x, int64_t rows, int64_t dim, float eps, float scale);
+
+/* Depthwise causal convolution of width `kernel` over one sequence's n tokens, then SiLU:
+ * y[t][c] = silu(Σ_j w[j][c] · x_{t−kernel+1+j}[c]), tap kernel−1 on the current token. Rows of x are
+ * ld_x apart, rows of y are `channels` apart. w is tap-major [kernel][channels]. `state`
+ * [kernel−1][channels] holds the raw inputs of the tokens before x (oldest first; zeros at a
+ * sequence start) and is advanced past x. */
+void cv_conv1d_silu(float *y, const float *x, int64_t ld_x, int64_t n, int64_t channels, const float *w, int kernel,
+                    float *state);
+
+/* Gated-delta-rule gates per token and value head: beta = σ(b), g = −exp(a_log)·softplus(a + dt_bias)
+ * (softplus(z) = z above 20, as in PyTorch). a, b, g, beta are [n_tokens][n_heads]. */
+void cv_gdn_gates(float *g, float *beta, const float *a, const float *b, int64_t n_tokens, int32_t n_heads,
+                  const float *a_log, const float *dt_bias);
+
+/*
+ * The gated delta rule over a batch of sequences, per value head j with key head j / (n_v/n_k):
+ *   S ← exp(g)·S;  δ = beta·(v − Sᵀk);  S ← S + k ⊗ δ;  o = Sᵀq
+ * with the state S [k_dim][v_dim] f32 per head. A sequence's tokens continue from its state, which
+ * is left after its last token. Single tokens use that recurrence; longer runs the equivalent
+ * chunked form (64-token chunks counted from the run's first token), which touches the state once
+ * per chunk. q and k must already be L2-normalised (q also scaled by k_dim^−1/2).
+ */
+typedef struct cv_gdn_args {
+    int32_t n_seqs;
+    const int32_t *seq_start;       /* [n_seqs+1] */
+    float *const *states;           /* [n_seqs] → [n_v_heads][k_dim][v_dim] */
+    int32_t n_k_heads, n_v_heads, k_dim, v_dim;
+    const float *q, *k, *v;         /* token t, head h at q + t·ld + h·k_dim (k likewise, v by v_dim) */
+    int64_t ld;
+    const float *g, *beta;          /* [n_tokens][n_v_heads] */
+    float *out;                     /* [n_tokens][n_v_heads·v_dim] */
+    void *workspace;                /* cv_gdn_workspace_bytes(...) bytes, 64-byte aligned */
+} cv_gdn_args;
+
+size_t cv_gdn_workspace_bytes(const cv_threadpool *pool, int32_t k_dim, int32_t v_dim);
+void cv_gdn(cv_threadpool *pool, const cv_gdn_args *a);
+
 #endif

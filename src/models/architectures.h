@@ -13,5 +13,8 @@
 typedef int (*cv_model_loader)(const cv_model_load_params *p, cv_model **out);
 
 int cv_qwen3_load(const cv_model_load_params *p, cv_model **out); /* Qwen3ForCausalLM */
+int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out); /* Qwen3MoeForCausalLM */
+/* Qwen3NextForCausalLM, Qwen3_5MoeForConditionalGeneration */
+int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out);
 
 #endif

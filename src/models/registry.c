@@ -17,6 +17,9 @@ static const struct {
     cv_model_loader load;
 } architectures[] = {
     {"Qwen3ForCausalLM", cv_qwen3_load},
+    {"Qwen3MoeForCausalLM", cv_qwen3_moe_load},
+    {"Qwen3NextForCausalLM", cv_qwen3_hybrid_load},
+    {"Qwen3_5MoeForConditionalGeneration", cv_qwen3_hybrid_load},
 };
 
 static char supported_list[512];

@@ -1,0 +1,447 @@
+/*
+ * qwen3_blocks.c — binding, config fields, batch checks, scratch, attention and MoE blocks shared by
+ * qwen3_moe.c and qwen3_hybrid.c (see qwen3_blocks.h for the split of responsibilities).
+ *
+ * The batch is validated up front because the kernels trust their indices: a bad slot, block id or
+ * state slot would otherwise be a wild memory access. Two sequences sharing a state slot would race
+ * on (and corrupt) one recurrent state, so slots must be distinct within a batch.
+ *
+ * Attention follows qwen-arch.md §1.3/§2.3/§4.5: projections, per-head RMSNorm of q and k (gains
+ * already in effective form), RoPE on the first rot_dim dims, K/V into the paged cache, causal GQA
+ * with scale head_dim^−1/2 (also under partial RoPE), then the optional sigmoid output gate and
+ * o_proj. The MoE block is §1.5/§4.7: f32 router softmax → top-k → optional renormalisation, the
+ * shared expert riding along as one more route whose weight is σ(shared_expert_gate · x).
+ */
+#include "models/qwen3_blocks.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+/* ---- binding ---------------------------------------------------------------------------------- */
+
+const char *qb_name(qb_binder *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->name, sizeof b->name, fmt, ap);
+    va_end(ap);
+    return b->name;
+}
+
+void qb_bind_matrix(qb_binder *b, const char *name, int64_t rows, int64_t cols, const char *hint, cv_matrix *out) {
+    if (b->rc) return;
+    cv_tensor t;
+    int64_t shape[2] = {rows, cols};
+    b->rc = cv_weights_get(b->src, name, 2, shape, hint, &t);
+    if (b->rc) return;
+    if (!cv_matrix_dtype_supported(t.dtype)) {
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s has dtype %s; matmul weights must be F32, BF16 or F16",
+                        name, cv_dtype_name(t.dtype));
+        return;
+    }
+    *out = (cv_matrix){t.data, t.dtype, rows, cols};
+    b->matmul_bytes += t.nbytes;
+}
+
+void qb_bind_vector(qb_binder *b, const char *name, int64_t dim, const char *hint, const float **out) {
+    if (b->rc) return;
+    b->rc = cv_weights_get_f32(b->src, name, 1, &dim, hint, out);
+}
+
+void *qb_own(qb_binder *b, size_t bytes) {
+    void *p = cv_aligned_alloc(bytes ? bytes : 1);
+    if (!p) {
+        if (!b->rc) b->rc = cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes for model tables", bytes);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    if (b->n_owned == b->cap_owned) {
+        b->cap_owned = b->cap_owned ? 2 * b->cap_owned : 64;
+        b->owned = cv_xrealloc(b->owned, (size_t)b->cap_owned * sizeof *b->owned);
+    }
+    b->owned[b->n_owned++] = p;
+    return p;
+}
+
+void qb_bind_gain_plus_one(qb_binder *b, const char *name, int64_t dim, const char *hint, const float **out) {
+    const float *w;
+    qb_bind_vector(b, name, dim, hint, &w);
+    if (b->rc) return;
+    float *g = qb_own(b, (size_t)dim * sizeof *g);
+    if (!g) return;
+    for (int64_t i = 0; i < dim; i++) g[i] = 1.0f + w[i];
+    *out = g;
+}
+
+void qb_binder_free(qb_binder *b) {
+    for (int i = 0; i < b->n_owned; i++) free(b->owned[i]);
+    free(b->owned);
+    b->owned = NULL;
+    b->n_owned = b->cap_owned = 0;
+}
+
+/* ---- config fields ---------------------------------------------------------------------------- */
+
+int qb_cfg_int(const cv_model_config *cfg, const char *key, int32_t def, int32_t *out) {
+    json_t *v = json_object_get(cfg->text, key);
+    if (!v || json_is_null(v)) {
+        if (def < 0) return cv_fail(CVLLM_ERR_FORMAT, "config.json: missing required field \"%s\" for %s", key,
+                                    cfg->architecture);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > INT32_MAX)
+        return cv_fail(CVLLM_ERR_FORMAT, "config.json: field \"%s\" must be a positive integer", key);
+    *out = (int32_t)json_integer_value(v);
+    return 0;
+}
+
+int qb_cfg_bool(const cv_model_config *cfg, const char *key, bool def, bool *out) {
+    json_t *v = json_object_get(cfg->text, key);
+    *out = def;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return cv_fail(CVLLM_ERR_FORMAT, "config.json: field \"%s\" must be true or false", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+int qb_cfg_layer_list(const cv_model_config *cfg, const char *key, int32_t n_layers, bool *in) {
+    memset(in, 0, (size_t)n_layers * sizeof *in);
+    json_t *v = json_object_get(cfg->text, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v)) return cv_fail(CVLLM_ERR_FORMAT, "config.json: field \"%s\" must be a list of layer indices", key);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= n_layers)
+            return cv_fail(CVLLM_ERR_FORMAT, "config.json: field \"%s\" entry %zu is not a layer index in [0, %d)", key,
+                           i, n_layers);
+        in[json_integer_value(e)] = true;
+    }
+    return 0;
+}
+
+static cv_rope_kind rope_kind(cv_rope_type t) {
+    switch (t) {
+    case CV_ROPE_LINEAR: return CV_ROPE_KIND_LINEAR;
+    case CV_ROPE_DYNAMIC: return CV_ROPE_KIND_DYNAMIC;
+    case CV_ROPE_YARN: return CV_ROPE_KIND_YARN;
+    default: return CV_ROPE_KIND_DEFAULT;
+    }
+}
+
+int qb_init_rope(cv_rope *r, const cv_rope_config *rc, int32_t head_dim) {
+    cv_rope_params p = {
+        .kind = rope_kind(rc->type),
+        .theta = rc->theta,
+        .factor = rc->factor,
+        .original_max_position = rc->original_max_position,
+        .beta_fast = rc->beta_fast,
+        .beta_slow = rc->beta_slow,
+        .attention_factor = rc->attention_factor,
+        .rot_dim = (int32_t)(head_dim * rc->partial_rotary_factor),
+    };
+    int rc_ = cv_rope_init(r, &p);
+    return rc_ ? cv_fail_prefix(rc_, "config.json rope") : 0;
+}
+
+/* ---- batches ---------------------------------------------------------------------------------- */
+
+static int check_sequence(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int32_t s) {
+    const int32_t begin = b->seq_start[s], end = b->seq_start[s + 1];
+    if (begin > end) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: seq_start is not ascending at sequence %d", s);
+    const int32_t ctx = b->context_lens[s];
+    const int64_t n_blocks = ((int64_t)ctx + kv->block_size - 1) / kv->block_size;
+    for (int64_t j = 0; j < n_blocks; j++)
+        if (b->block_tables[s][j] < 0 || b->block_tables[s][j] >= kv->num_blocks)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: sequence %d block %lld is %d, outside [0, %d)", s,
+                           (long long)j, b->block_tables[s][j], kv->num_blocks);
+    for (int32_t t = begin; t < end; t++) {
+        int32_t p = b->positions[t];
+        if (p < 0 || p >= ctx)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: token %d has position %d outside its context of %d",
+                           t, p, ctx);
+        /* Recurrent state advances one token at a time, so a run's positions must be consecutive. */
+        if (t > begin && p != b->positions[t - 1] + 1)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: positions of sequence %d are not consecutive", s);
+        int64_t slot = (int64_t)b->block_tables[s][p / kv->block_size] * kv->block_size + p % kv->block_size;
+        if (b->slot_mapping[t] != slot)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
+                           "batch: token %d (position %d) maps to slot %lld but its block table says %lld", t, p,
+                           (long long)b->slot_mapping[t], (long long)slot);
+        if (b->token_ids[t] < 0 || b->token_ids[t] >= vocab)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: token id %d is outside the vocabulary [0, %d)",
+                           b->token_ids[t], vocab);
+    }
+    return 0;
+}
+
+static int check_state(const cv_batch *b, const cv_state_cache *state, size_t state_bytes) {
+    if (!state || !state->data || !b->state_slots)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: this model keeps recurrent state but no state cache or "
+                                                   "state slots were given");
+    if (state->slot_bytes < state_bytes)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "state cache slots hold %zu bytes; the model needs %zu",
+                       state->slot_bytes, state_bytes);
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int32_t slot = b->state_slots[s];
+        if (slot < 0 || slot >= state->num_slots)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: sequence %d has state slot %d, outside [0, %d)", s, slot,
+                           state->num_slots);
+        for (int32_t r = 0; r < s; r++)
+            if (b->state_slots[r] == slot)
+                return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: sequences %d and %d share state slot %d", r, s, slot);
+    }
+    return 0;
+}
+
+int qb_check_batch(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int32_t kv_layers,
+                   const cv_state_cache *state, size_t state_bytes) {
+    if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || (b->n_tokens > 0 && b->n_seqs == 0))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: negative counts or tokens without sequences");
+    if (kv->block_size <= 0 || kv->num_blocks <= 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "KV cache has no blocks");
+    for (int l = 0; l < kv_layers; l++)
+        if (!kv->k[l] || !kv->v[l]) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "KV cache layer %d is missing", l);
+    if (b->n_seqs > 0 && (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: seq_start must run from 0 to n_tokens=%d", b->n_tokens);
+    for (int32_t s = 0; s < b->n_seqs; s++) {
+        int rc = check_sequence(b, kv, vocab, s);
+        if (rc) return rc;
+    }
+    if (state_bytes > 0) {
+        int rc = check_state(b, state, state_bytes);
+        if (rc) return rc;
+    }
+    for (int32_t i = 0; i < b->n_logits; i++)
+        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: logit row %d is outside [0, %d)", b->logit_rows[i],
+                           b->n_tokens);
+    return 0;
+}
+
+/* ---- scratch ---------------------------------------------------------------------------------- */
+
+void *qb_take(qb_arena *a, size_t bytes) {
+    size_t at = a->size;
+    a->size += (bytes + 63) & ~(size_t)63;
+    return a->base ? a->base + at : NULL;
+}
+
+/* ---- attention -------------------------------------------------------------------------------- */
+
+void qb_attention_scratch_take(qb_attention_scratch *s, const qb_attention_dims *d, qb_arena *a, int32_t tokens) {
+    const size_t q = (size_t)d->n_heads * (size_t)d->head_dim * (size_t)tokens * sizeof(float);
+    const size_t kv = (size_t)d->n_kv_heads * (size_t)d->head_dim * (size_t)tokens * sizeof(float);
+    /* Ungated, the projection lands in q directly. */
+    s->qg = qb_take(a, d->gated ? 2 * q : q);
+    s->q = d->gated ? qb_take(a, q) : s->qg;
+    s->gate = d->gated ? qb_take(a, q) : NULL;
+    s->attn = qb_take(a, q);
+    s->k = qb_take(a, kv);
+    s->v = qb_take(a, kv);
+}
+
+void qb_bind_attention(qb_binder *b, const char *prefix, const qb_attention_dims *d, qb_attention *out) {
+    const int64_t H = d->hidden, q_dim = (int64_t)d->n_heads * d->head_dim, kv_dim = (int64_t)d->n_kv_heads * d->head_dim;
+    char p[200];
+    snprintf(p, sizeof p, "%s", prefix);
+    qb_bind_matrix(b, qb_name(b, "%sq_proj.weight", p), d->gated ? 2 * q_dim : q_dim, H,
+                   d->gated ? "2*num_attention_heads*head_dim (query and gate), hidden_size"
+                            : "num_attention_heads*head_dim, hidden_size",
+                   &out->q_proj);
+    qb_bind_matrix(b, qb_name(b, "%sk_proj.weight", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
+                   &out->k_proj);
+    qb_bind_matrix(b, qb_name(b, "%sv_proj.weight", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
+                   &out->v_proj);
+    qb_bind_matrix(b, qb_name(b, "%so_proj.weight", p), H, q_dim, "hidden_size, num_attention_heads*head_dim",
+                   &out->o_proj);
+    if (d->zero_centred_norms) {
+        qb_bind_gain_plus_one(b, qb_name(b, "%sq_norm.weight", p), d->head_dim, "head_dim", &out->q_norm);
+        qb_bind_gain_plus_one(b, qb_name(b, "%sk_norm.weight", p), d->head_dim, "head_dim", &out->k_norm);
+    } else {
+        qb_bind_vector(b, qb_name(b, "%sq_norm.weight", p), d->head_dim, "head_dim", &out->q_norm);
+        qb_bind_vector(b, qb_name(b, "%sk_norm.weight", p), d->head_dim, "head_dim", &out->k_norm);
+    }
+}
+
+/* Splits the per-head interleaved [q_h | gate_h] projection into q and gate, both head-major. */
+static void split_query_gate(const float *qg, float *q, float *gate, int64_t T, int32_t n_heads, int32_t hd) {
+    const size_t bytes = (size_t)hd * sizeof(float);
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t h = 0; h < n_heads; h++) {
+            const float *src = qg + (t * n_heads + h) * 2 * hd;
+            memcpy(q + (t * n_heads + h) * hd, src, bytes);
+            memcpy(gate + (t * n_heads + h) * hd, src + hd, bytes);
+        }
+}
+
+static void sigmoid_gate(float *x, const float *gate, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] /= 1.0f + expf(-gate[i]);
+}
+
+void qb_attention_forward(cv_threadpool *pool, const qb_attention *w, const qb_attention_dims *d, const cv_rope *rope,
+                          const float *cos, const float *sin, const cv_batch *b, const cv_kv_cache *kv, int kv_layer,
+                          const float *in, const qb_attention_scratch *s, float *out) {
+    const int32_t T = b->n_tokens, hd = d->head_dim;
+    cv_matmul(pool, &w->q_proj, in, T, s->qg);
+    if (d->gated) split_query_gate(s->qg, s->q, s->gate, T, d->n_heads, hd);
+    cv_matmul(pool, &w->k_proj, in, T, s->k);
+    cv_matmul(pool, &w->v_proj, in, T, s->v);
+    cv_rmsnorm(s->q, s->q, w->q_norm, (int64_t)T * d->n_heads, hd, d->eps);
+    cv_rmsnorm(s->k, s->k, w->k_norm, (int64_t)T * d->n_kv_heads, hd, d->eps);
+    cv_rope_apply(rope, s->q, T, d->n_heads, hd, cos, sin);
+    cv_rope_apply(rope, s->k, T, d->n_kv_heads, hd, cos, sin);
+    cv_kv_write(kv->k[kv_layer], kv->v[kv_layer], s->k, s->v, b->slot_mapping, T, (int64_t)d->n_kv_heads * hd);
+    cv_attention_args args = {
+        .n_tokens = T, .n_seqs = b->n_seqs, .seq_start = b->seq_start, .positions = b->positions,
+        .block_tables = b->block_tables, .block_size = kv->block_size, .n_heads = d->n_heads,
+        .n_kv_heads = d->n_kv_heads, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = s->q,
+        .k_cache = kv->k[kv_layer], .v_cache = kv->v[kv_layer], .out = s->attn,
+    };
+    cv_attention(pool, &args);
+    if (d->gated) sigmoid_gate(s->attn, s->gate, (int64_t)T * d->n_heads * hd);
+    cv_matmul(pool, &w->o_proj, s->attn, T, out);
+}
+
+/* ---- MoE -------------------------------------------------------------------------------------- */
+
+/* Routes per token (a dense MLP is one route) and experts in the table (routed + shared). */
+static int32_t moe_routes(const qb_moe *m) { return m->n_routed == 0 ? 1 : m->top_k + (m->has_shared ? 1 : 0); }
+static int32_t moe_table_size(const qb_moe *m) { return m->n_routed + (m->has_shared || m->n_routed == 0 ? 1 : 0); }
+
+void qb_moe_sizes_add(qb_moe_sizes *z, const qb_moe *m) {
+    const int32_t n = moe_table_size(m);
+    for (int32_t e = 0; e < n; e++)
+        if (m->experts[e].gate.rows > z->max_inter) z->max_inter = (int32_t)m->experts[e].gate.rows;
+    if (moe_routes(m) > z->routes) z->routes = moe_routes(m);
+    if (n > z->n_experts) z->n_experts = n;
+    if (m->n_routed > z->n_routed) z->n_routed = m->n_routed;
+}
+
+void qb_moe_scratch_take(qb_moe_scratch *s, const qb_moe_sizes *z, cv_threadpool *pool, int32_t hidden, qb_arena *a,
+                         int32_t tokens) {
+    const size_t T = (size_t)tokens;
+    s->logits = qb_take(a, T * (size_t)(z->n_routed > 1 ? z->n_routed : 1) * sizeof(float));
+    s->weights = qb_take(a, T * (size_t)z->routes * sizeof(float));
+    s->ids = qb_take(a, T * (size_t)z->routes * sizeof(int32_t));
+    s->workspace = qb_take(a, cv_moe_workspace_bytes(pool, tokens, z->routes, hidden, z->max_inter, z->n_experts));
+}
+
+static void bind_swiglu(qb_binder *b, const char *prefix, int32_t hidden, int32_t inter, const char *inter_name,
+                        cv_moe_expert *out) {
+    char p[200], hint[96];
+    snprintf(p, sizeof p, "%s", prefix);
+    snprintf(hint, sizeof hint, "%s, hidden_size", inter_name);
+    qb_bind_matrix(b, qb_name(b, "%sgate_proj.weight", p), inter, hidden, hint, &out->gate);
+    qb_bind_matrix(b, qb_name(b, "%sup_proj.weight", p), inter, hidden, hint, &out->up);
+    snprintf(hint, sizeof hint, "hidden_size, %s", inter_name);
+    qb_bind_matrix(b, qb_name(b, "%sdown_proj.weight", p), hidden, inter, hint, &out->down);
+}
+
+/* Fused 3-D experts: views of expert e's rows, no copy. Returns 1 bound, 0 absent. */
+static int bind_fused_experts(qb_binder *b, const char *prefix, int32_t hidden, const qb_moe_config *c,
+                              cv_moe_expert *experts) {
+    const int64_t E = c->n_experts, I = c->expert_inter, H = hidden;
+    int64_t gu_shape[3] = {E, 2 * I, H}, down_shape[3] = {E, H, I};
+    cv_tensor gu, down;
+    char p[200];
+    snprintf(p, sizeof p, "%s", prefix);
+    int found = cv_weights_get_optional(b->src, qb_name(b, "%sexperts.gate_up_proj", p), 3, gu_shape,
+                                        "num_experts, 2*moe_intermediate_size, hidden_size", &gu);
+    if (found <= 0) {
+        if (found < 0) b->rc = found;
+        return found > 0;
+    }
+    b->rc = cv_weights_get(b->src, qb_name(b, "%sexperts.down_proj", p), 3, down_shape,
+                           "num_experts, hidden_size, moe_intermediate_size", &down);
+    if (!b->rc && (!cv_matrix_dtype_supported(gu.dtype) || !cv_matrix_dtype_supported(down.dtype)))
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "experts of %s have dtype %s/%s; F32, BF16 or F16 expected", p,
+                        cv_dtype_name(gu.dtype), cv_dtype_name(down.dtype));
+    if (b->rc) return 1;
+    const size_t gu_expert = (size_t)(2 * I * H) * cv_dtype_size(gu.dtype), gu_half = gu_expert / 2;
+    const size_t down_expert = (size_t)(H * I) * cv_dtype_size(down.dtype);
+    for (int64_t e = 0; e < E; e++) {
+        const char *g = (const char *)gu.data + (size_t)e * gu_expert, *d = (const char *)down.data + (size_t)e * down_expert;
+        experts[e].gate = (cv_matrix){g, gu.dtype, I, H};
+        experts[e].up = (cv_matrix){g + gu_half, gu.dtype, I, H};
+        experts[e].down = (cv_matrix){d, down.dtype, H, I};
+    }
+    b->matmul_bytes += gu.nbytes + down.nbytes;
+    return 1;
+}
+
+void qb_bind_moe(qb_binder *b, const char *prefix, int32_t hidden, const qb_moe_config *c, qb_moe *out) {
+    if (b->rc) return;
+    if (c->top_k > c->n_experts) {
+        b->rc = cv_fail(CVLLM_ERR_FORMAT, "config.json: num_experts_per_tok=%d exceeds num_experts=%d", c->top_k,
+                        c->n_experts);
+        return;
+    }
+    char p[200];
+    snprintf(p, sizeof p, "%s", prefix);
+    *out = (qb_moe){.n_routed = c->n_experts, .top_k = c->top_k, .renormalize = c->renormalize,
+                    .has_shared = c->shared_inter > 0};
+    out->experts = qb_own(b, (size_t)(c->n_experts + 1) * sizeof *out->experts);
+    if (!out->experts) return;
+    qb_bind_matrix(b, qb_name(b, "%sgate.weight", p), c->n_experts, hidden, "num_experts, hidden_size", &out->router);
+    const size_t before = b->matmul_bytes;
+    if (!b->rc && !bind_fused_experts(b, p, hidden, c, out->experts))
+        for (int32_t e = 0; e < c->n_experts && !b->rc; e++) {
+            char ep[240];
+            snprintf(ep, sizeof ep, "%sexperts.%d.", p, e);
+            bind_swiglu(b, ep, hidden, c->expert_inter, "moe_intermediate_size", &out->experts[e]);
+        }
+    /* A token streams only its top_k experts. */
+    b->matmul_bytes = before + (b->matmul_bytes - before) / (size_t)c->n_experts * (size_t)c->top_k;
+    if (out->has_shared) {
+        char sp[240];
+        snprintf(sp, sizeof sp, "%sshared_expert.", p);
+        bind_swiglu(b, sp, hidden, c->shared_inter, "shared_expert_intermediate_size", &out->experts[c->n_experts]);
+        qb_bind_matrix(b, qb_name(b, "%sshared_expert_gate.weight", p), 1, hidden, "1, hidden_size",
+                       &out->shared_gate);
+    }
+}
+
+void qb_bind_dense_mlp(qb_binder *b, const char *prefix, int32_t hidden, int32_t inter, qb_moe *out) {
+    if (b->rc) return;
+    *out = (qb_moe){0};
+    out->experts = qb_own(b, sizeof *out->experts);
+    if (out->experts) bind_swiglu(b, prefix, hidden, inter, "intermediate_size", &out->experts[0]);
+}
+
+void qb_moe_forward(cv_threadpool *pool, const qb_moe *m, int32_t hidden, const float *in, int32_t T,
+                    const qb_moe_scratch *s, float *out) {
+    const int32_t routes = moe_routes(m);
+    if (m->n_routed == 0) {
+        for (int32_t t = 0; t < T; t++) {
+            s->ids[t] = 0;
+            s->weights[t] = 1.0f;
+        }
+    } else {
+        cv_matmul(pool, &m->router, in, T, s->logits);
+        if (!m->has_shared) {
+            cv_moe_route(s->logits, T, m->n_routed, m->top_k, m->renormalize, s->ids, s->weights);
+        } else {
+            /* Route into the first top_k columns of each row, then append the shared expert. */
+            for (int32_t t = 0; t < T; t++)
+                cv_moe_route(s->logits + (int64_t)t * m->n_routed, 1, m->n_routed, m->top_k, m->renormalize,
+                             s->ids + (int64_t)t * routes, s->weights + (int64_t)t * routes);
+            cv_matmul(pool, &m->shared_gate, in, T, s->logits); /* the router logits are consumed */
+            for (int32_t t = 0; t < T; t++) {
+                s->ids[(int64_t)t * routes + m->top_k] = m->n_routed;
+                s->weights[(int64_t)t * routes + m->top_k] = 1.0f / (1.0f + expf(-s->logits[t]));
+            }
+        }
+    }
+    memset(out, 0, (size_t)T * (size_t)hidden * sizeof *out);
+    cv_moe_args a = {
+        .n_tokens = T, .hidden = hidden, .n_experts = moe_table_size(m),
+        .experts = m->experts, .routes = routes, .ids = s->ids, .weights = s->weights, .x = in, .y = out,
+        .workspace = s->workspace,
+    };
+    cv_moe(pool, &a);
+}

@@ -1,0 +1,486 @@
+/*
+ * qwen3_hybrid.c — the hybrid Gated-DeltaNet / gated-attention MoE models: Qwen3NextForCausalLM and
+ * Qwen3_5MoeForConditionalGeneration (Qwen3.5- and Qwen3.6-MoE, text tower only).
+ *
+ * The two differ only in how the checkpoint spells things, so one file serves both (qwen-arch.md
+ * §4): Qwen3.5 nests its fields in text_config, prefixes the text model with
+ * "model.language_model." and stores the GDN input projections as four contiguous matrices
+ * (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a); Qwen3-Next uses "model." and two fused matrices
+ * grouped per key head (in_proj_qkvz, in_proj_ba) whose outputs are unpacked here into the same
+ * contiguous [q | k | v], z, b, a order, after which one code path runs. Routed experts may be
+ * fused 3-D tensors or per-expert matrices in either family (qwen3_blocks.c binds both);
+ * mtp.* and model.visual.* tensors are never bound.
+ *
+ * Per layer: (1+w) RMSNorm → GDN (layer_types "linear_attention") or gated attention with partial
+ * RoPE and (1+w) QK-norm → residual → (1+w) RMSNorm → MoE with sigmoid-gated shared expert →
+ * residual. A GDN layer: projections → causal depthwise conv + SiLU over q,k,v (state: the last
+ * kernel−1 raw inputs) → L2-normalised q (scaled by dk^−1/2) and k → gates β = σ(b),
+ * g = −exp(A_log)·softplus(a + dt_bias) → gated delta rule (kernels/cpu/gdn.c) → per-head RMSNorm
+ * with a plain gain, times silu(z) → out_proj.
+ *
+ * Recurrent state: one engine slot per sequence holding, for each GDN layer in order, its conv
+ * state [kernel−1][conv_dim] then its delta-rule state [n_v_heads][k_dim][v_dim], all f32, each part
+ * 64-byte aligned. A sequence whose first token in the batch is at position 0 gets its slot zeroed
+ * first. Only the full-attention layers use the paged KV cache (kv layer = their rank).
+ *
+ * Scratch: the attention and GDN activations are never live together, so they share one region of
+ * the arena sized for the larger.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "models/architectures.h"
+#include "models/qwen3_blocks.h"
+
+typedef enum hybrid_family { FAMILY_NEXT, FAMILY_QWEN3_5 } hybrid_family;
+
+typedef struct gdn_dims {
+    int32_t n_k_heads, n_v_heads, k_dim, v_dim, kernel;
+    int32_t key_dim, value_dim, conv_dim;   /* nk·dk, nv·dv, 2·key_dim + value_dim */
+} gdn_dims;
+
+typedef struct gdn_weights {
+    cv_matrix in_qkvz, in_ba;               /* Qwen3-Next, grouped per key head */
+    cv_matrix in_qkv, in_z, in_b, in_a;     /* Qwen3.5, contiguous */
+    const float *conv;                      /* [kernel][conv_dim], tap-major */
+    const float *a_log, *dt_bias, *norm;
+    cv_matrix out_proj;
+} gdn_weights;
+
+typedef struct hybrid_layer {
+    bool linear;
+    int32_t index;                          /* rank among layers of its kind: kv layer or state part */
+    const float *input_norm, *post_attention_norm;
+    gdn_weights gdn;
+    qb_attention attn;
+    qb_moe mlp;
+} hybrid_layer;
+
+typedef struct gdn_scratch {
+    float *qkvz, *ba;                       /* Qwen3-Next raw projections */
+    float *qkv, *u, *z, *b, *alpha, *g, *beta, *o;
+    void *workspace;
+} gdn_scratch;
+
+typedef struct hybrid_scratch {
+    int32_t capacity;
+    void *mem;
+    float *x, *a, *t, *cos, *sin;
+    float **states;                         /* [capacity] per sequence of the batch */
+    qb_attention_scratch attn;
+    gdn_scratch gdn;
+    qb_moe_scratch moe;
+} hybrid_scratch;
+
+typedef struct hybrid_model {
+    cv_model base;
+    hybrid_family family;
+    int32_t hidden, n_layers, vocab, n_linear;
+    float eps;
+    qb_attention_dims dims;
+    gdn_dims gd;
+    size_t conv_state_bytes, layer_state_bytes;
+    cv_matrix embed, lm_head;
+    const float *final_norm;
+    hybrid_layer *layers;
+    cv_rope rope;
+    qb_binder bound;
+    qb_moe_sizes moe_sizes;
+    hybrid_scratch s;
+} hybrid_model;
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* ---- config ----------------------------------------------------------------------------------- */
+
+/* Which layers are linear attention: the explicit layer_types list, else every
+ * full_attention_interval-th layer is full attention. */
+static int read_layer_types(const cv_model_config *cfg, hybrid_model *m) {
+    json_t *types = json_object_get(cfg->text, "layer_types");
+    if (!types || json_is_null(types)) {
+        int32_t interval;
+        int rc = qb_cfg_int(cfg, "full_attention_interval", 4, &interval);
+        if (rc) return rc;
+        for (int32_t l = 0; l < m->n_layers; l++) m->layers[l].linear = (l + 1) % interval != 0;
+        return 0;
+    }
+    if (!json_is_array(types) || (int32_t)json_array_size(types) != m->n_layers)
+        return cv_fail(CVLLM_ERR_FORMAT, "config.json: layer_types must list one type for each of the %d layers",
+                       m->n_layers);
+    for (int32_t l = 0; l < m->n_layers; l++) {
+        const char *t = json_string_value(json_array_get(types, (size_t)l));
+        if (t && !strcmp(t, "linear_attention")) m->layers[l].linear = true;
+        else if (!t || strcmp(t, "full_attention"))
+            return cv_fail(CVLLM_ERR_FORMAT, "config.json: layer_types[%d] must be \"linear_attention\" or "
+                           "\"full_attention\"", l);
+    }
+    return 0;
+}
+
+static int read_gdn_dims(const cv_model_config *cfg, gdn_dims *g) {
+    int rc = qb_cfg_int(cfg, "linear_num_key_heads", -1, &g->n_k_heads);
+    if (!rc) rc = qb_cfg_int(cfg, "linear_num_value_heads", -1, &g->n_v_heads);
+    if (!rc) rc = qb_cfg_int(cfg, "linear_key_head_dim", -1, &g->k_dim);
+    if (!rc) rc = qb_cfg_int(cfg, "linear_value_head_dim", -1, &g->v_dim);
+    if (!rc) rc = qb_cfg_int(cfg, "linear_conv_kernel_dim", 4, &g->kernel);
+    if (rc) return rc;
+    if (g->n_v_heads % g->n_k_heads)
+        return cv_fail(CVLLM_ERR_FORMAT, "config.json: linear_num_value_heads=%d is not a multiple of "
+                       "linear_num_key_heads=%d", g->n_v_heads, g->n_k_heads);
+    g->key_dim = g->n_k_heads * g->k_dim;
+    g->value_dim = g->n_v_heads * g->v_dim;
+    g->conv_dim = 2 * g->key_dim + g->value_dim;
+    return 0;
+}
+
+typedef struct hybrid_plan {
+    qb_moe_config moe;
+    bool *dense;                            /* [n_layers]: dense MLP instead of MoE (Qwen3-Next only) */
+} hybrid_plan;
+
+static int read_moe_plan(const cv_model_config *cfg, hybrid_family family, hybrid_plan *p) {
+    int rc = qb_cfg_int(cfg, "num_experts", -1, &p->moe.n_experts);
+    if (!rc) rc = qb_cfg_int(cfg, "num_experts_per_tok", -1, &p->moe.top_k);
+    if (!rc) rc = qb_cfg_int(cfg, "moe_intermediate_size", -1, &p->moe.expert_inter);
+    if (!rc) rc = qb_cfg_int(cfg, "shared_expert_intermediate_size", -1, &p->moe.shared_inter);
+    if (rc || family == FAMILY_QWEN3_5) {
+        p->moe.renormalize = true; /* Qwen3.5's router always renormalises; there is no flag */
+        return rc;
+    }
+    int32_t step;
+    rc = qb_cfg_bool(cfg, "norm_topk_prob", true, &p->moe.renormalize);
+    if (!rc) rc = qb_cfg_int(cfg, "decoder_sparse_step", 1, &step);
+    if (!rc) rc = qb_cfg_layer_list(cfg, "mlp_only_layers", cfg->num_hidden_layers, p->dense);
+    for (int32_t l = 0; !rc && l < cfg->num_hidden_layers; l++) {
+        p->dense[l] = p->dense[l] || (l + 1) % step != 0;
+        if (p->dense[l] && cfg->intermediate_size <= 0)
+            rc = cv_fail(CVLLM_ERR_FORMAT, "config.json: layer %d has a dense MLP but intermediate_size is missing", l);
+    }
+    return rc;
+}
+
+static int read_config(const cv_model_config *cfg, hybrid_model *m, hybrid_plan *p) {
+    bool gated;
+    int rc = qb_cfg_bool(cfg, "attn_output_gate", true, &gated);
+    if (!rc && !gated)
+        rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "config.json: attn_output_gate=false is not supported for %s",
+                     cfg->architecture);
+    if (!rc && cfg->attention_bias)
+        rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "config.json: attention_bias=true is not supported for %s",
+                     cfg->architecture);
+    if (!rc) rc = read_layer_types(cfg, m);
+    if (!rc) rc = read_gdn_dims(cfg, &m->gd);
+    if (!rc) rc = read_moe_plan(cfg, m->family, p);
+    return rc;
+}
+
+/* ---- weights ---------------------------------------------------------------------------------- */
+
+/* conv1d.weight [conv_dim][1][kernel] → tap-major [kernel][conv_dim] f32 for the conv kernel. */
+static void bind_conv(qb_binder *b, const char *name, const gdn_dims *g, const float **out) {
+    if (b->rc) return;
+    int64_t shape[3] = {g->conv_dim, 1, g->kernel};
+    cv_tensor t;
+    b->rc = cv_weights_get(b->src, name, 3, shape, "2*linear_num_key_heads*linear_key_head_dim + "
+                           "linear_num_value_heads*linear_value_head_dim, 1, linear_conv_kernel_dim", &t);
+    if (b->rc) return;
+    const size_t n = (size_t)g->conv_dim * (size_t)g->kernel;
+    float *raw = cv_xmalloc(n * sizeof *raw), *w = qb_own(b, n * sizeof *w);
+    if (w) {
+        cv_convert_to_f32(raw, t.data, t.dtype, n);
+        for (int32_t c = 0; c < g->conv_dim; c++)
+            for (int32_t j = 0; j < g->kernel; j++) w[(size_t)j * g->conv_dim + c] = raw[(size_t)c * g->kernel + j];
+        *out = w;
+    }
+    free(raw);
+}
+
+static void bind_gdn(qb_binder *b, const hybrid_model *m, const char *p, gdn_weights *w) {
+    const gdn_dims *g = &m->gd;
+    const int32_t H = m->hidden;
+    if (m->family == FAMILY_NEXT) {
+        qb_bind_matrix(b, qb_name(b, "%sin_proj_qkvz.weight", p), 2 * g->key_dim + 2 * g->value_dim, H,
+                       "2*linear_num_key_heads*linear_key_head_dim + 2*linear_num_value_heads*linear_value_head_dim, "
+                       "hidden_size", &w->in_qkvz);
+        qb_bind_matrix(b, qb_name(b, "%sin_proj_ba.weight", p), 2 * g->n_v_heads, H,
+                       "2*linear_num_value_heads, hidden_size", &w->in_ba);
+    } else {
+        qb_bind_matrix(b, qb_name(b, "%sin_proj_qkv.weight", p), g->conv_dim, H,
+                       "2*linear_num_key_heads*linear_key_head_dim + linear_num_value_heads*linear_value_head_dim, "
+                       "hidden_size", &w->in_qkv);
+        qb_bind_matrix(b, qb_name(b, "%sin_proj_z.weight", p), g->value_dim, H,
+                       "linear_num_value_heads*linear_value_head_dim, hidden_size", &w->in_z);
+        qb_bind_matrix(b, qb_name(b, "%sin_proj_b.weight", p), g->n_v_heads, H, "linear_num_value_heads, hidden_size",
+                       &w->in_b);
+        qb_bind_matrix(b, qb_name(b, "%sin_proj_a.weight", p), g->n_v_heads, H, "linear_num_value_heads, hidden_size",
+                       &w->in_a);
+    }
+    bind_conv(b, qb_name(b, "%sconv1d.weight", p), g, &w->conv);
+    qb_bind_vector(b, qb_name(b, "%sdt_bias", p), g->n_v_heads, "linear_num_value_heads", &w->dt_bias);
+    qb_bind_vector(b, qb_name(b, "%sA_log", p), g->n_v_heads, "linear_num_value_heads", &w->a_log);
+    qb_bind_vector(b, qb_name(b, "%snorm.weight", p), g->v_dim, "linear_value_head_dim", &w->norm);
+    qb_bind_matrix(b, qb_name(b, "%sout_proj.weight", p), H, g->value_dim,
+                   "hidden_size, linear_num_value_heads*linear_value_head_dim", &w->out_proj);
+}
+
+static void bind_weights(hybrid_model *m, const cv_model_config *cfg, const hybrid_plan *plan) {
+    qb_binder *b = &m->bound;
+    const int32_t H = m->hidden;
+    const char *root = m->family == FAMILY_NEXT ? "model." : "model.language_model.";
+    qb_bind_matrix(b, qb_name(b, "%sembed_tokens.weight", root), m->vocab, H, "vocab_size, hidden_size", &m->embed);
+    b->matmul_bytes = 0; /* gathered one row per token, not streamed */
+    for (int32_t l = 0; l < m->n_layers && !b->rc; l++) {
+        hybrid_layer *ly = &m->layers[l];
+        char p[128];
+        qb_bind_gain_plus_one(b, qb_name(b, "%slayers.%d.input_layernorm.weight", root, l), H, "hidden_size",
+                              &ly->input_norm);
+        if (ly->linear) {
+            snprintf(p, sizeof p, "%slayers.%d.linear_attn.", root, l);
+            bind_gdn(b, m, p, &ly->gdn);
+        } else {
+            snprintf(p, sizeof p, "%slayers.%d.self_attn.", root, l);
+            qb_bind_attention(b, p, &m->dims, &ly->attn);
+        }
+        qb_bind_gain_plus_one(b, qb_name(b, "%slayers.%d.post_attention_layernorm.weight", root, l), H,
+                              "hidden_size", &ly->post_attention_norm);
+        snprintf(p, sizeof p, "%slayers.%d.mlp.", root, l);
+        if (plan->dense[l]) qb_bind_dense_mlp(b, p, H, cfg->intermediate_size, &ly->mlp);
+        else qb_bind_moe(b, p, H, &plan->moe, &ly->mlp);
+    }
+    qb_bind_gain_plus_one(b, qb_name(b, "%snorm.weight", root), H, "hidden_size", &m->final_norm);
+    if (cfg->tie_word_embeddings) {
+        m->lm_head = m->embed;
+        b->matmul_bytes += (size_t)m->vocab * (size_t)H * cv_dtype_size(m->embed.dtype);
+    } else {
+        qb_bind_matrix(b, "lm_head.weight", m->vocab, H, "vocab_size, hidden_size (tie_word_embeddings=false)",
+                       &m->lm_head);
+    }
+    m->base.weight_bytes = b->matmul_bytes;
+}
+
+/* ---- scratch ---------------------------------------------------------------------------------- */
+
+static void take_gdn_scratch(gdn_scratch *s, const hybrid_model *m, qb_arena *ar, int32_t tokens) {
+    const gdn_dims *g = &m->gd;
+    const size_t T = (size_t)tokens, f = sizeof(float);
+    const bool next = m->family == FAMILY_NEXT;
+    s->qkvz = next ? qb_take(ar, T * (size_t)(2 * g->key_dim + 2 * g->value_dim) * f) : NULL;
+    s->ba = next ? qb_take(ar, T * (size_t)(2 * g->n_v_heads) * f) : NULL;
+    s->qkv = qb_take(ar, T * (size_t)g->conv_dim * f);
+    s->u = qb_take(ar, T * (size_t)g->conv_dim * f);
+    s->z = qb_take(ar, T * (size_t)g->value_dim * f);
+    s->o = qb_take(ar, T * (size_t)g->value_dim * f);
+    s->b = qb_take(ar, T * (size_t)g->n_v_heads * f);
+    s->alpha = qb_take(ar, T * (size_t)g->n_v_heads * f);
+    s->g = qb_take(ar, T * (size_t)g->n_v_heads * f);
+    s->beta = qb_take(ar, T * (size_t)g->n_v_heads * f);
+    s->workspace = qb_take(ar, cv_gdn_workspace_bytes(m->base.pool, g->k_dim, g->v_dim));
+}
+
+static void carve_scratch(hybrid_model *m, int32_t tokens, qb_arena *ar) {
+    hybrid_scratch *s = &m->s;
+    const size_t T = (size_t)tokens, row = (size_t)m->hidden * sizeof(float);
+    const size_t half_rot = (size_t)(m->rope.rot_dim / 2) * sizeof(float);
+    s->x = qb_take(ar, T * row);
+    s->a = qb_take(ar, T * row);
+    s->t = qb_take(ar, T * row);
+    s->cos = qb_take(ar, T * half_rot);
+    s->sin = qb_take(ar, T * half_rot);
+    s->states = qb_take(ar, T * sizeof *s->states);
+    qb_moe_scratch_take(&s->moe, &m->moe_sizes, m->base.pool, m->hidden, ar, tokens);
+    const size_t mixer = ar->size;
+    qb_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
+    const size_t attn_end = ar->size;
+    ar->size = mixer;
+    take_gdn_scratch(&s->gdn, m, ar, tokens);
+    if (attn_end > ar->size) ar->size = attn_end;
+}
+
+static int reserve_scratch(hybrid_model *m, int32_t tokens) {
+    hybrid_scratch *s = &m->s;
+    if (tokens <= s->capacity) return 0;
+    qb_arena probe = {0};
+    carve_scratch(m, tokens, &probe);
+    void *mem = cv_aligned_alloc(probe.size);
+    if (!mem) return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes of activations for %d tokens", probe.size, tokens);
+    free(s->mem);
+    s->mem = mem;
+    qb_arena ar = {.base = mem};
+    carve_scratch(m, tokens, &ar);
+    s->capacity = tokens;
+    return 0;
+}
+
+static void hybrid_destroy(cv_model *base) {
+    hybrid_model *m = (hybrid_model *)base;
+    free(m->s.mem);
+    cv_rope_free(&m->rope);
+    qb_binder_free(&m->bound);
+    free(m->layers);
+    free(m);
+}
+
+/* ---- forward ---------------------------------------------------------------------------------- */
+
+/* Qwen3-Next's grouped projections into the contiguous layout: per key head g, qkvz holds
+ * [q_g | k_g | v of its r value heads | z of them] and ba holds [b of its r heads | a of them]. */
+static void unpack_grouped(const gdn_dims *g, const gdn_scratch *s, int32_t T) {
+    const int32_t r = g->n_v_heads / g->n_k_heads, group = 2 * g->k_dim + 2 * r * g->v_dim;
+    const size_t kb = (size_t)g->k_dim * sizeof(float), vb = (size_t)r * g->v_dim * sizeof(float);
+    for (int64_t t = 0; t < T; t++) {
+        const float *src = s->qkvz + t * (2 * g->key_dim + 2 * g->value_dim);
+        float *qkv = s->qkv + t * g->conv_dim, *z = s->z + t * g->value_dim;
+        for (int32_t k = 0; k < g->n_k_heads; k++, src += group) {
+            memcpy(qkv + k * g->k_dim, src, kb);
+            memcpy(qkv + g->key_dim + k * g->k_dim, src + g->k_dim, kb);
+            memcpy(qkv + 2 * g->key_dim + k * r * g->v_dim, src + 2 * g->k_dim, vb);
+            memcpy(z + k * r * g->v_dim, src + 2 * g->k_dim + r * g->v_dim, vb);
+        }
+        const float *ba = s->ba + t * 2 * g->n_v_heads;
+        for (int32_t k = 0; k < g->n_k_heads; k++)
+            for (int32_t i = 0; i < r; i++) {
+                s->b[t * g->n_v_heads + k * r + i] = ba[k * 2 * r + i];
+                s->alpha[t * g->n_v_heads + k * r + i] = ba[k * 2 * r + r + i];
+            }
+    }
+}
+
+static void gdn_project(const hybrid_model *m, const gdn_weights *w, const float *in, int32_t T) {
+    const gdn_scratch *s = &m->s.gdn;
+    cv_threadpool *pool = m->base.pool;
+    if (m->family == FAMILY_NEXT) {
+        cv_matmul(pool, &w->in_qkvz, in, T, s->qkvz);
+        cv_matmul(pool, &w->in_ba, in, T, s->ba);
+        unpack_grouped(&m->gd, s, T);
+    } else {
+        cv_matmul(pool, &w->in_qkv, in, T, s->qkv);
+        cv_matmul(pool, &w->in_z, in, T, s->z);
+        cv_matmul(pool, &w->in_b, in, T, s->b);
+        cv_matmul(pool, &w->in_a, in, T, s->alpha);
+    }
+}
+
+static uint8_t *state_slot(const cv_batch *b, const cv_state_cache *st, int32_t s) {
+    return st->data + (size_t)b->state_slots[s] * st->slot_bytes;
+}
+
+static void gdn_block(hybrid_model *m, const hybrid_layer *ly, const cv_batch *b, const cv_state_cache *st,
+                      const float *in, float *out) {
+    const gdn_dims *g = &m->gd;
+    const gdn_scratch *s = &m->s.gdn;
+    const int32_t T = b->n_tokens;
+    const size_t part = (size_t)ly->index * m->layer_state_bytes;
+    gdn_project(m, &ly->gdn, in, T);
+    for (int32_t q = 0; q < b->n_seqs; q++) {
+        const int32_t t0 = b->seq_start[q], n = b->seq_start[q + 1] - t0;
+        uint8_t *slot = state_slot(b, st, q) + part;
+        m->s.states[q] = (float *)(slot + m->conv_state_bytes);
+        if (n > 0)
+            cv_conv1d_silu(s->u + (int64_t)t0 * g->conv_dim, s->qkv + (int64_t)t0 * g->conv_dim, g->conv_dim, n,
+                           g->conv_dim, ly->gdn.conv, g->kernel, (float *)slot);
+    }
+    for (int64_t t = 0; t < T; t++) {
+        float *row = s->u + t * g->conv_dim;
+        cv_l2norm(row, g->n_k_heads, g->k_dim, 1e-6f, 1.0f / sqrtf((float)g->k_dim));
+        cv_l2norm(row + g->key_dim, g->n_k_heads, g->k_dim, 1e-6f, 1.0f);
+    }
+    cv_gdn_gates(s->g, s->beta, s->alpha, s->b, T, g->n_v_heads, ly->gdn.a_log, ly->gdn.dt_bias);
+    cv_gdn_args args = {
+        .n_seqs = b->n_seqs, .seq_start = b->seq_start, .states = m->s.states, .n_k_heads = g->n_k_heads,
+        .n_v_heads = g->n_v_heads, .k_dim = g->k_dim, .v_dim = g->v_dim, .q = s->u, .k = s->u + g->key_dim,
+        .v = s->u + 2 * g->key_dim, .ld = g->conv_dim, .g = s->g, .beta = s->beta, .out = s->o,
+        .workspace = s->workspace,
+    };
+    cv_gdn(m->base.pool, &args);
+    cv_rmsnorm(s->o, s->o, ly->gdn.norm, (int64_t)T * g->n_v_heads, g->v_dim, m->eps);
+    cv_silu_mul(s->o, s->z, s->o, (int64_t)T * g->value_dim);
+    cv_matmul(m->base.pool, &ly->gdn.out_proj, s->o, T, out);
+}
+
+/* Sequences starting at position 0 begin from zero state. */
+static void clear_new_states(const hybrid_model *m, const cv_batch *b, const cv_state_cache *st) {
+    for (int32_t q = 0; q < b->n_seqs; q++)
+        if (b->seq_start[q + 1] > b->seq_start[q] && b->positions[b->seq_start[q]] == 0)
+            memset(state_slot(b, st, q), 0, m->base.state_bytes_per_seq);
+}
+
+static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *st, float *logits) {
+    hybrid_model *m = (hybrid_model *)base;
+    int rc = qb_check_batch(b, kv, m->vocab, base->kv_spec.num_layers, st, base->state_bytes_per_seq);
+    int32_t need = b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits;
+    if (!rc) rc = reserve_scratch(m, need > b->n_seqs ? need : b->n_seqs);
+    if (rc || b->n_tokens == 0) return rc;
+    hybrid_scratch *s = &m->s;
+    const int32_t T = b->n_tokens, H = m->hidden;
+    cv_threadpool *pool = base->pool;
+    clear_new_states(m, b, st);
+    cv_embed(&m->embed, b->token_ids, T, s->x);
+    cv_rope_cos_sin(&m->rope, b->positions, T, s->cos, s->sin);
+    for (int32_t l = 0; l < m->n_layers; l++) {
+        const hybrid_layer *ly = &m->layers[l];
+        cv_rmsnorm(s->a, s->x, ly->input_norm, T, H, m->eps);
+        if (ly->linear) gdn_block(m, ly, b, st, s->a, s->t);
+        else qb_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, ly->index, s->a, &s->attn, s->t);
+        cv_add(s->x, s->t, (int64_t)T * H);
+        cv_rmsnorm(s->a, s->x, ly->post_attention_norm, T, H, m->eps);
+        qb_moe_forward(pool, &ly->mlp, H, s->a, T, &s->moe, s->t);
+        cv_add(s->x, s->t, (int64_t)T * H);
+    }
+    for (int32_t i = 0; i < b->n_logits; i++)
+        cv_rmsnorm(s->a + (int64_t)i * H, s->x + (int64_t)b->logit_rows[i] * H, m->final_norm, 1, H, m->eps);
+    cv_matmul(pool, &m->lm_head, s->a, b->n_logits, logits);
+    return 0;
+}
+
+static const cv_model_ops hybrid_ops = {.forward = hybrid_forward, .destroy = hybrid_destroy};
+
+/* Layer ranks, KV spec and state size once the layer kinds are known. */
+static void lay_out_state(hybrid_model *m, const cv_model_config *cfg) {
+    int32_t n_attn = 0;
+    for (int32_t l = 0; l < m->n_layers; l++) m->layers[l].index = m->layers[l].linear ? m->n_linear++ : n_attn++;
+    m->base.kv_spec = (cv_kv_spec){n_attn, cfg->num_key_value_heads, cfg->head_dim};
+    const gdn_dims *g = &m->gd;
+    m->conv_state_bytes = align64((size_t)(g->kernel - 1) * (size_t)g->conv_dim * sizeof(float));
+    m->layer_state_bytes =
+        m->conv_state_bytes + align64((size_t)g->n_v_heads * (size_t)g->k_dim * (size_t)g->v_dim * sizeof(float));
+    m->base.state_bytes_per_seq = (size_t)m->n_linear * m->layer_state_bytes;
+}
+
+int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
+    const cv_model_config *cfg = p->config;
+    *out = NULL;
+    hybrid_model *m = cv_xcalloc(1, sizeof *m);
+    m->base = (cv_model){.ops = &hybrid_ops, .config = cfg, .vocab_size = cfg->vocab_size, .pool = p->pool};
+    m->family = strcmp(cfg->architecture, "Qwen3NextForCausalLM") == 0 ? FAMILY_NEXT : FAMILY_QWEN3_5;
+    m->hidden = cfg->hidden_size;
+    m->n_layers = cfg->num_hidden_layers;
+    m->vocab = cfg->vocab_size;
+    m->eps = (float)cfg->rms_norm_eps;
+    m->dims = (qb_attention_dims){.hidden = cfg->hidden_size, .n_heads = cfg->num_attention_heads,
+                                  .n_kv_heads = cfg->num_key_value_heads, .head_dim = cfg->head_dim, .eps = m->eps,
+                                  .gated = true, .zero_centred_norms = true};
+    m->layers = cv_xcalloc((size_t)m->n_layers, sizeof *m->layers);
+    m->bound.src = p->weights;
+    hybrid_plan plan = {.dense = cv_xcalloc((size_t)m->n_layers, sizeof(bool))};
+    int rc = read_config(cfg, m, &plan);
+    if (!rc) rc = qb_init_rope(&m->rope, &cfg->rope, cfg->head_dim);
+    if (!rc) {
+        lay_out_state(m, cfg);
+        bind_weights(m, cfg, &plan);
+        rc = m->bound.rc;
+    }
+    free(plan.dense);
+    if (!rc) {
+        for (int32_t l = 0; l < m->n_layers; l++) qb_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
+        rc = reserve_scratch(m, p->max_num_batched_tokens > 0 ? p->max_num_batched_tokens : 1);
+    }
+    if (rc) {
+        hybrid_destroy(&m->base);
+        return rc;
+    }
+    *out = &m->base;
+    return 0;
+}

@@ -1,0 +1,427 @@
+/*
+ * model_fixture.h — driving a model against Hugging Face reference logits (tests/data/vectors), shared
+ * by the model reference tests (test_qwen3_ref.c, test_moe_ref.c, test_hybrid_ref.c).
+ *
+ * For one reference folder and each reference prompt (short, long150) the model must reproduce the
+ * reference logits to max|Δ| / max|ref| ≤ 1e-4 at every position when the prompt is
+ *   (a) prefilled in one call,
+ *   (b) prefilled in chunks of the sizes the test lists (earlier chunks only in the caches),
+ *   (c) processed in the same forward calls as two other prompts, each on its own chunk schedule,
+ *       so batches mix prefill chunks and single-token decodes of different sequences,
+ *   (d) continued greedily for 8 steps: logits vs the reference's teacher-forced gen_logits, ids
+ *       vs its greedy ids,
+ * and, for models with recurrent state, (e) prefilled part-way, its state slot copied byte for byte
+ * to another slot, and finished from the copy (the engine's checkpoint/rollback contract).
+ * Every prefix of a reference prompt has reference logits (the first rows, by causality), so the
+ * "other" prompts in (c) are the other reference prompt and a prefix of the long one.
+ *
+ * The KV cache uses 16-token blocks handed out from a shuffled free list (non-contiguous, with
+ * sequences interleaved) and starts filled with NaN, so a read of any slot that was not written
+ * poisons the logits. The recurrent-state slots start as NaN too and are reused dirty from one
+ * scenario to the next, so a model that fails to clear a slot at position 0, or reads another
+ * sequence's slot, fails loudly. Header-only (static functions), like testutil.h.
+ */
+#ifndef CV_MODEL_FIXTURE_H
+#define CV_MODEL_FIXTURE_H
+
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/threadpool.h"
+#include "check.h"
+#include "kernels/kernels.h"
+#include "loader/config.h"
+#include "loader/weights.h"
+#include "models/model.h"
+#include "testutil.h"
+
+#define MF_TOLERANCE 1e-4
+#define MF_BLOCK_SIZE 16
+#define MF_NUM_BLOCKS 48
+#define MF_MAX_TOKENS 160
+#define MF_STATE_SLOTS 4
+
+static double mf_worst_overall;
+
+/* ---- reference files ------------------------------------------------------------------------ */
+
+typedef struct mf_reference {
+    int32_t prompt[MF_MAX_TOKENS];
+    int32_t n_prompt;
+    int32_t greedy[8];
+    float *logits, *gen_logits; /* [n_prompt][vocab], [8][vocab] */
+    int64_t vocab;
+} mf_reference;
+
+static int mf_read_ids(json_t *arr, int32_t *out, int cap) {
+    if (!json_is_array(arr) || (int)json_array_size(arr) > cap) return -1;
+    for (size_t i = 0; i < json_array_size(arr); i++) out[i] = (int32_t)json_integer_value(json_array_get(arr, i));
+    return (int)json_array_size(arr);
+}
+
+static int mf_load_reference(const char *dir, const char *prompt, mf_reference *ref) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ref.%s.json", dir, prompt);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) return -1;
+    ref->n_prompt = mf_read_ids(json_object_get(root, "prompt"), ref->prompt, MF_MAX_TOKENS);
+    int n_greedy = mf_read_ids(json_object_get(root, "greedy"), ref->greedy, 8);
+    json_decref(root);
+    size_t rows, cols, gen_rows, gen_cols;
+    snprintf(path, sizeof path, "%s/ref.%s.logits.npy", dir, prompt);
+    ref->logits = tu_load_npy(path, &rows, &cols);
+    snprintf(path, sizeof path, "%s/ref.%s.gen_logits.npy", dir, prompt);
+    ref->gen_logits = tu_load_npy(path, &gen_rows, &gen_cols);
+    ref->vocab = (int64_t)cols;
+    bool ok = ref->n_prompt > 0 && n_greedy == 8 && rows == (size_t)ref->n_prompt && gen_rows == 8 && gen_cols == cols;
+    return ok ? 0 : -1;
+}
+
+static void mf_free_reference(mf_reference *ref) {
+    free(ref->logits);
+    free(ref->gen_logits);
+}
+
+/* max|Δ| / max|ref| over one row of logits. */
+static double mf_row_error(const float *got, const float *want, int64_t n) {
+    double max_diff = 0, max_ref = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        if (!(d <= max_diff)) max_diff = d; /* NaN propagates as failure */
+        max_ref = fmax(max_ref, fabs(want[i]));
+    }
+    return max_diff / max_ref;
+}
+
+static int32_t mf_argmax(const float *v, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return best;
+}
+
+/* ---- paged KV cache, state slots and batches ------------------------------------------------- */
+
+typedef struct mf_cache {
+    cv_kv_cache kv;
+    int32_t n_layers;
+    int32_t free_blocks[MF_NUM_BLOCKS];
+    int32_t n_free;
+    cv_state_cache state;   /* no slots when the model keeps no state */
+} mf_cache;
+
+/* Fresh KV blocks, all NaN, handed out from a fixed shuffle: block ids come out scattered and
+ * sequences interleave. The state slots keep whatever the last scenario left in them. */
+static void mf_cache_reset_blocks(mf_cache *c, const cv_kv_spec *spec) {
+    size_t floats = (size_t)MF_NUM_BLOCKS * MF_BLOCK_SIZE * (size_t)spec->num_kv_heads * (size_t)spec->head_dim;
+    for (int l = 0; l < spec->num_layers; l++)
+        for (size_t i = 0; i < floats; i++) c->kv.k[l][i] = c->kv.v[l][i] = NAN;
+    for (int i = 0; i < MF_NUM_BLOCKS; i++) c->free_blocks[i] = (i * 29 + 7) % MF_NUM_BLOCKS;
+    c->n_free = MF_NUM_BLOCKS;
+}
+
+static void mf_cache_init(mf_cache *c, const cv_model *m) {
+    const cv_kv_spec *spec = &m->kv_spec;
+    size_t floats = (size_t)MF_NUM_BLOCKS * MF_BLOCK_SIZE * (size_t)spec->num_kv_heads * (size_t)spec->head_dim;
+    c->kv = (cv_kv_cache){.num_blocks = MF_NUM_BLOCKS, .block_size = MF_BLOCK_SIZE};
+    c->n_layers = spec->num_layers;
+    c->kv.k = cv_xcalloc((size_t)spec->num_layers + 1, sizeof(float *));
+    c->kv.v = cv_xcalloc((size_t)spec->num_layers + 1, sizeof(float *));
+    for (int l = 0; l < spec->num_layers; l++) {
+        c->kv.k[l] = cv_xmalloc(floats * sizeof(float));
+        c->kv.v[l] = cv_xmalloc(floats * sizeof(float));
+    }
+    mf_cache_reset_blocks(c, spec);
+    c->state = (cv_state_cache){0};
+    if (m->state_bytes_per_seq) {
+        size_t bytes = MF_STATE_SLOTS * m->state_bytes_per_seq;
+        c->state = (cv_state_cache){.num_slots = MF_STATE_SLOTS, .slot_bytes = m->state_bytes_per_seq,
+                                    .data = cv_aligned_alloc(bytes)};
+        memset(c->state.data, 0xff, bytes); /* NaN in every float */
+    }
+}
+
+static void mf_cache_free(mf_cache *c) {
+    for (int l = 0; l < c->n_layers; l++) {
+        free(c->kv.k[l]);
+        free(c->kv.v[l]);
+    }
+    free(c->kv.k);
+    free(c->kv.v);
+    free(c->state.data);
+}
+
+typedef struct mf_sequence {
+    const int32_t *tokens;  /* the whole token stream this sequence will see */
+    int32_t n_total;
+    int32_t done;           /* tokens already in the caches */
+    int32_t state_slot;
+    int32_t block_table[MF_MAX_TOKENS / MF_BLOCK_SIZE + 2];
+    int32_t n_blocks;
+} mf_sequence;
+
+static void mf_sequence_reserve(mf_cache *c, mf_sequence *s, int32_t len) {
+    while (s->n_blocks * MF_BLOCK_SIZE < len) {
+        if (c->n_free == 0) abort(); /* the test sizes its cache; running out is a test bug */
+        s->block_table[s->n_blocks++] = c->free_blocks[--c->n_free];
+    }
+}
+
+typedef struct mf_step {
+    int32_t token_ids[3 * MF_MAX_TOKENS], positions[3 * MF_MAX_TOKENS], logit_rows[3 * MF_MAX_TOKENS];
+    int64_t slots[3 * MF_MAX_TOKENS];
+    int32_t seq_start[4], context_lens[3], state_slots[3];
+    const int32_t *tables[3];
+    cv_batch batch;
+} mf_step;
+
+static void mf_step_begin(mf_step *st) {
+    st->seq_start[0] = 0;
+    st->batch = (cv_batch){.token_ids = st->token_ids, .positions = st->positions, .slot_mapping = st->slots,
+                           .seq_start = st->seq_start, .context_lens = st->context_lens, .block_tables = st->tables,
+                           .state_slots = st->state_slots, .logit_rows = st->logit_rows};
+}
+
+/* Appends the next `n` tokens of s to the step as one sequence, all of them wanting logits. */
+static void mf_step_add(mf_step *st, mf_cache *c, mf_sequence *s, int32_t n) {
+    cv_batch *b = &st->batch;
+    mf_sequence_reserve(c, s, s->done + n);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = b->n_tokens++, pos = s->done + i;
+        st->token_ids[t] = s->tokens[pos];
+        st->positions[t] = pos;
+        st->slots[t] = (int64_t)s->block_table[pos / MF_BLOCK_SIZE] * MF_BLOCK_SIZE + pos % MF_BLOCK_SIZE;
+        st->logit_rows[b->n_logits++] = t;
+    }
+    s->done += n;
+    st->context_lens[b->n_seqs] = s->done;
+    st->tables[b->n_seqs] = s->block_table;
+    st->state_slots[b->n_seqs] = s->state_slot;
+    st->seq_start[++b->n_seqs] = b->n_tokens;
+}
+
+/* ---- the scenarios -------------------------------------------------------------------------- */
+
+typedef struct mf_fixture {
+    const char *name;
+    cv_model *model;
+    int32_t vocab;
+    mf_cache cache;
+    float *logits;  /* [3·MF_MAX_TOKENS][vocab] */
+    double worst;   /* over every check of this fixture */
+} mf_fixture;
+
+static int mf_forward(mf_fixture *fx, mf_step *st) {
+    cv_state_cache *state = fx->cache.state.num_slots ? &fx->cache.state : NULL;
+    return fx->model->ops->forward(fx->model, &st->batch, &fx->cache.kv, state, fx->logits);
+}
+
+static void mf_note(mf_fixture *fx, double worst) {
+    if (worst > fx->worst || isnan(worst)) fx->worst = worst;
+}
+
+/* Checks the logits of the rows just computed for a sequence (positions [first, first+n)). */
+static void mf_check_rows(mf_fixture *fx, const char *what, const float *logits, const mf_reference *ref, int32_t first,
+                          int32_t n) {
+    double worst = 0;
+    for (int32_t i = 0; i < n; i++) {
+        double e = mf_row_error(logits + (int64_t)i * fx->vocab, ref->logits + (int64_t)(first + i) * fx->vocab,
+                                fx->vocab);
+        worst = e > worst || isnan(e) ? e : worst;
+    }
+    CHECK_MSG(worst <= MF_TOLERANCE, "%s [%s] %s positions %d..%d: rel error %.3g", fx->name,
+              cv_isa_name(cv_isa_active()), what, first, first + n - 1, worst);
+    mf_note(fx, worst);
+}
+
+/* Feeds s in chunks of `chunk` tokens from where it stands, checking every row. */
+static int mf_feed(mf_fixture *fx, const mf_reference *ref, mf_sequence *s, int32_t until, int32_t chunk,
+                   const char *what) {
+    mf_step st;
+    while (s->done < until) {
+        int32_t first = s->done, n = until - s->done < chunk ? until - s->done : chunk;
+        mf_step_begin(&st);
+        mf_step_add(&st, &fx->cache, s, n);
+        int rc = mf_forward(fx, &st);
+        CHECK_MSG(rc == 0, "%s: forward failed: %s", fx->name, cv_error_message());
+        if (rc) return rc;
+        mf_check_rows(fx, what, fx->logits, ref, first, n);
+    }
+    return 0;
+}
+
+static void mf_run_chunked(mf_fixture *fx, const mf_reference *ref, int32_t chunk, int32_t state_slot) {
+    char what[48];
+    snprintf(what, sizeof what, chunk >= MF_MAX_TOKENS ? "one-shot prefill" : "chunks of %d", chunk);
+    mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
+    mf_sequence s = {.tokens = ref->prompt, .n_total = ref->n_prompt, .state_slot = state_slot};
+    mf_feed(fx, ref, &s, s.n_total, chunk, what);
+}
+
+/* Three sequences on different chunk schedules in shared forward calls; the first one's prompt is
+ * `main`, the others are `other` and a 41-token prefix of `longest`. */
+static void mf_run_batched(mf_fixture *fx, const mf_reference *main, const mf_reference *other,
+                           const mf_reference *longest) {
+    mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
+    const mf_reference *refs[3] = {main, other, longest};
+    mf_sequence seqs[3] = {{.tokens = main->prompt, .n_total = main->n_prompt, .state_slot = 2},
+                           {.tokens = other->prompt, .n_total = other->n_prompt, .state_slot = 0},
+                           {.tokens = longest->prompt, .n_total = 41, .state_slot = 3}};
+    /* Per sequence: a first prefill chunk, then the chunk size of every later step (1 = decode). */
+    const int32_t first_chunk[3] = {5, 20, 13}, later_chunk[3] = {9, 1, 13};
+    mf_step st;
+    for (int round = 0; seqs[0].done < seqs[0].n_total || seqs[1].done < seqs[1].n_total ||
+                        seqs[2].done < seqs[2].n_total;
+         round++) {
+        mf_step_begin(&st);
+        int32_t firsts[3], order[3], n_in = 0;
+        for (int k = 0; k < 3; k++) {
+            int i = (k + round) % 3; /* rotate which sequence comes first in the batch */
+            mf_sequence *s = &seqs[i];
+            if (s->done >= s->n_total) continue;
+            int32_t want = s->done == 0 ? first_chunk[i] : later_chunk[i];
+            int32_t n = s->n_total - s->done < want ? s->n_total - s->done : want;
+            firsts[n_in] = s->done;
+            order[n_in++] = i;
+            mf_step_add(&st, &fx->cache, s, n);
+        }
+        int rc = mf_forward(fx, &st);
+        CHECK_MSG(rc == 0, "%s: batched forward failed: %s", fx->name, cv_error_message());
+        if (rc) return;
+        for (int k = 0; k < n_in; k++) {
+            int32_t n = st.seq_start[k + 1] - st.seq_start[k];
+            mf_check_rows(fx, "batched", fx->logits + (int64_t)st.seq_start[k] * fx->vocab, refs[order[k]], firsts[k],
+                          n);
+        }
+    }
+}
+
+/* Prefill, then 8 free-running greedy steps; while the ids agree this is the reference's teacher
+ * forcing, so each step's logits are compared with gen_logits. */
+static void mf_run_greedy(mf_fixture *fx, const mf_reference *ref) {
+    mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
+    int32_t stream[MF_MAX_TOKENS + 8];
+    memcpy(stream, ref->prompt, (size_t)ref->n_prompt * sizeof *stream);
+    mf_sequence s = {.tokens = stream, .n_total = ref->n_prompt + 8, .state_slot = 1};
+    mf_step st;
+    mf_step_begin(&st);
+    mf_step_add(&st, &fx->cache, &s, ref->n_prompt);
+    st.batch.n_logits = 1; /* only the last position, as a real prefill asks */
+    st.logit_rows[0] = ref->n_prompt - 1;
+    int rc = mf_forward(fx, &st);
+    CHECK_MSG(rc == 0, "%s: prefill failed: %s", fx->name, cv_error_message());
+    double worst = 0;
+    int matched = 0;
+    for (int i = 0; i < 8 && rc == 0; i++) {
+        double e = mf_row_error(fx->logits, ref->gen_logits + (int64_t)i * fx->vocab, fx->vocab);
+        worst = e > worst || isnan(e) ? e : worst;
+        int32_t next = mf_argmax(fx->logits, fx->vocab);
+        if (next != ref->greedy[i]) break;
+        matched++;
+        stream[ref->n_prompt + i] = next;
+        if (i == 7) break;
+        mf_step_begin(&st);
+        mf_step_add(&st, &fx->cache, &s, 1);
+        rc = mf_forward(fx, &st);
+        CHECK_MSG(rc == 0, "%s: decode failed: %s", fx->name, cv_error_message());
+    }
+    CHECK_MSG(matched == 8, "%s [%s]: greedy ids diverge from the reference at step %d", fx->name,
+              cv_isa_name(cv_isa_active()), matched);
+    CHECK_MSG(worst <= MF_TOLERANCE, "%s [%s]: greedy logits rel error %.3g", fx->name, cv_isa_name(cv_isa_active()),
+              worst);
+    mf_note(fx, worst);
+}
+
+/* Prefill 37 tokens in slot 0, copy the slot's bytes to slot 2, poison slot 0, finish from slot 2. */
+static void mf_run_state_copy(mf_fixture *fx, const mf_reference *ref) {
+    cv_state_cache *st = &fx->cache.state;
+    if (!st->num_slots || ref->n_prompt <= 37) return;
+    mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
+    mf_sequence s = {.tokens = ref->prompt, .n_total = ref->n_prompt, .state_slot = 0};
+    if (mf_feed(fx, ref, &s, 37, 37, "before a state copy")) return;
+    memcpy(st->data + 2 * st->slot_bytes, st->data, st->slot_bytes);
+    memset(st->data, 0xff, st->slot_bytes); /* NaN everywhere */
+    s.state_slot = 2;
+    mf_feed(fx, ref, &s, s.n_total, 50, "after a state copy");
+}
+
+static int mf_load_model(const char *dir, cv_model_config *cfg, cv_weight_source **src, cv_threadpool *pool,
+                         cv_model **model) {
+    int rc = cv_model_config_load(dir, cfg);
+    if (rc) return rc;
+    rc = cv_weight_source_checkpoint(dir, src);
+    if (rc) {
+        cv_model_config_free(cfg);
+        return rc;
+    }
+    cv_model_load_params p = {.config = cfg, .weights = *src, .pool = pool, .max_num_batched_tokens = 64};
+    rc = cv_model_load(&p, model);
+    if (rc) {
+        cv_weight_source_free(*src);
+        cv_model_config_free(cfg);
+    }
+    return rc;
+}
+
+static const char *const MF_PROMPTS[] = {"short", "long150"};
+
+/* Every scenario on one reference folder, prefill chunked in each of chunks[0..n_chunks). */
+static void mf_test_folder(const char *folder, cv_threadpool *pool, const int32_t *chunks, int n_chunks) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
+    mf_reference refs[2] = {0};
+    for (int p = 0; p < 2; p++)
+        if (mf_load_reference(dir, MF_PROMPTS[p], &refs[p])) {
+            CHECK_MSG(0, "cannot read the %s reference in %s", MF_PROMPTS[p], dir);
+            for (int q = 0; q <= p; q++) mf_free_reference(&refs[q]);
+            return;
+        }
+    cv_model_config cfg;
+    cv_weight_source *src;
+    mf_fixture fx = {.name = folder};
+    int rc = mf_load_model(dir, &cfg, &src, pool, &fx.model);
+    CHECK_MSG(rc == 0, "loading %s: %s", dir, cv_error_message());
+    if (rc == 0) {
+        fx.vocab = fx.model->vocab_size;
+        CHECK_EQ_INT(fx.vocab, refs[0].vocab);
+        CHECK_EQ_INT(fx.model->kv_spec.head_dim, cfg.head_dim);
+        fx.logits = cv_xmalloc((size_t)3 * MF_MAX_TOKENS * (size_t)fx.vocab * sizeof(float));
+        mf_cache_init(&fx.cache, fx.model);
+        for (int p = 0; p < 2; p++) {
+            mf_run_chunked(&fx, &refs[p], MF_MAX_TOKENS, 1);
+            for (int c = 0; c < n_chunks; c++) mf_run_chunked(&fx, &refs[p], chunks[c], c % MF_STATE_SLOTS);
+            mf_run_batched(&fx, &refs[p], &refs[1 - p], &refs[1]);
+            mf_run_greedy(&fx, &refs[p]);
+            mf_run_state_copy(&fx, &refs[p]);
+        }
+        printf("%-22s %-7s max rel error %.3g\n", folder, cv_isa_name(cv_isa_active()), fx.worst);
+        if (fx.worst > mf_worst_overall || isnan(fx.worst)) mf_worst_overall = fx.worst;
+        mf_cache_free(&fx.cache);
+        free(fx.logits);
+        cv_model_free(fx.model);
+        cv_weight_source_free(src);
+        cv_model_config_free(&cfg);
+    }
+    for (int p = 0; p < 2; p++) mf_free_reference(&refs[p]);
+}
+
+/* Runs mf_test_folder over `folders` on the AVX-512 and the AVX2 path (those the CPU has). */
+static void mf_test_folders_on_each_isa(const char *test, const char *const *folders, int n_folders,
+                                        cv_threadpool *pool, const int32_t *chunks, int n_chunks) {
+    static const cv_isa isas[] = {CV_ISA_AVX512, CV_ISA_AVX2};
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        if (cv_isa_force(isas[i])) {
+            printf("%s: %s path not supported on this CPU, skipped\n", test, cv_isa_name(isas[i]));
+            continue;
+        }
+        for (int f = 0; f < n_folders; f++) mf_test_folder(folders[f], pool, chunks, n_chunks);
+    }
+    printf("%s: max rel logit error over all checks %.3g (bound %.0e)\n", test, mf_worst_overall, MF_TOLERANCE);
+}
+
+#endif

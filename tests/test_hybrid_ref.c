@@ -1,0 +1,299 @@
+/*
+ * test_hybrid_ref.c — Qwen3NextForCausalLM and Qwen3_5MoeForConditionalGeneration against Hugging
+ * Face's f32 logits, and the Gated DeltaNet kernels.
+ *
+ * Reference scenarios (model_fixture.h: one-shot, chunks of 1/5/64/100 — 64 and 100 leave the
+ * delta rule's 64-token chunks misaligned with the prompt's and start them from non-zero state —
+ * batched mixed prefill/decode with separate state slots, greedy with teacher-forced logits, and a
+ * byte copy of a state slot mid-prompt) on the f32 and bf16 checkpoints of both families, on the
+ * AVX-512 and AVX2 paths. The Qwen3.5 checkpoints also carry mtp.* and model.visual.* tensors,
+ * which must simply be ignored.
+ * Kernels: the chunked delta rule against the recurrence run token by token in double precision,
+ * over runs that end mid-chunk and span several chunks from a random state; the conv state across
+ * calls of 1, 2 and 5 tokens against one call.
+ * Failure paths: missing/ill-typed linear-attention fields, layer_types of the wrong length or
+ * spelling, value heads not a multiple of key heads, shape mismatches naming the tensor, a missing
+ * GDN tensor, attn_output_gate=false, and batches without state slots, with shared, out-of-range
+ * or too-small slots.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_fixture.h"
+
+static const char *const FOLDERS[] = {"qwen3-next-f32", "qwen3-next-bf16", "qwen3.5-moe-f32", "qwen3.5-moe-bf16"};
+static const int32_t CHUNKS[] = {1, 5, 64, 100};
+
+static void fill(float *x, size_t n, uint32_t seed, float scale) {
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * scale;
+    }
+}
+
+/* ---- kernels ---------------------------------------------------------------------------------- */
+
+enum { NK = 2, NV = 4, DK = 16, DV = 24, LD = 2 * NK * DK + NV * DV };
+
+/* The recurrence of kernels.h, in double, for one sequence from state s [NV][DK][DV]. */
+static void reference_delta_rule(const float *qkv, const float *g, const float *beta, int n, double *s, double *out) {
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < NV; j++) {
+            const float *q = qkv + t * LD + (j / (NV / NK)) * DK, *k = q + NK * DK, *v = qkv + t * LD + 2 * NK * DK + j * DV;
+            double *S = s + j * DK * DV, decay = exp(g[t * NV + j]), u[DV];
+            for (int c = 0; c < DV; c++) {
+                u[c] = 0;
+                for (int r = 0; r < DK; r++) u[c] += decay * S[r * DV + c] * k[r];
+            }
+            for (int r = 0; r < DK; r++)
+                for (int c = 0; c < DV; c++) S[r * DV + c] = decay * S[r * DV + c] + k[r] * beta[t * NV + j] * (v[c] - u[c]);
+            for (int c = 0; c < DV; c++) {
+                double o = 0;
+                for (int r = 0; r < DK; r++) o += S[r * DV + c] * q[r];
+                out[t * NV * DV + j * DV + c] = o;
+            }
+        }
+}
+
+/* Two sequences in one call: a 150-token run (three chunks, the last partial) and a single token,
+ * both from a random state; then the long one continued by a 1-token and a 70-token call. */
+static void test_delta_rule(cv_threadpool *pool) {
+    enum { N0 = 150, N1 = 1, N2 = 71, T = N0 + N1 + N2 };
+    float *qkv = cv_xmalloc((size_t)T * LD * sizeof(float)), g[T * NV], beta[T * NV];
+    fill(qkv, (size_t)T * LD, 1, 2.0f);
+    fill(g, T * NV, 2, 1.0f);
+    fill(beta, T * NV, 3, 1.0f);
+    for (int i = 0; i < T * NV; i++) {
+        g[i] = -fabsf(g[i]) * (i % 7 == 0 ? 12.0f : 0.3f); /* now and then a near-total decay */
+        beta[i] += 0.5f;
+    }
+    for (int t = 0; t < T; t++) {
+        cv_l2norm(qkv + t * LD, NK, DK, 1e-6f, 1.0f / sqrtf(DK));
+        cv_l2norm(qkv + t * LD + NK * DK, NK, DK, 1e-6f, 1.0f);
+    }
+    const size_t sfloats = (size_t)NV * DK * DV;
+    float *state0 = cv_aligned_alloc(sfloats * sizeof(float)), *state1 = cv_aligned_alloc(sfloats * sizeof(float));
+    fill(state0, sfloats, 4, 0.2f);
+    fill(state1, sfloats, 5, 0.2f);
+    double *ref0 = cv_xmalloc(sfloats * sizeof(double)), *ref1 = cv_xmalloc(sfloats * sizeof(double));
+    for (size_t i = 0; i < sfloats; i++) ref0[i] = state0[i], ref1[i] = state1[i];
+    double *want = cv_xmalloc((size_t)T * NV * DV * sizeof(double));
+    float *out = cv_xmalloc((size_t)T * NV * DV * sizeof(float));
+    /* Reference: sequence 0 runs tokens [0,N0) then [N0+N1, T); sequence 1 the token N0. */
+    reference_delta_rule(qkv, g, beta, N0, ref0, want);
+    reference_delta_rule(qkv + N0 * LD, g + N0 * NV, beta + N0 * NV, N1, ref1, want + N0 * NV * DV);
+    reference_delta_rule(qkv + (N0 + N1) * LD, g + (N0 + N1) * NV, beta + (N0 + N1) * NV, N2, ref0,
+                         want + (N0 + N1) * NV * DV);
+
+    void *ws = cv_aligned_alloc(cv_gdn_workspace_bytes(pool, DK, DV));
+    float *states[2] = {state0, state1};
+    int32_t starts1[3] = {0, N0, N0 + N1};
+    cv_gdn_args a = {.n_seqs = 2, .seq_start = starts1, .states = states, .n_k_heads = NK, .n_v_heads = NV,
+                     .k_dim = DK, .v_dim = DV, .q = qkv, .k = qkv + NK * DK, .v = qkv + 2 * NK * DK, .ld = LD,
+                     .g = g, .beta = beta, .out = out, .workspace = ws};
+    cv_gdn(pool, &a);
+    /* Continue sequence 0: one token (recurrent form), then 70 (chunked from a non-zero state). */
+    int32_t starts2[2] = {0, 1}, starts3[2] = {0, N2 - 1};
+    const int64_t base = N0 + N1;
+    a = (cv_gdn_args){.n_seqs = 1, .seq_start = starts2, .states = states, .n_k_heads = NK, .n_v_heads = NV,
+                      .k_dim = DK, .v_dim = DV, .q = qkv + base * LD, .k = qkv + base * LD + NK * DK,
+                      .v = qkv + base * LD + 2 * NK * DK, .ld = LD, .g = g + base * NV, .beta = beta + base * NV,
+                      .out = out + base * NV * DV, .workspace = ws};
+    cv_gdn(pool, &a);
+    a.seq_start = starts3;
+    a.q += LD, a.k += LD, a.v += LD, a.g += NV, a.beta += NV, a.out += NV * DV;
+    cv_gdn(pool, &a);
+    double worst = 0, worst_state = 0;
+    for (int i = 0; i < T * NV * DV; i++) worst = fmax(worst, fabs(out[i] - want[i]) / (1 + fabs(want[i])));
+    for (size_t i = 0; i < sfloats; i++) {
+        worst_state = fmax(worst_state, fabs(state0[i] - ref0[i]));
+        worst_state = fmax(worst_state, fabs(state1[i] - ref1[i]));
+    }
+    CHECK_MSG(worst < 2e-5, "delta rule outputs differ from the recurrence by %.3g", worst);
+    CHECK_MSG(worst_state < 2e-5, "delta rule states differ from the recurrence by %.3g", worst_state);
+    free(ws);
+    free(qkv);
+    free(state0);
+    free(state1);
+    free(ref0);
+    free(ref1);
+    free(want);
+    free(out);
+}
+
+static void test_conv_state(void) {
+    enum { C = 10, K = 4, N = 8 };
+    float x[N * C], w[K * C], one[N * C], pieces[N * C], state_a[(K - 1) * C], state_b[(K - 1) * C];
+    fill(x, N * C, 6, 2.0f);
+    fill(w, K * C, 7, 2.0f);
+    fill(state_a, (K - 1) * C, 8, 2.0f);
+    memcpy(state_b, state_a, sizeof state_a);
+    cv_conv1d_silu(one, x, C, N, C, w, K, state_a);
+    static const int split[] = {1, 2, 5};
+    for (int i = 0, at = 0; i < 3; at += split[i++]) cv_conv1d_silu(pieces + at * C, x + at * C, C, split[i], C, w, K, state_b);
+    CHECK(memcmp(one, pieces, sizeof one) == 0);
+    CHECK(memcmp(state_a, state_b, sizeof state_a) == 0);
+    CHECK(memcmp(state_a, x + (N - K + 1) * C, sizeof state_a) == 0);
+    /* Token 0 from the state: tap j multiplies state row j, tap K-1 the token. */
+    float acc = w[(K - 1) * C + 3] * x[3];
+    fill(state_a, (K - 1) * C, 8, 2.0f);
+    for (int j = 0; j < K - 1; j++) acc += w[j * C + 3] * state_a[j * C + 3];
+    CHECK(fabsf(one[3] - acc / (1.0f + expf(-acc))) < 1e-6f);
+}
+
+/* ---- failure paths ---------------------------------------------------------------------------- */
+
+static json_t *text_of(json_t *root) {
+    json_t *t = json_object_get(root, "text_config");
+    return t ? t : root;
+}
+
+static int load_with(const char *folder, void (*edit)(json_t *text), cv_threadpool *pool) {
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) return -1000;
+    edit(text_of(root));
+    char *text = json_dumps(root, 0);
+    json_decref(root);
+    cv_model_config cfg;
+    int rc = cv_model_config_parse(text, strlen(text), "config.json", &cfg);
+    free(text);
+    if (rc) return rc;
+    cv_weight_source *src;
+    rc = cv_weight_source_checkpoint(dir, &src);
+    if (rc) {
+        cv_model_config_free(&cfg);
+        return rc;
+    }
+    cv_model *m = (cv_model *)&cfg; /* must come back NULL on failure */
+    cv_model_load_params p = {.config = &cfg, .weights = src, .pool = pool, .max_num_batched_tokens = 8};
+    rc = cv_model_load(&p, &m);
+    if (rc) CHECK(m == NULL);
+    else cv_model_free(m);
+    cv_weight_source_free(src);
+    cv_model_config_free(&cfg);
+    return rc;
+}
+
+static void unchanged(json_t *t) { (void)t; }
+static void no_key_heads(json_t *t) { json_object_del(t, "linear_num_key_heads"); }
+static void string_value_dim(json_t *t) { json_object_set_new(t, "linear_value_head_dim", json_string("32")); }
+static void odd_value_heads(json_t *t) { json_object_set_new(t, "linear_num_value_heads", json_integer(3)); }
+static void wide_key_heads(json_t *t) { json_object_set_new(t, "linear_key_head_dim", json_integer(16)); }
+static void short_layer_types(json_t *t) { json_array_remove(json_object_get(t, "layer_types"), 0); }
+static void misspelt_layer_type(json_t *t) {
+    json_array_set_new(json_object_get(t, "layer_types"), 1, json_string("linear"));
+}
+/* Without layer_types, interval 2 makes layer 1 full attention; the checkpoint has GDN there. */
+static void interval_two(json_t *t) {
+    json_object_del(t, "layer_types");
+    json_object_set_new(t, "full_attention_interval", json_integer(2));
+}
+static void ungated(json_t *t) { json_object_set_new(t, "attn_output_gate", json_false()); }
+static void no_shared_width(json_t *t) { json_object_del(t, "shared_expert_intermediate_size"); }
+static void wide_kernel(json_t *t) { json_object_set_new(t, "linear_conv_kernel_dim", json_integer(3)); }
+
+static void test_load_errors(cv_threadpool *pool) {
+    CHECK_CONTAINS(cv_model_supported_architectures(), "Qwen3NextForCausalLM");
+    CHECK_CONTAINS(cv_model_supported_architectures(), "Qwen3_5MoeForConditionalGeneration");
+    for (int f = 0; f < 2; f++) {
+        const char *folder = f ? "qwen3.5-moe-bf16" : "qwen3-next-bf16";
+        const char *root = f ? "model.language_model." : "model.";
+        char want[160];
+        CHECK_EQ_INT(load_with(folder, unchanged, pool), 0);
+        CHECK_EQ_INT(load_with(folder, no_key_heads, pool), CVLLM_ERR_FORMAT);
+        CHECK_CONTAINS(cv_error_message(), "missing required field \"linear_num_key_heads\"");
+        CHECK_EQ_INT(load_with(folder, string_value_dim, pool), CVLLM_ERR_FORMAT);
+        CHECK_CONTAINS(cv_error_message(), "\"linear_value_head_dim\" must be a positive integer");
+        CHECK_EQ_INT(load_with(folder, odd_value_heads, pool), CVLLM_ERR_FORMAT);
+        CHECK_CONTAINS(cv_error_message(), "linear_num_value_heads=3 is not a multiple of linear_num_key_heads=2");
+        CHECK_EQ_INT(load_with(folder, wide_key_heads, pool), CVLLM_ERR_FORMAT);
+        snprintf(want, sizeof want, "%slayers.0.linear_attn.in_proj_qkv", root);
+        CHECK_CONTAINS(cv_error_message(), want);
+        CHECK_EQ_INT(load_with(folder, short_layer_types, pool), CVLLM_ERR_FORMAT);
+        CHECK_CONTAINS(cv_error_message(), "layer_types must list one type for each of the 4 layers");
+        CHECK_EQ_INT(load_with(folder, misspelt_layer_type, pool), CVLLM_ERR_FORMAT);
+        CHECK_CONTAINS(cv_error_message(), "layer_types[1] must be");
+        CHECK_EQ_INT(load_with(folder, interval_two, pool), CVLLM_ERR_NOT_FOUND);
+        snprintf(want, sizeof want, "missing tensor %slayers.1.self_attn.q_proj.weight", root);
+        CHECK_CONTAINS(cv_error_message(), want);
+        CHECK_EQ_INT(load_with(folder, ungated, pool), CVLLM_ERR_UNSUPPORTED);
+        CHECK_CONTAINS(cv_error_message(), "attn_output_gate=false");
+        CHECK_EQ_INT(load_with(folder, no_shared_width, pool), CVLLM_ERR_FORMAT);
+        CHECK_CONTAINS(cv_error_message(), "shared_expert_intermediate_size");
+        CHECK_EQ_INT(load_with(folder, wide_kernel, pool), CVLLM_ERR_FORMAT);
+        snprintf(want, sizeof want, "%slayers.0.linear_attn.conv1d.weight", root);
+        CHECK_CONTAINS(cv_error_message(), want);
+    }
+}
+
+static void expect_state_error(cv_model *m, mf_cache *c, mf_step *st, cv_state_cache *state, const char *needle) {
+    float *logits = cv_xmalloc(8 * (size_t)m->vocab_size * sizeof(float));
+    CHECK_EQ_INT(m->ops->forward(m, &st->batch, &c->kv, state, logits), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cv_error_message(), needle);
+    free(logits);
+}
+
+static void test_bad_state(cv_threadpool *pool) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/vectors/qwen3.5-moe-f32", CVLLM_TEST_DATA);
+    cv_model_config cfg;
+    cv_weight_source *src;
+    cv_model *m;
+    if (mf_load_model(dir, &cfg, &src, pool, &m)) {
+        CHECK_MSG(0, "loading %s: %s", dir, cv_error_message());
+        return;
+    }
+    /* 3 GDN layers × (conv state 3×256 + 4 heads × 32×32) floats; 1 attention layer in the KV cache. */
+    CHECK_EQ_INT(m->state_bytes_per_seq, 3 * (3 * 256 + 4 * 32 * 32) * 4);
+    CHECK_EQ_INT(m->kv_spec.num_layers, 1);
+    mf_cache c;
+    mf_cache_init(&c, m);
+    static const int32_t ids[] = {1, 2, 3, 4};
+    mf_sequence a = {.tokens = ids, .n_total = 2, .state_slot = 1}, b = {.tokens = ids + 2, .n_total = 2, .state_slot = 1};
+    mf_step st;
+    mf_step_begin(&st);
+    mf_step_add(&st, &c, &a, 2);
+    mf_step_add(&st, &c, &b, 2);
+    expect_state_error(m, &c, &st, &c.state, "share state slot 1");
+    st.state_slots[1] = MF_STATE_SLOTS;
+    expect_state_error(m, &c, &st, &c.state, "state slot 4, outside [0, 4)");
+    st.state_slots[1] = 2;
+    expect_state_error(m, &c, &st, NULL, "no state cache");
+    st.batch.state_slots = NULL;
+    expect_state_error(m, &c, &st, &c.state, "no state cache");
+    st.batch.state_slots = st.state_slots;
+    cv_state_cache small = c.state;
+    small.slot_bytes -= 64;
+    expect_state_error(m, &c, &st, &small, "the model needs");
+    st.positions[1] = 2; /* a gap: the state would skip a token */
+    st.slots[1] = (int64_t)a.block_table[0] * MF_BLOCK_SIZE + 2;
+    st.context_lens[0] = 3;
+    expect_state_error(m, &c, &st, &c.state, "not consecutive");
+    mf_cache_free(&c);
+    cv_model_free(m);
+    cv_weight_source_free(src);
+    cv_model_config_free(&cfg);
+}
+
+int main(void) {
+    cv_threadpool *pool = cv_threadpool_create(2);
+    static const cv_isa isas[] = {CV_ISA_AVX512, CV_ISA_AVX2};
+    for (size_t i = 0; i < CV_ARRAY_LEN(isas); i++)
+        if (cv_isa_force(isas[i]) == 0) {
+            test_delta_rule(pool);
+            test_delta_rule(NULL);
+        }
+    test_conv_state();
+    test_load_errors(pool);
+    test_bad_state(pool);
+    mf_test_folders_on_each_isa("test_hybrid_ref", FOLDERS, (int)CV_ARRAY_LEN(FOLDERS), pool, CHUNKS,
+                                (int)CV_ARRAY_LEN(CHUNKS));
+    cv_threadpool_free(pool);
+    return cv_check_summary("test_hybrid_ref");
+}
