@@ -173,6 +173,9 @@ static void test_completion_errors(void) {
     expect_error(C, "{\"prompt\":\"\"}", 400, "prompt", "cannot be empty");
     expect_error(C, "{\"prompt\":\"a\",\"max_tokens\":0}", 400, "max_tokens", "at least 1, got 0");
     expect_error(C, "{\"prompt\":\"a\",\"max_tokens\":-5}", 400, "max_tokens", "at least 1, got -5");
+    expect_error(C, "{\"prompt\":\"a\",\"max_tokens\":-1}", 400, "max_tokens", "at least 1, got -1");
+    expect_error(CV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":-1}", 400, "max_tokens",
+                 "at least 1, got -1");
     /* A text prompt whose tokens are outside the (small) model vocabulary. */
     expect_error(C, "{\"prompt\":\"<|im_start|>\"}", 400, "prompt", "Token id 151644 is out of vocabulary");
 }

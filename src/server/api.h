@@ -73,7 +73,7 @@ typedef struct cv_api_request {
     int32_t *stop_token_ids;
     int32_t *bias_ids;
     float *bias_values;
-    int64_t max_tokens;         /* as requested; -1 = not given */
+    int64_t max_tokens;         /* as requested (>= 1, or 0 with completions echo); -1 = not given */
     bool stream, include_usage, continuous_usage;
     bool echo;
     bool echo_only;             /* completions echo with max_tokens 0: generated tokens are dropped */

@@ -18,6 +18,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,10 +144,11 @@ static int get_string(const json_t *o, const char *key, char **out, cv_api_error
     return 0;
 }
 
-/* [int, ...] with each id in int32; *ids is cv_xmalloc'd (never NULL on success). */
-static int id_list(const json_t *a, const char *key, int32_t **ids, size_t *n, cv_api_error *err) {
+/* [int, ...] with each id in int32; *ids is cv_xmalloc'd (never NULL on success). Prompt lists are
+ * bounded by the body size; `max` bounds lists that cost work per generated token. */
+static int id_list(const json_t *a, const char *key, size_t max, int32_t **ids, size_t *n, cv_api_error *err) {
     size_t count = json_array_size(a);
-    if (count > MAX_ID_LIST) return cv_api_fail(err, 400, key, "'%s' has %zu entries, at most %d are allowed", key, count, MAX_ID_LIST);
+    if (count > max) return cv_api_fail(err, 400, key, "'%s' has %zu entries, at most %zu are allowed", key, count, max);
     int32_t *out = cv_xmalloc((count ? count : 1) * sizeof *out);
     for (size_t i = 0; i < count; i++) {
         int64_t v;
@@ -269,7 +271,7 @@ static int parse_common(const json_t *o, const cv_api_limits *lim, cv_api_reques
     json_t *ids = field(o, "stop_token_ids");
     if (ids) {
         if (!json_is_array(ids)) return wrong_type(err, "stop_token_ids", "a list of integers", ids);
-        if (id_list(ids, "stop_token_ids", &req->stop_token_ids, &p->n_stop_token_ids, err)) return -1;
+        if (id_list(ids, "stop_token_ids", MAX_ID_LIST, &req->stop_token_ids, &p->n_stop_token_ids, err)) return -1;
     }
     if (req->prompt_logprobs < -1 || (req->prompt_logprobs == -1 && field(o, "prompt_logprobs")))
         return cv_api_fail(err, 400, "prompt_logprobs", "prompt_logprobs must be non-negative, got %d.", req->prompt_logprobs);
@@ -327,7 +329,7 @@ static int parse_prompt_field(const json_t *o, const cv_api_limits *lim, cv_api_
     json_t *first = json_array_get(v, 0);
     if (json_is_number(first)) {
         cv_api_prompt p = {0};
-        if (id_list(v, "prompt", &p.ids, &p.n_ids, err)) return -1;
+        if (id_list(v, "prompt", SIZE_MAX, &p.ids, &p.n_ids, err)) return -1;
         add_prompt(req, p);
         return 0;
     }
@@ -339,7 +341,7 @@ static int parse_prompt_field(const json_t *o, const cv_api_limits *lim, cv_api_
             add_prompt(req, text_prompt(item));
         } else if (json_is_array(item) && json_is_array(first)) {
             cv_api_prompt p = {0};
-            if (id_list(item, "prompt", &p.ids, &p.n_ids, err)) return -1;
+            if (id_list(item, "prompt", SIZE_MAX, &p.ids, &p.n_ids, err)) return -1;
             add_prompt(req, p);
         } else {
             return wrong_type(err, "prompt", want, item);
@@ -355,6 +357,8 @@ static int parse_completion_fields(const json_t *o, const cv_api_limits *lim, cv
     if (get_int64(o, "max_tokens", &req->max_tokens, NULL, err) || get_bool(o, "echo", &req->echo, err) ||
         get_int32(o, "logprobs", &req->top_logprobs, err))
         return -1;
+    if (req->max_tokens < (req->echo ? 0 : 1))
+        return cv_api_fail(err, 400, "max_tokens", "max_tokens must be at least 1, got %lld.", (long long)req->max_tokens);
     if (req->top_logprobs < -1 || (req->top_logprobs == -1 && field(o, "logprobs")))
         return cv_api_fail(err, 400, "logprobs", "logprobs must be non-negative, got %d.", req->top_logprobs);
     /* With echo, the prompt's logprobs are part of the reply (vLLM: prompt_logprobs = logprobs). */
@@ -465,6 +469,8 @@ static int parse_chat_fields(const json_t *o, const cv_api_limits *lim, cv_api_r
     req->max_tokens = -1;
     if (get_int64(o, "max_tokens", &req->max_tokens, &max_given, err)) return -1;
     if (field(o, "max_completion_tokens") && get_int64(o, "max_completion_tokens", &req->max_tokens, &max_given, err)) return -1;
+    if (max_given && req->max_tokens < 1)
+        return cv_api_fail(err, 400, "max_tokens", "max_tokens must be at least 1, got %lld.", (long long)req->max_tokens);
     if (get_bool(o, "echo", &req->echo, err) || get_bool(o, "logprobs", &logprobs, err)) return -1;
     int32_t top = -1;
     if (get_int32(o, "top_logprobs", &top, err)) return -1;
@@ -526,7 +532,7 @@ int cv_api_parse_detokenize(const char *body, size_t len, cv_api_request *req, c
     cv_api_prompt p = {0};
     if (!rc && !v) rc = cv_api_fail(err, 400, "tokens", "'tokens' is required");
     if (!rc && !json_is_array(v)) rc = wrong_type(err, "tokens", "a list of integers", v);
-    if (!rc) rc = id_list(v, "tokens", &p.ids, &p.n_ids, err);
+    if (!rc) rc = id_list(v, "tokens", SIZE_MAX, &p.ids, &p.n_ids, err);
     if (!rc) add_prompt(req, p);
     json_decref(root);
     return rc;
@@ -586,8 +592,6 @@ static int check_prompt(const cv_api_request *req, cv_api_prompt *p, const cv_ap
 }
 
 int cv_api_prepare(cv_api_request *req, const cvllm_tokenizer *tok, const cv_api_limits *lim, cv_api_error *err) {
-    if (req->max_tokens != -1 && req->max_tokens < (req->echo && req->kind == CV_API_COMPLETION ? 0 : 1))
-        return cv_api_fail(err, 400, "max_tokens", "max_tokens must be at least 1, got %lld.", (long long)req->max_tokens);
     req->echo_only = req->kind == CV_API_COMPLETION && req->echo && req->max_tokens == 0;
     for (size_t i = 0; i < req->n_prompts; i++)
         if (tokenize_prompt(&req->prompts[i], tok, err) || check_prompt(req, &req->prompts[i], lim, err)) return -1;

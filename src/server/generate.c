@@ -130,6 +130,7 @@ static void check_abandoned(gen_session *g) {
     g->aborted = true;
     g->client_gone = gone;
     pthread_mutex_unlock(&g->mu);
+    cv_info("server", "aborted request %s (%s)", g->resp.id, gone ? "client disconnected" : "server shutting down");
     abort_all(g);
     pthread_mutex_lock(&g->mu);
 }
@@ -209,7 +210,10 @@ static void stream_free(void *cls) {
     bool abort_now = g->n_open > 0 && !g->aborted;
     g->aborted = true;
     pthread_mutex_unlock(&g->mu);
-    if (abort_now) abort_all(g);
+    if (abort_now) {
+        cv_info("server", "aborted request %s (client disconnected)", g->resp.id);
+        abort_all(g);
+    }
     release(g, 1);
 }
 

@@ -296,12 +296,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
 }
 
+/* libmicrohttpd reports a connection closed on purpose (a client that left) as an "application
+ * error"; generate.c logs those aborts itself, so they are only debug noise here. */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     line[strcspn(line, "\n")] = '\0';
-    cv_warn("http", "%s", line);
+    cv_log(strstr(line, "pplication") ? CV_LOG_DEBUG : CV_LOG_WARNING, "http", "%s", line);
 }
 
 /* ------------------------------------------------------------------------------------------------ */

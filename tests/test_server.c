@@ -1,0 +1,802 @@
+/*
+ * test_server.c — the HTTP server in-process on 127.0.0.1 (ephemeral ports), driven with libcurl.
+ *
+ * Two servers run side by side:
+ *   - the reference checkpoint (tests/data/vectors/qwen3-dense-f32, vocabulary 4096) for
+ *     completions: the tutorials' requests, 64 concurrent streams checked token for token against
+ *     the offline engine, clients that hang up, 1,000 malformed requests, API keys, metrics;
+ *   - the same shape with the full Qwen3 vocabulary and dummy weights, for chat, whose ChatML
+ *     special tokens lie outside the small vocabulary.
+ * Greedy decoding makes every expected text exact: the offline engine (cvllm_engine directly) gives
+ * the reference for each prompt.
+ */
+#include <curl/curl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cvllm.h"
+#include "engine/engine_loop.h"
+#include "server/server.h"
+#include "testutil.h"
+
+#define KEY "sk-test-key"
+#define NAME "qwen3-test"
+enum { MAX_MODEL_LEN = 4096, MAX_BODY = 256 * 1024 };
+
+typedef struct fixture {
+    char *dir;
+    cv_engine_loop *loop;
+    cv_server *srv;
+    char base[64];
+} fixture;
+
+static fixture ref_srv, chat_srv;
+
+static cvllm_engine_options engine_options(const char *dir, const char *load_format) {
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = dir;
+    o.load_format = load_format;
+    o.max_model_len = MAX_MODEL_LEN;
+    o.kv_cache_memory_bytes = 64u << 20;
+    o.num_threads = 2;
+    o.block_size = 16;
+    o.max_num_seqs = 128;
+    o.seed = 1024;
+    return o;
+}
+
+static void start_server(fixture *f, const char *load_format) {
+    cvllm_engine_options o = engine_options(f->dir, load_format);
+    cvllm_engine *e = NULL;
+    int rc = cvllm_engine_create(&o, &e);
+    CHECK_MSG(rc == 0, "engine: %s", cvllm_last_error());
+    if (rc) exit(1);
+    cv_loop_options lo = {.async_scheduling = true};
+    CHECK(cv_engine_loop_start(e, &lo, &f->loop) == 0);
+    static const char *names[] = {NAME, "alias"};
+    static const char *keys[] = {"other-key", KEY};
+    cv_server_options so = {.host = "127.0.0.1", .served_model_names = names, .n_served_model_names = 2,
+                            .model_root = f->dir, .api_keys = keys, .n_api_keys = 2,
+                            .enable_prompt_tokens_details = true, .max_body_bytes = MAX_BODY};
+    rc = cv_server_start(f->loop, &so, &f->srv);
+    CHECK_MSG(rc == 0, "server: %s", cvllm_last_error());
+    if (rc) exit(1);
+    snprintf(f->base, sizeof f->base, "http://127.0.0.1:%d", cv_server_port(f->srv));
+}
+
+static void stop_server(fixture *f) {
+    cv_server_stop(f->srv, 0);
+    cv_engine_loop_stop(f->loop);
+    tu_remove_tree(f->dir);
+    free(f->dir);
+}
+
+/* A copy of the reference config with the full Qwen3 vocabulary, for dummy weights. */
+static char *full_vocab_model_dir(void) {
+    char *dir = tu_model_dir("qwen3-dense-f32");
+    char *cfg = tu_strdupf("%s/%s", dir, "config.json");
+    json_t *j = json_load_file(cfg, 0, NULL);
+    CHECK(j != NULL);
+    json_object_set_new(j, "vocab_size", json_integer(151936));
+    unlink(cfg);
+    CHECK(json_dump_file(j, cfg, 0) == 0);
+    json_decref(j);
+    free(cfg);
+    return dir;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* HTTP client                                                                                       */
+
+typedef struct reply {
+    long status;
+    char *body;
+    size_t len;
+    char content_type[128];
+    CURLcode curl;
+} reply;
+
+static size_t collect(char *data, size_t size, size_t n, void *user) {
+    reply *r = user;
+    r->body = realloc(r->body, r->len + size * n + 1);
+    memcpy(r->body + r->len, data, size * n);
+    r->len += size * n;
+    r->body[r->len] = '\0';
+    return size * n;
+}
+
+static CURL *easy; /* the main thread's connection, kept alive across requests */
+
+static reply http_on(CURL *c, const fixture *f, const char *method, const char *path, const char *ctype,
+                     const char *body, size_t len, const char *key) {
+    reply r = {0};
+    char url[256], auth[128], ct[128];
+    snprintf(url, sizeof url, "%s%s", f->base, path);
+    curl_easy_reset(c);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    struct curl_slist *h = NULL;
+    if (key) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+        h = curl_slist_append(h, auth);
+    }
+    if (ctype) {
+        snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
+        h = curl_slist_append(h, ct);
+    }
+    h = curl_slist_append(h, "Expect:");
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)len);
+    }
+    r.curl = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    char *type = NULL;
+    curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &type);
+    snprintf(r.content_type, sizeof r.content_type, "%s", type ? type : "");
+    curl_slist_free_all(h);
+    if (!r.body) r.body = calloc(1, 1);
+    return r;
+}
+
+static reply http(const fixture *f, const char *method, const char *path, const char *body) {
+    return http_on(easy, f, method, path, body ? "application/json" : NULL, body, body ? strlen(body) : 0, KEY);
+}
+
+static json_t *reply_json(const reply *r) {
+    json_error_t e;
+    json_t *j = json_loadb(r->body, r->len, 0, &e);
+    CHECK_MSG(j != NULL, "not JSON (%s): %.200s", e.text, r->body);
+    return j;
+}
+
+/* The reply is vLLM's error object with `status`; its message contains `needle`. */
+static bool is_error(const reply *r, long status, const char *needle) {
+    json_error_t e;
+    json_t *j = json_loadb(r->body, r->len, 0, &e);
+    json_t *err = json_object_get(j, "error");
+    json_t *msg = json_object_get(err, "message"), *type = json_object_get(err, "type"),
+           *param = json_object_get(err, "param"), *code = json_object_get(err, "code");
+    bool ok = r->status == status && json_is_string(msg) && json_is_string(type) && param &&
+              (json_is_null(param) || json_is_string(param)) && json_integer_value(code) == status &&
+              (!needle || strstr(json_string_value(msg), needle));
+    if (!ok) fprintf(stderr, "expected %ld '%s', got %ld: %.300s\n", status, needle ? needle : "", r->status, r->body);
+    json_decref(j);
+    return ok;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* SSE                                                                                               */
+
+typedef struct stream_result {
+    char *text[8];            /* per choice index */
+    char *finish[8];
+    int n_chunks;
+    bool done_last, usage, well_formed;
+    long completion_tokens;
+} stream_result;
+
+static void append_str(char **dst, const char *s) {
+    size_t a = *dst ? strlen(*dst) : 0, b = strlen(s);
+    *dst = realloc(*dst, a + b + 1);
+    memcpy(*dst + a, s, b + 1);
+}
+
+static stream_result parse_sse(const char *body, bool chat) {
+    stream_result s = {.well_formed = true};
+    for (int i = 0; i < 8; i++) s.text[i] = calloc(1, 1);
+    const char *p = body;
+    while (*p) {
+        const char *end = strstr(p, "\n\n");
+        if (strncmp(p, "data: ", 6) || !end) {
+            s.well_formed = false;
+            break;
+        }
+        s.done_last = !strncmp(p + 6, "[DONE]", 6) && end == p + 12;
+        if (!s.done_last) {
+            json_t *j = json_loadb(p + 6, (size_t)(end - p - 6), 0, NULL);
+            s.well_formed &= j != NULL;
+            json_t *ch = json_object_get(j, "choices"), *usage = json_object_get(j, "usage");
+            if (json_is_object(usage) && json_array_size(ch) == 0) {
+                s.usage = true;
+                s.completion_tokens = (long)json_integer_value(json_object_get(usage, "completion_tokens"));
+            }
+            for (size_t i = 0; i < json_array_size(ch); i++) {
+                json_t *c = json_array_get(ch, i);
+                size_t idx = (size_t)json_integer_value(json_object_get(c, "index")) & 7;
+                json_t *t = chat ? json_object_get(json_object_get(c, "delta"), "content") : json_object_get(c, "text");
+                if (json_is_string(t)) append_str(&s.text[idx], json_string_value(t));
+                json_t *fr = json_object_get(c, "finish_reason");
+                if (json_is_string(fr)) s.finish[idx] = strdup(json_string_value(fr));
+            }
+            s.n_chunks++;
+            json_decref(j);
+        }
+        p = end + 2;
+    }
+    return s;
+}
+
+static void free_stream(stream_result *s) {
+    for (int i = 0; i < 8; i++) {
+        free(s->text[i]);
+        free(s->finish[i]);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Offline reference (the engine without the server)                                                */
+
+static char **offline_greedy(const char *dir, const char *const *prompts, const int *max_tokens, size_t n) {
+    cvllm_engine_options o = engine_options(dir, NULL);
+    cvllm_engine *e = NULL;
+    CHECK_MSG(cvllm_engine_create(&o, &e) == 0, "%s", cvllm_last_error());
+    uint64_t *ids = calloc(n, sizeof *ids);
+    char **texts = calloc(n, sizeof *texts);
+    for (size_t i = 0; i < n; i++) {
+        cvllm_sampling_params p;
+        cvllm_sampling_params_default(e, &p);
+        p.temperature = 0;
+        p.max_tokens = max_tokens[i];
+        cvllm_prompt pr = {.text = prompts[i]};
+        CHECK_MSG(cvllm_engine_add_request(e, &pr, &p, &ids[i]) == 0, "'%s': %s", prompts[i], cvllm_last_error());
+    }
+    while (cvllm_engine_has_unfinished(e)) {
+        const cvllm_request_output *const *outs;
+        size_t n_outs;
+        if (cvllm_engine_step(e, &outs, &n_outs)) break;
+        for (size_t k = 0; k < n_outs; k++)
+            for (size_t i = 0; i < n; i++)
+                if (outs[k]->finished && ids[i] == outs[k]->request_id) texts[i] = strdup(outs[k]->outputs[0].text);
+    }
+    cvllm_engine_destroy(e);
+    free(ids);
+    return texts;
+}
+
+/* Every word tokenizes to ids below the test vocabulary's 4096. */
+static const char *const words[] = {"I", "am", "in", "the", "house.", "We", "are", "at", "the", "house,", "and", "you",
+                                    "see", "the", "box.", "It", "is", "on", "a", "big", "red", "box"};
+
+/* Prompt i: the first 2 + i % 20 words, so lengths vary. */
+static char *prompt_of(size_t i) {
+    char *s = calloc(1, 256);
+    for (size_t w = 0; w < 2 + i % 20; w++) {
+        if (w) strcat(s, " ");
+        strcat(s, words[w % (sizeof words / sizeof *words)]);
+    }
+    return s;
+}
+
+static char *completion_body(const char *prompt, int max_tokens, bool stream) {
+    json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:b}", "model", NAME, "prompt", prompt, "max_tokens", max_tokens,
+                          "temperature", 0, "stream", stream);
+    if (stream) json_object_set_new(j, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return s;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Metrics                                                                                           */
+
+static double metric(const fixture *f, const char *name_and_labels) {
+    reply r = http(f, "GET", "/metrics", NULL);
+    double v = -1;
+    char *p = strstr(r.body, name_and_labels);
+    if (p && (p == r.body || p[-1] == '\n')) v = strtod(p + strlen(name_and_labels), NULL);
+    free(r.body);
+    return v;
+}
+
+#define LABELS "{engine=\"0\",model_name=\"" NAME "\"}"
+
+/* Waits (up to `seconds`) until nothing runs and the KV cache is empty; returns the seconds taken. */
+static double wait_idle(const fixture *f, double seconds) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double dt = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) * 1e-9;
+        if (metric(f, "vllm:num_requests_running" LABELS " ") == 0 && metric(f, "vllm:kv_cache_usage_perc" LABELS " ") == 0 &&
+            metric(f, "vllm:num_requests_waiting" LABELS " ") == 0)
+            return dt;
+        if (dt > seconds) return dt;
+        usleep(20000);
+    }
+}
+
+static double aborted_total(const fixture *f) {
+    return metric(f, "vllm:request_success_total{engine=\"0\",model_name=\"" NAME "\",finished_reason=\"abort\"} ");
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Tests                                                                                             */
+
+static void test_small_endpoints(void) {
+    reply r = http_on(easy, &ref_srv, "GET", "/health", NULL, NULL, 0, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_EQ_INT(r.len, 0);
+    free(r.body);
+    r = http_on(easy, &ref_srv, "POST", "/ping", NULL, NULL, 0, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    free(r.body);
+    r = http_on(easy, &ref_srv, "GET", "/version", NULL, NULL, 0, NULL);
+    CHECK_CONTAINS(r.body, "\"version\":\"" CVLLM_VERSION "\"");
+    free(r.body);
+    r = http_on(easy, &ref_srv, "GET", "/metrics", NULL, NULL, 0, NULL);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_CONTAINS(r.content_type, "text/plain");
+    CHECK_CONTAINS(r.body, "# TYPE vllm:e2e_request_latency_seconds histogram");
+    free(r.body);
+
+    /* API keys guard /v1 only. */
+    r = http_on(easy, &ref_srv, "GET", "/v1/models", NULL, NULL, 0, NULL);
+    CHECK(is_error(&r, 401, "Unauthorized"));
+    free(r.body);
+    r = http_on(easy, &ref_srv, "GET", "/v1/models", NULL, NULL, 0, "sk-wrong");
+    CHECK(is_error(&r, 401, "Unauthorized"));
+    free(r.body);
+    const char *body = "{\"prompt\":\"I am\",\"max_tokens\":1}";
+    r = http_on(easy, &ref_srv, "POST", "/v1/completions", "application/json", body, strlen(body), NULL);
+    CHECK(is_error(&r, 401, NULL));
+    free(r.body);
+    r = http_on(easy, &ref_srv, "GET", "/v1/models", NULL, NULL, 0, "other-key");
+    CHECK_EQ_INT(r.status, 200);
+    free(r.body);
+    r = http(&ref_srv, "GET", "/v1/models", NULL);
+    json_t *j = reply_json(&r);
+    json_t *data = json_object_get(j, "data");
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "object")), "list");
+    CHECK_EQ_INT(json_array_size(data), 2);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(data, 0), "id")), NAME);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(data, 0), "owned_by")), "vllm");
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(data, 0), "max_model_len")), MAX_MODEL_LEN);
+    json_decref(j);
+    free(r.body);
+
+    /* /tokenize and /detokenize round-trip, without a key. */
+    const char *tk = "{\"prompt\":\"I am in the house\",\"return_token_strs\":true}";
+    r = http_on(easy, &ref_srv, "POST", "/tokenize", "application/json", tk, strlen(tk), NULL);
+    j = reply_json(&r);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "count")), 5);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "max_model_len")), MAX_MODEL_LEN);
+    CHECK_STR_EQ(json_string_value(json_array_get(json_object_get(j, "token_strs"), 4)), " house");
+    char *tokens = json_dumps(json_object_get(j, "tokens"), JSON_COMPACT);
+    CHECK_STR_EQ(tokens, "[40,1079,304,279,3753]");
+    char *detok = tu_strdupf("{\"tokens\":%s%s}", tokens, "");
+    json_decref(j);
+    free(r.body);
+    r = http_on(easy, &ref_srv, "POST", "/detokenize", "application/json", detok, strlen(detok), NULL);
+    j = reply_json(&r);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "prompt")), "I am in the house");
+    json_decref(j);
+    free(r.body);
+    free(detok);
+    free(tokens);
+    const char *bad = "{\"tokens\":[5000]}";
+    r = http_on(easy, &ref_srv, "POST", "/detokenize", "application/json", bad, strlen(bad), NULL);
+    CHECK(is_error(&r, 400, "out of vocabulary"));
+    free(r.body);
+    r = http(&ref_srv, "GET", "/v1/nope", NULL);
+    CHECK(is_error(&r, 404, "Not Found"));
+    free(r.body);
+    r = http(&ref_srv, "GET", "/v1/completions", NULL);
+    CHECK(is_error(&r, 405, "Method Not Allowed"));
+    free(r.body);
+}
+
+/* The tutorials' requests: non-streaming and streaming agree, and match the offline engine. */
+static void test_tutorial_completions(void) {
+    const char *prompt = "I am in the house";
+    int max_tokens = 24;
+    char **expect = offline_greedy(ref_srv.dir, &prompt, &max_tokens, 1);
+    char *body = completion_body(prompt, max_tokens, false);
+    reply r = http(&ref_srv, "POST", "/v1/completions", body);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_CONTAINS(r.content_type, "application/json");
+    json_t *j = reply_json(&r);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    CHECK_STR_EQ(json_string_value(json_object_get(c, "text")), expect[0]);
+    CHECK_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "length");
+    CHECK(!strncmp(json_string_value(json_object_get(j, "id")), "cmpl-", 5));
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "model")), NAME);
+    json_t *u = json_object_get(j, "usage");
+    CHECK_EQ_INT(json_integer_value(json_object_get(u, "prompt_tokens")), 5);
+    CHECK_EQ_INT(json_integer_value(json_object_get(u, "completion_tokens")), max_tokens);
+    CHECK(json_is_object(json_object_get(u, "prompt_tokens_details")));
+    json_decref(j);
+    free(r.body);
+    free(body);
+
+    body = completion_body(prompt, max_tokens, true);
+    r = http(&ref_srv, "POST", "/v1/completions", body);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_CONTAINS(r.content_type, "text/event-stream");
+    stream_result s = parse_sse(r.body, false);
+    CHECK(s.well_formed && s.done_last && s.usage);
+    CHECK_STR_EQ(s.text[0], expect[0]);
+    CHECK_STR_EQ(s.finish[0], "length");
+    CHECK_EQ_INT(s.completion_tokens, max_tokens);
+    free_stream(&s);
+    free(r.body);
+    free(body);
+
+    /* The served-name alias, a stop string taken from the expected text, n > 1, echo, logprobs. */
+    /* Three ASCII bytes from the second half of the expected text, so the stop string is valid UTF-8. */
+    char stop[8] = {0};
+    size_t len = strlen(expect[0]), cut = len / 2;
+    while (cut + 3 <= len && ((expect[0][cut] | expect[0][cut + 1] | expect[0][cut + 2]) & 0x80)) cut++;
+    CHECK(cut + 3 <= len);
+    memcpy(stop, expect[0] + (cut + 3 <= len ? cut : 0), 3);
+    json_t *req = json_pack("{s:s, s:s, s:i, s:i, s:s, s:i, s:b, s:i, s:i}", "model", "alias", "prompt", prompt,
+                            "max_tokens", max_tokens, "temperature", 0, "stop", stop, "n", 2, "echo", 1, "logprobs", 2,
+                            "prompt_logprobs", 1);
+    body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    r = http(&ref_srv, "POST", "/v1/completions", body);
+    j = reply_json(&r);
+    json_t *choices = json_object_get(j, "choices");
+    CHECK_EQ_INT(json_array_size(choices), 2);
+    const char *first_stop = strstr(expect[0], stop);
+    for (size_t i = 0; i < json_array_size(choices); i++) {
+        c = json_array_get(choices, i);
+        const char *text = json_string_value(json_object_get(c, "text"));
+        CHECK(text && !strncmp(text, prompt, strlen(prompt)));
+        CHECK(text && first_stop && strlen(text) == strlen(prompt) + (size_t)(first_stop - expect[0]) &&
+              !strncmp(text + strlen(prompt), expect[0], (size_t)(first_stop - expect[0])));
+        CHECK_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "stop");
+        CHECK_STR_EQ(json_string_value(json_object_get(c, "stop_reason")), stop);
+        json_t *lp = json_object_get(c, "logprobs");
+        size_t n_tok = json_array_size(json_object_get(lp, "tokens"));
+        CHECK(n_tok > 5 && n_tok == json_array_size(json_object_get(lp, "token_logprobs")));
+        CHECK(json_is_null(json_array_get(json_object_get(lp, "token_logprobs"), 0)));
+        CHECK(json_object_size(json_array_get(json_object_get(lp, "top_logprobs"), 5)) <= 3);
+        CHECK(json_is_null(json_array_get(json_object_get(c, "prompt_logprobs"), 0)));
+        CHECK_EQ_INT(json_array_size(json_object_get(c, "prompt_logprobs")), 5);
+    }
+    json_decref(j);
+    free(r.body);
+    free(body);
+
+    /* Token-id prompts and a list of prompts. */
+    r = http(&ref_srv, "POST", "/v1/completions",
+             "{\"prompt\":[[40,1079,304,279,3753],[40,1079]],\"max_tokens\":24,\"temperature\":0}");
+    j = reply_json(&r);
+    choices = json_object_get(j, "choices");
+    CHECK_EQ_INT(json_array_size(choices), 2);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(choices, 0), "text")), expect[0]);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(choices, 1), "index")), 1);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens")), 7);
+    json_decref(j);
+    free(r.body);
+
+    /* A seed makes sampling repeatable. */
+    const char *seeded = "{\"prompt\":\"I am\",\"max_tokens\":12,\"temperature\":1.0,\"top_k\":-1,\"top_p\":1,\"seed\":7}";
+    reply a = http(&ref_srv, "POST", "/v1/completions", seeded), b = http(&ref_srv, "POST", "/v1/completions", seeded);
+    json_t *ja = reply_json(&a), *jb = reply_json(&b);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(json_object_get(ja, "choices"), 0), "text")),
+                 json_string_value(json_object_get(json_array_get(json_object_get(jb, "choices"), 0), "text")));
+    json_decref(ja);
+    json_decref(jb);
+    free(a.body);
+    free(b.body);
+    free(expect[0]);
+    free(expect);
+}
+
+/* 64 streaming clients at once, mixed prompt and output lengths. */
+static void test_concurrent_streams(void) {
+    enum { N = 64 };
+    const char *prompts[N];
+    int max_tokens[N];
+    char *bodies[N];
+    for (size_t i = 0; i < N; i++) {
+        prompts[i] = prompt_of(i);
+        max_tokens[i] = 4 + (int)(i * 7 % 41);
+        bodies[i] = completion_body(prompts[i], max_tokens[i], true);
+    }
+    char **expect = offline_greedy(ref_srv.dir, prompts, max_tokens, N);
+    CURLM *m = curl_multi_init();
+    CURL *h[N];
+    reply r[N];
+    struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
+                                               "Authorization: Bearer " KEY);
+    char url[128];
+    snprintf(url, sizeof url, "%s/v1/completions", ref_srv.base);
+    for (size_t i = 0; i < N; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        h[i] = curl_easy_init();
+        curl_easy_setopt(h[i], CURLOPT_URL, url);
+        curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, bodies[i]);
+        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &r[i]);
+        curl_easy_setopt(h[i], CURLOPT_TIMEOUT, 60L);
+        curl_multi_add_handle(m, h[i]);
+    }
+    int running = 1;
+    while (running) {
+        curl_multi_perform(m, &running);
+        if (running) curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    int ok = 0;
+    for (size_t i = 0; i < N; i++) {
+        curl_easy_getinfo(h[i], CURLINFO_RESPONSE_CODE, &r[i].status);
+        stream_result s = parse_sse(r[i].body ? r[i].body : "", false);
+        bool good = r[i].status == 200 && s.well_formed && s.done_last && expect[i] && !strcmp(s.text[0], expect[i]) &&
+                    s.completion_tokens == max_tokens[i];
+        CHECK_MSG(good, "client %zu: status %ld, text '%s', expected '%s'", i, r[i].status, s.text[0],
+                  expect[i] ? expect[i] : "?");
+        ok += good;
+        free_stream(&s);
+        curl_multi_remove_handle(m, h[i]);
+        curl_easy_cleanup(h[i]);
+        free(r[i].body);
+        free(bodies[i]);
+        free((char *)prompts[i]);
+        free(expect[i]);
+    }
+    CHECK_EQ_INT(ok, N);
+    free(expect);
+    curl_slist_free_all(hdr);
+    curl_multi_cleanup(m);
+    CHECK_MSG(wait_idle(&ref_srv, 5) < 5, "the KV cache did not drain after the streams");
+}
+
+/* A streaming client and a non-streaming one hang up mid-way; another stream is unaffected. */
+static size_t drop_after_three(char *data, size_t size, size_t n, void *user) {
+    reply *r = user;
+    collect(data, size, n, user);
+    int chunks = 0;
+    for (const char *p = r->body; (p = strstr(p, "data: ")); p += 6) chunks++;
+    return chunks >= 3 ? 0 : size * n; /* 0 makes libcurl abort the transfer and close the socket */
+}
+
+static void test_disconnects(void) {
+    double aborted0 = aborted_total(&ref_srv);
+    const char *prompt = "We are at the house";
+    int short_tokens = 16;
+    char **expect = offline_greedy(ref_srv.dir, &prompt, &short_tokens, 1);
+    const char *long_body = "{\"prompt\":\"I am in the house\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}";
+    char *short_body = completion_body(prompt, short_tokens, true);
+    struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
+                                               "Authorization: Bearer " KEY);
+    char url[128];
+    snprintf(url, sizeof url, "%s/v1/completions", ref_srv.base);
+    CURLM *m = curl_multi_init();
+    CURL *dropper = curl_easy_init(), *other = curl_easy_init();
+    reply rd = {0}, ro = {0};
+    curl_easy_setopt(dropper, CURLOPT_URL, url);
+    curl_easy_setopt(dropper, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(dropper, CURLOPT_POSTFIELDS, long_body);
+    curl_easy_setopt(dropper, CURLOPT_WRITEFUNCTION, drop_after_three);
+    curl_easy_setopt(dropper, CURLOPT_WRITEDATA, &rd);
+    curl_easy_setopt(other, CURLOPT_URL, url);
+    curl_easy_setopt(other, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(other, CURLOPT_POSTFIELDS, short_body);
+    curl_easy_setopt(other, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(other, CURLOPT_WRITEDATA, &ro);
+    curl_multi_add_handle(m, dropper);
+    curl_multi_add_handle(m, other);
+    int running = 1;
+    while (running) {
+        curl_multi_perform(m, &running);
+        if (running) curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(m, &left)))
+        if (msg->easy_handle == dropper) CHECK_EQ_INT(msg->data.result, CURLE_WRITE_ERROR);
+    stream_result s = parse_sse(ro.body ? ro.body : "", false);
+    CHECK(s.done_last);
+    CHECK_STR_EQ(s.text[0], expect[0]);
+    free_stream(&s);
+    curl_multi_remove_handle(m, dropper);
+    curl_multi_remove_handle(m, other);
+    curl_easy_cleanup(dropper);
+    curl_easy_cleanup(other);
+    curl_multi_cleanup(m);
+    free(rd.body);
+    free(ro.body);
+    double dt = wait_idle(&ref_srv, 3);
+    CHECK_MSG(dt < 3, "blocks of the dropped stream not freed after %.2f s", dt);
+    CHECK(aborted_total(&ref_srv) == aborted0 + 1);
+
+    /* Non-streaming: the client gives up after 300 ms. */
+    CURL *c = curl_easy_init();
+    reply rn = {0};
+    const char *nb = "{\"prompt\":\"I am in the house\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true}";
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, nb);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &rn);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 300L);
+    CHECK_EQ_INT(curl_easy_perform(c), CURLE_OPERATION_TIMEDOUT);
+    curl_easy_cleanup(c);
+    free(rn.body);
+    dt = wait_idle(&ref_srv, 3);
+    CHECK_MSG(dt < 3, "blocks of the abandoned request not freed after %.2f s", dt);
+    CHECK(aborted_total(&ref_srv) == aborted0 + 2);
+    curl_slist_free_all(hdr);
+    free(short_body);
+    free(expect[0]);
+    free(expect);
+}
+
+/* One malformed request of kind k (variant v); returns whether the reply was the right error. */
+static bool malformed(size_t k, size_t v) {
+    char buf[512];
+    const char *ct = "application/json";
+    const char *key = KEY, *path = "/v1/completions";
+    const char *body = buf;
+    size_t len = 0;
+    long status = 400;
+    const char *needle = NULL;
+    char *big = NULL;
+    switch (k) {
+    case 0: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": %zu", v); needle = "JSON decode error"; break;
+    case 1: snprintf(buf, sizeof buf, "[%zu]", v); needle = "JSON object"; break;
+    case 2: snprintf(buf, sizeof buf, "{\"prompt\": %zu}", v); break;
+    case 3: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": \"%zu\"}", v); needle = "integer"; break;
+    case 4: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"temperature\": [%zu]}", v); break;
+    case 5: snprintf(buf, sizeof buf, "{\"prompt\": \"I am \xff\xfe%zu\"}", v); needle = "JSON decode error"; break;
+    case 6: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": %zu0000000000000000000000}", v + 1); break;
+    case 7: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": -%zu}", v + 1); needle = "at least 1"; break;
+    case 8: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"n\": %zu}", 1000 + v); needle = "n must be"; break;
+    case 9: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"temperature\": -%zu.5}", v); needle = "temperature"; break;
+    case 10: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"top_p\": %zu.5}", v + 1); needle = "top_p"; break;
+    case 11: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"model\": \"gpt-%zu\"}", v); status = 404; needle = "does not exist"; break;
+    case 12: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\"}"); ct = v % 2 ? "text/plain" : "application/x-www-form-urlencoded"; status = 415; needle = "application/json"; break;
+    case 13:
+        big = malloc(MAX_BODY + 100 + v);
+        memset(big, ' ', MAX_BODY + 100 + v);
+        memcpy(big, "{\"prompt\":\"", 11);
+        big[MAX_BODY + 98 + v] = '"';
+        big[MAX_BODY + 99 + v] = '}';
+        body = big;
+        len = MAX_BODY + 100 + v;
+        status = 413;
+        needle = "too large";
+        break;
+    case 14: {
+        /* A prompt longer than max_model_len, as token ids. */
+        size_t n = MAX_MODEL_LEN + v;
+        big = malloc(n * 3 + 64);
+        char *w = big + sprintf(big, "{\"prompt\":[40");
+        for (size_t i = 1; i < n; i++) w += sprintf(w, ",40");
+        strcpy(w, "]}");
+        body = big;
+        needle = "maximum context length";
+        break;
+    }
+    case 15: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": %zu}", MAX_MODEL_LEN + v); needle = "is too large"; break;
+    case 16: snprintf(buf, sizeof buf, "{\"prompt\": [40, %zu]}", 4096 + v * 1000); needle = "out of vocabulary"; break;
+    case 17: snprintf(buf, sizeof buf, "{\"prompt\": [40, -%zu]}", v + 1); needle = "out of vocabulary"; break;
+    case 18: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"stream_options\": {\"include_usage\": true}, \"n\": %zu}", v % 3 + 1); needle = "stream=True"; break;
+    case 19: snprintf(buf, sizeof buf, "{\"prompt\": \"\", \"max_tokens\": %zu}", v + 1); needle = "empty"; break;
+    case 20: snprintf(buf, sizeof buf, "{\"messages\": %zu}", v); path = "/v1/chat/completions"; break;
+    case 21: snprintf(buf, sizeof buf, "{\"messages\": [{\"role\": \"user\", \"content\": \"%zu\"}], \"top_logprobs\": 2}", v); path = "/v1/chat/completions"; needle = "logprobs"; break;
+    case 22: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"logprobs\": %zu}", 21 + v); needle = "max allowed"; break;
+    case 23: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"stop\": [\"\"], \"seed\": %zu}", v); needle = "stop"; break;
+    case 24: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": %zu}", v); key = v % 2 ? "nope" : NULL; status = 401; break;
+    default: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"seed\": 1%zu000000000000000000000}", v); break;
+    }
+    if (!len) len = strlen(body);
+    reply r = http_on(easy, &ref_srv, "POST", path, ct, body, len, key);
+    bool ok = is_error(&r, status, needle);
+    free(r.body);
+    free(big);
+    return ok;
+}
+
+/* 1,000 malformed requests, with correct answers checked in between. */
+static void test_malformed_requests(void) {
+    enum { KINDS = 26, TOTAL = 1000 };
+    const char *prompt = "It is on a big red box";
+    int max_tokens = 8;
+    char **expect = offline_greedy(ref_srv.dir, &prompt, &max_tokens, 1);
+    char *good = completion_body(prompt, max_tokens, false);
+    int bad = 0, good_ok = 0, good_n = 0;
+    for (size_t i = 0; i < TOTAL; i++) {
+        if (!malformed(i % KINDS, i / KINDS)) {
+            bad++;
+            CHECK_MSG(false, "malformed request %zu (kind %zu) got the wrong reply", i, i % KINDS);
+        }
+        if (i % 50 == 49) {
+            reply r = http(&ref_srv, "POST", "/v1/completions", good);
+            json_t *j = reply_json(&r);
+            const char *t = json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text"));
+            good_ok += r.status == 200 && t && !strcmp(t, expect[0]);
+            good_n++;
+            json_decref(j);
+            free(r.body);
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(good_ok, good_n);
+    free(good);
+    free(expect[0]);
+    free(expect);
+    CHECK(wait_idle(&ref_srv, 3) < 3);
+}
+
+/* Chat with ChatML framing on the full-vocabulary model: streaming agrees with non-streaming. */
+static void test_chat(void) {
+    const char *base = "{\"model\":\"" NAME "\",\"messages\":[{\"role\":\"system\",\"content\":\"You are helpful.\"},"
+                       "{\"role\":\"user\",\"content\":\"Give me a short introduction to large language models.\"}],"
+                       "\"max_tokens\":20,\"temperature\":0,\"logprobs\":true,\"top_logprobs\":2";
+    char *plain = tu_strdupf("%s%s", base, "}");
+    char *streamed = tu_strdupf("%s%s", base, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
+    reply r = http(&chat_srv, "POST", "/v1/chat/completions", plain);
+    CHECK_EQ_INT(r.status, 200);
+    json_t *j = reply_json(&r);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    const char *content = json_string_value(json_object_get(json_object_get(c, "message"), "content"));
+    CHECK(content != NULL);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(c, "message"), "role")), "assistant");
+    CHECK(!strncmp(json_string_value(json_object_get(j, "id")), "chatcmpl-", 9));
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "object")), "chat.completion");
+    json_t *lp = json_object_get(json_object_get(c, "logprobs"), "content");
+    CHECK_EQ_INT(json_array_size(lp), 20);
+    CHECK_EQ_INT(json_array_size(json_object_get(json_array_get(lp, 0), "top_logprobs")), 2);
+    long prompt_tokens = (long)json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens"));
+    reply s = http(&chat_srv, "POST", "/v1/chat/completions", streamed);
+    stream_result sr = parse_sse(s.body, true);
+    CHECK(sr.well_formed && sr.done_last && sr.usage);
+    CHECK_STR_EQ(sr.text[0], content ? content : "");
+    CHECK_STR_EQ(sr.finish[0], "length");
+    free_stream(&sr);
+    free(s.body);
+    json_decref(j);
+    free(r.body);
+
+    /* /tokenize with messages counts the same prompt. */
+    const char *tk = "{\"messages\":[{\"role\":\"system\",\"content\":\"You are helpful.\"},"
+                     "{\"role\":\"user\",\"content\":\"Give me a short introduction to large language models.\"}]}";
+    r = http(&chat_srv, "POST", "/tokenize", tk);
+    j = reply_json(&r);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "count")), prompt_tokens);
+    CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(j, "tokens"), 0)), 151644); /* <|im_start|> */
+    json_decref(j);
+    free(r.body);
+
+    /* Without max_tokens the rest of the context is allowed; over the context it is a 400. */
+    r = http(&chat_srv, "POST", "/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_completion_tokens\":5000}");
+    CHECK(is_error(&r, 400, "maximum context length is 4096 tokens"));
+    free(r.body);
+    free(plain);
+    free(streamed);
+}
+
+int main(void) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    easy = curl_easy_init();
+    ref_srv.dir = tu_model_dir("qwen3-dense-f32");
+    chat_srv.dir = full_vocab_model_dir();
+    start_server(&ref_srv, NULL);
+    start_server(&chat_srv, "dummy");
+    test_small_endpoints();
+    test_tutorial_completions();
+    test_concurrent_streams();
+    test_disconnects();
+    test_malformed_requests();
+    test_chat();
+    curl_easy_cleanup(easy);
+    stop_server(&ref_srv);
+    stop_server(&chat_srv);
+    curl_global_cleanup();
+    return cv_check_summary("test_server");
+}
