@@ -207,6 +207,8 @@ static void mf_step_add(mf_step *st, mf_cache *c, mf_sequence *s, int32_t n) {
 
 /* ---- the scenarios -------------------------------------------------------------------------- */
 
+enum { MF_MAX_SCENARIOS = 12 };
+
 typedef struct mf_fixture {
     const char *name;
     cv_model *model;
@@ -214,7 +216,20 @@ typedef struct mf_fixture {
     mf_cache cache;
     float *logits;  /* [3·MF_MAX_TOKENS][vocab] */
     double worst;   /* over every check of this fixture */
+    /* The worst error per scenario, over both prompts, for the summary line. */
+    const char *scenario_names[MF_MAX_SCENARIOS];
+    double scenario_worst[MF_MAX_SCENARIOS];
+    int n_scenarios, scenario;
 } mf_fixture;
+
+/* Makes `name` the scenario that later errors are attributed to. */
+static void mf_scenario(mf_fixture *fx, const char *name) {
+    for (fx->scenario = 0; fx->scenario < fx->n_scenarios; fx->scenario++)
+        if (!strcmp(fx->scenario_names[fx->scenario], name)) return;
+    if (fx->n_scenarios == MF_MAX_SCENARIOS) abort(); /* a test bug */
+    fx->scenario_names[fx->n_scenarios] = name;
+    fx->scenario_worst[fx->n_scenarios++] = 0;
+}
 
 static int mf_forward(mf_fixture *fx, mf_step *st) {
     cv_state_cache *state = fx->cache.state.num_slots ? &fx->cache.state : NULL;
@@ -223,6 +238,8 @@ static int mf_forward(mf_fixture *fx, mf_step *st) {
 
 static void mf_note(mf_fixture *fx, double worst) {
     if (worst > fx->worst || isnan(worst)) fx->worst = worst;
+    double *w = &fx->scenario_worst[fx->scenario];
+    if (worst > *w || isnan(worst)) *w = worst;
 }
 
 /* Checks the logits of the rows just computed for a sequence (positions [first, first+n)). */
@@ -256,8 +273,14 @@ static int mf_feed(mf_fixture *fx, const mf_reference *ref, mf_sequence *s, int3
 }
 
 static void mf_run_chunked(mf_fixture *fx, const mf_reference *ref, int32_t chunk, int32_t state_slot) {
-    char what[48];
-    snprintf(what, sizeof what, chunk >= MF_MAX_TOKENS ? "one-shot prefill" : "chunks of %d", chunk);
+    static const char *const names[] = {"one-shot", "chunks of 1", "chunks of 5", "chunks of 7", "chunks of 64",
+                                        "chunks of 100"};
+    static const int32_t sizes[] = {MF_MAX_TOKENS, 1, 5, 7, 64, 100};
+    const char *what = NULL;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i] == chunk) what = names[i];
+    if (!what) abort(); /* a chunk size without a name: extend the table */
+    mf_scenario(fx, what);
     mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
     mf_sequence s = {.tokens = ref->prompt, .n_total = ref->n_prompt, .state_slot = state_slot};
     mf_feed(fx, ref, &s, s.n_total, chunk, what);
@@ -267,6 +290,7 @@ static void mf_run_chunked(mf_fixture *fx, const mf_reference *ref, int32_t chun
  * `main`, the others are `other` and a 41-token prefix of `longest`. */
 static void mf_run_batched(mf_fixture *fx, const mf_reference *main, const mf_reference *other,
                            const mf_reference *longest) {
+    mf_scenario(fx, "batched");
     mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
     const mf_reference *refs[3] = {main, other, longest};
     mf_sequence seqs[3] = {{.tokens = main->prompt, .n_total = main->n_prompt, .state_slot = 2},
@@ -304,6 +328,7 @@ static void mf_run_batched(mf_fixture *fx, const mf_reference *main, const mf_re
 /* Prefill, then 8 free-running greedy steps; while the ids agree this is the reference's teacher
  * forcing, so each step's logits are compared with gen_logits. */
 static void mf_run_greedy(mf_fixture *fx, const mf_reference *ref) {
+    mf_scenario(fx, "greedy");
     mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
     int32_t stream[MF_MAX_TOKENS + 8];
     memcpy(stream, ref->prompt, (size_t)ref->n_prompt * sizeof *stream);
@@ -341,6 +366,7 @@ static void mf_run_greedy(mf_fixture *fx, const mf_reference *ref) {
 static void mf_run_state_copy(mf_fixture *fx, const mf_reference *ref) {
     cv_state_cache *st = &fx->cache.state;
     if (!st->num_slots || ref->n_prompt <= 37) return;
+    mf_scenario(fx, "state copy");
     mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
     mf_sequence s = {.tokens = ref->prompt, .n_total = ref->n_prompt, .state_slot = 0};
     if (mf_feed(fx, ref, &s, 37, 37, "before a state copy")) return;
@@ -399,7 +425,10 @@ static void mf_test_folder(const char *folder, cv_threadpool *pool, const int32_
             mf_run_greedy(&fx, &refs[p]);
             mf_run_state_copy(&fx, &refs[p]);
         }
-        printf("%-22s %-7s max rel error %.3g\n", folder, cv_isa_name(cv_isa_active()), fx.worst);
+        printf("%-18s %-6s max rel error %.3g:", folder, cv_isa_name(cv_isa_active()), fx.worst);
+        for (int i = 0; i < fx.n_scenarios; i++)
+            printf("%s %s %.2g", i ? "," : "", fx.scenario_names[i], fx.scenario_worst[i]);
+        printf("\n");
         if (fx.worst > mf_worst_overall || isnan(fx.worst)) mf_worst_overall = fx.worst;
         mf_cache_free(&fx.cache);
         free(fx.logits);

@@ -281,6 +281,42 @@ static void test_bad_state(cv_threadpool *pool) {
     cv_model_config_free(&cfg);
 }
 
+/* Dummy weights (experts per expert, as a dummy source has no fused tensors): weight bytes per
+ * token, and a forward over two sequences with finite logits. */
+static void test_dummy_weights(cv_threadpool *pool) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/vectors/qwen3.5-moe-f32", CVLLM_TEST_DATA);
+    cv_model_config cfg;
+    cv_weight_source *src;
+    cv_model *m;
+    CHECK_EQ_INT(cv_model_config_load(dir, &cfg), 0);
+    CHECK_EQ_INT(cv_weight_source_dummy(CV_DTYPE_BF16, 5, &src), 0);
+    cv_model_load_params p = {.config = &cfg, .weights = src, .pool = pool, .max_num_batched_tokens = 0};
+    CHECK_EQ_INT(cv_model_load(&p, &m), 0);
+    const size_t H = 64, V = 4096, E = 8, K = 2, I = 48, SI = 64;
+    const size_t gdn = 256 * H + 128 * H + 2 * 4 * H + H * 128, attn = 512 * H + 2 * 128 * H + H * 256;
+    const size_t moe = E * H + K * 3 * I * H + 3 * SI * H + H;
+    CHECK_EQ_INT(m->weight_bytes, (3 * gdn + attn + 4 * moe + V * H) * 2);
+    mf_cache c;
+    mf_cache_init(&c, m);
+    static const int32_t ids[] = {1, 2, 3, 4, 5};
+    mf_sequence a = {.tokens = ids, .n_total = 3, .state_slot = 3}, b = {.tokens = ids + 3, .n_total = 2};
+    mf_step st;
+    mf_step_begin(&st);
+    mf_step_add(&st, &c, &a, 3);
+    mf_step_add(&st, &c, &b, 2);
+    float *logits = cv_xmalloc(5 * V * sizeof(float));
+    CHECK_EQ_INT(m->ops->forward(m, &st.batch, &c.kv, &c.state, logits), 0);
+    int finite = 0;
+    for (size_t i = 0; i < 5 * V; i++) finite += isfinite(logits[i]) != 0;
+    CHECK_EQ_INT(finite, 5 * V);
+    free(logits);
+    mf_cache_free(&c);
+    cv_model_free(m);
+    cv_weight_source_free(src);
+    cv_model_config_free(&cfg);
+}
+
 int main(void) {
     cv_threadpool *pool = cv_threadpool_create(2);
     static const cv_isa isas[] = {CV_ISA_AVX512, CV_ISA_AVX2};
@@ -292,6 +328,7 @@ int main(void) {
     test_conv_state();
     test_load_errors(pool);
     test_bad_state(pool);
+    test_dummy_weights(pool);
     mf_test_folders_on_each_isa("test_hybrid_ref", FOLDERS, (int)CV_ARRAY_LEN(FOLDERS), pool, CHUNKS,
                                 (int)CV_ARRAY_LEN(CHUNKS));
     cv_threadpool_free(pool);
