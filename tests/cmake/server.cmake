@@ -1,3 +1,10 @@
 # The OpenAI-compatible server: the protocol layer alone, then the HTTP server in-process.
 cv_add_test(test_server_api SOURCES test_server_api.c LIBS cv_server TIMEOUT 60)
 cv_add_test(test_server SOURCES test_server.c LIBS cv_server PkgConfig::CURL TIMEOUT 180)
+
+# libFuzzer target for the request parser and response builder (-DCVLLM_FUZZ=ON with clang); seeds
+# in tests/fuzz/corpus/fuzz_request.
+cv_add_fuzzer(fuzz_request SOURCES ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_request.c LIBS cv_server)
+if(TARGET fuzz_request)
+  target_compile_definitions(fuzz_request PRIVATE CVLLM_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+endif()

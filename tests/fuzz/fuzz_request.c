@@ -1,0 +1,111 @@
+/*
+ * fuzz_request.c — libFuzzer target for the server's request parser and response builder
+ * (src/server/api*.c).
+ *
+ * Each input is parsed as a completions, a chat, a /tokenize and a /detokenize body. A rejected
+ * request must yield an error whose JSON serialises (the message is cut to valid UTF-8); an accepted
+ * completions or chat request is prepared against the real Qwen3 tokenizer with a small context,
+ * must then satisfy the context-length rules, and is answered with one synthetic event per prompt,
+ * both as a non-streaming body and as SSE, each of which must be valid JSON.
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api.h"
+
+enum { MAX_MODEL_LEN = 64, VOCAB = 151936 };
+
+static const cvllm_tokenizer *tokenizer(void) {
+    static cvllm_tokenizer *tok;
+    if (!tok && cvllm_tokenizer_create(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", &tok) != CVLLM_OK) abort();
+    return tok;
+}
+
+static void require(int cond) {
+    if (!cond) abort();
+}
+
+static void require_json(const char *s, size_t len) {
+    json_t *j = json_loadb(s, len, 0, NULL);
+    require(j != NULL);
+    json_decref(j);
+}
+
+static void check_error(const cv_api_error *err) {
+    require(err->status >= 400 && err->status < 600 && err->message[0]);
+    char *s = cv_api_error_json(err);
+    require(s != NULL);
+    require_json(s, strlen(s));
+    free(s);
+}
+
+/* The prepared request obeys the context rules; answer it with one token per choice. */
+static void answer(const cv_api_request *req) {
+    for (size_t i = 0; i < req->n_prompts; i++) {
+        const cv_api_prompt *p = &req->prompts[i];
+        require(p->n_ids > 0 && p->n_ids < MAX_MODEL_LEN);
+        require(p->max_tokens >= 1 && p->max_tokens <= MAX_MODEL_LEN - (int32_t)p->n_ids);
+        for (size_t t = 0; t < p->n_ids; t++) require(p->ids[t] >= 0 && p->ids[t] < VOCAB);
+    }
+    cv_api_response resp;
+    cv_api_response_init(&resp, req, tokenizer(), "fuzz", true);
+    char *sse = NULL;
+    size_t len = 0, cap = 0;
+    int32_t id = 40;
+    cvllm_logprob top = {40, -0.5f, 1};
+    cvllm_position_logprobs lp = {.chosen = top, .top = &top, .n_top = 1};
+    cv_completion_delta *d = calloc((size_t)req->params.n, sizeof *d);
+    for (int32_t k = 0; k < req->params.n; k++)
+        d[k] = (cv_completion_delta){.index = k, .token_ids = &id, .n_token_ids = 1, .text = "I", .text_len = 1,
+                                     .logprobs = req->params.logprobs >= 0 ? &lp : NULL,
+                                     .finish_reason = CVLLM_FINISH_LENGTH, .stop_token_id = -1};
+    for (size_t i = 0; i < req->n_prompts; i++) {
+        cv_request_event ev = {.outputs = d, .n_outputs = req->params.n, .n_prompt_token_ids = req->prompts[i].n_ids,
+                               .finished = true};
+        cv_api_response_apply(&resp, i, &ev, req->stream ? &sse : NULL, &len, &cap);
+    }
+    require(cv_api_response_done(&resp));
+    if (req->stream) {
+        cv_api_response_stream_end(&resp, &sse, &len, &cap);
+        for (char *p = sse; p && (p = strstr(p, "data: ")); p += 6) {
+            char *end = strstr(p, "\n\n");
+            require(end != NULL);
+            if (strncmp(p + 6, "[DONE]", 6)) require_json(p + 6, (size_t)(end - p - 6));
+        }
+    }
+    char *body = cv_api_response_json(&resp);
+    require_json(body, strlen(body));
+    free(body);
+    free(sse);
+    free(d);
+    cv_api_response_free(&resp);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    cv_api_limits lim = {.max_model_len = MAX_MODEL_LEN, .vocab_size = VOCAB, .max_n = 4, .max_prompts = 4,
+                         .gen_max_tokens = -1};
+    cvllm_sampling_params_default(NULL, &lim.defaults);
+    const char *body = (const char *)data;
+    for (int kind = 0; kind < 2; kind++) {
+        cv_api_request req;
+        cv_api_error err = {0};
+        int rc = kind ? cv_api_parse_chat(body, size, &lim, &req, &err) : cv_api_parse_completion(body, size, &lim, &req, &err);
+        if (rc == 0) rc = cv_api_prepare(&req, tokenizer(), &lim, &err);
+        if (rc == 0) answer(&req);
+        else check_error(&err);
+        cv_api_request_free(&req);
+    }
+    cv_api_request req;
+    cv_api_error err = {0};
+    if (cv_api_parse_tokenize(body, size, &req, &err) == 0) require(req.n_prompts == 1 && req.prompts[0].text);
+    else check_error(&err);
+    cv_api_request_free(&req);
+    if (cv_api_parse_detokenize(body, size, &req, &err) == 0) require(req.n_prompts == 1);
+    else check_error(&err);
+    cv_api_request_free(&req);
+    return 0;
+}
