@@ -1,0 +1,456 @@
+#!/usr/bin/python3
+"""Builds tests/data/chat/corpus.jsonl: chat requests and the exact prompt Python Jinja2 renders.
+
+Run it by hand (never from a test) with Debian's python3-jinja2 (3.1.2):
+
+    /usr/bin/python3 tools/gen_chat_corpus.py
+
+The conversations come from a seeded random generator, so the output is reproducible. Each
+request goes through the same pre-processing vLLM applies before rendering (chat_utils.py:
+parse_chat_messages + _postprocess_messages), restated here and in src/chat/chat.c:
+
+  * content: a string becomes one text part, null becomes no parts; text parts ("text",
+    "input_text", "output_text", "refusal", "thinking") are kept. A template that loops over
+    message content ("openai" format, detected as vLLM does) gets [{"type": "text", "text": t}];
+    any other template gets the non-empty texts joined with "\n".
+  * assistant: tool_calls (when not null) are kept, an empty list is dropped, and each
+    function.arguments given as a string is parsed as JSON (invalid or empty -> {}; a non-string,
+    non-object, non-array value -> {}). reasoning (or, when absent, reasoning_content) is passed
+    under both names. tool: tool_call_id is kept and content is always the joined text.
+    name (a string) is kept; developer messages keep their tools.
+  * template variables: the tokenizer's special tokens, then --default-chat-template-kwargs, then
+    the request's chat_template_kwargs, then messages/tools/documents/add_generation_prompt
+    (tools and documents are None when absent).
+  * continue_final_message: transformers' (>= 4.57) marker "CONTINUE_FINAL_MESSAGE_TAG " is
+    appended to the final message's text, and the rendering is cut at the marker.
+
+The environment is transformers': ImmutableSandboxedEnvironment(trim_blocks=True,
+lstrip_blocks=True, extensions=[loopcontrols, generation tag]), tojson = json.dumps(x,
+ensure_ascii=False, ...), raise_exception and strftime_now globals.
+"""
+import copy
+import json
+import os
+import random
+import sys
+from datetime import datetime
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "tests", "data", "chat")
+
+QWEN_SPECIALS = {
+    "eos_token": "<|im_end|>",
+    "pad_token": "<|endoftext|>",
+    "additional_special_tokens": ["<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+                                  "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>",
+                                  "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",
+                                  "<|video_pad|>"],
+}
+TEMPLATES = {
+    "qwen3": {"file": "qwen3.jinja", "special_tokens": QWEN_SPECIALS},
+    "qwen3.6": {"file": "qwen3.6.jinja", "special_tokens": QWEN_SPECIALS},
+    "llama3_style": {"file": "llama3_style.jinja",
+                     "special_tokens": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}},
+    "mistral_style": {"file": "mistral_style.jinja", "special_tokens": {"bos_token": "<s>", "eos_token": "</s>",
+                                                                       "unk_token": "<unk>"}},
+    "parts_style": {"file": "parts_style.jinja", "special_tokens": {"bos_token": "<bos>", "eos_token": "<eos>",
+                                                                     "pad_token": "<pad>"}},
+    "features": {"file": "features.jinja", "special_tokens": {"eos_token": "</s>"}},
+}
+CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+class GenerationTag(jinja2.ext.Extension):
+    """transformers' {% generation %}: a call block whose output is the body's."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_support"), [], [], body).set_lineno(lineno)
+
+    def _support(self, caller):
+        return caller()
+
+
+def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def strftime_now(fmt):
+    return datetime.now().strftime(fmt)
+
+
+ENV = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                    extensions=[GenerationTag, jinja2.ext.loopcontrols])
+ENV.filters["tojson"] = tojson
+ENV.globals["raise_exception"] = raise_exception
+ENV.globals["strftime_now"] = strftime_now
+
+
+# ---- vLLM's content-format detection -------------------------------------------------------------
+
+def _var_or_elems(node, names, key=None):
+    while isinstance(node, (jinja2.nodes.Filter, jinja2.nodes.Test)) or (
+            isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Slice)):
+        node = node.node
+    if key is None:
+        return isinstance(node, jinja2.nodes.Name) and node.name in names
+    if isinstance(node, jinja2.nodes.Getitem):
+        return (isinstance(node.node, jinja2.nodes.Name) and node.node.name in names
+                and isinstance(node.arg, jinja2.nodes.Const) and node.arg.value == key)
+    if isinstance(node, jinja2.nodes.Getattr):
+        return isinstance(node.node, jinja2.nodes.Name) and node.node.name in names and node.attr == key
+    return False
+
+
+def content_format(source):
+    ast = ENV.parse(source)
+    names = {"messages"}
+    grew = True
+    while grew:
+        grew = False
+        for a in ast.find_all(jinja2.nodes.Assign):
+            if isinstance(a.target, jinja2.nodes.Name) and _var_or_elems(a.node, names) and a.target.name not in names:
+                names.add(a.target.name)
+                grew = True
+    items = {f.target.name for f in ast.find_all(jinja2.nodes.For)
+             if isinstance(f.target, jinja2.nodes.Name) and _var_or_elems(f.iter, names)}
+    for f in ast.find_all(jinja2.nodes.For):
+        if isinstance(f.target, jinja2.nodes.Name) and _var_or_elems(f.iter, items, "content"):
+            return "openai"
+    return "string"
+
+
+# ---- vLLM's pre-processing ---------------------------------------------------------------------------
+
+TEXT_KEYS = {"text": "text", "input_text": "text", "output_text": "text", "refusal": "refusal", "thinking": "thinking"}
+
+
+def text_parts(content):
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [content]
+    out = []
+    for part in content:
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        key = TEXT_KEYS[part["type"]]
+        if part.get(key) is not None:
+            out.append(part[key])
+    return out
+
+
+def conversation(messages, fmt):
+    conv = []
+    for msg in messages:
+        texts = text_parts(msg.get("content"))
+        if fmt == "openai":
+            content = [{"type": "text", "text": t} for t in texts]
+        else:
+            content = "\n".join(t for t in texts if t)
+        out = {"role": msg["role"], "content": content}
+        if msg["role"] == "assistant":
+            if msg.get("tool_calls") is not None:
+                out["tool_calls"] = copy.deepcopy(list(msg["tool_calls"]))
+            reasoning = msg.get("reasoning")
+            if reasoning is None:
+                reasoning = msg.get("reasoning_content")
+            if reasoning is not None:
+                out["reasoning"] = reasoning
+                out["reasoning_content"] = reasoning
+        elif msg["role"] == "tool":
+            if "tool_call_id" in msg:
+                out["tool_call_id"] = msg["tool_call_id"]
+            if isinstance(out["content"], list):
+                out["content"] = "\n".join(p["text"] for p in out["content"]) if out["content"] else ""
+        if isinstance(msg.get("name"), str):
+            out["name"] = msg["name"]
+        if msg["role"] == "developer":
+            out["tools"] = msg.get("tools")
+        conv.append(out)
+    for m in conv:
+        if m["role"] == "assistant" and "tool_calls" in m:
+            calls = m["tool_calls"]
+            if not isinstance(calls, list):
+                continue
+            if not calls:
+                del m["tool_calls"]
+                continue
+            for item in calls:
+                args = item["function"].get("arguments")
+                if isinstance(args, str):
+                    try:
+                        item["function"]["arguments"] = json.loads(args)
+                    except json.JSONDecodeError:
+                        item["function"]["arguments"] = {}
+                elif not isinstance(args, (dict, list)):
+                    item["function"]["arguments"] = {}
+    return conv
+
+
+def render(name, source, request):
+    spec = TEMPLATES[name]
+    fmt = content_format(source)
+    conv = conversation(request["messages"], fmt)
+    final = None
+    if request.get("continue_final_message"):
+        last = conv[-1]
+        if isinstance(last["content"], list):
+            for block in reversed(last["content"]):
+                if "text" in block:
+                    final = block["text"]
+                    block["text"] += CONTINUE_TAG
+                    break
+            else:
+                raise ValueError("continue_final_message is set but we could not find any text to continue in the final message!")
+        else:
+            final = last["content"]
+            last["content"] += CONTINUE_TAG
+    variables = dict(spec["special_tokens"])
+    variables.update(request.get("chat_template_kwargs") or {})
+    variables.update(messages=conv, tools=request.get("tools"), documents=request.get("documents"),
+                     add_generation_prompt=request.get("add_generation_prompt", True))
+    text = ENV.from_string(source).render(**variables)
+    if final is not None:
+        if final.strip() not in text or CONTINUE_TAG.strip() not in text:
+            raise ValueError("continue_final_message is set but the final message does not appear in the chat")
+        loc = text.rindex(CONTINUE_TAG.strip())
+        text = text[:loc] if text[loc:loc + len(CONTINUE_TAG)] == CONTINUE_TAG else text[:loc].rstrip()
+    return text
+
+
+# ---- the conversations ------------------------------------------------------------------------------
+
+TEXTS = [
+    "Hello!", "What is the capital of France?", "Explain quicksort in two sentences.",
+    "  leading and trailing spaces  ", "line one\nline two\n\nline four", "", " ", "\n",
+    "中文问题：今天天气怎么样？", "Emoji 🤖🚀 and accents: café, naïve, Ωmega", "مرحبا بالعالم",
+    "Quotes \"double\" and 'single' and back\\slash", "tab\tseparated\tvalues", "trailing newline\n",
+    "\u3000ideographic space\u3000", "nbsp\u00a0inside\u00a0and edge\u00a0", "line\u2028separator",
+    "<tool_response>\nnot really a tool response\n</tool_response>", "Hi there, what's 2+2?",
+    "combining: e\u0301 a\u0308 and zero\u200bwidth", "ends with a question?", "Ünïcödé ÜPPER ß",
+    "x" * 300, "a.b.c! ...?", "<think>user pretending</think> hi", "{'json': \"like\", \"n\": 1}",
+]
+REASONING = [
+    "Let me think step by step.\nFirst, 2+2=4.", "\nThe user wants a list.\n", "", "简单的推理。",
+    "Considering the tools available, I should call get_weather.", "multi\n\nparagraph\n\nreasoning  ",
+]
+ANSWERS = [
+    "The answer is 4.", "Paris.", "", "Sure! Here is the list:\n- a\n- b", "\n\nLeading newlines answer",
+    "<think>\ninline reasoning\n</think>\n\nThe visible answer.", "<think>only reasoning, no close",
+    "Mixed </think> close without open", "答案是四。", "Done ✅",
+]
+SCHEMAS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather for a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "City name, e.g. \"Paris\""},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "search_flights", "description": "Search flights. Prices in €; dates ISO-8601.",
+        "parameters": {"type": "object", "properties": {
+            "legs": {"type": "array", "items": {"type": "object", "properties": {
+                "from": {"type": "string"}, "to": {"type": "string"},
+                "date": {"type": "string", "format": "date"}}, "required": ["from", "to"]}},
+            "passengers": {"type": "object", "properties": {
+                "adults": {"type": "integer"}, "children": {"type": "integer", "default": 0}}},
+            "max_price": {"type": "number"}, "direct_only": {"type": "boolean"},
+            "notes": {"type": ["string", "null"], "description": "free text\nwith newline"}},
+            "required": ["legs"]}}},
+    {"type": "function", "function": {
+        "name": "run_code", "description": "",
+        "parameters": {"type": "object", "properties": {
+            "language": {"type": "string", "enum": ["python", "c", "日本語"]},
+            "source": {"type": "string", "description": "The program; may contain </parameter> text"}},
+            "required": ["language", "source"]}}},
+    {"type": "function", "function": {"name": "no_params", "description": "Takes nothing."}},
+    {"type": "function", "function": {
+        "name": "ratio", "parameters": {"type": "object", "properties": {
+            "x": {"type": "number"}, "y": {"type": "number"}, "exact": {"type": "boolean"}}}}},
+]
+ARGS = [
+    {"city": "Paris"}, {"city": "São Paulo", "unit": "celsius", "days": 3},
+    {"legs": [{"from": "CDG", "to": "NRT", "date": "2025-05-01"}], "passengers": {"adults": 2, "children": 0},
+     "max_price": 1234.5, "direct_only": False, "notes": None},
+    {"language": "python", "source": "print('hi')\nfor i in range(3):\n    print(i)"},
+    {}, {"x": 1.0, "y": 1e-07, "exact": True}, {"x": 100, "y": -0.5, "big": 12345678901234},
+    {"nested": {"deep": {"deeper": [1, [2, [3, {"k": "v"}]]]}}, "unicode": "日本語 🎌"},
+    {"quote": "he said \"hi\"\\", "ctrl": "a\tb\u0001c"},
+]
+
+
+def rand_content(rng):
+    choice = rng.random()
+    if choice < 0.12:
+        return [{"type": "text", "text": rng.choice(TEXTS)} for _ in range(rng.randint(1, 3))]
+    if choice < 0.15:
+        return [{"type": "text", "text": rng.choice(TEXTS)}, {"type": "input_text", "text": rng.choice(TEXTS)}]
+    return rng.choice(TEXTS)
+
+
+def tool_call(rng, i):
+    args = rng.choice(ARGS)
+    fn = {"name": rng.choice(SCHEMAS)["function"]["name"]}
+    mode = rng.random()
+    if mode < 0.45:
+        fn["arguments"] = json.dumps(args, ensure_ascii=rng.random() < 0.5)
+    elif mode < 0.8:
+        fn["arguments"] = copy.deepcopy(args)
+    elif mode < 0.87:
+        fn["arguments"] = ""
+    elif mode < 0.93:
+        fn["arguments"] = "{not json"
+    else:
+        fn["arguments"] = "[1, 2, {\"a\": null}]"
+    return {"id": "call_%09d" % rng.randint(0, 10**9 - 1), "type": "function", "function": fn}
+
+
+def assistant(rng):
+    msg = {"role": "assistant", "content": rng.choice(ANSWERS)}
+    r = rng.random()
+    if r < 0.3:
+        msg["reasoning"] = rng.choice(REASONING)
+    elif r < 0.45:
+        msg["reasoning_content"] = rng.choice(REASONING)
+    elif r < 0.5:
+        msg["reasoning"] = None
+    if rng.random() < 0.35:
+        msg["tool_calls"] = [tool_call(rng, i) for i in range(rng.randint(1, 3))]
+        if rng.random() < 0.5:
+            msg["content"] = None if rng.random() < 0.5 else ""
+    if rng.random() < 0.05:
+        msg["tool_calls"] = []
+    return msg
+
+
+def tool_results(rng, calls):
+    out = []
+    for call in calls:
+        content = rng.choice(["{\"temperature\": 21.5, \"unit\": \"celsius\"}", "ok", "", "多行\n结果",
+                              "<b>html</b> & \"quotes\""])
+        if rng.random() < 0.2:
+            content = [{"type": "text", "text": content}, {"type": "text", "text": "second part"}]
+        out.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+    return out
+
+
+def conversation_request(rng, index):
+    messages = []
+    if rng.random() < 0.55:
+        messages.append({"role": "system", "content": rng.choice(TEXTS[:6] + ["You are a helpful assistant.",
+                                                                           "Réponds en français.\n"])})
+    turns = rng.randint(1, 4)
+    for t in range(turns):
+        messages.append({"role": "user", "content": rand_content(rng)})
+        if rng.random() < 0.1:
+            messages[-1]["name"] = "alice"
+        if t == turns - 1 and rng.random() < 0.55:
+            break
+        a = assistant(rng)
+        messages.append(a)
+        if a.get("tool_calls"):
+            messages.extend(tool_results(rng, a["tool_calls"]))
+            if rng.random() < 0.6:
+                messages.append(assistant(rng))
+    request = {"messages": messages, "add_generation_prompt": rng.random() < 0.7}
+    if rng.random() < 0.45:
+        request["tools"] = rng.sample(SCHEMAS, rng.randint(1, len(SCHEMAS)))
+    kwargs = {}
+    r = rng.random()
+    if r < 0.3:
+        kwargs["enable_thinking"] = False
+    elif r < 0.55:
+        kwargs["enable_thinking"] = True
+    if rng.random() < 0.15:
+        kwargs["preserve_thinking"] = True
+    kwargs["date_string"] = "26 Jul 2024"
+    if rng.random() < 0.2:
+        kwargs["tools_in_user_message"] = True
+    request["chat_template_kwargs"] = kwargs
+    if messages[-1]["role"] == "assistant" and isinstance(messages[-1].get("content"), str) \
+            and messages[-1]["content"].strip() and rng.random() < 0.5:
+        request["continue_final_message"] = True
+        request["add_generation_prompt"] = False
+    return request
+
+
+def special_requests():
+    """Hand-written edge cases on top of the random ones."""
+    reqs = [
+        {"messages": [{"role": "user", "content": None}]},
+        {"messages": [{"role": "user", "content": []}], "add_generation_prompt": False},
+        {"messages": [{"role": "assistant", "content": "no user at all"}]},
+        {"messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "late system"}]},
+        {"messages": [{"role": "tool", "tool_call_id": "call_000000001", "content": "orphan result"},
+                      {"role": "user", "content": "and?"}]},
+        {"messages": [{"role": "user", "content": "<tool_response>\nx\n</tool_response>"}]},
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning": "r1",
+                                                         "reasoning_content": "ignored"}],
+         "add_generation_prompt": False, "chat_template_kwargs": {"preserve_thinking": True}},
+        {"messages": [{"role": "user", "content": "continue me"},
+                      {"role": "assistant", "content": "The answer is   "}], "continue_final_message": True,
+         "add_generation_prompt": False},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "part one"},
+                                                   {"type": "refusal", "refusal": "refused part"},
+                                                   {"type": "text", "text": None}, "bare string part"]}]},
+        {"messages": [{"role": "user", "content": "x"}], "tools": SCHEMAS, "chat_template_kwargs": {"enable_thinking": False}},
+        {"messages": [{"role": "developer", "content": "dev says", "tools": [SCHEMAS[0]]},
+                      {"role": "user", "content": "u"}]},
+        {"messages": [{"role": "user", "content": "q"},
+                      {"role": "assistant", "content": None,
+                       "tool_calls": [{"id": "call_aaaaaaaaa", "type": "function",
+                                       "function": {"name": "get_weather", "arguments": None}}]}]},
+    ]
+    for r in reqs:
+        r.setdefault("add_generation_prompt", True)
+        r.setdefault("chat_template_kwargs", {"date_string": "26 Jul 2024"})
+    return reqs
+
+
+def main():
+    rng = random.Random(20240726)
+    requests = [conversation_request(rng, i) for i in range(240)] + special_requests()
+    sources = {name: open(os.path.join(DATA, spec["file"]), encoding="utf-8").read() for name, spec in TEMPLATES.items()}
+    meta = {name: {"file": spec["file"], "special_tokens": spec["special_tokens"],
+                   "content_format": content_format(sources[name])} for name, spec in TEMPLATES.items()}
+    with open(os.path.join(DATA, "templates.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    counts = {"ok": 0, "raise": 0, "error": 0}
+    with open(os.path.join(DATA, "corpus.jsonl"), "w", encoding="utf-8") as f:
+        for i, req in enumerate(requests):
+            results = {}
+            for name in TEMPLATES:
+                try:
+                    results[name] = render(name, sources[name], req)
+                    counts["ok"] += 1
+                except jinja2.exceptions.TemplateError as e:
+                    if type(e) is jinja2.exceptions.TemplateError:
+                        results[name] = {"raises": e.message}  # raise_exception(): exact message
+                        counts["raise"] += 1
+                    else:
+                        results[name] = {"fails": type(e).__name__}
+                        counts["error"] += 1
+                except (TypeError, ValueError, KeyError, IndexError) as e:
+                    results[name] = {"fails": type(e).__name__}
+                    counts["error"] += 1
+            f.write(json.dumps({"id": i, "request": req, "expected": results}, ensure_ascii=False) + "\n")
+    print("jinja2", jinja2.__version__, "requests", len(requests), counts, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
