@@ -68,6 +68,7 @@ static gen_session *session_new(cv_server *s, struct MHD_Connection *c, cv_api_r
     g->slots = cv_xcalloc(g->req.n_prompts, sizeof *g->slots);
     g->ids = cv_xcalloc(g->req.n_prompts, sizeof *g->ids);
     cv_api_response_init(&g->resp, &g->req, s->tok, s->names[0], s->cached_details);
+    atomic_fetch_add(&s->sessions, 1);
     return g;
 }
 
@@ -78,6 +79,7 @@ static void release(gen_session *g, int n) {
     pthread_mutex_unlock(&g->mu);
     assert(left >= 0);
     if (left > 0) return;
+    atomic_fetch_sub(&g->s->sessions, 1);
     cv_api_response_free(&g->resp);
     cv_api_request_free(&g->req);
     free(g->slots);

@@ -402,6 +402,9 @@ void cv_server_stop(cv_server *s, double drain_seconds) {
     if (drain_seconds > 0 && !cv_engine_loop_drain(s->loop, drain_seconds))
         cv_warn("server", "requests still running after --shutdown-timeout %g s are aborted", drain_seconds);
     atomic_store(&s->stopping, true);
+    /* Sessions abort themselves within a wait slice; give their final chunks (finish_reason
+     * "abort", [DONE]) time to reach the clients before the connections are closed. */
+    for (int i = 0; i < 200 && atomic_load(&s->sessions) > 0; i++) usleep(10000);
     MHD_stop_daemon(s->daemon);
     free_server(s);
 }

@@ -34,6 +34,7 @@ struct cv_server {
     int64_t started;              /* wall-clock seconds, for "created" of model cards */
     atomic_bool draining;         /* refuse new generations (503) */
     atomic_bool stopping;         /* abort what is still running */
+    atomic_int sessions;          /* generation sessions not yet freed */
 };
 
 /* Per-HTTP-request state (MHD's con_cls). */

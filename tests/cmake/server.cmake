@@ -1,6 +1,9 @@
 # The OpenAI-compatible server: the protocol layer alone, then the HTTP server in-process.
 cv_add_test(test_server_api SOURCES test_server_api.c LIBS cv_server TIMEOUT 60)
 cv_add_test(test_server SOURCES test_server.c LIBS cv_server PkgConfig::CURL TIMEOUT 180)
+# `cvllm serve` as a process: the tutorial command line, bad flags, SIGTERM drain and abort.
+cv_add_test(test_server_cli SOURCES test_server_cli.c LIBS PkgConfig::CURL PkgConfig::JANSSON Threads::Threads TIMEOUT 120)
+add_dependencies(test_server_cli cvllm)
 
 # libFuzzer target for the request parser and response builder (-DCVLLM_FUZZ=ON with clang); seeds
 # in tests/fuzz/corpus/fuzz_request.
