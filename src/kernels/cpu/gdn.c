@@ -83,12 +83,13 @@ void cv_gdn_gates(float *g, float *beta, const float *a, const float *b, int64_t
 
 typedef struct gdn_scratch {
     float *delta;     /* [CHUNK][v_dim] */
-    float *kk, *qk;   /* [CHUNK][CHUNK] key·key and query·key products */
+    float *kk, *qk;   /* [CHUNK][CHUNK] key·key and query·key products, times exp(Γ_r − Γ_s) */
     float *cum;       /* [CHUNK] Γ */
+    float *tail;      /* [CHUNK] exp(Γ_last − Γ_s) */
 } gdn_scratch;
 
 static size_t floats_per_thread(int32_t v_dim) {
-    size_t n = (size_t)CHUNK * (size_t)v_dim + 2 * (size_t)CHUNK * CHUNK + CHUNK;
+    size_t n = (size_t)CHUNK * (size_t)v_dim + 2 * (size_t)CHUNK * CHUNK + 2 * CHUNK;
     return (n + 15) & ~(size_t)15; /* keep every thread's block 64-byte aligned */
 }
 
@@ -137,8 +138,9 @@ static void chunk_step(const cv_cpu_ops *ops, const head_view *h, int64_t t0, in
     for (int r = 0; r < n; r++) cum[r] = acc += h->g[(t0 + r) * h->gstride];
     for (int r = 0; r < n; r++)
         for (int j = 0; j <= r; j++) {
-            s->kk[r * CHUNK + j] = ops->dot(K + r * h->ld, K + j * h->ld, dk);
-            s->qk[r * CHUNK + j] = ops->dot(Q + r * h->ld, K + j * h->ld, dk);
+            const float decay = expf(cum[r] - cum[j]);
+            s->kk[r * CHUNK + j] = ops->dot(K + r * h->ld, K + j * h->ld, dk) * decay;
+            s->qk[r * CHUNK + j] = ops->dot(Q + r * h->ld, K + j * h->ld, dk) * decay;
         }
     /* S₀ᵀk_r into D and S₀ᵀq_r into O, row of the state outermost so each row is read once. */
     for (int r = 0; r < n; r++) {
@@ -157,16 +159,17 @@ static void chunk_step(const cv_cpu_ops *ops, const head_view *h, int64_t t0, in
         const float *v = V + r * h->ld;
         float *d = D + (int64_t)r * dv;
         for (int32_t c = 0; c < dv; c++) d[c] = beta * (v[c] - gamma * d[c]);
-        for (int j = 0; j < r; j++) ops->axpy(d, -beta * s->kk[r * CHUNK + j] * expf(cum[r] - cum[j]), D + (int64_t)j * dv, dv);
+        for (int j = 0; j < r; j++) ops->axpy(d, -beta * s->kk[r * CHUNK + j], D + (int64_t)j * dv, dv);
         float *o = O + r * h->ostride;
         ops->scale(o, gamma, dv);
-        for (int j = 0; j <= r; j++) ops->axpy(o, s->qk[r * CHUNK + j] * expf(cum[r] - cum[j]), D + (int64_t)j * dv, dv);
+        for (int j = 0; j <= r; j++) ops->axpy(o, s->qk[r * CHUNK + j], D + (int64_t)j * dv, dv);
     }
     const float last = cum[n - 1], gamma_last = expf(last);
+    for (int j = 0; j < n; j++) s->tail[j] = expf(last - cum[j]);
     for (int32_t i = 0; i < dk; i++) {
         float *row = h->state + (int64_t)i * dv;
         ops->scale(row, gamma_last, dv);
-        for (int j = 0; j < n; j++) ops->axpy(row, expf(last - cum[j]) * K[j * h->ld + i], D + (int64_t)j * dv, dv);
+        for (int j = 0; j < n; j++) ops->axpy(row, s->tail[j] * K[j * h->ld + i], D + (int64_t)j * dv, dv);
     }
 }
 
@@ -208,6 +211,7 @@ static void gdn_task(void *arg, int ti, int nt) {
     gdn_scratch s = {.delta = base, .kk = base + (size_t)CHUNK * a->v_dim};
     s.qk = s.kk + CHUNK * CHUNK;
     s.cum = s.qk + CHUNK * CHUNK;
+    s.tail = s.cum + CHUNK;
     const int64_t units = (int64_t)a->n_seqs * a->n_v_heads;
     for (int64_t u = ti; u < units; u += nt) {
         int32_t s_idx = (int32_t)(u / a->n_v_heads), vh = (int32_t)(u % a->n_v_heads);
