@@ -121,6 +121,7 @@ static reply http_on(CURL *c, const fixture *f, const char *method, const char *
     curl_easy_reset(c);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (!strcmp(method, "HEAD")) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
@@ -327,6 +328,9 @@ static void test_small_endpoints(void) {
     reply r = http_on(easy, &ref_srv, "GET", "/health", NULL, NULL, 0, NULL);
     CHECK_EQ_INT(r.status, 200);
     CHECK_EQ_INT(r.len, 0);
+    free(r.body);
+    r = http_on(easy, &ref_srv, "HEAD", "/health", NULL, NULL, 0, NULL);
+    CHECK_EQ_INT(r.status, 200);
     free(r.body);
     r = http_on(easy, &ref_srv, "POST", "/ping", NULL, NULL, 0, NULL);
     CHECK_EQ_INT(r.status, 200);

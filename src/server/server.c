@@ -181,6 +181,7 @@ static const route routes[] = {
 
 static bool method_allowed(const route *r, const char *method) {
     if (!r->methods) return true;
+    if (!strcmp(method, "HEAD")) method = "GET"; /* libmicrohttpd sends the headers only */
     size_t n = strlen(method);
     for (const char *m = r->methods; *m;) {
         size_t k = strcspn(m, " ");
