@@ -130,7 +130,8 @@ static const char *const tutorial[] = {
     "--async-scheduling", "--seed", "1024", "--trust-remote-code", "--compilation-config",
     "{\"cudagraph_mode\": \"FULL_DECODE_ONLY\"}", "--additional-config", "{\"ascend_scheduler_config\": {\"enabled\": true}}",
     "--distributed-executor-backend", "mp", "--tensor-parallel-size", "1", "--gpu-memory-utilization", "0.9",
-    "--kv-cache-memory-bytes", "64M", "--num-threads", "2", "--api-key", "sk-1", "--disable-log-stats"};
+    "--kv-cache-memory-bytes", "64M", "--num-threads", "2", "--api-key", "sk-1", "--disable-log-requests",
+    "--disable-log-stats"};
 
 /* The tutorial flags; SIGTERM with --shutdown-timeout lets a running request finish. */
 static void test_tutorial_and_drain(void) {

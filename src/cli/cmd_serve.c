@@ -72,8 +72,10 @@ static bool ignored_serve_flag(cv_args *a) {
                                       "--swap-space", "--api-server-count"};
     static const char *value_flags[] = {"--uvicorn-log-level", "--kv-cache-dtype", "--scheduling-policy",
                                         "--response-role"};
+    /* --disable-log-requests is a switch in vllm serve; it is matched here before the shared engine
+     * flags (args.c), which would take the next argument as its value. */
     static const char *bool_flags[] = {"--enable-chunked-prefill", "--no-enable-chunked-prefill", "--disable-fastapi-docs",
-                                       "--enable-log-requests", "--disable-uvicorn-access-log", "--no-enable-prefix-caching-metrics"};
+                                       "--enable-log-requests", "--disable-log-requests", "--disable-uvicorn-access-log"};
     const char *v;
     int64_t n;
     for (size_t k = 0; k < CV_ARRAY_LEN(int_flags); k++)
