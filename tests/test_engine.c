@@ -140,6 +140,7 @@ static void test_greedy_matches_reference(const char *vec) {
         cvllm_engine_destroy(e);
     }
     tu_remove_tree(dir);
+    free(dir);
 }
 
 /* 24 requests at once in a KV cache too small for all of them: preemption must happen, and every
@@ -181,6 +182,7 @@ static void test_batched_with_preemption(void) {
     json_decref(ref);
     cvllm_engine_destroy(e);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 static void log_softmax(const float *x, size_t n, double *out) {
@@ -235,6 +237,7 @@ static void test_logprobs_match_reference(void) {
     json_decref(ref);
     cvllm_engine_destroy(e);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 /* Greedy reference run of the short prompt, used by the stop-condition tests. */
@@ -269,6 +272,7 @@ static void test_stop_conditions(void) {
 
     /* min_tokens hides the stop id until enough tokens exist. */
     p.min_tokens = (int32_t)first + 2;
+    free_results(r, 1);
     memset(r, 0, sizeof *r);
     r->id = add_ids(e, prompt, 8, &p);
     run_all(e, r, 1);
@@ -306,6 +310,7 @@ static void test_stop_conditions(void) {
     CHECK(all_blocks_free(e));
     cvllm_engine_destroy(e);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 /* A seeded request samples the same tokens alone and in a crowd; n=3 gives seed, seed+1, seed+2. */
@@ -348,6 +353,7 @@ static void test_seeded_sampling(void) {
     free(crowd);
     cvllm_engine_destroy(e);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 static void test_abort(void) {
@@ -373,6 +379,7 @@ static void test_abort(void) {
     free(r);
     cvllm_engine_destroy(e);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 static void expect_rejected(cvllm_engine *e, const cvllm_prompt *pr, const cvllm_sampling_params *p, int code,
@@ -442,6 +449,7 @@ static void test_request_validation(void) {
     free(r);
     cvllm_engine_destroy(e);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 static void expect_create_fails(cvllm_engine_options *o, int code, const char *msg) {
@@ -474,6 +482,7 @@ static void test_engine_creation_errors(void) {
     o.dtype = "int4";
     expect_create_fails(&o, CVLLM_ERR_INVALID_ARGUMENT, "invalid dtype 'int4'");
     tu_remove_tree(dir);
+    free(dir);
 
     /* An architecture the registry does not know is named, with the supported ones. */
     dir = tu_make_temp_dir();
@@ -496,6 +505,7 @@ static void test_engine_creation_errors(void) {
     free(cfg_path);
     json_decref(cfg);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 /* Text prompts go through the tokenizer; the output text is the detokenized ids. */
@@ -521,6 +531,7 @@ static void test_text_prompt(void) {
     free(r);
     cvllm_engine_destroy(e);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 /* A second request that shares a 3-block prefix takes it from the cache (and computes the same
@@ -570,6 +581,7 @@ static void test_prefix_caching(void) {
         cvllm_engine_destroy(e);
     }
     tu_remove_tree(dir);
+    free(dir);
 }
 
 /* Batch invariance: a request's logits do not depend on what runs beside it. The kernels compute
@@ -602,6 +614,7 @@ static void test_batch_invariance(void) {
     free(alone);
     free(crowd);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 int main(void) {

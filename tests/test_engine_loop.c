@@ -205,5 +205,6 @@ int main(void) {
     test_abort_and_stop(dir);
     for (int r = 0; r < N_REQ; r++) pthread_mutex_destroy(&results[r].mu);
     tu_remove_tree(dir);
+    free(dir);
     return cv_check_summary("test_engine_loop");
 }

@@ -163,6 +163,7 @@ static void test_greedy_identical(void) {
     free(plain);
     free(spec);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 static void test_seeded_reproducible(void) {
@@ -188,6 +189,7 @@ static void test_seeded_reproducible(void) {
     o.speculative_config = "{\"method\": \"ngram\"}";
     CHECK(cvllm_engine_create(&o, &e) == CVLLM_ERR_INVALID_ARGUMENT);
     tu_remove_tree(dir);
+    free(dir);
 }
 
 int main(void) {

@@ -83,6 +83,11 @@ static bool parse_id_list(cv_args *a, const char *flag, const char *s, int32_t *
     }
     free(copy);
     if (ok && *n == 0) ok = !cv_args_error(a, "%s needs at least one token id", flag);
+    if (!ok) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+    }
     return ok;
 }
 
