@@ -17,6 +17,11 @@
  * position 0 starts from zero state (the model clears the slot); otherwise the slot holds the state
  * after the token before it. The engine may copy a slot's bytes (prefix-cache checkpoints,
  * speculative-decoding rollback) without knowing what they mean.
+ *
+ * State checkpoints: a batch may ask for copies of a sequence's state as it stood right after the
+ * token at a given position (inside the tokens of this batch), written into another slot. The engine
+ * uses them to keep the state at block boundaries of cached prefixes, so a later request sharing the
+ * prefix can start from there (prefix caching for hybrid models).
  */
 #ifndef CV_MODEL_H
 #define CV_MODEL_H
@@ -50,6 +55,12 @@ typedef struct cv_kv_cache {
     float **v;
 } cv_kv_cache;
 
+typedef struct cv_state_checkpoint {
+    int32_t seq;             /* batch sequence index */
+    int32_t position;        /* absolute position of the token after which the state is copied */
+    int32_t slot;            /* destination state slot */
+} cv_state_checkpoint;
+
 /* One forward call: n_tokens tokens from n_seqs sequences, each sequence's tokens contiguous and in
  * position order. */
 typedef struct cv_batch {
@@ -62,6 +73,8 @@ typedef struct cv_batch {
     const int32_t *context_lens;  /* [n_seqs]: tokens in the cache for s after this step (incl. new) */
     const int32_t *const *block_tables; /* [n_seqs] → block ids */
     const int32_t *state_slots;   /* [n_seqs] state slot of each sequence; NULL when the model has none */
+    const cv_state_checkpoint *checkpoints; /* sorted by (seq, position); only for models with state */
+    int32_t n_checkpoints;
     int32_t n_logits;
     const int32_t *logit_rows;    /* [n_logits] token indices whose logits are wanted */
 } cv_batch;
