@@ -421,6 +421,94 @@ def special_requests():
     return reqs
 
 
+# ---- interpreter cases: single templates over small variables -----------------------------------------
+
+CASES = [
+ # whitespace control
+ ("a\n  {% if true %}\n  b\n  {% endif %}\nc\n", {}),
+ ("  {{- 'x' -}}  \n {# c #}\n  y", {}),
+ ("x  {%+ if true %}y{% endif %}  \n  {%- if true +%}\nz{% endif %}", {}),
+ ("{% for i in [1,2] %}\n  {{ i }}\n{% endfor %}", {}),
+ ("{% raw %}{{ x }}{% endraw %}\n{%- raw -%}  {% y %}  {%- endraw %}|", {}),
+ ("a {# comment -#}   \n b {#- c #}\nc", {}),
+ ("{{ {'a': {'b': 1}}}}", {}),
+ ("line1\r\nline2\r{{ 'x' }}\n\n", {}),
+ # values and str()
+ ("{{ 1/2 }} {{ 7//2 }} {{ -7//2 }} {{ -7 % 3 }} {{ 2**10 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 0.1+0.2 }} {{ 1e16 }} {{ 123456789012345678.0 }} {{ 0.0001 }} {{ 0.00001 }} {{ -0.0 }}", {}),
+ ("{{ [1, 'a', none, true, 1.0, {'k': \"it's\"}] }} {{ (1,) }} {{ ('a', \"b'\\\"\") }}", {}),
+ ("{{ ['a\\tb', 'é', '\\x01', '\\u2028', '\\U0001F600'] }}", {}),
+ ("{{ '%s-%d' % ('a', 3) }}|{{ '%5.2f|%-4d|%s|%r' % (3.14159, 7, 'a', 'b') }}|{{ '%(x)s' % {'x': 1} }}|{{ '%x%%' % 255 }}", {}),
+ ("{{ x }}|{{ x.y }}|{{ x['z'] is defined }}", {"x": {"y": None}}),
+ ("{{ 'abc'.foo }}|{{ none }}|{{ true }}|{{ [] }}|{{ {} }}", {}),
+ # operators
+ ("{{ 'ab' == 'ab' and 1 == 1.0 and true == 1 }} {{ (1,2) == [1,2] }} {{ x == y }} {{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }}", {}),
+ ("{{ true and 'x' }}|{{ false or 0 }}|{{ none or [] }}|{{ 1 and 0 }}|{{ not none }}", {}),
+ ("{{ 'ab' * 2 }}{{ [1] * 2 }}{{ 'a' in ['a'] }}{{ 'a' in {'a':1} }}{{ 1 in [1.0] }}{{ 'b' not in 'abc' }}", {}),
+ ("{{ 'a' ~ 1 ~ none ~ 2.50 ~ [1] }} {{ 1 + 2 * 3 - 4 / 2 }} {{ -2 ** 2 }} {{ (-2) ** 2 }} {{ 2 ** -1 }} {{ 7.5 % 2 }} {{ -7 % -3 }}", {}),
+ ("{{ 3 if false }}|{{ 3 if true else 4 }}|{{ (3 if false) is defined }}|{{ 'y' if x is defined else 'n' }}", {}),
+ # slicing and strings
+ ("{{ 'hello'[1:3] }}{{ 'hello'[::-1] }}{{ [1,2,3][-1] }}{{ [1,2,3][::-2] }}{{ 'héllo wörld'[-5:] }}{{ 'héllo'[1] }}{{ [1,2,3,4,5][1:-1:2] }}{{ 'abc'[5:] }}|{{ [1,2][5] }}|", {}),
+ ("{{ '  x  '.strip() }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'aXbXc'.split('X', 1) }}|{{ 'aXbXc'.rsplit('X', 1) }}|{{ '  a b c '.split(None, 1) }}|{{ ' a b c  '.rsplit(None, 1) }}", {}),
+ ("{{ 'xxaxx'.strip('x') }}|{{ 'abc'.startswith(('x','a')) }}|{{ 'abc'.endswith('bc') }}|{{ '\u3000a\u00a0'.strip() }}|{{ 'a\\x1fb\\x1f'.rstrip() }}|{{ 'ab'.lstrip('ba') }}", {}),
+ ("{{ 'Hello World'.lower() }} {{ 'straße'.upper() }} {{ 'ΣΑΣ ΟΔΟΣ'.lower() }} {{ 'hello wORLD'.title() }} {{ 'they\\'re bill\\'s'.title() }} {{ 'éCOLE'.capitalize() }}", {}),
+ ("{{ 'abcabc'.find('c') }} {{ 'abcabc'.rfind('c') }} {{ 'aaa'.count('a') }} {{ 'héé'.find('é') }} {{ '-'.join(['a','b']) }} {{ 'a\\nb\\r\\nc'.splitlines() }} {{ '12'.isdigit() }} {{ 'aaa'.replace('a', 'b', 2) }} {{ 'ab'.replace('', '-') }}", {}),
+ # filters
+ ("{{ [3,1,2]|sort }}{{ ['b','A','a']|sort }}{{ ['b','A','a']|sort(case_sensitive=true) }}{{ [1,2,3]|map('string')|join(',') }}{{ [{'a':1},{'a':2}]|map(attribute='a')|list }}{{ [{'a':1},{}]|map(attribute='a', default=0)|list }}", {}),
+ ("{{ [1,2,3,4]|select('odd')|list }}{{ [1,None,2]|reject('none')|list }}{{ [{'a':1},{'b':2}]|selectattr('a')|list }}{{ [{'a':1},{'a':2}]|selectattr('a','equalto',2)|list }}{{ [{'a':1},{'a':2}]|rejectattr('a','gt',1)|list }}", {}),
+ ("{{ 'x'|default('y') }}{{ u|default('y') }}{{ ''|default('y', true) }}{{ none|default('y') }}{{ u|d }}|", {}),
+ ("{{ 'abc' | length }}{{ 'héllo'|length }}{{ 'héllo'|upper }}{{ u|length }}{{ {'a':1}|count }}", {}),
+ ("{{ 1.5|int }}{{ '3'|int + 1 }}{{ 'x'|int }}{{ ' 42 '|int }}{{ '3.9'|int }}{{ 'ff'|int(base=16) }}{{ 2.675|round(2) }}{{ 2.5|round }}{{ 3|float }}{{ 'x'|float(1.5) }}{{ -3|abs }}{{ 1.25|round(1, 'ceil') }}", {}),
+ ("{{ [1,2,3]|first }}{{ [1,2,3]|last }}{{ 'abc'|first }}{{ []|first }}|{{ [3,1]|max }}{{ ['B','a']|min }}{{ [1,2.5]|sum }}{{ [[1],[2]]|sum(start=[]) }}", {}),
+ ("{% for k, v in {'b': 1, 'a': 2}|items %}{{ k }}={{ v }};{% endfor %}{{ {'b': 1, 'A': 2}|dictsort }}{{ {'b': 1, 'a': 0}|dictsort(by='value', reverse=true) }}", {}),
+ ("{{ 'a b  c'|wordcount }}{{ 'ab'|center(7) }}|{{ 'Hello wORLD-foo(bar'|title }}|{{ 'hello World'|capitalize }}|{{ 'a\\nb\\n\\nc'|indent(2) }}|{{ 'a\\nb'|indent(1, true) }}|{{ 'x\\n\\ny'|indent('> ', blank=true) }}", {}),
+ ("{{ [1,2,3]|reverse|list }}{{ 'abc'|reverse }}{{ [1,1,'a','A']|unique|list }}{{ 'a<b>&\"\\''|e }}{{ 5|string ~ 'x' }}{{ ['a','b']|join(attribute=0) }}", {}),
+ ("{{ {'b':1,'a':{'d':1,'c':2}}|tojson }}|{{ {'b':1,'a':{'d':1,'c':2}}|tojson(sort_keys=true) }}|{{ [1,[2,3],{}]|tojson(indent=2) }}|{{ {'a':[1]}|tojson(separators=(',',':')) }}|{{ 'é\\n\"\\x7f\\x01'|tojson }}|{{ 'é'|tojson(true) }}|{{ '😀'|tojson(true) }}", {}),
+ ("{{ x|tojson }}", {"x": {"f": 1.0, "g": 1e-07, "h": 1e100, "i": -0.0, "j": 123456789, "k": None, "l": True, "m": [], "n": {}}}),
+ ("{{ 'Hello'|replace('l', 'L') }}{{ 'aaa'|replace('a', 'b', 2) }}{{ '  x  '|trim }}|{{ 'xxhixx'|trim('x') }}|{{ 'AbC'|lower }}{{ 'AbC'|upper }}", {}),
+ # tests
+ ("{{ x is iterable }} {{ none is iterable }} {{ {} is sequence }} {{ 'a' is string }} {{ 1 is number }} {{ true is number }} {{ true is integer }} {{ 1.0 is float }} {{ {} is mapping }} {{ [] is mapping }}", {}),
+ ("{{ 3 is divisibleby 3 }} {{ 'a' is in 'abc' }} {{ 2 is even }} {{ 3 is odd }} {{ x is none }} {{ x is not defined }} {{ false is false }} {{ 0 is false }} {{ 'abc' is lower }} {{ 'ABC' is upper }} {{ 1 is eq 1.0 }} {{ 2 is gt 1 }} {{ raise_exception is callable }}", {}),
+ # statements
+ ("{% set x = 1 %}{% for i in [1,2,3] %}[{{ x }}]{% set x = i*10 %}({{x}}){% endfor %}{{ x }}", {}),
+ ("{% for i in [1,2,3] %}[{{ y }}]{% set y = i %}{% endfor %}", {}),
+ ("{% macro m() %}{{ a }}{% endmacro %}{% set a = 5 %}{{ m() }}", {}),
+ ("{%- macro f(a, b=2) -%}[{{ a }},{{ b }}{{ varargs }}{{ kwargs }}]{%- endmacro -%}{{ f(1) }}{{ f(1, b=3) }}{{ f() }}{{ f(1, 2, 3, z=4) }}", {}),
+ ("{% set ns = namespace(a=1) %}{% for i in [1,2] %}{% set ns.a = ns.a + i %}{% endfor %}{{ ns.a }}{{ ns.b }}", {}),
+ ("{% for a in [1,2,3] %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.previtem }}{{ loop.nextitem }}{{ loop.cycle('x','y') }};{% endfor %}", {}),
+ ("{% for x in [] %}a{% else %}empty{% endfor %}|{% for x in [1,2,3] if x != 2 %}{{ loop.index }}/{{ loop.length }};{% endfor %}|{% for x in range(10) %}{% if x == 3 %}{% break %}{% endif %}{% if x is odd %}{% continue %}{% endif %}{{ x }}{% endfor %}", {}),
+ ("{% for a in [1,2] %}{% for b in 'xy' %}{{ loop.depth }}{{ a }}{{ b }}{% endfor %}{{ loop.depth0 }}{% endfor %}{% for k, v in [(1, 2), (3, 4)] %}{{ k + v }}{% endfor %}", {}),
+ ("{% set s %}  block {{ 1 }} {% endset %}[{{ s }}]{% set t | upper %}low{% endset %}{{ t }}{% filter upper %}abc{{ 'd' }}{% endfilter %}{% with a = 1, b = 2 %}{{ a + b }}{% endwith %}{{ a }}", {}),
+ ("{% for m in ['a', 'a', 'b'] %}{{ loop.changed(m) }}{% endfor %}{{ range(3)|list }}{{ range(1, 10, 3)|list }}{{ range(5, 0, -2)|list }}{{ dict(a=1, b=2) }}", {}),
+ ("{% if false %}a{% elif none %}b{% elif 'x' %}c{% else %}d{% endif %}{% if [] %}e{% endif %}", {}),
+ ("{{ d.items()|list }}{{ d.keys()|list }}{{ d.values()|list }}{{ d.get('a') }}{{ d.get('z', 9) }}{{ d.get('z') }}{{ d['a'] }}{{ d.a }}", {"d": {"a": 1, "b": [2]}}),
+ ("{%- generation -%}gen {{ 1 }}{%- endgeneration %}|{{ messages[0]['content'] }}", {"messages": [{"content": "c"}]}),
+]
+# Rendering fails in Python; the message is kept only for raise_exception().
+ERRORS = [
+ ("{{ x.y }}", {}), ("{{ {}.y.z }}", {}), ("{{ [1,2][5].x }}", {}), ("{{ 'a' + 1 }}", {}),
+ ("{{ 'x' in none }}", {}), ("{{ [1,2].append(3) }}", {}), ("{{ raise_exception('boom: ' ~ 42) }}", {}),
+ ("{{ undefined_thing|tojson }}", {}), ("{{ 1 / 0 }}", {}), ("{{ 1 < 'a' }}", {}), ("{{ range(200000)|length }}", {}),
+ ("{{ x() }}", {}), ("{% for a, b in [1] %}{% endfor %}", {}), ("{{ 'abc'[::0] }}", {}),
+]
+
+
+def write_jinja_cases():
+    with open(os.path.join(DATA, "jinja_cases.jsonl"), "w", encoding="utf-8") as f:
+        for src, variables in CASES:
+            f.write(json.dumps({"src": src, "vars": variables, "want": ENV.from_string(src).render(**variables)},
+                               ensure_ascii=False) + "\n")
+        for src, variables in ERRORS:
+            case = {"src": src, "vars": variables}
+            try:
+                ENV.from_string(src).render(**variables)
+                raise SystemExit("expected an error: " + src)
+            except jinja2.exceptions.TemplateError as e:
+                case["error"] = e.message if type(e) is jinja2.exceptions.TemplateError else None
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError, jinja2.exceptions.SecurityError):
+                case["error"] = None
+            f.write(json.dumps(case, ensure_ascii=False) + "\n")
+
+
 def main():
     rng = random.Random(20240726)
     requests = [conversation_request(rng, i) for i in range(240)] + special_requests()
@@ -449,6 +537,7 @@ def main():
                     results[name] = {"fails": type(e).__name__}
                     counts["error"] += 1
             f.write(json.dumps({"id": i, "request": req, "expected": results}, ensure_ascii=False) + "\n")
+    write_jinja_cases()
     print("jinja2", jinja2.__version__, "requests", len(requests), counts, file=sys.stderr)
 
 

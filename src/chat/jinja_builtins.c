@@ -339,11 +339,8 @@ static jv py_split(jctx *c, jv s, const jv *sep, int64_t maxsplit, bool from_rig
                 k++;
             if (k == n)
                 break;
-            if (maxsplit >= 0 && (int64_t)l->n == maxsplit) {
-                size_t e = n;
-                while (e > k && sp[e - 1])
-                    e--;
-                jl_push(&c->arena, l, jv_strn(base + OFF(k), OFF(e) - OFF(k)));
+            if (maxsplit >= 0 && (int64_t)l->n == maxsplit) { /* the rest, trailing spaces included */
+                jl_push(&c->arena, l, jv_strn(base + OFF(k), s.n - OFF(k)));
                 break;
             }
             size_t st = k;
@@ -360,11 +357,8 @@ static jv py_split(jctx *c, jv s, const jv *sep, int64_t maxsplit, bool from_rig
             k--;
         if (k == 0)
             break;
-        if (maxsplit >= 0 && (int64_t)rev->n == maxsplit) {
-            size_t st = 0;
-            while (st < k && sp[st])
-                st++;
-            jl_push(&c->arena, rev, jv_strn(base + OFF(st), OFF(k) - OFF(st)));
+        if (maxsplit >= 0 && (int64_t)rev->n == maxsplit) { /* the rest, leading spaces included */
+            jl_push(&c->arena, rev, jv_strn(base, OFF(k)));
             break;
         }
         size_t e = k;
@@ -988,22 +982,8 @@ static jv f_sum(jctx *c, jv in, const jargs *a) {
     const jv *start = arg(a, 1, "start");
     jv acc = start ? *start : jv_int(0);
     jlist *l = jv_iterate(c, &in);
-    for (size_t i = 0; i < l->n; i++) {
-        jv x = attribute && attribute->type != JV_NONE ? get_attr_path(c, l->v[i], attribute) : l->v[i];
-        if (!(acc.type == JV_INT || acc.type == JV_FLOAT || acc.type == JV_BOOL) ||
-            !(x.type == JV_INT || x.type == JV_FLOAT || x.type == JV_BOOL))
-            jfail(c, "unsupported operand type(s) for +: '%s' and '%s'", jv_type_name(acc.type), jv_type_name(x.type));
-        if (acc.type != JV_FLOAT && x.type != JV_FLOAT) {
-            int64_t r, p = acc.type == JV_INT ? acc.i : acc.b, q = x.type == JV_INT ? x.i : x.b;
-            if (__builtin_add_overflow(p, q, &r))
-                jfail(c, "integer overflow");
-            acc = jv_int(r);
-        } else {
-            double p = acc.type == JV_FLOAT ? acc.f : acc.type == JV_INT ? (double)acc.i : acc.b;
-            double q = x.type == JV_FLOAT ? x.f : x.type == JV_INT ? (double)x.i : x.b;
-            acc = jv_float(p + q);
-        }
-    }
+    for (size_t i = 0; i < l->n; i++)
+        acc = je_arith(c, OP_ADD, acc, attribute && attribute->type != JV_NONE ? get_attr_path(c, l->v[i], attribute) : l->v[i]);
     return acc;
 }
 static jv f_title(jctx *c, jv in, const jargs *a) { (void)a; return jinja_title(c, jv_to_str(c, &in)); }

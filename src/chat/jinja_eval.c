@@ -144,7 +144,7 @@ static int64_t py_floordiv(int64_t a, int64_t b) {
     return q;
 }
 
-static jv arith(jctx *c, int op, jv a, jv b) {
+jv je_arith(jctx *c, int op, jv a, jv b) {
     if (is_num(&a) && is_num(&b)) {
         bool ints = is_intlike(&a) && is_intlike(&b);
         int64_t x = ints ? as_int(&a) : 0, y = ints ? as_int(&b) : 0, r;
@@ -380,7 +380,7 @@ static jv call_macro(jctx *c, const jmacro *m, const jargs *a) {
         scope_set(c, s, &def->names[i], v);
     }
     jname vn = name_of("varargs"), kn = name_of("kwargs");
-    scope_set(c, s, &vn, jv_list(varargs));
+    scope_set(c, s, &vn, jv_tuple(varargs));
     scope_set(c, s, &kn, jv_dict(kwargs));
 
     jbuf out, *saved = c->out;
@@ -463,7 +463,7 @@ static jv eval(jctx *c, jscope *s, const jnode *nd) {
         jv a = eval(c, s, nd->a);
         jv b = eval(c, s, nd->b);
         c->cur_off = nd->off;
-        return arith(c, nd->flag, a, b);
+        return je_arith(c, nd->flag, a, b);
     }
     case N_AND: {
         jv a = eval(c, s, nd->a);
@@ -565,20 +565,11 @@ static void exec_for(jctx *c, jscope *s, const jnode *nd) {
         exec_body(c, s, nd->list2, nd->n2);
         return;
     }
-    int depth0 = 0;
     jname loop_name = name_of("loop");
-    for (jscope *p = s; p; p = p->parent) { /* nested loops report their depth */
-        jv *outer = scope_find_local(p, &loop_name);
-        if (outer && outer->type == JV_LOOP) {
-            depth0 = outer->loop->depth0 + 1;
-            break;
-        }
-    }
     jloop *L = ja_alloc(&c->arena, sizeof *L);
     memset(L, 0, sizeof *L);
     L->length = items->n;
     L->items = jv_list(items);
-    L->depth0 = depth0;
     jv loopv = {0};
     loopv.type = JV_LOOP;
     loopv.loop = L;

@@ -155,7 +155,6 @@ struct jloop {
     jv prev, next;
     jv items;           /* the list iterated, for cycle() */
     bool has_changed; jv last_changed;
-    int depth0;
 };
 struct jfunc { int id; jv self; };
 
@@ -227,5 +226,6 @@ jv jb_call_func(jctx *c, const jfunc *fn, const jargs *args);
 
 /* evaluator entry points used by builtins (jinja_eval.c) */
 jv je_call_value(jctx *c, const jv *callee, const jargs *args);
+jv je_arith(jctx *c, int op, jv a, jv b);   /* Python's binary operators (jop) */
 
 #endif

@@ -44,6 +44,7 @@ typedef struct jparser {
     jtok *toks;
     size_t ntok, cap, pos;
     int depth;
+    int loop_depth; /* for bodies enclosing the current token (macros reset it) */
     jmp_buf jmp;
     char err[512];
 } jparser;
@@ -773,11 +774,12 @@ static jnode *parse_filter_expr(jparser *p, jnode *node) {
     for (;;) {
         if (is_op(p, "|")) {
             advance(p);
-            jnode *f = new_node(p, N_FILTER, cur(p)->off);
+            size_t name_off = cur(p)->off;
+            jnode *f = new_node(p, N_FILTER, name_off);
             f->a = node;
             f->name = parse_dotted_name(p);
             if (!jb_filter_exists(&f->name))
-                perr(p, cur(p)->off, "No filter named '%.*s'.", (int)f->name.n, f->name.s);
+                perr(p, name_off, "No filter named '%.*s'.", (int)f->name.n, f->name.s);
             if (is_op(p, "("))
                 parse_call_args(p, f);
             node = f;
@@ -789,9 +791,10 @@ static jnode *parse_filter_expr(jparser *p, jnode *node) {
                 advance(p);
                 t->flag = 1;
             }
+            size_t name_off = cur(p)->off;
             t->name = parse_dotted_name(p);
             if (!jb_test_exists(&t->name))
-                perr(p, cur(p)->off, "No test named '%.*s'.", (int)t->name.n, t->name.s);
+                perr(p, name_off, "No test named '%.*s'.", (int)t->name.n, t->name.s);
             jtok *c = cur(p);
             if (is_op(p, "(")) {
                 parse_call_args(p, t);
@@ -1098,7 +1101,9 @@ static jnode *parse_for(jparser *p, size_t off) {
     if (is_name(p, "recursive"))
         perr(p, cur(p)->off, "recursive loops are not supported");
     expect_block_end(p);
+    p->loop_depth++;
     nd->list = subparse(p, END_FOR, &nd->n);
+    p->loop_depth--;
     if (is_name(p, "else")) {
         advance(p);
         expect_block_end(p);
@@ -1116,11 +1121,12 @@ static jnode *parse_filter_chain(jparser *p, jnode *input, bool first_needs_bar)
     while (is_op(p, "|") || (first && !first_needs_bar)) {
         if (is_op(p, "|"))
             advance(p);
-        jnode *f = new_node(p, N_FILTER, cur(p)->off);
+        size_t name_off = cur(p)->off;
+        jnode *f = new_node(p, N_FILTER, name_off);
         f->a = node;
         f->name = parse_dotted_name(p);
         if (!jb_filter_exists(&f->name))
-            perr(p, cur(p)->off, "No filter named '%.*s'.", (int)f->name.n, f->name.s);
+            perr(p, name_off, "No filter named '%.*s'.", (int)f->name.n, f->name.s);
         if (is_op(p, "("))
             parse_call_args(p, f);
         node = f;
@@ -1184,7 +1190,10 @@ static jnode *parse_macro(jparser *p, size_t off) {
     memcpy(nd->names, params, (size_t)np * sizeof(jname));
     nd->list2 = nv_finish(&defaults, &nd->n2);
     static const char *const end[] = {"endmacro", NULL};
+    int saved_loops = p->loop_depth;
+    p->loop_depth = 0; /* a macro body is a function of its own */
     nd->list = subparse(p, end, &nd->n);
+    p->loop_depth = saved_loops;
     advance(p);
     if (cur(p)->type == T_NAME) /* {% endmacro name %} */
         advance(p);
@@ -1237,6 +1246,8 @@ static jnode *parse_statement(jparser *p) {
     } else if (tok_is(t, T_NAME, "with")) {
         nd = parse_with(p, off);
     } else if (tok_is(t, T_NAME, "break") || tok_is(t, T_NAME, "continue")) {
+        if (p->loop_depth == 0)
+            perr(p, off, "'%.*s' outside of a loop", (int)t->n, t->s);
         nd = new_node(p, tok_is(t, T_NAME, "break") ? N_BREAK : N_CONTINUE, off);
         expect_block_end(p);
     } else if (tok_is(t, T_NAME, "filter")) {

@@ -788,8 +788,8 @@ static jv loop_attr(jctx *c, const jv *obj, const char *name, size_t n, bool *fo
     if (IS("length")) return jv_int((int64_t)L->length);
     if (IS("previtem")) return L->prev;
     if (IS("nextitem")) return L->next;
-    if (IS("depth")) return jv_int(L->depth0 + 1);
-    if (IS("depth0")) return jv_int(L->depth0);
+    if (IS("depth")) return jv_int(1); /* recursion depth; recursive loops are not supported */
+    if (IS("depth0")) return jv_int(0);
 #undef IS
     *found = false;
     return jb_method(c, obj, name, n, found);
