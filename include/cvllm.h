@@ -105,6 +105,8 @@ const cvllm_tokenizer *cvllm_engine_tokenizer(const cvllm_engine *engine);
 
 /* Effective limits after defaults and config were applied. */
 int32_t cvllm_engine_max_model_len(const cvllm_engine *engine);
+/* generation_config.json's max_new_tokens (which caps every request, as in vLLM), or -1. */
+int32_t cvllm_engine_generation_max_tokens(const cvllm_engine *engine);
 int32_t cvllm_engine_vocab_size(const cvllm_engine *engine); /* rows of the logits */
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -166,9 +168,10 @@ typedef enum cvllm_finish_reason {
     CVLLM_FINISH_STOP,           /* eos, a stop token id or a stop string */
     CVLLM_FINISH_LENGTH,         /* max_tokens or max_model_len */
     CVLLM_FINISH_ABORT,
+    CVLLM_FINISH_ERROR,          /* the engine failed while running it */
 } cvllm_finish_reason;
 
-const char *cvllm_finish_reason_name(cvllm_finish_reason reason); /* "stop", "length", "abort", NULL */
+const char *cvllm_finish_reason_name(cvllm_finish_reason reason); /* "stop", "length", "abort", "error", NULL */
 
 typedef struct cvllm_logprob {
     int32_t token_id;

@@ -107,8 +107,9 @@ bool cv_args_float(cv_args *a, const char *flag, const char *s, double min, doub
 /* Flags of `vllm serve` that have no effect here: a value must still be well formed. */
 static bool ignored_flag(cv_args *a) {
     static const char *json_flags[] = {"--compilation-config", "--additional-config", "-O"};
-    static const char *value_flags[] = {"--distributed-executor-backend", "--disable-log-requests"};
-    static const char *bool_flags[] = {"--trust-remote-code", "--enforce-eager", "--disable-custom-all-reduce"};
+    static const char *value_flags[] = {"--distributed-executor-backend"};
+    static const char *bool_flags[] = {"--trust-remote-code", "--enforce-eager", "--disable-custom-all-reduce",
+                                       "--disable-log-requests"};
     const char *v;
     for (size_t k = 0; k < sizeof json_flags / sizeof *json_flags; k++)
         if (cv_args_value(a, json_flags[k], &v)) {

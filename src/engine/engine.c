@@ -249,6 +249,9 @@ void cvllm_engine_destroy(cvllm_engine *e) {
 
 const cvllm_tokenizer *cvllm_engine_tokenizer(const cvllm_engine *e) { return (const cvllm_tokenizer *)e->tokenizer; }
 int32_t cvllm_engine_max_model_len(const cvllm_engine *e) { return e->max_model_len; }
+int32_t cvllm_engine_generation_max_tokens(const cvllm_engine *e) {
+    return e->use_generation_defaults && e->gen.has_max_new_tokens ? e->gen.max_new_tokens : -1;
+}
 int32_t cvllm_engine_vocab_size(const cvllm_engine *e) { return e->vocab_size; }
 bool cvllm_engine_has_unfinished(const cvllm_engine *e) { return e->n_requests > 0; }
 
@@ -281,6 +284,7 @@ const char *cvllm_finish_reason_name(cvllm_finish_reason r) {
     case CVLLM_FINISH_STOP: return "stop";
     case CVLLM_FINISH_LENGTH: return "length";
     case CVLLM_FINISH_ABORT: return "abort";
+    case CVLLM_FINISH_ERROR: return "error";
     default: return NULL;
     }
 }
@@ -417,6 +421,14 @@ static void finish_seq(cvllm_engine *e, cv_seq *seq, cvllm_finish_reason reason)
     seq->out.finish_reason = reason;
     seq->req->n_finished++;
     seq->touched = seq->req->touched = true;
+}
+
+void cv_engine_fail_all(cvllm_engine *e) {
+    for (size_t i = 0; i < e->n_requests; i++) {
+        cv_request *req = e->requests[i];
+        for (int32_t s = 0; s < req->n_seqs; s++)
+            if (req->seqs[s].status != CV_SEQ_FINISHED) finish_seq(e, &req->seqs[s], CVLLM_FINISH_ERROR);
+    }
 }
 
 cvllm_status cvllm_engine_abort_request(cvllm_engine *e, uint64_t id) {

@@ -74,6 +74,10 @@ int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const
 /* Queues a prepared request; the stepping thread only. */
 void cv_engine_enqueue_request(cvllm_engine *e, cv_request *req);
 
+/* Ends every live request with finish reason "error" (after a failed step); their final outputs come
+ * with the next step. */
+void cv_engine_fail_all(cvllm_engine *e);
+
 /* Resolves a MODEL argument (folder or hub id) into a local folder; for load_format dummy a hub id
  * that is nowhere on disk falls back to the configs shipped with cvllm. */
 int cv_engine_resolve_model(const char *model, const char *revision, bool need_weights, char **dir);

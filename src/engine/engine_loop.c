@@ -159,7 +159,8 @@ static void observe_timings(cv_engine_loop *l, tracker *t, const cvllm_request_o
     cv_histogram_observe(&l->stats.e2e_request_latency, now - t->arrival);
     int kind = CV_FINISHED_STOP;
     for (int32_t i = 0; i < o->n_outputs; i++) {
-        if (o->outputs[i].finish_reason == CVLLM_FINISH_ABORT) kind = CV_FINISHED_ABORT;
+        if (o->outputs[i].finish_reason == CVLLM_FINISH_ERROR) kind = CV_FINISHED_ERROR;
+        else if (o->outputs[i].finish_reason == CVLLM_FINISH_ABORT && kind != CV_FINISHED_ERROR) kind = CV_FINISHED_ABORT;
         else if (o->outputs[i].finish_reason == CVLLM_FINISH_LENGTH && kind == CV_FINISHED_STOP) kind = CV_FINISHED_LENGTH;
     }
     l->stats.request_success[kind]++;
@@ -231,7 +232,7 @@ static tracker *tracker_new(uint64_t id, int32_t n_seqs, const cv_submit *s) {
     t->id = id;
     t->fn = s->on_event;
     t->user = s->user;
-    t->arrival = cv_now();
+    t->arrival = s->arrival_time > 0 ? s->arrival_time : cv_now();
     t->n_seqs = n_seqs;
     t->last_token = cv_xcalloc((size_t)n_seqs, sizeof *t->last_token);
     t->finished_sent = cv_xcalloc((size_t)n_seqs, sizeof *t->finished_sent);
@@ -305,8 +306,8 @@ static size_t run_step(cv_engine_loop *l) {
     int rc = cvllm_engine_step(l->e, &outs, &n_outs);
     if (rc) {
         /* A failing forward pass is a bug or an exhausted machine: fail what is running, keep serving. */
-        cv_error_log("engine_loop", "engine step failed: %s; aborting all requests", cvllm_last_error());
-        for (size_t i = 0; i < l->n_live; i++) cvllm_engine_abort_request(l->e, l->live[i]->id);
+        cv_error_log("engine_loop", "engine step failed: %s; failing all running requests", cvllm_last_error());
+        cv_engine_fail_all(l->e);
         rc = cvllm_engine_step(l->e, &outs, &n_outs);
         if (rc) n_outs = 0;
     }

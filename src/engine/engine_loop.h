@@ -75,6 +75,7 @@ typedef struct cv_submit {
     const cvllm_sampling_params *params;
     cv_event_fn on_event;
     void *user;
+    double arrival_time;        /* cv_now() when the request arrived (TTFT/E2E start); 0 = at submit */
 } cv_submit;
 
 /* Thread-safe. On success *request_id identifies the request (for abort). */

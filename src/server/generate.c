@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "base/error.h"
+#include "base/timeutil.h"
 #include "base/log.h"
 #include "server/server_internal.h"
 
@@ -46,12 +47,13 @@ struct gen_session {
     uint64_t *ids;              /* engine request ids of the submitted prompts */
     size_t n_submitted;
     size_t n_open;              /* prompts without their final event (or never submitted) */
+    double arrival;             /* when the body was complete, before tokenization (TTFT start) */
     bool aborted, client_gone;
     char *sse;                  /* stream bytes not yet handed to libmicrohttpd */
     size_t sse_len, sse_cap, sse_sent;
 };
 
-static gen_session *session_new(cv_server *s, struct MHD_Connection *c, cv_api_request *req) {
+static gen_session *session_new(cv_server *s, struct MHD_Connection *c, cv_api_request *req, double arrival) {
     gen_session *g = cv_xcalloc(1, sizeof *g);
     pthread_mutex_init(&g->mu, NULL);
     pthread_condattr_t attr;
@@ -61,6 +63,7 @@ static gen_session *session_new(cv_server *s, struct MHD_Connection *c, cv_api_r
     pthread_condattr_destroy(&attr);
     g->s = s;
     g->conn = c;
+    g->arrival = arrival;
     g->req = *req;
     memset(req, 0, sizeof *req);
     g->refs = 1 + (int)g->req.n_prompts;
@@ -146,7 +149,11 @@ static int submit_all(gen_session *g, cv_api_error *err) {
         cvllm_prompt prompt = {.token_ids = p->ids, .n_token_ids = p->n_ids, .cache_salt = req->cache_salt};
         cvllm_sampling_params params = cv_api_prompt_params(req, i);
         g->slots[i] = (gen_slot){g, i};
-        cv_submit sub = {.prompt = &prompt, .params = &params, .on_event = on_event, .user = &g->slots[i]};
+        cv_submit sub = {.prompt = &prompt,
+                         .params = &params,
+                         .on_event = on_event,
+                         .user = &g->slots[i],
+                         .arrival_time = g->arrival};
         int rc = cv_engine_loop_submit(g->s->loop, &sub, &g->ids[i]);
         if (rc == 0) {
             g->n_submitted++;
@@ -249,11 +256,12 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
 enum MHD_Result cv_generate(cv_server *s, struct MHD_Connection *c, cv_api_kind kind, const char *body, size_t len) {
     cv_api_request req;
     cv_api_error err;
+    double arrival = cv_now();
     if (parse_and_prepare(s, kind, body, len, &req, &err)) {
         cv_api_request_free(&req);
         return cv_http_send_error(c, &err);
     }
-    gen_session *g = session_new(s, c, &req);
+    gen_session *g = session_new(s, c, &req, arrival);
     if (submit_all(g, &err)) {
         wait_until_finished(g); /* the aborted ones still report, and may touch g until then */
         release(g, 1);

@@ -328,12 +328,9 @@ static void fill_limits(cv_server *s, const cv_server_options *o) {
     l->vocab_size = cvllm_engine_vocab_size(e);
     l->max_n = o->max_n > 0 ? o->max_n : DEFAULT_MAX_N;
     l->max_prompts = MAX_PROMPTS;
-    cvllm_sampling_params neutral;
-    cvllm_sampling_params_default(NULL, &neutral);
     cvllm_sampling_params_default(e, &l->defaults);
-    /* A default max_tokens other than SamplingParams' 16 can only be generation_config's
-     * max_new_tokens, which caps every request as in vLLM's get_max_tokens. */
-    l->gen_max_tokens = l->defaults.max_tokens != neutral.max_tokens ? l->defaults.max_tokens : -1;
+    /* generation_config's max_new_tokens caps every request, as in vLLM's get_max_tokens. */
+    l->gen_max_tokens = cvllm_engine_generation_max_tokens(e);
 }
 
 static int bind_address(const cv_server_options *o, struct sockaddr_storage *addr, bool *ipv6) {
