@@ -21,7 +21,14 @@
  * State checkpoints: a batch may ask for copies of a sequence's state as it stood right after the
  * token at a given position (inside the tokens of this batch), written into another slot. The engine
  * uses them to keep the state at block boundaries of cached prefixes, so a later request sharing the
- * prefix can start from there (prefix caching for hybrid models).
+ * prefix can start from there (prefix caching for hybrid models), and to roll the state back to the
+ * last accepted token after speculative decoding rejected drafts.
+ *
+ * Multi-token prediction (MTP, Qwen3.5/3.6 and Qwen3-Next): when loaded with load_mtp, a model that
+ * has an `mtp.*` module sets ops->mtp_forward and keeps one more KV layer for it (the last kv layer).
+ * The engine asks forward() for the final-normed hidden states of every token (batch->hidden_out),
+ * then runs mtp_forward over the same positions with the *next* token of each position as input,
+ * as vLLM's proposer does (qwen-arch.md §5).
  */
 #ifndef CV_MODEL_H
 #define CV_MODEL_H
@@ -75,6 +82,7 @@ typedef struct cv_batch {
     const int32_t *state_slots;   /* [n_seqs] state slot of each sequence; NULL when the model has none */
     const cv_state_checkpoint *checkpoints; /* sorted by (seq, position); only for models with state */
     int32_t n_checkpoints;
+    float *hidden_out;            /* optional [n_tokens][hidden]: final-normed hidden state of every token */
     int32_t n_logits;
     const int32_t *logit_rows;    /* [n_logits] token indices whose logits are wanted */
 } cv_batch;
@@ -84,6 +92,11 @@ typedef struct cv_model cv_model;
 typedef struct cv_model_ops {
     /* Logits of batch->logit_rows into logits[n_logits][vocab]. */
     int (*forward)(cv_model *m, const cv_batch *batch, cv_kv_cache *kv, cv_state_cache *state, float *logits);
+    /* MTP draft step (NULL when absent): batch->token_ids are the next tokens x_{i+1}, positions i;
+     * hidden[t] is the main model's hidden for token t (or the MTP output of the previous draft
+     * step). Writes logits of batch->logit_rows, and into batch->hidden_out (if set) the MTP output
+     * m of every token, to feed the next draft step. */
+    int (*mtp_forward)(cv_model *m, const cv_batch *batch, const float *hidden, cv_kv_cache *kv, float *logits);
     void (*destroy)(cv_model *m);
 } cv_model_ops;
 
@@ -102,6 +115,7 @@ typedef struct cv_model_load_params {
     cv_weight_source *weights;
     cv_threadpool *pool;
     int32_t max_num_batched_tokens; /* largest n_tokens a forward call will get (scratch sizing) */
+    bool load_mtp;                  /* bind mtp.* and provide ops->mtp_forward (when the model has one) */
 } cv_model_load_params;
 
 /* Picks the architecture from config->architecture. Unknown: CVLLM_ERR_UNSUPPORTED naming it and
