@@ -150,6 +150,73 @@ static void test_matmul(cv_threadpool *pool) {
             check_matmul(pool, dtypes[d], shapes[s][0], shapes[s][1], shapes[s][2]);
 }
 
+/* Packed panels: one or several stacked parts, odd K (a half pair), rows not a multiple of 16, token
+ * counts that cross the register tile (6) and the token block (60), K beyond one k block (256). */
+static void check_panels(cv_threadpool *pool, int64_t m, const int64_t *part_rows, int n_parts, int64_t k) {
+    int64_t n = 0;
+    for (int j = 0; j < n_parts; j++) n += part_rows[j];
+    test_weights w = make_weights(CV_DTYPE_BF16, n * k);
+    cv_matrix parts[4];
+    float *ys[4];
+    for (int j = 0, r = 0; j < n_parts; r += (int)part_rows[j], j++) {
+        parts[j] = (cv_matrix){(const uint16_t *)w.data + r * k, CV_DTYPE_BF16, part_rows[j], k};
+        ys[j] = rand_vec(m * part_rows[j]);
+    }
+    cv_panels packed;
+    CHECK_EQ_INT(cv_panels_pack(pool, parts, n_parts, &packed), 0);
+    CHECK_EQ_INT(packed.rows, n);
+    float *x = rand_vec(m * k);
+    if (n_parts == 1) cv_matmul_panels(pool, &packed, x, m, ys[0]);
+    else cv_matmul_panels_parts(pool, &packed, x, m, n_parts, part_rows, ys);
+    int bad = 0;
+    double worst = 0;
+    for (int j = 0, r0 = 0; j < n_parts; r0 += (int)part_rows[j], j++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t c = 0; c < part_rows[j]; c++) {
+                double ref = 0, mag = 0;
+                for (int64_t e = 0; e < k; e++) {
+                    double term = (double)x[i * k + e] * w.exact[(r0 + c) * k + e];
+                    ref += term;
+                    mag += fabs(term);
+                }
+                double err = fabs(ys[j][i * part_rows[j] + c] - ref) / (mag + 1e-30);
+                worst = err > worst ? err : worst;
+                bad += err > 1e-5;
+            }
+    CHECK_MSG(bad == 0, "%s panel matmul M=%lld N=%lld (%d parts) K=%lld threads=%d: %d wrong (worst rel %.3g)",
+              cv_isa_name(cv_isa_active()), (long long)m, (long long)n, n_parts, (long long)k,
+              cv_threadpool_size(pool), bad, worst);
+    /* The packed matrix still yields its rows as an embedding table (tied lm_head). */
+    const int32_t ids[] = {0, (int32_t)(n - 1), (int32_t)(n / 2)};
+    float *row = rand_vec(3 * k);
+    cv_embed_panels(&packed, ids, 3, row);
+    int wrong_rows = 0;
+    for (int i = 0; i < 3; i++)
+        for (int64_t e = 0; e < k; e++) wrong_rows += row[i * k + e] != w.exact[ids[i] * k + e];
+    CHECK_MSG(wrong_rows == 0, "embed from panels N=%lld K=%lld: %d wrong", (long long)n, (long long)k, wrong_rows);
+    cv_panels_release(&packed);
+    CHECK(packed.data == NULL);
+    for (int j = 0; j < n_parts; j++) free(ys[j]);
+    free(row);
+    free(x);
+    free_weights(&w);
+}
+
+static void test_panels(cv_threadpool *pool) {
+    static const int64_t one[][3] = {{1, 37, 67}, {7, 45, 33}, {130, 21, 301}, {61, 100, 1}, {1, 16, 2}, {13, 3, 300}};
+    for (size_t s = 0; s < CV_ARRAY_LEN(one); s++) check_panels(pool, one[s][0], &one[s][1], 1, one[s][2]);
+    const int64_t qkv[] = {48, 16, 16}, gate_up[] = {32, 23};
+    check_panels(pool, 1, qkv, 3, 75);
+    check_panels(pool, 67, qkv, 3, 75);
+    check_panels(pool, 9, gate_up, 2, 40);
+    /* Only bf16 is packed; anything else is refused with a message, not packed wrongly. */
+    float f[4] = {0};
+    cv_matrix f32 = {f, CV_DTYPE_F32, 2, 2};
+    cv_panels out;
+    CHECK_EQ_INT(cv_panels_pack(pool, &f32, 1, &out), CVLLM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(cv_error_message(), "bf16");
+}
+
 static void test_embed(void) {
     static const cv_dtype dtypes[] = {CV_DTYPE_F32, CV_DTYPE_BF16, CV_DTYPE_F16};
     const int64_t rows = 11, cols = 13;
@@ -194,6 +261,66 @@ static void test_rmsnorm(void) {
     free(x);
     free(w);
     free(y);
+}
+
+static void test_add_rmsnorm(cv_threadpool *pool) {
+    const int64_t rows = 41, dim = 403; /* enough elements to go parallel */
+    float *x = rand_vec(rows * dim), *d = rand_vec(rows * dim), *w = rand_vec(dim), *y = rand_vec(rows * dim);
+    float *x0 = cv_xmalloc((size_t)(rows * dim) * sizeof *x0);
+    memcpy(x0, x, (size_t)(rows * dim) * sizeof *x0);
+    cv_add_rmsnorm(pool, x, d, y, w, rows, dim, 1e-6f);
+    int bad = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int64_t i = 0; i < dim; i++) {
+            float s = x0[r * dim + i] + d[r * dim + i];
+            bad += x[r * dim + i] != s;
+            ss += (double)s * s;
+        }
+        double inv = 1.0 / sqrt(ss / dim + 1e-6);
+        for (int64_t i = 0; i < dim; i++) {
+            double ref = w[i] * x[r * dim + i] * inv;
+            bad += fabs(y[r * dim + i] - ref) > 2e-6 * (fabs(ref) + 1e-3);
+        }
+    }
+    CHECK_MSG(bad == 0, "add_rmsnorm (%s, %d threads): %d wrong", cv_isa_name(cv_isa_active()),
+              cv_threadpool_size(pool), bad);
+    /* Without a delta it is a plain norm and leaves x alone. */
+    memcpy(x0, x, (size_t)(rows * dim) * sizeof *x0);
+    float *y2 = rand_vec(rows * dim);
+    cv_add_rmsnorm(pool, x, NULL, y2, w, rows, dim, 1e-6f);
+    CHECK(memcmp(x, x0, (size_t)(rows * dim) * sizeof *x0) == 0);
+    CHECK(memcmp(y, y2, (size_t)(rows * dim) * sizeof *y) == 0);
+    free(x);
+    free(x0);
+    free(d);
+    free(w);
+    free(y);
+    free(y2);
+}
+
+static void test_swiglu(cv_threadpool *pool) {
+    const int64_t rows = 37, n = 517, ld = 2 * n + 3; /* gate | up | 3 unused columns */
+    float *gu = rand_vec(rows * ld), *out = rand_vec(rows * n);
+    for (int64_t i = 0; i < rows * ld; i++) gu[i] *= 12.0f; /* saturating both ends of the sigmoid */
+    gu[5] = -100.0f;
+    gu[6] = 100.0f;
+    cv_swiglu(pool, out, gu, rows, n, ld, n);
+    int bad = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) {
+            double g = gu[r * ld + i], u = gu[r * ld + n + i];
+            double ref = g / (1.0 + exp(-g)) * u;
+            bad += fabs(out[r * n + i] - ref) > 2e-6 * (fabs(ref) + 1e-6);
+        }
+    CHECK_MSG(bad == 0, "swiglu (%s, %d threads): %d wrong", cv_isa_name(cv_isa_active()), cv_threadpool_size(pool), bad);
+    /* In place over the gate half gives the same values. */
+    cv_swiglu(pool, gu, gu, rows, n, ld, n);
+    bad = 0;
+    for (int64_t i = 0; i < rows * n; i++) bad += gu[i] != out[i];
+    CHECK_MSG(bad == 0, "swiglu in place: %d differ", bad);
+    free(gu);
+    free(out);
 }
 
 static void test_elementwise(void) {
@@ -276,6 +403,37 @@ static void check_rope(const cv_rope_params *p, int head_dim, double attention_f
     CHECK_MSG(bad == 0, "rope kind=%d rot_dim=%d head_dim=%d: %d wrong", p->kind, p->rot_dim, head_dim, bad);
     free(x);
     free(orig);
+    free(c);
+    free(s);
+    cv_rope_free(&rope);
+}
+
+/* Fused q/k norm + rope against the two unfused kernels, strided source (a fused qkv row) and in place. */
+static void test_rmsnorm_rope(cv_threadpool *pool) {
+    cv_rope_params p = {.kind = CV_ROPE_KIND_DEFAULT, .theta = 1e6, .factor = 1, .rot_dim = 30};
+    cv_rope rope;
+    CHECK_EQ_INT(cv_rope_init(&rope, &p), 0);
+    const int n_heads = 5, hd = 34, half = 15;
+    const int64_t n = 19, ld_src = n_heads * hd + 7;
+    int32_t positions[19];
+    for (int i = 0; i < 19; i++) positions[i] = 3 * i + 1;
+    float *src = rand_vec(n * ld_src), *w = rand_vec(hd), *dst = rand_vec(n * n_heads * hd);
+    float *c = cv_xmalloc((size_t)(n * half) * sizeof *c), *s = cv_xmalloc((size_t)(n * half) * sizeof *s);
+    cv_rope_cos_sin(&rope, positions, n, c, s);
+    cv_rmsnorm_rope(pool, &rope, dst, n_heads * hd, src, ld_src, n, n_heads, hd, w, 1e-6f, c, s);
+    float *ref = cv_xmalloc((size_t)(n * n_heads * hd) * sizeof *ref);
+    for (int64_t t = 0; t < n; t++) memcpy(ref + t * n_heads * hd, src + t * ld_src, (size_t)(n_heads * hd) * sizeof *ref);
+    cv_rmsnorm(ref, ref, w, n * n_heads, hd, 1e-6f);
+    cv_rope_apply(&rope, ref, n, n_heads, hd, c, s);
+    CHECK_MSG(memcmp(ref, dst, (size_t)(n * n_heads * hd) * sizeof *ref) == 0, "rmsnorm_rope (%s, %d threads) differs from rmsnorm then rope",
+              cv_isa_name(cv_isa_active()), cv_threadpool_size(pool));
+    for (int64_t t = 0; t < n; t++) memcpy(dst + t * n_heads * hd, src + t * ld_src, (size_t)(n_heads * hd) * sizeof *dst);
+    cv_rmsnorm_rope(pool, &rope, dst, n_heads * hd, dst, n_heads * hd, n, n_heads, hd, w, 1e-6f, c, s);
+    CHECK(memcmp(ref, dst, (size_t)(n * n_heads * hd) * sizeof *ref) == 0);
+    free(src);
+    free(w);
+    free(dst);
+    free(ref);
     free(c);
     free(s);
     cv_rope_free(&rope);
@@ -415,7 +573,11 @@ int main(void) {
         CHECK_EQ_INT(cv_isa_active(), isa);
         for (size_t p = 0; p < CV_ARRAY_LEN(pools); p++) {
             test_matmul(pools[p]);
+            test_panels(pools[p]);
             test_attention(pools[p]);
+            test_add_rmsnorm(pools[p]);
+            test_swiglu(pools[p]);
+            test_rmsnorm_rope(pools[p]);
         }
         test_rmsnorm();
         test_elementwise();

@@ -37,7 +37,8 @@ int cv_isa_from_name(const char *name);
 
 /* ---- linear layers ---------------------------------------------------------------------------- */
 
-/* A weight matrix [rows][cols] (rows = output features) of dtype f32, bf16 or f16. */
+/* A weight matrix [rows][cols] (rows = output features) of dtype f32, bf16 or f16, row-major as
+ * stored in the checkpoint. */
 typedef struct cv_matrix {
     const void *data;
     cv_dtype dtype;
@@ -51,6 +52,35 @@ bool cv_matrix_dtype_supported(cv_dtype t);
  * per 64 tokens rather than once per token. */
 void cv_matmul(cv_threadpool *pool, const cv_matrix *w, const float *x, int64_t m, float *y);
 
+/*
+ * bf16 weights repacked once at load for the fast matmul: rows in panels of CV_PANEL_ROWS, each
+ * panel [ceil(cols/2)][CV_PANEL_ROWS][2] — element (r, c) at panel r/16, offset
+ * ((c/2)·16 + r%16)·2 + c%2, zero-padded past the last row and column — so that one 64-byte load
+ * holds 16 outputs × 2 inputs, widened in registers for lane-wise f32 FMA: outputs accumulate
+ * lane-wise with no horizontal sums (cpu_ops.h, ops_avx512.c).
+ */
+enum { CV_PANEL_ROWS = 16 };
+typedef struct cv_panels {
+    const uint16_t *data;
+    int64_t rows, cols;
+} cv_panels;
+
+/* Packs bf16 row-major parts[0..n_parts) (n_parts ≤ 4, equal cols, every part but the last with
+ * rows % CV_PANEL_ROWS == 0) stacked by rows, on the pool. *out owns its memory (cv_panels_release);
+ * the parts are only read. Other dtypes: CVLLM_ERR_UNSUPPORTED; out of memory: CVLLM_ERR_NO_MEMORY. */
+int cv_panels_pack(cv_threadpool *pool, const cv_matrix *parts, int n_parts, cv_panels *out);
+void cv_panels_release(cv_panels *w);
+size_t cv_panels_bytes(int64_t rows, int64_t cols);
+
+/* y[m][w.rows] = x[m][w.cols] · wᵀ, f32 activations and accumulation (products are exact). */
+void cv_matmul_panels(cv_threadpool *pool, const cv_panels *w, const float *x, int64_t m, float *y);
+/* The same over a stack of parts (as packed): part j's outputs go to ys[j] ([m][part_rows[j]]), so
+ * one call — one pass over x, one wake of the pool — computes e.g. q, k and v. */
+void cv_matmul_panels_parts(cv_threadpool *pool, const cv_panels *w, const float *x, int64_t m, int n_parts,
+                            const int64_t *part_rows, float *const *ys);
+/* out[i][:] = row ids[i] of w, widened to f32 (a tied embedding read from the packed lm_head). */
+void cv_embed_panels(const cv_panels *w, const int32_t *ids, int64_t n, float *out);
+
 /* out[i][:] = table[ids[i]][:] widened to f32. Every id must be < table->rows. */
 void cv_embed(const cv_matrix *table, const int32_t *ids, int64_t n, float *out);
 
@@ -59,8 +89,16 @@ void cv_embed(const cv_matrix *table, const int32_t *ids, int64_t n, float *out)
 /* For each of `rows` rows of length dim: y = w ⊙ (x / sqrt(mean(x²) + eps)). y may alias x. Per-head
  * norms are the same call with rows = tokens·heads and dim = head_dim. */
 void cv_rmsnorm(float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps);
+/* Fused residual add and norm, on the pool: x += delta (skipped when delta is NULL), then
+ * y = rmsnorm(x) · w, row by row, each row touched once while in cache. */
+void cv_add_rmsnorm(cv_threadpool *pool, float *x, const float *delta, float *y, const float *w, int64_t rows,
+                    int64_t dim, float eps);
 /* out = silu(gate) ⊙ up; out may alias gate or up. */
 void cv_silu_mul(float *out, const float *gate, const float *up, int64_t n);
+/* SwiGLU over rows of a fused gate|up projection, on the pool: out[t][i] = silu(gu[t·ld + i]) ·
+ * gu[t·ld + up_offset + i] for i < n, with n ≤ ld. out may equal gu (then it runs on the caller). */
+void cv_swiglu(cv_threadpool *pool, float *out, const float *gu, int64_t rows, int64_t n, int64_t ld,
+               int64_t up_offset);
 /* y += x */
 void cv_add(float *y, const float *x, int64_t n);
 /* In-place softmax of one row (f32, max-subtracted). */
@@ -97,6 +135,13 @@ void cv_rope_cos_sin(const cv_rope *r, const int32_t *positions, int64_t n, floa
 /* Rotate-half (NeoX) rotation of x [n][n_heads][head_dim] in place; entry i pairs with i + rot_dim/2. */
 void cv_rope_apply(const cv_rope *r, float *x, int64_t n, int n_heads, int head_dim, const float *cos,
                    const float *sin);
+/* Fused per-head RMSNorm and rotation (Qwen3's q/k norm then RoPE), on the pool: for token t and
+ * head h, the head_dim values at src + t·ld_src + h·head_dim are normalised with gain w (dim
+ * head_dim), rotated with cos/sin row t, and written to dst + t·ld_dst + h·head_dim. dst may equal
+ * src (in place). Each head is read once and written once. */
+void cv_rmsnorm_rope(cv_threadpool *pool, const cv_rope *r, float *dst, int64_t ld_dst, const float *src,
+                     int64_t ld_src, int64_t n, int n_heads, int head_dim, const float *w, float eps,
+                     const float *cos, const float *sin);
 
 /* ---- attention over a paged KV cache ---------------------------------------------------------- */
 

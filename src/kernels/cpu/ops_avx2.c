@@ -5,9 +5,14 @@
  * plus 4 weight and 1 activation vector fit the 16 ymm registers without spilling). AVX2 has no
  * masked 16-bit loads, so a row tail (k not a multiple of 8) is copied into a zero-padded vector
  * first; f32 tails use vmaskmovps. bf16 widening is a zero-extend and shift, f16 uses vcvtph2ps.
+ *
+ * Packed panels (cpu_ops.h) are read as two 32-byte halves of 8 outputs × 2 k; the halves widen by
+ * a shift and an AND. Up to 4 tokens × 1 panel: 8 accumulators, 4 widened weights, 2 broadcasts.
  */
 #include <immintrin.h>
 #include <string.h>
+
+#include <assert.h>
 
 #include "kernels/cpu/cpu_ops.h"
 
@@ -125,12 +130,125 @@ static void scale_avx2(float *y, float a, int64_t n) {
     }
 }
 
+/* ---- packed panels ----------------------------------------------------------------------------- */
+
+INLINE void store_cols(float *y, __m256 v, int n) {
+    if (n >= 8) _mm256_storeu_ps(y, v);
+    else if (n > 0) _mm256_maskstore_ps(y, tail_mask(n), v);
+}
+
+INLINE __m256 load_cols(const float *y, int n) {
+    if (n >= 8) return _mm256_loadu_ps(y);
+    return n > 0 ? _mm256_maskload_ps(y, tail_mask(n)) : _mm256_setzero_ps();
+}
+
+INLINE void panel_fixed(const cv_panel_tile *t, const int MR) {
+    __m256 acc[4][2];
+    for (int i = 0; i < MR; i++)
+        for (int h = 0; h < 2; h++)
+            acc[i][h] = t->accumulate ? load_cols(t->y + i * t->ldy + 8 * h, t->n_out - 8 * h) : _mm256_setzero_ps();
+    const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+    const float *x = t->x;
+    for (int64_t p = 0; p < t->pairs; p++) {
+        const bool last_half = t->odd_tail && p == t->pairs - 1; /* x[2p+1] is past the row */
+        __m256 lo[2], hi[2];
+        for (int h = 0; h < 2; h++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(t->w + p * 32 + h * 16));
+            lo[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            hi[h] = _mm256_castsi256_ps(_mm256_and_si256(v, top));
+        }
+        for (int i = 0; i < MR; i++) {
+            __m256 x0 = _mm256_set1_ps(x[i * t->ldx + 2 * p]);
+            __m256 x1 = _mm256_set1_ps(last_half ? 0.0f : x[i * t->ldx + 2 * p + 1]);
+            for (int h = 0; h < 2; h++) acc[i][h] = _mm256_fmadd_ps(hi[h], x1, _mm256_fmadd_ps(lo[h], x0, acc[i][h]));
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int h = 0; h < 2; h++) store_cols(t->y + i * t->ldy + 8 * h, acc[i][h], t->n_out - 8 * h);
+}
+
+static void panel_avx2(const cv_panel_tile *t) {
+    assert(t->np == 1);
+    switch (t->mr) {
+    case 1: panel_fixed(t, 1); return;
+    case 2: panel_fixed(t, 2); return;
+    case 3: panel_fixed(t, 3); return;
+    case 4: panel_fixed(t, 4); return;
+    default: __builtin_unreachable();
+    }
+}
+
+/* ---- element-wise ------------------------------------------------------------------------------ */
+
+/* exp as in ops_avx512.c: 2^n · p(r) with a degree-6 polynomial; 2^n built in the exponent bits. */
+INLINE __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* n in [-126, 127]: split in two halves so 2^n never needs a denormal or infinite factor */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i h1 = _mm256_srai_epi32(ni, 1), h2 = _mm256_sub_epi32(ni, h1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+static float exp_sum_avx2(float *y, const float *x, float shift, int64_t n) {
+    __m256 s = _mm256_setzero_ps(), sh = _mm256_set1_ps(shift);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh));
+        _mm256_storeu_ps(y + i, e);
+        s = _mm256_add_ps(s, e);
+    }
+    float total = hsum(s);
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), sh)), _mm256_castsi256_ps(m));
+        _mm256_maskstore_ps(y + i, m, e);
+        total += hsum(e);
+    }
+    return total;
+}
+
+INLINE __m256 silu_mul8(__m256 g, __m256 u) {
+    __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+static void silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, silu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        _mm256_maskstore_ps(out + i, m, silu_mul8(_mm256_maskload_ps(gate + i, m), _mm256_maskload_ps(up + i, m)));
+    }
+}
+
+static float sum_sq_avx2(const float *x, int64_t n) { return dot_avx2(x, x, n); }
+
 const cv_cpu_ops cv_cpu_ops_avx2 = {
     .name = "avx2",
     .mr_max = 2,
     .nr_max = 4,
     .tile = tile_avx2,
+    .panel_mr_max = 4,
+    .panel_np_max = 1,
+    .panel = panel_avx2,
     .dot = dot_avx2,
     .axpy = axpy_avx2,
     .scale = scale_avx2,
+    .exp_sum = exp_sum_avx2,
+    .silu_mul = silu_mul_avx2,
+    .sum_sq = sum_sq_avx2,
 };

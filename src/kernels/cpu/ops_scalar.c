@@ -4,7 +4,11 @@
  * Weights are widened one element at a time; accumulation is f32 like the SIMD paths so that all
  * three agree to rounding. Dot products keep eight partial sums, which is both what the compiler
  * can vectorize at the baseline ISA and a little more accurate than one running sum.
+ * Packed panels are read element by element through their index formula (cpu_ops.h).
  */
+#include <assert.h>
+#include <math.h>
+
 #include "kernels/cpu/cpu_ops.h"
 
 static inline float weight_at(const void *w, cv_dtype dtype, int64_t i) {
@@ -47,12 +51,44 @@ static void scale_scalar(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
+static void panel_scalar(const cv_panel_tile *t) {
+    const float *x = t->x;
+    for (int i = 0; i < t->mr; i++)
+        for (int c = 0; c < t->n_out; c++) {
+            const uint16_t *w = t->w + (c / 16) * t->panel_stride + (c % 16) * 2;
+            float acc = t->accumulate ? t->y[i * t->ldy + c] : 0.0f;
+            for (int64_t p = 0; p < t->pairs; p++) {
+                acc += x[i * t->ldx + 2 * p] * cv_bf16_to_f32(w[p * 32]);
+                if (!(t->odd_tail && p == t->pairs - 1)) acc += x[i * t->ldx + 2 * p + 1] * cv_bf16_to_f32(w[p * 32 + 1]);
+            }
+            t->y[i * t->ldy + c] = acc;
+        }
+}
+
+static float exp_sum_scalar(float *y, const float *x, float shift, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) sum += y[i] = expf(x[i] - shift);
+    return sum;
+}
+
+static void silu_mul_scalar(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+static float sum_sq_scalar(const float *x, int64_t n) { return dot_scalar(x, x, n); }
+
 const cv_cpu_ops cv_cpu_ops_scalar = {
     .name = "scalar",
     .mr_max = 4,
     .nr_max = 4,
     .tile = tile_scalar,
+    .panel_mr_max = 4,
+    .panel_np_max = 2,
+    .panel = panel_scalar,
     .dot = dot_scalar,
     .axpy = axpy_scalar,
     .scale = scale_scalar,
+    .exp_sum = exp_sum_scalar,
+    .silu_mul = silu_mul_scalar,
+    .sum_sq = sum_sq_scalar,
 };

@@ -8,12 +8,21 @@
  * to f32, angle = f32(position · inv_freq), then cos/sin of that f32 value (evaluated in double and
  * rounded once). Scaling variants only change the inverse frequencies and, for YaRN, multiply
  * cos/sin by the attention factor.
+ *
+ * cv_rmsnorm_rope fuses Qwen3's per-head q/k RMSNorm with the rotation: each head is normalised
+ * into a stack buffer and rotated from there, one read and one write per head instead of two each,
+ * and (head, token) units are split over the pool. The arithmetic is the unfused sequence's.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include "base/error.h"
+#include "base/threadpool.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
+
+enum { MAX_FUSED_HEAD_DIM = 1024, PARALLEL_UNITS = 64 };
 
 /* The dimension index whose wavelength completes `rotations` turns over the trained context. */
 static double yarn_correction_dim(double rotations, int rot_dim, double theta, int32_t max_pos) {
@@ -107,4 +116,54 @@ void cv_rope_apply(const cv_rope *r, float *x, int64_t n, int n_heads, int head_
             }
         }
     }
+}
+
+static void rotate_half(float *v, const float *in, int half, const float *c, const float *s) {
+    for (int i = 0; i < half; i++) {
+        float a = in[i], b = in[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
+    }
+}
+
+typedef struct norm_rope_job {
+    const cv_cpu_ops *ops;
+    const cv_rope *r;
+    float *dst;
+    const float *src, *w, *cos, *sin;
+    int64_t ld_dst, ld_src, n;
+    int n_heads, head_dim;
+    float eps;
+} norm_rope_job;
+
+static void norm_rope_units(const norm_rope_job *j, int64_t u0, int64_t u1) {
+    const int hd = j->head_dim, half = j->r->rot_dim / 2;
+    float buf[MAX_FUSED_HEAD_DIM];
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t t = u / j->n_heads;
+        const int h = (int)(u % j->n_heads);
+        const float *x = j->src + t * j->ld_src + (int64_t)h * hd;
+        float *y = j->dst + t * j->ld_dst + (int64_t)h * hd;
+        float inv_rms = 1.0f / sqrtf(j->ops->sum_sq(x, hd) / (float)hd + j->eps);
+        for (int i = 0; i < hd; i++) buf[i] = j->w[i] * (x[i] * inv_rms);
+        rotate_half(y, buf, half, j->cos + t * half, j->sin + t * half);
+        for (int i = 2 * half; i < hd; i++) y[i] = buf[i];
+    }
+}
+
+static void norm_rope_task(void *arg, int ti, int nt) {
+    const norm_rope_job *j = arg;
+    int64_t b, e;
+    cv_split(j->n * j->n_heads, 1, ti, nt, &b, &e);
+    norm_rope_units(j, b, e);
+}
+
+void cv_rmsnorm_rope(cv_threadpool *pool, const cv_rope *r, float *dst, int64_t ld_dst, const float *src,
+                     int64_t ld_src, int64_t n, int n_heads, int head_dim, const float *w, float eps,
+                     const float *cos_in, const float *sin_in) {
+    assert(head_dim <= MAX_FUSED_HEAD_DIM && r->rot_dim <= head_dim);
+    norm_rope_job j = {cv_cpu_ops_active(), r, dst, src, w, cos_in, sin_in, ld_dst, ld_src, n, n_heads, head_dim, eps};
+    const int64_t units = n * n_heads;
+    if (units < PARALLEL_UNITS) norm_rope_units(&j, 0, units);
+    else cv_threadpool_run(pool, norm_rope_task, &j);
 }
