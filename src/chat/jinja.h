@@ -51,4 +51,8 @@ int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits
  * from it. */
 bool jinja_loops_over_message_content(const jinja_template *t);
 
+/* json.dumps(v, ensure_ascii=False) as Python writes it (", " and ": " separators, floats in
+ * repr() form, insertion order): the form vLLM gives tool-call arguments. cv_xmalloc'd. */
+char *jinja_json_dumps(const json_t *v, size_t *len);
+
 #endif

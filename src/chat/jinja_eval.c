@@ -771,3 +771,22 @@ int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits
     free(c);
     return rc;
 }
+
+char *jinja_json_dumps(const json_t *v, size_t *len) {
+    jctx *c = cv_xcalloc(1, sizeof *c);
+    char *volatile res = NULL;
+    if (setjmp(c->jmp) == 0) {
+        jv x = jv_from_json(c, v);
+        jjson_opts o = {.indent = "", .item_sep = ", ", .key_sep = ": "};
+        jbuf b;
+        jb_init(&b, &c->arena);
+        jv_tojson(c, &b, &x, &o, 0);
+        res = cv_xstrndup(b.p ? b.p : "", b.n);
+        if (len)
+            *len = b.n;
+    }
+    ja_free_all(&c->arena);
+    free(c);
+    assert(res); /* values from JSON always serialize */
+    return res;
+}
