@@ -73,7 +73,7 @@ static void test_table_churn(void) {
             CHECK_EQ_INT(cv_block_pool_lookup(&p, hash_of(-5)), -1);
         }
     }
-    CHECK(p.table_used * 4 <= p.table_cap * 3);
+    CHECK(p.cached.used * 4 <= p.cached.cap * 3);
     cv_block_pool_free(&p);
 }
 

@@ -11,48 +11,12 @@
 
 #include "base/error.h"
 
-#define SLOT_EMPTY (-1)
-#define SLOT_DELETED (-2)
-
-static size_t slot_of(const cv_block_pool *pool, cv_block_hash h) { return (size_t)h.lo & (pool->table_cap - 1); }
-
-static bool same_hash(cv_block_hash a, cv_block_hash b) { return a.lo == b.lo && a.hi == b.hi; }
-
-static void table_put(cv_block_pool *pool, int32_t id) {
-    size_t i = slot_of(pool, pool->blocks[id].hash);
-    while (pool->table[i] >= 0) i = (i + 1) & (pool->table_cap - 1);
-    if (pool->table[i] == SLOT_EMPTY) pool->table_used++;
-    pool->table[i] = id;
-}
-
-/* Deleted slots only go away by rebuilding; without it a miss would eventually probe forever. */
-static void table_rebuild(cv_block_pool *pool) {
-    for (size_t i = 0; i < pool->table_cap; i++) pool->table[i] = SLOT_EMPTY;
-    pool->table_used = 0;
-    for (int32_t id = 1; id < pool->num_blocks; id++)
-        if (pool->blocks[id].has_hash) table_put(pool, id);
-}
-
-static void table_insert(cv_block_pool *pool, int32_t id) {
-    if ((pool->table_used + 1) * 4 > pool->table_cap * 3) table_rebuild(pool);
-    table_put(pool, id);
-}
-
-static size_t table_find(const cv_block_pool *pool, cv_block_hash h) {
-    for (size_t i = slot_of(pool, h);; i = (i + 1) & (pool->table_cap - 1)) {
-        int32_t id = pool->table[i];
-        if (id == SLOT_EMPTY) return SIZE_MAX;
-        if (id >= 0 && same_hash(pool->blocks[id].hash, h)) return i;
-    }
-}
-
 /* Allocation reuses a cached block: its hash dies with its old contents. */
 static void evict(cv_block_pool *pool, int32_t id) {
     cv_block *b = &pool->blocks[id];
     if (!b->has_hash) return;
-    size_t i = table_find(pool, b->hash);
-    assert(i != SIZE_MAX && pool->table[i] == id);
-    pool->table[i] = SLOT_DELETED;
+    assert(cv_hash_index_get(&pool->cached, b->hash) == id);
+    cv_hash_index_del(&pool->cached, b->hash);
     b->has_hash = false;
 }
 
@@ -87,18 +51,13 @@ void cv_block_pool_init(cv_block_pool *pool, int32_t num_blocks) {
         if (i > 0) queue_push_tail(pool, i);
     }
     pool->blocks[0].ref_count = 1; /* reserved forever */
-    pool->table_cap = 16;
-    while (pool->table_cap < 2 * (size_t)num_blocks + 1) pool->table_cap *= 2;
-    pool->table = cv_xmalloc(pool->table_cap * sizeof *pool->table);
-    for (size_t i = 0; i < pool->table_cap; i++) pool->table[i] = SLOT_EMPTY;
-    pool->table_used = 0;
+    cv_hash_index_init(&pool->cached, (size_t)num_blocks);
 }
 
 void cv_block_pool_free(cv_block_pool *pool) {
     free(pool->blocks);
-    free(pool->table);
+    cv_hash_index_free(&pool->cached);
     pool->blocks = NULL;
-    pool->table = NULL;
 }
 
 bool cv_block_pool_allocate(cv_block_pool *pool, int32_t n, int32_t *ids) {
@@ -139,10 +98,7 @@ cv_block_hash cv_block_hash_tokens(cv_block_hash parent, const int32_t *tokens, 
     return (cv_block_hash){h.low64, h.high64};
 }
 
-int32_t cv_block_pool_lookup(const cv_block_pool *pool, cv_block_hash h) {
-    size_t i = table_find(pool, h);
-    return i == SIZE_MAX ? -1 : pool->table[i];
-}
+int32_t cv_block_pool_lookup(const cv_block_pool *pool, cv_block_hash h) { return cv_hash_index_get(&pool->cached, h); }
 
 void cv_block_pool_touch(cv_block_pool *pool, int32_t id) {
     cv_block *b = &pool->blocks[id];
@@ -155,6 +111,6 @@ void cv_block_pool_cache(cv_block_pool *pool, int32_t id, cv_block_hash h) {
     assert(id > 0 && b->ref_count > 0);
     if (b->has_hash || cv_block_pool_lookup(pool, h) >= 0) return;
     b->hash = h;
-    table_insert(pool, id); /* before has_hash: a rebuild inside must not insert it a second time */
     b->has_hash = true;
+    cv_hash_index_put(&pool->cached, h, id);
 }

@@ -21,9 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct cv_block_hash {
-    uint64_t lo, hi;
-} cv_block_hash;
+#include "engine/hash_index.h"
 
 typedef struct cv_block {
     int32_t id;
@@ -38,9 +36,7 @@ typedef struct cv_block_pool {
     cv_block *blocks;
     int32_t free_head, free_tail;
     int32_t num_free;
-    int32_t *table;               /* open addressing: block id or -1 (empty) / -2 (deleted) */
-    size_t table_cap;             /* power of two, > 2 × num_blocks */
-    size_t table_used;            /* slots not empty (live or deleted); rebuilt past 3/4 of cap */
+    cv_hash_index cached;         /* hash → block id of every block that carries a hash */
 } cv_block_pool;
 
 void cv_block_pool_init(cv_block_pool *pool, int32_t num_blocks);

@@ -135,27 +135,26 @@ static int load_weights_and_model(cvllm_engine *e, bool dummy) {
     return 0;
 }
 
-/* One recurrent-state slot per sequence that can run at once (models with linear attention). */
-static int create_state_cache(cvllm_engine *e) {
-    size_t bytes = e->model->state_bytes_per_seq;
-    if (bytes == 0) return 0;
-    int32_t slots = e->opts.max_num_seqs;
-    e->state.slot_bytes = (bytes + 63) / 64 * 64;
-    e->state.num_slots = slots;
-    e->state.data = cv_aligned_alloc((size_t)slots * e->state.slot_bytes);
-    if (!e->state.data)
-        return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %d recurrent-state slots of %zu bytes", slots, bytes);
-    e->free_state_slots = cv_xmalloc((size_t)slots * sizeof(int32_t));
-    for (int32_t i = 0; i < slots; i++) e->free_state_slots[i] = slots - 1 - i;
-    e->n_free_state_slots = slots;
-    cv_info("engine", "Recurrent state: %d slots of %.2f MiB", slots, (double)bytes / (1 << 20));
-    return 0;
-}
-
 static void release_state_slot(cvllm_engine *e, cv_seq *seq) {
     if (seq->state_slot < 0) return;
-    e->free_state_slots[e->n_free_state_slots++] = seq->state_slot;
+    cv_state_pool_release(&e->states, seq->state_slot);
     seq->state_slot = -1;
+}
+
+/* Models with recurrent state need the model's state checkpoints for prefix caching (restoring a
+ * prefix's state) and for speculative decoding (rolling the state back to the last accepted token). */
+static int check_state_support(cvllm_engine *e) {
+    const cv_model *m = e->model;
+    if (m->state_bytes_per_seq == 0) return 0;
+    e->state_prefix_caching = e->opts.enable_prefix_caching && m->state_checkpoints;
+    if (e->opts.enable_prefix_caching && !m->state_checkpoints) {
+        cv_warn("engine", "%s cannot checkpoint its recurrent state: prefix caching disabled", e->config.architecture);
+        e->opts.enable_prefix_caching = false;
+    }
+    if (e->spec.method != CV_SPEC_NONE && !m->state_checkpoints)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "speculative decoding on %s needs recurrent-state checkpoints, which "
+                                              "this model does not provide", e->config.architecture);
+    return 0;
 }
 
 static int create_engine(cvllm_engine *e) {
@@ -175,13 +174,11 @@ static int create_engine(cvllm_engine *e) {
     if ((rc = resolve_max_model_len(e))) return rc;
     if ((rc = load_tokenizer(e))) return rc;
     if ((rc = load_weights_and_model(e, dummy))) return rc;
+    if ((rc = check_state_support(e))) return rc;
     if ((rc = cv_kv_cache_create(e))) return rc;
-    if ((rc = create_state_cache(e))) return rc;
-    bool prefix_caching = e->opts.enable_prefix_caching && e->model->state_bytes_per_seq == 0;
-    if (e->opts.enable_prefix_caching && !prefix_caching)
-        cv_warn("engine", "prefix caching is not supported yet for models with recurrent state; disabled");
     cv_scheduler_init(&e->sched, &e->blocks, e->opts.max_num_seqs, e->opts.max_num_batched_tokens,
-                      e->opts.block_size, e->max_model_len, prefix_caching);
+                      e->opts.block_size, e->max_model_len, e->opts.enable_prefix_caching,
+                      e->states.cache.data ? &e->states : NULL);
     e->max_logprobs = e->opts.max_logprobs;
     e->sample_scratch = cv_xmalloc(2 * (size_t)e->vocab_size * sizeof(float));
     e->top_scratch = cv_xmalloc(((size_t)e->max_logprobs + 1) * sizeof *e->top_scratch);
@@ -241,8 +238,9 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     free(e->batch.logits);
     free(e->sample_scratch);
     free(e->top_scratch);
-    free(e->state.data);
-    free(e->free_state_slots);
+    cv_state_pool_free(&e->states);
+    free(e->batch.checkpoints);
+    free(e->batch.new_ckpt_hashes);
     free(e->model_dir);
     free(e);
 }
@@ -483,11 +481,52 @@ static bool seq_samples_this_step(const cv_seq *seq) {
     return seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft) == seq->n_tokens;
 }
 
+/* A sequence that starts running gets a state slot: zero state when it starts at position 0 (the
+ * model clears it), or the checkpoint of the cached prefix the scheduler matched. */
+static void attach_state_slot(cvllm_engine *e, cv_seq *seq) {
+    if (seq->state_slot >= 0) return;
+    seq->state_slot = cv_state_pool_acquire(&e->states);
+    assert(seq->state_slot >= 0);
+    assert(seq->num_computed == 0 || seq->restore_slot >= 0);
+    if (seq->restore_slot >= 0) cv_state_pool_copy(&e->states, seq->state_slot, seq->restore_slot);
+    seq->restore_slot = -1;
+}
+
+static void push_checkpoint(cv_batch_buf *b, int32_t seq_index, size_t position, int32_t slot) {
+    if (b->n_checkpoints == b->cap_checkpoints) {
+        b->cap_checkpoints = b->cap_checkpoints ? b->cap_checkpoints * 2 : 64;
+        b->checkpoints = cv_xrealloc(b->checkpoints, (size_t)b->cap_checkpoints * sizeof *b->checkpoints);
+        b->new_ckpt_hashes = cv_xrealloc(b->new_ckpt_hashes, (size_t)b->cap_checkpoints * sizeof *b->new_ckpt_hashes);
+    }
+    b->checkpoints[b->n_checkpoints++] = (cv_state_checkpoint){seq_index, (int32_t)position, slot};
+}
+
+/* Checkpoints of this step for one sequence, in position order: the state at every block boundary
+ * its real tokens complete (prefix caching; at most one pool's worth per step so none is evicted
+ * before it is written), and after each position of a speculative verify pass (rollback). */
+static void request_checkpoints(cvllm_engine *e, cv_seq *seq, int32_t seq_index) {
+    cv_batch_buf *b = &e->batch;
+    size_t bs = (size_t)e->opts.block_size, from = seq->num_computed;
+    size_t to = seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft);
+    if (e->state_prefix_caching) {
+        cv_scheduler_hash_blocks(&e->sched, seq);
+        for (size_t end = (from / bs + 1) * bs; end <= to && b->n_new_ckpts < e->states.n_ckpt; end += bs) {
+            cv_block_hash h = seq->block_hashes[end / bs - 1];
+            if (cv_state_pool_has(&e->states, h)) continue;
+            b->new_ckpt_hashes[b->n_new_ckpts++] = h;
+            push_checkpoint(b, seq_index, end - 1, cv_state_pool_checkpoint(&e->states, h));
+        }
+    }
+    for (int32_t i = 0; i < seq->n_draft; i++)
+        push_checkpoint(b, seq_index, to - 1 + (size_t)i, cv_state_pool_spec_slot(&e->states, seq->state_slot, i));
+}
+
 static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
     const cv_seq_list *list = &e->schedule.seqs;
     cv_batch_buf *b = &e->batch;
     int32_t bs = e->opts.block_size;
     ensure_batch_capacity(b, e->schedule.total_tokens, list->n);
+    b->n_checkpoints = b->n_new_ckpts = 0;
     int32_t t = 0, n_logits = 0;
     for (int32_t s = 0; s < list->n; s++) {
         cv_seq *seq = list->items[s];
@@ -506,12 +545,10 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
             for (int32_t d = seq->n_draft; d >= 0; d--) b->logit_rows[n_logits++] = t - 1 - d;
         b->context_lens[s] = (int32_t)(seq->num_computed + (size_t)seq->num_scheduled);
         b->block_tables[s] = seq->block_table;
-        if (e->state.data) {
-            if (seq->state_slot < 0) {
-                assert(e->n_free_state_slots > 0 && seq->num_computed == 0);
-                seq->state_slot = e->free_state_slots[--e->n_free_state_slots];
-            }
+        if (e->states.cache.data) {
+            attach_state_slot(e, seq);
             b->state_slots[s] = seq->state_slot;
+            request_checkpoints(e, seq, s);
         }
     }
     b->seq_start[list->n] = t;
@@ -524,7 +561,9 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         .seq_start = b->seq_start,
         .context_lens = b->context_lens,
         .block_tables = b->block_tables,
-        .state_slots = e->state.data ? b->state_slots : NULL,
+        .state_slots = e->states.cache.data ? b->state_slots : NULL,
+        .checkpoints = b->checkpoints,
+        .n_checkpoints = b->n_checkpoints,
         .n_logits = n_logits,
         .logit_rows = b->logit_rows,
     };
@@ -698,8 +737,11 @@ static void process_samples(cvllm_engine *e, cv_seq *seq, float *rows, size_t n_
         st->num_accepted_tokens += (uint64_t)accepted;
         for (int32_t d = 0; d < accepted; d++) st->accepted_per_pos[d]++;
     }
-    /* K/V is valid for the tokens before the newest one: the rejected drafts' slots get overwritten. */
+    /* K/V is valid for the tokens before the newest one: the rejected drafts' slots get overwritten.
+     * Recurrent state cannot be overwritten that way: take the checkpoint after the last accepted. */
     seq->num_computed = n_before + (size_t)accepted;
+    if (accepted < n_draft && seq->state_slot >= 0)
+        cv_state_pool_copy(&e->states, seq->state_slot, cv_state_pool_spec_slot(&e->states, seq->state_slot, accepted));
     seq->n_draft = 0;
     update_visible_text(seq, seq->status == CV_SEQ_FINISHED);
     if (going) propose_drafts(e, seq);
@@ -823,8 +865,11 @@ cvllm_status cvllm_engine_step(cvllm_engine *e, const cvllm_request_output *cons
     if (e->schedule.seqs.n > 0) {
         cv_batch batch;
         int rc = build_batch(e, &batch);
-        if (!rc) rc = e->model->ops->forward(e->model, &batch, &e->kv, &e->state, e->batch.logits);
-        if (rc) return rc;
+        if (!rc) rc = e->model->ops->forward(e->model, &batch, &e->kv, &e->states.cache, e->batch.logits);
+        if (rc) {
+            for (int32_t i = 0; i < e->batch.n_new_ckpts; i++) cv_state_pool_forget(&e->states, e->batch.new_ckpt_hashes[i]);
+            return rc;
+        }
         postprocess(e, e->batch.logits);
     }
     collect_outputs(e);

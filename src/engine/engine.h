@@ -15,6 +15,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/spec_decode.h"
+#include "engine/state_pool.h"
 #include "loader/config.h"
 #include "loader/weights.h"
 #include "models/model.h"
@@ -28,6 +29,10 @@ typedef struct cv_batch_buf {
     int32_t cap_tokens, cap_seqs;
     float *logits;
     size_t cap_logits;             /* rows */
+    cv_state_checkpoint *checkpoints;
+    int32_t n_checkpoints, cap_checkpoints;
+    cv_block_hash *new_ckpt_hashes; /* prefix checkpoints requested in this batch (forgotten if it fails) */
+    int32_t n_new_ckpts;
 } cv_batch_buf;
 
 struct cvllm_engine {
@@ -47,9 +52,8 @@ struct cvllm_engine {
     cv_batch_buf batch;
     float *sample_scratch;         /* 2 × vocab */
     cv_logprob_entry *top_scratch; /* max_logprobs entries */
-    cv_state_cache state;          /* recurrent state slots (hybrid models), else empty */
-    int32_t *free_state_slots;
-    int32_t n_free_state_slots;
+    cv_state_pool states;          /* recurrent state slots (hybrid models), else empty */
+    bool state_prefix_caching;     /* prefix caching restores checkpointed recurrent state */
     int32_t vocab_size;
     int32_t max_model_len;
     int32_t max_logprobs;

@@ -3,7 +3,9 @@
  *
  * The budget is, in vLLM's order of precedence: --kv-cache-memory-bytes; VLLM_CPU_KVCACHE_SPACE (GiB,
  * vLLM's CPU knob); else gpu_memory_utilization × this machine's RAM minus the weights and the
- * logits buffer. The budget becomes whole blocks. It is capped at what max_num_seqs requests of
+ * logits buffer. Models with recurrent state take their state slots out of the same budget first:
+ * one per running sequence, the speculative-decoding scratch, and, for prefix caching, checkpoints
+ * worth up to a quarter of the budget. The budget becomes whole blocks. It is capped at what max_num_seqs requests of
  * max_model_len tokens could ever use, so a small model on a big machine does not reserve RAM it
  * cannot use. The memory is calloc'd: the kernel hands out zero pages lazily, so resident memory
  * grows with the tokens actually cached.
@@ -65,12 +67,41 @@ static int check_fits_one_request(const cvllm_engine *e, int64_t usable_blocks, 
                    (long long)(usable_blocks * bs));
 }
 
+/* Sizes and allocates the state pool from the budget; returns what is left for the KV cache. */
+static int create_state_pool(cvllm_engine *e, double *budget) {
+    size_t bytes = e->model->state_bytes_per_seq;
+    if (bytes == 0) return 0;
+    int32_t running = e->opts.max_num_seqs;
+    int32_t spec = e->spec.method != CV_SPEC_NONE ? e->spec.num_speculative_tokens : 0;
+    double fixed = (double)cv_state_pool_bytes(bytes, running, spec, 0);
+    int32_t ckpt = 0;
+    if (e->state_prefix_caching) {
+        double per = (double)cv_state_pool_bytes(bytes, 0, 0, 1);
+        double most = floor(0.25 * (*budget - fixed) / per);
+        ckpt = most > 2.0 * running ? 2 * running : most > 0 ? (int32_t)most : 0;
+        if (ckpt == 0) cv_warn("kv_cache", "no memory left for recurrent-state checkpoints: prefix caching will not hit");
+    }
+    double total = (double)cv_state_pool_bytes(bytes, running, spec, ckpt);
+    if (total >= *budget)
+        return cv_fail(CVLLM_ERR_NO_MEMORY,
+                       "the recurrent state of %d sequences (%.2f GiB) does not fit in the KV cache budget (%.2f GiB); "
+                       "lower --max-num-seqs or raise the budget",
+                       running, total / GIB, *budget / GIB);
+    int rc = cv_state_pool_init(&e->states, bytes, running, spec, ckpt);
+    if (rc) return rc;
+    *budget -= total;
+    cv_info("kv_cache", "Recurrent state: %d running + %d speculative + %d checkpoint slots of %.2f MiB (%.2f GiB)",
+            running, running * spec, ckpt, (double)bytes / (1 << 20), total / GIB);
+    return 0;
+}
+
 int cv_kv_cache_create(cvllm_engine *e) {
     const cv_kv_spec *spec = &e->model->kv_spec;
     int32_t bs = e->opts.block_size;
     size_t block_bytes = kv_bytes_per_token(spec) * (size_t)bs;
     double budget = 0;
     int rc = kv_budget_bytes(e, &budget);
+    if (!rc) rc = create_state_pool(e, &budget);
     if (rc) return rc;
     int64_t usable = block_bytes ? (int64_t)floor(budget / (double)block_bytes) : 0;
     rc = check_fits_one_request(e, usable, block_bytes);

@@ -95,6 +95,7 @@ cv_request *cv_request_create(uint64_t id, const int32_t *prompt, size_t n_promp
         s->text_cap = 1;
         s->out.stop_token_id = -1;
         s->state_slot = -1;
+        s->restore_slot = -1;
     }
     return req;
 }

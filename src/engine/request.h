@@ -42,6 +42,7 @@ typedef struct cv_seq {
     int32_t n_block_hashes, cap_block_hashes;
     int32_t n_cached_blocks;       /* leading blocks already registered in the prefix cache */
     int32_t state_slot;            /* recurrent-state slot while running, -1 otherwise */
+    int32_t restore_slot;          /* checkpoint to start from (prefix-cache hit), -1 otherwise */
     int32_t draft[CV_MAX_SPEC_TOKENS]; /* speculative tokens to verify after tokens[] */
     int32_t n_draft;
     cv_sampler_state sampler;

@@ -36,9 +36,10 @@ static int32_t list_find(const cv_seq_list *l, const cv_seq *seq) {
 
 void cv_scheduler_init(cv_scheduler *s, cv_block_pool *pool, int32_t max_num_seqs,
                        int32_t max_num_batched_tokens, int32_t block_size, int32_t max_model_len,
-                       bool enable_prefix_caching) {
+                       bool enable_prefix_caching, cv_state_pool *states) {
     memset(s, 0, sizeof *s);
     s->enable_prefix_caching = enable_prefix_caching;
+    s->states = states;
     s->pool = pool;
     s->max_num_seqs = max_num_seqs;
     s->max_num_batched_tokens = max_num_batched_tokens;
@@ -67,8 +68,7 @@ static void release_blocks(cv_scheduler *s, cv_seq *seq) {
     seq->n_cached_blocks = 0;
 }
 
-/* Extends the sequence's chain of block hashes over every full block of its tokens. */
-static void hash_full_blocks(const cv_scheduler *s, cv_seq *seq) {
+void cv_scheduler_hash_blocks(const cv_scheduler *s, cv_seq *seq) {
     int32_t bs = s->block_size, full = (int32_t)(seq->n_tokens / (size_t)bs);
     if (full > seq->cap_block_hashes) {
         seq->cap_block_hashes = full * 2;
@@ -86,14 +86,19 @@ static void hash_full_blocks(const cv_scheduler *s, cv_seq *seq) {
 static size_t take_cached_prefix(cv_scheduler *s, cv_seq *seq) {
     if (!s->enable_prefix_caching) return 0;
     assert(seq->num_computed == 0 && seq->n_blocks == 0);
-    hash_full_blocks(s, seq);
+    cv_scheduler_hash_blocks(s, seq);
     int32_t usable = (int32_t)((seq->n_tokens - 1) / (size_t)s->block_size), hits = 0;
-    while (hits < usable && hits < seq->n_block_hashes) {
-        int32_t id = cv_block_pool_lookup(s->pool, seq->block_hashes[hits]);
-        if (id < 0) break;
+    while (hits < usable && hits < seq->n_block_hashes && cv_block_pool_lookup(s->pool, seq->block_hashes[hits]) >= 0)
+        hits++;
+    /* With recurrent state, the hit ends at the last block whose state was checkpointed. */
+    if (s->states) {
+        while (hits > 0 && !cv_state_pool_has(s->states, seq->block_hashes[hits - 1])) hits--;
+        if (hits > 0) seq->restore_slot = cv_state_pool_find(s->states, seq->block_hashes[hits - 1]);
+    }
+    for (int32_t b = 0; b < hits; b++) {
+        int32_t id = cv_block_pool_lookup(s->pool, seq->block_hashes[b]);
         cv_block_pool_touch(s->pool, id);
         cv_seq_add_blocks(seq, &id, 1);
-        hits++;
     }
     seq->n_cached_blocks = hits;
     seq->num_computed = (size_t)hits * (size_t)s->block_size;
@@ -104,7 +109,7 @@ void cv_scheduler_cache_full_blocks(cv_scheduler *s, cv_seq *seq) {
     if (!s->enable_prefix_caching) return;
     int32_t computed_full = (int32_t)(seq->num_computed / (size_t)s->block_size);
     if (computed_full <= seq->n_cached_blocks) return;
-    hash_full_blocks(s, seq);
+    cv_scheduler_hash_blocks(s, seq);
     for (int32_t b = seq->n_cached_blocks; b < computed_full; b++)
         cv_block_pool_cache(s->pool, seq->block_table[b], seq->block_hashes[b]);
     seq->n_cached_blocks = computed_full;
@@ -174,6 +179,7 @@ static void schedule_waiting(cv_scheduler *s, cv_schedule *out, int32_t *budget)
         if (!grow_blocks(s, seq, n)) {
             release_blocks(s, seq); /* give the cached blocks back; they keep their hashes */
             seq->num_computed = 0;
+            seq->restore_slot = -1;
             break;
         }
         if (s->enable_prefix_caching) {

@@ -19,6 +19,7 @@
 
 #include "engine/block_pool.h"
 #include "engine/request.h"
+#include "engine/state_pool.h"
 
 typedef struct cv_seq_list {
     cv_seq **items;
@@ -31,6 +32,7 @@ typedef struct cv_scheduler {
     int32_t block_size;
     int32_t max_model_len;
     cv_block_pool *pool;
+    cv_state_pool *states;         /* models with recurrent state: a hit also needs a state checkpoint */
     bool enable_prefix_caching;
     cv_seq_list running;           /* in admission order */
     cv_seq_list waiting;           /* front = next to admit */
@@ -47,13 +49,15 @@ typedef struct cv_schedule {
 
 void cv_scheduler_init(cv_scheduler *s, cv_block_pool *pool, int32_t max_num_seqs,
                        int32_t max_num_batched_tokens, int32_t block_size, int32_t max_model_len,
-                       bool enable_prefix_caching);
+                       bool enable_prefix_caching, cv_state_pool *states);
 void cv_scheduler_free(cv_scheduler *s);
 void cv_scheduler_add(cv_scheduler *s, cv_seq *seq);
 /* Fills *out (its list is reused across steps). */
 void cv_scheduler_schedule(cv_scheduler *s, cv_schedule *out);
 /* Removes a sequence (finished or aborted) from whichever queue holds it and frees its blocks. */
 void cv_scheduler_finish(cv_scheduler *s, cv_seq *seq);
+/* Extends seq->block_hashes over every full block of its tokens. */
+void cv_scheduler_hash_blocks(const cv_scheduler *s, cv_seq *seq);
 /* After a forward pass: registers the sequence's newly filled blocks in the prefix cache. */
 void cv_scheduler_cache_full_blocks(cv_scheduler *s, cv_seq *seq);
 int32_t cv_scheduler_num_running(const cv_scheduler *s);

@@ -105,6 +105,7 @@ struct cv_model {
     const cv_model_config *config; /* borrowed; outlives the model */
     cv_kv_spec kv_spec;
     size_t state_bytes_per_seq;    /* 0 for pure attention models */
+    bool state_checkpoints;        /* forward() honours batch->checkpoints */
     int32_t vocab_size;            /* rows of the logits */
     size_t weight_bytes;           /* bytes of weights read per token (for sizing and benchmarks) */
     cv_threadpool *pool;           /* borrowed */
