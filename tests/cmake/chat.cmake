@@ -4,3 +4,4 @@ cv_add_test(test_chat_render SOURCES ${CMAKE_SOURCE_DIR}/tests/test_chat_render.
 cv_add_test(test_chat_jinja SOURCES ${CMAKE_SOURCE_DIR}/tests/test_chat_jinja.c LIBS cv_chat TIMEOUT 60)
 cv_add_test(test_chat_template SOURCES ${CMAKE_SOURCE_DIR}/tests/test_chat_template.c LIBS cv_chat TIMEOUT 60)
 cv_add_test(test_chat_parsers SOURCES ${CMAKE_SOURCE_DIR}/tests/test_chat_parsers.c LIBS cv_chat TIMEOUT 60)
+cv_add_fuzzer(fuzz_chat_template SOURCES ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_chat_template.c LIBS cv_chat)
