@@ -7,6 +7,7 @@
  * every kernel call: cheaper than any indirection through the thread pool and trivially
  * overridable by tests through cv_isa_force().
  */
+#include <cpuid.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,13 +24,19 @@ static const cv_cpu_ops *const ops_by_isa[CV_ISA_COUNT] = {
 
 static const cv_cpu_ops *active_ops;
 
+/* clang 14's __builtin_cpu_supports does not know "f16c": ask CPUID (leaf 1, ECX bit 29). */
+static bool has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 bool cv_isa_supported(cv_isa isa) {
     __builtin_cpu_init();
     switch (isa) {
     case CV_ISA_SCALAR:
         return true;
     case CV_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case CV_ISA_AVX512:
         return cv_isa_supported(CV_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
