@@ -848,7 +848,9 @@ static jv f_int(jctx *c, jv in, const jargs *a) {
     return dflt;
 }
 static jv f_indent(jctx *c, jv in, const jargs *a) {
-    jv s = jv_to_str(c, &in);
+    if (in.type != JV_STR) /* Jinja appends "\n" to its input, which only works on strings */
+        jfail(c, "unsupported operand type(s) for +=: '%s' and 'str'", jv_type_name(in.type));
+    jv s = in;
     const jv *w = arg(a, 0, "width");
     jv ind;
     if (w && w->type == JV_STR) {
@@ -1064,7 +1066,7 @@ static jv f_map(jctx *c, jv in, const jargs *a) {
     jname fname = {a->pos[0].s, (uint32_t)a->pos[0].n, jname_hash(a->pos[0].s, a->pos[0].n)};
     jargs rest = shift_args(a, 1);
     for (size_t i = 0; i < src->n; i++)
-        l->v[l->n++] = jb_call_filter(c, NULL, &fname, src->v[i], &rest);
+        l->v[l->n++] = jb_call_filter(c, &fname, src->v[i], &rest);
     return jv_list(l);
 }
 
@@ -1092,7 +1094,7 @@ static jv select_impl(jctx *c, jv in, const jargs *a, bool use_attr, bool want) 
     rest.nkw = 0;
     for (size_t i = 0; i < src->n; i++) {
         jv v = attribute ? get_attr_path(c, src->v[i], attribute) : src->v[i];
-        bool ok = has_test ? jb_call_test(c, NULL, &tname, v, &rest) : jv_truthy(&v);
+        bool ok = has_test ? jb_call_test(c, &tname, v, &rest) : jv_truthy(&v);
         if (ok == want)
             l->v[l->n++] = src->v[i];
     }
@@ -1126,8 +1128,7 @@ static const filter_entry *find_filter(const jname *nm) {
 
 bool jb_filter_exists(const jname *name) { return find_filter(name) != NULL; }
 
-jv jb_call_filter(jctx *c, const jnode *at, const jname *name, jv input, const jargs *args) {
-    (void)at;
+jv jb_call_filter(jctx *c, const jname *name, jv input, const jargs *args) {
     const filter_entry *f = find_filter(name);
     if (!f)
         jfail(c, "No filter named '%.*s'.", (int)name->n, name->s);
@@ -1256,8 +1257,7 @@ bool jb_test_exists(const jname *name) {
     return false;
 }
 
-bool jb_call_test(jctx *c, const jnode *at, const jname *name, jv input, const jargs *args) {
-    (void)at;
+bool jb_call_test(jctx *c, const jname *name, jv input, const jargs *args) {
     return run_test(c, name, input, args);
 }
 

@@ -135,8 +135,6 @@ static jv repeat(jctx *c, const jv *seq, int64_t times) {
     return r;
 }
 
-jv jb_percent_format(jctx *c, const jv *fmt, const jv *args);
-
 static int64_t py_floordiv(int64_t a, int64_t b) {
     int64_t q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0)))
@@ -290,7 +288,7 @@ static jv eval_slice(jctx *c, jscope *s, const jnode *nd) {
     if (obj.type == JV_UNDEF)
         jv_fail_undefined(c, &obj);
     if (obj.type != JV_LIST && obj.type != JV_STR)
-        jfail(c, "'%s' object is not subscriptable", jv_type_name(obj.type));
+        return jv_undef(); /* Jinja's getitem turns the TypeError into Undefined */
     bool is_str = obj.type == JV_STR;
     bool ascii = is_str && ju_cplen(obj.s, obj.n) == obj.n;
     jlist *chars = is_str && !ascii ? jv_iterate(c, &obj) : NULL;
@@ -434,14 +432,14 @@ static jv eval(jctx *c, jscope *s, const jnode *nd) {
         jargs a;
         eval_args(c, s, nd, &a);
         c->cur_off = nd->off;
-        return jb_call_filter(c, nd, &nd->name, in, &a);
+        return jb_call_filter(c, &nd->name, in, &a);
     }
     case N_TEST: {
         jv in = eval(c, s, nd->a);
         jargs a;
         eval_args(c, s, nd, &a);
         c->cur_off = nd->off;
-        bool r = jb_call_test(c, nd, &nd->name, in, &a);
+        bool r = jb_call_test(c, &nd->name, in, &a);
         return jv_bool(nd->flag ? !r : r);
     }
     case N_NEG:
@@ -743,7 +741,6 @@ int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits
     c->arena.limit = limits && limits->max_memory ? limits->max_memory : DEFAULT_MAX_MEMORY;
     c->arena.ctx = c;
     c->max_steps = limits && limits->max_steps ? limits->max_steps : DEFAULT_MAX_STEPS;
-    c->tmpl = t;
     int rc = 0;
     if (setjmp(c->jmp) == 0) {
         jbuf buf;

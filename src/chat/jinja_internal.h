@@ -168,7 +168,6 @@ typedef struct jctx {
     int loop_ctl;             /* 0, 1 = break, 2 = continue */
     int depth;                /* macro call depth */
     uint64_t steps, max_steps;
-    const jinja_template *tmpl;
     uint32_t cur_off;         /* offset of the node being evaluated */
     jv block_input;           /* the body of a {% filter %} block */
 } jctx;
@@ -216,8 +215,9 @@ bool ju_py_isspace(uint32_t cp);
 
 /* builtins (jinja_builtins.c) */
 typedef struct jargs { const jv *pos; int npos; const jname *kwn; const jv *kwv; int nkw; } jargs;
-jv jb_call_filter(jctx *c, const jnode *at, const jname *name, jv input, const jargs *args);
-bool jb_call_test(jctx *c, const jnode *at, const jname *name, jv input, const jargs *args);
+jv jb_call_filter(jctx *c, const jname *name, jv input, const jargs *args);
+bool jb_call_test(jctx *c, const jname *name, jv input, const jargs *args);
+jv jb_percent_format(jctx *c, const jv *fmt, const jv *args);   /* Python's str % args */
 bool jb_test_exists(const jname *name);
 bool jb_filter_exists(const jname *name);
 jv jb_global(jctx *c, const jname *name, bool *found);

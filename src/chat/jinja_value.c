@@ -374,7 +374,10 @@ bool jv_contains(jctx *c, const jv *container, const jv *item) {
                 return true;
         return false;
     case JV_DICT:
-    case JV_NS: return jd_get(container->d, item) != NULL;
+    case JV_NS:
+        if ((item->type == JV_LIST && !item->tuple) || item->type == JV_DICT)
+            jfail(c, "unhashable type: '%s'", jv_type_name(item->type));
+        return jd_get(container->d, item) != NULL;
     case JV_UNDEF: return false; /* Undefined iterates as empty */
     default:
         jfail(c, "argument of type '%s' is not iterable", jv_type_name(container->type));
