@@ -466,7 +466,7 @@ static void test_rope(void) {
 
 /* ---- paged attention ------------------------------------------------------------------------ */
 
-enum { NH = 4, NKV = 2, HD = 19, BS = 5, NBLOCKS = 24 };
+enum { NH = 4, NKV = 2, HD = 19, BS = 5, NBLOCKS = 40 };
 
 /* Reference: gather the sequence's context in order, then a two-pass softmax in double. */
 static void ref_attention(const cv_attention_args *a, int32_t t, int32_t s, double *out) {
@@ -500,24 +500,29 @@ static void ref_attention(const cv_attention_args *a, int32_t t, int32_t s, doub
 static void test_attention(cv_threadpool *pool) {
     /* Sequence 0: a 3-token chunk at positions 10..12 (context 13, earlier tokens already cached).
      * Sequence 1: one decode token at position 70 (context 71: two context tiles).
+     * Sequence 2: a 37-token chunk at positions 30..66: three query blocks of the tiled path, the
+     * causal cut falling inside the second context tile for some rows and not others.
      * Blocks are shuffled and interleaved between the sequences. */
+    enum { T = 41 };
     const int32_t table0[] = {17, 3, 9};
     const int32_t table1[] = {0, 22, 5, 11, 2, 19, 7, 13, 1, 23, 4, 15, 8, 20, 6};
-    const int32_t *tables[] = {table0, table1};
-    const int32_t positions[] = {10, 11, 12, 70};
-    const int32_t seq_start[] = {0, 3, 4};
+    const int32_t table2[] = {30, 24, 39, 25, 38, 26, 37, 27, 36, 28, 35, 29, 34, 31};
+    const int32_t *tables[] = {table0, table1, table2};
+    int32_t positions[T] = {10, 11, 12, 70};
+    for (int i = 4; i < T; i++) positions[i] = 30 + i - 4;
+    const int32_t seq_start[] = {0, 3, 4, T};
     float *k_cache = rand_vec((int64_t)NBLOCKS * BS * NKV * HD), *v_cache = rand_vec((int64_t)NBLOCKS * BS * NKV * HD);
-    float *q = rand_vec(4 * NH * HD), *out = rand_vec(4 * NH * HD);
-    for (int i = 0; i < 4 * NH * HD; i++) q[i] *= 3.0f; /* peaky softmax */
-    cv_attention_args a = {.n_tokens = 4, .n_seqs = 2, .seq_start = seq_start, .positions = positions,
+    float *q = rand_vec(T * NH * HD), *out = rand_vec(T * NH * HD);
+    for (int i = 0; i < T * NH * HD; i++) q[i] *= 3.0f; /* peaky softmax */
+    cv_attention_args a = {.n_tokens = T, .n_seqs = 3, .seq_start = seq_start, .positions = positions,
                            .block_tables = tables, .block_size = BS, .n_heads = NH, .n_kv_heads = NKV,
                            .head_dim = HD, .scale = 1.0f / sqrtf((float)HD), .q = q, .k_cache = k_cache,
                            .v_cache = v_cache, .out = out};
     cv_attention(pool, &a);
     double ref[NH * HD];
     int bad = 0;
-    for (int32_t t = 0; t < 4; t++) {
-        ref_attention(&a, t, t < 3 ? 0 : 1, ref);
+    for (int32_t t = 0; t < T; t++) {
+        ref_attention(&a, t, t < 3 ? 0 : t < 4 ? 1 : 2, ref);
         for (int i = 0; i < NH * HD; i++) bad += fabs(out[t * NH * HD + i] - ref[i]) > 1e-5;
     }
     CHECK_MSG(bad == 0, "attention (%s, %d threads): %d wrong", cv_isa_name(cv_isa_active()),

@@ -1,46 +1,61 @@
 /*
  * attention.c — causal grouped-query attention over a paged KV cache.
  *
- * A unit of work is one (token, KV head) pair: the token's query heads that share that KV head
- * (the GQA group) are processed together, so each K/V row fetched from the cache serves the whole
- * group while it is in L1. Context is consumed in tiles of 64 positions with an online softmax
- * (running max m, running sum l, output rescaled when m grows), so memory per unit is constant
- * and long contexts need no score buffer of context length; with the whole context in one tile
+ * Two shapes of work, both reading K/V straight from the cache through the block tables:
+ *
+ * Decode (a sequence with one token in the batch): a unit is (token, KV head). The query heads
+ * sharing that KV head (the GQA group) are processed together, so each K/V row fetched from the
+ * cache serves the whole group while it is in L1; scores are dot products, exps go through the
+ * vector exp. This is bound by reading the cache, not by arithmetic.
+ *
+ * Prefill (a sequence with several tokens: a prompt or a chunk of one): a unit is (a block of up
+ * to ~32/group consecutive tokens, KV head), flash-style: the block's query rows (tokens × group
+ * heads, ~32 rows) meet the context in tiles of 64 positions. Per tile K is transposed once into a
+ * [head_dim][64] buffer so that S = Q·Kᵀ and then O += P·V are both small lane-wise GEMMs
+ * (cpu_ops.h gemm_rows: broadcast one operand, FMA against vectors of the other), which reuse each
+ * K/V row for all ~32 rows instead of one head at a time. The causal mask only cuts the tiles at
+ * each row's own position.
+ *
+ * Both keep an online softmax (running max m, running sum l, output rescaled when m grows), so
+ * memory per unit is constant in the context length, and with the whole context in one tile
  * (≤ 64) it is the textbook f32 softmax exactly.
  *
- * Units are dealt to threads round-robin rather than in contiguous ranges: in a prefill, later
- * tokens see longer contexts, and interleaving evens out the per-thread work. Positions come from
- * the batch, not from the token's index, so chunked prefill (earlier context already cached) and
- * batches mixing sequences at different lengths need nothing special.
+ * Units are dealt to threads round-robin: in a prefill, later blocks see longer contexts, and
+ * interleaving evens out the per-thread work. Positions come from the batch, not from the token's
+ * index, so chunked prefill (earlier context already cached) and batches mixing sequences at
+ * different lengths need nothing special.
  */
 #include <assert.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "base/threadpool.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
 
-enum { CONTEXT_TILE = 64 };
+enum { CONTEXT_TILE = 64, BLOCK_ROWS = 32 };
 
 typedef struct attention_job {
     const cv_attention_args *a;
     const cv_cpu_ops *ops;
+    int group, block_tokens;
+    int64_t kv_width;
+    int32_t *unit_start; /* [n_seqs+1]: first unit of sequence s (in KV-head-major blocks) */
 } attention_job;
-
-static int32_t sequence_of(const cv_attention_args *a, int32_t t) {
-    int32_t lo = 0, hi = a->n_seqs - 1; /* last s with seq_start[s] <= t */
-    while (lo < hi) {
-        int32_t mid = (lo + hi + 1) / 2;
-        if (a->seq_start[mid] <= t) lo = mid;
-        else hi = mid - 1;
-    }
-    return lo;
-}
 
 typedef struct head_state {
     float max, sum;
 } head_state;
+
+static const float *cache_row(const attention_job *job, const float *cache, const int32_t *table, int32_t pos, int g) {
+    const cv_attention_args *a = job->a;
+    int64_t slot = (int64_t)table[pos / a->block_size] * a->block_size + pos % a->block_size;
+    return cache + slot * job->kv_width + (int64_t)g * a->head_dim;
+}
+
+/* ---- decode: one token ------------------------------------------------------------------------ */
 
 /* Folds one tile of scores for one query head into its running output. */
 static void fold_tile(const cv_cpu_ops *ops, const float *q, float *o, head_state *st, const float *const *krow,
@@ -57,52 +72,156 @@ static void fold_tile(const cv_cpu_ops *ops, const float *q, float *o, head_stat
         st->sum *= shrink;
         st->max = tile_max;
     }
-    for (int j = 0; j < n; j++) {
-        float p = expf(score[j] - st->max);
-        st->sum += p;
-        ops->axpy(o, p, vrow[j], hd);
-    }
+    st->sum += ops->exp_sum(score, score, st->max, n);
+    for (int j = 0; j < n; j++) ops->axpy(o, score[j], vrow[j], hd);
 }
 
-static void attend(const attention_job *job, int32_t t, int32_t g) {
+static void attend_one(const attention_job *job, int32_t s, int32_t t, int32_t g) {
     const cv_attention_args *a = job->a;
-    const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
-    const int64_t kv_width = (int64_t)a->n_kv_heads * hd;
-    const int32_t s = sequence_of(a, t);
+    const int hd = a->head_dim, group = job->group;
     const int32_t *table = a->block_tables[s];
     const int32_t n_ctx = a->positions[t] + 1;
     head_state st[group];
-    for (int h = 0; h < group; h++) {
-        st[h] = (head_state){-INFINITY, 0.0f};
-        memset(a->out + ((int64_t)t * a->n_heads + g * group + h) * hd, 0, (size_t)hd * sizeof(float));
-    }
+    float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)g * group) * hd;
+    const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)g * group) * hd;
+    for (int h = 0; h < group; h++) st[h] = (head_state){-INFINITY, 0.0f};
+    memset(out, 0, (size_t)group * (size_t)hd * sizeof(float));
     const float *krow[CONTEXT_TILE], *vrow[CONTEXT_TILE];
     for (int32_t j0 = 0; j0 < n_ctx; j0 += CONTEXT_TILE) {
         int n = n_ctx - j0 < CONTEXT_TILE ? n_ctx - j0 : CONTEXT_TILE;
         for (int j = 0; j < n; j++) {
-            int32_t pos = j0 + j;
-            int64_t slot = (int64_t)table[pos / a->block_size] * a->block_size + pos % a->block_size;
-            krow[j] = a->k_cache + slot * kv_width + (int64_t)g * hd;
-            vrow[j] = a->v_cache + slot * kv_width + (int64_t)g * hd;
+            krow[j] = cache_row(job, a->k_cache, table, j0 + j, g);
+            vrow[j] = cache_row(job, a->v_cache, table, j0 + j, g);
         }
-        for (int h = 0; h < group; h++) {
-            int64_t head = (int64_t)t * a->n_heads + g * group + h;
-            fold_tile(job->ops, a->q + head * hd, a->out + head * hd, &st[h], krow, vrow, n, hd, a->scale);
-        }
+        for (int h = 0; h < group; h++)
+            fold_tile(job->ops, q + (int64_t)h * hd, out + (int64_t)h * hd, &st[h], krow, vrow, n, hd, a->scale);
     }
-    for (int h = 0; h < group; h++)
-        job->ops->scale(a->out + ((int64_t)t * a->n_heads + g * group + h) * hd, 1.0f / st[h].sum, hd);
+    for (int h = 0; h < group; h++) job->ops->scale(out + (int64_t)h * hd, 1.0f / st[h].sum, hd);
+}
+
+/* ---- prefill: a block of tokens --------------------------------------------------------------- */
+
+/* Per-thread buffers of the tiled path, sized for BLOCK_ROWS·(group rounding) rows. */
+typedef struct block_scratch {
+    float *q;      /* [rows][hd], pre-scaled */
+    float *o;      /* [rows][hd] */
+    float *kt;     /* [hd][CONTEXT_TILE] */
+    float *s;      /* [rows][CONTEXT_TILE] */
+    head_state *st;
+} block_scratch;
+
+/* Rows r = token·group + head of the block [t0, t1) attend over their contexts. */
+static void attend_block(const attention_job *job, block_scratch *w, int32_t s, int32_t t0, int32_t t1, int32_t g) {
+    const cv_attention_args *a = job->a;
+    const cv_cpu_ops *ops = job->ops;
+    const int hd = a->head_dim, group = job->group, rows = (t1 - t0) * group;
+    const int32_t *table = a->block_tables[s];
+    for (int32_t t = t0; t < t1; t++)
+        for (int h = 0; h < group; h++) {
+            int r = (t - t0) * group + h;
+            const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)g * group + h) * hd;
+            for (int d = 0; d < hd; d++) w->q[(int64_t)r * hd + d] = q[d] * a->scale;
+            w->st[r] = (head_state){-INFINITY, 0.0f};
+        }
+    memset(w->o, 0, (size_t)rows * (size_t)hd * sizeof(float));
+    const int32_t n_ctx = a->positions[t1 - 1] + 1; /* positions ascend within a sequence */
+    const float *kt_rows[1024], *vrow[CONTEXT_TILE];
+    assert(hd <= 1024);
+    for (int d = 0; d < hd; d++) kt_rows[d] = w->kt + (int64_t)d * CONTEXT_TILE;
+    for (int32_t j0 = 0; j0 < n_ctx; j0 += CONTEXT_TILE) {
+        const int n = n_ctx - j0 < CONTEXT_TILE ? n_ctx - j0 : CONTEXT_TILE;
+        for (int j = 0; j < n; j++) {
+            const float *k = cache_row(job, a->k_cache, table, j0 + j, g);
+            for (int d = 0; d < hd; d++) w->kt[(int64_t)d * CONTEXT_TILE + j] = k[d];
+            vrow[j] = cache_row(job, a->v_cache, table, j0 + j, g);
+        }
+        ops->gemm_rows(w->s, CONTEXT_TILE, w->q, hd, kt_rows, rows, n, hd, false);
+        for (int r = 0; r < rows; r++) {
+            const int valid = a->positions[t0 + r / group] + 1 - j0; /* causal: keys up to the row's position */
+            float *sr = w->s + (int64_t)r * CONTEXT_TILE;
+            const int nv = valid < n ? valid : n;
+            if (nv <= 0) {
+                memset(sr, 0, (size_t)n * sizeof *sr);
+                continue;
+            }
+            float tile_max = sr[0];
+            for (int j = 1; j < nv; j++) tile_max = sr[j] > tile_max ? sr[j] : tile_max;
+            head_state *st = &w->st[r];
+            if (tile_max > st->max) {
+                float shrink = expf(st->max - tile_max);
+                ops->scale(w->o + (int64_t)r * hd, shrink, hd);
+                st->sum *= shrink;
+                st->max = tile_max;
+            }
+            st->sum += ops->exp_sum(sr, sr, st->max, nv);
+            if (nv < n) memset(sr + nv, 0, (size_t)(n - nv) * sizeof *sr);
+        }
+        ops->gemm_rows(w->o, hd, w->s, CONTEXT_TILE, vrow, rows, hd, n, true);
+    }
+    for (int32_t t = t0; t < t1; t++)
+        for (int h = 0; h < group; h++) {
+            int r = (t - t0) * group + h;
+            float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)g * group + h) * hd;
+            const float inv = 1.0f / w->st[r].sum;
+            for (int d = 0; d < hd; d++) out[d] = w->o[(int64_t)r * hd + d] * inv;
+        }
+}
+
+/* ---- scheduling ------------------------------------------------------------------------------- */
+
+static int32_t sequence_of_unit(const attention_job *job, int64_t u) {
+    int32_t lo = 0, hi = job->a->n_seqs - 1; /* last s with unit_start[s] <= u */
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (job->unit_start[mid] <= u) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+static void run_unit(const attention_job *job, block_scratch *w, int64_t u) {
+    const cv_attention_args *a = job->a;
+    const int32_t s = sequence_of_unit(job, u);
+    const int32_t first = a->seq_start[s], n = a->seq_start[s + 1] - first;
+    const int64_t local = u - job->unit_start[s];
+    const int32_t g = (int32_t)(local % a->n_kv_heads), block = (int32_t)(local / a->n_kv_heads);
+    if (n == 1) {
+        attend_one(job, s, first, g);
+        return;
+    }
+    const int32_t t0 = first + block * job->block_tokens;
+    const int32_t t1 = t0 + job->block_tokens < first + n ? t0 + job->block_tokens : first + n;
+    attend_block(job, w, s, t0, t1, g);
 }
 
 static void attention_task(void *arg, int ti, int nt) {
     const attention_job *job = arg;
-    const int64_t units = (int64_t)job->a->n_tokens * job->a->n_kv_heads;
-    for (int64_t u = ti; u < units; u += nt) attend(job, (int32_t)(u / job->a->n_kv_heads), (int32_t)(u % job->a->n_kv_heads));
+    const cv_attention_args *a = job->a;
+    const int64_t rows = (int64_t)job->block_tokens * job->group, hd = a->head_dim;
+    /* a few tens of KiB per thread and call: small-object allocation, abort on failure like cv_xmalloc */
+    float *buf = cv_xmalloc((size_t)(2 * rows * hd + hd * CONTEXT_TILE + rows * CONTEXT_TILE) * sizeof(float));
+    block_scratch w = {.q = buf, .o = buf + rows * hd, .kt = buf + 2 * rows * hd,
+                       .s = buf + 2 * rows * hd + hd * CONTEXT_TILE,
+                       .st = cv_xmalloc((size_t)rows * sizeof(head_state))};
+    const int64_t units = job->unit_start[a->n_seqs];
+    for (int64_t u = ti; u < units; u += nt) run_unit(job, &w, u);
+    free(w.st);
+    free(buf);
 }
 
 void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
     assert(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && a->block_size > 0);
     if (a->n_tokens <= 0) return;
-    attention_job job = {.a = a, .ops = cv_cpu_ops_active()};
+    attention_job job = {.a = a, .ops = cv_cpu_ops_active(), .group = a->n_heads / a->n_kv_heads,
+                         .kv_width = (int64_t)a->n_kv_heads * a->head_dim};
+    job.block_tokens = BLOCK_ROWS / job.group > 1 ? BLOCK_ROWS / job.group : 1;
+    job.unit_start = cv_xmalloc(((size_t)a->n_seqs + 1) * sizeof *job.unit_start);
+    job.unit_start[0] = 0;
+    for (int32_t s = 0; s < a->n_seqs; s++) {
+        int32_t n = a->seq_start[s + 1] - a->seq_start[s];
+        int32_t blocks = n == 1 ? 1 : (n + job.block_tokens - 1) / job.block_tokens;
+        job.unit_start[s + 1] = job.unit_start[s] + blocks * a->n_kv_heads;
+    }
     cv_threadpool_run(pool, attention_task, &job);
+    free(job.unit_start);
 }

@@ -61,6 +61,10 @@ typedef struct cv_cpu_ops {
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */
     /* y[i] = exp(x[i] − shift) (|rel err| < 2e-7 on the range softmax uses); returns Σ y. */
     float (*exp_sum)(float *y, const float *x, float shift, int64_t n);
+    /* Small row-major GEMM for attention tiles: c[i·ldc + j] (+)= Σ_p a[i·lda + p] · b[p][j] for
+     * i < m, j < n, p < k; b given as row pointers (K/V rows live in scattered cache slots). */
+    void (*gemm_rows)(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n, int k,
+                      bool accumulate);
     /* out[i] = silu(gate[i]) · up[i]. */
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
     /* Σ x[i]² accumulated in f32 over 16 (or 8) lanes. */

@@ -178,6 +178,43 @@ static void panel_avx2(const cv_panel_tile *t) {
     }
 }
 
+/* ---- attention tiles --------------------------------------------------------------------------- */
+
+/* MR rows × up to 16 columns (2 vectors, masked at the edge); see ops_avx512.c. */
+INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int n, int k,
+                       bool accumulate, const int MR) {
+    __m256 acc[4][2];
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < 2; v++) acc[i][v] = accumulate ? load_cols(c + i * ldc + 8 * v, n - 8 * v) : _mm256_setzero_ps();
+    for (int p = 0; p < k; p++) {
+        __m256 bv[2];
+        for (int v = 0; v < 2; v++) bv[v] = load_cols(b[p] + 8 * v, n - 8 * v);
+        for (int i = 0; i < MR; i++) {
+            __m256 av = _mm256_set1_ps(a[i * lda + p]);
+            for (int v = 0; v < 2; v++) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < 2; v++) store_cols(c + i * ldc + 8 * v, acc[i][v], n - 8 * v);
+}
+
+static void gemm_rows_avx2(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
+                           int k, bool accumulate) {
+    const float *shifted[k > 0 ? k : 1];
+    for (int j = 0; j < n; j += 16) {
+        for (int p = 0; p < k; p++) shifted[p] = b[p] + j;
+        int nj = n - j < 16 ? n - j : 16;
+        int i = 0;
+        for (; i + 4 <= m; i += 4) gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 4);
+        switch (m - i) {
+        case 3: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 3); break;
+        case 2: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 2); break;
+        case 1: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 1); break;
+        default: break;
+        }
+    }
+}
+
 /* ---- element-wise ------------------------------------------------------------------------------ */
 
 /* exp as in ops_avx512.c: 2^n · p(r) with a degree-6 polynomial; 2^n built in the exponent bits. */
@@ -248,6 +285,7 @@ const cv_cpu_ops cv_cpu_ops_avx2 = {
     .dot = dot_avx2,
     .axpy = axpy_avx2,
     .scale = scale_avx2,
+    .gemm_rows = gemm_rows_avx2,
     .exp_sum = exp_sum_avx2,
     .silu_mul = silu_mul_avx2,
     .sum_sq = sum_sq_avx2,

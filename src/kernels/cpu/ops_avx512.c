@@ -193,6 +193,47 @@ static void panel_f32(const cv_panel_tile *t) {
 
 static void panel_avx512(const cv_panel_tile *t) { panel_f32(t); }
 
+/* ---- attention tiles --------------------------------------------------------------------------- */
+
+/* MR rows × up to 64 columns (4 vectors, the last ones masked): the row of a broadcasts against
+ * four vectors of b's row per step, so each b load feeds MR FMAs. */
+INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int n, int k,
+                       bool accumulate, const int MR) {
+    __mmask16 m[4];
+    for (int v = 0; v < 4; v++) m[v] = n - 16 * v >= 16 ? (__mmask16)0xffff : n - 16 * v > 0 ? tail_mask(n - 16 * v) : 0;
+    __m512 acc[4][4];
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < 4; v++)
+            acc[i][v] = accumulate ? _mm512_maskz_loadu_ps(m[v], c + i * ldc + 16 * v) : _mm512_setzero_ps();
+    for (int p = 0; p < k; p++) {
+        __m512 bv[4];
+        for (int v = 0; v < 4; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], b[p] + 16 * v);
+        for (int i = 0; i < MR; i++) {
+            __m512 av = _mm512_set1_ps(a[i * lda + p]);
+            for (int v = 0; v < 4; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, m[v], acc[i][v]);
+}
+
+static void gemm_rows_avx512(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
+                             int k, bool accumulate) {
+    const float *shifted[k > 0 ? k : 1];
+    for (int j = 0; j < n; j += 64) {
+        for (int p = 0; p < k; p++) shifted[p] = b[p] + j;
+        int nj = n - j < 64 ? n - j : 64;
+        int i = 0;
+        for (; i + 4 <= m; i += 4) gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 4);
+        switch (m - i) {
+        case 3: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 3); break;
+        case 2: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 2); break;
+        case 1: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 1); break;
+        default: break;
+        }
+    }
+}
+
 /* ---- element-wise ------------------------------------------------------------------------------ */
 
 /* exp(x) for x ≤ 0-ish inputs of softmax and SiLU: 2^n · p(r), r = x − n·ln2 in [−ln2/2, ln2/2],
@@ -261,6 +302,7 @@ const cv_cpu_ops cv_cpu_ops_avx512 = {
     .dot = dot_avx512,
     .axpy = axpy_avx512,
     .scale = scale_avx512,
+    .gemm_rows = gemm_rows_avx512,
     .exp_sum = exp_sum_avx512,
     .silu_mul = silu_mul_avx512,
     .sum_sq = sum_sq_avx512,

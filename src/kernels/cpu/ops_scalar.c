@@ -65,6 +65,16 @@ static void panel_scalar(const cv_panel_tile *t) {
         }
 }
 
+static void gemm_rows_scalar(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
+                             int k, bool accumulate) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            float acc = accumulate ? c[i * ldc + j] : 0.0f;
+            for (int p = 0; p < k; p++) acc += a[i * lda + p] * b[p][j];
+            c[i * ldc + j] = acc;
+        }
+}
+
 static float exp_sum_scalar(float *y, const float *x, float shift, int64_t n) {
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++) sum += y[i] = expf(x[i] - shift);
@@ -88,6 +98,7 @@ const cv_cpu_ops cv_cpu_ops_scalar = {
     .dot = dot_scalar,
     .axpy = axpy_scalar,
     .scale = scale_scalar,
+    .gemm_rows = gemm_rows_scalar,
     .exp_sum = exp_sum_scalar,
     .silu_mul = silu_mul_scalar,
     .sum_sq = sum_sq_scalar,
