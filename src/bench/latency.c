@@ -7,6 +7,7 @@
  * --output-len tokens (ignore_eos, greedy), and the clock covers submission to the last token.
  * Prefill time is from submission until every request has its first token; decode is the rest.
  * Mean, standard deviation and percentiles are numpy's (stats.h), as vLLM computes them.
+ * --profile (cvllm's own) adds the time per op kind of the measured iterations (kernels/profile.h).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -20,11 +21,13 @@
 #include "bench/stats.h"
 #include "cli/args.h"
 #include "cvllm.h"
+#include "kernels/profile.h"
 
 typedef struct latency_args {
     cvllm_engine_options engine;
     int32_t input_len, output_len, batch_size, n, warmup, iters;
     const char *output_json;
+    bool profile;
 } latency_args;
 
 typedef struct batch_timing {
@@ -34,7 +37,8 @@ typedef struct batch_timing {
 static const char latency_usage[] =
     "usage: cvllm bench latency --model MODEL [--input-len 32] [--output-len 128] [--batch-size 8]\n"
     "                           [--n 1] [--num-iters-warmup 10] [--num-iters 30] [--output-json FILE]\n"
-    "                           [engine options]\n";
+    "                           [--profile] [engine options]\n"
+    "  --profile                    print the time per op kind (cvllm's own flag)\n";
 
 static int parse_latency_args(cv_args *a, latency_args *l) {
     cvllm_engine_options_default(&l->engine);
@@ -55,6 +59,7 @@ static int parse_latency_args(cv_args *a, latency_args *l) {
         else if (cv_args_value(a, "--num-iters-warmup", &v)) { if (cv_args_int(a, "--num-iters-warmup", v, 0, 1 << 20, &x)) l->warmup = (int32_t)x; }
         else if (cv_args_value(a, "--num-iters", &v)) { if (cv_args_int(a, "--num-iters", v, 1, 1 << 20, &x)) l->iters = (int32_t)x; }
         else if (cv_args_value(a, "--output-json", &v)) l->output_json = v;
+        else if (!strcmp(arg, "--profile")) { l->profile = true; a->i++; }
         else if (arg[0] != '-' && !l->engine.model) { l->engine.model = arg; a->i++; }
         else return cv_args_error(a, "unknown option %s (see cvllm bench latency --help)", arg);
     }
@@ -146,6 +151,31 @@ static void report(const latency_args *l, batch_timing *runs, int n) {
     free(lat);
 }
 
+/* Time per op kind over the measured iterations, largest first. */
+static void report_profile(void) {
+    cv_profile_totals t;
+    cv_profile_read(&t);
+    uint64_t total = 0;
+    int order[CV_OP_COUNT];
+    for (int k = 0; k < CV_OP_COUNT; k++) total += t.ns[k], order[k] = k;
+    for (int i = 1; i < CV_OP_COUNT; i++) /* insertion sort by time, descending */
+        for (int j = i; j > 0 && t.ns[order[j]] > t.ns[order[j - 1]]; j--) {
+            int tmp = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = tmp;
+        }
+    printf("Profile (measured iterations, forward passes only):\n");
+    printf("  %-18s %12s %7s %10s %12s\n", "op", "total ms", "share", "calls", "us/call");
+    for (int i = 0; i < CV_OP_COUNT; i++) {
+        int k = order[i];
+        if (!t.calls[k]) continue;
+        printf("  %-18s %12.2f %6.1f%% %10llu %12.2f\n", cv_op_kind_name((cv_op_kind)k), t.ns[k] * 1e-6,
+               100.0 * (double)t.ns[k] / (double)(total ? total : 1), (unsigned long long)t.calls[k],
+               t.ns[k] * 1e-3 / (double)t.calls[k]);
+    }
+    printf("  %-18s %12.2f\n", "total", total * 1e-6);
+}
+
 int cv_bench_latency_main(int argc, char **argv) {
     latency_args l = {0};
     cv_args a = {.cmd = "bench latency", .argc = argc, .argv = argv, .i = 1};
@@ -162,12 +192,16 @@ int cv_bench_latency_main(int argc, char **argv) {
     int32_t *prompt = cv_xmalloc((size_t)l.input_len * sizeof *prompt);
     batch_timing *runs = cv_xcalloc((size_t)l.iters, sizeof *runs), scratch;
     for (int i = 0; i < l.warmup && !rc; i++) rc = run_batch(e, &l, &rng, prompt, &scratch);
+    cv_profile_reset();
+    cv_profile_enable(l.profile);
     for (int i = 0; i < l.iters && !rc; i++) rc = run_batch(e, &l, &rng, prompt, &runs[i]);
+    cv_profile_enable(false);
     if (rc) {
         fprintf(stderr, "cvllm bench latency: %s\n", cvllm_last_error());
         status = 1;
     } else {
         report(&l, runs, l.iters);
+        if (l.profile) report_profile();
     }
     free(runs);
     free(prompt);
