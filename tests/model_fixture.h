@@ -11,9 +11,15 @@
  *   (d) continued greedily for 8 steps: logits vs the reference's teacher-forced gen_logits, ids
  *       vs its greedy ids,
  * and, for models with recurrent state, (e) prefilled part-way, its state slot copied byte for byte
- * to another slot, and finished from the copy (the engine's checkpoint/rollback contract).
+ * to another slot, and finished from the copy (the engine's checkpoint/rollback contract),
+ * (f) prefilled in one call next to another prompt, with state checkpoints at positions on and off
+ * the 64-token chunk grid (first and last token included), each then continued from a fresh copy of
+ * its checkpoint slot, and (g) decoded speculatively: 1+k-token verify calls with a checkpoint at
+ * every position, the drafts after the accepted ones wrong, each call followed by a rollback to the
+ * checkpoint of the last accepted token.
  * Every prefix of a reference prompt has reference logits (the first rows, by causality), so the
- * "other" prompts in (c) are the other reference prompt and a prefix of the long one.
+ * "other" prompts in (c) are the other reference prompt and a prefix of the long one. Past the
+ * prompt, the reference's greedy ids are fed (teacher forcing) and checked against its gen_logits.
  *
  * The KV cache uses 16-token blocks handed out from a shuffled free list (non-contiguous, with
  * sequences interleaved) and starts filled with NaN, so a read of any slot that was not written
@@ -44,7 +50,7 @@
 #define MF_BLOCK_SIZE 16
 #define MF_NUM_BLOCKS 48
 #define MF_MAX_TOKENS 160
-#define MF_STATE_SLOTS 4
+#define MF_STATE_SLOTS 10
 
 static double mf_worst_overall;
 
@@ -85,6 +91,21 @@ static int mf_load_reference(const char *dir, const char *prompt, mf_reference *
 static void mf_free_reference(mf_reference *ref) {
     free(ref->logits);
     free(ref->gen_logits);
+}
+
+/* The reference logits at `position` of the prompt continued by the greedy ids (the row that
+ * predicts the token after it): prompt rows, then the teacher-forced gen_logits. */
+static const float *mf_expected_row(const mf_reference *ref, int32_t position) {
+    if (position < ref->n_prompt) return ref->logits + (int64_t)position * ref->vocab;
+    if (position - ref->n_prompt + 1 >= 8) abort(); /* past the reference: a test bug */
+    return ref->gen_logits + (int64_t)(position - ref->n_prompt + 1) * ref->vocab;
+}
+
+/* The prompt followed by the greedy ids: every position has reference logits. Returns its length. */
+static int32_t mf_full_stream(const mf_reference *ref, int32_t *stream) {
+    memcpy(stream, ref->prompt, (size_t)ref->n_prompt * sizeof *stream);
+    memcpy(stream + ref->n_prompt, ref->greedy, 7 * sizeof *stream);
+    return ref->n_prompt + 7;
 }
 
 /* max|Δ| / max|ref| over one row of logits. */
@@ -177,6 +198,7 @@ typedef struct mf_step {
     int64_t slots[3 * MF_MAX_TOKENS];
     int32_t seq_start[4], context_lens[3], state_slots[3];
     const int32_t *tables[3];
+    cv_state_checkpoint checkpoints[MF_STATE_SLOTS];
     cv_batch batch;
 } mf_step;
 
@@ -184,7 +206,14 @@ static void mf_step_begin(mf_step *st) {
     st->seq_start[0] = 0;
     st->batch = (cv_batch){.token_ids = st->token_ids, .positions = st->positions, .slot_mapping = st->slots,
                            .seq_start = st->seq_start, .context_lens = st->context_lens, .block_tables = st->tables,
-                           .state_slots = st->state_slots, .logit_rows = st->logit_rows};
+                           .state_slots = st->state_slots, .checkpoints = st->checkpoints,
+                           .logit_rows = st->logit_rows};
+}
+
+/* Asks for the state of batch sequence `seq` right after `position` in `slot`. */
+static void mf_step_checkpoint(mf_step *st, int32_t seq, int32_t position, int32_t slot) {
+    if (st->batch.n_checkpoints == MF_STATE_SLOTS) abort(); /* a test bug */
+    st->checkpoints[st->batch.n_checkpoints++] = (cv_state_checkpoint){seq, position, slot};
 }
 
 /* Appends the next `n` tokens of s to the step as one sequence, all of them wanting logits. */
@@ -247,8 +276,7 @@ static void mf_check_rows(mf_fixture *fx, const char *what, const float *logits,
                           int32_t n) {
     double worst = 0;
     for (int32_t i = 0; i < n; i++) {
-        double e = mf_row_error(logits + (int64_t)i * fx->vocab, ref->logits + (int64_t)(first + i) * fx->vocab,
-                                fx->vocab);
+        double e = mf_row_error(logits + (int64_t)i * fx->vocab, mf_expected_row(ref, first + i), fx->vocab);
         worst = e > worst || isnan(e) ? e : worst;
     }
     CHECK_MSG(worst <= MF_TOLERANCE, "%s [%s] %s positions %d..%d: rel error %.3g", fx->name,
@@ -376,6 +404,110 @@ static void mf_run_state_copy(mf_fixture *fx, const mf_reference *ref) {
     mf_feed(fx, ref, &s, s.n_total, 50, "after a state copy");
 }
 
+static void mf_poison_slot(mf_fixture *fx, int32_t slot) {
+    cv_state_cache *st = &fx->cache.state;
+    memset(st->data + (size_t)slot * st->slot_bytes, 0xff, st->slot_bytes); /* NaN everywhere */
+}
+
+/* NaN into the KV entries of s at positions [from, to), so that a continuation from `from` cannot
+ * read what an earlier call wrote there. */
+static void mf_poison_kv(mf_fixture *fx, const mf_sequence *s, int32_t from, int32_t to) {
+    const cv_kv_spec *spec = &fx->model->kv_spec;
+    const int64_t width = (int64_t)spec->num_kv_heads * spec->head_dim;
+    for (int32_t p = from; p < to && p < s->n_blocks * MF_BLOCK_SIZE; p++) {
+        int64_t slot = (int64_t)s->block_table[p / MF_BLOCK_SIZE] * MF_BLOCK_SIZE + p % MF_BLOCK_SIZE;
+        for (int l = 0; l < spec->num_layers; l++)
+            for (int64_t i = 0; i < width; i++)
+                fx->cache.kv.k[l][slot * width + i] = fx->cache.kv.v[l][slot * width + i] = NAN;
+    }
+}
+
+/* Continues a copy of s from just after `position`, out of state slot `slot`, to `until`. */
+static void mf_resume(mf_fixture *fx, const mf_reference *ref, const mf_sequence *s, int32_t position, int32_t slot,
+                      int32_t until, const char *what) {
+    mf_sequence c = *s;
+    c.done = position + 1;
+    c.state_slot = slot;
+    mf_poison_kv(fx, &c, c.done, until);
+    mf_feed(fx, ref, &c, until, 37, what);
+}
+
+/* (f): `ref` with checkpoints, batched behind 20 tokens of `other` with one checkpoint of its own. */
+static void mf_run_checkpoints(mf_fixture *fx, const mf_reference *ref, const mf_reference *other) {
+    if (!fx->cache.state.num_slots) return;
+    mf_scenario(fx, "checkpoints");
+    mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
+    int32_t stream[MF_MAX_TOKENS + 8];
+    const int32_t n = ref->n_prompt, n_other = other->n_prompt < 20 ? other->n_prompt : 20;
+    mf_sequence s = {.tokens = stream, .n_total = mf_full_stream(ref, stream), .state_slot = 0};
+    mf_sequence o = {.tokens = other->prompt, .n_total = other->n_prompt, .state_slot = 8};
+    mf_sequence_reserve(&fx->cache, &s, s.n_total);
+    mf_step st;
+    mf_step_begin(&st);
+    mf_step_add(&st, &fx->cache, &o, n_other);
+    mf_step_add(&st, &fx->cache, &s, n);
+    const int32_t other_at = n_other / 2;
+    mf_step_checkpoint(&st, 0, other_at, 9);
+    static const int32_t wanted[] = {0, 3, 16, 63, 100};
+    for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++)
+        if (wanted[i] < n - 1) mf_step_checkpoint(&st, 1, wanted[i], st.batch.n_checkpoints);
+    mf_step_checkpoint(&st, 1, n - 1, st.batch.n_checkpoints);
+    int rc = mf_forward(fx, &st);
+    CHECK_MSG(rc == 0, "%s: forward with checkpoints failed: %s", fx->name, cv_error_message());
+    if (rc) return;
+    mf_check_rows(fx, "checkpointed prefill", fx->logits, other, 0, n_other);
+    mf_check_rows(fx, "checkpointed prefill", fx->logits + (int64_t)n_other * fx->vocab, ref, 0, n);
+    mf_poison_slot(fx, 0);
+    mf_poison_slot(fx, 8);
+    cv_state_checkpoint ck[MF_STATE_SLOTS];
+    const int32_t n_ck = st.batch.n_checkpoints;
+    memcpy(ck, st.checkpoints, (size_t)n_ck * sizeof *ck);
+    for (int32_t i = 0; i < n_ck; i++)
+        if (ck[i].seq == 0) mf_resume(fx, other, &o, ck[i].position, ck[i].slot, o.n_total, "after a checkpoint");
+        else mf_resume(fx, ref, &s, ck[i].position, ck[i].slot, s.n_total, "after a checkpoint");
+}
+
+/* (g): prefill, then verify calls of 1+k tokens whose accepted count cycles through 0..k, the
+ * rejected drafts being wrong tokens; the state rolls back to the last accepted token's checkpoint. */
+static void mf_run_verify(mf_fixture *fx, const mf_reference *ref) {
+    enum { K = 3 };
+    if (!fx->cache.state.num_slots) return;
+    mf_scenario(fx, "verify");
+    mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
+    int32_t stream[MF_MAX_TOKENS + 8], input[MF_MAX_TOKENS + 8];
+    mf_sequence s = {.tokens = input, .n_total = mf_full_stream(ref, stream), .state_slot = 0};
+    memcpy(input, stream, (size_t)s.n_total * sizeof *input);
+    const int32_t prefill = ref->n_prompt > 40 ? 40 : 2;
+    if (mf_feed(fx, ref, &s, prefill, prefill, "before verifying")) return;
+    static const int32_t accepted_cycle[] = {1, K, 0, 2};
+    for (int round = 0; s.done < s.n_total; round++) {
+        const int32_t pos = s.done, n = s.n_total - pos < 1 + K ? s.n_total - pos : 1 + K;
+        int32_t accepted = accepted_cycle[round % 4] < n - 1 ? accepted_cycle[round % 4] : n - 1;
+        for (int32_t j = accepted + 1; j < n; j++) input[pos + j] = (stream[pos + j] + 1 + j) % fx->vocab;
+        mf_step st;
+        mf_step_begin(&st);
+        mf_step_add(&st, &fx->cache, &s, n);
+        int32_t dest[1 + K];
+        for (int32_t j = 0, slot = 0; j < n; j++, slot++) {
+            if (slot == s.state_slot) slot++;
+            dest[j] = slot;
+            mf_step_checkpoint(&st, 0, pos + j, slot);
+        }
+        int rc = mf_forward(fx, &st);
+        CHECK_MSG(rc == 0, "%s: verify forward failed: %s", fx->name, cv_error_message());
+        if (rc) return;
+        mf_check_rows(fx, "verify", fx->logits, ref, pos, accepted + 1);
+        memcpy(input + pos, stream + pos, (size_t)n * sizeof *input);
+        /* Only the kept checkpoint survives: a copy the next call fails to write reads as NaN. */
+        mf_poison_slot(fx, s.state_slot);
+        for (int32_t j = 0; j < n; j++)
+            if (j != accepted) mf_poison_slot(fx, dest[j]);
+        mf_poison_kv(fx, &s, pos + accepted + 1, pos + n);
+        s.done = pos + accepted + 1;
+        s.state_slot = dest[accepted];
+    }
+}
+
 static int mf_load_model(const char *dir, cv_model_config *cfg, cv_weight_source **src, cv_threadpool *pool,
                          cv_model **model) {
     int rc = cv_model_config_load(dir, cfg);
@@ -424,6 +556,8 @@ static void mf_test_folder(const char *folder, cv_threadpool *pool, const int32_
             mf_run_batched(&fx, &refs[p], &refs[1 - p], &refs[1]);
             mf_run_greedy(&fx, &refs[p]);
             mf_run_state_copy(&fx, &refs[p]);
+            mf_run_checkpoints(&fx, &refs[p], &refs[1 - p]);
+            mf_run_verify(&fx, &refs[p]);
         }
         printf("%-18s %-6s max rel error %.3g:", folder, cv_isa_name(cv_isa_active()), fx.worst);
         for (int i = 0; i < fx.n_scenarios; i++)

@@ -14,7 +14,9 @@
  * Failure paths: missing/ill-typed linear-attention fields, layer_types of the wrong length or
  * spelling, value heads not a multiple of key heads, shape mismatches naming the tensor, a missing
  * GDN tensor, attn_output_gate=false, and batches without state slots, with shared, out-of-range
- * or too-small slots.
+ * or too-small slots; state checkpoints naming a missing sequence, unsorted, outside the batch's
+ * tokens, into an out-of-range, running or doubly written slot, or asked of a stateless model.
+ * (The checkpoint scenarios themselves, prefill and verify, run in model_fixture.h.)
  */
 #include <math.h>
 #include <stdint.h>
@@ -252,6 +254,7 @@ static void test_bad_state(cv_threadpool *pool) {
     /* 3 GDN layers × (conv state 3×256 + 4 heads × 32×32) floats; 1 attention layer in the KV cache. */
     CHECK_EQ_INT(m->state_bytes_per_seq, 3 * (3 * 256 + 4 * 32 * 32) * 4);
     CHECK_EQ_INT(m->kv_spec.num_layers, 1);
+    CHECK(m->state_checkpoints);
     mf_cache c;
     mf_cache_init(&c, m);
     static const int32_t ids[] = {1, 2, 3, 4};
@@ -262,7 +265,7 @@ static void test_bad_state(cv_threadpool *pool) {
     mf_step_add(&st, &c, &b, 2);
     expect_state_error(m, &c, &st, &c.state, "share state slot 1");
     st.state_slots[1] = MF_STATE_SLOTS;
-    expect_state_error(m, &c, &st, &c.state, "state slot 4, outside [0, 4)");
+    expect_state_error(m, &c, &st, &c.state, "state slot 10, outside [0, 10)");
     st.state_slots[1] = 2;
     expect_state_error(m, &c, &st, NULL, "no state cache");
     st.batch.state_slots = NULL;
@@ -271,10 +274,63 @@ static void test_bad_state(cv_threadpool *pool) {
     cv_state_cache small = c.state;
     small.slot_bytes -= 64;
     expect_state_error(m, &c, &st, &small, "the model needs");
+    /* Checkpoints: a, b run in slots 1 and 2. */
+    const cv_state_checkpoint good[] = {{0, 1, 0}, {1, 0, 3}};
+    st.batch.checkpoints = good;
+    st.batch.n_checkpoints = 2;
+    float *logits = cv_xmalloc(4 * (size_t)m->vocab_size * sizeof(float));
+    CHECK_EQ_INT(m->ops->forward(m, &st.batch, &c.kv, &c.state, logits), 0);
+    free(logits);
+    static const struct {
+        cv_state_checkpoint list[2];
+        const char *error;
+    } bad[] = {
+        {{{0, 1, 0}, {2, 0, 3}}, "checkpoint 1 names sequence 2, outside [0, 2)"},
+        {{{1, 0, 0}, {0, 1, 3}}, "not sorted by (sequence, position) at entry 1"},
+        {{{0, 1, 0}, {0, 0, 3}}, "not sorted by (sequence, position) at entry 1"},
+        {{{0, 2, 0}, {1, 0, 3}}, "checkpoint 0 at position 2 is not among the tokens of sequence 0"},
+        {{{0, 1, 0}, {1, 0, MF_STATE_SLOTS}}, "checkpoint 1 has state slot 10, outside [0, 10)"},
+        {{{0, 1, 1}, {1, 0, 3}}, "checkpoint 0 writes state slot 1, which a sequence of the batch"},
+        {{{0, 1, 3}, {1, 1, 3}}, "checkpoint 1 writes state slot 3"},
+    };
+    for (size_t i = 0; i < CV_ARRAY_LEN(bad); i++) {
+        st.batch.checkpoints = bad[i].list;
+        expect_state_error(m, &c, &st, &c.state, bad[i].error);
+    }
+    st.batch.checkpoints = NULL;
+    expect_state_error(m, &c, &st, &c.state, "n_checkpoints=2 without a checkpoint list");
+    st.batch.n_checkpoints = 0;
     st.positions[1] = 2; /* a gap: the state would skip a token */
     st.slots[1] = (int64_t)a.block_table[0] * MF_BLOCK_SIZE + 2;
     st.context_lens[0] = 3;
     expect_state_error(m, &c, &st, &c.state, "not consecutive");
+    mf_cache_free(&c);
+    cv_model_free(m);
+    cv_weight_source_free(src);
+    cv_model_config_free(&cfg);
+}
+
+/* Checkpoints asked of a model that keeps no recurrent state. */
+static void test_checkpoints_without_state(cv_threadpool *pool) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/vectors/qwen3-moe-f32", CVLLM_TEST_DATA);
+    cv_model_config cfg;
+    cv_weight_source *src;
+    cv_model *m;
+    if (mf_load_model(dir, &cfg, &src, pool, &m)) {
+        CHECK_MSG(0, "loading %s: %s", dir, cv_error_message());
+        return;
+    }
+    CHECK(!m->state_checkpoints);
+    mf_cache c;
+    mf_cache_init(&c, m);
+    static const int32_t ids[] = {1, 2};
+    mf_sequence a = {.tokens = ids, .n_total = 2};
+    mf_step st;
+    mf_step_begin(&st);
+    mf_step_add(&st, &c, &a, 2);
+    mf_step_checkpoint(&st, 0, 1, 0);
+    expect_state_error(m, &c, &st, NULL, "state checkpoints asked of a model without recurrent state");
     mf_cache_free(&c);
     cv_model_free(m);
     cv_weight_source_free(src);
@@ -328,6 +384,7 @@ int main(void) {
     test_conv_state();
     test_load_errors(pool);
     test_bad_state(pool);
+    test_checkpoints_without_state(pool);
     test_dummy_weights(pool);
     mf_test_folders_on_each_isa("test_hybrid_ref", FOLDERS, (int)CV_ARRAY_LEN(FOLDERS), pool, CHUNKS,
                                 (int)CV_ARRAY_LEN(CHUNKS));

@@ -217,6 +217,11 @@ void cv_l2norm(float *x, int64_t rows, int64_t dim, float eps, float scale);
  * sequence start) and is advanced past x. */
 void cv_conv1d_silu(float *y, const float *x, int64_t ld_x, int64_t n, int64_t channels, const float *w, int kernel,
                     float *state);
+/* The conv state as it stands right after token j of x (0 ≤ j < n) of the same call, written to
+ * dst [kernel−1][channels]: the raw inputs of tokens j−kernel+2 .. j, from `state` (as it was before
+ * the call) where they precede x. */
+void cv_conv1d_state_after(float *dst, const float *x, int64_t ld_x, int64_t j, int64_t channels, int kernel,
+                           const float *state);
 
 /* Gated-delta-rule gates per token and value head: beta = σ(b), g = −exp(a_log)·softplus(a + dt_bias)
  * (softplus(z) = z above 20, as in PyTorch). a, b, g, beta are [n_tokens][n_heads]. */
@@ -228,8 +233,11 @@ void cv_gdn_gates(float *g, float *beta, const float *a, const float *b, int64_t
  *   S ← exp(g)·S;  δ = beta·(v − Sᵀk);  S ← S + k ⊗ δ;  o = Sᵀq
  * with the state S [k_dim][v_dim] f32 per head. A sequence's tokens continue from its state, which
  * is left after its last token. Single tokens use that recurrence; longer runs the equivalent
- * chunked form (64-token chunks counted from the run's first token), which touches the state once
+ * chunked form (chunks of up to 64 tokens from the run's first token), which touches the state once
  * per chunk. q and k must already be L2-normalised (q also scaled by k_dim^−1/2).
+ * Checkpoints (optional): sequence s's entries [ckpt_start[s], ckpt_start[s+1]) ask for a copy of
+ * its state as it stands right after token ckpt_token[i] of its run (ascending per sequence) in
+ * ckpt_states[i]; chunks are cut there, so the copy is exact and costs one state write.
  */
 typedef struct cv_gdn_args {
     int32_t n_seqs;
@@ -241,6 +249,9 @@ typedef struct cv_gdn_args {
     const float *g, *beta;          /* [n_tokens][n_v_heads] */
     float *out;                     /* [n_tokens][n_v_heads·v_dim] */
     void *workspace;                /* cv_gdn_workspace_bytes(...) bytes, 64-byte aligned */
+    const int32_t *ckpt_start;      /* [n_seqs+1], or NULL: no checkpoints */
+    const int32_t *ckpt_token;      /* token index within its sequence's run */
+    float *const *ckpt_states;      /* → [n_v_heads][k_dim][v_dim], none of them a sequence's state */
 } cv_gdn_args;
 
 size_t cv_gdn_workspace_bytes(const cv_threadpool *pool, int32_t k_dim, int32_t v_dim);

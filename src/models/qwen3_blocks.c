@@ -4,7 +4,8 @@
  *
  * The batch is validated up front because the kernels trust their indices: a bad slot, block id or
  * state slot would otherwise be a wild memory access. Two sequences sharing a state slot would race
- * on (and corrupt) one recurrent state, so slots must be distinct within a batch.
+ * on (and corrupt) one recurrent state, so slots must be distinct within a batch; so must the slots
+ * that state checkpoints are copied into, from each other and from the running ones.
  *
  * Attention follows qwen-arch.md §1.3/§2.3/§4.5: projections, per-head RMSNorm of q and k (gains
  * already in effective form), RoPE on the first rot_dim dims, K/V into the paged cache, causal GQA
@@ -199,6 +200,42 @@ static int check_state(const cv_batch *b, const cv_state_cache *state, size_t st
     return 0;
 }
 
+/* Checkpoints: sorted by (seq, position), inside their sequence's tokens of this batch, written to
+ * slots that no sequence of the batch runs in and no other checkpoint writes (either would make
+ * the copy race with, or clobber, a state being computed). */
+static int check_checkpoints(const cv_batch *b, const cv_state_cache *state) {
+    if (b->n_checkpoints < 0 || (b->n_checkpoints > 0 && !b->checkpoints))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: n_checkpoints=%d without a checkpoint list",
+                       b->n_checkpoints);
+    int rc = 0;
+    uint8_t *taken = cv_xcalloc((size_t)state->num_slots, 1);
+    for (int32_t s = 0; s < b->n_seqs; s++) taken[b->state_slots[s]] = 1;
+    for (int32_t i = 0; i < b->n_checkpoints && !rc; i++) {
+        const cv_state_checkpoint *c = &b->checkpoints[i];
+        if (c->seq < 0 || c->seq >= b->n_seqs)
+            rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: checkpoint %d names sequence %d, outside [0, %d)", i,
+                         c->seq, b->n_seqs);
+        else if (i > 0 && (c->seq < c[-1].seq || (c->seq == c[-1].seq && c->position < c[-1].position)))
+            rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: checkpoints are not sorted by (sequence, position) at "
+                                                     "entry %d", i);
+        else if (b->seq_start[c->seq] == b->seq_start[c->seq + 1] ||
+                 c->position < b->positions[b->seq_start[c->seq]] ||
+                 c->position > b->positions[b->seq_start[c->seq + 1] - 1])
+            rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: checkpoint %d at position %d is not among the tokens of "
+                                                     "sequence %d in this batch", i, c->position, c->seq);
+        else if (c->slot < 0 || c->slot >= state->num_slots)
+            rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: checkpoint %d has state slot %d, outside [0, %d)", i,
+                         c->slot, state->num_slots);
+        else if (taken[c->slot])
+            rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: checkpoint %d writes state slot %d, which a sequence of "
+                                                     "the batch or another checkpoint uses", i, c->slot);
+        else
+            taken[c->slot] = 1;
+    }
+    free(taken);
+    return rc;
+}
+
 int qb_check_batch(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int32_t kv_layers,
                    const cv_state_cache *state, size_t state_bytes) {
     if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || (b->n_tokens > 0 && b->n_seqs == 0))
@@ -214,7 +251,10 @@ int qb_check_batch(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int3
     }
     if (state_bytes > 0) {
         int rc = check_state(b, state, state_bytes);
+        if (!rc) rc = check_checkpoints(b, state);
         if (rc) return rc;
+    } else if (b->n_checkpoints != 0) {
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: state checkpoints asked of a model without recurrent state");
     }
     for (int32_t i = 0; i < b->n_logits; i++)
         if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)

@@ -22,6 +22,10 @@
  * state [kernel−1][conv_dim] then its delta-rule state [n_v_heads][k_dim][v_dim], all f32, each part
  * 64-byte aligned. A sequence whose first token in the batch is at position 0 gets its slot zeroed
  * first. Only the full-attention layers use the paged KV cache (kv layer = their rank).
+ * A checkpoint (model.h) is written layer by layer as the forward passes through: the conv part
+ * from the raw inputs around the token (cv_conv1d_state_after), the delta-rule part by the kernel,
+ * which cuts its chunks at the token; attention layers keep nothing in the slot. So a forward with
+ * checkpoints costs a few extra chunk boundaries and one state write per checkpoint, not a pass.
  *
  * Scratch: the attention and GDN activations are never live together, so they share one region of
  * the arena sized for the larger.
@@ -70,6 +74,8 @@ typedef struct hybrid_scratch {
     void *mem;
     float *x, *a, *t, *cos, *sin;
     float **states;                         /* [capacity] per sequence of the batch */
+    int32_t *ckpt_start, *ckpt_token;       /* [capacity+1], [capacity]: the batch's checkpoints per sequence */
+    float **ckpt_states;                    /* [capacity]: their delta-rule states in the current layer */
     qb_attention_scratch attn;
     gdn_scratch gdn;
     qb_moe_scratch moe;
@@ -290,6 +296,9 @@ static void carve_scratch(hybrid_model *m, int32_t tokens, qb_arena *ar) {
     s->cos = qb_take(ar, T * half_rot);
     s->sin = qb_take(ar, T * half_rot);
     s->states = qb_take(ar, T * sizeof *s->states);
+    s->ckpt_start = qb_take(ar, (T + 1) * sizeof *s->ckpt_start);
+    s->ckpt_token = qb_take(ar, T * sizeof *s->ckpt_token);
+    s->ckpt_states = qb_take(ar, T * sizeof *s->ckpt_states);
     qb_moe_scratch_take(&s->moe, &m->moe_sizes, m->base.pool, m->hidden, ar, tokens);
     const size_t mixer = ar->size;
     qb_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
@@ -363,8 +372,34 @@ static void gdn_project(const hybrid_model *m, const gdn_weights *w, const float
     }
 }
 
+static uint8_t *slot_bytes(const cv_state_cache *st, int32_t slot) { return st->data + (size_t)slot * st->slot_bytes; }
+
 static uint8_t *state_slot(const cv_batch *b, const cv_state_cache *st, int32_t s) {
-    return st->data + (size_t)b->state_slots[s] * st->slot_bytes;
+    return slot_bytes(st, b->state_slots[s]);
+}
+
+/* The batch's checkpoints grouped by sequence, as token indices within each sequence's run (the
+ * batch checks guarantee they are sorted and inside the run). */
+static void index_checkpoints(hybrid_scratch *s, const cv_batch *b) {
+    int32_t i = 0;
+    for (int32_t q = 0; q < b->n_seqs; q++) {
+        s->ckpt_start[q] = i;
+        for (; i < b->n_checkpoints && b->checkpoints[i].seq == q; i++)
+            s->ckpt_token[i] = b->checkpoints[i].position - b->positions[b->seq_start[q]];
+    }
+    s->ckpt_start[b->n_seqs] = i;
+}
+
+/* Conv states at the checkpoints of sequence q, before the conv advances the sequence's own state. */
+static void checkpoint_conv_states(const hybrid_model *m, const cv_batch *b, const cv_state_cache *st, size_t part,
+                                   int32_t q) {
+    const gdn_dims *g = &m->gd;
+    const hybrid_scratch *s = &m->s;
+    const float *x = s->gdn.qkv + (int64_t)b->seq_start[q] * g->conv_dim;
+    const float *state = (const float *)(state_slot(b, st, q) + part);
+    for (int32_t i = s->ckpt_start[q]; i < s->ckpt_start[q + 1]; i++)
+        cv_conv1d_state_after((float *)(slot_bytes(st, b->checkpoints[i].slot) + part), x, g->conv_dim,
+                              s->ckpt_token[i], g->conv_dim, g->kernel, state);
 }
 
 static void gdn_block(hybrid_model *m, const hybrid_layer *ly, const cv_batch *b, const cv_state_cache *st,
@@ -378,10 +413,13 @@ static void gdn_block(hybrid_model *m, const hybrid_layer *ly, const cv_batch *b
         const int32_t t0 = b->seq_start[q], n = b->seq_start[q + 1] - t0;
         uint8_t *slot = state_slot(b, st, q) + part;
         m->s.states[q] = (float *)(slot + m->conv_state_bytes);
+        if (b->n_checkpoints) checkpoint_conv_states(m, b, st, part, q);
         if (n > 0)
             cv_conv1d_silu(s->u + (int64_t)t0 * g->conv_dim, s->qkv + (int64_t)t0 * g->conv_dim, g->conv_dim, n,
                            g->conv_dim, ly->gdn.conv, g->kernel, (float *)slot);
     }
+    for (int32_t i = 0; i < b->n_checkpoints; i++)
+        m->s.ckpt_states[i] = (float *)(slot_bytes(st, b->checkpoints[i].slot) + part + m->conv_state_bytes);
     for (int64_t t = 0; t < T; t++) {
         float *row = s->u + t * g->conv_dim;
         cv_l2norm(row, g->n_k_heads, g->k_dim, 1e-6f, 1.0f / sqrtf((float)g->k_dim));
@@ -392,7 +430,8 @@ static void gdn_block(hybrid_model *m, const hybrid_layer *ly, const cv_batch *b
         .n_seqs = b->n_seqs, .seq_start = b->seq_start, .states = m->s.states, .n_k_heads = g->n_k_heads,
         .n_v_heads = g->n_v_heads, .k_dim = g->k_dim, .v_dim = g->v_dim, .q = s->u, .k = s->u + g->key_dim,
         .v = s->u + 2 * g->key_dim, .ld = g->conv_dim, .g = s->g, .beta = s->beta, .out = s->o,
-        .workspace = s->workspace,
+        .workspace = s->workspace, .ckpt_start = b->n_checkpoints ? m->s.ckpt_start : NULL,
+        .ckpt_token = m->s.ckpt_token, .ckpt_states = m->s.ckpt_states,
     };
     cv_gdn(m->base.pool, &args);
     cv_rmsnorm(s->o, s->o, ly->gdn.norm, (int64_t)T * g->n_v_heads, g->v_dim, m->eps);
@@ -411,12 +450,14 @@ static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv
     hybrid_model *m = (hybrid_model *)base;
     int rc = qb_check_batch(b, kv, m->vocab, base->kv_spec.num_layers, st, base->state_bytes_per_seq);
     int32_t need = b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits;
-    if (!rc) rc = reserve_scratch(m, need > b->n_seqs ? need : b->n_seqs);
+    if (need < b->n_seqs) need = b->n_seqs;
+    if (!rc) rc = reserve_scratch(m, need > b->n_checkpoints ? need : b->n_checkpoints);
     if (rc || b->n_tokens == 0) return rc;
     hybrid_scratch *s = &m->s;
     const int32_t T = b->n_tokens, H = m->hidden;
     cv_threadpool *pool = base->pool;
     clear_new_states(m, b, st);
+    index_checkpoints(s, b);
     cv_embed(&m->embed, b->token_ids, T, s->x);
     cv_rope_cos_sin(&m->rope, b->positions, T, s->cos, s->sin);
     for (int32_t l = 0; l < m->n_layers; l++) {
@@ -453,7 +494,8 @@ int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
     const cv_model_config *cfg = p->config;
     *out = NULL;
     hybrid_model *m = cv_xcalloc(1, sizeof *m);
-    m->base = (cv_model){.ops = &hybrid_ops, .config = cfg, .vocab_size = cfg->vocab_size, .pool = p->pool};
+    m->base = (cv_model){.ops = &hybrid_ops, .config = cfg, .vocab_size = cfg->vocab_size, .pool = p->pool,
+                         .state_checkpoints = true};
     m->family = strcmp(cfg->architecture, "Qwen3NextForCausalLM") == 0 ? FAMILY_NEXT : FAMILY_QWEN3_5;
     m->hidden = cfg->hidden_size;
     m->n_layers = cfg->num_hidden_layers;

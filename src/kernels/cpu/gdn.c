@@ -18,6 +18,11 @@
  * written once per chunk. Every decay factor is formed as exp of a difference Γ_r−Γ_s with s ≤ r,
  * never as exp(Γ_r)·exp(−Γ_s), which would overflow after a few strongly decaying tokens.
  *
+ * Checkpoints cut a run's chunks at the requested tokens, so the state right after such a token is
+ * the state between two chunks, exactly as the recurrence leaves it; copying it out costs one write
+ * of the head's state, and the run carries on from there. A cut leaving one token takes the
+ * recurrent step (a speculative-decoding verify run is checkpointed at every token).
+ *
  * Threads take (sequence, value head) units round-robin: heads are independent, and a long prefill
  * run next to short decodes spreads over the threads instead of queueing behind one.
  */
@@ -64,6 +69,17 @@ void cv_conv1d_silu(float *y, const float *x, int64_t ld_x, int64_t n, int64_t c
     } else {
         memmove(state, state + n * channels, (size_t)(hist - n) * row);
         for (int64_t j = 0; j < n; j++) memcpy(state + (hist - n + j) * channels, x + j * ld_x, row);
+    }
+}
+
+void cv_conv1d_state_after(float *dst, const float *x, int64_t ld_x, int64_t j, int64_t channels, int kernel,
+                           const float *state) {
+    assert(kernel >= 1 && j >= 0);
+    const int hist = kernel - 1;
+    const size_t row = (size_t)channels * sizeof(float);
+    for (int i = 0; i < hist; i++) {
+        int64_t src = j - hist + 1 + i; /* < 0: from the state */
+        memcpy(dst + (int64_t)i * channels, src >= 0 ? x + src * ld_x : state + (hist + src) * channels, row);
     }
 }
 
@@ -197,11 +213,19 @@ static void run_unit(const gdn_job *job, int32_t s_idx, int32_t vh, const gdn_sc
         .k_dim = a->k_dim,
         .v_dim = a->v_dim,
     };
-    if (n == 1) {
-        recurrent_step(job->ops, &h, 0, s->delta);
-        return;
+    const size_t head_floats = (size_t)a->k_dim * (size_t)a->v_dim;
+    int32_t ck = a->ckpt_start ? a->ckpt_start[s_idx] : 0;
+    const int32_t ck_end = a->ckpt_start ? a->ckpt_start[s_idx + 1] : 0;
+    for (int32_t c = 0; c < n;) {
+        int32_t end = n - c < CHUNK ? n : c + CHUNK;
+        if (ck < ck_end && a->ckpt_token[ck] + 1 < end) end = a->ckpt_token[ck] + 1;
+        assert(end > c);
+        if (end - c == 1) recurrent_step(job->ops, &h, c, s->delta);
+        else chunk_step(job->ops, &h, c, end - c, s);
+        c = end;
+        for (; ck < ck_end && a->ckpt_token[ck] + 1 == c; ck++)
+            memcpy(a->ckpt_states[ck] + (int64_t)vh * a->k_dim * a->v_dim, h.state, head_floats * sizeof(float));
     }
-    for (int32_t c = 0; c < n; c += CHUNK) chunk_step(job->ops, &h, c, n - c < CHUNK ? n - c : CHUNK, s);
 }
 
 static void gdn_task(void *arg, int ti, int nt) {
