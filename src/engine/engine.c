@@ -128,9 +128,13 @@ static int load_weights_and_model(cvllm_engine *e, bool dummy) {
         .weights = e->weights,
         .pool = e->pool,
         .max_num_batched_tokens = e->opts.max_num_batched_tokens,
+        .load_mtp = e->spec.method == CV_SPEC_MTP,
     };
     rc = cv_model_load(&p, &e->model);
     if (rc) return rc;
+    if (e->spec.method == CV_SPEC_MTP && !e->model->ops->mtp_forward)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "speculative method MTP needs the model's multi-token-prediction module "
+                                              "(mtp.* weights); %s has none", e->config.architecture);
     e->vocab_size = e->model->vocab_size;
     return 0;
 }
@@ -166,9 +170,6 @@ static int create_engine(cvllm_engine *e) {
     cv_info("engine", "Initializing engine: model=%s (%s), load_format=%s", e->opts.model, e->model_dir,
             dummy ? "dummy" : "safetensors");
     if ((rc = cv_spec_config_parse(e->opts.speculative_config, &e->spec))) return rc;
-    if (e->spec.method == CV_SPEC_MTP)
-        return cv_fail(CVLLM_ERR_UNSUPPORTED, "speculative decoding with an MTP module is not supported yet; "
-                                              "use {\"method\": \"ngram\", ...}");
     if ((rc = cv_model_config_load(e->model_dir, &e->config))) return rc;
     if ((rc = load_generation_config(e))) return rc;
     if ((rc = resolve_max_model_len(e))) return rc;
@@ -239,6 +240,9 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     free(e->sample_scratch);
     free(e->top_scratch);
     cv_state_pool_free(&e->states);
+    cv_mtp_work_free(&e->mtp);
+    free(e->mtp_seqs);
+    free(e->hidden);
     free(e->batch.checkpoints);
     free(e->batch.new_ckpt_hashes);
     free(e->model_dir);
@@ -552,6 +556,14 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         }
     }
     b->seq_start[list->n] = t;
+    if (e->spec.method == CV_SPEC_MTP) {
+        if ((size_t)t > e->cap_hidden) {
+            e->cap_hidden = (size_t)t;
+            free(e->hidden);
+            e->hidden = cv_xmalloc(e->cap_hidden * (size_t)e->config.hidden_size * sizeof(float));
+        }
+        e->mtp_seqs = cv_xrealloc(e->mtp_seqs, (size_t)list->n * sizeof *e->mtp_seqs);
+    }
     *batch = (cv_batch){
         .n_tokens = t,
         .token_ids = b->token_ids,
@@ -561,6 +573,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         .seq_start = b->seq_start,
         .context_lens = b->context_lens,
         .block_tables = b->block_tables,
+        .hidden_out = e->spec.method == CV_SPEC_MTP ? e->hidden : NULL,
         .state_slots = e->states.cache.data ? b->state_slots : NULL,
         .checkpoints = b->checkpoints,
         .n_checkpoints = b->n_checkpoints,
@@ -747,11 +760,13 @@ static void process_samples(cvllm_engine *e, cv_seq *seq, float *rows, size_t n_
     if (going) propose_drafts(e, seq);
 }
 
-static void postprocess(cvllm_engine *e, const float *logits) {
+static int postprocess(cvllm_engine *e, const float *logits) {
     const cv_seq_list *list = &e->schedule.seqs;
     size_t row = 0;
+    bool mtp = e->spec.method == CV_SPEC_MTP;
     for (int32_t s = 0; s < list->n; s++) {
         cv_seq *seq = list->items[s];
+        if (mtp) e->mtp_seqs[s] = (cv_mtp_seq){seq, seq->num_computed, e->batch.seq_start[s]};
         size_t first, count;
         prompt_logprob_rows(seq, &first, &count);
         if (count) record_prompt_logprobs(e, seq, first, count, logits + row * (size_t)e->vocab_size);
@@ -765,6 +780,7 @@ static void postprocess(cvllm_engine *e, const float *logits) {
         }
         if (seq->status != CV_SEQ_FINISHED) cv_scheduler_cache_full_blocks(&e->sched, seq);
     }
+    return mtp ? cv_mtp_propose(e, &e->mtp, e->mtp_seqs, list->n, e->hidden) : 0;
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -870,7 +886,7 @@ cvllm_status cvllm_engine_step(cvllm_engine *e, const cvllm_request_output *cons
             for (int32_t i = 0; i < e->batch.n_new_ckpts; i++) cv_state_pool_forget(&e->states, e->batch.new_ckpt_hashes[i]);
             return rc;
         }
-        postprocess(e, e->batch.logits);
+        if ((rc = postprocess(e, e->batch.logits))) return rc;
     }
     collect_outputs(e);
     *outputs = e->outputs;

@@ -35,6 +35,23 @@ typedef struct cv_batch_buf {
     int32_t n_new_ckpts;
 } cv_batch_buf;
 
+/* Scratch of the MTP proposer (mtp.c). */
+typedef struct cv_mtp_work {
+    int32_t *token_ids, *positions, *seq_start, *context_lens, *logit_rows;
+    int64_t *slot_mapping;
+    int32_t **block_tables;
+    float *hidden_in, *hidden_out, *logits;
+    cv_seq **drafting;
+    size_t cap_rows, cap_seqs, vocab;
+} cv_mtp_work;
+
+/* A sequence of the last forward pass, as the MTP proposer needs it. */
+typedef struct cv_mtp_seq {
+    cv_seq *seq;
+    size_t before;                 /* num_computed before the step */
+    int32_t main_row;              /* its first row in the forward batch (position `before`) */
+} cv_mtp_seq;
+
 struct cvllm_engine {
     cvllm_engine_options opts;     /* strings not kept; see model_dir */
     char *model_dir;
@@ -67,6 +84,10 @@ struct cvllm_engine {
     size_t n_outputs, cap_outputs;
     cv_spec_config spec;
     cv_spec_stats spec_stats;
+    cv_mtp_work mtp;
+    cv_mtp_seq *mtp_seqs;
+    float *hidden;                 /* [batch tokens][hidden] from forward(), for the MTP */
+    size_t cap_hidden;
     /* Counters for logs and metrics. */
     uint64_t prompt_tokens_total, generation_tokens_total;
 };
@@ -85,6 +106,10 @@ void cv_engine_fail_all(cvllm_engine *e);
 /* Resolves a MODEL argument (folder or hub id) into a local folder; for load_format dummy a hub id
  * that is nowhere on disk falls back to the configs shipped with cvllm. */
 int cv_engine_resolve_model(const char *model, const char *revision, bool need_weights, char **dir);
+
+/* Drafts from the model's MTP module for the sequences of the last forward pass (mtp.c). */
+int cv_mtp_propose(cvllm_engine *e, cv_mtp_work *w, const cv_mtp_seq *seqs, int32_t n, const float *main_hidden);
+void cv_mtp_work_free(cv_mtp_work *w);
 
 /* KV cache sizing (engine/kv_cache.c). */
 int cv_kv_cache_create(cvllm_engine *e);

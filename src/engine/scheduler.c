@@ -136,12 +136,7 @@ static int32_t tokens_wanted(const cv_scheduler *s, cv_seq *seq, int32_t budget)
 }
 
 static bool grow_blocks(cv_scheduler *s, cv_seq *seq, int32_t n_tokens) {
-    int32_t need = cv_seq_blocks_needed(seq, seq->num_computed + (size_t)n_tokens, s->block_size);
-    if (need == 0) return true;
-    int32_t ids[need];
-    if (!cv_block_pool_allocate(s->pool, need, ids)) return false;
-    cv_seq_add_blocks(seq, ids, need);
-    return true;
+    return cv_scheduler_reserve(s, seq, seq->num_computed + (size_t)n_tokens);
 }
 
 static void schedule_running(cv_scheduler *s, cv_schedule *out, int32_t *budget) {
@@ -222,3 +217,12 @@ void cv_scheduler_finish(cv_scheduler *s, cv_seq *seq) {
 
 int32_t cv_scheduler_num_running(const cv_scheduler *s) { return s->running.n; }
 int32_t cv_scheduler_num_waiting(const cv_scheduler *s) { return s->waiting.n; }
+
+bool cv_scheduler_reserve(cv_scheduler *s, cv_seq *seq, size_t n_positions) {
+    int32_t need = cv_seq_blocks_needed(seq, n_positions, s->block_size);
+    if (need == 0) return true;
+    int32_t ids[need];
+    if (!cv_block_pool_allocate(s->pool, need, ids)) return false;
+    cv_seq_add_blocks(seq, ids, need);
+    return true;
+}

@@ -56,6 +56,8 @@ void cv_scheduler_add(cv_scheduler *s, cv_seq *seq);
 void cv_scheduler_schedule(cv_scheduler *s, cv_schedule *out);
 /* Removes a sequence (finished or aborted) from whichever queue holds it and frees its blocks. */
 void cv_scheduler_finish(cv_scheduler *s, cv_seq *seq);
+/* Makes sure the sequence has blocks for its first n_positions positions; false when the pool is out. */
+bool cv_scheduler_reserve(cv_scheduler *s, cv_seq *seq, size_t n_positions);
 /* Extends seq->block_hashes over every full block of its tokens. */
 void cv_scheduler_hash_blocks(const cv_scheduler *s, cv_seq *seq);
 /* After a forward pass: registers the sequence's newly filled blocks in the prefix cache. */
