@@ -505,20 +505,23 @@ static void push_checkpoint(cv_batch_buf *b, int32_t seq_index, size_t position,
     b->checkpoints[b->n_checkpoints++] = (cv_state_checkpoint){seq_index, (int32_t)position, slot};
 }
 
-/* Checkpoints of this step for one sequence, in position order: the state at every block boundary
- * its real tokens complete (prefix caching; at most one pool's worth per step so none is evicted
- * before it is written), and after each position of a speculative verify pass (rollback). */
+/* Checkpoints of this step for one sequence, in position order: the state at the block boundaries
+ * its real tokens complete (prefix caching), and after each position of a speculative verify pass
+ * (rollback). When the pool cannot take them all in one step (none may be evicted before it is
+ * written), the last boundaries win: they cover the longest prefixes. */
 static void request_checkpoints(cvllm_engine *e, cv_seq *seq, int32_t seq_index) {
     cv_batch_buf *b = &e->batch;
     size_t bs = (size_t)e->opts.block_size, from = seq->num_computed;
     size_t to = seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft);
-    if (e->state_prefix_caching) {
+    if (e->state_prefix_caching && to / bs > from / bs) {
         cv_scheduler_hash_blocks(&e->sched, seq);
-        for (size_t end = (from / bs + 1) * bs; end <= to && b->n_new_ckpts < e->states.n_ckpt; end += bs) {
-            cv_block_hash h = seq->block_hashes[end / bs - 1];
+        size_t first = from / bs + 1, last = to / bs, room = (size_t)(e->states.n_ckpt - b->n_new_ckpts);
+        if (last - first + 1 > room) first = last + 1 - room;
+        for (size_t blk = first; blk <= last && room > 0; blk++) {
+            cv_block_hash h = seq->block_hashes[blk - 1];
             if (cv_state_pool_has(&e->states, h)) continue;
-            b->new_ckpt_hashes[b->n_new_ckpts++] = h;
-            push_checkpoint(b, seq_index, end - 1, cv_state_pool_checkpoint(&e->states, h));
+            push_checkpoint(b, seq_index, blk * bs - 1, cv_state_pool_checkpoint(&e->states, h));
+            b->new_ckpt_hashes[b->n_new_ckpts++] = h; /* fits: there are at least as many checkpoints */
         }
     }
     for (int32_t i = 0; i < seq->n_draft; i++)

@@ -1,0 +1,181 @@
+/*
+ * test_engine_hybrid.c — the engine on the MoE and hybrid (Gated DeltaNet) reference models:
+ * greedy ids equal Hugging Face's through the whole engine (chunked, batched, preempted); prefix
+ * caching hits on the hybrid models, restores the checkpointed recurrent state and gives the same
+ * logprobs as a cold run; n-gram speculative decoding (which rolls the state back) leaves greedy
+ * output unchanged.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "cvllm.h"
+#include "engine/engine.h"
+#include "testutil.h"
+
+static const char *const models[] = {"qwen3-moe-f32", "qwen3.5-moe-f32", "qwen3-next-bf16"};
+
+typedef struct outcome {
+    int32_t ids[64];
+    float lp[64];
+    size_t n;
+    size_t cached;
+} outcome;
+
+static cvllm_engine *engine_for(const char *dir, int32_t budget, uint64_t kv_bytes, const char *spec) {
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = dir;
+    o.max_num_batched_tokens = budget;
+    o.kv_cache_memory_bytes = kv_bytes; /* state slots come out of it too */
+    o.max_model_len = 256;
+    o.max_num_seqs = 8;
+    o.speculative_config = spec;
+    cvllm_engine *e = NULL;
+    CHECK_MSG(cvllm_engine_create(&o, &e) == 0, "%s: %s", dir, cvllm_last_error());
+    return e;
+}
+
+static const int32_t *bias_id; /* optional logit bias for run(), see test_spec_decode_rollback */
+static float bias_value;
+
+/* Runs the prompts (greedy, logprobs of the chosen tokens) together to completion. */
+static void run(cvllm_engine *e, int32_t *const *prompts, const size_t *lens, size_t n, int32_t max_tokens,
+                outcome *out) {
+    uint64_t *ids = calloc(n, sizeof *ids);
+    for (size_t i = 0; i < n; i++) {
+        cvllm_sampling_params p;
+        cvllm_sampling_params_default(e, &p);
+        p.temperature = 0;
+        p.max_tokens = max_tokens;
+        p.logprobs = 0;
+        if (bias_id) {
+            p.logit_bias_ids = bias_id;
+            p.logit_bias_values = &bias_value;
+            p.n_logit_bias = 1;
+        }
+        cvllm_prompt pr = {.token_ids = prompts[i], .n_token_ids = lens[i]};
+        CHECK(cvllm_engine_add_request(e, &pr, &p, &ids[i]) == 0);
+    }
+    while (cvllm_engine_has_unfinished(e)) {
+        const cvllm_request_output *const *outs;
+        size_t k;
+        CHECK(cvllm_engine_step(e, &outs, &k) == 0);
+        for (size_t j = 0; j < k; j++) {
+            size_t i = 0;
+            while (ids[i] != outs[j]->request_id) i++;
+            const cvllm_completion_output *c = &outs[j]->outputs[0];
+            out[i].n = c->n_token_ids;
+            out[i].cached = outs[j]->n_cached_tokens;
+            memcpy(out[i].ids, c->token_ids, c->n_token_ids * sizeof(int32_t));
+            for (size_t t = 0; t < c->n_token_ids; t++) out[i].lp[t] = c->logprobs[t].chosen.logprob;
+        }
+    }
+    free(ids);
+}
+
+/* Reference prompts alone and among others, one-shot and in chunks of 5: the reference greedy ids. */
+static void test_reference_greedy(const char *vec) {
+    char *dir = tu_model_dir(vec);
+    json_t *ref = tu_load_ref(vec, "long150");
+    size_t n_prompt, n_greedy;
+    int32_t *prompt = tu_json_ids(ref, "prompt", &n_prompt);
+    int32_t *want = tu_json_ids(ref, "greedy", &n_greedy);
+    int32_t other[3][40];
+    for (int i = 0; i < 3; i++)
+        for (int t = 0; t < 40; t++) other[i][t] = (i * 211 + t * 31) % 4096;
+    int32_t *prompts[4] = {other[0], prompt, other[1], other[2]};
+    size_t lens[4] = {17, n_prompt, 40, 3};
+    static const int32_t budgets[] = {1024, 5};
+    for (size_t b = 0; b < 2; b++) {
+        cvllm_engine *e = engine_for(dir, budgets[b], 8 << 20, NULL);
+        if (!e) continue;
+        outcome out[4] = {0};
+        run(e, prompts, lens, 4, (int32_t)n_greedy, out);
+        CHECK_MSG(out[1].n == n_greedy && memcmp(out[1].ids, want, n_greedy * sizeof *want) == 0,
+                  "%s budget %d: greedy differs from the reference", vec, budgets[b]);
+        CHECK(cv_block_pool_usage(&e->blocks) == 0.0);
+        cvllm_engine_destroy(e);
+    }
+    free(prompt);
+    free(want);
+    json_decref(ref);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+/* A shared 48-token prefix: the second request starts from the checkpointed state (a hit of 48 or
+ * 32 tokens, whatever the block boundaries allow) and produces exactly the cold run's logprobs. */
+static void test_prefix_hit(const char *vec) {
+    char *dir = tu_model_dir(vec);
+    int32_t a[60], b[60];
+    for (int t = 0; t < 60; t++) a[t] = b[t] = (t * 97 + 5) % 4096;
+    for (int t = 50; t < 60; t++) b[t] = (t * 13 + 1) % 4096; /* diverges after 50 tokens */
+    int32_t *pa[1] = {a}, *pb[1] = {b};
+    size_t len[1] = {60};
+    outcome cold = {0}, first = {0}, warm = {0};
+    cvllm_engine *e = engine_for(dir, 1024, 8 << 20, NULL);
+    run(e, pb, len, 1, 8, &cold);
+    cvllm_engine_destroy(e);
+    e = engine_for(dir, 1024, 8 << 20, NULL);
+    run(e, pa, len, 1, 8, &first);
+    run(e, pb, len, 1, 8, &warm);
+    CHECK_EQ_INT(first.cached, 0);
+    CHECK_MSG(warm.cached == 48, "%s: cached %zu tokens, expected 48", vec, warm.cached);
+    CHECK(warm.n == 8 && memcmp(warm.ids, cold.ids, 8 * sizeof(int32_t)) == 0);
+    float worst = 0;
+    for (int t = 0; t < 8; t++) worst = fmaxf(worst, fabsf(warm.lp[t] - cold.lp[t]));
+    CHECK_MSG(worst < 1e-4f, "%s: warm and cold logprobs differ by %g", vec, worst);
+    CHECK(e->sched.prefix_hits == 48);
+    cvllm_engine_destroy(e);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+/* Speculation on a hybrid model. A logit bias makes the model repeat token A, and the prompt has A
+ * followed by C, so the n-gram proposer first drafts C (rejected: the recurrent state must roll
+ * back) and then A (accepted). The raw logprobs, which the bias does not touch, show whether the
+ * state after every step is exactly the one of a run without speculation. */
+static void test_spec_decode_rollback(const char *vec) {
+    char *dir = tu_model_dir(vec);
+    static const int32_t A = 1234, C = 77;
+    int32_t p[2][30];
+    int32_t *prompts[2] = {p[0], p[1]};
+    size_t lens[2] = {30, 30};
+    for (int i = 0; i < 2; i++)
+        for (int t = 0; t < 30; t++) p[i][t] = (t * 131 + i * 7 + 3) % 4096;
+    p[0][4] = A, p[0][5] = C, p[1][9] = A, p[1][10] = C, p[1][11] = C;
+    bias_id = &A;
+    bias_value = 60.0f;
+    outcome plain[2] = {0}, spec[2] = {0};
+    cvllm_engine *e = engine_for(dir, 1024, 8 << 20, NULL);
+    run(e, prompts, lens, 2, 20, plain);
+    cvllm_engine_destroy(e);
+    e = engine_for(dir, 1024, 8 << 20, "{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"prompt_lookup_min\": 1}");
+    run(e, prompts, lens, 2, 20, spec);
+    float worst = 0;
+    for (int i = 0; i < 2; i++) {
+        CHECK_MSG(spec[i].n == 20 && memcmp(spec[i].ids, plain[i].ids, 20 * sizeof(int32_t)) == 0,
+                  "%s: request %d differs with speculation", vec, i);
+        for (int t = 0; t < 20; t++) worst = fmaxf(worst, fabsf(spec[i].lp[t] - plain[i].lp[t]));
+    }
+    CHECK_MSG(worst < 1e-4f, "%s: logprobs with speculation differ by %g", vec, worst);
+    const cv_spec_stats *st = &e->spec_stats;
+    CHECK_MSG(st->num_accepted_tokens > 0 && st->num_accepted_tokens < st->num_draft_tokens,
+              "%s: %llu of %llu drafts accepted; the test needs both outcomes", vec,
+              (unsigned long long)st->num_accepted_tokens, (unsigned long long)st->num_draft_tokens);
+    bias_id = NULL;
+    cvllm_engine_destroy(e);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_reference_greedy(models[i]);
+    test_prefix_hit("qwen3.5-moe-f32");
+    test_prefix_hit("qwen3-next-bf16");
+    test_spec_decode_rollback("qwen3.5-moe-f32");
+    test_spec_decode_rollback("qwen3-next-bf16");
+    return cv_check_summary("test_engine_hybrid");
+}
