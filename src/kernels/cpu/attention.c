@@ -1,24 +1,23 @@
 /*
- * attention.c — causal grouped-query attention over a paged KV cache.
+ * attention.c — causal grouped-query attention over a paged KV cache, flash-style.
  *
- * Two shapes of work, both reading K/V straight from the cache through the block tables:
+ * A unit of work is (a block of consecutive tokens of one sequence, KV head): the block's query
+ * rows — tokens × the query heads sharing that KV head (the GQA group), ~32 rows — meet the
+ * context in tiles of 64 positions read straight from the cache through the block table. Per tile
+ * K is transposed once into a [head_dim][64] buffer so that S = Q·Kᵀ and then O += P·V are both
+ * small lane-wise GEMMs (cpu_ops.h gemm_rows: broadcast one operand, FMA against vectors of the
+ * other), which use each K/V row for all rows of the block. The causal mask only cuts the tiles at
+ * each row's own position. A decode token is the same unit with one token (group rows): it reads
+ * every K/V row once, which is what bounds decode attention; the transpose is an L1-resident copy.
  *
- * Decode (a sequence with one token in the batch): a unit is (token, KV head). The query heads
- * sharing that KV head (the GQA group) are processed together, so each K/V row fetched from the
- * cache serves the whole group while it is in L1; scores are dot products, exps go through the
- * vector exp. This is bound by reading the cache, not by arithmetic.
+ * One code path for every batch shape is deliberate: each score and output element is one FMA
+ * chain in a fixed order (over head_dim, then over positions tile by tile) whatever the block it
+ * sits in, so a sequence gets bit-identical results alone, chunked, or batched with others — the
+ * engine's batch-invariance contract.
  *
- * Prefill (a sequence with several tokens: a prompt or a chunk of one): a unit is (a block of up
- * to ~32/group consecutive tokens, KV head), flash-style: the block's query rows (tokens × group
- * heads, ~32 rows) meet the context in tiles of 64 positions. Per tile K is transposed once into a
- * [head_dim][64] buffer so that S = Q·Kᵀ and then O += P·V are both small lane-wise GEMMs
- * (cpu_ops.h gemm_rows: broadcast one operand, FMA against vectors of the other), which reuse each
- * K/V row for all ~32 rows instead of one head at a time. The causal mask only cuts the tiles at
- * each row's own position.
- *
- * Both keep an online softmax (running max m, running sum l, output rescaled when m grows), so
- * memory per unit is constant in the context length, and with the whole context in one tile
- * (≤ 64) it is the textbook f32 softmax exactly.
+ * An online softmax (running max m, running sum l, output rescaled when m grows) keeps memory per
+ * unit constant in the context length; with the whole context in one tile (≤ 64) it is the
+ * textbook f32 softmax exactly.
  *
  * Units are dealt to threads round-robin: in a prefill, later blocks see longer contexts, and
  * interleaving evens out the per-thread work. Positions come from the batch, not from the token's
@@ -53,50 +52,6 @@ static const float *cache_row(const attention_job *job, const float *cache, cons
     const cv_attention_args *a = job->a;
     int64_t slot = (int64_t)table[pos / a->block_size] * a->block_size + pos % a->block_size;
     return cache + slot * job->kv_width + (int64_t)g * a->head_dim;
-}
-
-/* ---- decode: one token ------------------------------------------------------------------------ */
-
-/* Folds one tile of scores for one query head into its running output. */
-static void fold_tile(const cv_cpu_ops *ops, const float *q, float *o, head_state *st, const float *const *krow,
-                      const float *const *vrow, int n, int hd, float scale) {
-    float score[CONTEXT_TILE];
-    float tile_max = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        score[j] = ops->dot(q, krow[j], hd) * scale;
-        tile_max = score[j] > tile_max ? score[j] : tile_max;
-    }
-    if (tile_max > st->max) {
-        float shrink = expf(st->max - tile_max); /* 0 on the first tile (max = -inf) */
-        ops->scale(o, shrink, hd);
-        st->sum *= shrink;
-        st->max = tile_max;
-    }
-    st->sum += ops->exp_sum(score, score, st->max, n);
-    for (int j = 0; j < n; j++) ops->axpy(o, score[j], vrow[j], hd);
-}
-
-static void attend_one(const attention_job *job, int32_t s, int32_t t, int32_t g) {
-    const cv_attention_args *a = job->a;
-    const int hd = a->head_dim, group = job->group;
-    const int32_t *table = a->block_tables[s];
-    const int32_t n_ctx = a->positions[t] + 1;
-    head_state st[group];
-    float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)g * group) * hd;
-    const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)g * group) * hd;
-    for (int h = 0; h < group; h++) st[h] = (head_state){-INFINITY, 0.0f};
-    memset(out, 0, (size_t)group * (size_t)hd * sizeof(float));
-    const float *krow[CONTEXT_TILE], *vrow[CONTEXT_TILE];
-    for (int32_t j0 = 0; j0 < n_ctx; j0 += CONTEXT_TILE) {
-        int n = n_ctx - j0 < CONTEXT_TILE ? n_ctx - j0 : CONTEXT_TILE;
-        for (int j = 0; j < n; j++) {
-            krow[j] = cache_row(job, a->k_cache, table, j0 + j, g);
-            vrow[j] = cache_row(job, a->v_cache, table, j0 + j, g);
-        }
-        for (int h = 0; h < group; h++)
-            fold_tile(job->ops, q + (int64_t)h * hd, out + (int64_t)h * hd, &st[h], krow, vrow, n, hd, a->scale);
-    }
-    for (int h = 0; h < group; h++) job->ops->scale(out + (int64_t)h * hd, 1.0f / st[h].sum, hd);
 }
 
 /* ---- prefill: a block of tokens --------------------------------------------------------------- */
@@ -185,10 +140,6 @@ static void run_unit(const attention_job *job, block_scratch *w, int64_t u) {
     const int32_t first = a->seq_start[s], n = a->seq_start[s + 1] - first;
     const int64_t local = u - job->unit_start[s];
     const int32_t g = (int32_t)(local % a->n_kv_heads), block = (int32_t)(local / a->n_kv_heads);
-    if (n == 1) {
-        attend_one(job, s, first, g);
-        return;
-    }
     const int32_t t0 = first + block * job->block_tokens;
     const int32_t t1 = t0 + job->block_tokens < first + n ? t0 + job->block_tokens : first + n;
     attend_block(job, w, s, t0, t1, g);
@@ -219,7 +170,7 @@ void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
     job.unit_start[0] = 0;
     for (int32_t s = 0; s < a->n_seqs; s++) {
         int32_t n = a->seq_start[s + 1] - a->seq_start[s];
-        int32_t blocks = n == 1 ? 1 : (n + job.block_tokens - 1) / job.block_tokens;
+        int32_t blocks = (n + job.block_tokens - 1) / job.block_tokens;
         job.unit_start[s + 1] = job.unit_start[s] + blocks * a->n_kv_heads;
     }
     cv_threadpool_run(pool, attention_task, &job);

@@ -10,8 +10,10 @@
  * each token's x[k] and x[k+1] are broadcast into two FMAs per panel. Up to 6 tokens × 3 panels:
  * 18 accumulators + 6 widened weights + 2 broadcasts ≤ 32 zmm. Per pair that is 2·np widening ops
  * against 2·mr·np FMAs, so at 6 × 3 the FMA ports are busy ~86 % of the time, with no horizontal
- * sums at all. A single token (decode) has too few accumulators to hide FMA latency, so the two k
- * halves feed two accumulator sets.
+ * sums at all. Every output is one FMA chain in k order whatever the tile shape, so a token's
+ * result does not depend on the tokens batched with it (the engine's batch invariance); a lone
+ * decode token is then FMA-latency bound at ~24 B/cycle of weights, still well above what memory
+ * delivers to one core.
  *
  * Why not vdpbf16ps: on the Xeon this was tuned on it issues at half the rate of vfmadd231ps, so
  * with 2 multiply-adds per lane it delivers the same 64 flops/cycle as f32 FMA at best — measured
@@ -144,11 +146,8 @@ INLINE __mmask16 cols_mask(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmas
             _mm512_mask_storeu_ps((t)->y + i * (t)->ldy + 16 * j, cols_mask((t)->n_out - 16 * j), acc[i][j]);
 
 INLINE void panel_f32_fixed(const cv_panel_tile *t, const int MR, const int NP) {
-    const int SETS = MR == 1 ? 2 : 1; /* independent accumulator chains for a lone token */
-    __m512 acc[2][6][3];              /* fixed bounds (not VLAs) so the compiler keeps them in registers */
-    PANEL_ACC_INIT(acc[0], t, MR, NP)
-    if (SETS == 2)
-        for (int j = 0; j < NP; j++) acc[1][0][j] = _mm512_setzero_ps();
+    __m512 acc[6][3]; /* fixed bounds (not VLAs) so the compiler keeps them in registers */
+    PANEL_ACC_INIT(acc, t, MR, NP)
     const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
     const float *x = t->x;
     const int64_t full = t->pairs - (t->odd_tail ? 1 : 0);
@@ -161,10 +160,7 @@ INLINE void panel_f32_fixed(const cv_panel_tile *t, const int MR, const int NP) 
         }
         for (int i = 0; i < MR; i++) {
             __m512 x0 = _mm512_set1_ps(x[i * t->ldx + 2 * p]), x1 = _mm512_set1_ps(x[i * t->ldx + 2 * p + 1]);
-            for (int j = 0; j < NP; j++) {
-                acc[0][i][j] = _mm512_fmadd_ps(lo[j], x0, acc[0][i][j]);
-                acc[SETS - 1][i][j] = _mm512_fmadd_ps(hi[j], x1, acc[SETS - 1][i][j]);
-            }
+            for (int j = 0; j < NP; j++) acc[i][j] = _mm512_fmadd_ps(hi[j], x1, _mm512_fmadd_ps(lo[j], x0, acc[i][j]));
         }
     }
     if (t->odd_tail) {
@@ -172,12 +168,10 @@ INLINE void panel_f32_fixed(const cv_panel_tile *t, const int MR, const int NP) 
             __m512i v = _mm512_loadu_si512(t->w + j * t->panel_stride + full * 32);
             __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
             for (int i = 0; i < MR; i++)
-                acc[0][i][j] = _mm512_fmadd_ps(lo, _mm512_set1_ps(x[i * t->ldx + 2 * full]), acc[0][i][j]);
+                acc[i][j] = _mm512_fmadd_ps(lo, _mm512_set1_ps(x[i * t->ldx + 2 * full]), acc[i][j]);
         }
     }
-    if (SETS == 2)
-        for (int j = 0; j < NP; j++) acc[0][0][j] = _mm512_add_ps(acc[0][0][j], acc[1][0][j]);
-    PANEL_ACC_STORE(acc[0], t, MR, NP)
+    PANEL_ACC_STORE(acc, t, MR, NP)
 }
 
 #define PANEL_CASE(KIND, MR, NP) \
