@@ -574,8 +574,9 @@ static void mf_test_folder(const char *folder, cv_threadpool *pool, const int32_
 }
 
 /* Runs mf_test_folder over `folders` on the AVX-512 and the AVX2 path (those the CPU has). */
-static void mf_test_folders_on_each_isa(const char *test, const char *const *folders, int n_folders,
-                                        cv_threadpool *pool, const int32_t *chunks, int n_chunks) {
+__attribute__((unused)) static void mf_test_folders_on_each_isa(const char *test, const char *const *folders,
+                                                                int n_folders, cv_threadpool *pool,
+                                                                const int32_t *chunks, int n_chunks) {
     static const cv_isa isas[] = {CV_ISA_AVX512, CV_ISA_AVX2};
     for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
         if (cv_isa_force(isas[i])) {

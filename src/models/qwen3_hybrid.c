@@ -9,7 +9,7 @@
  * grouped per key head (in_proj_qkvz, in_proj_ba) whose outputs are unpacked here into the same
  * contiguous [q | k | v], z, b, a order, after which one code path runs. Routed experts may be
  * fused 3-D tensors or per-expert matrices in either family (qwen3_blocks.c binds both);
- * mtp.* and model.visual.* tensors are never bound.
+ * model.visual.* tensors are never bound, mtp.* only when asked for (load_mtp).
  *
  * Per layer: (1+w) RMSNorm → GDN (layer_types "linear_attention") or gated attention with partial
  * RoPE and (1+w) QK-norm → residual → (1+w) RMSNorm → MoE with sigmoid-gated shared expert →
@@ -27,9 +27,15 @@
  * which cuts its chunks at the token; attention layers keep nothing in the slot. So a forward with
  * checkpoints costs a few extra chunk boundaries and one state write per checkpoint, not a pass.
  *
+ * MTP (qwen-arch.md §5, both families spell it alike): with load_mtp and an mtp.* module in the
+ * checkpoint, its decoder layer is a full-attention layer like the main ones (same code, run_layer)
+ * on one more kv layer after the main model's; forward() then also hands out the final-normed
+ * hidden states it feeds to lm_head, which are the MTP step's input, as in vLLM's proposer.
+ *
  * Scratch: the attention and GDN activations are never live together, so they share one region of
  * the arena sized for the larger.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +69,15 @@ typedef struct hybrid_layer {
     qb_moe mlp;
 } hybrid_layer;
 
+/* The multi-token-prediction module (qwen-arch.md §5.1): one gated-attention decoder layer behind
+ * a projection of [normed embedding of the next token; normed hidden], sharing the main model's
+ * embedding and lm_head. */
+typedef struct mtp_module {
+    const float *norm_embedding, *norm_hidden, *final_norm;
+    cv_matrix fc;                           /* [hidden][2·hidden], embedding half first */
+    hybrid_layer layer;                     /* layer.index: its kv layer (after the main model's) */
+} mtp_module;
+
 typedef struct gdn_scratch {
     float *qkvz, *ba;                       /* Qwen3-Next raw projections */
     float *qkv, *u, *z, *b, *alpha, *g, *beta, *o;
@@ -73,6 +88,7 @@ typedef struct hybrid_scratch {
     int32_t capacity;
     void *mem;
     float *x, *a, *t, *cos, *sin;
+    float *pair;                            /* [capacity][2·hidden] MTP fc input; NULL without MTP */
     float **states;                         /* [capacity] per sequence of the batch */
     int32_t *ckpt_start, *ckpt_token;       /* [capacity+1], [capacity]: the batch's checkpoints per sequence */
     float **ckpt_states;                    /* [capacity]: their delta-rule states in the current layer */
@@ -92,6 +108,7 @@ typedef struct hybrid_model {
     cv_matrix embed, lm_head;
     const float *final_norm;
     hybrid_layer *layers;
+    mtp_module *mtp;                        /* NULL unless asked for (load_mtp) and present */
     cv_rope rope;
     qb_binder bound;
     qb_moe_sizes moe_sizes;
@@ -267,6 +284,64 @@ static void bind_weights(hybrid_model *m, const cv_model_config *cfg, const hybr
     m->base.weight_bytes = b->matmul_bytes;
 }
 
+/* How many MTP layers config.json declares (Qwen3.5: mtp_num_hidden_layers, Qwen3-Next:
+ * num_nextn_predict_layers); -1 when it does not say. */
+static int mtp_layers_declared(const cv_model_config *cfg, int32_t *out) {
+    static const char *const keys[] = {"mtp_num_hidden_layers", "num_nextn_predict_layers"};
+    *out = -1;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        json_t *v = json_object_get(cfg->text, keys[i]);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return cv_fail(CVLLM_ERR_FORMAT, "config.json: field \"%s\" must be a non-negative integer", keys[i]);
+        *out = (int32_t)json_integer_value(v);
+        if (*out > 1)
+            return cv_fail(CVLLM_ERR_UNSUPPORTED, "config.json: %s=%d; only one MTP layer is supported", keys[i], *out);
+    }
+    return 0;
+}
+
+/* Whether there is an MTP module to load: the checkpoint decides (a config may declare one its
+ * weights were stripped of), unless config.json declares none; made-up weights follow config.json. */
+static int mtp_present(const cv_model_load_params *p, const hybrid_model *m, bool *present) {
+    int32_t declared;
+    int rc = mtp_layers_declared(p->config, &declared);
+    *present = false;
+    if (rc || declared == 0) return rc;
+    if (cv_weight_source_is_dummy(p->weights)) {
+        *present = declared > 0;
+        return 0;
+    }
+    int64_t shape[2] = {m->hidden, 2 * (int64_t)m->hidden};
+    cv_tensor t;
+    rc = cv_weights_get_optional(p->weights, "mtp.fc.weight", 2, shape, "hidden_size, 2*hidden_size", &t);
+    *present = rc > 0;
+    return rc < 0 ? rc : 0;
+}
+
+/* mtp.* as a module whose layer writes kv layer `kv_layer`; its weights are not counted in the
+ * per-token weight bytes of the main model. */
+static void bind_mtp(hybrid_model *m, const hybrid_plan *plan, int32_t kv_layer) {
+    qb_binder *b = &m->bound;
+    const int32_t H = m->hidden;
+    const size_t streamed = b->matmul_bytes;
+    mtp_module *t = qb_own(b, sizeof *t);
+    if (!t) return;
+    qb_bind_gain_plus_one(b, "mtp.pre_fc_norm_embedding.weight", H, "hidden_size", &t->norm_embedding);
+    qb_bind_gain_plus_one(b, "mtp.pre_fc_norm_hidden.weight", H, "hidden_size", &t->norm_hidden);
+    qb_bind_matrix(b, "mtp.fc.weight", H, 2 * (int64_t)H, "hidden_size, 2*hidden_size", &t->fc);
+    qb_bind_gain_plus_one(b, "mtp.norm.weight", H, "hidden_size", &t->final_norm);
+    hybrid_layer *ly = &t->layer;
+    ly->index = kv_layer;
+    qb_bind_gain_plus_one(b, "mtp.layers.0.input_layernorm.weight", H, "hidden_size", &ly->input_norm);
+    qb_bind_attention(b, "mtp.layers.0.self_attn.", &m->dims, &ly->attn);
+    qb_bind_gain_plus_one(b, "mtp.layers.0.post_attention_layernorm.weight", H, "hidden_size",
+                          &ly->post_attention_norm);
+    qb_bind_moe(b, "mtp.layers.0.mlp.", H, &plan->moe, &ly->mlp);
+    b->matmul_bytes = streamed;
+    if (!b->rc) m->mtp = t;
+}
+
 /* ---- scratch ---------------------------------------------------------------------------------- */
 
 static void take_gdn_scratch(gdn_scratch *s, const hybrid_model *m, qb_arena *ar, int32_t tokens) {
@@ -295,6 +370,7 @@ static void carve_scratch(hybrid_model *m, int32_t tokens, qb_arena *ar) {
     s->t = qb_take(ar, T * row);
     s->cos = qb_take(ar, T * half_rot);
     s->sin = qb_take(ar, T * half_rot);
+    s->pair = m->mtp ? qb_take(ar, 2 * T * row) : NULL;
     s->states = qb_take(ar, T * sizeof *s->states);
     s->ckpt_start = qb_take(ar, (T + 1) * sizeof *s->ckpt_start);
     s->ckpt_token = qb_take(ar, T * sizeof *s->ckpt_token);
@@ -446,37 +522,93 @@ static void clear_new_states(const hybrid_model *m, const cv_batch *b, const cv_
             memset(state_slot(b, st, q), 0, m->base.state_bytes_per_seq);
 }
 
+/* One decoder layer on the residual stream s->x (cos/sin already filled for the batch). */
+static void run_layer(hybrid_model *m, const hybrid_layer *ly, const cv_batch *b, cv_kv_cache *kv,
+                      const cv_state_cache *st) {
+    hybrid_scratch *s = &m->s;
+    const int32_t T = b->n_tokens, H = m->hidden;
+    cv_threadpool *pool = m->base.pool;
+    cv_rmsnorm(s->a, s->x, ly->input_norm, T, H, m->eps);
+    if (ly->linear) gdn_block(m, ly, b, st, s->a, s->t);
+    else qb_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, ly->index, s->a, &s->attn,
+                              s->t);
+    cv_add(s->x, s->t, (int64_t)T * H);
+    cv_rmsnorm(s->a, s->x, ly->post_attention_norm, T, H, m->eps);
+    qb_moe_forward(pool, &ly->mlp, H, s->a, T, &s->moe, s->t);
+    cv_add(s->x, s->t, (int64_t)T * H);
+}
+
+/* Final norm with `gain`: of every token into batch->hidden_out when asked, then logits of the
+ * logit rows. */
+static void emit_outputs(hybrid_model *m, const cv_batch *b, const float *gain, float *logits) {
+    hybrid_scratch *s = &m->s;
+    const int32_t H = m->hidden;
+    const size_t row = (size_t)H * sizeof(float);
+    if (b->hidden_out) {
+        cv_rmsnorm(b->hidden_out, s->x, gain, b->n_tokens, H, m->eps);
+        for (int32_t i = 0; i < b->n_logits; i++)
+            memcpy(s->a + (int64_t)i * H, b->hidden_out + (int64_t)b->logit_rows[i] * H, row);
+    } else {
+        for (int32_t i = 0; i < b->n_logits; i++)
+            cv_rmsnorm(s->a + (int64_t)i * H, s->x + (int64_t)b->logit_rows[i] * H, gain, 1, H, m->eps);
+    }
+    if (b->n_logits > 0) cv_matmul(m->base.pool, &m->lm_head, s->a, b->n_logits, logits);
+}
+
+static int32_t rows_needed(const cv_batch *b) {
+    int32_t need = b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits;
+    if (need < b->n_seqs) need = b->n_seqs;
+    return need > b->n_checkpoints ? need : b->n_checkpoints;
+}
+
 static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *st, float *logits) {
     hybrid_model *m = (hybrid_model *)base;
     int rc = qb_check_batch(b, kv, m->vocab, base->kv_spec.num_layers, st, base->state_bytes_per_seq);
-    int32_t need = b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits;
-    if (need < b->n_seqs) need = b->n_seqs;
-    if (!rc) rc = reserve_scratch(m, need > b->n_checkpoints ? need : b->n_checkpoints);
+    if (!rc) rc = reserve_scratch(m, rows_needed(b));
     if (rc || b->n_tokens == 0) return rc;
     hybrid_scratch *s = &m->s;
-    const int32_t T = b->n_tokens, H = m->hidden;
-    cv_threadpool *pool = base->pool;
     clear_new_states(m, b, st);
     index_checkpoints(s, b);
-    cv_embed(&m->embed, b->token_ids, T, s->x);
-    cv_rope_cos_sin(&m->rope, b->positions, T, s->cos, s->sin);
-    for (int32_t l = 0; l < m->n_layers; l++) {
-        const hybrid_layer *ly = &m->layers[l];
-        cv_rmsnorm(s->a, s->x, ly->input_norm, T, H, m->eps);
-        if (ly->linear) gdn_block(m, ly, b, st, s->a, s->t);
-        else qb_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, ly->index, s->a, &s->attn, s->t);
-        cv_add(s->x, s->t, (int64_t)T * H);
-        cv_rmsnorm(s->a, s->x, ly->post_attention_norm, T, H, m->eps);
-        qb_moe_forward(pool, &ly->mlp, H, s->a, T, &s->moe, s->t);
-        cv_add(s->x, s->t, (int64_t)T * H);
+    cv_embed(&m->embed, b->token_ids, b->n_tokens, s->x);
+    cv_rope_cos_sin(&m->rope, b->positions, b->n_tokens, s->cos, s->sin);
+    for (int32_t l = 0; l < m->n_layers; l++) run_layer(m, &m->layers[l], b, kv, st);
+    emit_outputs(m, b, m->final_norm, logits);
+    return 0;
+}
+
+/* The MTP step (model.h, qwen-arch.md §5.1). `hidden` is read in full before hidden_out is
+ * written, so the engine may pass the previous step's hidden_out as both. */
+static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float *hidden, cv_kv_cache *kv,
+                              float *logits) {
+    hybrid_model *m = (hybrid_model *)base;
+    const mtp_module *mtp = m->mtp;
+    assert(mtp);
+    cv_batch b = *batch; /* the MTP layer keeps no recurrent state: slots and checkpoints do not apply */
+    b.state_slots = NULL;
+    b.checkpoints = NULL;
+    b.n_checkpoints = 0;
+    int rc = qb_check_batch(&b, kv, m->vocab, base->kv_spec.num_layers, NULL, 0);
+    if (!rc && b.n_tokens > 0 && !hidden)
+        rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "mtp_forward: no hidden states for its %d tokens", b.n_tokens);
+    if (!rc) rc = reserve_scratch(m, rows_needed(&b));
+    if (rc || b.n_tokens == 0) return rc;
+    hybrid_scratch *s = &m->s;
+    const int32_t T = b.n_tokens, H = m->hidden;
+    cv_embed(&m->embed, b.token_ids, T, s->a);
+    for (int64_t t = 0; t < T; t++) {
+        cv_rmsnorm(s->pair + t * 2 * H, s->a + t * H, mtp->norm_embedding, 1, H, m->eps);
+        cv_rmsnorm(s->pair + t * 2 * H + H, hidden + t * H, mtp->norm_hidden, 1, H, m->eps);
     }
-    for (int32_t i = 0; i < b->n_logits; i++)
-        cv_rmsnorm(s->a + (int64_t)i * H, s->x + (int64_t)b->logit_rows[i] * H, m->final_norm, 1, H, m->eps);
-    cv_matmul(pool, &m->lm_head, s->a, b->n_logits, logits);
+    cv_matmul(base->pool, &mtp->fc, s->pair, T, s->x);
+    cv_rope_cos_sin(&m->rope, b.positions, T, s->cos, s->sin);
+    run_layer(m, &mtp->layer, &b, kv, NULL);
+    emit_outputs(m, &b, mtp->final_norm, logits);
     return 0;
 }
 
 static const cv_model_ops hybrid_ops = {.forward = hybrid_forward, .destroy = hybrid_destroy};
+static const cv_model_ops hybrid_mtp_ops = {
+    .forward = hybrid_forward, .mtp_forward = hybrid_mtp_forward, .destroy = hybrid_destroy};
 
 /* Layer ranks, KV spec and state size once the layer kinds are known. */
 static void lay_out_state(hybrid_model *m, const cv_model_config *cfg) {
@@ -514,9 +646,19 @@ int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
         bind_weights(m, cfg, &plan);
         rc = m->bound.rc;
     }
+    bool with_mtp = false;
+    if (!rc && p->load_mtp) rc = mtp_present(p, m, &with_mtp);
+    if (!rc && with_mtp) {
+        bind_mtp(m, &plan, m->base.kv_spec.num_layers++);
+        rc = m->bound.rc;
+    }
     free(plan.dense);
     if (!rc) {
         for (int32_t l = 0; l < m->n_layers; l++) qb_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
+        if (m->mtp) {
+            qb_moe_sizes_add(&m->moe_sizes, &m->mtp->layer.mlp);
+            m->base.ops = &hybrid_mtp_ops;
+        }
         rc = reserve_scratch(m, p->max_num_batched_tokens > 0 ? p->max_num_batched_tokens : 1);
     }
     if (rc) {
