@@ -5,10 +5,14 @@
  *   - the reference checkpoint (tests/data/vectors/qwen3-dense-f32, vocabulary 4096) for
  *     completions: the tutorials' requests, 64 concurrent streams checked token for token against
  *     the offline engine, clients that hang up, 1,000 malformed requests, API keys, metrics;
- *   - the same shape with the full Qwen3 vocabulary and dummy weights, for chat, whose ChatML
- *     special tokens lie outside the small vocabulary.
+ *   - the same shape with the full Qwen3 vocabulary and dummy weights, for chat, whose template's
+ *     special tokens lie outside the small vocabulary. It serves the Qwen3 chat template from the
+ *     model folder with the qwen3 reasoning parser and hermes tool calls.
  * Greedy decoding makes every expected text exact: the offline engine (cvllm_engine directly) gives
- * the reference for each prompt.
+ * the reference for each prompt. Random weights never write <think> or <tool_call> on their own, so
+ * chat end to end checks what the server controls: the prompt the template renders (/tokenize and
+ * /v1/chat/completions/render against the chat library), well-formed replies with tools, streaming
+ * equal to non-streaming, and reasoning from a prompt that leaves <think> open.
  */
 #include <curl/curl.h>
 #include <jansson.h>
@@ -18,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chat/chat.h"
 #include "check.h"
 #include "cvllm.h"
 #include "engine/engine_loop.h"
@@ -30,6 +35,7 @@ enum { MAX_MODEL_LEN = 4096, MAX_BODY = 256 * 1024 };
 
 typedef struct fixture {
     char *dir;
+    cv_chat_template *tmpl;
     cv_engine_loop *loop;
     cv_server *srv;
     char base[64];
@@ -61,9 +67,12 @@ static void start_server(fixture *f, const char *load_format) {
     CHECK(cv_engine_loop_start(e, &lo, &f->loop) == 0);
     static const char *names[] = {NAME, "alias"};
     static const char *keys[] = {"other-key", KEY};
+    CHECK_MSG(cv_chat_template_load(f->dir, NULL, &f->tmpl) == 0, "chat template: %s", cvllm_last_error());
     cv_server_options so = {.host = "127.0.0.1", .served_model_names = names, .n_served_model_names = 2,
                             .model_root = f->dir, .api_keys = keys, .n_api_keys = 2,
-                            .enable_prompt_tokens_details = true, .max_body_bytes = MAX_BODY};
+                            .enable_prompt_tokens_details = true, .max_body_bytes = MAX_BODY,
+                            .chat_template = f->tmpl, .reasoning_parser = "qwen3", .enable_auto_tool_choice = true,
+                            .tool_call_parser = "hermes"};
     rc = cv_server_start(f->loop, &so, &f->srv);
     CHECK_MSG(rc == 0, "server: %s", cvllm_last_error());
     if (rc) exit(1);
@@ -73,6 +82,7 @@ static void start_server(fixture *f, const char *load_format) {
 static void stop_server(fixture *f) {
     cv_server_stop(f->srv, 0);
     cv_engine_loop_stop(f->loop);
+    cv_chat_template_free(f->tmpl);
     tu_remove_tree(f->dir);
     free(f->dir);
 }

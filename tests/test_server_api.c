@@ -1,20 +1,31 @@
 /*
  * test_server_api.c — the protocol layer of the server (src/server/api*.c, metrics.c) without an
- * engine or a socket: request fields, defaults and every kind of 400, ChatML framing, vLLM's
- * context-length rules and messages, response and SSE shapes from synthetic engine events, logprob
- * formats, and the Prometheus text.
+ * engine or a socket: request fields, defaults and every kind of 400, chat rendered with the model's
+ * Jinja template (compared with the chat library's own rendering), vLLM's context-length rules and
+ * messages, response and SSE shapes from synthetic engine events, logprob formats, and the
+ * Prometheus text.
+ *
+ * Chat output parsing is tested through the exact path the server takes (cv_api_response_apply,
+ * then the SSE chunks or cv_api_response_json): made-up model outputs with <think> blocks and
+ * <tool_call> blocks, cut into events at every byte, must give the expected reasoning, content,
+ * tool_calls and finish_reason, and the streamed deltas must add up to the non-streaming message.
  */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "check.h"
 #include "cvllm.h"
 #include "server/api.h"
 #include "server/metrics.h"
 
 static cvllm_tokenizer *tok;
+static cv_chat_template *qwen3_tmpl, *qwen36_tmpl;
+/* The Qwen3 recipe: its template, --reasoning-parser qwen3, --enable-auto-tool-choice
+ * --tool-call-parser hermes. */
+static cv_api_chat_config qwen3_chat;
 
 /* The test checkpoint's vocabulary is 4096; chat needs the full Qwen3 one for its special tokens. */
 enum { SMALL_VOCAB = 4096, QWEN3_VOCAB = 151936 };
@@ -23,6 +34,7 @@ static cv_api_limits limits(int32_t max_model_len, int32_t vocab) {
     cv_api_limits l = {.max_model_len = max_model_len, .vocab_size = vocab, .max_n = 8, .max_prompts = 4, .gen_max_tokens = -1};
     cvllm_sampling_params_default(NULL, &l.defaults);
     l.defaults.temperature = 0.6f; /* as a generation_config would set it */
+    l.chat = &qwen3_chat;
     return l;
 }
 
@@ -180,25 +192,84 @@ static void test_completion_errors(void) {
     expect_error(C, "{\"prompt\":\"<|im_start|>\"}", 400, "prompt", "Token id 151644 is out of vocabulary");
 }
 
-static void test_chatml(void) {
+/* The prompt the chat library renders for these request parts. */
+static char *library_prompt(const cv_chat_template *t, const char *messages, const char *tools, const char *documents,
+                            const char *kwargs, bool add_generation_prompt) {
+    json_t *m = json_loads(messages, 0, NULL), *tl = tools ? json_loads(tools, 0, NULL) : NULL,
+           *d = documents ? json_loads(documents, 0, NULL) : NULL, *k = kwargs ? json_loads(kwargs, 0, NULL) : NULL;
+    cv_chat_request cr = {.messages = m, .tools = tl, .documents = d, .kwargs = k,
+                          .add_generation_prompt = add_generation_prompt};
+    char *text = NULL;
+    CHECK_MSG(cv_chat_render(t, &cr, &text, NULL) == 0, "%s", cvllm_last_error());
+    json_decref(m);
+    json_decref(tl);
+    json_decref(d);
+    json_decref(k);
+    return text;
+}
+
+#define USER_HI "[{\"role\":\"user\",\"content\":\"Hi\"}]"
+#define WEATHER_TOOL                                                                                           \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather of a city\","      \
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]"
+
+static void test_chat_render(void) {
     cv_api_request r;
     parse_ok(CV_API_CHAT,
              "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
              "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi\"},{\"type\":\"text\",\"text\":\"there\"}]}]}",
              &r, 4096);
+    /* Qwen3's template frames plain turns as ChatML; content parts are joined by newlines. */
     CHECK_STR_EQ(r.prompts[0].text,
                  "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi\nthere<|im_end|>\n<|im_start|>assistant\n");
     /* No max_tokens: the rest of the context. */
     CHECK_EQ_INT(r.prompts[0].max_tokens, 4096 - (int32_t)r.prompts[0].n_ids);
     CHECK_EQ_INT(r.top_logprobs, -1);
+    CHECK(r.parse_reasoning && !r.starts_in_reasoning && r.include_reasoning && !r.parse_tool_calls);
     cv_api_request_free(&r);
 
+    /* tools, documents and chat_template_kwargs reach the template as the library passes them. */
+    parse_ok(CV_API_CHAT,
+             "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"documents\":[{\"title\":\"t\",\"text\":\"d\"}],"
+             "\"chat_template_kwargs\":{\"enable_thinking\":false}}",
+             &r, 4096);
+    char *want = library_prompt(qwen3_tmpl, USER_HI, WEATHER_TOOL, "[{\"title\":\"t\",\"text\":\"d\"}]",
+                                "{\"enable_thinking\":false}", true);
+    CHECK_STR_EQ(r.prompts[0].text, want);
+    CHECK_CONTAINS(r.prompts[0].text, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"");
+    CHECK_CONTAINS(r.prompts[0].text, "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    CHECK(r.parse_tool_calls && r.tool_choice == CV_TOOL_CHOICE_AUTO && r.tools && r.parallel_tool_calls);
+    free(want);
+    cv_api_request_free(&r);
+
+    /* reasoning_effort "none" turns thinking off as enable_thinking=false does; a request's own
+     * enable_thinking wins. --default-chat-template-kwargs sit under the request's. */
+    parse_ok(CV_API_CHAT, "{\"messages\":" USER_HI ",\"reasoning_effort\":\"none\"}", &r, 4096);
+    CHECK(strstr(r.prompts[0].text, "<think>\n\n</think>") != NULL);
+    cv_api_request_free(&r);
+    parse_ok(CV_API_CHAT,
+             "{\"messages\":" USER_HI ",\"reasoning_effort\":\"none\",\"chat_template_kwargs\":{\"enable_thinking\":true}}",
+             &r, 4096);
+    CHECK(strstr(r.prompts[0].text, "<think>") == NULL);
+    cv_api_request_free(&r);
+    json_t *defaults = json_pack("{s:b}", "enable_thinking", 0);
+    qwen3_chat.default_kwargs = defaults;
+    parse_ok(CV_API_CHAT, "{\"messages\":" USER_HI "}", &r, 4096);
+    CHECK(strstr(r.prompts[0].text, "<think>\n\n</think>") != NULL);
+    cv_api_request_free(&r);
+    parse_ok(CV_API_CHAT, "{\"messages\":" USER_HI ",\"chat_template_kwargs\":{\"enable_thinking\":true}}", &r, 4096);
+    CHECK(strstr(r.prompts[0].text, "<think>") == NULL);
+    cv_api_request_free(&r);
+    qwen3_chat.default_kwargs = NULL;
+    json_decref(defaults);
+
+    /* continue_final_message leaves the last message open; echo sends its text back. */
     parse_ok(CV_API_CHAT,
              "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hel\"}],"
              "\"add_generation_prompt\":false,\"continue_final_message\":true,\"echo\":true,\"logprobs\":true,"
              "\"top_logprobs\":3,\"max_tokens\":9,\"max_completion_tokens\":7}",
              &r, 4096);
-    CHECK_STR_EQ(r.prompts[0].text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHel");
+    CHECK_STR_EQ(r.prompts[0].text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHel");
     CHECK_STR_EQ(r.echo_text, "Hel");
     CHECK_EQ_INT(r.top_logprobs, 3);
     CHECK_EQ_INT(r.params.logprobs, 3);
@@ -210,25 +281,58 @@ static void test_chatml(void) {
     CHECK_EQ_INT(r.top_logprobs, 0); /* logprobs without top_logprobs: the sampled token only */
     cv_api_request_free(&r);
 
-    /* generation_config's max_new_tokens caps the default. */
+    /* A template that opens <think> in the prompt (Qwen3.6): the output starts in reasoning. */
+    cv_api_chat_config c36 = {.tmpl = qwen36_tmpl, .reasoning_parser = true, .has_tool_parser = true,
+                              .tool_parser = CV_TOOL_PARSER_QWEN3_CODER, .auto_tool_choice = true};
     cv_api_limits l = limits(4096, QWEN3_VOCAB);
-    l.gen_max_tokens = 10;
+    l.chat = &c36;
     cv_api_error err;
-    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
+    const char *body = "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"include_reasoning\":false}";
+    CHECK(cv_api_parse_chat(body, strlen(body), &l, &r, &err) == 0);
+    char *want36 = library_prompt(qwen36_tmpl, USER_HI, WEATHER_TOOL, NULL, NULL, true);
+    CHECK_STR_EQ(r.prompts[0].text, want36);
+    CHECK(r.starts_in_reasoning && !r.include_reasoning && r.tool_parser == CV_TOOL_PARSER_QWEN3_CODER);
+    free(want36);
+    cv_api_request_free(&r);
+
+    /* generation_config's max_new_tokens caps the default. */
+    l = limits(4096, QWEN3_VOCAB);
+    l.gen_max_tokens = 10;
+    body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
     CHECK(cv_api_parse_chat(body, strlen(body), &l, &r, &err) == 0 && cv_api_prepare(&r, tok, &l, &err) == 0);
     CHECK_EQ_INT(r.prompts[0].max_tokens, 10);
     cv_api_request_free(&r);
+}
 
+/* Parses `body` as chat under `cfg`; expects a 400 with `param` and a message containing `needle`. */
+static void expect_chat_error(const cv_api_chat_config *cfg, const char *body, const char *param, const char *needle) {
+    cv_api_limits l = limits(4096, QWEN3_VOCAB);
+    l.chat = cfg;
+    cv_api_request req;
+    cv_api_error err = {0};
+    int rc = cv_api_parse_chat(body, strlen(body), &l, &req, &err);
+    CHECK_MSG(rc != 0, "accepted: %s", body);
+    if (rc) {
+        CHECK_EQ_INT(err.status, 400);
+        CHECK_STR_EQ(err.param, param);
+        CHECK_CONTAINS(err.message, needle);
+    }
+    cv_api_request_free(&req);
+}
+
+static void test_chat_errors(void) {
     const cv_api_kind H = CV_API_CHAT;
     expect_error(H, "{}", 400, "messages", "required");
     expect_error(H, "{\"messages\":\"hi\"}", 400, "messages", "must be a list of messages");
     expect_error(H, "{\"messages\":[]}", 400, "messages", "must not be empty");
-    expect_error(H, "{\"messages\":[{\"content\":\"x\"}]}", 400, "messages", "messages[0] must be an object with a non-empty string 'role'");
-    expect_error(H, "{\"messages\":[3]}", 400, "messages", "messages[0]");
-    expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages", "content must be a string");
+    /* The conversation's own errors come from the chat library. */
+    expect_error(H, "{\"messages\":[{\"content\":\"x\"}]}", 400, "", "messages[0] has no 'role' string");
+    expect_error(H, "{\"messages\":[3]}", 400, "", "messages[0] must be an object");
+    expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "", "content must be a string, an array or null");
     expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}", 400,
-                 "messages", "'image_url' is not supported");
-    expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}", 400, "messages", "text must be a string");
+                 "", "'image_url' is not supported");
+    expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":1}]}]}", 400, "",
+                 "text must be a string");
     expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"continue_final_message\":true}", 400,
                  "continue_final_message", "Cannot set both");
     expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "top_logprobs",
@@ -236,22 +340,80 @@ static void test_chatml(void) {
     expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":\"yes\"}", 400, "logprobs", "boolean");
     expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":[1]}", 400,
                  "max_completion_tokens", "integer");
+
+    const cv_api_chat_config *q = &qwen3_chat;
+    /* Qwen3.6's template raises for a late system message: its message, verbatim. */
+    cv_api_chat_config c36 = {.tmpl = qwen36_tmpl};
+    cv_api_limits l36 = limits(4096, QWEN3_VOCAB);
+    l36.chat = &c36;
+    cv_api_request r;
+    cv_api_error err;
+    const char *late = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]}";
+    CHECK(cv_api_parse_chat(late, strlen(late), &l36, &r, &err) != 0);
+    CHECK_EQ_INT(err.status, 400);
+    CHECK_STR_EQ(err.message, "System message must be at the beginning.");
+    cv_api_request_free(&r);
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"chat_template_kwargs\":[1]}", "chat_template_kwargs", "must be an object");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"chat_template_kwargs\":{\"tokenize\":true}}", "",
+                      "Found unexpected chat template kwargs from request: {'tokenize'}");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"chat_template\":\"{{ 1 }}\"}", "chat_template",
+                      "--trust-request-chat-template is not set");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"documents\":\"d\"}", "documents", "must be a list of documents");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"reasoning_effort\":\"huge\"}", "reasoning_effort", "must be one of");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"include_reasoning\":1}", "include_reasoning", "boolean");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"parallel_tool_calls\":1}", "parallel_tool_calls", "boolean");
+    /* tools / tool_choice: vLLM's validation messages. */
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tools\":[]}", "", "`tools` must not be an empty array");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tool_choice\":\"auto\"}", "", "When using `tool_choice`, `tools` must be set.");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":\"sometimes\"}", "",
+                      "Invalid value for `tool_choice`: sometimes!");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+                      "", "The tool specified in `tool_choice` does not match any of the specified `tools`");
+    cv_api_chat_config no_auto = {.tmpl = qwen3_tmpl, .has_tool_parser = true};
+    expect_chat_error(&no_auto, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL "}", "",
+                      "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
+    cv_api_chat_config no_parser = {.tmpl = qwen3_tmpl};
+    expect_chat_error(&no_parser, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":\"required\"}",
+                      "tool_choice", "needs --tool-call-parser");
+    /* No template at all: vLLM's refusal. */
+    expect_chat_error(NULL, "{\"messages\":" USER_HI "}", "", "default chat template is no longer allowed");
+    /* An error raised while rendering is a 400 with the template's message. */
+    cv_chat_template *raising;
+    const char *src = "{% if messages|length > 1 %}{{ raise_exception('Only one message, please!') }}{% endif %}"
+                      "{{ messages[0].content }}";
+    CHECK(cv_chat_template_from_string(src, strlen(src), NULL, &raising) == 0);
+    cv_api_chat_config rc = {.tmpl = raising};
+    expect_chat_error(&rc, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}]}", "",
+                      "Only one message, please!");
+    cv_chat_template_free(raising);
 }
 
 static void test_tokenize_parse(void) {
     cv_api_request r;
     cv_api_error err;
+    cv_api_limits l = limits(4096, QWEN3_VOCAB);
     const char *b = "{\"prompt\":\"hi\",\"return_token_strs\":true}";
-    CHECK(cv_api_parse_tokenize(b, strlen(b), &r, &err) == 0);
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) == 0);
     CHECK(r.return_token_strs && r.add_special_tokens);
     CHECK_STR_EQ(r.prompts[0].text, "hi");
     cv_api_request_free(&r);
-    b = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"add_generation_prompt\":false}";
-    CHECK(cv_api_parse_tokenize(b, strlen(b), &r, &err) == 0);
-    CHECK_STR_EQ(r.prompts[0].text, "<|im_start|>user\nhi<|im_end|>\n");
+    /* vLLM's chat form: the template's rendering of messages, tools and kwargs. */
+    b = "{\"messages\":" USER_HI ",\"add_generation_prompt\":false,\"tools\":" WEATHER_TOOL ","
+        "\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) == 0);
+    char *want = library_prompt(qwen3_tmpl, USER_HI, WEATHER_TOOL, NULL, "{\"enable_thinking\":false}", false);
+    CHECK_STR_EQ(r.prompts[0].text, want);
+    free(want);
+    cv_api_request_free(&r);
+    b = "{\"messages\":" USER_HI ",\"tools\":[]}";
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) != 0 && strstr(err.message, "must not be an empty array"));
+    cv_api_request_free(&r);
+    l.chat = NULL;
+    b = "{\"messages\":" USER_HI "}";
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) != 0 && err.status == 400);
     cv_api_request_free(&r);
     b = "{\"prompt\":3}";
-    CHECK(cv_api_parse_tokenize(b, strlen(b), &r, &err) != 0 && err.status == 400);
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) != 0 && err.status == 400);
     cv_api_request_free(&r);
     b = "{\"tokens\":[40,1079]}";
     CHECK(cv_api_parse_detokenize(b, strlen(b), &r, &err) == 0);
@@ -474,6 +636,257 @@ static void test_chat_stream(void) {
     free(sse);
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Chat output through the reasoning and tool-call parsers                                          */
+
+/* What one choice came to: reasoning and content ("" when absent), calls, finish_reason. */
+typedef struct chat_out {
+    char reasoning[1024], content[1024];
+    bool has_reasoning, has_content;  /* non-streaming: the field is a string, not null */
+    char names[4][64], args[4][256];
+    size_t n_calls;
+    char finish[32];
+    size_t n_logprobs;                /* streaming: logprob entries over all chunks */
+    bool well_formed;
+} chat_out;
+
+static void cat(char *dst, size_t cap, const char *s) {
+    size_t n = strlen(dst);
+    snprintf(dst + n, cap - n, "%s", s);
+}
+
+/* "chatcmpl-tool-" and 32 lowercase hex digits, as vLLM makes them. */
+static bool tool_call_id_ok(const json_t *id) {
+    const char *s = json_string_value(id);
+    if (!s || strncmp(s, "chatcmpl-tool-", 14) || strlen(s) != 14 + 32) return false;
+    for (const char *p = s + 14; *p; p++)
+        if (!strchr("0123456789abcdef", *p)) return false;
+    return true;
+}
+
+static void read_call(chat_out *o, const json_t *call, bool streamed) {
+    const json_t *fn = json_object_get(call, "function");
+    o->well_formed &= tool_call_id_ok(json_object_get(call, "id")) &&
+                      !strcmp(json_string_value(json_object_get(call, "type")), "function") &&
+                      json_is_string(json_object_get(fn, "name")) && json_is_string(json_object_get(fn, "arguments"));
+    size_t k = streamed ? (size_t)json_integer_value(json_object_get(call, "index")) : o->n_calls;
+    o->well_formed &= !streamed || json_is_integer(json_object_get(call, "index"));
+    if (k >= 4 || k != o->n_calls) {
+        o->well_formed = false;
+        return;
+    }
+    snprintf(o->names[k], sizeof o->names[k], "%s", json_string_value(json_object_get(fn, "name")));
+    snprintf(o->args[k], sizeof o->args[k], "%s", json_string_value(json_object_get(fn, "arguments")));
+    o->n_calls++;
+}
+
+static void read_message(chat_out *o, const json_t *msg, bool legacy) {
+    const json_t *r = json_object_get(msg, "reasoning"), *c = json_object_get(msg, "content");
+    o->has_reasoning = json_is_string(r);
+    o->has_content = json_is_string(c);
+    o->well_formed &= (o->has_reasoning || json_is_null(r)) && (o->has_content || json_is_null(c));
+    if (legacy) o->well_formed &= json_equal(r, json_object_get(msg, "reasoning_content"));
+    else o->well_formed &= json_object_get(msg, "reasoning_content") == NULL;
+    if (o->has_reasoning) cat(o->reasoning, sizeof o->reasoning, json_string_value(r));
+    if (o->has_content) cat(o->content, sizeof o->content, json_string_value(c));
+    const json_t *calls = json_object_get(msg, "tool_calls");
+    o->well_formed &= json_is_array(calls);
+    for (size_t i = 0; i < json_array_size(calls); i++) read_call(o, json_array_get(calls, i), false);
+}
+
+static void read_stream(chat_out *o, const char *sse, bool legacy) {
+    char (*ev)[2048] = malloc(600 * sizeof *ev);
+    size_t n = sse_events(sse, ev, 600);
+    o->well_formed &= n >= 2 && !strcmp(ev[n - 1], "[DONE]");
+    for (size_t e = 0; e + 1 < n; e++) {
+        json_t *j = json_loads(ev[e], 0, NULL);
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0), *d = json_object_get(ch, "delta");
+        o->well_formed &= json_is_object(d) && !o->finish[0]; /* nothing after the finishing chunk */
+        const json_t *r = json_object_get(d, "reasoning"), *c = json_object_get(d, "content");
+        const json_t *rc = json_object_get(d, "reasoning_content");
+        if (legacy) o->well_formed &= r == rc || json_equal(r, rc);
+        else o->well_formed &= rc == NULL;
+        if (json_is_string(r)) cat(o->reasoning, sizeof o->reasoning, json_string_value(r));
+        if (json_is_string(c)) cat(o->content, sizeof o->content, json_string_value(c));
+        json_t *calls = json_object_get(d, "tool_calls");
+        for (size_t i = 0; i < json_array_size(calls); i++) read_call(o, json_array_get(calls, i), true);
+        o->n_logprobs += json_array_size(json_object_get(json_object_get(ch, "logprobs"), "content"));
+        if (json_is_string(json_object_get(ch, "finish_reason")))
+            snprintf(o->finish, sizeof o->finish, "%s", json_string_value(json_object_get(ch, "finish_reason")));
+        json_decref(j);
+    }
+    free(ev);
+}
+
+/* Runs `text` (cut before each offset in `cuts`, one token per piece) through the response of the
+ * chat request `body` (JSON without the closing brace) as the server does, streamed or not. */
+static chat_out run_chat(const cv_api_chat_config *cfg, const char *body, bool stream, const char *text,
+                         const size_t *cuts, size_t n_cuts, cvllm_finish_reason finish) {
+    chat_out o = {.well_formed = true};
+    char full[4096];
+    snprintf(full, sizeof full, "%s%s}", body, stream ? ",\"stream\":true" : "");
+    cv_api_limits l = limits(4096, QWEN3_VOCAB);
+    l.chat = cfg;
+    cv_api_request r;
+    cv_api_error err;
+    if (cv_api_parse_chat(full, strlen(full), &l, &r, &err) || cv_api_prepare(&r, tok, &l, &err)) {
+        CHECK_MSG(0, "%s: %s", full, err.message);
+        cv_api_request_free(&r);
+        return o;
+    }
+    cv_api_response resp;
+    cv_api_response_init(&resp, &r, tok, "qwen3", false);
+    char *sse = NULL;
+    size_t len = 0, cap = 0, start = 0, n_text = strlen(text);
+    int32_t id = 40;
+    cvllm_position_logprobs lp = {.chosen = {40, -1.0f, 1}};
+    for (size_t k = 0; k <= n_cuts; k++) {
+        size_t end = k < n_cuts ? cuts[k] : n_text;
+        bool last = k == n_cuts;
+        cv_completion_delta d = {.index = 0, .token_ids = &id, .n_token_ids = 1, .text = (char *)text + start,
+                                 .text_len = end - start, .logprobs = r.top_logprobs >= 0 ? &lp : NULL,
+                                 .finish_reason = last ? finish : CVLLM_FINISH_NONE, .stop_token_id = -1};
+        cv_request_event ev = {.outputs = &d, .n_outputs = 1, .n_prompt_token_ids = r.prompts[0].n_ids, .finished = last};
+        cv_api_response_apply(&resp, 0, &ev, stream ? &sse : NULL, &len, &cap);
+        start = end;
+    }
+    if (stream) {
+        cv_api_response_stream_end(&resp, &sse, &len, &cap);
+        read_stream(&o, sse, cfg->reasoning_content);
+    } else {
+        char *s = cv_api_response_json(&resp);
+        json_t *j = json_loads(s, 0, NULL);
+        json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+        read_message(&o, json_object_get(ch, "message"), cfg->reasoning_content);
+        snprintf(o.finish, sizeof o.finish, "%s", json_string_value(json_object_get(ch, "finish_reason")));
+        json_decref(j);
+        free(s);
+    }
+    free(sse);
+    cv_api_response_free(&resp);
+    cv_api_request_free(&r);
+    return o;
+}
+
+typedef struct output_case {
+    const cv_api_chat_config *cfg;
+    const char *body;                /* chat request without the closing brace */
+    const char *text;                /* what the model "generated" */
+    cvllm_finish_reason finish;
+    const char *reasoning, *content; /* NULL = null in the non-streaming message */
+    const char *calls[2][2];         /* name, arguments */
+    const char *finish_reason;
+} output_case;
+
+static bool same_calls(const chat_out *o, const output_case *k) {
+    size_t n = 0;
+    while (n < 2 && k->calls[n][0]) n++;
+    if (o->n_calls != n) return false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(o->names[i], k->calls[i][0]) || strcmp(o->args[i], k->calls[i][1])) return false;
+    return true;
+}
+
+/* Non-streaming gives the expected message; streaming, cut anywhere, adds up to the same. */
+static void check_output_case(const output_case *k) {
+    chat_out full = run_chat(k->cfg, k->body, false, k->text, NULL, 0, k->finish);
+    CHECK_MSG(full.well_formed, "%s: malformed message", k->text);
+    CHECK_MSG(full.has_reasoning == (k->reasoning != NULL) && !strcmp(full.reasoning, k->reasoning ? k->reasoning : ""),
+              "%s: reasoning '%s'", k->text, full.reasoning);
+    CHECK_MSG(full.has_content == (k->content != NULL) && !strcmp(full.content, k->content ? k->content : ""),
+              "%s: content '%s'", k->text, full.content);
+    CHECK_MSG(same_calls(&full, k), "%s: %zu calls, first %s %s", k->text, full.n_calls, full.names[0], full.args[0]);
+    CHECK_STR_EQ(full.finish, k->finish_reason);
+    size_t n = strlen(k->text);
+    size_t *every = malloc((n + 1) * sizeof *every);
+    for (size_t i = 1; i < n; i++) every[i - 1] = i;
+    for (size_t split = 0; split <= n; split++) {
+        /* split == n: every byte its own event; else two events cut at `split` (0: one event). */
+        size_t one = split;
+        const size_t *cuts = split == n ? every : &one;
+        size_t n_cuts = split == n ? (n ? n - 1 : 0) : split > 0;
+        chat_out st = run_chat(k->cfg, k->body, true, k->text, cuts, n_cuts, k->finish);
+        bool ok = st.well_formed && !strcmp(st.reasoning, full.reasoning) && !strcmp(st.content, full.content) &&
+                  same_calls(&st, k) && !strcmp(st.finish, full.finish);
+        CHECK_MSG(ok, "%s cut at %zu: streamed reasoning '%s' content '%s' calls %zu finish %s", k->text, split,
+                  st.reasoning, st.content, st.n_calls, st.finish);
+        if (!ok) break;
+    }
+    free(every);
+}
+
+#define CHAT_HI "{\"messages\":" USER_HI
+#define CHAT_TOOLS "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL
+#define HERMES_CALL(city) "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"" city "\"}}\n</tool_call>"
+#define CODER_CALL "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>"
+
+static void test_chat_output(void) {
+    cv_api_chat_config legacy = qwen3_chat, plain = {.tmpl = qwen3_tmpl};
+    legacy.reasoning_content = true;
+    cv_api_chat_config c36 = {.tmpl = qwen36_tmpl, .reasoning_parser = true, .has_tool_parser = true,
+                              .tool_parser = CV_TOOL_PARSER_QWEN3_CODER, .auto_tool_choice = true};
+    const char *weather = "{\"city\": \"Paris\"}";
+    const output_case cases[] = {
+        /* Qwen3: think block, content, one hermes call; finish_reason becomes tool_calls. */
+        {&qwen3_chat, CHAT_TOOLS, "<think>\nThe user wants weather.\n</think>\n\nLet me check." HERMES_CALL("Paris"),
+         CVLLM_FINISH_STOP, "\nThe user wants weather.\n", "\n\nLet me check.", {{"get_weather", weather}}, "tool_calls"},
+        /* Two calls; parallel_tool_calls=false keeps the first. */
+        {&qwen3_chat, CHAT_TOOLS, HERMES_CALL("Paris") "\n" HERMES_CALL("Rome"), CVLLM_FINISH_STOP, NULL, NULL,
+         {{"get_weather", weather}, {"get_weather", "{\"city\": \"Rome\"}"}}, "tool_calls"},
+        {&qwen3_chat, CHAT_TOOLS ",\"parallel_tool_calls\":false", HERMES_CALL("Paris") "\n" HERMES_CALL("Rome"),
+         CVLLM_FINISH_STOP, NULL, NULL, {{"get_weather", weather}}, "tool_calls"},
+        /* A call cut off by max_tokens is still a call (vLLM reports tool_calls too). */
+        {&qwen3_chat, CHAT_TOOLS, "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+         CVLLM_FINISH_LENGTH, NULL, NULL, {{"get_weather", weather}}, "tool_calls"},
+        /* No call: plain content and the engine's finish reason. */
+        {&qwen3_chat, CHAT_TOOLS, "It is sunny <b>today</b>.", CVLLM_FINISH_LENGTH, NULL, "It is sunny <b>today</b>.",
+         {{0}}, "length"},
+        /* tool_choice none: the call syntax stays content. */
+        {&qwen3_chat, CHAT_TOOLS ",\"tool_choice\":\"none\"", HERMES_CALL("Paris"), CVLLM_FINISH_STOP, NULL,
+         HERMES_CALL("Paris"), {{0}}, "stop"},
+        /* A named tool choice reports "stop", as vLLM does. */
+        {&qwen3_chat, CHAT_TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}",
+         HERMES_CALL("Paris"), CVLLM_FINISH_STOP, NULL, NULL, {{"get_weather", weather}}, "stop"},
+        {&qwen3_chat, CHAT_TOOLS ",\"tool_choice\":\"required\"", "ok " HERMES_CALL("Paris"), CVLLM_FINISH_STOP, NULL,
+         "ok ", {{"get_weather", weather}}, "tool_calls"},
+        /* Reasoning only (cut short), reasoning hidden, the legacy field name, no parser at all. */
+        {&qwen3_chat, CHAT_HI, "<think>\nStill thinking", CVLLM_FINISH_LENGTH, "\nStill thinking", NULL, {{0}}, "length"},
+        {&qwen3_chat, CHAT_HI ",\"include_reasoning\":false", "<think>hidden</think>shown", CVLLM_FINISH_STOP, NULL,
+         "shown", {{0}}, "stop"},
+        {&legacy, CHAT_HI, "<think>why</think>because", CVLLM_FINISH_STOP, "why", "because", {{0}}, "stop"},
+        {&legacy, CHAT_HI, "no reasoning here", CVLLM_FINISH_STOP, NULL, "no reasoning here", {{0}}, "stop"},
+        {&plain, CHAT_HI, "<think>kept</think>as is", CVLLM_FINISH_STOP, NULL, "<think>kept</think>as is", {{0}}, "stop"},
+        /* Thinking switched off in the prompt: the output is content. */
+        {&qwen3_chat, CHAT_HI ",\"chat_template_kwargs\":{\"enable_thinking\":false}", "Hello!", CVLLM_FINISH_STOP,
+         NULL, "Hello!", {{0}}, "stop"},
+        /* Qwen3.6: the prompt opened <think>; the output closes it, then an XML tool call. */
+        {&c36, CHAT_TOOLS, "The user asks for weather.\n</think>\n\n" CODER_CALL, CVLLM_FINISH_STOP,
+         "The user asks for weather.\n", "\n\n", {{"get_weather", weather}}, "tool_calls"},
+        /* ... or calls a tool without closing it (an implicit end of reasoning). */
+        {&c36, CHAT_TOOLS, "Need the weather. " CODER_CALL, CVLLM_FINISH_STOP, "Need the weather. ", NULL,
+         {{"get_weather", weather}}, "tool_calls"},
+        {&c36, CHAT_HI ",\"chat_template_kwargs\":{\"enable_thinking\":false}", "Bonjour", CVLLM_FINISH_STOP, NULL,
+         "Bonjour", {{0}}, "stop"},
+    };
+    for (size_t i = 0; i < CV_ARRAY_LEN(cases); i++) check_output_case(&cases[i]);
+
+    /* Text the parsers hold back still sends each token's logprobs: one entry per token. */
+    const char *held = "<think>a</think>b";
+    size_t cuts[] = {2, 5, 9, 12, 15};
+    chat_out st = run_chat(&qwen3_chat, CHAT_HI ",\"logprobs\":true", true, held, cuts, 5, CVLLM_FINISH_STOP);
+    CHECK(st.well_formed);
+    CHECK_EQ_INT(st.n_logprobs, 6);
+    CHECK_STR_EQ(st.reasoning, "a");
+    CHECK_STR_EQ(st.content, "b");
+
+    /* Echo puts the final assistant message's text in front of the parsed content. */
+    chat_out e = run_chat(&qwen3_chat,
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hel\"}],"
+                          "\"add_generation_prompt\":false,\"continue_final_message\":true,\"echo\":true",
+                          false, "lo!", NULL, 0, CVLLM_FINISH_STOP);
+    CHECK_STR_EQ(e.content, "Hello!");
+}
+
 static void test_metrics_text(void) {
     static const double bounds[] = {0.1, 1.0};
     cv_engine_stats st = {.num_running = 2, .num_waiting = 1, .kv_cache_usage = 0.25, .prompt_tokens = 10,
@@ -507,16 +920,25 @@ static void test_metrics_text(void) {
 
 int main(void) {
     CHECK(cvllm_tokenizer_create(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", &tok) == CVLLM_OK);
-    if (!tok) return cv_check_summary("test_server_api");
+    CHECK(cv_chat_template_load(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", NULL, &qwen3_tmpl) == 0);
+    CHECK(cv_chat_template_load(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", CVLLM_TEST_DATA "/chat/qwen3.6.jinja",
+                                &qwen36_tmpl) == 0);
+    if (!tok || !qwen3_tmpl || !qwen36_tmpl) return cv_check_summary("test_server_api");
+    qwen3_chat = (cv_api_chat_config){.tmpl = qwen3_tmpl, .reasoning_parser = true, .has_tool_parser = true,
+                                      .tool_parser = CV_TOOL_PARSER_HERMES, .auto_tool_choice = true};
     test_error_json();
     test_completion_fields();
     test_completion_errors();
-    test_chatml();
+    test_chat_render();
+    test_chat_errors();
     test_tokenize_parse();
     test_completion_response();
     test_completion_logprobs_and_echo();
     test_chat_stream();
+    test_chat_output();
     test_metrics_text();
     cvllm_tokenizer_destroy(tok);
+    cv_chat_template_free(qwen3_tmpl);
+    cv_chat_template_free(qwen36_tmpl);
     return cv_check_summary("test_server_api");
 }

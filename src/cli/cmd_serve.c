@@ -3,11 +3,14 @@
  * loop, with `vllm serve`'s flags so that vLLM command lines run with `cvllm` in place of `vllm`.
  *
  * Startup: parse every flag first (a malformed value is a usage error before any loading), create
- * the engine, start the loop and the HTTP server, then wait for SIGINT/SIGTERM in the main thread.
+ * the engine, load the chat template (from --chat-template, else the folder the tokenizer came from;
+ * one that does not parse stops startup with its line and column), start the loop and the HTTP
+ * server, then wait for SIGINT/SIGTERM in the main thread.
  * The signals are blocked before any thread exists, so every thread inherits the mask and only the
  * sigwait in main ever sees them. Shutdown follows --shutdown-timeout: stop accepting, let requests
  * in flight finish for up to that many seconds, abort the rest, stop the engine.
  */
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,7 +21,10 @@
 #include "base/log.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "chat/chat.h"
+#include "chat/tool_parser.h"
 #include "cvllm.h"
+#include "engine/engine.h"
 #include "engine/engine_loop.h"
 #include "server/server.h"
 
@@ -29,6 +35,7 @@ typedef struct serve_args {
     size_t n_names;
     const char **keys;
     size_t n_keys;
+    const char *chat_template_file;
     double shutdown_timeout;
     bool disable_log_stats;
     bool async_scheduling;
@@ -47,8 +54,17 @@ static const char usage[] =
     "  --disable-log-stats               no periodic throughput / KV-cache log line\n"
     "  --[no-]async-scheduling           overlap output processing with the next step (on)\n"
     "  --max-body-bytes N                larger request bodies get 413 (32M)\n"
-    "Endpoints: /v1/completions /v1/chat/completions /v1/models /tokenize /detokenize /health /ping\n"
-    "/version /metrics.\n";
+    "chat options (vLLM's names):\n"
+    "  --chat-template FILE              Jinja chat template (default: the model's chat_template.jinja,\n"
+    "                                    else tokenizer_config.json's chat_template)\n"
+    "  --default-chat-template-kwargs J  JSON object of template variables, under each request's\n"
+    "                                    chat_template_kwargs (e.g. '{\"enable_thinking\": false}')\n"
+    "  --reasoning-parser qwen3          <think> blocks go to message.reasoning / delta.reasoning\n"
+    "  --reasoning-content               also emit the pre-2026 field name reasoning_content\n"
+    "  --enable-auto-tool-choice         tool_choice \"auto\" (needs --tool-call-parser)\n"
+    "  --tool-call-parser NAME           hermes (Qwen3) or qwen3_coder (Qwen3-Coder, Qwen3.5/3.6)\n"
+    "Endpoints: /v1/completions /v1/chat/completions /v1/chat/completions/render /v1/models /tokenize\n"
+    "/detokenize /health /ping /version /metrics.\n";
 
 /* Values following a flag up to the next option: vLLM's nargs="+" flags. */
 static bool multi_value(cv_args *a, const char *name, const char ***list, size_t *n) {
@@ -97,6 +113,27 @@ static bool ignored_serve_flag(cv_args *a) {
     return false;
 }
 
+static bool chat_flag(cv_args *a, serve_args *g) {
+    const char *v;
+    if (cv_args_value(a, "--chat-template", &v)) g->chat_template_file = v;
+    else if (cv_args_value(a, "--default-chat-template-kwargs", &v)) {
+        json_t *j = v ? json_loads(v, 0, NULL) : NULL;
+        if (v && !json_is_object(j)) cv_args_error(a, "--default-chat-template-kwargs must be a JSON object, got '%s'", v);
+        json_decref(j);
+        g->server.default_chat_template_kwargs = v;
+    } else if (cv_args_value(a, "--reasoning-parser", &v)) {
+        if (v && strcmp(v, "qwen3") != 0) cv_args_error(a, "unknown --reasoning-parser '%s' (supported: qwen3)", v);
+        g->server.reasoning_parser = v;
+    } else if (cv_args_value(a, "--tool-call-parser", &v)) {
+        cv_tool_parser_kind kind;
+        if (v && cv_tool_parser_from_name(v, &kind)) cv_args_error(a, "%s", cvllm_last_error());
+        g->server.tool_call_parser = v;
+    } else if (cv_args_flag(a, "--enable-auto-tool-choice")) g->server.enable_auto_tool_choice = true;
+    else if (cv_args_flag(a, "--reasoning-content")) g->server.reasoning_content = true;
+    else return false;
+    return true;
+}
+
 static bool server_flag(cv_args *a, serve_args *g) {
     const char *v;
     int64_t n;
@@ -113,7 +150,7 @@ static bool server_flag(cv_args *a, serve_args *g) {
     else if (cv_args_flag(a, "--no-async-scheduling")) g->async_scheduling = false;
     else if (cv_args_value(a, "--max-body-bytes", &v)) {
         if (cv_args_int(a, "--max-body-bytes", v, 1024, INT64_MAX, &n)) g->server.max_body_bytes = (size_t)n;
-    } else return ignored_serve_flag(a);
+    } else return chat_flag(a, g) || ignored_serve_flag(a);
     return true;
 }
 
@@ -136,6 +173,8 @@ static int parse_serve_args(cv_args *a, serve_args *g) {
     }
     if (a->failed) return 2;
     if (!g->engine.model) return cv_args_error(a, "no MODEL given (see cvllm serve --help)");
+    if (g->server.enable_auto_tool_choice && !g->server.tool_call_parser)
+        return cv_args_error(a, "--enable-auto-tool-choice requires --tool-call-parser");
     const char *env_key = getenv("VLLM_API_KEY");
     if (g->n_keys == 0 && env_key && *env_key) {
         g->keys = cv_xrealloc(g->keys, sizeof *g->keys);
@@ -159,6 +198,23 @@ static int wait_for_signal(void) {
     return sig;
 }
 
+/* The template of the folder the tokenizer comes from (vLLM takes it from the tokenizer), or
+ * --chat-template. A model without any is served without chat, as vLLM does. */
+static int load_chat_template(const serve_args *g, cv_chat_template **out) {
+    *out = NULL;
+    const char *source = g->engine.tokenizer ? g->engine.tokenizer : g->engine.model;
+    char *dir = NULL;
+    int rc = cv_engine_resolve_model(source, g->engine.revision, false, &dir);
+    if (rc && !g->chat_template_file) return rc;
+    rc = cv_chat_template_load(dir, g->chat_template_file, out);
+    free(dir);
+    if (rc == CVLLM_ERR_NOT_FOUND && !g->chat_template_file) {
+        cv_warn("serve", "%s; /v1/chat/completions will refuse requests", cvllm_last_error());
+        return 0;
+    }
+    return rc;
+}
+
 static int run_server(cv_args *a, serve_args *g) {
     cvllm_engine *e = NULL;
     int rc = cvllm_engine_create(&g->engine, &e);
@@ -166,17 +222,26 @@ static int run_server(cv_args *a, serve_args *g) {
         cv_args_report_engine_error(a, rc);
         return 1;
     }
+    cv_chat_template *tmpl = NULL;
+    if ((rc = load_chat_template(g, &tmpl))) {
+        fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
+        cvllm_engine_destroy(e);
+        return 1;
+    }
+    g->server.chat_template = tmpl;
     cv_loop_options lo = {.async_scheduling = g->async_scheduling, .log_stats_interval = g->disable_log_stats ? 0 : 5};
     cv_engine_loop *loop = NULL;
     if ((rc = cv_engine_loop_start(e, &lo, &loop))) {
         fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
         cvllm_engine_destroy(e);
+        cv_chat_template_free(tmpl);
         return 1;
     }
     cv_server *s = NULL;
     if ((rc = cv_server_start(loop, &g->server, &s))) {
         fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
         cv_engine_loop_stop(loop);
+        cv_chat_template_free(tmpl);
         return 1;
     }
     cv_info("serve", "cvllm %s API server on http://%s:%d (model '%s')", CVLLM_VERSION,
@@ -186,6 +251,7 @@ static int run_server(cv_args *a, serve_args *g) {
             g->shutdown_timeout);
     cv_server_stop(s, g->shutdown_timeout);
     cv_engine_loop_stop(loop);
+    cv_chat_template_free(tmpl);
     return 0;
 }
 

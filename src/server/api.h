@@ -12,6 +12,12 @@
  *      each prompt's max_tokens. Range checks of sampling values are left to the engine, which
  *      already words them as vLLM does, so there is one source of truth for them.
  *
+ * Chat requests are rendered with the model's own Jinja chat template (src/chat/) at parse time, and
+ * the parse also decides how the output is read back: the reasoning parser splits <think> blocks
+ * into `reasoning`, the tool-call parser turns <tool_call> blocks into OpenAI `tool_calls`
+ * (api_chat_output.c). Both run in the response fold, streaming or not, so every way the engine's
+ * text is cut into deltas gives the same message.
+ *
  * Errors are vLLM's {"error":{"message","type","param","code"}} with the HTTP status as code.
  */
 #ifndef CV_SERVER_API_H
@@ -21,6 +27,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
+#include "chat/chat.h"
+#include "chat/reasoning.h"
+#include "chat/tool_parser.h"
 #include "cvllm.h"
 #include "engine/engine_loop.h"
 
@@ -45,6 +56,17 @@ char *cv_api_error_json(const cv_api_error *err);
 
 typedef enum cv_api_kind { CV_API_COMPLETION, CV_API_CHAT } cv_api_kind;
 
+/* How chat is rendered and its output parsed: `cvllm serve`'s chat flags. */
+typedef struct cv_api_chat_config {
+    const cv_chat_template *tmpl;  /* NULL: chat is refused, as vLLM refuses a model without one */
+    const json_t *default_kwargs;  /* --default-chat-template-kwargs (an object) or NULL */
+    bool reasoning_parser;         /* --reasoning-parser qwen3 */
+    bool reasoning_content;        /* also emit the pre-2026 name reasoning_content */
+    bool has_tool_parser;          /* --tool-call-parser given */
+    cv_tool_parser_kind tool_parser;
+    bool auto_tool_choice;         /* --enable-auto-tool-choice */
+} cv_api_chat_config;
+
 /* Engine-wide facts the protocol needs; filled by the server from the engine. */
 typedef struct cv_api_limits {
     int32_t max_model_len;
@@ -53,10 +75,11 @@ typedef struct cv_api_limits {
     int32_t max_prompts;        /* most prompts in one completions request */
     int32_t gen_max_tokens;     /* generation_config max_new_tokens, or -1 */
     cvllm_sampling_params defaults; /* server defaults (generation_config applied) */
+    const cv_api_chat_config *chat; /* NULL: no chat template (chat requests get vLLM's 400) */
 } cv_api_limits;
 
 typedef struct cv_api_prompt {
-    char *text;                 /* text prompts (chat: the rendered ChatML); NULL for token ids */
+    char *text;                 /* text prompts (chat: the rendered template); NULL for token ids */
     size_t text_len;
     int32_t *ids;               /* given, or filled by cv_api_prepare */
     size_t n_ids;
@@ -85,14 +108,26 @@ typedef struct cv_api_request {
     char *request_id;           /* the client's request_id, else NULL */
     /* /tokenize and /detokenize */
     bool add_special_tokens, return_token_strs;
+    /* chat output parsing, decided from the request and cv_api_chat_config */
+    bool parse_reasoning;       /* split <think> blocks off the content */
+    bool starts_in_reasoning;   /* the rendered prompt left a <think> open */
+    bool include_reasoning;     /* false: the reasoning is parsed, then dropped */
+    bool reasoning_content;     /* also print the legacy field name */
+    bool parse_tool_calls;      /* tool_choice auto/required/named with a tool-call parser */
+    cv_tool_parser_kind tool_parser;
+    cv_tool_choice tool_choice;
+    bool parallel_tool_calls;   /* false: at most one call per choice */
+    json_t *tools;              /* the request's tools (a reference), for parameter types; or NULL */
 } cv_api_request;
 
 int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
                             cv_api_error *err);
 int cv_api_parse_chat(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
                       cv_api_error *err);
-/* /tokenize: {prompt} or {messages, add_generation_prompt}; one prompt. */
-int cv_api_parse_tokenize(const char *body, size_t len, cv_api_request *req, cv_api_error *err);
+/* /tokenize: {prompt} or vLLM's chat form {messages, add_generation_prompt, continue_final_message,
+ * chat_template_kwargs, tools, documents}, rendered with lim->chat; one prompt. */
+int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                          cv_api_error *err);
 /* /detokenize: {tokens:[int]}; the ids land in prompts[0]. */
 int cv_api_parse_detokenize(const char *body, size_t len, cv_api_request *req, cv_api_error *err);
 void cv_api_request_free(cv_api_request *req);
@@ -102,12 +137,6 @@ int cv_api_prepare(cv_api_request *req, const cvllm_tokenizer *tok, const cv_api
 
 /* The engine parameters for one prompt of a prepared request. */
 cvllm_sampling_params cv_api_prompt_params(const cv_api_request *req, size_t prompt_index);
-
-/* ChatML framing of Qwen3: "<|im_start|>{role}\n{content}<|im_end|>\n" per message, then the
- * generation prompt. `messages` is a jansson array; on failure *err says which message is wrong. */
-struct json_t;
-int cv_api_render_chatml(const struct json_t *messages, bool add_generation_prompt, bool continue_final,
-                         char **text, size_t *len, cv_api_error *err);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Responses                                                                                         */
@@ -123,6 +152,10 @@ typedef struct cv_api_choice {
     int32_t stop_token_id;
     char *stop_str;
     bool started;               /* streaming: the first chunk of this choice went out */
+    /* chat streaming: output parser states (see cv_api_request.parse_*) */
+    cv_reasoning_stream reasoning;
+    cv_tool_stream *tool_stream;
+    size_t n_tool_calls;        /* calls sent so far */
 } cv_api_choice;
 
 typedef struct cv_api_prompt_result {

@@ -7,6 +7,9 @@
  * make the server allocate without bound (n, the number of prompts, stop lists) are capped here,
  * before anything is allocated for them.
  *
+ * Chat requests are rendered here with the server's chat template (see api.h); the template's own
+ * errors, raise_exception() messages included, are 400s carrying its message.
+ *
  * Context-length rules (cv_api_prepare) follow vLLM 0.10–0.11, whose two messages clients match on
  * ("maximum context length", "is too large"):
  *   - a prompt of P >= L tokens is rejected;
@@ -381,73 +384,99 @@ int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *l
 /* ------------------------------------------------------------------------------------------------ */
 /* /v1/chat/completions                                                                              */
 
-/* A message's content: a string, null, or a list of {"type":"text","text":...} parts (joined with
- * newlines, as vLLM's default content format does). */
-static int message_content(const json_t *msg, size_t index, char **out, size_t *len, size_t *cap, cv_api_error *err) {
-    json_t *c = field(msg, "content");
-    if (!c) return 0;
-    if (json_is_string(c)) {
-        cv_buf_append(out, len, cap, json_string_value(c), json_string_length(c));
-        return 0;
-    }
-    if (!json_is_array(c))
-        return cv_api_fail(err, 400, "messages", "messages[%zu].content must be a string or a list of content parts, got %s",
-                           index, json_type_name(c));
-    for (size_t i = 0; i < json_array_size(c); i++) {
-        json_t *part = json_array_get(c, i), *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
-        if (!json_is_string(type))
-            return cv_api_fail(err, 400, "messages", "messages[%zu].content[%zu] must be an object with a string 'type'", index, i);
-        if (strcmp(json_string_value(type), "text") != 0)
-            return cv_api_fail(err, 400, "messages", "messages[%zu].content[%zu]: content part type '%.32s' is not supported by this text-only model",
-                               index, i, json_string_value(type));
-        if (!json_is_string(text))
-            return cv_api_fail(err, 400, "messages", "messages[%zu].content[%zu].text must be a string", index, i);
-        if (i) cv_buf_append(out, len, cap, "\n", 1);
-        cv_buf_append(out, len, cap, json_string_value(text), json_string_length(text));
-    }
-    return 0;
-}
+static const char NO_TEMPLATE[] =
+    "As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat template if "
+    "the tokenizer does not define one.";
 
-int cv_api_render_chatml(const json_t *messages, bool add_generation_prompt, bool continue_final, char **text,
-                         size_t *len, cv_api_error *err) {
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    if (!json_is_array(messages)) return wrong_type(err, "messages", "a list of messages", messages);
-    size_t count = json_array_size(messages);
-    if (count == 0) return cv_api_fail(err, 400, "messages", "'messages' must not be empty");
-    for (size_t i = 0; i < count; i++) {
-        json_t *m = json_array_get(messages, i), *role = json_object_get(m, "role");
-        if (!json_is_string(role) || json_string_length(role) == 0) {
-            free(buf);
-            return cv_api_fail(err, 400, "messages", "messages[%zu] must be an object with a non-empty string 'role'", i);
-        }
-        cv_buf_append(&buf, &n, &cap, "<|im_start|>", 12);
-        cv_buf_append(&buf, &n, &cap, json_string_value(role), json_string_length(role));
-        cv_buf_append(&buf, &n, &cap, "\n", 1);
-        if (message_content(m, i, &buf, &n, &cap, err)) {
-            free(buf);
-            return -1;
-        }
-        /* continue_final_message leaves the last message open so the model continues it. */
-        if (!(continue_final && i + 1 == count)) cv_buf_append(&buf, &n, &cap, "<|im_end|>\n", 11);
-    }
-    if (add_generation_prompt) cv_buf_append(&buf, &n, &cap, "<|im_start|>assistant\n", 22);
-    *text = buf;
-    *len = n;
-    return 0;
-}
-
-/* chat echo: the content of a final assistant message is sent back before the generated text. */
-static int chat_echo_text(const json_t *messages, cv_api_request *req, cv_api_error *err) {
+/* chat echo: the text of a final assistant message (a string, or its text parts joined by newlines)
+ * is sent back before the generated text. The template has already vetted the content's shape. */
+static void chat_echo_text(const json_t *messages, cv_api_request *req) {
     json_t *last = json_array_get(messages, json_array_size(messages) - 1);
-    if (strcmp(json_string_value(json_object_get(last, "role")), "assistant") != 0) return 0;
-    size_t len = 0, cap = 0;
-    if (message_content(last, json_array_size(messages) - 1, &req->echo_text, &len, &cap, err)) return -1;
+    const char *role = json_string_value(json_object_get(last, "role"));
+    if (!role || strcmp(role, "assistant") != 0) return;
+    json_t *content = json_object_get(last, "content");
+    size_t len = 0, cap = 0, n_parts = 0;
+    if (json_is_string(content)) cv_buf_append(&req->echo_text, &len, &cap, json_string_value(content), json_string_length(content));
+    for (size_t i = 0; json_is_array(content) && i < json_array_size(content); i++) {
+        json_t *text = json_object_get(json_array_get(content, i), "text");
+        if (!json_is_string(text)) continue;
+        if (n_parts++) cv_buf_append(&req->echo_text, &len, &cap, "\n", 1);
+        cv_buf_append(&req->echo_text, &len, &cap, json_string_value(text), json_string_length(text));
+    }
     if (!req->echo_text) req->echo_text = cv_xstrdup("");
+}
+
+/* The request's chat_template_kwargs (a new object, or NULL when it has none) with reasoning_effort
+ * forwarded to the template, as vLLM does; "none" also turns thinking off unless the request
+ * decides that itself. */
+static int chat_kwargs(const json_t *o, json_t **out, cv_api_error *err) {
+    static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+    *out = NULL;
+    json_t *kw = field(o, "chat_template_kwargs"), *effort = field(o, "reasoning_effort");
+    if (kw && !json_is_object(kw)) return wrong_type(err, "chat_template_kwargs", "an object", kw);
+    if (effort && !json_is_string(effort)) return wrong_type(err, "reasoning_effort", "a string", effort);
+    bool known = false;
+    for (size_t i = 0; effort && i < CV_ARRAY_LEN(efforts); i++) known |= !strcmp(json_string_value(effort), efforts[i]);
+    if (effort && !known)
+        return cv_api_fail(err, 400, "reasoning_effort",
+                           "reasoning_effort must be one of none, minimal, low, medium, high, xhigh or max, got '%.32s'",
+                           json_string_value(effort));
+    if (!kw && !effort) return 0;
+    *out = kw ? json_copy(kw) : json_object();
+    if (!effort) return 0;
+    json_object_set(*out, "reasoning_effort", effort);
+    if (!strcmp(json_string_value(effort), "none") && !json_object_get(*out, "enable_thinking"))
+        json_object_set_new(*out, "enable_thinking", json_false());
     return 0;
 }
 
-static int parse_chat_prompt(const json_t *o, cv_api_request *req, cv_api_error *err) {
+/* tools and tool_choice (vLLM's validation and messages), and whether the output is parsed for
+ * tool calls. vLLM forces "required" and named choices with structured outputs; without those here,
+ * they read the model's own tool-call syntax, so they need a --tool-call-parser too. */
+static int chat_tools(const json_t *o, const cv_api_chat_config *cfg, cv_api_request *req, cv_api_error *err) {
+    json_t *tools = field(o, "tools");
+    const char *named = NULL;
+    if (cv_tool_choice_resolve(tools, field(o, "tool_choice"), cfg->auto_tool_choice && cfg->has_tool_parser,
+                               &req->tool_choice, &named))
+        return cv_api_fail(err, 400, NULL, "%s", cvllm_last_error());
+    req->parallel_tool_calls = true;
+    if (get_bool(o, "parallel_tool_calls", &req->parallel_tool_calls, err)) return -1;
+    if (req->tool_choice == CV_TOOL_CHOICE_NONE) return 0;
+    if (!cfg->has_tool_parser)
+        return cv_api_fail(err, 400, "tool_choice",
+                           "tool_choice %s%.64s%s needs --tool-call-parser on this server (vLLM forces it with "
+                           "structured outputs, which are not supported yet)",
+                           named ? "'" : "", named ? named : "\"required\"", named ? "'" : "");
+    req->parse_tool_calls = true;
+    req->tool_parser = cfg->tool_parser;
+    req->tools = json_incref(tools);
+    return 0;
+}
+
+/* /tokenize takes tools without a tool_choice; they are vetted as for a chat completion. */
+static int check_tools(const json_t *tools, cv_api_error *err) {
+    cv_tool_choice choice;
+    const char *named;
+    if (cv_tool_choice_resolve(tools, NULL, true, &choice, &named)) return cv_api_fail(err, 400, NULL, "%s", cvllm_last_error());
+    return 0;
+}
+
+/* Renders the conversation with the server's chat template into the request's one prompt, as vLLM
+ * does for /v1/chat/completions (`generation`: tool_choice and the output parsers are settled too)
+ * and for the chat form of /tokenize. */
+static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool generation, cv_api_request *req,
+                             cv_api_error *err) {
+    const cv_api_chat_config *cfg = lim->chat;
+    json_t *messages = field(o, "messages"), *docs = field(o, "documents");
+    if (!messages) return cv_api_fail(err, 400, "messages", "'messages' is required");
+    if (!json_is_array(messages)) return wrong_type(err, "messages", "a list of messages", messages);
+    if (json_array_size(messages) == 0) return cv_api_fail(err, 400, "messages", "'messages' must not be empty");
+    if (docs && !json_is_array(docs)) return wrong_type(err, "documents", "a list of documents", docs);
+    if (field(o, "chat_template"))
+        return cv_api_fail(err, 400, "chat_template",
+                           "Chat template is passed with request, but --trust-request-chat-template is not set. "
+                           "Refused request with untrusted chat template.");
+    if (!cfg || !cfg->tmpl) return cv_api_fail(err, 400, NULL, "%s", NO_TEMPLATE);
     bool add_generation_prompt = true, continue_final = false;
     if (get_bool(o, "add_generation_prompt", &add_generation_prompt, err) ||
         get_bool(o, "continue_final_message", &continue_final, err))
@@ -455,16 +484,27 @@ static int parse_chat_prompt(const json_t *o, cv_api_request *req, cv_api_error 
     if (continue_final && add_generation_prompt)
         return cv_api_fail(err, 400, "continue_final_message",
                            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
-    json_t *messages = json_object_get(o, "messages");
-    if (!messages) return cv_api_fail(err, 400, "messages", "'messages' is required");
+    if (generation ? chat_tools(o, cfg, req, err) : check_tools(field(o, "tools"), err)) return -1;
+    json_t *kwargs;
+    if (chat_kwargs(o, &kwargs, err)) return -1;
+    cv_chat_request cr = {.messages = messages, .tools = field(o, "tools"), .documents = docs,
+                          .default_kwargs = cfg->default_kwargs, .kwargs = kwargs,
+                          .add_generation_prompt = add_generation_prompt, .continue_final_message = continue_final};
     cv_api_prompt p = {0};
-    if (cv_api_render_chatml(messages, add_generation_prompt, continue_final, &p.text, &p.text_len, err)) return -1;
+    int rc = cv_chat_render(cfg->tmpl, &cr, &p.text, &p.text_len);
+    json_decref(kwargs);
+    if (rc) return cv_api_fail(err, 400, NULL, "%s", cvllm_last_error());
     add_prompt(req, p);
-    return 0;
+    if (!generation) return 0;
+    req->parse_reasoning = cfg->reasoning_parser;
+    req->starts_in_reasoning = cfg->reasoning_parser && cv_reasoning_prompt_opens(p.text, p.text_len);
+    req->reasoning_content = cfg->reasoning_content;
+    req->include_reasoning = true;
+    return get_bool(o, "include_reasoning", &req->include_reasoning, err);
 }
 
 static int parse_chat_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
-    if (parse_common(o, lim, req, err) || parse_chat_prompt(o, req, err)) return -1;
+    if (parse_common(o, lim, req, err) || parse_chat_prompt(o, lim, true, req, err)) return -1;
     bool logprobs = false, max_given = false;
     req->max_tokens = -1;
     if (get_int64(o, "max_tokens", &req->max_tokens, &max_given, err)) return -1;
@@ -480,7 +520,7 @@ static int parse_chat_fields(const json_t *o, const cv_api_limits *lim, cv_api_r
         return cv_api_fail(err, 400, "top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.");
     req->top_logprobs = logprobs ? (top < 0 ? 0 : top) : -1;
     req->params.logprobs = req->top_logprobs;
-    if (req->echo && chat_echo_text(json_object_get(o, "messages"), req, err)) return -1;
+    if (req->echo) chat_echo_text(json_object_get(o, "messages"), req);
     return 0;
 }
 
@@ -497,14 +537,14 @@ int cv_api_parse_chat(const char *body, size_t len, const cv_api_limits *lim, cv
 /* ------------------------------------------------------------------------------------------------ */
 /* /tokenize and /detokenize                                                                         */
 
-static int parse_tokenize_fields(const json_t *o, cv_api_request *req, cv_api_error *err) {
+static int parse_tokenize_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
     req->add_special_tokens = true;
     if (get_string(o, "model", &req->model, err) || get_bool(o, "add_special_tokens", &req->add_special_tokens, err) ||
         get_bool(o, "return_token_strs", &req->return_token_strs, err))
         return -1;
     if (json_object_get(o, "messages")) {
         req->kind = CV_API_CHAT;
-        return parse_chat_prompt(o, req, err);
+        return parse_chat_prompt(o, lim, false, req, err);
     }
     json_t *v = field(o, "prompt");
     if (!v) return cv_api_fail(err, 400, "prompt", "'prompt' or 'messages' is required");
@@ -513,12 +553,13 @@ static int parse_tokenize_fields(const json_t *o, cv_api_request *req, cv_api_er
     return 0;
 }
 
-int cv_api_parse_tokenize(const char *body, size_t len, cv_api_request *req, cv_api_error *err) {
+int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                          cv_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = CV_API_COMPLETION;
     json_t *root = parse_body(body, len, err);
     if (!root) return -1;
-    int rc = parse_tokenize_fields(root, req, err);
+    int rc = parse_tokenize_fields(root, lim, req, err);
     json_decref(root);
     return rc;
 }
@@ -553,6 +594,7 @@ void cv_api_request_free(cv_api_request *req) {
     free(req->echo_text);
     free(req->cache_salt);
     free(req->request_id);
+    json_decref(req->tools);
     memset(req, 0, sizeof *req);
 }
 

@@ -9,7 +9,8 @@
  * Shapes follow vLLM: non-streaming replies print unset fields as null; stream chunks carry only
  * the fields vLLM sets; the usage chunk has "choices":[]; a logprob of -inf prints as -9999.0;
  * completion logprobs use the legacy {text_offset, token_logprobs, tokens, top_logprobs} form, chat
- * logprobs the {content:[{token, logprob, bytes, top_logprobs}]} form.
+ * logprobs the {content:[{token, logprob, bytes, top_logprobs}]} form. A chat choice's text becomes
+ * content, reasoning and tool_calls in api_chat_output.c.
  */
 #include <assert.h>
 #include <inttypes.h>
@@ -23,12 +24,12 @@
 
 #include "base/error.h"
 #include "base/utf8.h"
-#include "server/api.h"
+#include "server/api_internal.h"
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Setup                                                                                             */
 
-static void random_hex(char *out, size_t n_bytes) {
+void cv_api_random_hex(char *out, size_t n_bytes) {
     unsigned char raw[32];
     assert(n_bytes <= sizeof raw);
     if (getrandom(raw, n_bytes, 0) != (ssize_t)n_bytes) {
@@ -53,12 +54,15 @@ void cv_api_response_init(cv_api_response *r, const cv_api_request *req, const c
         snprintf(r->id, sizeof r->id, "%s%s", prefix, req->request_id);
     } else {
         char hex[33];
-        random_hex(hex, 16);
+        cv_api_random_hex(hex, 16);
         snprintf(r->id, sizeof r->id, "%s%s", prefix, hex);
     }
     r->n_choices = req->n_prompts * (size_t)req->params.n;
     r->choices = cv_xcalloc(r->n_choices ? r->n_choices : 1, sizeof *r->choices);
-    for (size_t i = 0; i < r->n_choices; i++) r->choices[i].stop_token_id = -1;
+    for (size_t i = 0; i < r->n_choices; i++) {
+        r->choices[i].stop_token_id = -1;
+        cv_api_chat_choice_init(req, &r->choices[i]);
+    }
     r->prompts = cv_xcalloc(req->n_prompts ? req->n_prompts : 1, sizeof *r->prompts);
 }
 
@@ -75,6 +79,7 @@ void cv_api_response_free(cv_api_response *r) {
         free(c->token_ids);
         free_positions(c->logprobs, c->n_tokens);
         free(c->stop_str);
+        cv_api_chat_choice_free(r->req, c);
     }
     free(r->choices);
     for (size_t i = 0; i < r->req->n_prompts; i++) free_positions(r->prompts[i].prompt_logprobs, r->prompts[i].n_prompt_tokens);
@@ -345,13 +350,19 @@ static void stream_chat_delta(cv_api_response *r, cv_api_choice *c, size_t ci, c
                                    "logprobs", "finish_reason"),
                          sse, len, cap);
     }
-    if (d->text_len == 0 && d->n_token_ids == 0 && !finished) return;
-    json_t *delta = d->text_len || !finished ? json_pack("{s:s%}", "content", d->text ? d->text : "", d->text_len)
-                                             : json_object();
+    json_t *delta = cv_api_chat_stream_delta(req, c, d->text ? d->text : "", d->text ? d->text_len : 0, finished);
+    /* Text the parsers hold back still sends its tokens' logprobs and ids, never an empty chunk. */
+    bool token_data = d->n_token_ids && (req->top_logprobs >= 0 || req->return_token_ids);
+    if (json_object_size(delta) == 0 && !finished && !token_data) {
+        json_decref(delta);
+        return;
+    }
+    if (json_object_size(delta) == 0 && !finished) json_object_set_new(delta, "content", json_string(""));
     json_t *lp = req->top_logprobs >= 0 && d->logprobs ? chat_logprobs(r, d->token_ids, d->logprobs, d->n_token_ids)
                                                        : json_null();
+    const char *reason = cv_api_chat_finish_reason(req, d->finish_reason, c->n_tool_calls);
     json_t *choice = json_pack("{s:I, s:o, s:o, s:o}", "index", (json_int_t)ci, "delta", delta, "logprobs", lp,
-                               "finish_reason", finish_json(d->finish_reason));
+                               "finish_reason", reason ? json_string(reason) : json_null());
     if (finished) json_object_set_new(choice, "stop_reason", stop_reason_json(c));
     if (req->return_token_ids) json_object_set_new(choice, "token_ids", ids_json(d->token_ids, d->n_token_ids));
     append_chunk(r, choice, sse, len, cap);
@@ -442,17 +453,13 @@ static json_t *completion_choice(const cv_api_response *r, size_t pi, size_t ci)
 static json_t *chat_choice(const cv_api_response *r, size_t ci) {
     const cv_api_request *req = r->req;
     const cv_api_choice *c = &r->choices[ci];
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    if (req->echo_text) cv_buf_append(&text, &len, &cap, req->echo_text, strlen(req->echo_text));
-    cv_buf_append(&text, &len, &cap, c->text ? c->text : "", c->text_len);
-    json_t *message = json_pack("{s:s, s:s%, s:n, s:[]}", "role", "assistant", "content", text ? text : "", len,
-                                "reasoning", "tool_calls");
-    free(text);
+    size_t n_calls = 0;
+    json_t *message = cv_api_chat_message(req, c, &n_calls);
+    const char *reason = cv_api_chat_finish_reason(req, c->finish, n_calls);
     json_t *lp = req->top_logprobs >= 0 && c->logprobs ? chat_logprobs(r, c->token_ids, c->logprobs, c->n_tokens)
                                                        : json_null();
     json_t *o = json_pack("{s:I, s:o, s:o, s:o, s:o}", "index", (json_int_t)ci, "message", message, "logprobs", lp,
-                          "finish_reason", finish_json(c->finish), "stop_reason", stop_reason_json(c));
+                          "finish_reason", reason ? json_string(reason) : json_null(), "stop_reason", stop_reason_json(c));
     json_object_set_new(o, "token_ids", req->return_token_ids ? ids_json(c->token_ids, c->n_tokens) : json_null());
     return o;
 }

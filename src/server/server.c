@@ -1,7 +1,7 @@
 /*
  * server.c — the HTTP side of `cvllm serve`: libmicrohttpd daemon, request bodies, API keys,
  * routing, and the small endpoints (/health, /ping, /version, /v1/models, /metrics, /tokenize,
- * /detokenize). Completions and chat live in generate.c.
+ * /detokenize, /v1/chat/completions/render). Completions and chat live in generate.c.
  *
  * libmicrohttpd runs one thread per connection (see server_internal.h for why blocking is fine).
  * That costs a thread per open connection — acceptable for a CPU engine whose concurrency is bound
@@ -111,10 +111,16 @@ static enum MHD_Result handle_metrics(cv_server *s, struct MHD_Connection *c) {
     return rc;
 }
 
+static json_t *ids_array(const int32_t *ids, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
 static enum MHD_Result handle_tokenize(cv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
     cv_api_request req;
     cv_api_error err;
-    int rc = cv_api_parse_tokenize(body, len, &req, &err);
+    int rc = cv_api_parse_tokenize(body, len, &s->limits, &req, &err);
     if (!rc && !cv_server_model_name(s, req.model, &err)) rc = -1;
     cv_api_prompt *p = rc ? NULL : &req.prompts[0];
     if (p && cvllm_tokenize(s->tok, p->text, p->text_len, &p->ids, &p->n_ids) != CVLLM_OK)
@@ -123,16 +129,32 @@ static enum MHD_Result handle_tokenize(cv_server *s, struct MHD_Connection *c, c
         cv_api_request_free(&req);
         return cv_http_send_error(c, &err);
     }
-    json_t *tokens = json_array(), *strs = req.return_token_strs ? json_array() : json_null();
-    for (size_t i = 0; i < p->n_ids; i++) {
-        json_array_append_new(tokens, json_integer(p->ids[i]));
-        if (!req.return_token_strs) continue;
+    json_t *strs = req.return_token_strs ? json_array() : json_null();
+    for (size_t i = 0; req.return_token_strs && i < p->n_ids; i++) {
         char *t = cv_api_token_string(s->tok, p->ids[i], false);
         json_array_append_new(strs, json_string(t));
         free(t);
     }
     json_t *o = json_pack("{s:I, s:i, s:o, s:o}", "count", (json_int_t)p->n_ids, "max_model_len", s->limits.max_model_len,
-                          "tokens", tokens, "token_strs", strs);
+                          "tokens", ids_array(p->ids, p->n_ids), "token_strs", strs);
+    cv_api_request_free(&req);
+    return send_json(c, o);
+}
+
+/* /v1/chat/completions/render: the request goes through every check of a chat completion (template,
+ * tools, context length), and the prompt it would generate from comes back instead. */
+static enum MHD_Result handle_render(cv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    cv_api_request req;
+    cv_api_error err;
+    int rc = cv_api_parse_chat(body, len, &s->limits, &req, &err);
+    const char *model = rc ? NULL : cv_server_model_name(s, req.model, &err);
+    if (!model || cv_api_prepare(&req, s->tok, &s->limits, &err)) {
+        cv_api_request_free(&req);
+        return cv_http_send_error(c, &err);
+    }
+    const cv_api_prompt *p = &req.prompts[0];
+    json_t *o = json_pack("{s:s, s:s%, s:o, s:I, s:i}", "model", model, "prompt", p->text, p->text_len, "token_ids",
+                          ids_array(p->ids, p->n_ids), "count", (json_int_t)p->n_ids, "max_tokens", p->max_tokens);
     cv_api_request_free(&req);
     return send_json(c, o);
 }
@@ -158,7 +180,9 @@ static enum MHD_Result handle_detokenize(cv_server *s, struct MHD_Connection *c,
 /* ------------------------------------------------------------------------------------------------ */
 /* Routing                                                                                           */
 
-typedef enum route_id { R_HEALTH, R_PING, R_VERSION, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT } route_id;
+typedef enum route_id {
+    R_HEALTH, R_PING, R_VERSION, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT, R_CHAT_RENDER
+} route_id;
 
 typedef struct route {
     const char *path;
@@ -177,6 +201,7 @@ static const route routes[] = {
     {"/detokenize", R_DETOKENIZE, "POST", true},
     {"/v1/completions", R_COMPLETIONS, "POST", true},
     {"/v1/chat/completions", R_CHAT, "POST", true},
+    {"/v1/chat/completions/render", R_CHAT_RENDER, "POST", true},
 };
 
 static bool method_allowed(const route *r, const char *method) {
@@ -246,6 +271,7 @@ static enum MHD_Result dispatch(cv_server *s, struct MHD_Connection *c, const ch
     case R_DETOKENIZE: return handle_detokenize(s, c, body, hr->len);
     case R_COMPLETIONS: return cv_generate(s, c, CV_API_COMPLETION, body, hr->len);
     case R_CHAT: return cv_generate(s, c, CV_API_CHAT, body, hr->len);
+    case R_CHAT_RENDER: return handle_render(s, c, body, hr->len);
     }
     return MHD_NO;
 }
@@ -333,6 +359,36 @@ static void fill_limits(cv_server *s, const cv_server_options *o) {
     l->gen_max_tokens = cvllm_engine_generation_max_tokens(e);
 }
 
+/* The chat flags, checked as vLLM checks them at startup. */
+static int setup_chat(cv_server *s, const cv_server_options *o) {
+    cv_api_chat_config *chat = &s->chat;
+    chat->tmpl = o->chat_template;
+    chat->reasoning_content = o->reasoning_content;
+    if (o->reasoning_parser) {
+        if (strcmp(o->reasoning_parser, "qwen3") != 0)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "unknown reasoning parser '%s' (supported: qwen3)", o->reasoning_parser);
+        chat->reasoning_parser = true;
+    }
+    if (o->tool_call_parser) {
+        int rc = cv_tool_parser_from_name(o->tool_call_parser, &chat->tool_parser);
+        if (rc) return rc;
+        chat->has_tool_parser = true;
+    }
+    if (o->enable_auto_tool_choice && !chat->has_tool_parser)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "--enable-auto-tool-choice requires --tool-call-parser");
+    chat->auto_tool_choice = o->enable_auto_tool_choice;
+    if (o->default_chat_template_kwargs) {
+        json_error_t jerr;
+        s->default_kwargs = json_loads(o->default_chat_template_kwargs, 0, &jerr);
+        if (!json_is_object(s->default_kwargs))
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "--default-chat-template-kwargs must be a JSON object%s%s",
+                           s->default_kwargs ? "" : ": ", s->default_kwargs ? "" : jerr.text);
+        chat->default_kwargs = s->default_kwargs;
+    }
+    s->limits.chat = chat;
+    return 0;
+}
+
 static int bind_address(const cv_server_options *o, struct sockaddr_storage *addr, bool *ipv6) {
     char port[16];
     snprintf(port, sizeof port, "%d", o->port);
@@ -349,6 +405,7 @@ static void free_server(cv_server *s) {
     free_strings(s->names, s->n_names);
     free_strings(s->keys, s->n_keys);
     free(s->root);
+    json_decref(s->default_kwargs);
     free(s);
 }
 
@@ -373,6 +430,10 @@ int cv_server_start(cv_engine_loop *loop, const cv_server_options *o, cv_server 
     s->max_body = o->max_body_bytes ? o->max_body_bytes : DEFAULT_MAX_BODY;
     s->started = (int64_t)time(NULL);
     fill_limits(s, o);
+    if ((rc = setup_chat(s, o))) {
+        free_server(s);
+        return rc;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG | (ipv6 ? MHD_USE_IPv6 : 0);
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "chat/chat.h"
 #include "engine/engine_loop.h"
 
 typedef struct cv_server cv_server;
@@ -27,9 +28,19 @@ typedef struct cv_server_options {
     bool enable_force_include_usage;   /* usage chunk on every stream */
     size_t max_body_bytes;             /* larger bodies get 413; 0 = 32 MiB */
     int max_n;                         /* most choices per prompt; 0 = 128 */
+    /* Chat (vLLM's flags). The template is borrowed and must outlive the server; NULL = the model
+     * has none, and chat requests get vLLM's 400 for that. */
+    const cv_chat_template *chat_template;
+    const char *default_chat_template_kwargs; /* JSON object text, or NULL */
+    const char *reasoning_parser;      /* "qwen3" or NULL */
+    bool reasoning_content;            /* also emit the pre-2026 field name reasoning_content */
+    bool enable_auto_tool_choice;      /* needs tool_call_parser */
+    const char *tool_call_parser;      /* "hermes", "qwen3_coder" or NULL */
 } cv_server_options;
 
-/* Binds and starts serving. Fails (with cvllm_last_error) when the address cannot be bound. */
+/* Binds and starts serving. Fails (with cvllm_last_error) when the address cannot be bound or a chat
+ * option is invalid (an unknown parser name, kwargs that are not a JSON object, auto tool choice
+ * without a tool-call parser). */
 int cv_server_start(cv_engine_loop *loop, const cv_server_options *opts, cv_server **out);
 
 /* The bound port (useful with port 0). */

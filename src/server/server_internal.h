@@ -23,6 +23,8 @@ struct cv_server {
     cv_engine_loop *loop;
     const cvllm_tokenizer *tok;
     cv_api_limits limits;
+    cv_api_chat_config chat;      /* limits.chat points here */
+    json_t *default_kwargs;       /* owned; chat.default_kwargs */
     char **names;                 /* served model names (copies) */
     size_t n_names;
     char *root;

@@ -23,6 +23,15 @@ static const cvllm_tokenizer *tokenizer(void) {
     return tok;
 }
 
+/* The chat template the Qwen3 tokenizer ships, with hermes tool calls and the qwen3 reasoning parser. */
+static const cv_api_chat_config *chat_config(void) {
+    static cv_api_chat_config cfg = {.reasoning_parser = true, .has_tool_parser = true, .auto_tool_choice = true};
+    static cv_chat_template *tmpl;
+    if (!tmpl && cv_chat_template_load(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", NULL, &tmpl) != 0) abort();
+    cfg.tmpl = tmpl;
+    return &cfg;
+}
+
 static void require(int cond) {
     if (!cond) abort();
 }
@@ -87,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cv_api_limits lim = {.max_model_len = MAX_MODEL_LEN, .vocab_size = VOCAB, .max_n = 4, .max_prompts = 4,
-                         .gen_max_tokens = -1};
+                         .gen_max_tokens = -1, .chat = chat_config()};
     cvllm_sampling_params_default(NULL, &lim.defaults);
     const char *body = (const char *)data;
     for (int kind = 0; kind < 2; kind++) {
@@ -101,7 +110,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     cv_api_request req;
     cv_api_error err = {0};
-    if (cv_api_parse_tokenize(body, size, &req, &err) == 0) require(req.n_prompts == 1 && req.prompts[0].text);
+    if (cv_api_parse_tokenize(body, size, &lim, &req, &err) == 0) require(req.n_prompts == 1 && req.prompts[0].text);
     else check_error(&err);
     cv_api_request_free(&req);
     if (cv_api_parse_detokenize(body, size, &req, &err) == 0) require(req.n_prompts == 1);

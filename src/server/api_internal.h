@@ -1,0 +1,34 @@
+/*
+ * api_internal.h — what the protocol files share: api_response.c folds engine events into choices
+ * and frames them; api_chat_output.c turns a chat choice's text into an OpenAI message or stream
+ * delta through the reasoning and tool-call parsers the request asked for.
+ */
+#ifndef CV_SERVER_API_INTERNAL_H
+#define CV_SERVER_API_INTERNAL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "server/api.h"
+
+/* 2 × n_bytes lowercase hex digits of fresh randomness, NUL-terminated (out has 2n + 1 bytes). */
+void cv_api_random_hex(char *out, size_t n_bytes);
+
+/* Parser states of one chat choice; only streaming keeps any (non-streaming parses at the end). */
+void cv_api_chat_choice_init(const cv_api_request *req, cv_api_choice *c);
+void cv_api_chat_choice_free(const cv_api_request *req, cv_api_choice *c);
+
+/* Streaming: the delta object for `len` new bytes of output (`finished`: the last ones, the
+ * parsers release what they held back). It may be empty: the parsers are holding text back. */
+json_t *cv_api_chat_stream_delta(const cv_api_request *req, cv_api_choice *c, const char *text, size_t len,
+                                 bool finished);
+
+/* Non-streaming: the choice's message {role, content, reasoning, tool_calls}; *n_calls = calls in it. */
+json_t *cv_api_chat_message(const cv_api_request *req, const cv_api_choice *c, size_t *n_calls);
+
+/* finish_reason of a chat choice: "tool_calls" replaces stop/length when calls were made under auto
+ * or required tool choice (vLLM); NULL while unfinished. */
+const char *cv_api_chat_finish_reason(const cv_api_request *req, cvllm_finish_reason f, size_t n_calls);
+
+#endif
