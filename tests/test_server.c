@@ -795,6 +795,150 @@ static void test_chat(void) {
     free(streamed);
 }
 
+/* The concatenation of choices[0].delta.FIELD over a stream's chunks. */
+static char *sse_delta_concat(const char *body, const char *fieldname) {
+    char *out = calloc(1, 1);
+    for (const char *p = body; (p = strstr(p, "data: {")) != NULL; p += 6) {
+        const char *end = strstr(p, "\n\n");
+        json_t *j = end ? json_loadb(p + 6, (size_t)(end - p - 6), 0, NULL) : NULL;
+        json_t *d = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+        json_t *v = json_object_get(d, fieldname);
+        if (json_is_string(v)) append_str(&out, json_string_value(v));
+        json_decref(j);
+    }
+    return out;
+}
+
+#define MESSAGES "[{\"role\":\"system\",\"content\":\"You are helpful.\"},{\"role\":\"user\",\"content\":\"What is the weather in Paris?\"}]"
+#define TOOLS                                                                                                  \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Current weather\","        \
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]"
+
+/* The prompt the chat library renders for the fixture's template, and its tokens. */
+static char *library_prompt(const char *tools, const char *documents, const char *kwargs, int32_t **ids, size_t *n) {
+    json_t *m = json_loads(MESSAGES, 0, NULL), *t = json_loads(tools, 0, NULL), *d = json_loads(documents, 0, NULL),
+           *k = json_loads(kwargs, 0, NULL);
+    cv_chat_request cr = {.messages = m, .tools = t, .documents = d, .kwargs = k, .add_generation_prompt = true};
+    char *text = NULL;
+    CHECK(cv_chat_render(chat_srv.tmpl, &cr, &text, NULL) == 0);
+    const cvllm_tokenizer *tok = cvllm_engine_tokenizer(cv_engine_loop_engine(chat_srv.loop));
+    CHECK(cvllm_tokenize(tok, text, strlen(text), ids, n) == CVLLM_OK);
+    json_decref(m);
+    json_decref(t);
+    json_decref(d);
+    json_decref(k);
+    return text;
+}
+
+static bool same_ids(const json_t *a, const int32_t *ids, size_t n) {
+    if (json_array_size(a) != n) return false;
+    for (size_t i = 0; i < n; i++)
+        if (json_integer_value(json_array_get(a, i)) != ids[i]) return false;
+    return true;
+}
+
+/* /tokenize and /v1/chat/completions/render give the template's rendering of messages, tools,
+ * documents and chat_template_kwargs, byte for byte as the chat library renders it. */
+static void test_chat_prompt_endpoints(void) {
+    const char *docs = "[{\"title\":\"Forecast\",\"text\":\"Sunny\"}]", *kwargs = "{\"enable_thinking\":false}";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *want = library_prompt(TOOLS, docs, kwargs, &ids, &n);
+    CHECK_CONTAINS(want, "get_weather");
+    CHECK_CONTAINS(want, "<think>\n\n</think>");
+    char *body = malloc(4096);
+    snprintf(body, 4096, "{\"messages\":%s,\"tools\":%s,\"documents\":%s,\"chat_template_kwargs\":%s}", MESSAGES, TOOLS,
+             docs, kwargs);
+    reply r = http(&chat_srv, "POST", "/tokenize", body);
+    json_t *j = reply_json(&r);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "count")), n);
+    CHECK(same_ids(json_object_get(j, "tokens"), ids, n));
+    json_decref(j);
+    free(r.body);
+    r = http(&chat_srv, "POST", "/v1/chat/completions/render", body);
+    j = reply_json(&r);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "prompt")), want);
+    CHECK(same_ids(json_object_get(j, "token_ids"), ids, n));
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "max_tokens")), MAX_MODEL_LEN - (long)n);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "model")), NAME);
+    json_decref(j);
+    free(r.body);
+    /* The render endpoint checks like a completion: bad tools and kwargs are 400s, nothing runs. */
+    r = http(&chat_srv, "POST", "/v1/chat/completions/render", "{\"messages\":" MESSAGES ",\"tools\":[]}");
+    CHECK(is_error(&r, 400, "`tools` must not be an empty array"));
+    free(r.body);
+    r = http(&chat_srv, "POST", "/tokenize", "{\"messages\":" MESSAGES ",\"chat_template_kwargs\":{\"tokenize\":true}}");
+    CHECK(is_error(&r, 400, "Found unexpected chat template kwargs"));
+    free(r.body);
+    r = http(&chat_srv, "POST", "/v1/chat/completions",
+             "{\"messages\":" MESSAGES ",\"tools\":" TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"x\"}}}");
+    CHECK(is_error(&r, 400, "does not match any of the specified `tools`"));
+    free(r.body);
+    free(body);
+    free(want);
+    cvllm_free(ids);
+}
+
+/* Replies with tools are well-formed and streaming agrees with non-streaming; a prompt that leaves
+ * <think> open makes the output reasoning. */
+static void test_chat_tools_and_reasoning(void) {
+    const char *tools_body = "{\"messages\":" MESSAGES ",\"tools\":" TOOLS ",\"max_tokens\":12,\"temperature\":0";
+    char *plain = tu_strdupf("%s%s", tools_body, "}");
+    char *streamed = tu_strdupf("%s%s", tools_body, ",\"stream\":true}");
+    reply r = http(&chat_srv, "POST", "/v1/chat/completions", plain);
+    CHECK_EQ_INT(r.status, 200);
+    json_t *j = reply_json(&r);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0), *msg = json_object_get(c, "message");
+    const char *finish = json_string_value(json_object_get(c, "finish_reason"));
+    CHECK(json_is_array(json_object_get(msg, "tool_calls")));
+    CHECK(finish && (!strcmp(finish, "length") || !strcmp(finish, "stop") || !strcmp(finish, "tool_calls")));
+    const char *content = json_string_value(json_object_get(msg, "content"));
+    reply s = http(&chat_srv, "POST", "/v1/chat/completions", streamed);
+    stream_result sr = parse_sse(s.body, true);
+    CHECK(sr.well_formed && sr.done_last);
+    CHECK_STR_EQ(sr.text[0], content ? content : "");
+    CHECK_STR_EQ(sr.finish[0], finish);
+    free_stream(&sr);
+    free(s.body);
+    json_decref(j);
+    free(r.body);
+    free(plain);
+    free(streamed);
+
+    /* The assistant turn is continued inside an open <think>: the parser starts in reasoning. */
+    const char *think_body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Why is the sky blue?\"},"
+                             "{\"role\":\"assistant\",\"content\":\"<think>\\nLet me\"}],\"add_generation_prompt\":false,"
+                             "\"continue_final_message\":true,\"max_tokens\":8,\"temperature\":0";
+    plain = tu_strdupf("%s%s", think_body, "}");
+    streamed = tu_strdupf("%s%s", think_body, ",\"stream\":true}");
+    r = http(&chat_srv, "POST", "/v1/chat/completions", plain);
+    j = reply_json(&r);
+    msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    const char *reasoning = json_string_value(json_object_get(msg, "reasoning"));
+    CHECK_MSG(reasoning && *reasoning, "no reasoning: %.300s", r.body);
+    CHECK(json_is_null(json_object_get(msg, "content")));
+    s = http(&chat_srv, "POST", "/v1/chat/completions", streamed);
+    char *streamed_reasoning = sse_delta_concat(s.body, "reasoning");
+    CHECK_STR_EQ(streamed_reasoning, reasoning ? reasoning : "");
+    free(streamed_reasoning);
+    free(s.body);
+    json_decref(j);
+    free(r.body);
+    free(streamed);
+    free(plain);
+    /* include_reasoning=false drops it. */
+    plain = tu_strdupf("%s%s", think_body, ",\"include_reasoning\":false}");
+    r = http(&chat_srv, "POST", "/v1/chat/completions", plain);
+    j = reply_json(&r);
+    msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    CHECK(json_is_null(json_object_get(msg, "reasoning")));
+    json_decref(j);
+    free(r.body);
+    free(plain);
+}
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     easy = curl_easy_init();
@@ -808,6 +952,8 @@ int main(void) {
     test_disconnects();
     test_malformed_requests();
     test_chat();
+    test_chat_prompt_endpoints();
+    test_chat_tools_and_reasoning();
     curl_easy_cleanup(easy);
     stop_server(&ref_srv);
     stop_server(&chat_srv);

@@ -1,7 +1,9 @@
 /*
  * test_server_cli.c — `cvllm serve` as a process: the tutorial command line (every vLLM flag in it
- * accepted, the meaningless ones logged as ignored), startup errors for malformed values, and
- * SIGTERM with and without --shutdown-timeout (drain vs abort).
+ * accepted, the meaningless ones logged as ignored), the chat flags (a --chat-template file with
+ * --default-chat-template-kwargs reaches /v1/chat/completions/render; a template that does not parse
+ * stops startup naming its line and column), startup errors for malformed values, and SIGTERM with
+ * and without --shutdown-timeout (drain vs abort).
  *
  * The server listens on port 0 and the test reads the chosen port from its startup log line.
  */
@@ -89,6 +91,7 @@ static int wait_exit(proc *p, double seconds) {
 
 typedef struct call {
     int port;
+    const char *path;          /* NULL = /v1/completions */
     const char *body;
     long status;
     char *reply;
@@ -108,7 +111,7 @@ static void *post_completion(void *arg) {
     call *c = arg;
     CURL *h = curl_easy_init();
     char url[96];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/completions", c->port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", c->port, c->path ? c->path : "/v1/completions");
     struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
                                                "Authorization: Bearer sk-1");
     curl_easy_setopt(h, CURLOPT_URL, url);
@@ -140,6 +143,14 @@ static void test_tutorial_and_drain(void) {
     for (size_t i = 0; i < sizeof tutorial / sizeof *tutorial; i++) args[n++] = tutorial[i];
     args[n++] = "--shutdown-timeout";
     args[n++] = "30";
+    /* Qwen3's own template needs special tokens the test vocabulary lacks: a plain one instead. */
+    const char tmpl[] = "{{ greeting }}{% for m in messages %} {{ m.content }}{% endfor %}";
+    tu_write_file(model_dir, "plain.jinja", tmpl, sizeof tmpl - 1);
+    char *tmpl_path = tu_strdupf("%s/%s", model_dir, "plain.jinja");
+    const char *chat_flags[] = {"--chat-template", tmpl_path, "--default-chat-template-kwargs", "{\"greeting\": \"We\"}",
+                                "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+                                "--reasoning-content"};
+    for (size_t i = 0; i < sizeof chat_flags / sizeof *chat_flags; i++) args[n++] = chat_flags[i];
     proc p = spawn(args, n);
     CHECK_MSG(wait_ready(&p, 30), "server did not start");
     char *log = read_file(p.log);
@@ -148,6 +159,13 @@ static void test_tutorial_and_drain(void) {
     CHECK_CONTAINS(log, "--additional-config is accepted and ignored");
     CHECK_CONTAINS(log, "--distributed-executor-backend mp is accepted and ignored");
     free(log);
+    call rc = {.port = p.port, .path = "/v1/chat/completions/render",
+               .body = "{\"messages\":[{\"role\":\"user\",\"content\":\"are in the house\"}]}"};
+    post_completion(&rc);
+    CHECK_EQ_INT(rc.status, 200);
+    CHECK_CONTAINS(rc.reply, "\"prompt\":\"We are in the house\"");
+    free(rc.reply);
+    free(tmpl_path);
     call c = {.port = p.port,
               .body = "{\"model\":\"qwen3\",\"prompt\":\"I am in the house\",\"max_tokens\":1500,\"temperature\":0,\"ignore_eos\":true}"};
     pthread_t t;
@@ -207,13 +225,34 @@ static void test_bad_flags(void) {
     EXPECT_USAGE_ERROR("--shutdown-timeout expects a number", "--shutdown-timeout", "soon");
     EXPECT_USAGE_ERROR("unknown option --no-such-flag", "--no-such-flag");
     EXPECT_USAGE_ERROR("--tensor-parallel-size expects an integer", "--tensor-parallel-size", "two");
+    EXPECT_USAGE_ERROR("unknown --reasoning-parser 'deepseek_v3' (supported: qwen3)", "--reasoning-parser", "deepseek_v3");
+    EXPECT_USAGE_ERROR("unknown tool call parser 'pythonic' (supported: hermes, qwen3_coder)", "--tool-call-parser", "pythonic");
+    EXPECT_USAGE_ERROR("--enable-auto-tool-choice requires --tool-call-parser", "--enable-auto-tool-choice");
+    EXPECT_USAGE_ERROR("--default-chat-template-kwargs must be a JSON object", "--default-chat-template-kwargs", "[1]");
 #undef EXPECT_USAGE_ERROR
+}
+
+/* A chat template that does not parse stops startup (status 1) with its line and column. */
+static void test_bad_template(void) {
+    const char bad[] = "{% for m in messages %}\n{{ m.content }\n{% endfor %}";
+    tu_write_file(model_dir, "bad.jinja", bad, sizeof bad - 1);
+    char *path = tu_strdupf("%s/%s", model_dir, "bad.jinja");
+    const char *args[] = {"--port", "0", "--host", "127.0.0.1", "--num-threads", "2", "--kv-cache-memory-bytes", "64M",
+                          "--chat-template", path};
+    proc p = spawn(args, sizeof args / sizeof *args);
+    CHECK_EQ_INT(wait_exit(&p, 30), 1);
+    char *log = read_file(p.log);
+    CHECK_CONTAINS(log, "bad.jinja");
+    CHECK_CONTAINS(log, "line 2 column");
+    free(log);
+    free(path);
 }
 
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     model_dir = tu_model_dir("qwen3-dense-f32");
     test_bad_flags();
+    test_bad_template();
     test_tutorial_and_drain();
     test_sigterm_aborts();
     tu_remove_tree(model_dir);
