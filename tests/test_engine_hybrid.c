@@ -171,11 +171,48 @@ static void test_spec_decode_rollback(const char *vec) {
     free(dir);
 }
 
+/* MTP drafting through the engine: the MTP layer catches up over every computed position and
+ * proposes from its own KV cache; output and logprobs are those of plain decoding. */
+static void test_mtp_identical(const char *vec, const char *method) {
+    char *dir = tu_model_dir(vec);
+    int32_t p[3][40];
+    int32_t *prompts[3] = {p[0], p[1], p[2]};
+    size_t lens[3] = {40, 23, 9};
+    for (int i = 0; i < 3; i++)
+        for (int t = 0; t < 40; t++) p[i][t] = (t * 389 + i * 11 + 1) % 4096;
+    outcome plain[3] = {0}, spec[3] = {0};
+    cvllm_engine *e = engine_for(dir, 1024, 8 << 20, NULL);
+    run(e, prompts, lens, 3, 16, plain);
+    cvllm_engine_destroy(e);
+    char cfg[128];
+    for (int k = 1; k <= 3; k += 2) {
+        snprintf(cfg, sizeof cfg, "{\"method\": \"%s\", \"num_speculative_tokens\": %d}", method, k);
+        e = engine_for(dir, k == 3 ? 12 : 1024, 8 << 20, cfg); /* k = 3 also with chunked prefill */
+        memset(spec, 0, sizeof spec);
+        run(e, prompts, lens, 3, 16, spec);
+        float worst = 0;
+        for (int i = 0; i < 3; i++) {
+            CHECK_MSG(spec[i].n == 16 && memcmp(spec[i].ids, plain[i].ids, 16 * sizeof(int32_t)) == 0,
+                      "%s k=%d: request %d differs with MTP", vec, k, i);
+            for (int t = 0; t < 16; t++) worst = fmaxf(worst, fabsf(spec[i].lp[t] - plain[i].lp[t]));
+        }
+        CHECK_MSG(worst < 1e-4f, "%s k=%d: logprobs differ by %g", vec, k, worst);
+        CHECK_MSG(e->spec_stats.num_drafts > 0 && e->spec_stats.num_draft_tokens >= e->spec_stats.num_drafts,
+                  "%s k=%d: the MTP proposed nothing", vec, k);
+        CHECK(cv_block_pool_usage(&e->blocks) == 0.0);
+        cvllm_engine_destroy(e);
+    }
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_reference_greedy(models[i]);
     test_prefix_hit("qwen3.5-moe-f32");
     test_prefix_hit("qwen3-next-bf16");
     test_spec_decode_rollback("qwen3.5-moe-f32");
     test_spec_decode_rollback("qwen3-next-bf16");
+    test_mtp_identical("qwen3.5-moe-f32", "qwen3_5_mtp");
+    test_mtp_identical("qwen3-next-bf16", "qwen3_next_mtp");
     return cv_check_summary("test_engine_hybrid");
 }
