@@ -5,6 +5,8 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config git
           libjansson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libxxhash-dev libmicrohttpd-dev
           python3 clang libclang-rt-14-dev)
+# Node.js and npm run the OpenAI SDK test (tests/sdk); Debian's, unless a node is already installed.
+command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

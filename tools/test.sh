@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 tools/setup-debian.sh
 jobs=$(nproc)
 
+# The OpenAI SDK test's npm package (tests/sdk, pinned by its package-lock.json). An existing
+# node_modules is kept, so this also runs offline; without the package that ctest reports "skipped".
+if [[ ! -d tests/sdk/node_modules ]] && command -v npm >/dev/null 2>&1; then
+  (cd tests/sdk && npm ci --no-audit --no-fund) || echo "npm ci failed: test_openai_sdk will be skipped"
+fi
+
 echo "== release build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"

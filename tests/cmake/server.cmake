@@ -11,3 +11,13 @@ cv_add_fuzzer(fuzz_request SOURCES ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_request.c
 if(TARGET fuzz_request)
   target_compile_definitions(fuzz_request PRIVATE CVLLM_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
 endif()
+
+# The official OpenAI SDK (npm package openai, pinned in tests/sdk/package.json) against `cvllm serve`:
+# chat with and without streaming, tools and the reasoning fields. tools/test.sh runs `npm ci` in
+# tests/sdk first; without the package the test reports itself skipped (exit 77).
+find_program(CVLLM_NODE node)
+if(CVLLM_NODE)
+  add_test(NAME test_openai_sdk
+           COMMAND ${CVLLM_NODE} ${CMAKE_SOURCE_DIR}/tests/sdk/openai_sdk_test.mjs $<TARGET_FILE:cvllm> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_openai_sdk PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
+endif()
