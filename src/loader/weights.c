@@ -41,6 +41,7 @@ struct cv_weight_source {
     cv_dtype dtype;       /* dummy weights' dtype */
     uint64_t seed;
     owned_buffer *owned;
+    size_t dummy_bytes;   /* made so far, checked against the memory the machine has */
 };
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -230,6 +231,21 @@ static void fill_dummy(void *data, cv_dtype dtype, uint64_t key, int64_t numel) 
     }
 }
 
+/* MemAvailable from /proc/meminfo in bytes, read once; 0 when unknown. */
+static size_t available_memory(void) {
+    static size_t cached = SIZE_MAX;
+    if (cached != SIZE_MAX) return cached;
+    cached = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kib;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) cached = (size_t)kib * 1024;
+    fclose(f);
+    return cached;
+}
+
 static int make_dummy(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
                       cv_tensor *out) {
     cv_tensor t = {.dtype = src->dtype, .ndim = ndim};
@@ -241,9 +257,17 @@ static int make_dummy(cv_weight_source *src, const char *name, int ndim, const i
     size_t nbytes;
     if (__builtin_mul_overflow((size_t)numel, cv_dtype_size(src->dtype), &nbytes))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor %s: shape too large", name);
+    /* Random weights are real memory: fail with a clear message before the kernel's OOM killer. */
+    size_t avail = available_memory();
+    if (avail && src->dummy_bytes + nbytes > avail - avail / 20)
+        return cv_fail(CVLLM_ERR_NO_MEMORY,
+                       "dummy weights need more than the %.1f GiB of memory available (%.1f GiB made when tensor %s "
+                       "did not fit); the model is too large for this machine",
+                       (double)avail / (1 << 30), (double)src->dummy_bytes / (1 << 30), name);
     void *data = cv_aligned_alloc(nbytes);
     if (!data)
         return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes for dummy tensor %s", nbytes, name);
+    src->dummy_bytes += nbytes;
     fill_dummy(data, src->dtype, name_key(src->seed, name), numel);
     t.name = own(src, name, data);
     t.data = data;
