@@ -13,6 +13,8 @@ static const char usage[] =
     "  serve MODEL      OpenAI-compatible HTTP server, as `vllm serve` (cvllm serve --help)\n"
     "  generate MODEL   offline batch inference (cvllm generate --help)\n"
     "  tokenize MODEL   encode text or decode ids with the model's tokenizer\n"
+    "  bench serve      load test an OpenAI-compatible server (vLLM's `bench serve`)\n"
+    "  bench throughput offline throughput of the engine (vLLM's `bench throughput`)\n"
     "  bench latency    latency of one batch (vLLM's `bench latency`)\n"
     "MODEL is a Hugging Face model folder or a hub id (ORG/NAME) in the Hugging Face cache.\n";
 
