@@ -60,7 +60,7 @@ static const char usage[] =
     "  --default-chat-template-kwargs J  JSON object of template variables, under each request's\n"
     "                                    chat_template_kwargs (e.g. '{\"enable_thinking\": false}')\n"
     "  --reasoning-parser qwen3          <think> blocks go to message.reasoning / delta.reasoning\n"
-    "  --reasoning-content               also emit the pre-2026 field name reasoning_content\n"
+    "  --reasoning-content               (cvllm) also emit the pre-2026 field name reasoning_content\n"
     "  --enable-auto-tool-choice         tool_choice \"auto\" (needs --tool-call-parser)\n"
     "  --tool-call-parser NAME           hermes (Qwen3) or qwen3_coder (Qwen3-Coder, Qwen3.5/3.6)\n"
     "Endpoints: /v1/completions /v1/chat/completions /v1/chat/completions/render /v1/models /tokenize\n"
