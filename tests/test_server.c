@@ -746,7 +746,7 @@ static void test_malformed_requests(void) {
     CHECK(wait_idle(&ref_srv, 3) < 3);
 }
 
-/* Chat with ChatML framing on the full-vocabulary model: streaming agrees with non-streaming. */
+/* Chat through the Qwen3 template on the full-vocabulary model: streaming agrees with non-streaming. */
 static void test_chat(void) {
     const char *base = "{\"model\":\"" NAME "\",\"messages\":[{\"role\":\"system\",\"content\":\"You are helpful.\"},"
                        "{\"role\":\"user\",\"content\":\"Give me a short introduction to large language models.\"}],"
