@@ -915,6 +915,20 @@ static void test_metrics_text(void) {
     CHECK_CONTAINS(t, "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"q\\\"3\"} 3.0\n");
     CHECK_CONTAINS(t, "# TYPE vllm:e2e_request_latency_seconds histogram\n");
     CHECK_CONTAINS(t, "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"64\"} 1.0\n");
+    CHECK(!strstr(t, "spec_decode")); /* only when speculative decoding is on */
+    free(t);
+
+    st.spec_num_positions = 2;
+    st.spec_num_drafts = 5;
+    st.spec_num_draft_tokens = 10;
+    st.spec_num_accepted_tokens = 4;
+    st.spec_accepted_per_pos[0] = 3;
+    st.spec_accepted_per_pos[1] = 1;
+    t = cv_metrics_render(&st, "q");
+    CHECK_CONTAINS(t, "vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"q\"} 5.0\n");
+    CHECK_CONTAINS(t, "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"q\"} 10.0\n");
+    CHECK_CONTAINS(t, "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"q\"} 4.0\n");
+    CHECK_CONTAINS(t, "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",model_name=\"q\",position=\"1\"} 1.0\n");
     free(t);
 }
 

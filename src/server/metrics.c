@@ -94,6 +94,15 @@ char *cv_metrics_render(const cv_engine_stats *st, const char *model_name) {
     for (int k = 0; k < CV_FINISHED_KINDS; k++)
         emit(&o, "vllm:request_success_total{%s,finished_reason=\"%s\"} %" PRIu64 ".0\n", o.labels, reasons[k],
              st->request_success[k]);
+    if (st->spec_num_positions > 0) {
+        counter(&o, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", st->spec_num_drafts);
+        counter(&o, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", st->spec_num_draft_tokens);
+        counter(&o, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", st->spec_num_accepted_tokens);
+        header(&o, "vllm:spec_decode_num_accepted_tokens_per_pos", "counter", "Accepted tokens per draft position.");
+        for (int32_t p = 0; p < st->spec_num_positions; p++)
+            emit(&o, "vllm:spec_decode_num_accepted_tokens_per_pos_total{%s,position=\"%d\"} %" PRIu64 ".0\n", o.labels,
+                 p, st->spec_accepted_per_pos[p]);
+    }
     histogram(&o, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
               &st->time_to_first_token);
     histogram(&o, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
