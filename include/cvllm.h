@@ -109,6 +109,15 @@ int32_t cvllm_engine_max_model_len(const cvllm_engine *engine);
 int32_t cvllm_engine_generation_max_tokens(const cvllm_engine *engine);
 int32_t cvllm_engine_vocab_size(const cvllm_engine *engine); /* rows of the logits */
 
+/* Speculative decoding counters since the engine started (vLLM's vllm:spec_decode_* metrics). */
+typedef struct cvllm_spec_decode_stats {
+    uint64_t num_drafts;          /* verification passes that carried drafts */
+    uint64_t num_draft_tokens;
+    uint64_t num_accepted_tokens;
+} cvllm_spec_decode_stats;
+
+void cvllm_engine_spec_decode_stats(const cvllm_engine *engine, cvllm_spec_decode_stats *stats);
+
 /* ------------------------------------------------------------------------------------------------ */
 /* Requests                                                                                          */
 

@@ -57,6 +57,13 @@ static void test_ngram_proposer(void) {
     static const int32_t r[] = {7, 7, 1, 7, 7, 2, 7, 7};
     CHECK_EQ_INT(cv_ngram_propose(&c, r, 8, 1, d), 1);
     CHECK_EQ_INT(d[0], 2);
+    /* Repetitive text: the latest match has one token after it, an earlier one has all four. */
+    static const int32_t rep[] = {5, 9, 9, 9, 9, 9, 9};
+    c.prompt_lookup_min = c.prompt_lookup_max = 1;
+    CHECK_EQ_INT(cv_ngram_propose(&c, rep, 7, 4, d), 4);
+    CHECK(d[0] == 9 && d[3] == 9);
+    c.prompt_lookup_min = 2;
+    c.prompt_lookup_max = 3;
     static const int32_t none[] = {1, 2, 3, 4};
     CHECK_EQ_INT(cv_ngram_propose(&c, none, 4, 4, d), 0);
     CHECK_EQ_INT(cv_ngram_propose(&c, a, 11, 0, d), 0);

@@ -108,6 +108,18 @@ static int run_batch(cvllm_engine *e, const latency_args *l, cv_rng *rng, int32_
     return 0;
 }
 
+/* With speculative decoding, how much of it paid: vLLM's acceptance rate and mean acceptance length. */
+static void report_spec_decode(const cvllm_engine *e) {
+    cvllm_spec_decode_stats st;
+    cvllm_engine_spec_decode_stats(e, &st);
+    if (st.num_drafts == 0) return;
+    printf("Speculative decoding: %llu drafts, %llu draft tokens, %llu accepted (acceptance rate %.1f%%, "
+           "mean acceptance length %.2f)\n",
+           (unsigned long long)st.num_drafts, (unsigned long long)st.num_draft_tokens,
+           (unsigned long long)st.num_accepted_tokens, 100.0 * (double)st.num_accepted_tokens / (double)st.num_draft_tokens,
+           1.0 + (double)st.num_accepted_tokens / (double)st.num_drafts);
+}
+
 static void report(const latency_args *l, batch_timing *runs, int n) {
     double *lat = cv_xmalloc((size_t)n * sizeof *lat), *sorted = cv_xmalloc((size_t)n * sizeof *sorted);
     double prefill = 0, decode = 0;
@@ -201,6 +213,7 @@ int cv_bench_latency_main(int argc, char **argv) {
         status = 1;
     } else {
         report(&l, runs, l.iters);
+        report_spec_decode(e);
         if (l.profile) report_profile();
     }
     free(runs);

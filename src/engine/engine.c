@@ -255,6 +255,11 @@ int32_t cvllm_engine_generation_max_tokens(const cvllm_engine *e) {
     return e->use_generation_defaults && e->gen.has_max_new_tokens ? e->gen.max_new_tokens : -1;
 }
 int32_t cvllm_engine_vocab_size(const cvllm_engine *e) { return e->vocab_size; }
+
+void cvllm_engine_spec_decode_stats(const cvllm_engine *e, cvllm_spec_decode_stats *st) {
+    *st = (cvllm_spec_decode_stats){e->spec_stats.num_drafts, e->spec_stats.num_draft_tokens,
+                                    e->spec_stats.num_accepted_tokens};
+}
 bool cvllm_engine_has_unfinished(const cvllm_engine *e) { return e->n_requests > 0; }
 
 /* ------------------------------------------------------------------------------------------------ */

@@ -67,12 +67,18 @@ int cv_spec_config_parse(const char *text, cv_spec_config *out) {
     return 0;
 }
 
-/* Most recent earlier occurrence of tokens[n-len..n) that still has a token after it, or -1. */
-static ptrdiff_t last_match(const int32_t *tokens, size_t n, size_t len) {
+/* Where to copy the draft from: the most recent earlier occurrence of tokens[n-len..n) that is
+ * followed by `want` tokens, else the occurrence followed by the most (in repetitive text the most
+ * recent match sits right before the suffix and has almost nothing after it). -1 when none. */
+static ptrdiff_t best_match(const int32_t *tokens, size_t n, size_t len, size_t want) {
     const int32_t *suffix = tokens + n - len;
-    for (ptrdiff_t start = (ptrdiff_t)(n - len) - 1; start >= 0; start--)
-        if (memcmp(tokens + start, suffix, len * sizeof *tokens) == 0) return start;
-    return -1;
+    ptrdiff_t best = -1;
+    for (ptrdiff_t start = (ptrdiff_t)(n - len) - 1; start >= 0; start--) {
+        if (memcmp(tokens + start, suffix, len * sizeof *tokens) != 0) continue;
+        if (n - ((size_t)start + len) >= want) return start;
+        best = start; /* earlier occurrences have more tokens after them */
+    }
+    return best;
 }
 
 int32_t cv_ngram_propose(const cv_spec_config *cfg, const int32_t *tokens, size_t n, int32_t max_draft,
@@ -80,7 +86,7 @@ int32_t cv_ngram_propose(const cv_spec_config *cfg, const int32_t *tokens, size_
     if (max_draft <= 0) return 0;
     for (int32_t len = cfg->prompt_lookup_max; len >= cfg->prompt_lookup_min; len--) {
         if ((size_t)len >= n) continue;
-        ptrdiff_t at = last_match(tokens, n, (size_t)len);
+        ptrdiff_t at = best_match(tokens, n, (size_t)len, (size_t)max_draft);
         if (at < 0) continue;
         size_t from = (size_t)at + (size_t)len;
         int32_t k = 0;
