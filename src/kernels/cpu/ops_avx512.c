@@ -130,6 +130,11 @@ static void scale_avx512(float *y, float a, int64_t n) {
 
 /* ---- packed panels ----------------------------------------------------------------------------- */
 
+/* Decode streams panels from memory: a software prefetch 1 KiB ahead in each panel stream (on top
+ * of the hardware prefetchers) measured +12-15 % GEMV bandwidth on the lm_head shape (23 → 26-27
+ * GB/s, 2 threads). Prefetches past a panel's end only touch the next panel, and never fault. */
+enum { PREFETCH_PAIRS = 16 };
+
 INLINE __mmask16 cols_mask(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
 
 /* Loads or zeroes the accumulators of a tile; MR·NP vectors, the last panel possibly partial. */
@@ -154,6 +159,7 @@ INLINE void panel_f32_fixed(const cv_panel_tile *t, const int MR, const int NP) 
     for (int64_t p = 0; p < full; p++) {
         __m512 lo[3], hi[3];
         for (int j = 0; j < NP; j++) {
+            if (MR <= 2) _mm_prefetch((const char *)(t->w + j * t->panel_stride + (p + PREFETCH_PAIRS) * 32), _MM_HINT_T0);
             __m512i v = _mm512_loadu_si512(t->w + j * t->panel_stride + p * 32);
             lo[j] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
             hi[j] = _mm512_castsi512_ps(_mm512_and_si512(v, top));
