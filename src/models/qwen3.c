@@ -172,8 +172,8 @@ static int bind_weights(qwen3_model *m, const cv_model_config *cfg, cv_weight_so
     binder b = {.src = src, .pool = pool};
     bind_matrix(&b, "model.embed_tokens.weight", m->vocab, m->hidden, "vocab_size, hidden_size", &m->embed);
     b.matmul_bytes = 0; /* the embedding is gathered one row per token, not streamed */
-    for (int l = 0; l < m->n_layers; l++) bind_layer(&b, m, l, &m->layers[l]);
-    bind_gain(&b, "model.norm.weight", m->hidden, "hidden_size", &m->final_norm);
+    /* lm_head first: its packing holds the original and the packed copy at once, and doing that
+     * before any layer is bound keeps the load's peak memory at ~1× the weights */
     m->lm_head.n_parts = 1;
     /* Tied: Hugging Face ties lm_head to embed_tokens and ignores any stored copy; so do we. */
     if (cfg->tie_word_embeddings) {
@@ -186,6 +186,8 @@ static int bind_weights(qwen3_model *m, const cv_model_config *cfg, cv_weight_so
                     &m->lm_head.parts[0]);
         finish_linear(&b, &m->lm_head);
     }
+    for (int l = 0; l < m->n_layers; l++) bind_layer(&b, m, l, &m->layers[l]);
+    bind_gain(&b, "model.norm.weight", m->hidden, "hidden_size", &m->final_norm);
     m->base.weight_bytes = b.matmul_bytes;
     return b.rc;
 }
