@@ -80,16 +80,16 @@ static void attend_block(const attention_job *job, block_scratch *w, int32_t s, 
         }
     memset(w->o, 0, (size_t)rows * (size_t)hd * sizeof(float));
     const int32_t n_ctx = a->positions[t1 - 1] + 1; /* positions ascend within a sequence */
-    const float *kt_rows[1024], *vrow[CONTEXT_TILE];
+    const float *kt_rows[1024], *krow[CONTEXT_TILE], *vrow[CONTEXT_TILE];
     assert(hd <= 1024);
     for (int d = 0; d < hd; d++) kt_rows[d] = w->kt + (int64_t)d * CONTEXT_TILE;
     for (int32_t j0 = 0; j0 < n_ctx; j0 += CONTEXT_TILE) {
         const int n = n_ctx - j0 < CONTEXT_TILE ? n_ctx - j0 : CONTEXT_TILE;
         for (int j = 0; j < n; j++) {
-            const float *k = cache_row(job, a->k_cache, table, j0 + j, g);
-            for (int d = 0; d < hd; d++) w->kt[(int64_t)d * CONTEXT_TILE + j] = k[d];
+            krow[j] = cache_row(job, a->k_cache, table, j0 + j, g);
             vrow[j] = cache_row(job, a->v_cache, table, j0 + j, g);
         }
+        ops->transpose_rows(w->kt, CONTEXT_TILE, krow, n, hd);
         ops->gemm_rows(w->s, CONTEXT_TILE, w->q, hd, kt_rows, rows, n, hd, false);
         for (int r = 0; r < rows; r++) {
             const int valid = a->positions[t0 + r / group] + 1 - j0; /* causal: keys up to the row's position */

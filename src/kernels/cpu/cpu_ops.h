@@ -65,6 +65,8 @@ typedef struct cv_cpu_ops {
      * i < m, j < n, p < k; b given as row pointers (K/V rows live in scattered cache slots). */
     void (*gemm_rows)(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n, int k,
                       bool accumulate);
+    /* dst[c·ld + r] = rows[r][c] for r < n_rows, c < n_cols (K tile → [head_dim][positions]). */
+    void (*transpose_rows)(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols);
     /* out[i] = silu(gate[i]) · up[i]. */
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
     /* Σ x[i]² accumulated in f32 over 16 (or 8) lanes. */

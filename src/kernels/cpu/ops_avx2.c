@@ -240,6 +240,11 @@ INLINE __m256 exp256(__m256 x) {
     return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
+static void transpose_rows_avx2(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols) {
+    for (int r = 0; r < n_rows; r++)
+        for (int c = 0; c < n_cols; c++) dst[(int64_t)c * ld + r] = rows[r][c];
+}
+
 static float exp_sum_avx2(float *y, const float *x, float shift, int64_t n) {
     __m256 s = _mm256_setzero_ps(), sh = _mm256_set1_ps(shift);
     int64_t i = 0;
@@ -286,6 +291,7 @@ const cv_cpu_ops cv_cpu_ops_avx2 = {
     .axpy = axpy_avx2,
     .scale = scale_avx2,
     .gemm_rows = gemm_rows_avx2,
+    .transpose_rows = transpose_rows_avx2,
     .exp_sum = exp_sum_avx2,
     .silu_mul = silu_mul_avx2,
     .sum_sq = sum_sq_avx2,

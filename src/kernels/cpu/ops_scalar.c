@@ -75,6 +75,11 @@ static void gemm_rows_scalar(float *c, int64_t ldc, const float *a, int64_t lda,
         }
 }
 
+static void transpose_rows_scalar(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols) {
+    for (int r = 0; r < n_rows; r++)
+        for (int c = 0; c < n_cols; c++) dst[(int64_t)c * ld + r] = rows[r][c];
+}
+
 static float exp_sum_scalar(float *y, const float *x, float shift, int64_t n) {
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++) sum += y[i] = expf(x[i] - shift);
@@ -99,6 +104,7 @@ const cv_cpu_ops cv_cpu_ops_scalar = {
     .axpy = axpy_scalar,
     .scale = scale_scalar,
     .gemm_rows = gemm_rows_scalar,
+    .transpose_rows = transpose_rows_scalar,
     .exp_sum = exp_sum_scalar,
     .silu_mul = silu_mul_scalar,
     .sum_sq = sum_sq_scalar,
