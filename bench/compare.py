@@ -19,7 +19,8 @@ llama.cpp: a source checkout at --llama-dir (or $LLAMA_CPP_DIR) is built there o
 llama-server) if it has no build; without a checkout the llama.cpp columns say "n/a" and why.
 
 Usage: bench/compare.py [--threads 2] [--reps 5] [--work DIR] [--llama-dir DIR] [--cvllm BIN]
-                        [--serve-prompts 64] [--rows decode,prefill,serve,8b]
+                        [--serve-prompts 64] [--serve-reps 1] [--eight-b-tokens 16]
+                        [--rows decode,prefill,serve,8b]
 Stdlib only; the checkpoint tools need a python3 with numpy (found automatically).
 """
 import argparse
@@ -75,13 +76,13 @@ def build_triad(args):
     return out
 
 
-def find_llama(args):
+def find_llama(args, rows):
     """(bin dir, None) or (None, reason)."""
     d = args.llama_dir
     if not d or not os.path.isfile(os.path.join(d, "CMakeLists.txt")):
         return None, f"no llama.cpp checkout at {d or '(unset)'}; set --llama-dir or LLAMA_CPP_DIR"
     bindir = os.path.join(d, "build", "bin")
-    need = ["llama-bench", "llama-server"]
+    need = ["llama-bench"] + (["llama-server"] if "serve" in rows else [])
     if not all(os.path.exists(os.path.join(bindir, b)) for b in need):
         log(f"building llama.cpp in {d}/build")
         run(["cmake", "-S", d, "-B", os.path.join(d, "build"), "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
@@ -232,13 +233,14 @@ def main():
     ap.add_argument("--llama-dir", default=os.environ.get("LLAMA_CPP_DIR", "/work/ext/llama.cpp"))
     ap.add_argument("--cvllm", help="a built cvllm binary (default: build one under --work)")
     ap.add_argument("--serve-prompts", type=int, default=64)
+    ap.add_argument("--serve-reps", type=int, default=1, help="serve runs per engine (each ~5-10 min here)")
     ap.add_argument("--eight-b-tokens", type=int, default=16, help="tokens generated per 8B decode run")
     ap.add_argument("--rows", default="decode,prefill,serve,8b")
     args = ap.parse_args()
     rows = set(args.rows.split(","))
     os.makedirs(args.work, exist_ok=True)
     args.cvllm = build_cvllm(args)
-    args.llama_bin, why = find_llama(args)
+    args.llama_bin, why = find_llama(args, rows)
     if why:
         log(f"llama.cpp not available: {why}")
     small, small_gguf = checkpoint(args, "0.6B")
@@ -255,8 +257,12 @@ def main():
             if args.llama_bin:
                 res["ll_pp"].append(llama_bench(args, small_gguf, 512, 0))
     serve = None
-    if "serve" in rows:
-        serve = serve_row(args, small, small_gguf)
+    if "serve" in rows:  # each repetition runs cvllm then llama-server, so load drifts hit both
+        runs = [serve_row(args, small, small_gguf) for _ in range(args.serve_reps)]
+        cv = (med([r[0][0] for r in runs]), med([r[0][1] for r in runs]))
+        ll = (med([r[1][0] for r in runs]), med([r[1][1] for r in runs])) if runs[0][1] else None
+        serve = (cv, ll, med([r[2] for r in runs]), max(r[3] for r in runs))
+        res["serve"] = [[r[0][0], r[1][0] if r[1] else None] for r in runs]
     if "8b" in rows:
         big, big_gguf = checkpoint(args, "8B") if args.llama_bin else (os.path.join(REPO, "models/Qwen/Qwen3-8B"), None)
         for rep in range(max(1, args.reps // 2)):
@@ -265,7 +271,7 @@ def main():
             if args.llama_bin:
                 res["ll_8b"].append(llama_bench(args, big_gguf, 0, args.eight_b_tokens))
 
-    m = {k: med(v) for k, v in res.items()}
+    m = {k: med(v) for k, v in res.items() if k != "serve"}
     bound = m["triad"] * 1e9 / weight_bytes_per_token(small) if res["triad"] else float("nan")
     print(f"\ncvllm {git_commit(REPO)} vs llama.cpp {git_commit(args.llama_dir) if args.llama_bin else 'n/a'}; "
           f"{args.threads} threads; {os.uname().nodename}; {time.strftime('%Y-%m-%d %H:%M')}; medians of {args.reps}")
