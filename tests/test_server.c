@@ -411,6 +411,16 @@ static void test_small_endpoints(void) {
 }
 
 /* The tutorials' requests: non-streaming and streaming agree, and match the offline engine. */
+/* A second server on a port that is taken must fail to start, as uvicorn does ("address already in
+ * use"), instead of silently sharing the port through SO_REUSEPORT and splitting the clients. */
+static void test_port_in_use(void) {
+    cv_server_options so = {.host = "127.0.0.1", .port = cv_server_port(ref_srv.srv), .model_root = ref_srv.dir};
+    cv_server *second = NULL;
+    CHECK_EQ_INT(cv_server_start(ref_srv.loop, &so, &second), CVLLM_ERR_IO);
+    CHECK(second == NULL);
+    CHECK_CONTAINS(cvllm_last_error(), "cannot listen on 127.0.0.1:");
+}
+
 static void test_tutorial_completions(void) {
     const char *prompt = "I am in the house";
     int max_tokens = 24;
@@ -947,6 +957,7 @@ int main(void) {
     start_server(&ref_srv, NULL);
     start_server(&chat_srv, "dummy");
     test_small_endpoints();
+    test_port_in_use();
     test_tutorial_completions();
     test_concurrent_streams();
     test_disconnects();
