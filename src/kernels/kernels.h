@@ -63,12 +63,19 @@ enum { CV_PANEL_ROWS = 16 };
 typedef struct cv_panels {
     const uint16_t *data;
     int64_t rows, cols;
+    bool owned; /* data is this struct's own mapping (cv_panels_pack), not the caller's memory */
 } cv_panels;
 
 /* Packs bf16 row-major parts[0..n_parts) (n_parts ≤ 4, equal cols, every part but the last with
  * rows % CV_PANEL_ROWS == 0) stacked by rows, on the pool. *out owns its memory (cv_panels_release);
  * the parts are only read. Other dtypes: CVLLM_ERR_UNSUPPORTED; out of memory: CVLLM_ERR_NO_MEMORY. */
 int cv_panels_pack(cv_threadpool *pool, const cv_matrix *parts, int n_parts, cv_panels *out);
+/* The same into the caller's dst of cv_panels_bytes(total rows, cols) bytes (e.g. a file mapping
+ * that persists the packing); *out borrows dst. */
+int cv_panels_pack_into(cv_threadpool *pool, const cv_matrix *parts, int n_parts, void *dst, cv_panels *out);
+/* Total rows of the stacked parts (what cv_panels_bytes needs). */
+int64_t cv_panels_stacked_rows(const cv_matrix *parts, int n_parts);
+/* Unmaps owned memory; either way *w is cleared. */
 void cv_panels_release(cv_panels *w);
 size_t cv_panels_bytes(int64_t rows, int64_t cols);
 

@@ -409,3 +409,9 @@ size_t cv_checkpoint_count(const cv_checkpoint *ck) { return ck->n_tensors; }
 const cv_tensor *cv_checkpoint_tensor(const cv_checkpoint *ck, size_t i) {
     return i < ck->n_tensors ? &ck->tensors[i] : NULL;
 }
+
+size_t cv_checkpoint_n_files(const cv_checkpoint *ck) { return ck->n_files; }
+
+const char *cv_checkpoint_file_path(const cv_checkpoint *ck, size_t i) {
+    return i < ck->n_files ? ck->files[i].path : NULL;
+}

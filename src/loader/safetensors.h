@@ -59,5 +59,8 @@ void cv_checkpoint_close(cv_checkpoint *ck);
 const cv_tensor *cv_checkpoint_find(const cv_checkpoint *ck, const char *name);
 size_t cv_checkpoint_count(const cv_checkpoint *ck);
 const cv_tensor *cv_checkpoint_tensor(const cv_checkpoint *ck, size_t i);
+/* The safetensors files mapped (paths as opened), e.g. to key caches derived from them. */
+size_t cv_checkpoint_n_files(const cv_checkpoint *ck);
+const char *cv_checkpoint_file_path(const cv_checkpoint *ck, size_t i);
 
 #endif

@@ -92,6 +92,12 @@ void cv_weight_source_free(cv_weight_source *src) {
 
 bool cv_weight_source_is_dummy(const cv_weight_source *src) { return src->dummy; }
 
+size_t cv_weight_source_n_files(const cv_weight_source *src) { return src->ck ? cv_checkpoint_n_files(src->ck) : 0; }
+
+const char *cv_weight_source_file(const cv_weight_source *src, size_t i) {
+    return src->ck ? cv_checkpoint_file_path(src->ck, i) : NULL;
+}
+
 /* Registers a malloc'd buffer with the source; returns the owned copy of `name`. */
 static const char *own(cv_weight_source *src, const char *name, void *data) {
     owned_buffer *b = cv_xmalloc(sizeof *b);

@@ -39,5 +39,8 @@ int cv_weights_get_optional(cv_weight_source *src, const char *name, int ndim, c
 int cv_weights_get_f32(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
                        const char *config_hint, const float **out);
 bool cv_weight_source_is_dummy(const cv_weight_source *src);
+/* The checkpoint files behind the source (none for dummy weights). */
+size_t cv_weight_source_n_files(const cv_weight_source *src);
+const char *cv_weight_source_file(const cv_weight_source *src, size_t i);
 
 #endif

@@ -14,11 +14,13 @@
  * Weights: f32/f16 matrices are views into the checkpoint mapping. bf16 matrices — the common
  * case, and the one the speed targets are about — are repacked once at load into the kernels'
  * 16-row panels (kernels.h), stacked where one call can serve several outputs: q|k|v and
- * gate|up are one matmul each. Packing costs one pass over the weights (~0.3 s for 0.6B) and buys
- * the lane-wise f32 kernel that runs prefill at several times the row-major kernel's rate. The
- * originals are dropped from memory once packed (madvise DONTNEED: file pages simply leave the
- * process; a dummy source's buffers are never read again), so resident weights stay ~1× their size.
- * A tied embedding is read back from the packed lm_head.
+ * gate|up are one matmul each. Packing costs one pass over the weights and fresh memory for the
+ * copy, and buys the lane-wise f32 kernel that runs prefill at several times the row-major kernel's
+ * rate. The originals are dropped from memory once packed (madvise DONTNEED: file pages simply
+ * leave the process; a dummy source's buffers are never read again), so resident weights stay ~1×
+ * their size. A checkpoint's packing goes into the packed-weight cache (loader/pack_cache.h), so a
+ * later load maps it and starts without packing or allocating. A tied embedding is read back from
+ * the packed lm_head.
  *
  * Fusions: the residual add is folded into the next RMSNorm (one pass over the residual stream),
  * q/k RMSNorm and RoPE are one pass per head, SwiGLU runs on the pool over the gate|up output.
@@ -36,10 +38,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t for streaming */
+#include <xxhash.h>
 
 #include "base/error.h"
 #include "kernels/kernels.h"
 #include "kernels/profile.h"
+#include "loader/pack_cache.h"
 #include "models/architectures.h"
 
 enum { MAX_PARTS = 3, MAX_HEAD_DIM = 1024 };
@@ -80,13 +85,13 @@ typedef struct qwen3_model {
     qwen3_layer *layers;
     cv_rope rope;
     qwen3_scratch s;
+    cv_pack_cache *pack_cache; /* backs the packed weights when caching (NULL: anonymous memory) */
 } qwen3_model;
 
 /* ---- loading --------------------------------------------------------------------------------- */
 
 typedef struct binder {
     cv_weight_source *src;
-    cv_threadpool *pool;
     size_t matmul_bytes;
     int rc;
 } binder;
@@ -126,15 +131,6 @@ static bool packable(const qwen3_linear *l) {
     return true;
 }
 
-/* Packs the bound parts when they are bf16 and stack evenly, then drops the originals. */
-static void finish_linear(binder *b, qwen3_linear *l) {
-    if (b->rc || !packable(l)) return;
-    b->rc = cv_panels_pack(b->pool, l->parts, l->n_parts, &l->packed);
-    if (b->rc) return;
-    for (int j = 0; j < l->n_parts; j++)
-        drop_pages(l->parts[j].data, (size_t)(l->parts[j].rows * l->parts[j].cols) * sizeof(uint16_t));
-}
-
 static void bind_layer(binder *b, const qwen3_model *m, int l, qwen3_layer *ly) {
     const int64_t H = m->hidden, q_dim = (int64_t)m->n_heads * m->head_dim, kv_dim = (int64_t)m->n_kv_heads * m->head_dim;
     char name[160];
@@ -147,11 +143,9 @@ static void bind_layer(binder *b, const qwen3_model *m, int l, qwen3_layer *ly) 
                 &ly->qkv.parts[1]);
     bind_matrix(b, LAYER_NAME("self_attn.v_proj.weight"), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
                 &ly->qkv.parts[2]);
-    finish_linear(b, &ly->qkv);
     ly->o_proj.n_parts = 1;
     bind_matrix(b, LAYER_NAME("self_attn.o_proj.weight"), H, q_dim, "hidden_size, num_attention_heads*head_dim",
                 &ly->o_proj.parts[0]);
-    finish_linear(b, &ly->o_proj);
     bind_gain(b, LAYER_NAME("self_attn.q_norm.weight"), m->head_dim, "head_dim", &ly->q_norm);
     bind_gain(b, LAYER_NAME("self_attn.k_norm.weight"), m->head_dim, "head_dim", &ly->k_norm);
     bind_gain(b, LAYER_NAME("post_attention_layernorm.weight"), H, "hidden_size", &ly->post_attention_norm);
@@ -160,36 +154,109 @@ static void bind_layer(binder *b, const qwen3_model *m, int l, qwen3_layer *ly) 
                 &ly->gate_up.parts[0]);
     bind_matrix(b, LAYER_NAME("mlp.up_proj.weight"), m->intermediate, H, "intermediate_size, hidden_size",
                 &ly->gate_up.parts[1]);
-    finish_linear(b, &ly->gate_up);
     ly->down_proj.n_parts = 1;
     bind_matrix(b, LAYER_NAME("mlp.down_proj.weight"), H, m->intermediate, "hidden_size, intermediate_size",
                 &ly->down_proj.parts[0]);
-    finish_linear(b, &ly->down_proj);
 #undef LAYER_NAME
 }
 
-static int bind_weights(qwen3_model *m, const cv_model_config *cfg, cv_weight_source *src, cv_threadpool *pool) {
-    binder b = {.src = src, .pool = pool};
+static int bind_weights(qwen3_model *m, const cv_model_config *cfg, cv_weight_source *src) {
+    binder b = {.src = src};
     bind_matrix(&b, "model.embed_tokens.weight", m->vocab, m->hidden, "vocab_size, hidden_size", &m->embed);
     b.matmul_bytes = 0; /* the embedding is gathered one row per token, not streamed */
-    /* lm_head first: its packing holds the original and the packed copy at once, and doing that
-     * before any layer is bound keeps the load's peak memory at ~1× the weights */
     m->lm_head.n_parts = 1;
     /* Tied: Hugging Face ties lm_head to embed_tokens and ignores any stored copy; so do we. */
     if (cfg->tie_word_embeddings) {
         m->lm_head.parts[0] = m->embed;
         b.matmul_bytes += (size_t)m->vocab * (size_t)m->hidden * cv_dtype_size(m->embed.dtype);
-        finish_linear(&b, &m->lm_head);
-        if (m->lm_head.packed.data) m->embed = (cv_matrix){0}; /* rows now come from the panels */
     } else {
         bind_matrix(&b, "lm_head.weight", m->vocab, m->hidden, "vocab_size, hidden_size (tie_word_embeddings=false)",
                     &m->lm_head.parts[0]);
-        finish_linear(&b, &m->lm_head);
     }
     for (int l = 0; l < m->n_layers; l++) bind_layer(&b, m, l, &m->layers[l]);
     bind_gain(&b, "model.norm.weight", m->hidden, "hidden_size", &m->final_norm);
     m->base.weight_bytes = b.matmul_bytes;
     return b.rc;
+}
+
+/* ---- packing ---------------------------------------------------------------------------------- */
+
+/* Bump when the packed bytes of the same checkpoint would change (panel format, what is stacked). */
+#define QWEN3_PACK_LAYOUT "qwen3 panels v1: lm_head, then per layer q|k|v, o, gate|up, down"
+
+static bool is_tied(const qwen3_model *m) { return m->lm_head.parts[0].data == m->embed.data; }
+
+/* The linears to pack, lm_head first: it is the largest, and packing it before the layers' pages
+ * are touched keeps the load's peak memory near 1× the weights. Returns how many. */
+static int packable_linears(qwen3_model *m, qwen3_linear **out) {
+    int n = 0;
+    if (packable(&m->lm_head)) out[n++] = &m->lm_head;
+    for (int l = 0; l < m->n_layers; l++) {
+        qwen3_layer *ly = &m->layers[l];
+        qwen3_linear *lins[] = {&ly->qkv, &ly->o_proj, &ly->gate_up, &ly->down_proj};
+        for (size_t i = 0; i < CV_ARRAY_LEN(lins); i++)
+            if (packable(lins[i])) out[n++] = lins[i];
+    }
+    return n;
+}
+
+/* What the cache key must cover besides the checkpoint files: the format, which tensor lm_head is
+ * (a tied load of an untied checkpoint packs embed_tokens, of the same shape) and every shape. */
+static uint64_t pack_layout_hash(bool tied, qwen3_linear *const *lins, int n) {
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, QWEN3_PACK_LAYOUT, sizeof QWEN3_PACK_LAYOUT);
+    XXH3_64bits_update(&st, &tied, sizeof tied);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < lins[i]->n_parts; j++) {
+            const int64_t shape[3] = {j, lins[i]->parts[j].rows, lins[i]->parts[j].cols};
+            XXH3_64bits_update(&st, shape, sizeof shape);
+        }
+    return XXH3_64bits_digest(&st);
+}
+
+/* Opens the packed-weight cache for this checkpoint (NULL for dummy weights or when unavailable). */
+static cv_pack_cache *open_pack_cache(const qwen3_model *m, cv_weight_source *src, qwen3_linear *const *lins, int n,
+                                      cv_threadpool *pool) {
+    const size_t n_files = cv_weight_source_n_files(src);
+    if (!n_files || !n) return NULL;
+    const char **files = cv_xmalloc(n_files * sizeof *files);
+    for (size_t i = 0; i < n_files; i++) files[i] = cv_weight_source_file(src, i);
+    size_t *sizes = cv_xmalloc((size_t)n * sizeof *sizes);
+    for (int i = 0; i < n; i++)
+        sizes[i] = cv_panels_bytes(cv_panels_stacked_rows(lins[i]->parts, lins[i]->n_parts), lins[i]->parts[0].cols);
+    cv_pack_cache *c = cv_pack_cache_open(files, n_files, pack_layout_hash(is_tied(m), lins, n), sizes, n, pool);
+    free(sizes);
+    free(files);
+    return c;
+}
+
+/* Packs every bf16 linear into panels — into the cache's file when there is one, mapped as is on a
+ * hit — and drops the originals from memory. */
+static int pack_weights(qwen3_model *m, cv_weight_source *src, cv_threadpool *pool) {
+    qwen3_linear **lins = cv_xmalloc(sizeof *lins * (size_t)(1 + 4 * m->n_layers));
+    const int n = packable_linears(m, lins);
+    m->pack_cache = open_pack_cache(m, src, lins, n, pool);
+    const bool hit = m->pack_cache && cv_pack_cache_hit(m->pack_cache);
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        qwen3_linear *l = lins[i];
+        if (hit) {
+            l->packed = (cv_panels){cv_pack_cache_section(m->pack_cache, i),
+                                    cv_panels_stacked_rows(l->parts, l->n_parts), l->parts[0].cols, false};
+            continue; /* the originals were never touched */
+        }
+        rc = m->pack_cache ? cv_panels_pack_into(pool, l->parts, l->n_parts, cv_pack_cache_section(m->pack_cache, i),
+                                                 &l->packed)
+                           : cv_panels_pack(pool, l->parts, l->n_parts, &l->packed);
+        for (int j = 0; j < l->n_parts && !rc; j++)
+            drop_pages(l->parts[j].data, (size_t)(l->parts[j].rows * l->parts[j].cols) * sizeof(uint16_t));
+    }
+    if (!rc && m->pack_cache && !hit) cv_pack_cache_commit(m->pack_cache, pool);
+    if (!rc && m->lm_head.packed.data && is_tied(m))
+        m->embed = (cv_matrix){0}; /* tied: rows now come from the panels */
+    free(lins);
+    return rc;
 }
 
 static int check_config(const cv_model_config *cfg) {
@@ -274,6 +341,7 @@ static void qwen3_destroy(cv_model *base) {
         for (size_t i = 0; i < CV_ARRAY_LEN(lins); i++) cv_panels_release(&lins[i]->packed);
     }
     cv_panels_release(&m->lm_head.packed);
+    cv_pack_cache_close(m->pack_cache);
     cv_rope_free(&m->rope);
     free(m->layers);
     free(m);
@@ -435,7 +503,8 @@ int cv_qwen3_load(const cv_model_load_params *p, cv_model **out) {
     m->eps = (float)cfg->rms_norm_eps;
     m->layers = cv_xcalloc((size_t)m->n_layers, sizeof *m->layers);
     rc = init_rope(m, &cfg->rope);
-    if (!rc) rc = bind_weights(m, cfg, p->weights, p->pool);
+    if (!rc) rc = bind_weights(m, cfg, p->weights);
+    if (!rc) rc = pack_weights(m, p->weights, p->pool);
     if (!rc) rc = reserve_scratch(m, p->max_num_batched_tokens);
     if (rc) {
         qwen3_destroy(&m->base);

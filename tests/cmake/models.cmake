@@ -1,3 +1,7 @@
 # Qwen3 dense forward against Hugging Face f32 reference logits (tests/data/vectors), on the
 # AVX-512 and AVX2 paths.
 cv_add_test(test_qwen3_ref SOURCES test_qwen3_ref.c LIBS cv_models TIMEOUT 120)
+
+# The packed-weight cache: the file format's failure paths, and the Qwen3 bf16 references cold, warm
+# and after damage to the cache entry.
+cv_add_test(test_pack_cache SOURCES test_pack_cache.c LIBS cv_models TIMEOUT 120)

@@ -251,32 +251,52 @@ static void pack_task(void *arg, int ti, int nt) {
     }
 }
 
-int cv_panels_pack(cv_threadpool *pool, const cv_matrix *parts, int n_parts, cv_panels *out) {
+static int check_packable(const cv_matrix *parts, int n_parts) {
     assert(n_parts >= 1 && n_parts <= MAX_PARTS);
-    int64_t rows = 0;
     for (int j = 0; j < n_parts; j++) {
         if (parts[j].dtype != CV_DTYPE_BF16)
             return cv_fail(CVLLM_ERR_UNSUPPORTED, "only bf16 weights are packed into panels, not %s",
                            cv_dtype_name(parts[j].dtype));
         assert(parts[j].cols == parts[0].cols);
         assert(j == n_parts - 1 || parts[j].rows % CV_PANEL_ROWS == 0);
-        rows += parts[j].rows;
     }
+    return 0;
+}
+
+int64_t cv_panels_stacked_rows(const cv_matrix *parts, int n_parts) {
+    int64_t rows = 0;
+    for (int j = 0; j < n_parts; j++) rows += parts[j].rows;
+    return rows;
+}
+
+int cv_panels_pack_into(cv_threadpool *pool, const cv_matrix *parts, int n_parts, void *dst, cv_panels *out) {
+    int rc = check_packable(parts, n_parts);
+    if (rc) return rc;
+    const int64_t rows = cv_panels_stacked_rows(parts, n_parts);
+    pack_job job = {.parts = parts, .n_parts = n_parts, .panels = ceil_div(rows, CV_PANEL_ROWS),
+                    .cols = parts[0].cols, .pairs = ceil_div(parts[0].cols, 2), .dst = dst};
+    cv_threadpool_run(pool, pack_task, &job);
+    *out = (cv_panels){dst, rows, parts[0].cols, false};
+    return 0;
+}
+
+int cv_panels_pack(cv_threadpool *pool, const cv_matrix *parts, int n_parts, cv_panels *out) {
+    int rc = check_packable(parts, n_parts);
+    if (rc) return rc;
+    const int64_t rows = cv_panels_stacked_rows(parts, n_parts);
     const size_t bytes = cv_panels_bytes(rows, parts[0].cols);
     void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED)
         return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes for a packed %lldx%lld weight", bytes,
                        (long long)rows, (long long)parts[0].cols);
     madvise(mem, bytes, MADV_HUGEPAGE); /* fewer TLB misses while streaming; best effort */
-    pack_job job = {.parts = parts, .n_parts = n_parts, .panels = ceil_div(rows, CV_PANEL_ROWS),
-                    .cols = parts[0].cols, .pairs = ceil_div(parts[0].cols, 2), .dst = mem};
-    cv_threadpool_run(pool, pack_task, &job);
-    *out = (cv_panels){mem, rows, parts[0].cols};
+    cv_panels_pack_into(pool, parts, n_parts, mem, out);
+    out->owned = true;
     return 0;
 }
 
 void cv_panels_release(cv_panels *w) {
-    if (w->data) munmap((void *)w->data, cv_panels_bytes(w->rows, w->cols));
+    if (w->data && w->owned) munmap((void *)w->data, cv_panels_bytes(w->rows, w->cols));
     *w = (cv_panels){0};
 }
 
