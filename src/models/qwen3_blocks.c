@@ -15,11 +15,14 @@
  */
 #include "models/qwen3_blocks.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/error.h"
 
@@ -84,6 +87,83 @@ void qb_binder_free(qb_binder *b) {
     b->owned = NULL;
     b->n_owned = b->cap_owned = 0;
 }
+
+/* ---- packed linears --------------------------------------------------------------------------- */
+
+void qb_linear_forward(cv_threadpool *pool, const qb_linear *l, const float *x, int64_t T, float *const *ys) {
+    if (l->packed.data) {
+        int64_t rows[QB_MAX_PARTS];
+        for (int j = 0; j < l->n_parts; j++) rows[j] = l->parts[j].rows;
+        cv_matmul_panels_parts(pool, &l->packed, x, T, l->n_parts, rows, ys);
+        return;
+    }
+    for (int j = 0; j < l->n_parts; j++) cv_matmul(pool, &l->parts[j], x, T, ys[j]);
+}
+
+static bool packable(const qb_linear *l) {
+    for (int j = 0; j < l->n_parts; j++)
+        if (l->parts[j].dtype != CV_DTYPE_BF16 || (j < l->n_parts - 1 && l->parts[j].rows % CV_PANEL_ROWS))
+            return false;
+    return l->n_parts > 0;
+}
+
+/* Returns the whole pages inside [p, p + n) to the kernel: a file mapping re-reads them if ever
+ * touched again, anonymous memory (dummy weights) reads back zeros, so only for weights never read
+ * again. */
+static void drop_pages(const void *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t begin = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + n) / page * page;
+    if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
+}
+
+int qb_pack_linears(cv_threadpool *pool, qb_linear *const *lins, int n) {
+    for (int i = 0; i < n; i++) {
+        qb_linear *l = lins[i];
+        assert(l->n_parts <= QB_MAX_PARTS);
+        if (!packable(l)) continue;
+        int rc = cv_panels_pack(pool, l->parts, l->n_parts, &l->packed);
+        if (rc) return rc;
+        for (int j = 0; j < l->n_parts; j++)
+            drop_pages(l->parts[j].data, (size_t)(l->parts[j].rows * l->parts[j].cols) * sizeof(uint16_t));
+    }
+    return 0;
+}
+
+void qb_linear_release(qb_linear *l) { cv_panels_release(&l->packed); }
+
+void qb_bind_vocab(qb_binder *b, const char *embed_name, int32_t vocab, int32_t hidden, bool tied, qb_vocab *out) {
+    const size_t streamed = b->matmul_bytes;
+    qb_bind_matrix(b, embed_name, vocab, hidden, "vocab_size, hidden_size", &out->embed);
+    b->matmul_bytes = streamed; /* gathered one row per token, not streamed */
+    out->lm_head.n_parts = 1;
+    /* Tied: Hugging Face ties lm_head to embed_tokens and ignores any stored copy; so do we. */
+    if (tied) {
+        out->lm_head.parts[0] = out->embed;
+        b->matmul_bytes += (size_t)vocab * (size_t)hidden * cv_dtype_size(out->embed.dtype);
+    } else {
+        qb_bind_matrix(b, "lm_head.weight", vocab, hidden, "vocab_size, hidden_size (tie_word_embeddings=false)",
+                       &out->lm_head.parts[0]);
+    }
+}
+
+int qb_pack_weights(cv_threadpool *pool, qb_vocab *v, qb_linear *const *lins, int n) {
+    const bool tied = v->lm_head.parts[0].data == v->embed.data;
+    qb_linear *head = &v->lm_head;
+    int rc = qb_pack_linears(pool, &head, 1);
+    if (!rc && tied && v->lm_head.packed.data) v->embed = (cv_matrix){0}; /* its pages were just dropped */
+    return rc ? rc : qb_pack_linears(pool, lins, n);
+}
+
+void qb_embed(const qb_vocab *v, const int32_t *ids, int32_t n, float *out) {
+    if (v->embed.data) cv_embed(&v->embed, ids, n, out);
+    else cv_embed_panels(&v->lm_head.packed, ids, n, out);
+}
+
+void qb_logits(cv_threadpool *pool, const qb_vocab *v, const float *x, int32_t n, float *logits) {
+    if (n > 0) qb_linear_forward(pool, &v->lm_head, x, n, &logits);
+}
+
+void qb_vocab_release(qb_vocab *v) { qb_linear_release(&v->lm_head); }
 
 /* ---- config fields ---------------------------------------------------------------------------- */
 

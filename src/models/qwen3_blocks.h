@@ -45,6 +45,44 @@ void qb_bind_gain_plus_one(qb_binder *b, const char *name, int64_t dim, const ch
 void *qb_own(qb_binder *b, size_t bytes);
 void qb_binder_free(qb_binder *b);
 
+/* ---- linear layers, packed when bf16 ----------------------------------------------------------- */
+
+enum { QB_MAX_PARTS = 4 };
+
+/* One or more projections of the same input: packed together into the kernels' 16-row panels (one
+ * call computes all parts), or row-major views of the checkpoint computed one by one. */
+typedef struct qb_linear {
+    int n_parts;
+    cv_matrix parts[QB_MAX_PARTS];
+    cv_panels packed;         /* .data NULL: not packed */
+} qb_linear;
+
+/* ys[j] [T][parts[j].rows] = x [T][cols] · parts[j]ᵀ for every part. */
+void qb_linear_forward(cv_threadpool *pool, const qb_linear *l, const float *x, int64_t T, float *const *ys);
+/* Packs each linear of lins[0..n) whose parts are all bf16 and stack (every part but the last a
+ * whole number of panels), in order, and drops each original from memory once packed (it is
+ * never read again). The others keep the row-major path. */
+int qb_pack_linears(cv_threadpool *pool, qb_linear *const *lins, int n);
+void qb_linear_release(qb_linear *l);
+
+/* The token embedding and the lm_head; a tied lm_head is the embedding itself. Once the lm_head is
+ * packed, a tied embedding is read back from its panels and the row-major original is gone. */
+typedef struct qb_vocab {
+    cv_matrix embed;          /* .data NULL: tied and read from the packed lm_head */
+    qb_linear lm_head;
+} qb_vocab;
+
+/* embed_name: "model.embed_tokens.weight"; lm_head.weight unless tied. The embedding is not
+ * counted in matmul_bytes (gathered, not streamed), the lm_head is. */
+void qb_bind_vocab(qb_binder *b, const char *embed_name, int32_t vocab, int32_t hidden, bool tied, qb_vocab *out);
+/* Packs the lm_head, then the linears lins[0..n): the lm_head is the largest matrix, and packing it
+ * before any layer's pages are touched keeps the load's peak memory near 1× the weights. */
+int qb_pack_weights(cv_threadpool *pool, qb_vocab *v, qb_linear *const *lins, int n);
+void qb_embed(const qb_vocab *v, const int32_t *ids, int32_t n, float *out);
+/* logits [n][vocab] of the normed hidden rows x [n][hidden]. */
+void qb_logits(cv_threadpool *pool, const qb_vocab *v, const float *x, int32_t n, float *logits);
+void qb_vocab_release(qb_vocab *v);
+
 /* ---- config.json fields of the text model ----------------------------------------------------- */
 
 /* A positive integer; absent: `def`, or an error naming the field when def < 0. */

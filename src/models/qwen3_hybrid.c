@@ -105,7 +105,7 @@ typedef struct hybrid_model {
     qb_attention_dims dims;
     gdn_dims gd;
     size_t conv_state_bytes, layer_state_bytes;
-    cv_matrix embed, lm_head;
+    qb_vocab vocab_w;                       /* embedding and lm_head, shared with the MTP module */
     const float *final_norm;
     hybrid_layer *layers;
     mtp_module *mtp;                        /* NULL unless asked for (load_mtp) and present */
@@ -253,8 +253,7 @@ static void bind_weights(hybrid_model *m, const cv_model_config *cfg, const hybr
     qb_binder *b = &m->bound;
     const int32_t H = m->hidden;
     const char *root = m->family == FAMILY_NEXT ? "model." : "model.language_model.";
-    qb_bind_matrix(b, qb_name(b, "%sembed_tokens.weight", root), m->vocab, H, "vocab_size, hidden_size", &m->embed);
-    b->matmul_bytes = 0; /* gathered one row per token, not streamed */
+    qb_bind_vocab(b, qb_name(b, "%sembed_tokens.weight", root), m->vocab, H, cfg->tie_word_embeddings, &m->vocab_w);
     for (int32_t l = 0; l < m->n_layers && !b->rc; l++) {
         hybrid_layer *ly = &m->layers[l];
         char p[128];
@@ -274,13 +273,6 @@ static void bind_weights(hybrid_model *m, const cv_model_config *cfg, const hybr
         else qb_bind_moe(b, p, H, &plan->moe, &ly->mlp);
     }
     qb_bind_gain_plus_one(b, qb_name(b, "%snorm.weight", root), H, "hidden_size", &m->final_norm);
-    if (cfg->tie_word_embeddings) {
-        m->lm_head = m->embed;
-        b->matmul_bytes += (size_t)m->vocab * (size_t)H * cv_dtype_size(m->embed.dtype);
-    } else {
-        qb_bind_matrix(b, "lm_head.weight", m->vocab, H, "vocab_size, hidden_size (tie_word_embeddings=false)",
-                       &m->lm_head);
-    }
     m->base.weight_bytes = b->matmul_bytes;
 }
 
@@ -402,6 +394,7 @@ static int reserve_scratch(hybrid_model *m, int32_t tokens) {
 static void hybrid_destroy(cv_model *base) {
     hybrid_model *m = (hybrid_model *)base;
     free(m->s.mem);
+    qb_vocab_release(&m->vocab_w);
     cv_rope_free(&m->rope);
     qb_binder_free(&m->bound);
     free(m->layers);
@@ -552,7 +545,7 @@ static void emit_outputs(hybrid_model *m, const cv_batch *b, const float *gain, 
         for (int32_t i = 0; i < b->n_logits; i++)
             cv_rmsnorm(s->a + (int64_t)i * H, s->x + (int64_t)b->logit_rows[i] * H, gain, 1, H, m->eps);
     }
-    if (b->n_logits > 0) cv_matmul(m->base.pool, &m->lm_head, s->a, b->n_logits, logits);
+    qb_logits(m->base.pool, &m->vocab_w, s->a, b->n_logits, logits);
 }
 
 static int32_t rows_needed(const cv_batch *b) {
@@ -569,7 +562,7 @@ static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv
     hybrid_scratch *s = &m->s;
     clear_new_states(m, b, st);
     index_checkpoints(s, b);
-    cv_embed(&m->embed, b->token_ids, b->n_tokens, s->x);
+    qb_embed(&m->vocab_w, b->token_ids, b->n_tokens, s->x);
     cv_rope_cos_sin(&m->rope, b->positions, b->n_tokens, s->cos, s->sin);
     for (int32_t l = 0; l < m->n_layers; l++) run_layer(m, &m->layers[l], b, kv, st);
     emit_outputs(m, b, m->final_norm, logits);
@@ -594,7 +587,7 @@ static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float
     if (rc || b.n_tokens == 0) return rc;
     hybrid_scratch *s = &m->s;
     const int32_t T = b.n_tokens, H = m->hidden;
-    cv_embed(&m->embed, b.token_ids, T, s->a);
+    qb_embed(&m->vocab_w, b.token_ids, T, s->a);
     for (int64_t t = 0; t < T; t++) {
         cv_rmsnorm(s->pair + t * 2 * H, s->a + t * H, mtp->norm_embedding, 1, H, m->eps);
         cv_rmsnorm(s->pair + t * 2 * H + H, hidden + t * H, mtp->norm_hidden, 1, H, m->eps);
@@ -653,6 +646,7 @@ int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
         rc = m->bound.rc;
     }
     free(plan.dense);
+    if (!rc) rc = qb_pack_weights(p->pool, &m->vocab_w, NULL, 0);
     if (!rc) {
         for (int32_t l = 0; l < m->n_layers; l++) qb_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
         if (m->mtp) {

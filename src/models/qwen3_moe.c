@@ -38,7 +38,7 @@ typedef struct qwen3_moe_model {
     int32_t hidden, n_layers, vocab;
     float eps;
     qb_attention_dims dims;
-    cv_matrix embed, lm_head;
+    qb_vocab vocab_w;         /* embedding and lm_head */
     const float *final_norm;
     moe_layer *layers;
     cv_rope rope;
@@ -77,8 +77,7 @@ static int read_plan(const cv_model_config *cfg, moe_plan *p) {
 static void bind_weights(qwen3_moe_model *m, const cv_model_config *cfg, const moe_plan *p) {
     qb_binder *b = &m->bound;
     const int32_t H = m->hidden;
-    qb_bind_matrix(b, "model.embed_tokens.weight", m->vocab, H, "vocab_size, hidden_size", &m->embed);
-    b->matmul_bytes = 0; /* gathered one row per token, not streamed */
+    qb_bind_vocab(b, "model.embed_tokens.weight", m->vocab, H, cfg->tie_word_embeddings, &m->vocab_w);
     for (int32_t l = 0; l < m->n_layers; l++) {
         moe_layer *ly = &m->layers[l];
         qb_bind_vector(b, qb_name(b, "model.layers.%d.input_layernorm.weight", l), H, "hidden_size", &ly->input_norm);
@@ -92,13 +91,6 @@ static void bind_weights(qwen3_moe_model *m, const cv_model_config *cfg, const m
         else qb_bind_moe(b, prefix, H, &p->moe, &ly->mlp);
     }
     qb_bind_vector(b, "model.norm.weight", H, "hidden_size", &m->final_norm);
-    if (cfg->tie_word_embeddings) {
-        m->lm_head = m->embed;
-        b->matmul_bytes += (size_t)m->vocab * (size_t)H * cv_dtype_size(m->embed.dtype);
-    } else {
-        qb_bind_matrix(b, "lm_head.weight", m->vocab, H, "vocab_size, hidden_size (tie_word_embeddings=false)",
-                       &m->lm_head);
-    }
     m->base.weight_bytes = b->matmul_bytes;
 }
 
@@ -133,6 +125,7 @@ static int reserve_scratch(qwen3_moe_model *m, int32_t tokens) {
 static void qwen3_moe_destroy(cv_model *base) {
     qwen3_moe_model *m = (qwen3_moe_model *)base;
     free(m->s.mem);
+    qb_vocab_release(&m->vocab_w);
     cv_rope_free(&m->rope);
     qb_binder_free(&m->bound);
     free(m->layers);
@@ -150,7 +143,7 @@ static int qwen3_moe_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv,
     moe_scratch *s = &m->s;
     const int32_t T = b->n_tokens, H = m->hidden;
     cv_threadpool *pool = base->pool;
-    cv_embed(&m->embed, b->token_ids, T, s->x);
+    qb_embed(&m->vocab_w, b->token_ids, T, s->x);
     cv_rope_cos_sin(&m->rope, b->positions, T, s->cos, s->sin);
     for (int32_t l = 0; l < m->n_layers; l++) {
         const moe_layer *ly = &m->layers[l];
@@ -163,7 +156,7 @@ static int qwen3_moe_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv,
     }
     for (int32_t i = 0; i < b->n_logits; i++)
         cv_rmsnorm(s->a + (int64_t)i * H, s->x + (int64_t)b->logit_rows[i] * H, m->final_norm, 1, H, m->eps);
-    cv_matmul(pool, &m->lm_head, s->a, b->n_logits, logits);
+    qb_logits(pool, &m->vocab_w, s->a, b->n_logits, logits);
     return 0;
 }
 
@@ -195,6 +188,7 @@ int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
         rc = m->bound.rc;
     }
     free(plan.dense);
+    if (!rc) rc = qb_pack_weights(p->pool, &m->vocab_w, NULL, 0);
     if (!rc) {
         for (int32_t l = 0; l < m->n_layers; l++) qb_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
         rc = reserve_scratch(m, p->max_num_batched_tokens > 0 ? p->max_num_batched_tokens : 1);
