@@ -369,16 +369,18 @@ void qb_bind_attention(qb_binder *b, const char *prefix, const qb_attention_dims
     const int64_t H = d->hidden, q_dim = (int64_t)d->n_heads * d->head_dim, kv_dim = (int64_t)d->n_kv_heads * d->head_dim;
     char p[200];
     snprintf(p, sizeof p, "%s", prefix);
+    out->qkv.n_parts = 3;
     qb_bind_matrix(b, qb_name(b, "%sq_proj.weight", p), d->gated ? 2 * q_dim : q_dim, H,
                    d->gated ? "2*num_attention_heads*head_dim (query and gate), hidden_size"
                             : "num_attention_heads*head_dim, hidden_size",
-                   &out->q_proj);
+                   &out->qkv.parts[0]);
     qb_bind_matrix(b, qb_name(b, "%sk_proj.weight", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
-                   &out->k_proj);
+                   &out->qkv.parts[1]);
     qb_bind_matrix(b, qb_name(b, "%sv_proj.weight", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
-                   &out->v_proj);
+                   &out->qkv.parts[2]);
+    out->o_proj.n_parts = 1;
     qb_bind_matrix(b, qb_name(b, "%so_proj.weight", p), H, q_dim, "hidden_size, num_attention_heads*head_dim",
-                   &out->o_proj);
+                   &out->o_proj.parts[0]);
     if (d->zero_centred_norms) {
         qb_bind_gain_plus_one(b, qb_name(b, "%sq_norm.weight", p), d->head_dim, "head_dim", &out->q_norm);
         qb_bind_gain_plus_one(b, qb_name(b, "%sk_norm.weight", p), d->head_dim, "head_dim", &out->k_norm);
@@ -386,6 +388,12 @@ void qb_bind_attention(qb_binder *b, const char *prefix, const qb_attention_dims
         qb_bind_vector(b, qb_name(b, "%sq_norm.weight", p), d->head_dim, "head_dim", &out->q_norm);
         qb_bind_vector(b, qb_name(b, "%sk_norm.weight", p), d->head_dim, "head_dim", &out->k_norm);
     }
+}
+
+int qb_attention_linears(qb_attention *a, qb_linear **out) {
+    out[0] = &a->qkv;
+    out[1] = &a->o_proj;
+    return 2;
 }
 
 /* Splits the per-head interleaved [q_h | gate_h] projection into q and gate, both head-major. */
@@ -407,10 +415,9 @@ void qb_attention_forward(cv_threadpool *pool, const qb_attention *w, const qb_a
                           const float *cos, const float *sin, const cv_batch *b, const cv_kv_cache *kv, int kv_layer,
                           const float *in, const qb_attention_scratch *s, float *out) {
     const int32_t T = b->n_tokens, hd = d->head_dim;
-    cv_matmul(pool, &w->q_proj, in, T, s->qg);
+    float *qkv[] = {s->qg, s->k, s->v};
+    qb_linear_forward(pool, &w->qkv, in, T, qkv);
     if (d->gated) split_query_gate(s->qg, s->q, s->gate, T, d->n_heads, hd);
-    cv_matmul(pool, &w->k_proj, in, T, s->k);
-    cv_matmul(pool, &w->v_proj, in, T, s->v);
     cv_rmsnorm(s->q, s->q, w->q_norm, (int64_t)T * d->n_heads, hd, d->eps);
     cv_rmsnorm(s->k, s->k, w->k_norm, (int64_t)T * d->n_kv_heads, hd, d->eps);
     cv_rope_apply(rope, s->q, T, d->n_heads, hd, cos, sin);
@@ -424,7 +431,7 @@ void qb_attention_forward(cv_threadpool *pool, const qb_attention *w, const qb_a
     };
     cv_attention(pool, &args);
     if (d->gated) sigmoid_gate(s->attn, s->gate, (int64_t)T * d->n_heads * hd);
-    cv_matmul(pool, &w->o_proj, s->attn, T, out);
+    qb_linear_forward(pool, &w->o_proj, s->attn, T, &out);
 }
 
 /* ---- MoE -------------------------------------------------------------------------------------- */

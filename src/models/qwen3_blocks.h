@@ -123,7 +123,8 @@ typedef struct qb_attention_dims {
 } qb_attention_dims;
 
 typedef struct qb_attention {
-    cv_matrix q_proj, k_proj, v_proj, o_proj;
+    qb_linear qkv;                 /* q_proj (query and gate rows when gated) | k_proj | v_proj */
+    qb_linear o_proj;
     const float *q_norm, *k_norm;  /* effective gains */
 } qb_attention;
 
@@ -136,6 +137,8 @@ typedef struct qb_attention_scratch {
 void qb_attention_scratch_take(qb_attention_scratch *s, const qb_attention_dims *d, qb_arena *a, int32_t tokens);
 /* prefix: "model.layers.3.self_attn." */
 void qb_bind_attention(qb_binder *b, const char *prefix, const qb_attention_dims *d, qb_attention *out);
+/* Its linears, for qb_pack_weights; returns how many (out must hold 2). */
+int qb_attention_linears(qb_attention *a, qb_linear **out);
 /* out [T][hidden] = attention of the normed input `in` [T][hidden]; K/V go to kv layer `kv_layer`. */
 void qb_attention_forward(cv_threadpool *pool, const qb_attention *w, const qb_attention_dims *d, const cv_rope *rope,
                           const float *cos, const float *sin, const cv_batch *b, const cv_kv_cache *kv, int kv_layer,

@@ -52,12 +52,14 @@ typedef struct gdn_dims {
     int32_t key_dim, value_dim, conv_dim;   /* nk·dk, nv·dv, 2·key_dim + value_dim */
 } gdn_dims;
 
+/* The input projections as linears: Qwen3-Next in_proj_qkvz | in_proj_ba (grouped per key head) in
+ * in_proj alone; Qwen3.5 in_proj_qkv | in_proj_z in in_proj and in_proj_b | in_proj_a in in_ba, apart
+ * because b has only linear_num_value_heads rows, which need not fill whole panels. */
 typedef struct gdn_weights {
-    cv_matrix in_qkvz, in_ba;               /* Qwen3-Next, grouped per key head */
-    cv_matrix in_qkv, in_z, in_b, in_a;     /* Qwen3.5, contiguous */
+    qb_linear in_proj, in_ba;               /* in_ba: Qwen3.5 only */
     const float *conv;                      /* [kernel][conv_dim], tap-major */
     const float *a_log, *dt_bias, *norm;
-    cv_matrix out_proj;
+    qb_linear out_proj;
 } gdn_weights;
 
 typedef struct hybrid_layer {
@@ -74,7 +76,7 @@ typedef struct hybrid_layer {
  * embedding and lm_head. */
 typedef struct mtp_module {
     const float *norm_embedding, *norm_hidden, *final_norm;
-    cv_matrix fc;                           /* [hidden][2·hidden], embedding half first */
+    qb_linear fc;                           /* [hidden][2·hidden], embedding half first */
     hybrid_layer layer;                     /* layer.index: its kv layer (after the main model's) */
 } mtp_module;
 
@@ -225,28 +227,31 @@ static void bind_gdn(qb_binder *b, const hybrid_model *m, const char *p, gdn_wei
     const gdn_dims *g = &m->gd;
     const int32_t H = m->hidden;
     if (m->family == FAMILY_NEXT) {
+        w->in_proj.n_parts = 2;
         qb_bind_matrix(b, qb_name(b, "%sin_proj_qkvz.weight", p), 2 * g->key_dim + 2 * g->value_dim, H,
                        "2*linear_num_key_heads*linear_key_head_dim + 2*linear_num_value_heads*linear_value_head_dim, "
-                       "hidden_size", &w->in_qkvz);
+                       "hidden_size", &w->in_proj.parts[0]);
         qb_bind_matrix(b, qb_name(b, "%sin_proj_ba.weight", p), 2 * g->n_v_heads, H,
-                       "2*linear_num_value_heads, hidden_size", &w->in_ba);
+                       "2*linear_num_value_heads, hidden_size", &w->in_proj.parts[1]);
     } else {
+        w->in_proj.n_parts = w->in_ba.n_parts = 2;
         qb_bind_matrix(b, qb_name(b, "%sin_proj_qkv.weight", p), g->conv_dim, H,
                        "2*linear_num_key_heads*linear_key_head_dim + linear_num_value_heads*linear_value_head_dim, "
-                       "hidden_size", &w->in_qkv);
+                       "hidden_size", &w->in_proj.parts[0]);
         qb_bind_matrix(b, qb_name(b, "%sin_proj_z.weight", p), g->value_dim, H,
-                       "linear_num_value_heads*linear_value_head_dim, hidden_size", &w->in_z);
+                       "linear_num_value_heads*linear_value_head_dim, hidden_size", &w->in_proj.parts[1]);
         qb_bind_matrix(b, qb_name(b, "%sin_proj_b.weight", p), g->n_v_heads, H, "linear_num_value_heads, hidden_size",
-                       &w->in_b);
+                       &w->in_ba.parts[0]);
         qb_bind_matrix(b, qb_name(b, "%sin_proj_a.weight", p), g->n_v_heads, H, "linear_num_value_heads, hidden_size",
-                       &w->in_a);
+                       &w->in_ba.parts[1]);
     }
     bind_conv(b, qb_name(b, "%sconv1d.weight", p), g, &w->conv);
     qb_bind_vector(b, qb_name(b, "%sdt_bias", p), g->n_v_heads, "linear_num_value_heads", &w->dt_bias);
     qb_bind_vector(b, qb_name(b, "%sA_log", p), g->n_v_heads, "linear_num_value_heads", &w->a_log);
     qb_bind_vector(b, qb_name(b, "%snorm.weight", p), g->v_dim, "linear_value_head_dim", &w->norm);
+    w->out_proj.n_parts = 1;
     qb_bind_matrix(b, qb_name(b, "%sout_proj.weight", p), H, g->value_dim,
-                   "hidden_size, linear_num_value_heads*linear_value_head_dim", &w->out_proj);
+                   "hidden_size, linear_num_value_heads*linear_value_head_dim", &w->out_proj.parts[0]);
 }
 
 static void bind_weights(hybrid_model *m, const cv_model_config *cfg, const hybrid_plan *plan) {
@@ -321,7 +326,8 @@ static void bind_mtp(hybrid_model *m, const hybrid_plan *plan, int32_t kv_layer)
     if (!t) return;
     qb_bind_gain_plus_one(b, "mtp.pre_fc_norm_embedding.weight", H, "hidden_size", &t->norm_embedding);
     qb_bind_gain_plus_one(b, "mtp.pre_fc_norm_hidden.weight", H, "hidden_size", &t->norm_hidden);
-    qb_bind_matrix(b, "mtp.fc.weight", H, 2 * (int64_t)H, "hidden_size, 2*hidden_size", &t->fc);
+    t->fc.n_parts = 1;
+    qb_bind_matrix(b, "mtp.fc.weight", H, 2 * (int64_t)H, "hidden_size, 2*hidden_size", &t->fc.parts[0]);
     qb_bind_gain_plus_one(b, "mtp.norm.weight", H, "hidden_size", &t->final_norm);
     hybrid_layer *ly = &t->layer;
     ly->index = kv_layer;
@@ -391,8 +397,43 @@ static int reserve_scratch(hybrid_model *m, int32_t tokens) {
     return 0;
 }
 
+/* The linears of one decoder layer (at most 3) into out; returns how many. */
+static int layer_linears(hybrid_layer *ly, qb_linear **out) {
+    if (!ly->linear) return qb_attention_linears(&ly->attn, out);
+    out[0] = &ly->gdn.in_proj;
+    out[1] = &ly->gdn.in_ba;
+    out[2] = &ly->gdn.out_proj;
+    return 3;
+}
+
+/* Every linear the layers and the MTP module read (the lm_head aside), in layer order; the caller
+ * frees the list. */
+static int model_linears(hybrid_model *m, qb_linear ***out) {
+    qb_linear **l = cv_xmalloc((size_t)(3 * m->n_layers + 4) * sizeof *l);
+    int n = 0;
+    for (int32_t i = 0; i < m->n_layers; i++) n += layer_linears(&m->layers[i], l + n);
+    if (m->mtp) {
+        l[n++] = &m->mtp->fc;
+        n += layer_linears(&m->mtp->layer, l + n);
+    }
+    *out = l;
+    return n;
+}
+
+static int pack_weights(hybrid_model *m, cv_threadpool *pool) {
+    qb_linear **lins;
+    const int n = model_linears(m, &lins);
+    int rc = qb_pack_weights(pool, &m->vocab_w, lins, n);
+    free(lins);
+    return rc;
+}
+
 static void hybrid_destroy(cv_model *base) {
     hybrid_model *m = (hybrid_model *)base;
+    qb_linear **lins;
+    const int n = model_linears(m, &lins);
+    for (int i = 0; i < n; i++) qb_linear_release(lins[i]);
+    free(lins);
     free(m->s.mem);
     qb_vocab_release(&m->vocab_w);
     cv_rope_free(&m->rope);
@@ -430,14 +471,13 @@ static void gdn_project(const hybrid_model *m, const gdn_weights *w, const float
     const gdn_scratch *s = &m->s.gdn;
     cv_threadpool *pool = m->base.pool;
     if (m->family == FAMILY_NEXT) {
-        cv_matmul(pool, &w->in_qkvz, in, T, s->qkvz);
-        cv_matmul(pool, &w->in_ba, in, T, s->ba);
+        float *ys[] = {s->qkvz, s->ba};
+        qb_linear_forward(pool, &w->in_proj, in, T, ys);
         unpack_grouped(&m->gd, s, T);
     } else {
-        cv_matmul(pool, &w->in_qkv, in, T, s->qkv);
-        cv_matmul(pool, &w->in_z, in, T, s->z);
-        cv_matmul(pool, &w->in_b, in, T, s->b);
-        cv_matmul(pool, &w->in_a, in, T, s->alpha);
+        float *qkvz[] = {s->qkv, s->z}, *ba[] = {s->b, s->alpha};
+        qb_linear_forward(pool, &w->in_proj, in, T, qkvz);
+        qb_linear_forward(pool, &w->in_ba, in, T, ba);
     }
 }
 
@@ -505,7 +545,7 @@ static void gdn_block(hybrid_model *m, const hybrid_layer *ly, const cv_batch *b
     cv_gdn(m->base.pool, &args);
     cv_rmsnorm(s->o, s->o, ly->gdn.norm, (int64_t)T * g->n_v_heads, g->v_dim, m->eps);
     cv_silu_mul(s->o, s->z, s->o, (int64_t)T * g->value_dim);
-    cv_matmul(m->base.pool, &ly->gdn.out_proj, s->o, T, out);
+    qb_linear_forward(m->base.pool, &ly->gdn.out_proj, s->o, T, &out);
 }
 
 /* Sequences starting at position 0 begin from zero state. */
@@ -592,7 +632,7 @@ static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float
         cv_rmsnorm(s->pair + t * 2 * H, s->a + t * H, mtp->norm_embedding, 1, H, m->eps);
         cv_rmsnorm(s->pair + t * 2 * H + H, hidden + t * H, mtp->norm_hidden, 1, H, m->eps);
     }
-    cv_matmul(base->pool, &mtp->fc, s->pair, T, s->x);
+    qb_linear_forward(base->pool, &mtp->fc, s->pair, T, &s->x);
     cv_rope_cos_sin(&m->rope, b.positions, T, s->cos, s->sin);
     run_layer(m, &mtp->layer, &b, kv, NULL);
     emit_outputs(m, &b, mtp->final_norm, logits);
@@ -646,7 +686,7 @@ int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
         rc = m->bound.rc;
     }
     free(plan.dense);
-    if (!rc) rc = qb_pack_weights(p->pool, &m->vocab_w, NULL, 0);
+    if (!rc) rc = pack_weights(m, p->pool);
     if (!rc) {
         for (int32_t l = 0; l < m->n_layers; l++) qb_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
         if (m->mtp) {

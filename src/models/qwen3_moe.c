@@ -122,8 +122,29 @@ static int reserve_scratch(qwen3_moe_model *m, int32_t tokens) {
     return 0;
 }
 
+/* Every linear the layers read (the lm_head aside), in layer order; the caller frees the list. */
+static int model_linears(qwen3_moe_model *m, qb_linear ***out) {
+    qb_linear **l = cv_xmalloc((size_t)(2 * m->n_layers) * sizeof *l);
+    int n = 0;
+    for (int32_t i = 0; i < m->n_layers; i++) n += qb_attention_linears(&m->layers[i].attn, l + n);
+    *out = l;
+    return n;
+}
+
+static int pack_weights(qwen3_moe_model *m, cv_threadpool *pool) {
+    qb_linear **lins;
+    const int n = model_linears(m, &lins);
+    int rc = qb_pack_weights(pool, &m->vocab_w, lins, n);
+    free(lins);
+    return rc;
+}
+
 static void qwen3_moe_destroy(cv_model *base) {
     qwen3_moe_model *m = (qwen3_moe_model *)base;
+    qb_linear **lins;
+    const int n = model_linears(m, &lins);
+    for (int i = 0; i < n; i++) qb_linear_release(lins[i]);
+    free(lins);
     free(m->s.mem);
     qb_vocab_release(&m->vocab_w);
     cv_rope_free(&m->rope);
@@ -188,7 +209,7 @@ int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
         rc = m->bound.rc;
     }
     free(plan.dense);
-    if (!rc) rc = qb_pack_weights(p->pool, &m->vocab_w, NULL, 0);
+    if (!rc) rc = pack_weights(m, p->pool);
     if (!rc) {
         for (int32_t l = 0; l < m->n_layers; l++) qb_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
         rc = reserve_scratch(m, p->max_num_batched_tokens > 0 ? p->max_num_batched_tokens : 1);
