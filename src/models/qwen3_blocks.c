@@ -10,8 +10,17 @@
  * Attention follows qwen-arch.md §1.3/§2.3/§4.5: projections, per-head RMSNorm of q and k (gains
  * already in effective form), RoPE on the first rot_dim dims, K/V into the paged cache, causal GQA
  * with scale head_dim^−1/2 (also under partial RoPE), then the optional sigmoid output gate and
- * o_proj. The MoE block is §1.5/§4.7: f32 router softmax → top-k → optional renormalisation, the
- * shared expert riding along as one more route whose weight is σ(shared_expert_gate · x).
+ * o_proj. The MoE block is §1.5/§4.7: f32 router softmax → top-k → optional renormalisation, then
+ * the shared expert added with weight σ(shared_expert_gate · x) after the routed ones.
+ *
+ * Weights read by every token — lm_head, attention, GDN projections, router, shared expert, dense
+ * MLP — are qb_linears: bf16 ones are repacked once at load into the kernels' 16-row panels (the
+ * lane-wise kernel decodes near the memory-bandwidth bound, the row-major one well below it),
+ * stacking the parts that share an input (q|k|v, gate|up, router|shared gate) into one call. The
+ * originals are dropped from memory once packed (madvise DONTNEED), so resident weights stay ~1×
+ * their size. The routed experts stay row-major views for the grouped kernel: each is read by few
+ * tokens, and packing them all would double the load time of the largest part of the model.
+ * Unlike qwen3.c, the packing is not kept in the packed-weight cache: a load packs again.
  */
 #include "models/qwen3_blocks.h"
 
@@ -436,26 +445,27 @@ void qb_attention_forward(cv_threadpool *pool, const qb_attention *w, const qb_a
 
 /* ---- MoE -------------------------------------------------------------------------------------- */
 
-/* Routes per token (a dense MLP is one route) and experts in the table (routed + shared). */
-static int32_t moe_routes(const qb_moe *m) { return m->n_routed == 0 ? 1 : m->top_k + (m->has_shared ? 1 : 0); }
-static int32_t moe_table_size(const qb_moe *m) { return m->n_routed + (m->has_shared || m->n_routed == 0 ? 1 : 0); }
-
 void qb_moe_sizes_add(qb_moe_sizes *z, const qb_moe *m) {
-    const int32_t n = moe_table_size(m);
-    for (int32_t e = 0; e < n; e++)
+    for (int32_t e = 0; e < m->n_routed; e++)
         if (m->experts[e].gate.rows > z->max_inter) z->max_inter = (int32_t)m->experts[e].gate.rows;
-    if (moe_routes(m) > z->routes) z->routes = moe_routes(m);
-    if (n > z->n_experts) z->n_experts = n;
+    if (m->n_routed > 0 && m->top_k > z->top_k) z->top_k = m->top_k;
     if (m->n_routed > z->n_routed) z->n_routed = m->n_routed;
+    if (m->gate_up.n_parts && m->gate_up.parts[0].rows > z->dense_inter) z->dense_inter = (int32_t)m->gate_up.parts[0].rows;
 }
 
 void qb_moe_scratch_take(qb_moe_scratch *s, const qb_moe_sizes *z, cv_threadpool *pool, int32_t hidden, qb_arena *a,
                          int32_t tokens) {
-    const size_t T = (size_t)tokens;
-    s->logits = qb_take(a, T * (size_t)(z->n_routed > 1 ? z->n_routed : 1) * sizeof(float));
-    s->weights = qb_take(a, T * (size_t)z->routes * sizeof(float));
-    s->ids = qb_take(a, T * (size_t)z->routes * sizeof(int32_t));
-    s->workspace = qb_take(a, cv_moe_workspace_bytes(pool, tokens, z->routes, hidden, z->max_inter, z->n_experts));
+    const size_t T = (size_t)tokens, f = sizeof(float);
+    s->logits = qb_take(a, T * (size_t)z->n_routed * f);
+    s->shared_logit = qb_take(a, T * f);
+    s->weights = qb_take(a, T * (size_t)z->top_k * f);
+    s->ids = qb_take(a, T * (size_t)z->top_k * sizeof(int32_t));
+    s->workspace = z->n_routed ? qb_take(a, cv_moe_workspace_bytes(pool, tokens, z->top_k, hidden, z->max_inter,
+                                                                   z->n_routed))
+                               : NULL;
+    s->gate_up = qb_take(a, 2 * T * (size_t)z->dense_inter * f);
+    s->h = qb_take(a, T * (size_t)z->dense_inter * f);
+    s->shared = qb_take(a, T * (size_t)hidden * f);
 }
 
 static void bind_swiglu(qb_binder *b, const char *prefix, int32_t hidden, int32_t inter, const char *inter_name,
@@ -467,6 +477,15 @@ static void bind_swiglu(qb_binder *b, const char *prefix, int32_t hidden, int32_
     qb_bind_matrix(b, qb_name(b, "%sup_proj.weight", p), inter, hidden, hint, &out->up);
     snprintf(hint, sizeof hint, "hidden_size, %s", inter_name);
     qb_bind_matrix(b, qb_name(b, "%sdown_proj.weight", p), hidden, inter, hint, &out->down);
+}
+
+/* The shared expert or a dense MLP: a SwiGLU as linears gate|up and down. */
+static void bind_dense_swiglu(qb_binder *b, const char *prefix, int32_t hidden, int32_t inter, const char *inter_name,
+                              qb_moe *out) {
+    cv_moe_expert e = {0};
+    bind_swiglu(b, prefix, hidden, inter, inter_name, &e);
+    out->gate_up = (qb_linear){.n_parts = 2, .parts = {e.gate, e.up}};
+    out->down = (qb_linear){.n_parts = 1, .parts = {e.down}};
 }
 
 /* Fused 3-D experts: views of expert e's rows, no copy. Returns 1 bound, 0 absent. */
@@ -512,9 +531,11 @@ void qb_bind_moe(qb_binder *b, const char *prefix, int32_t hidden, const qb_moe_
     snprintf(p, sizeof p, "%s", prefix);
     *out = (qb_moe){.n_routed = c->n_experts, .top_k = c->top_k, .renormalize = c->renormalize,
                     .has_shared = c->shared_inter > 0};
-    out->experts = qb_own(b, (size_t)(c->n_experts + 1) * sizeof *out->experts);
+    out->experts = qb_own(b, (size_t)c->n_experts * sizeof *out->experts);
     if (!out->experts) return;
-    qb_bind_matrix(b, qb_name(b, "%sgate.weight", p), c->n_experts, hidden, "num_experts, hidden_size", &out->router);
+    out->route.n_parts = out->has_shared ? 2 : 1;
+    qb_bind_matrix(b, qb_name(b, "%sgate.weight", p), c->n_experts, hidden, "num_experts, hidden_size",
+                   &out->route.parts[0]);
     const size_t before = b->matmul_bytes;
     if (!b->rc && !bind_fused_experts(b, p, hidden, c, out->experts))
         for (int32_t e = 0; e < c->n_experts && !b->rc; e++) {
@@ -527,48 +548,57 @@ void qb_bind_moe(qb_binder *b, const char *prefix, int32_t hidden, const qb_moe_
     if (out->has_shared) {
         char sp[240];
         snprintf(sp, sizeof sp, "%sshared_expert.", p);
-        bind_swiglu(b, sp, hidden, c->shared_inter, "shared_expert_intermediate_size", &out->experts[c->n_experts]);
+        bind_dense_swiglu(b, sp, hidden, c->shared_inter, "shared_expert_intermediate_size", out);
         qb_bind_matrix(b, qb_name(b, "%sshared_expert_gate.weight", p), 1, hidden, "1, hidden_size",
-                       &out->shared_gate);
+                       &out->route.parts[1]);
     }
 }
 
 void qb_bind_dense_mlp(qb_binder *b, const char *prefix, int32_t hidden, int32_t inter, qb_moe *out) {
     if (b->rc) return;
     *out = (qb_moe){0};
-    out->experts = qb_own(b, sizeof *out->experts);
-    if (out->experts) bind_swiglu(b, prefix, hidden, inter, "intermediate_size", &out->experts[0]);
+    bind_dense_swiglu(b, prefix, hidden, inter, "intermediate_size", out);
+}
+
+int qb_moe_linears(qb_moe *m, qb_linear **out) {
+    out[0] = &m->route;
+    out[1] = &m->gate_up;
+    out[2] = &m->down;
+    return 3;
+}
+
+/* y [T][hidden] = SwiGLU of the shared expert / dense MLP. */
+static void dense_swiglu(cv_threadpool *pool, const qb_moe *m, const float *in, int32_t T, const qb_moe_scratch *s,
+                         float *y) {
+    const int64_t I = m->gate_up.parts[0].rows;
+    float *gate_up[] = {s->gate_up, s->gate_up + (int64_t)T * I};
+    qb_linear_forward(pool, &m->gate_up, in, T, gate_up);
+    cv_swiglu(pool, s->h, s->gate_up, T, I, I, (int64_t)T * I);
+    qb_linear_forward(pool, &m->down, s->h, T, &y);
 }
 
 void qb_moe_forward(cv_threadpool *pool, const qb_moe *m, int32_t hidden, const float *in, int32_t T,
                     const qb_moe_scratch *s, float *out) {
-    const int32_t routes = moe_routes(m);
     if (m->n_routed == 0) {
-        for (int32_t t = 0; t < T; t++) {
-            s->ids[t] = 0;
-            s->weights[t] = 1.0f;
-        }
-    } else {
-        cv_matmul(pool, &m->router, in, T, s->logits);
-        if (!m->has_shared) {
-            cv_moe_route(s->logits, T, m->n_routed, m->top_k, m->renormalize, s->ids, s->weights);
-        } else {
-            /* Route into the first top_k columns of each row, then append the shared expert. */
-            for (int32_t t = 0; t < T; t++)
-                cv_moe_route(s->logits + (int64_t)t * m->n_routed, 1, m->n_routed, m->top_k, m->renormalize,
-                             s->ids + (int64_t)t * routes, s->weights + (int64_t)t * routes);
-            cv_matmul(pool, &m->shared_gate, in, T, s->logits); /* the router logits are consumed */
-            for (int32_t t = 0; t < T; t++) {
-                s->ids[(int64_t)t * routes + m->top_k] = m->n_routed;
-                s->weights[(int64_t)t * routes + m->top_k] = 1.0f / (1.0f + expf(-s->logits[t]));
-            }
-        }
+        dense_swiglu(pool, m, in, T, s, out);
+        return;
     }
+    float *route[] = {s->logits, s->shared_logit};
+    qb_linear_forward(pool, &m->route, in, T, route);
+    cv_moe_route(s->logits, T, m->n_routed, m->top_k, m->renormalize, s->ids, s->weights);
     memset(out, 0, (size_t)T * (size_t)hidden * sizeof *out);
     cv_moe_args a = {
-        .n_tokens = T, .hidden = hidden, .n_experts = moe_table_size(m),
-        .experts = m->experts, .routes = routes, .ids = s->ids, .weights = s->weights, .x = in, .y = out,
-        .workspace = s->workspace,
+        .n_tokens = T, .hidden = hidden, .n_experts = m->n_routed, .experts = m->experts, .routes = m->top_k,
+        .ids = s->ids, .weights = s->weights, .x = in, .y = out, .workspace = s->workspace,
     };
     cv_moe(pool, &a);
+    if (!m->has_shared) return;
+    /* Added after the routed experts, as when it was the last route of the grouped kernel. */
+    dense_swiglu(pool, m, in, T, s, s->shared);
+    for (int32_t t = 0; t < T; t++) {
+        const float w = 1.0f / (1.0f + expf(-s->shared_logit[t]));
+        float *o = out + (int64_t)t * hidden;
+        const float *e = s->shared + (int64_t)t * hidden;
+        for (int32_t i = 0; i < hidden; i++) o[i] += w * e[i];
+    }
 }

@@ -7,7 +7,8 @@
  * from config.json, validating a batch (including recurrent-state slots), grow-only activation
  * scratch, the attention block (plain, or with the per-head output gate) and the sparse MoE block
  * (router, routed experts in either checkpoint layout, optional sigmoid-gated shared expert; a
- * dense MLP is the same block with one always-selected expert of weight 1).
+ * dense MLP is the same block's shared-expert path with weight 1 and no router), and the linears
+ * packed into panels at load (qb_linear, qb_vocab).
  */
 #ifndef CV_QWEN3_BLOCKS_H
 #define CV_QWEN3_BLOCKS_H
@@ -153,17 +154,21 @@ typedef struct qb_moe_config {
 } qb_moe_config;
 
 typedef struct qb_moe {
-    int32_t n_routed;         /* 0: a dense MLP (experts[0] with weight 1) */
+    int32_t n_routed;         /* 0: a dense MLP (no router, the dense expert's output taken as is) */
     int32_t top_k;
     bool renormalize, has_shared;
-    cv_matrix router;         /* [n_routed][hidden] */
-    cv_matrix shared_gate;    /* [1][hidden] */
-    cv_moe_expert *experts;   /* n_routed (+1 shared), or the dense MLP; owned by the binder */
+    qb_linear route;          /* router [n_routed][hidden] | shared_expert_gate [1][hidden] (when shared) */
+    cv_moe_expert *experts;   /* the n_routed routed experts; owned by the binder */
+    /* The shared expert (with σ(shared_expert_gate · x) as its weight) or the dense MLP, outside
+     * the routed-expert kernel so that its weights, read by every token, can be packed. */
+    qb_linear gate_up;        /* gate_proj | up_proj; n_parts 0: none */
+    qb_linear down;
 } qb_moe;
 
 /* The largest MoE shapes over a model's layers, for scratch sizing. */
 typedef struct qb_moe_sizes {
-    int32_t routes, max_inter, n_experts, n_routed;
+    int32_t top_k, max_inter, n_routed;  /* routed experts */
+    int32_t dense_inter;                 /* the shared expert or dense MLP */
 } qb_moe_sizes;
 
 void qb_moe_sizes_add(qb_moe_sizes *z, const qb_moe *m);
@@ -172,14 +177,20 @@ void qb_moe_sizes_add(qb_moe_sizes *z, const qb_moe *m);
  * experts.down_proj [E][H][I], gate rows first) and otherwise per expert
  * (experts.{e}.{gate,up,down}_proj.weight). */
 void qb_bind_moe(qb_binder *b, const char *prefix, int32_t hidden, const qb_moe_config *c, qb_moe *out);
-/* A SwiGLU MLP at prefix (gate_proj/up_proj/down_proj) as a one-expert block. */
+/* A SwiGLU MLP at prefix (gate_proj/up_proj/down_proj). */
 void qb_bind_dense_mlp(qb_binder *b, const char *prefix, int32_t hidden, int32_t inter, qb_moe *out);
+/* Its linears (the routed experts aside), for qb_pack_weights; returns how many (out must hold 3). */
+int qb_moe_linears(qb_moe *m, qb_linear **out);
 
 typedef struct qb_moe_scratch {
     float *logits;            /* [T][n_routed] */
-    float *weights;           /* [T][routes] */
-    int32_t *ids;             /* [T][routes] */
+    float *shared_logit;      /* [T] */
+    float *weights;           /* [T][top_k] */
+    int32_t *ids;             /* [T][top_k] */
     void *workspace;          /* cv_moe_workspace_bytes */
+    float *gate_up;           /* [T][dense_inter] gate, then the same for up */
+    float *h;                 /* [T][dense_inter] */
+    float *shared;            /* [T][hidden] shared expert output */
 } qb_moe_scratch;
 
 void qb_moe_scratch_take(qb_moe_scratch *s, const qb_moe_sizes *z, cv_threadpool *pool, int32_t hidden, qb_arena *a,

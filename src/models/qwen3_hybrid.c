@@ -397,19 +397,23 @@ static int reserve_scratch(hybrid_model *m, int32_t tokens) {
     return 0;
 }
 
-/* The linears of one decoder layer (at most 3) into out; returns how many. */
+/* The linears of one decoder layer (at most 6) into out; returns how many. */
 static int layer_linears(hybrid_layer *ly, qb_linear **out) {
-    if (!ly->linear) return qb_attention_linears(&ly->attn, out);
-    out[0] = &ly->gdn.in_proj;
-    out[1] = &ly->gdn.in_ba;
-    out[2] = &ly->gdn.out_proj;
-    return 3;
+    int n = 0;
+    if (!ly->linear) {
+        n = qb_attention_linears(&ly->attn, out);
+    } else {
+        out[n++] = &ly->gdn.in_proj;
+        out[n++] = &ly->gdn.in_ba;
+        out[n++] = &ly->gdn.out_proj;
+    }
+    return n + qb_moe_linears(&ly->mlp, out + n);
 }
 
 /* Every linear the layers and the MTP module read (the lm_head aside), in layer order; the caller
  * frees the list. */
 static int model_linears(hybrid_model *m, qb_linear ***out) {
-    qb_linear **l = cv_xmalloc((size_t)(3 * m->n_layers + 4) * sizeof *l);
+    qb_linear **l = cv_xmalloc((size_t)(6 * m->n_layers + 7) * sizeof *l);
     int n = 0;
     for (int32_t i = 0; i < m->n_layers; i++) n += layer_linears(&m->layers[i], l + n);
     if (m->mtp) {

@@ -124,9 +124,12 @@ static int reserve_scratch(qwen3_moe_model *m, int32_t tokens) {
 
 /* Every linear the layers read (the lm_head aside), in layer order; the caller frees the list. */
 static int model_linears(qwen3_moe_model *m, qb_linear ***out) {
-    qb_linear **l = cv_xmalloc((size_t)(2 * m->n_layers) * sizeof *l);
+    qb_linear **l = cv_xmalloc((size_t)(5 * m->n_layers) * sizeof *l);
     int n = 0;
-    for (int32_t i = 0; i < m->n_layers; i++) n += qb_attention_linears(&m->layers[i].attn, l + n);
+    for (int32_t i = 0; i < m->n_layers; i++) {
+        n += qb_attention_linears(&m->layers[i].attn, l + n);
+        n += qb_moe_linears(&m->layers[i].mlp, l + n);
+    }
     *out = l;
     return n;
 }
