@@ -32,6 +32,10 @@
  * on one more kv layer after the main model's; forward() then also hands out the final-normed
  * hidden states it feeds to lm_head, which are the MTP step's input, as in vLLM's proposer.
  *
+ * Weights: every bf16 linear but the routed experts — lm_head (a tied embedding is then read from
+ * it), attention, GDN projections, router, shared expert, MTP fc — is packed into panels at load
+ * (qwen3_blocks.c), lm_head first.
+ *
  * Scratch: the attention and GDN activations are never live together, so they share one region of
  * the arena sized for the larger.
  */

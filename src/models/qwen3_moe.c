@@ -9,7 +9,9 @@
  * the released checkpoints set true). No shared expert, no router bias.
  *
  * Numerics and memory as in qwen3.c: f32 activations and residual, weights read in checkpoint dtype
- * from the mapping, activation scratch sized for max_num_batched_tokens and grown only on demand.
+ * (bf16 lm_head, attention and dense/MLP linears packed into panels at load, routed experts straight
+ * from the mapping; qwen3_blocks.c), activation scratch sized for max_num_batched_tokens and grown
+ * only on demand.
  */
 #include <stdio.h>
 #include <stdlib.h>
