@@ -118,6 +118,10 @@ def weight_bytes_per_token(folder):
     return 2 * (layers * per_layer + c["vocab_size"] * h)  # bf16; lm_head streamed every token
 
 
+def checkpoint_bytes(folder):
+    return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder) if f.endswith(".safetensors"))
+
+
 def kv_bytes_per_token(folder):
     with open(os.path.join(folder, "config.json")) as f:
         c = json.load(f)
@@ -184,35 +188,53 @@ def bench_serve(args, url, tokenizer, served):
     return r["output_throughput"], r["p99_tpot_ms"]
 
 
+def start_cvllm_serve(cmd, env):
+    log(" ".join(str(c) for c in cmd))
+    return subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    proc.wait()
+
+
 def serve_row(args, folder, gguf):
     port = 18000 + os.getpid() % 1000
     url = f"http://127.0.0.1:{port}"
     kv = 16 * (512 + 128 + 32)  # tokens: every concurrent request's prompt and output
+    kv_bytes = kv * kv_bytes_per_token(folder)
     cmd = [args.cvllm, "serve", folder, "--port", port, "--num-threads", args.threads, "--max-model-len", 1024,
-           "--max-num-seqs", 16, "--served-model-name", "m", "--kv-cache-memory-bytes", kv * kv_bytes_per_token(folder),
+           "--max-num-seqs", 16, "--served-model-name", "m", "--kv-cache-memory-bytes", kv_bytes,
            "--disable-log-stats"]
-    log(" ".join(str(c) for c in cmd))
-    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        ready = wait_ready(url, proc, 120)
-        cv = bench_serve(args, url, folder, "m")
-        rss = peak_rss_mib(proc.pid)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait()
-    ll = None
+    # Start-up twice with a packed-weight cache of its own: cold (packs and writes the cache), then
+    # warm (maps it) — the second server is the one benchmarked.
+    with tempfile.TemporaryDirectory(dir=args.work) as cache:
+        env = dict(os.environ, CVLLM_CACHE_ROOT=cache)
+        proc = start_cvllm_serve(cmd, env)
+        try:
+            ready_cold = wait_ready(url, proc, 120)
+        finally:
+            stop(proc)
+        proc = start_cvllm_serve(cmd, env)
+        try:
+            ready = wait_ready(url, proc, 120)
+            cv = bench_serve(args, url, folder, "m")
+            rss = peak_rss_mib(proc.pid)
+        finally:
+            stop(proc)
+    rss_bound = (checkpoint_bytes(folder) + kv_bytes) * 1.1 / 2**20
+    ll, ll_ready = None, None
     if args.llama_bin:
         lcmd = [os.path.join(args.llama_bin, "llama-server"), "-m", gguf, "-t", args.threads, "--parallel", 16,
                 "--cont-batching", "-c", kv, "--port", port + 1, "--alias", "m"]
         log(" ".join(str(c) for c in lcmd))
         lproc = subprocess.Popen([str(c) for c in lcmd], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            wait_ready(f"http://127.0.0.1:{port + 1}", lproc, 300)
+            ll_ready = wait_ready(f"http://127.0.0.1:{port + 1}", lproc, 300)
             ll = bench_serve(args, f"http://127.0.0.1:{port + 1}", folder, "m")
         finally:
-            lproc.send_signal(signal.SIGTERM)
-            lproc.wait()
-    return cv, ll, ready, rss
+            stop(lproc)
+    return cv, ll, (ready_cold, ready, ll_ready), (rss, rss_bound)
 
 
 # ---- report -----------------------------------------------------------------------------------
@@ -261,7 +283,8 @@ def main():
         runs = [serve_row(args, small, small_gguf) for _ in range(args.serve_reps)]
         cv = (med([r[0][0] for r in runs]), med([r[0][1] for r in runs]))
         ll = (med([r[1][0] for r in runs]), med([r[1][1] for r in runs])) if runs[0][1] else None
-        serve = (cv, ll, med([r[2] for r in runs]), max(r[3] for r in runs))
+        ready = tuple(med([r[2][i] for r in runs]) if runs[0][2][i] is not None else None for i in range(3))
+        serve = (cv, ll, ready, (max(r[3][0] for r in runs), runs[0][3][1]))
         res["serve"] = [[r[0][0], r[1][0] if r[1] else None] for r in runs]
     if "8b" in rows:
         big, big_gguf = checkpoint(args, "8B") if args.llama_bin else (os.path.join(REPO, "models/Qwen/Qwen3-8B"), None)
@@ -293,7 +316,10 @@ def main():
         print(f"| serve output tok/s (512/128, conc. 16, {args.serve_prompts} prompts) | {fmt(cv[0])} | "
               f"{fmt(ll[0] if ll else None)} | {fmt(ratio(cv[0], ll[0]) if ll else None)}× | ≥ 2× |")
         print(f"| serve p99 TPOT ms | {fmt(cv[1])} | {fmt(ll[1] if ll else None)} | | reported |")
-        print(f"| cvllm serve start to ready s / peak RSS MiB | {fmt(ready)} / {fmt(rss, 0)} | | | ≤ 2 s |")
+        print(f"| serve start to ready s: packed-weight cache cold / warm | {fmt(ready[0])} / {fmt(ready[1])} | "
+              f"{fmt(ready[2])} | | ≤ 2 s |")
+        print(f"| cvllm serve peak RSS MiB (bound: 1.1 × (weights + KV budget)) | {fmt(rss[0], 0)} ({fmt(rss[1], 0)}) "
+              f"| | | ≤ bound |")
     if "8b" in rows:
         print(f"| 8B decode tok/s (tg{args.eight_b_tokens}) | {fmt(m['cv_8b'], 3)} | {fmt(m['ll_8b'], 3)} | "
               f"{fmt(ratio(m['cv_8b'], m['ll_8b']))}× | ≥ 1.1× |")

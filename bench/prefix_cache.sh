@@ -2,7 +2,8 @@
 # Prefix caching under `cvllm bench serve`: the same workload with a shared random prefix against
 # `cvllm serve` with and without --enable-prefix-caching, in the same run. Prints mean/median TTFT of
 # both and the server's prefix-cache hit rate from /metrics.
-# Usage: bench/prefix_cache.sh [BUILD_DIR] [MODEL] [THREADS]   (MODEL default: Qwen/Qwen3-0.6B, dummy weights)
+# Usage: bench/prefix_cache.sh [BUILD_DIR] [MODEL] [THREADS]   (MODEL default: Qwen/Qwen3-0.6B, dummy weights;
+# the hybrid: bench/configs/qwen3.6-35b-a3b-4layers; the Qwen3 tokenizer serves every shape)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -13,7 +14,7 @@ out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 
 serve() { # $1 = --enable-prefix-caching | --no-enable-prefix-caching
-  "$build/cvllm" serve "$model" --load-format dummy --port $port --max-model-len 2048 --num-threads "$threads" \
+  "$build/cvllm" serve "$model" --load-format dummy --tokenizer models/qwen3-tokenizer --port $port --max-model-len 2048 --num-threads "$threads" \
     --max-num-seqs 8 "$1" --disable-log-stats > "$out/server.log" 2>&1 &
   for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0; sleep 0.2; done
   echo "server did not start:"; cat "$out/server.log"; exit 1
