@@ -177,7 +177,7 @@ const char cv_args_engine_help[] =
     "engine options (vLLM's names):\n"
     "  --max-model-len N            context length (default: max_position_embeddings)\n"
     "  --max-num-seqs N             most sequences in one step (256)\n"
-    "  --max-num-batched-tokens N   token budget of one step (4096)\n"
+    "  --max-num-batched-tokens N   token budget of one step (serve: 2048, otherwise 4096, as vLLM on CPU)\n"
     "  --block-size N               KV cache block size in tokens (16)\n"
     "  --kv-cache-memory-bytes N    KV cache size (else --gpu-memory-utilization of RAM)\n"
     "  --gpu-memory-utilization F   fraction of RAM for weights + KV cache (0.9)\n"

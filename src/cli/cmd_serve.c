@@ -156,6 +156,9 @@ static bool server_flag(cv_args *a, serve_args *g) {
 
 static int parse_serve_args(cv_args *a, serve_args *g) {
     cvllm_engine_options_default(&g->engine);
+    /* vLLM's token budget for the API server on CPU is 2048 (its offline LLM class, like `cvllm
+     * generate`, gets the engine default 4096); it also sizes the activation scratch. */
+    g->engine.max_num_batched_tokens = 2048;
     g->server.port = 8000;
     g->async_scheduling = true;
     while (a->i < a->argc && !a->failed) {
