@@ -247,13 +247,19 @@ def fmt(x, digits=2):
     return "n/a" if x is None or x != x else f"{x:.{digits}f}"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def common_args(doc, cvllm_help):
+    """The options every comparison script shares (engines, threads, repetitions, work folder)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--work", default=os.environ.get("CVLLM_BENCH_WORK", "/tmp/cvllm-bench"))
     ap.add_argument("--llama-dir", default=os.environ.get("LLAMA_CPP_DIR", "/work/ext/llama.cpp"))
-    ap.add_argument("--cvllm", help="a built cvllm binary (default: build one under --work)")
+    ap.add_argument("--cvllm", help=cvllm_help)
+    return ap
+
+
+def main():
+    ap = common_args(__doc__, "a built cvllm binary (default: build one under --work)")
     ap.add_argument("--serve-prompts", type=int, default=64)
     ap.add_argument("--serve-reps", type=int, default=1, help="serve runs per engine (each ~5-10 min here)")
     ap.add_argument("--eight-b-tokens", type=int, default=16, help="tokens generated per 8B decode run")

@@ -160,16 +160,21 @@ def qwen3_name(hf):
     die(f"no llama.cpp name for tensor {hf}")
 
 
-def qwen3_params(w, gguf, cfg):
-    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+def transformer_params(w, cfg, hd):
+    """The hyper-parameters every Qwen3 variant writes the same way."""
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
     w.add_block_count(cfg["num_hidden_layers"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(cfg["num_attention_heads"])
     w.add_head_count_kv(cfg["num_key_value_heads"])
     w.add_key_length(hd)
     w.add_value_length(hd)
+
+
+def qwen3_params(w, gguf, cfg):
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    transformer_params(w, cfg, hd)
+    w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
     w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
 
@@ -218,13 +223,7 @@ def qwen35moe_params(w, gguf, cfg):
     hd = cfg["head_dim"]
     partial = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.25))
     sections = list(rope.get("mrope_section", [11, 11, 10]))[:4]
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(hd)
-    w.add_value_length(hd)
+    transformer_params(w, cfg, hd)
     w.add_rope_freq_base(float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))))
     w.add_rope_dimension_count(int(hd * partial))
     w.add_rope_dimension_sections(sections + [0] * (4 - len(sections)))

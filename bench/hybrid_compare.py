@@ -35,7 +35,6 @@ Usage: bench/hybrid_compare.py [--threads 2] [--reps 5] [--work DIR] [--llama-di
                                [--tolerance 0.05] ...
 Stdlib only; the checkpoint tools need a python3 with numpy (found automatically).
 """
-import argparse
 import json
 import os
 import random
@@ -259,12 +258,7 @@ def check(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--work", default=os.environ.get("CVLLM_BENCH_WORK", "/tmp/cvllm-bench"))
-    ap.add_argument("--llama-dir", default=os.environ.get("LLAMA_CPP_DIR", "/work/ext/llama.cpp"))
-    ap.add_argument("--cvllm", help="a built cvllm binary (default: build one under --work; --check: build-rel)")
+    ap = compare.common_args(__doc__, "a built cvllm binary (default: build one under --work; --check: build-rel)")
     ap.add_argument("--config", default=os.path.join(REPO, "bench", "configs", "qwen3.6-35b-a3b-4layers"))
     ap.add_argument("--tokenizer", default=os.path.join(REPO, "models", "qwen3-tokenizer"))
     ap.add_argument("--check", action="store_true", help="the tiny-model agreement check instead of the benchmark")

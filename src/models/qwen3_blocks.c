@@ -32,8 +32,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t for streaming */
+#include <xxhash.h>
 
 #include "base/error.h"
+#include "loader/pack_cache.h"
 
 /* ---- binding ---------------------------------------------------------------------------------- */
 
@@ -125,19 +128,6 @@ static void drop_pages(const void *p, size_t n) {
     if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
 }
 
-int qb_pack_linears(cv_threadpool *pool, qb_linear *const *lins, int n) {
-    for (int i = 0; i < n; i++) {
-        qb_linear *l = lins[i];
-        assert(l->n_parts <= QB_MAX_PARTS);
-        if (!packable(l)) continue;
-        int rc = cv_panels_pack(pool, l->parts, l->n_parts, &l->packed);
-        if (rc) return rc;
-        for (int j = 0; j < l->n_parts; j++)
-            drop_pages(l->parts[j].data, (size_t)(l->parts[j].rows * l->parts[j].cols) * sizeof(uint16_t));
-    }
-    return 0;
-}
-
 void qb_linear_release(qb_linear *l) { cv_panels_release(&l->packed); }
 
 void qb_bind_vocab(qb_binder *b, const char *embed_name, int32_t vocab, int32_t hidden, bool tied, qb_vocab *out) {
@@ -155,12 +145,69 @@ void qb_bind_vocab(qb_binder *b, const char *embed_name, int32_t vocab, int32_t 
     }
 }
 
-int qb_pack_weights(cv_threadpool *pool, qb_vocab *v, qb_linear *const *lins, int n) {
-    const bool tied = v->lm_head.parts[0].data == v->embed.data;
-    qb_linear *head = &v->lm_head;
-    int rc = qb_pack_linears(pool, &head, 1);
-    if (!rc && tied && v->lm_head.packed.data) v->embed = (cv_matrix){0}; /* its pages were just dropped */
-    return rc ? rc : qb_pack_linears(pool, lins, n);
+static bool is_tied(const qb_vocab *v) { return v->lm_head.parts[0].data == v->embed.data; }
+
+/* What the cache key must cover besides the checkpoint files: the model's packing, which tensor
+ * lm_head is (a tied load of an untied checkpoint packs embed_tokens, of the same shape) and every
+ * packed shape. */
+static uint64_t pack_layout_hash(const char *layout, bool tied, qb_linear *const *lins, int n) {
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, layout, strlen(layout) + 1);
+    XXH3_64bits_update(&st, &tied, sizeof tied);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < lins[i]->n_parts; j++) {
+            const int64_t shape[3] = {j, lins[i]->parts[j].rows, lins[i]->parts[j].cols};
+            XXH3_64bits_update(&st, shape, sizeof shape);
+        }
+    return XXH3_64bits_digest(&st);
+}
+
+/* The packed-weight cache entry for lins[0..n) (NULL for dummy weights or when unavailable). */
+static cv_pack_cache *open_pack_cache(cv_weight_source *src, const char *layout, bool tied, qb_linear *const *lins,
+                                      int n, cv_threadpool *pool) {
+    const size_t n_files = cv_weight_source_n_files(src);
+    if (!n_files || !n) return NULL;
+    const char **files = cv_xmalloc(n_files * sizeof *files);
+    for (size_t i = 0; i < n_files; i++) files[i] = cv_weight_source_file(src, i);
+    size_t *sizes = cv_xmalloc((size_t)n * sizeof *sizes);
+    for (int i = 0; i < n; i++)
+        sizes[i] = cv_panels_bytes(cv_panels_stacked_rows(lins[i]->parts, lins[i]->n_parts), lins[i]->parts[0].cols);
+    cv_pack_cache *c = cv_pack_cache_open(files, n_files, pack_layout_hash(layout, tied, lins, n), sizes, n, pool);
+    free(sizes);
+    free(files);
+    return c;
+}
+
+int qb_pack_weights(cv_threadpool *pool, cv_weight_source *src, const char *layout, qb_vocab *v,
+                    qb_linear *const *lins, int n) {
+    qb_linear **packed = cv_xmalloc(sizeof *packed * (size_t)(n + 1));
+    int k = 0;
+    if (packable(&v->lm_head)) packed[k++] = &v->lm_head;
+    for (int i = 0; i < n; i++) {
+        assert(lins[i]->n_parts <= QB_MAX_PARTS);
+        if (packable(lins[i])) packed[k++] = lins[i];
+    }
+    const bool tied = is_tied(v);
+    v->cache = open_pack_cache(src, layout, tied, packed, k, pool);
+    const bool hit = v->cache && cv_pack_cache_hit(v->cache);
+    int rc = 0;
+    for (int i = 0; i < k && !rc; i++) {
+        qb_linear *l = packed[i];
+        if (hit) {
+            l->packed = (cv_panels){cv_pack_cache_section(v->cache, i), cv_panels_stacked_rows(l->parts, l->n_parts),
+                                    l->parts[0].cols, false};
+            continue; /* the originals were never touched */
+        }
+        rc = v->cache ? cv_panels_pack_into(pool, l->parts, l->n_parts, cv_pack_cache_section(v->cache, i), &l->packed)
+                      : cv_panels_pack(pool, l->parts, l->n_parts, &l->packed);
+        for (int j = 0; j < l->n_parts && !rc; j++)
+            drop_pages(l->parts[j].data, (size_t)(l->parts[j].rows * l->parts[j].cols) * sizeof(uint16_t));
+    }
+    if (!rc && v->cache && !hit) cv_pack_cache_commit(v->cache, pool);
+    if (!rc && tied && v->lm_head.packed.data) v->embed = (cv_matrix){0}; /* rows now come from the panels */
+    free(packed);
+    return rc;
 }
 
 void qb_embed(const qb_vocab *v, const int32_t *ids, int32_t n, float *out) {
@@ -172,7 +219,11 @@ void qb_logits(cv_threadpool *pool, const qb_vocab *v, const float *x, int32_t n
     if (n > 0) qb_linear_forward(pool, &v->lm_head, x, n, &logits);
 }
 
-void qb_vocab_release(qb_vocab *v) { qb_linear_release(&v->lm_head); }
+void qb_vocab_release(qb_vocab *v) {
+    qb_linear_release(&v->lm_head);
+    cv_pack_cache_close(v->cache);
+    v->cache = NULL;
+}
 
 /* ---- config fields ---------------------------------------------------------------------------- */
 

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "loader/pack_cache.h"
 #include "models/model.h"
 
 /* ---- binding ---------------------------------------------------------------------------------- */
@@ -60,10 +61,6 @@ typedef struct qb_linear {
 
 /* ys[j] [T][parts[j].rows] = x [T][cols] · parts[j]ᵀ for every part. */
 void qb_linear_forward(cv_threadpool *pool, const qb_linear *l, const float *x, int64_t T, float *const *ys);
-/* Packs each linear of lins[0..n) whose parts are all bf16 and stack (every part but the last a
- * whole number of panels), in order, and drops each original from memory once packed (it is
- * never read again). The others keep the row-major path. */
-int qb_pack_linears(cv_threadpool *pool, qb_linear *const *lins, int n);
 void qb_linear_release(qb_linear *l);
 
 /* The token embedding and the lm_head; a tied lm_head is the embedding itself. Once the lm_head is
@@ -71,14 +68,21 @@ void qb_linear_release(qb_linear *l);
 typedef struct qb_vocab {
     cv_matrix embed;          /* .data NULL: tied and read from the packed lm_head */
     qb_linear lm_head;
+    cv_pack_cache *cache;     /* backs every packed linear of the model (NULL: anonymous memory) */
 } qb_vocab;
 
 /* embed_name: "model.embed_tokens.weight"; lm_head.weight unless tied. The embedding is not
  * counted in matmul_bytes (gathered, not streamed), the lm_head is. */
 void qb_bind_vocab(qb_binder *b, const char *embed_name, int32_t vocab, int32_t hidden, bool tied, qb_vocab *out);
-/* Packs the lm_head, then the linears lins[0..n): the lm_head is the largest matrix, and packing it
- * before any layer's pages are touched keeps the load's peak memory near 1× the weights. */
-int qb_pack_weights(cv_threadpool *pool, qb_vocab *v, qb_linear *const *lins, int n);
+/* Packs the lm_head, then each of lins[0..n) whose parts are all bf16 and stack (every part but the
+ * last a whole number of panels); the others keep the row-major path. The lm_head goes first: it
+ * is the largest matrix, and packing it before any layer's pages are touched keeps the load's peak
+ * memory near 1× the weights. Each original is dropped from memory once packed (never read again).
+ * A checkpoint's packing goes to the packed-weight cache (loader/pack_cache.h) and a later load
+ * maps it instead; `layout` names the model's packing (what is stacked, in which order) and must
+ * change whenever that does, since the cache key sees only it and the shapes. */
+int qb_pack_weights(cv_threadpool *pool, cv_weight_source *src, const char *layout, qb_vocab *v,
+                    qb_linear *const *lins, int n);
 void qb_embed(const qb_vocab *v, const int32_t *ids, int32_t n, float *out);
 /* logits [n][vocab] of the normed hidden rows x [n][hidden]. */
 void qb_logits(cv_threadpool *pool, const qb_vocab *v, const float *x, int32_t n, float *logits);

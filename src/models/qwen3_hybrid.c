@@ -428,10 +428,13 @@ static int model_linears(hybrid_model *m, qb_linear ***out) {
     return n;
 }
 
-static int pack_weights(hybrid_model *m, cv_threadpool *pool) {
+/* Bump when what model_linears() lists, or how its parts stack, changes: it keys the packed-weight cache. */
+#define HYBRID_PACK_LAYOUT "qwen3-hybrid panels v1: lm_head, then model_linears() in order"
+
+static int pack_weights(hybrid_model *m, cv_weight_source *src, cv_threadpool *pool) {
     qb_linear **lins;
     const int n = model_linears(m, &lins);
-    int rc = qb_pack_weights(pool, &m->vocab_w, lins, n);
+    int rc = qb_pack_weights(pool, src, HYBRID_PACK_LAYOUT, &m->vocab_w, lins, n);
     free(lins);
     return rc;
 }
@@ -694,7 +697,7 @@ int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
         rc = m->bound.rc;
     }
     free(plan.dense);
-    if (!rc) rc = pack_weights(m, p->pool);
+    if (!rc) rc = pack_weights(m, p->weights, p->pool);
     if (!rc) {
         for (int32_t l = 0; l < m->n_layers; l++) qb_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
         if (m->mtp) {

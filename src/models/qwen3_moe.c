@@ -136,10 +136,13 @@ static int model_linears(qwen3_moe_model *m, qb_linear ***out) {
     return n;
 }
 
-static int pack_weights(qwen3_moe_model *m, cv_threadpool *pool) {
+/* Bump when what model_linears() lists, or how its parts stack, changes: it keys the packed-weight cache. */
+#define QWEN3_MOE_PACK_LAYOUT "qwen3-moe panels v1: lm_head, then model_linears() in order"
+
+static int pack_weights(qwen3_moe_model *m, cv_weight_source *src, cv_threadpool *pool) {
     qb_linear **lins;
     const int n = model_linears(m, &lins);
-    int rc = qb_pack_weights(pool, &m->vocab_w, lins, n);
+    int rc = qb_pack_weights(pool, src, QWEN3_MOE_PACK_LAYOUT, &m->vocab_w, lins, n);
     free(lins);
     return rc;
 }
@@ -214,7 +217,7 @@ int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
         rc = m->bound.rc;
     }
     free(plan.dense);
-    if (!rc) rc = pack_weights(m, p->pool);
+    if (!rc) rc = pack_weights(m, p->weights, p->pool);
     if (!rc) {
         for (int32_t l = 0; l < m->n_layers; l++) qb_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
         rc = reserve_scratch(m, p->max_num_batched_tokens > 0 ? p->max_num_batched_tokens : 1);
