@@ -19,7 +19,7 @@
 #include "chat/jinja.h"
 #include "check.h"
 
-static int render_src(const char *src, const char *vars_json, const jinja_limits *lim, char **out, bool *raised) {
+static int render_src(const char *src, const char *vars_json, const jinja_render_options *lim, char **out, bool *raised) {
     jinja_template *t;
     *out = NULL;
     int rc = jinja_parse(src, strlen(src), &t);
@@ -168,7 +168,7 @@ static void test_render_errors(void) {
 
 static void test_budgets(void) {
     char *out;
-    jinja_limits small = {.max_memory = 1 << 20, .max_steps = 100000}, steps = {.max_memory = 64 << 20, .max_steps = 100000};
+    jinja_render_options small = {.max_memory = 1 << 20, .max_steps = 100000}, steps = {.max_memory = 64 << 20, .max_steps = 100000};
     CHECK(render_src("{% for i in range(1000) %}{% for j in range(1000) %}{% endfor %}{% endfor %}", NULL, &steps,
                      &out, NULL) != 0);
     CHECK_STR_EQ(cv_error_message(), "chat template: line 1: rendering took more than 100000 steps");

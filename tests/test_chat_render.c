@@ -7,12 +7,16 @@
  * templates.json, what transformers-style Jinja2 produced: the prompt, or the message the template
  * raised, or the fact that rendering failed. tools/gen_chat_corpus.py wrote them; nothing is
  * regenerated here. On a mismatch the test prints the first differing byte with some context.
+ *
+ * Templates that print the date (strftime_now) render with the generator's fixed clock, stored in
+ * templates.json, in UTC as the generator did: the test gives the same answer on any day and machine.
  */
 #include <assert.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/error.h"
 #include "chat/chat.h"
@@ -76,9 +80,10 @@ static int load_templates(json_t *meta, named_template *out) {
     return n;
 }
 
-static void check_case(const named_template *nt, const json_t *req, const json_t *expected, int id,
+static void check_case(const named_template *nt, const json_t *req, const json_t *expected, int64_t clock, int id,
                        int *compared) {
     cv_chat_request r = {
+        .now = clock,
         .messages = json_object_get(req, "messages"),
         .tools = json_object_get(req, "tools"),
         .documents = json_object_get(req, "documents"),
@@ -117,8 +122,10 @@ static void test_corpus(void) {
     CHECK_MSG(meta != NULL, "templates.json: %s", err.text);
     if (!meta)
         return;
+    int64_t clock = json_integer_value(json_object_get(meta, "clock"));
+    CHECK_MSG(clock > 0, "templates.json has no clock");
     named_template templates[MAX_TEMPLATES];
-    int nt = load_templates(meta, templates);
+    int nt = load_templates(json_object_get(meta, "templates"), templates);
     FILE *f = fopen(CVLLM_TEST_DATA "/chat/corpus.jsonl", "rb");
     CHECK(f != NULL);
     int requests = 0, compared = 0;
@@ -136,7 +143,7 @@ static void test_corpus(void) {
             const json_t *e = json_object_get(expected, templates[i].name);
             CHECK_MSG(e != NULL, "case %d has no result for %s", id, templates[i].name);
             if (e)
-                check_case(&templates[i], req, e, id, &compared);
+                check_case(&templates[i], req, e, clock, id, &compared);
         }
         json_decref(c);
         requests++;
@@ -152,7 +159,27 @@ static void test_corpus(void) {
     json_decref(meta);
 }
 
+/* The clock reaches strftime_now(): another pinned day prints that day. */
+static void test_clock(void) {
+    static const char src[] = "{{ strftime_now('%d %b %Y %H:%M') }}";
+    cv_chat_template *t = NULL;
+    CHECK(cv_chat_template_from_string(src, sizeof src - 1, NULL, &t) == 0);
+    if (!t)
+        return;
+    json_t *messages = json_array();
+    cv_chat_request r = {.messages = messages, .now = 951782400}; /* 2000-02-29 00:00:00 UTC */
+    char *prompt = NULL;
+    CHECK(cv_chat_render(t, &r, &prompt, NULL) == 0);
+    CHECK_STR_EQ(prompt ? prompt : "", "29 Feb 2000 00:00");
+    free(prompt);
+    json_decref(messages);
+    cv_chat_template_free(t);
+}
+
 int main(void) {
+    setenv("TZ", "UTC", 1); /* the generator formatted its clock in UTC */
+    tzset();
+    test_clock();
     test_corpus();
     return cv_check_summary("test_chat_render");
 }

@@ -33,7 +33,7 @@ import json
 import os
 import random
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 
 import jinja2
 import jinja2.ext
@@ -86,8 +86,13 @@ def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+# strftime_now() reads this fixed clock instead of the wall clock, so the corpus does not depend on the
+# day it was made; it is written to templates.json, and test_chat_render renders with the same clock.
+CLOCK = 1796040000  # 2026-11-30 12:00:00 UTC
+
+
 def strftime_now(fmt):
-    return datetime.now().strftime(fmt)
+    return datetime.fromtimestamp(CLOCK, timezone.utc).strftime(fmt)
 
 
 ENV = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
@@ -516,7 +521,7 @@ def main():
     meta = {name: {"file": spec["file"], "special_tokens": spec["special_tokens"],
                    "content_format": content_format(sources[name])} for name, spec in TEMPLATES.items()}
     with open(os.path.join(DATA, "templates.json"), "w", encoding="utf-8") as f:
-        json.dump(meta, f, ensure_ascii=False, indent=1)
+        json.dump({"clock": CLOCK, "templates": meta}, f, ensure_ascii=False, indent=1)
         f.write("\n")
     counts = {"ok": 0, "raise": 0, "error": 0}
     with open(os.path.join(DATA, "corpus.jsonl"), "w", encoding="utf-8") as f:

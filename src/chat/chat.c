@@ -520,7 +520,8 @@ int cv_chat_render(const cv_chat_template *t, const cv_chat_request *req, char *
     json_object_set_new(vars, "documents", req->documents ? json_incref((json_t *)req->documents) : json_null());
     json_object_set_new(vars, "add_generation_prompt", json_boolean(req->add_generation_prompt));
     size_t n = 0;
-    rc = jinja_render(t->tmpl, vars, NULL, prompt, &n, NULL);
+    jinja_render_options ro = {.now = req->now};
+    rc = jinja_render(t->tmpl, vars, &ro, prompt, &n, NULL);
     json_decref(vars);
     if (!rc && final_text) {
         rc = cut_at_marker(*prompt, &n, final_text);

@@ -30,6 +30,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -64,6 +65,8 @@ typedef struct cv_chat_request {
     const json_t *kwargs;          /* object or NULL: the request's chat_template_kwargs */
     bool add_generation_prompt;
     bool continue_final_message;
+    int64_t now;                   /* the template's strftime_now() clock, seconds since the epoch
+                                    * (0 = the current time; tests pin it to stay day-independent) */
 } cv_chat_request;
 
 /* The conversation the template sees (pre-processing above), as a new JSON array. */

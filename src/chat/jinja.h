@@ -34,14 +34,16 @@ typedef struct jinja_template jinja_template;
 int jinja_parse(const char *src, size_t len, jinja_template **out);
 void jinja_free(jinja_template *t);
 
-typedef struct jinja_limits {
+typedef struct jinja_render_options {
     size_t max_memory;    /* bytes of values and output per render (0 = 256 MiB) */
     uint64_t max_steps;   /* loop iterations, macro calls and output statements (0 = 50 M) */
-} jinja_limits;
+    int64_t now;          /* strftime_now()'s clock in seconds since the epoch, read in local time
+                           * as Python's datetime.now() is (0 = the current time) */
+} jinja_render_options;
 
 /* Renders with the members of `vars` (a JSON object) as template variables. *out is cv_xmalloc'd
  * and NUL-terminated. When the error came from raise_exception(), *raised (if not NULL) is set. */
-int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits *limits,
+int jinja_render(const jinja_template *t, const json_t *vars, const jinja_render_options *opts,
                  char **out, size_t *out_len, bool *raised);
 
 /* True when the template loops over the content of a message it took from `messages` — vLLM's

@@ -1383,7 +1383,7 @@ static jv kwargs_dict(jctx *c, const jargs *a, bool allow_positional_dict) {
 static jv fn_strftime(jctx *c, const jargs *a) {
     jv fmt = arg_str(c, a, 0, "format", "");
     char *f = ja_strndup(&c->arena, fmt.s, fmt.n);
-    time_t now = time(NULL);
+    time_t now = c->now ? (time_t)c->now : time(NULL);
     struct tm tm;
     localtime_r(&now, &tm);
     char out[512];

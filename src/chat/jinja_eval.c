@@ -728,7 +728,7 @@ static int line_of(const jinja_template *t, uint32_t off) {
     return line;
 }
 
-int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits *limits, char **out,
+int jinja_render(const jinja_template *t, const json_t *vars, const jinja_render_options *opts, char **out,
                  size_t *out_len, bool *raised) {
     *out = NULL;
     if (out_len)
@@ -738,9 +738,10 @@ int jinja_render(const jinja_template *t, const json_t *vars, const jinja_limits
     if (vars && !json_is_object(vars))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "chat template: the variables must be a JSON object");
     jctx *c = cv_xcalloc(1, sizeof *c);
-    c->arena.limit = limits && limits->max_memory ? limits->max_memory : DEFAULT_MAX_MEMORY;
+    c->arena.limit = opts && opts->max_memory ? opts->max_memory : DEFAULT_MAX_MEMORY;
     c->arena.ctx = c;
-    c->max_steps = limits && limits->max_steps ? limits->max_steps : DEFAULT_MAX_STEPS;
+    c->max_steps = opts && opts->max_steps ? opts->max_steps : DEFAULT_MAX_STEPS;
+    c->now = opts ? opts->now : 0;
     int rc = 0;
     if (setjmp(c->jmp) == 0) {
         jbuf buf;

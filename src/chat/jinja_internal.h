@@ -168,6 +168,7 @@ typedef struct jctx {
     int loop_ctl;             /* 0, 1 = break, 2 = continue */
     int depth;                /* macro call depth */
     uint64_t steps, max_steps;
+    int64_t now;              /* strftime_now()'s clock (0 = the current time) */
     uint32_t cur_off;         /* offset of the node being evaluated */
     jv block_input;           /* the body of a {% filter %} block */
 } jctx;

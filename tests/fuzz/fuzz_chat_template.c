@@ -40,7 +40,7 @@ static void fuzz_render(const char *src, size_t len, const json_t *vars) {
         return;
     }
     (void)jinja_loops_over_message_content(t);
-    jinja_limits lim = {.max_memory = 8u << 20, .max_steps = 20000};
+    jinja_render_options lim = {.max_memory = 8u << 20, .max_steps = 20000};
     char *out = NULL;
     size_t n = 0;
     bool raised;
