@@ -12,10 +12,20 @@
 // arrive as the SDK's exception classes, and reasoning lands in `reasoning` when the prompt leaves a
 // <think> block open (the model's own output then starts inside it).
 //
+// Transport: the SDK is given the platform's fetch (Node >= 18) instead of its bundled node-fetch@2.
+// node-fetch@2 decides that a chunked response ended badly when its keep-alive socket still has a
+// 'data' listener at the response's 'close' event; Node's 2026 security releases (Debian 12's Node
+// 18.20.4+dfsg-1~deb12u3 among them; nodejs/node#63989) leave that listener in place after a complete
+// response, so every stream fails with "Premature close" there, against any server (a Python
+// http.server that writes correct chunked framing fails the same way). testStreamFraming checks the
+// server's side of it on the wire instead: each stream ends with the last chunk, and the connection
+// stays usable for the next request, also after a client abandons a stream half way.
+//
 // Exit status: 0 passed, 1 failed, 77 skipped (the npm package is not installed: `npm ci` in
 // tests/sdk, which tools/test.sh does). Everything is bounded by one overall timer.
 import { spawn } from "node:child_process";
 import fs from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 
@@ -213,13 +223,83 @@ async function testReasoning(client) {
 }
 
 async function testWrongKey(baseURL) {
-  const client = new OpenAI({ baseURL, apiKey: "sk-wrong", maxRetries: 0, timeout: 30_000 });
+  const client = new OpenAI({ baseURL, apiKey: "sk-wrong", maxRetries: 0, timeout: 30_000, fetch: globalThis.fetch });
   try {
     await client.models.list();
     check(false, "a wrong key must be refused");
   } catch (e) {
     check(e instanceof OpenAI.AuthenticationError && e.status === 401, `wrong key: ${e}`);
   }
+}
+
+// One keep-alive connection, raw HTTP/1.1: reads one response and decodes its chunked body.
+function rawConnection(port) {
+  const sock = net.connect(port, "127.0.0.1");
+  let buf = Buffer.alloc(0);
+  let waiter = null;
+  let closed = false;
+  const wake = (how, arg) => {
+    const w = waiter;
+    waiter = null;
+    if (w) w[how](arg);
+  };
+  sock.on("data", (d) => {
+    buf = Buffer.concat([buf, d]);
+    wake("resolve");
+  });
+  sock.on("close", () => {
+    closed = true;
+    wake("reject", new Error("connection closed by the server"));
+  });
+  const more = () => new Promise((resolve, reject) => {
+    if (closed) reject(new Error("connection closed by the server"));
+    else waiter = { resolve, reject };
+  });
+  async function response() {
+    let head;
+    while ((head = buf.indexOf("\r\n\r\n")) < 0) await more();
+    const headers = buf.subarray(0, head).toString();
+    buf = buf.subarray(head + 4);
+    const body = [];
+    for (;;) {
+      let eol;
+      while ((eol = buf.indexOf("\r\n")) < 0) await more();
+      const size = parseInt(buf.subarray(0, eol).toString(), 16);
+      while (buf.length < eol + 2 + size + 2) await more();
+      if (buf.subarray(eol + 2 + size, eol + 4 + size).toString() !== "\r\n") throw new Error("bad chunk framing");
+      body.push(buf.subarray(eol + 2, eol + 2 + size));
+      buf = buf.subarray(eol + 4 + size);
+      if (size === 0) return { headers, body: Buffer.concat(body).toString(), rest: buf.length };
+    }
+  }
+  function send(body) {
+    sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${API_KEY}\r\n` +
+               `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  }
+  return { sock, response, send, pending: () => buf.length };
+}
+
+async function testStreamFraming(port) {
+  const body = (maxTokens) => JSON.stringify({ model: MODEL, max_tokens: maxTokens, temperature: 0, stream: true,
+                                               messages: QUESTION });
+  const c = rawConnection(port);
+  for (let i = 0; i < 2; i++) { // the second stream reuses the connection the first one ended on
+    c.send(body(6));
+    const r = await c.response();
+    check(/^HTTP\/1\.1 200/.test(r.headers) && /transfer-encoding: chunked/i.test(r.headers), `stream ${i} headers`);
+    check(r.body.endsWith("data: [DONE]\n\n") && r.rest === 0, `stream ${i} ends with [DONE] and the last chunk`);
+  }
+  c.sock.destroy();
+  // A client that abandons a stream half way: the server notices, and serves the next connection.
+  const a = rawConnection(port);
+  a.send(body(400));
+  while (a.pending() === 0) await new Promise((r) => setTimeout(r, 5));
+  a.sock.destroy();
+  const b = rawConnection(port);
+  b.send(body(4));
+  const r = await b.response();
+  check(r.body.endsWith("data: [DONE]\n\n"), "a stream after an abandoned one ends cleanly");
+  b.sock.destroy();
 }
 
 async function main() {
@@ -234,12 +314,13 @@ async function main() {
   try {
     const port = await server.ready;
     const baseURL = `http://127.0.0.1:${port}/v1`;
-    const client = new OpenAI({ baseURL, apiKey: API_KEY, maxRetries: 0, timeout: 60_000 });
+    const client = new OpenAI({ baseURL, apiKey: API_KEY, maxRetries: 0, timeout: 60_000, fetch: globalThis.fetch });
     await testModels(client);
     await testChat(client);
     await testTools(client);
     await testReasoning(client);
     await testWrongKey(baseURL);
+    await testStreamFraming(port);
     server.proc.removeAllListeners("exit");
     const exited = new Promise((resolve) => server.proc.on("exit", resolve));
     server.proc.kill("SIGTERM");
