@@ -7,8 +7,9 @@
  * vector), so both forms run on the ISA's axpy/scale/dot (cpu_ops.h) and vectorise fully; the
  * recurrent step reads and writes each state row once per token while it sits in L1.
  *
- * Chunked form (qwen-arch.md §4.6.5), for a run of C ≤ 64 tokens from state S₀, with Γ the
- * within-chunk cumulative sum of g and γ_r = exp(Γ_r):
+ * Chunked form (prefill; equal to the recurrence S ← e^g·S, δ = β(v − Sᵀk), S ← S + k⊗δ, o = Sᵀq),
+ * for a run of C ≤ 64 tokens from state S₀, with Γ the within-chunk cumulative sum of g and
+ * γ_r = exp(Γ_r):
  *   δ_r = β_r v_r − β_r γ_r S₀ᵀk_r − β_r Σ_{s<r} exp(Γ_r−Γ_s)(k_r·k_s) δ_s   (forward substitution)
  *   o_r = γ_r S₀ᵀq_r + Σ_{s≤r} exp(Γ_r−Γ_s)(q_r·k_s) δ_s
  *   S_C = γ_C S₀ + Σ_s exp(Γ_C−Γ_s) k_s ⊗ δ_s
