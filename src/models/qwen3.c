@@ -1,15 +1,15 @@
 /*
  * qwen3.c — Qwen3ForCausalLM (dense Qwen3): weights and one forward pass in kernels.
  *
- * Per layer (qwen-arch.md §2.3): RMSNorm → q/k/v projections → per-head RMSNorm of q and k →
+ * Per layer: RMSNorm → q/k/v projections → per-head RMSNorm of q and k →
  * rotate-half RoPE → K/V into the paged cache → causal GQA → o_proj + residual → RMSNorm → SwiGLU
  * MLP + residual; then the final norm and lm_head (embed_tokens when tied) for the rows whose logits
  * are wanted only.
  *
  * Numerics: the residual stream and every activation stay f32 and the weights are read in their
  * checkpoint dtype by the kernels, so the result follows Hugging Face's f32 reference to rounding
- * (it does not reproduce the bf16-activation rounding of a bf16 HF run; that is a deliberate choice
- * for accuracy, see §2.4 item 10).
+ * (it does not reproduce the rounding of a bf16 HF run, which rounds every residual add to bf16;
+ * keeping the residual in f32 is a deliberate choice for accuracy).
  *
  * Weights: f32/f16 matrices are views into the checkpoint mapping. bf16 matrices — the common
  * case, and the one the speed targets are about — are repacked once at load into the kernels'

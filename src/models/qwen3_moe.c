@@ -1,7 +1,7 @@
 /*
  * qwen3_moe.c — Qwen3MoeForCausalLM: Qwen3's attention with a routed sparse MoE in place of the MLP.
  *
- * Per layer (qwen-arch.md §3.3): RMSNorm → attention with QK-norm and RoPE (qwen3_blocks.c) →
+ * Per layer: RMSNorm → attention with QK-norm and RoPE (qwen3_blocks.c) →
  * residual → RMSNorm → MoE → residual. A layer is sparse iff it is not in mlp_only_layers and
  * (l+1) % decoder_sparse_step == 0 (Hugging Face's rule); the other layers run a dense SwiGLU MLP
  * of intermediate_size, through the same block as a single always-chosen expert. Router: f32

@@ -1,0 +1,10 @@
+# The vLLM tutorials' `serve` and `bench serve` command lines as users paste them (tests/tutorials/
+# test_tutorials.py says what it replaces: the model ids by stand-in checkpoints, ports, prompt count).
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME test_tutorials
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tutorials/test_tutorials.py
+                   $<TARGET_FILE:cvllm> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_tutorials PROPERTIES TIMEOUT 600
+                       ENVIRONMENT "CVLLM_CACHE_ROOT=${CMAKE_BINARY_DIR}/test-cache")
+endif()
