@@ -198,8 +198,31 @@ static void test_content_format(void) {
     expect_format("{% set ms = messages[1:] %}{% for m in ms %}{% for p in m.content[:2] %}{% endfor %}{% endfor %}", true);
     expect_format("{% set a = messages %}{% set b = a|list %}{% for m in b %}{% for p in m.content %}{% endfor %}{% endfor %}", true);
     expect_format("{% for m in other %}{% for p in m.content %}{% endfor %}{% endfor %}", false);
-    expect_format("{% macro r(c) %}{% for p in c %}{% endfor %}{% endmacro %}{% for m in messages %}{{ r(m.content) }}{% endfor %}", false);
     expect_format("{% for m in messages %}{% for p in m.parts %}{% endfor %}{% endfor %}", false);
+    /* vLLM PR #53824 (vllm/renderers/hf.py, _iter_nodes_assign_content_item): a loop over a macro
+     * parameter that a call fills with a message's content, whatever the parameter's name, by
+     * position or by keyword; the content of something that is not a message does not count. */
+    expect_format("{% macro r(c) %}{% for p in c %}{% endfor %}{% endmacro %}{% for m in messages %}{{ r(m.content) }}{% endfor %}", true);
+    expect_format("{% macro r(x, c) %}{% for p in c %}{% endfor %}{% endmacro %}"
+                  "{% for m in messages %}{{ r(1, c=m['content']|trim) }}{% endfor %}", true);
+    expect_format("{% macro r(c) %}{% for p in c %}{% endfor %}{% endmacro %}{% for m in messages %}{{ r(m.name) }}{% endfor %}", false);
+    expect_format("{% macro r(c) %}{% for p in c %}{% endfor %}{% endmacro %}{{ r(messages[0].content) }}", false);
+    expect_format("{% macro r(c, d) %}{% for p in d %}{% endfor %}{% endmacro %}{% for m in messages %}{{ r(m.content, []) }}{% endfor %}", false);
+    /* Qwen3.5/3.6: render_content(content, ...) loops `for item in content`, called with message.content. */
+    expect_format("{% macro render_content(content, do_vision_count) %}{% if content is string %}{{ content }}"
+                  "{% else %}{% for item in content %}{{ item.text }}{% endfor %}{% endif %}{% endmacro %}"
+                  "{% for message in messages %}{{ render_content(message.content, true)|trim }}{% endfor %}", true);
+    /* vLLM PR #42660: outside macros a loop over a variable named `content` counts; inside a macro
+     * only a parameter fed with message content does. */
+    expect_format("{% for m in messages %}{% set content = m.content %}{% for p in content %}{% endfor %}{% endfor %}", true);
+    expect_format("{% macro r(content) %}{% for p in content %}{% endfor %}{% endmacro %}{{ r(tools) }}", false);
+    /* Where vLLM's walk meets a target that is not a plain name it raises, and the format is "string". */
+    expect_format("{% set ns = namespace(m=none) %}{% set ns.m = messages %}"
+                  "{% for m in messages %}{% for p in m.content %}{% endfor %}{% endfor %}", false);
+    expect_format("{% for m in messages %}{% for a, b in m.content %}{% endfor %}{% endfor %}", false);
+    /* The first matching loop in document order decides. */
+    expect_format("{% for m in messages %}{% for p in m.content %}{% endfor %}{% for a, b in m.content %}{% endfor %}"
+                  "{% endfor %}", true);
 }
 
 static void test_strftime_now(void) {

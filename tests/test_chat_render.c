@@ -8,6 +8,12 @@
  * raised, or the fact that rendering failed. tools/gen_chat_corpus.py wrote them; nothing is
  * regenerated here. On a mismatch the test prints the first differing byte with some context.
  *
+ * "expected" is rendered in the content format vLLM detects for the template (Qwen3.6's is "openai":
+ * it loops over message content inside a macro), and is checked with CV_CHAT_CONTENT_AUTO. Requests
+ * whose messages carry content-part lists (user, system, assistant and tool turns, mixed with plain
+ * strings) also hold "by_format": the renderings with --chat-template-content-format string and
+ * openai, checked with those settings.
+ *
  * Templates that print the date (strftime_now) render with the generator's fixed clock, stored in
  * templates.json, in UTC as the generator did: the test gives the same answer on any day and machine.
  */
@@ -80,9 +86,10 @@ static int load_templates(json_t *meta, named_template *out) {
     return n;
 }
 
-static void check_case(const named_template *nt, const json_t *req, const json_t *expected, int64_t clock, int id,
-                       int *compared) {
+static void check_case(const named_template *nt, const json_t *req, cv_chat_content_format format,
+                       const json_t *expected, int64_t clock, int id, int *compared) {
     cv_chat_request r = {
+        .content_format = format,
         .now = clock,
         .messages = json_object_get(req, "messages"),
         .tools = json_object_get(req, "tools"),
@@ -94,8 +101,9 @@ static void check_case(const named_template *nt, const json_t *req, const json_t
     char *prompt = NULL;
     size_t len = 0;
     int rc = cv_chat_render(nt->t, &r, &prompt, &len);
-    char label[96];
-    snprintf(label, sizeof label, "case %d, template %s", id, nt->name);
+    char label[128];
+    snprintf(label, sizeof label, "case %d, template %s, content format %s", id, nt->name,
+             cv_chat_content_format_name(format));
     if (json_is_string(expected)) {
         (*compared)++;
         CHECK_MSG(rc == 0, "%s: %s", label, cv_error_message());
@@ -128,7 +136,7 @@ static void test_corpus(void) {
     int nt = load_templates(json_object_get(meta, "templates"), templates);
     FILE *f = fopen(CVLLM_TEST_DATA "/chat/corpus.jsonl", "rb");
     CHECK(f != NULL);
-    int requests = 0, compared = 0;
+    int requests = 0, compared = 0, by_format = 0, qwen36_parts_differ = 0;
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -139,11 +147,23 @@ static void test_corpus(void) {
             continue;
         int id = (int)json_integer_value(json_object_get(c, "id"));
         const json_t *req = json_object_get(c, "request"), *expected = json_object_get(c, "expected");
+        const json_t *formats = json_object_get(c, "by_format");
         for (int i = 0; i < nt; i++) {
             const json_t *e = json_object_get(expected, templates[i].name);
             CHECK_MSG(e != NULL, "case %d has no result for %s", id, templates[i].name);
             if (e)
-                check_case(&templates[i], req, e, clock, id, &compared);
+                check_case(&templates[i], req, CV_CHAT_CONTENT_AUTO, e, clock, id, &compared);
+            if (!formats)
+                continue;
+            const json_t *both = json_object_get(formats, templates[i].name);
+            const json_t *as_string = json_object_get(both, "string"), *as_openai = json_object_get(both, "openai");
+            CHECK_MSG(as_string && as_openai, "case %d has no by_format results for %s", id, templates[i].name);
+            if (!as_string || !as_openai)
+                continue;
+            check_case(&templates[i], req, CV_CHAT_CONTENT_STRING, as_string, clock, id, &compared);
+            check_case(&templates[i], req, CV_CHAT_CONTENT_OPENAI, as_openai, clock, id, &compared);
+            by_format++;
+            qwen36_parts_differ += !strcmp(templates[i].name, "qwen3.6") && !json_equal(as_string, as_openai);
         }
         json_decref(c);
         requests++;
@@ -153,7 +173,12 @@ static void test_corpus(void) {
         fclose(f);
     CHECK_MSG(requests >= 200, "only %d requests in the corpus", requests);
     CHECK_MSG(compared >= 1000, "only %d renderings compared", compared);
-    printf("corpus: %d requests, %d renderings compared byte for byte, %d templates\n", requests, compared, nt);
+    /* The part-list requests are there, and on Qwen3.6 the format changes the prompt for most. */
+    CHECK_MSG(by_format >= 100 * 6, "only %d template renderings with an explicit content format", by_format);
+    CHECK_MSG(qwen36_parts_differ >= 50, "only %d part-list requests render differently as string and openai "
+              "on qwen3.6", qwen36_parts_differ);
+    printf("corpus: %d requests, %d renderings compared byte for byte, %d templates, %d by explicit content "
+           "format\n", requests, compared, nt, by_format);
     for (int i = 0; i < nt; i++)
         cv_chat_template_free(templates[i].t);
     json_decref(meta);

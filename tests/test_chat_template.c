@@ -264,11 +264,79 @@ static void test_variables(void) {
     cv_chat_template_free(t);
 }
 
+/* --chat-template-content-format: auto takes the detected format, string joins the text parts with
+ * "\n" (skipping empty ones), openai hands the template the parts — vLLM's three settings
+ * (vllm/renderers/hf.py resolve_chat_template_content_format, chat_utils._parse_chat_message_content). */
+static char *render_in_format(const cv_chat_template *t, const char *messages_json, cv_chat_content_format f) {
+    json_t *messages = json_loads(messages_json, 0, NULL);
+    cv_chat_request r = {.messages = messages, .add_generation_prompt = true, .content_format = f};
+    char *out = NULL;
+    CHECK_MSG(cv_chat_render(t, &r, &out, NULL) == 0, "%s", cv_error_message());
+    json_decref(messages);
+    return out;
+}
+
+static void test_content_format_setting(void) {
+    static const char two_parts[] =
+        "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Describe it.\"},"
+        " {\"type\": \"text\", \"text\": \"\"}, {\"type\": \"text\", \"text\": \"Briefly.\"}]}]";
+    /* Qwen3.6 loops over content inside its render_content macro: detected "openai", so by default
+     * its parts are concatenated as transformers renders a part list, not joined with newlines. */
+    cv_chat_template *q = NULL;
+    CHECK(cv_chat_template_load(CVLLM_SOURCE_DIR "/models/Qwen/Qwen3.6-35B-A3B", NULL, &q) == 0);
+    if (q) {
+        CHECK(cv_chat_template_content_format(q) == CV_CHAT_CONTENT_OPENAI);
+        static const char joined[] = "<|im_start|>user\nDescribe it.\nBriefly.<|im_end|>\n<|im_start|>assistant\n<think>\n";
+        static const char concatenated[] = "<|im_start|>user\nDescribe it.Briefly.<|im_end|>\n<|im_start|>assistant\n<think>\n";
+        char *a = render_in_format(q, two_parts, CV_CHAT_CONTENT_AUTO);
+        char *s = render_in_format(q, two_parts, CV_CHAT_CONTENT_STRING);
+        char *o = render_in_format(q, two_parts, CV_CHAT_CONTENT_OPENAI);
+        CHECK_STR_EQ(a ? a : "", concatenated);
+        CHECK_STR_EQ(s ? s : "", joined);
+        CHECK_STR_EQ(o ? o : "", concatenated);
+        free(a);
+        free(s);
+        free(o);
+        cv_chat_template_free(q);
+    }
+    /* A template that prints content as it is: detected "string"; forced "openai" shows the list. */
+    cv_chat_template *t = NULL;
+    const char *src = "{% for m in messages %}[{{ m.content }}]{% endfor %}";
+    CHECK(cv_chat_template_from_string(src, strlen(src), NULL, &t) == 0);
+    if (t) {
+        CHECK(cv_chat_template_content_format(t) == CV_CHAT_CONTENT_STRING);
+        char *a = render_in_format(t, two_parts, CV_CHAT_CONTENT_AUTO);
+        char *s = render_in_format(t, two_parts, CV_CHAT_CONTENT_STRING);
+        char *o = render_in_format(t, two_parts, CV_CHAT_CONTENT_OPENAI);
+        CHECK_STR_EQ(a ? a : "", "[Describe it.\nBriefly.]");
+        CHECK_STR_EQ(s ? s : "", "[Describe it.\nBriefly.]");
+        CHECK_STR_EQ(o ? o : "", "[[{'type': 'text', 'text': 'Describe it.'}, {'type': 'text', 'text': ''}, "
+                                 "{'type': 'text', 'text': 'Briefly.'}]]");
+        free(a);
+        free(s);
+        free(o);
+        cv_chat_template_free(t);
+    }
+    /* The flag's values, and argparse's wording for another. */
+    static const char *const names[] = {"auto", "string", "openai"};
+    static const cv_chat_content_format values[] = {CV_CHAT_CONTENT_AUTO, CV_CHAT_CONTENT_STRING, CV_CHAT_CONTENT_OPENAI};
+    for (size_t i = 0; i < 3; i++) {
+        cv_chat_content_format f = CV_CHAT_CONTENT_OPENAI;
+        CHECK(cv_chat_content_format_parse(names[i], &f) == 0);
+        CHECK(f == values[i]);
+        CHECK_STR_EQ(cv_chat_content_format_name(f), names[i]);
+    }
+    cv_chat_content_format f;
+    CHECK(cv_chat_content_format_parse("OpenAI", &f) == CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_STR_EQ(cv_error_message(), "invalid choice: 'OpenAI' (choose from auto, string, openai)");
+}
+
 int main(void) {
     test_loading();
     test_shipped_qwen3();
     test_conversation();
     test_request_errors();
     test_variables();
+    test_content_format_setting();
     return cv_check_summary("test_chat_template");
 }

@@ -103,37 +103,81 @@ ENV.globals["strftime_now"] = strftime_now
 
 
 # ---- vLLM's content-format detection -------------------------------------------------------------
+# vllm/renderers/hf.py: _detect_content_format over _iter_nodes_assign_var_or_elems,
+# _iter_nodes_assign_messages_item and _iter_nodes_assign_content_item, with PR #42660 (a loop over a
+# variable named `content`, outside macros) and PR #53824 (a loop over a macro parameter that a call
+# fills with a message's content). vLLM asserts the targets it meets are plain names; a failed
+# assertion makes the whole detection fall back to "string", restated here as DetectionError.
+
+class DetectionError(Exception):
+    pass
+
+
+def _plain_target(node):
+    if not isinstance(node, jinja2.nodes.Name):
+        raise DetectionError(type(node).__name__)
+    return node.name
+
 
 def _var_or_elems(node, names, key=None):
     while isinstance(node, (jinja2.nodes.Filter, jinja2.nodes.Test)) or (
             isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Slice)):
         node = node.node
+    def is_var(n):
+        return isinstance(n, jinja2.nodes.Name) and n.ctx == "load" and n.name in names
     if key is None:
-        return isinstance(node, jinja2.nodes.Name) and node.name in names
+        return is_var(node)
     if isinstance(node, jinja2.nodes.Getitem):
-        return (isinstance(node.node, jinja2.nodes.Name) and node.node.name in names
-                and isinstance(node.arg, jinja2.nodes.Const) and node.arg.value == key)
+        return is_var(node.node) and isinstance(node.arg, jinja2.nodes.Const) and node.arg.value == key
     if isinstance(node, jinja2.nodes.Getattr):
-        return isinstance(node.node, jinja2.nodes.Name) and node.node.name in names and node.attr == key
+        return is_var(node.node) and node.attr == key
     return False
 
 
-def content_format(source):
-    ast = ENV.parse(source)
-    names = {"messages"}
-    grew = True
-    while grew:
-        grew = False
+def _first_content_loop(ast):
+    """The first loop (document order) vLLM counts as iterating a message's content, or None."""
+    names, queue = {"messages"}, ["messages"]
+    while queue:  # variables assigned from messages, transitively (vLLM: breadth first)
+        name = queue.pop(0)
         for a in ast.find_all(jinja2.nodes.Assign):
-            if isinstance(a.target, jinja2.nodes.Name) and _var_or_elems(a.node, names) and a.target.name not in names:
-                names.add(a.target.name)
-                grew = True
-    items = {f.target.name for f in ast.find_all(jinja2.nodes.For)
-             if isinstance(f.target, jinja2.nodes.Name) and _var_or_elems(f.iter, names)}
-    for f in ast.find_all(jinja2.nodes.For):
-        if isinstance(f.target, jinja2.nodes.Name) and _var_or_elems(f.iter, items, "content"):
-            return "openai"
-    return "string"
+            if _var_or_elems(a.node, {name}):
+                target = _plain_target(a.target)
+                if target not in names:
+                    names.add(target)
+                    queue.append(target)
+    message_vars = {_plain_target(f.target) for f in ast.find_all(jinja2.nodes.For) if _var_or_elems(f.iter, names)}
+    params_of_loop, loops_in_macros = {}, set()
+    for macro in ast.find_all(jinja2.nodes.Macro):  # outer macros first, so the innermost one wins
+        params = {a.name for a in macro.args}
+        fed = set()
+        for call in ast.find_all(jinja2.nodes.Call):
+            if not (isinstance(call.node, jinja2.nodes.Name) and call.node.name == macro.name):
+                continue
+            for i, arg in enumerate(call.args):
+                if i < len(macro.args) and _var_or_elems(arg, message_vars, "content"):
+                    fed.add(macro.args[i].name)
+            for kw in call.kwargs:
+                if kw.key in params and _var_or_elems(kw.value, message_vars, "content"):
+                    fed.add(kw.key)
+        for loop in macro.find_all(jinja2.nodes.For):
+            loops_in_macros.add(id(loop))
+            if fed:
+                params_of_loop[id(loop)] = fed
+    for loop in ast.find_all(jinja2.nodes.For):
+        it = loop.iter
+        if (_var_or_elems(it, message_vars, "content")
+                or (isinstance(it, jinja2.nodes.Name) and it.name in params_of_loop.get(id(loop), ()))
+                or (id(loop) not in loops_in_macros and isinstance(it, jinja2.nodes.Name) and it.name == "content")):
+            _plain_target(loop.target)
+            return loop
+    return None
+
+
+def content_format(source):
+    try:
+        return "openai" if _first_content_loop(ENV.parse(source)) is not None else "string"
+    except DetectionError:
+        return "string"
 
 
 # ---- vLLM's pre-processing ---------------------------------------------------------------------------
@@ -205,9 +249,8 @@ def conversation(messages, fmt):
     return conv
 
 
-def render(name, source, request):
+def render(name, source, request, fmt):
     spec = TEMPLATES[name]
-    fmt = content_format(source)
     conv = conversation(request["messages"], fmt)
     final = None
     if request.get("continue_final_message"):
@@ -426,6 +469,102 @@ def special_requests():
     return reqs
 
 
+# ---- content-part lists -----------------------------------------------------------------------------
+# Requests whose messages carry lists of text parts in every role, mixed with plain strings: what the
+# content format decides. Their own generator (and seed), so the requests above stay as they were.
+
+PARTS = ["First part.", "second part", "", " ", "  spaced  ", "line one\nline two", "trailing newline\n",
+         "中文部分", "<think>inside a part</think>", "{\"json\": 1}", "Ünïcödé", "ends without newline"]
+
+
+def text_part_list(rng, lo=1, hi=4):
+    out = []
+    for _ in range(rng.randint(lo, hi)):
+        text, r = rng.choice(PARTS), rng.random()
+        if r < 0.1:
+            out.append(text)  # a bare string part
+        elif r < 0.2:
+            out.append({"type": "input_text", "text": text})
+        else:
+            out.append({"type": "text", "text": text})
+    return out
+
+
+def string_or_parts(rng, texts, p_parts):
+    return text_part_list(rng) if rng.random() < p_parts else rng.choice(texts)
+
+
+def part_list_request(rng):
+    messages = []
+    if rng.random() < 0.6:
+        messages.append({"role": "system", "content": string_or_parts(rng, ["You are a helpful assistant.", ""], 0.6)})
+    turns = rng.randint(1, 3)
+    for t in range(turns):
+        messages.append({"role": "user", "content": string_or_parts(rng, TEXTS, 0.7)})
+        if t == turns - 1 and rng.random() < 0.5:
+            break
+        a = assistant(rng)
+        if isinstance(a.get("content"), str) and rng.random() < 0.6:
+            a["content"] = text_part_list(rng)
+            if rng.random() < 0.3:
+                a["content"].insert(0, {"type": "text", "text": "<think>\nreasoning in the content\n</think>\n\n"})
+        messages.append(a)
+        for call in a.get("tool_calls") or []:
+            content = string_or_parts(rng, ["ok", "", "{\"temperature\": 21.5}"], 0.6)
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+    request = {"messages": messages, "add_generation_prompt": rng.random() < 0.7}
+    if rng.random() < 0.4:
+        request["tools"] = rng.sample(SCHEMAS, rng.randint(1, 2))
+    kwargs = {"date_string": "26 Jul 2024"}
+    if rng.random() < 0.4:
+        kwargs["enable_thinking"] = rng.random() < 0.5
+    request["chat_template_kwargs"] = kwargs
+    last = messages[-1]
+    if last["role"] == "assistant" and isinstance(last.get("content"), list) and \
+            any(isinstance(p, dict) and p.get("text", "").strip() for p in last["content"]) and rng.random() < 0.5:
+        request["continue_final_message"] = True
+        request["add_generation_prompt"] = False
+    return request
+
+
+def part_list_requests():
+    rng = random.Random(3606)
+    reqs = [part_list_request(rng) for _ in range(60)]
+    two = [{"type": "text", "text": "Describe the picture."}, {"type": "text", "text": "Keep it short."}]
+    reqs += [
+        {"messages": [{"role": "user", "content": two}]},
+        {"messages": [{"role": "system", "content": [{"type": "text", "text": "Be brief."},
+                                                     {"type": "text", "text": "Answer in English."}]},
+                      {"role": "user", "content": two}], "tools": [SCHEMAS[0]]},
+        {"messages": [{"role": "user", "content": "plain string first"},
+                      {"role": "assistant", "content": [{"type": "text", "text": "<think>\nhidden\n</think>\n\n"},
+                                                        {"type": "text", "text": "The visible answer."}]},
+                      {"role": "user", "content": [{"type": "text", "text": "and"}, "a bare string part"]}]},
+        {"messages": [{"role": "user", "content": "weather?"},
+                      {"role": "assistant", "content": [{"type": "text", "text": "Let me check."}],
+                       "tool_calls": [{"id": "call_000000007", "type": "function",
+                                       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                      {"role": "tool", "tool_call_id": "call_000000007",
+                       "content": [{"type": "text", "text": "21 degrees"}, {"type": "text", "text": ""},
+                                   {"type": "text", "text": "sunny"}]}], "tools": [SCHEMAS[0]]},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": ""}]}]},
+        {"messages": [{"role": "user", "content": two},
+                      {"role": "assistant", "content": [{"type": "text", "text": "Sure, "},
+                                                        {"type": "text", "text": "here it is:"}]}],
+         "continue_final_message": True, "add_generation_prompt": False},
+        {"messages": [{"role": "user", "content": [{"type": "refusal", "refusal": "a refusal part"},
+                                                   {"type": "output_text", "text": "an output_text part"}]}]},
+    ]
+    for r in reqs:
+        r.setdefault("add_generation_prompt", True)
+        r.setdefault("chat_template_kwargs", {"date_string": "26 Jul 2024"})
+    return reqs
+
+
+def has_part_list(request):
+    return any(isinstance(m.get("content"), list) for m in request["messages"])
+
+
 # ---- interpreter cases: single templates over small variables -----------------------------------------
 
 CASES = [
@@ -514,36 +653,46 @@ def write_jinja_cases():
             f.write(json.dumps(case, ensure_ascii=False) + "\n")
 
 
+def render_result(name, source, request, fmt, counts):
+    """The rendering, {"raises": message} for raise_exception(), or {"fails": error type}."""
+    try:
+        text = render(name, source, request, fmt)
+        counts["ok"] += 1
+        return text
+    except jinja2.exceptions.TemplateError as e:
+        if type(e) is jinja2.exceptions.TemplateError:
+            counts["raise"] += 1
+            return {"raises": e.message}  # raise_exception(): exact message
+        counts["error"] += 1
+        return {"fails": type(e).__name__}
+    except (TypeError, ValueError, KeyError, IndexError) as e:
+        counts["error"] += 1
+        return {"fails": type(e).__name__}
+
+
 def main():
     rng = random.Random(20240726)
-    requests = [conversation_request(rng, i) for i in range(240)] + special_requests()
+    requests = [conversation_request(rng, i) for i in range(240)] + special_requests() + part_list_requests()
     sources = {name: open(os.path.join(DATA, spec["file"]), encoding="utf-8").read() for name, spec in TEMPLATES.items()}
-    meta = {name: {"file": spec["file"], "special_tokens": spec["special_tokens"],
-                   "content_format": content_format(sources[name])} for name, spec in TEMPLATES.items()}
+    formats = {name: content_format(sources[name]) for name in TEMPLATES}
+    meta = {name: {"file": spec["file"], "special_tokens": spec["special_tokens"], "content_format": formats[name]}
+            for name, spec in TEMPLATES.items()}
     with open(os.path.join(DATA, "templates.json"), "w", encoding="utf-8") as f:
         json.dump({"clock": CLOCK, "templates": meta}, f, ensure_ascii=False, indent=1)
         f.write("\n")
     counts = {"ok": 0, "raise": 0, "error": 0}
     with open(os.path.join(DATA, "corpus.jsonl"), "w", encoding="utf-8") as f:
         for i, req in enumerate(requests):
-            results = {}
-            for name in TEMPLATES:
-                try:
-                    results[name] = render(name, sources[name], req)
-                    counts["ok"] += 1
-                except jinja2.exceptions.TemplateError as e:
-                    if type(e) is jinja2.exceptions.TemplateError:
-                        results[name] = {"raises": e.message}  # raise_exception(): exact message
-                        counts["raise"] += 1
-                    else:
-                        results[name] = {"fails": type(e).__name__}
-                        counts["error"] += 1
-                except (TypeError, ValueError, KeyError, IndexError) as e:
-                    results[name] = {"fails": type(e).__name__}
-                    counts["error"] += 1
-            f.write(json.dumps({"id": i, "request": req, "expected": results}, ensure_ascii=False) + "\n")
+            # "expected": what vLLM's auto-detected format renders; with part lists, also each explicit
+            # --chat-template-content-format.
+            line = {"id": i, "request": req,
+                    "expected": {name: render_result(name, sources[name], req, formats[name], counts) for name in TEMPLATES}}
+            if has_part_list(req):
+                line["by_format"] = {name: {fmt: render_result(name, sources[name], req, fmt, counts)
+                                            for fmt in ("string", "openai")} for name in TEMPLATES}
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
     write_jinja_cases()
-    print("jinja2", jinja2.__version__, "requests", len(requests), counts, file=sys.stderr)
+    print("jinja2", jinja2.__version__, "requests", len(requests), "formats", formats, counts, file=sys.stderr)
 
 
 if __name__ == "__main__":

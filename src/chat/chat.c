@@ -187,6 +187,21 @@ void cv_chat_template_free(cv_chat_template *t) {
 }
 
 cv_chat_content_format cv_chat_template_content_format(const cv_chat_template *t) { return t->format; }
+
+static const char *const FORMAT_NAMES[] = {"auto", "string", "openai"};
+
+int cv_chat_content_format_parse(const char *name, cv_chat_content_format *out) {
+    for (size_t i = 0; i < CV_ARRAY_LEN(FORMAT_NAMES); i++)
+        if (strcmp(name, FORMAT_NAMES[i]) == 0) {
+            *out = (cv_chat_content_format)i;
+            return 0;
+        }
+    return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid choice: '%s' (choose from auto, string, openai)", name);
+}
+
+const char *cv_chat_content_format_name(cv_chat_content_format f) {
+    return (size_t)f < CV_ARRAY_LEN(FORMAT_NAMES) ? FORMAT_NAMES[f] : "?";
+}
 const char *cv_chat_template_source(const cv_chat_template *t) { return t->source; }
 
 /* ---- pre-processing ---------------------------------------------------------------------------------- */
@@ -495,7 +510,8 @@ int cv_chat_render(const cv_chat_template *t, const cv_chat_request *req, char *
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
                        "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
     json_t *conv;
-    int rc = cv_chat_conversation(req->messages, t->format, &conv);
+    int rc = cv_chat_conversation(req->messages, req->content_format == CV_CHAT_CONTENT_AUTO ? t->format
+                                                                                         : req->content_format, &conv);
     if (rc)
         return rc;
     char *final_text = NULL;

@@ -11,8 +11,10 @@
  * _postprocess_messages) + transformers' apply_chat_template:
  *   - content: a string is one text part, null is none; text parts are "text", "input_text",
  *     "output_text", "refusal" and "thinking" (other part types are rejected: this is a text-only
- *     server). A template that loops over message content (CV_CHAT_CONTENT_OPENAI) receives
- *     [{"type": "text", "text": ...}]; any other receives the non-empty texts joined with "\n".
+ *     server). In the "openai" content format the template receives [{"type": "text", "text": ...}]
+ *     for every part, empty ones included; in the "string" format, the non-empty texts joined with
+ *     "\n". The format is the request's content_format, or with AUTO the one vLLM detects from the
+ *     template's syntax tree (jinja.h, jinja_loops_over_message_content).
  *   - assistant messages: `reasoning` (or, when absent, the older `reasoning_content`) is passed
  *     under both names; tool_calls[].function.arguments given as a JSON string is parsed (empty
  *     or invalid → {}); an empty tool_calls list is dropped. tool messages keep tool_call_id and
@@ -34,10 +36,16 @@
 
 #include <jansson.h>
 
+/* How message content reaches the template: vLLM's --chat-template-content-format. */
 typedef enum cv_chat_content_format {
+    CV_CHAT_CONTENT_AUTO,   /* a setting, never a result: the format detected from the template */
     CV_CHAT_CONTENT_STRING, /* message content is a string */
     CV_CHAT_CONTENT_OPENAI, /* message content is a list of {"type": "text", "text": ...} */
 } cv_chat_content_format;
+
+/* "auto", "string" or "openai"; anything else fails with argparse's wording for a bad choice. */
+int cv_chat_content_format_parse(const char *name, cv_chat_content_format *out);
+const char *cv_chat_content_format_name(cv_chat_content_format f);
 
 typedef struct cv_chat_template cv_chat_template;
 
@@ -53,6 +61,7 @@ int cv_chat_template_from_string(const char *src, size_t len, const json_t *spec
                                  cv_chat_template **out);
 void cv_chat_template_free(cv_chat_template *t);
 
+/* The format vLLM's auto-detection picks for the template (STRING or OPENAI). */
 cv_chat_content_format cv_chat_template_content_format(const cv_chat_template *t);
 /* The template text as loaded (for /v1/models-style introspection and logging). */
 const char *cv_chat_template_source(const cv_chat_template *t);
@@ -65,11 +74,13 @@ typedef struct cv_chat_request {
     const json_t *kwargs;          /* object or NULL: the request's chat_template_kwargs */
     bool add_generation_prompt;
     bool continue_final_message;
+    cv_chat_content_format content_format; /* AUTO (0): the template's detected format */
     int64_t now;                   /* the template's strftime_now() clock, seconds since the epoch
                                     * (0 = the current time; tests pin it to stay day-independent) */
 } cv_chat_request;
 
-/* The conversation the template sees (pre-processing above), as a new JSON array. */
+/* The conversation the template sees (pre-processing above), as a new JSON array; `format` is
+ * STRING or OPENAI. */
 int cv_chat_conversation(const json_t *messages, cv_chat_content_format format, json_t **out);
 
 /* Renders the prompt. *prompt is cv_xmalloc'd and NUL-terminated; *len may be NULL. */

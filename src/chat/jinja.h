@@ -46,11 +46,11 @@ typedef struct jinja_render_options {
 int jinja_render(const jinja_template *t, const json_t *vars, const jinja_render_options *opts,
                  char **out, size_t *out_len, bool *raised);
 
-/* True when the template loops over the content of a message it took from `messages` — vLLM's
- * test for "this template wants OpenAI-style lists of content parts" (chat_utils.py,
- * _detect_content_format): a for loop whose iterable is `X.content` / `X['content']` (possibly
- * filtered or sliced) where X is the target of a for loop over `messages` or over a variable set
- * from it. */
+/* True when vLLM's content-format detection (vllm/renderers/hf.py, _detect_content_format) finds
+ * "openai" for this template: a for loop over a message's content (`X.content` / `X['content']`,
+ * X a loop variable over `messages` or over a variable set from it), over a macro parameter that a
+ * call fills with a message's content, or, outside macros, over a variable named `content`. The
+ * rules, and where vLLM falls back to "string", are spelled out in jinja_parse.c. */
 bool jinja_loops_over_message_content(const jinja_template *t);
 
 /* json.dumps(v, ensure_ascii=False) as Python writes it (", " and ": " separators, floats in

@@ -1337,6 +1337,23 @@ int jinja_parse_source(jinja_template *t, const char *src, size_t len) {
 
 /* ---- vLLM's content-format detection ------------------------------------------------------------ */
 
+/*
+ * vLLM decides per template whether message content reaches it as a string or as a list of parts
+ * (vllm/renderers/hf.py: _detect_content_format over _iter_nodes_assign_var_or_elems,
+ * _iter_nodes_assign_messages_item and _iter_nodes_assign_content_item). The template takes parts
+ * ("openai") when a for loop iterates
+ *   - a message's content: `X.content` / `X['content']` (under filters, tests or a slice), X being
+ *     the target of a loop over `messages` or over a variable assigned from it, transitively;
+ *   - inside a macro, a parameter that some call of that macro fills with a message's content, by
+ *     position or by keyword (vLLM PR #53824; the innermost such macro counts) — Qwen3.5/3.6 pass
+ *     message.content to render_content(content, ...), which loops `for item in content`;
+ *   - outside any macro, a plain variable named `content` (vLLM PR #42660).
+ * vLLM asserts that the targets its walk meets are plain names; where one is not, the walk raises
+ * and the template gets the default, "string". That is kept: the messages/assignment walks are
+ * exhaustive (any such target decides "string"), the content walk stops at the first loop that
+ * matches, in document order, whose target then decides.
+ */
+
 typedef struct namelist { jname v[64]; int n; } namelist;
 
 static bool name_eq(const jname *a, const char *s, size_t n) { return a->n == n && memcmp(a->s, s, n) == 0; }
@@ -1370,6 +1387,7 @@ static bool var_or_elems_access(const jnode *nd, const namelist *vars, const cha
 
 typedef void (*node_visitor)(const jnode *nd, void *arg);
 
+/* Every node, in document order (a node before its children, a body before its else). */
 static void visit_all(const jnode *nd, node_visitor f, void *arg) {
     if (!nd)
         return;
@@ -1383,38 +1401,108 @@ static void visit_all(const jnode *nd, node_visitor f, void *arg) {
         visit_all(nd->list2[i], f, arg);
 }
 
-typedef struct detect_state { namelist from, to; const char *key; bool grew; } detect_state;
+static void visit_template(const jinja_template *t, node_visitor f, void *arg) {
+    for (int i = 0; i < t->n_body; i++)
+        visit_all(t->body[i], f, arg);
+}
+
+typedef struct detect_state {
+    const jinja_template *t;
+    namelist messages;  /* `messages` and the variables assigned from it */
+    namelist message;   /* loop targets over those: one message each */
+    bool grew;
+    bool failed;        /* vLLM's walk would have raised: "string" */
+    int found;          /* the content walk: -1 = no loop yet, 1 = "openai", 0 = its target raised */
+    const jnode *macro; /* the macro whose content parameters are being collected */
+    namelist *params;
+} detect_state;
 
 static void visit_assign(const jnode *nd, void *arg) {
     detect_state *s = arg;
-    if (nd->kind == N_SET && nd->a->kind == N_NAME && var_or_elems_access(nd->b, &s->from, NULL) &&
-        !in_list(&s->from, &nd->a->name)) {
-        add_name(&s->from, &nd->a->name);
+    if (nd->kind != N_SET || !var_or_elems_access(nd->b, &s->messages, NULL))
+        return;
+    if (nd->a->kind != N_NAME)
+        s->failed = true;
+    else if (!in_list(&s->messages, &nd->a->name)) {
+        add_name(&s->messages, &nd->a->name);
         s->grew = true;
     }
 }
 
-static void visit_for(const jnode *nd, void *arg) {
+static void visit_message_loop(const jnode *nd, void *arg) {
     detect_state *s = arg;
-    if (nd->kind == N_FOR && nd->a->kind == N_NAME && var_or_elems_access(nd->b, &s->from, s->key))
-        add_name(&s->to, &nd->a->name);
+    if (nd->kind != N_FOR || !var_or_elems_access(nd->b, &s->messages, NULL))
+        return;
+    if (nd->a->kind != N_NAME)
+        s->failed = true;
+    else
+        add_name(&s->message, &nd->a->name);
+}
+
+/* The parameters of s->macro that a call fills with a message's content. */
+static void visit_macro_call(const jnode *nd, void *arg) {
+    detect_state *s = arg;
+    const jnode *m = s->macro;
+    if (nd->kind != N_CALL || nd->a->kind != N_NAME || !name_eq(&nd->a->name, m->name.s, m->name.n))
+        return;
+    for (int i = 0; i < nd->n && i < m->nnames; i++)
+        if (var_or_elems_access(nd->list[i], &s->message, "content"))
+            add_name(s->params, &m->names[i]);
+    for (int k = 0; k < nd->nnames; k++) {
+        bool is_param = false;
+        for (int i = 0; i < m->nnames; i++)
+            is_param |= name_eq(&m->names[i], nd->names[k].s, nd->names[k].n);
+        if (is_param && var_or_elems_access(nd->list2[k], &s->message, "content"))
+            add_name(s->params, &nd->names[k]);
+    }
+}
+
+static bool is_plain_name(const jnode *nd, const char *s) { return nd->kind == N_NAME && name_eq(&nd->name, s, strlen(s)); }
+
+/* The first loop over a message's content in document order; `params` are the content
+ * parameters of the innermost enclosing macro that has any. */
+static void find_content_loop(detect_state *s, const jnode *nd, bool in_macro, const namelist *params) {
+    if (!nd || s->found >= 0)
+        return;
+    if (nd->kind == N_FOR) {
+        const jnode *it = nd->b;
+        if (var_or_elems_access(it, &s->message, "content") ||
+            (params && it->kind == N_NAME && in_list(params, &it->name)) ||
+            (!in_macro && is_plain_name(it, "content"))) {
+            s->found = nd->a->kind == N_NAME;
+            return;
+        }
+    }
+    namelist own = {0};
+    if (nd->kind == N_MACRO) {
+        s->macro = nd;
+        s->params = &own;
+        visit_template(s->t, visit_macro_call, s);
+        in_macro = true;
+        if (own.n)
+            params = &own;
+    }
+    find_content_loop(s, nd->a, in_macro, params);
+    find_content_loop(s, nd->b, in_macro, params);
+    find_content_loop(s, nd->c, in_macro, params);
+    for (int i = 0; i < nd->n; i++)
+        find_content_loop(s, nd->list[i], in_macro, params);
+    for (int i = 0; i < nd->n2; i++)
+        find_content_loop(s, nd->list2[i], in_macro, params);
 }
 
 bool jinja_loops_over_message_content(const jinja_template *t) {
-    detect_state s = {0};
+    detect_state s = {.t = t, .found = -1};
     jname messages = {"messages", 8, 0};
-    add_name(&s.from, &messages);
-    do { /* variables assigned from messages, transitively */
+    add_name(&s.messages, &messages);
+    do {
         s.grew = false;
-        for (int i = 0; i < t->n_body; i++)
-            visit_all(t->body[i], visit_assign, &s);
+        visit_template(t, visit_assign, &s);
     } while (s.grew);
-    for (int i = 0; i < t->n_body; i++)
-        visit_all(t->body[i], visit_for, &s);
-    detect_state m = {0};
-    m.from = s.to;
-    m.key = "content";
-    for (int i = 0; i < t->n_body; i++)
-        visit_all(t->body[i], visit_for, &m);
-    return m.to.n > 0;
+    visit_template(t, visit_message_loop, &s);
+    if (s.failed)
+        return false;
+    for (int i = 0; i < t->n_body && s.found < 0; i++)
+        find_content_loop(&s, t->body[i], false, NULL);
+    return s.found == 1;
 }
