@@ -308,13 +308,14 @@ static void test_tool_parsers(void) {
 
 /* ---- tool_choice ------------------------------------------------------------------------------------ */
 
+/* A failure also names the field vLLM's VLLMValidationError names (want_param, "" for none). */
 static void expect_choice(const char *tools_json, const char *choice_json, bool auto_ok, int want_rc,
-                          cv_tool_choice want, const char *want_text) {
+                          cv_tool_choice want, const char *want_text, const char *want_param) {
     json_t *tools = tools_json ? json_loads(tools_json, JSON_DECODE_ANY, NULL) : NULL;
     json_t *choice = choice_json ? json_loads(choice_json, JSON_DECODE_ANY, NULL) : NULL;
     cv_tool_choice got;
-    const char *named;
-    int rc = cv_tool_choice_resolve(tools, choice, auto_ok, &got, &named);
+    const char *named, *param;
+    int rc = cv_tool_choice_resolve(tools, choice, auto_ok, &got, &named, &param);
     CHECK_MSG(rc == want_rc, "tools %s, tool_choice %s: rc %d", tools_json, choice_json, rc);
     if (rc == 0) {
         CHECK_EQ_INT(got, want);
@@ -322,6 +323,7 @@ static void expect_choice(const char *tools_json, const char *choice_json, bool 
             CHECK_STR_EQ(named, want_text);
     } else {
         CHECK_STR_EQ(cv_error_message(), want_text);
+        CHECK_STR_EQ(param ? param : "", want_param);
     }
     json_decref(tools);
     json_decref(choice);
@@ -331,31 +333,31 @@ static void test_tool_choice(void) {
     const char *tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}]";
     const char *usage = "Correct usage: `{\"type\": \"function\", \"function\": {\"name\": \"my_function\"}}`";
     char msg[512];
-    expect_choice(NULL, NULL, false, 0, CV_TOOL_CHOICE_NONE, NULL);
-    expect_choice(tools, NULL, true, 0, CV_TOOL_CHOICE_AUTO, NULL);
-    expect_choice(tools, "\"none\"", false, 0, CV_TOOL_CHOICE_NONE, NULL);
-    expect_choice(NULL, "\"none\"", false, 0, CV_TOOL_CHOICE_NONE, NULL);
-    expect_choice(tools, "\"required\"", false, 0, CV_TOOL_CHOICE_REQUIRED, NULL);
+    expect_choice(NULL, NULL, false, 0, CV_TOOL_CHOICE_NONE, NULL, "");
+    expect_choice(tools, NULL, true, 0, CV_TOOL_CHOICE_AUTO, NULL, "");
+    expect_choice(tools, "\"none\"", false, 0, CV_TOOL_CHOICE_NONE, NULL, "");
+    expect_choice(NULL, "\"none\"", false, 0, CV_TOOL_CHOICE_NONE, NULL, "");
+    expect_choice(tools, "\"required\"", false, 0, CV_TOOL_CHOICE_REQUIRED, NULL, "");
     expect_choice(tools, "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"}}", false, 0,
-                  CV_TOOL_CHOICE_NAMED, "get_weather");
+                  CV_TOOL_CHOICE_NAMED, "get_weather", "");
     expect_choice(tools, NULL, false, CVLLM_ERR_INVALID_ARGUMENT, 0,
-                  "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
+                  "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set", "");
     expect_choice("[]", NULL, true, CVLLM_ERR_INVALID_ARGUMENT, 0,
-                  "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.");
-    expect_choice(NULL, "\"auto\"", true, CVLLM_ERR_INVALID_ARGUMENT, 0, "When using `tool_choice`, `tools` must be set.");
-    expect_choice("null", "\"required\"", true, CVLLM_ERR_INVALID_ARGUMENT, 0, "When using `tool_choice`, `tools` must be set.");
+                  "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.", "tools");
+    expect_choice(NULL, "\"auto\"", true, CVLLM_ERR_INVALID_ARGUMENT, 0, "When using `tool_choice`, `tools` must be set.", "tool_choice");
+    expect_choice("null", "\"required\"", true, CVLLM_ERR_INVALID_ARGUMENT, 0, "When using `tool_choice`, `tools` must be set.", "tool_choice");
     expect_choice(tools, "\"sometimes\"", true, CVLLM_ERR_INVALID_ARGUMENT, 0,
-                  "Invalid value for `tool_choice`: sometimes! Only named tools, \"none\", \"auto\" or \"required\" are supported.");
+                  "Invalid value for `tool_choice`: sometimes! Only named tools, \"none\", \"auto\" or \"required\" are supported.", "tool_choice");
     snprintf(msg, sizeof msg, "Invalid value for `function`: `None` in `tool_choice`! %s", usage);
-    expect_choice(tools, "{\"type\": \"function\"}", true, CVLLM_ERR_INVALID_ARGUMENT, 0, msg);
+    expect_choice(tools, "{\"type\": \"function\"}", true, CVLLM_ERR_INVALID_ARGUMENT, 0, msg, "tool_choice.function");
     snprintf(msg, sizeof msg, "Expected field `name` in `function` in `tool_choice`! %s", usage);
-    expect_choice(tools, "{\"type\": \"function\", \"function\": {}}", true, CVLLM_ERR_INVALID_ARGUMENT, 0, msg);
+    expect_choice(tools, "{\"type\": \"function\", \"function\": {}}", true, CVLLM_ERR_INVALID_ARGUMENT, 0, msg, "tool_choice.function.name");
     snprintf(msg, sizeof msg, "Invalid `name` in `function`: `` in `tool_choice`! %s", usage);
-    expect_choice(tools, "{\"type\": \"function\", \"function\": {\"name\": \"\"}}", true, CVLLM_ERR_INVALID_ARGUMENT, 0, msg);
+    expect_choice(tools, "{\"type\": \"function\", \"function\": {\"name\": \"\"}}", true, CVLLM_ERR_INVALID_ARGUMENT, 0, msg, "tool_choice.function.name");
     expect_choice(tools, "{\"type\": \"function\", \"function\": {\"name\": \"other\"}}", true, CVLLM_ERR_INVALID_ARGUMENT, 0,
-                  "The tool specified in `tool_choice` does not match any of the specified `tools`");
+                  "The tool specified in `tool_choice` does not match any of the specified `tools`", "tool_choice");
     expect_choice("[{\"type\": \"function\"}]", NULL, true, CVLLM_ERR_INVALID_ARGUMENT, 0,
-                  "tools[0]: expected {\"type\": \"function\", \"function\": {\"name\": ...}}");
+                  "tools[0]: expected {\"type\": \"function\", \"function\": {\"name\": ...}}", "tools");
     CHECK_STR_EQ(cv_tool_finish_reason(CV_TOOL_CHOICE_AUTO, 1, "stop"), "tool_calls");
     CHECK_STR_EQ(cv_tool_finish_reason(CV_TOOL_CHOICE_REQUIRED, 2, "length"), "tool_calls");
     CHECK_STR_EQ(cv_tool_finish_reason(CV_TOOL_CHOICE_NAMED, 1, "stop"), "stop");

@@ -12,14 +12,18 @@
  */
 #include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
+#include "base/utf8.h"
 #include "check.h"
 #include "cvllm.h"
 #include "server/api.h"
 #include "server/metrics.h"
+#include "testutil.h"
 
 static cvllm_tokenizer *tok;
 static cv_chat_template *qwen3_tmpl, *qwen36_tmpl;
@@ -363,12 +367,20 @@ static void test_chat_errors(void) {
     expect_chat_error(q, "{\"messages\":" USER_HI ",\"include_reasoning\":1}", "include_reasoning", "boolean");
     expect_chat_error(q, "{\"messages\":" USER_HI ",\"parallel_tool_calls\":1}", "parallel_tool_calls", "boolean");
     /* tools / tool_choice: vLLM's validation messages. */
-    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tools\":[]}", "", "`tools` must not be an empty array");
-    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tool_choice\":\"auto\"}", "", "When using `tool_choice`, `tools` must be set.");
-    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":\"sometimes\"}", "",
+    /* tools / tool_choice: vLLM's validation messages and params (chat_completion/protocol.py,
+     * ChatCompletionRequest.check_tool_usage). */
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tools\":[]}", "tools",
+                      "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tool_choice\":\"auto\"}", "tool_choice",
+                      "When using `tool_choice`, `tools` must be set.");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":\"sometimes\"}", "tool_choice",
                       "Invalid value for `tool_choice`: sometimes!");
     expect_chat_error(q, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
-                      "", "The tool specified in `tool_choice` does not match any of the specified `tools`");
+                      "tool_choice", "The tool specified in `tool_choice` does not match any of the specified `tools`");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":{\"type\":\"function\"}}",
+                      "tool_choice.function", "Invalid value for `function`: `None` in `tool_choice`!");
+    expect_chat_error(q, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":{\"function\":{\"name\":\"\"}}}",
+                      "tool_choice.function.name", "Invalid `name` in `function`: `` in `tool_choice`!");
     cv_api_chat_config no_auto = {.tmpl = qwen3_tmpl, .has_tool_parser = true};
     expect_chat_error(&no_auto, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL "}", "",
                       "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
@@ -405,8 +417,17 @@ static void test_tokenize_parse(void) {
     CHECK_STR_EQ(r.prompts[0].text, want);
     free(want);
     cv_api_request_free(&r);
-    b = "{\"messages\":" USER_HI ",\"tools\":[]}";
-    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) != 0 && strstr(err.message, "must not be an empty array"));
+    /* vLLM's TokenizeChatRequest has no check_tool_usage: an empty tools list renders as none, and
+     * documents and reasoning_effort, which it does not have, are ignored. */
+    b = "{\"messages\":" USER_HI ",\"tools\":[],\"documents\":[{\"title\":\"t\",\"text\":\"d\"}],\"reasoning_effort\":\"none\"}";
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) == 0);
+    want = library_prompt(qwen3_tmpl, USER_HI, "[]", NULL, NULL, true);
+    CHECK_STR_EQ(r.prompts[0].text, want);
+    CHECK(strstr(r.prompts[0].text, "<think>") == NULL);
+    free(want);
+    cv_api_request_free(&r);
+    b = "{\"messages\":" USER_HI ",\"tools\":[{\"type\":\"function\"}]}";
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) != 0 && !strcmp(err.param, "tools"));
     cv_api_request_free(&r);
     l.chat = NULL;
     b = "{\"messages\":" USER_HI "}";
@@ -425,6 +446,167 @@ static void test_tokenize_parse(void) {
     b = "{}";
     CHECK(cv_api_parse_detokenize(b, strlen(b), &r, &err) != 0 && strstr(err.message, "required"));
     cv_api_request_free(&r);
+}
+
+/* --chat-template-content-format reaches the template through cv_api_chat_config: with Qwen3.6's
+ * template (detected "openai") a part list in every role is concatenated by default, joined with
+ * newlines under "string"; tool results are always joined (vLLM flattens tool content). Expected
+ * strings computed with tools/gen_chat_corpus.py's transformers-style rendering. */
+#define PART_MESSAGES                                                                                                  \
+    "[{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"Be brief.\"},{\"type\":\"text\",\"text\":\"No lists.\"}]},"   \
+    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Weather in\"},{\"type\":\"text\",\"text\":\"Paris?\"}]},"         \
+    "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"Checking\"},{\"type\":\"text\",\"text\":\"now.\"}],"          \
+    "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\","                             \
+    "\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}}]},"                                                                         \
+    "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":[{\"type\":\"text\",\"text\":\"21 C\"},{\"type\":\"text\",\"text\":\"sunny\"}]}," \
+    "{\"role\":\"user\",\"content\":\"Thanks\"}]"
+
+static void test_chat_content_format(void) {
+    static const char tail[] = "<|im_start|>user\n<tool_response>\n21 C\nsunny\n</tool_response><|im_end|>\n"
+                               "<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n<think>\n";
+    static const char calls[] = "\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                                "</function>\n</tool_call><|im_end|>\n";
+    char *joined = tu_strdupf("<|im_start|>system\nBe brief.\nNo lists.<|im_end|>\n<|im_start|>user\nWeather in\n"
+                              "Paris?<|im_end|>\n<|im_start|>assistant\nChecking\nnow.%s%s", calls, tail);
+    char *concatenated = tu_strdupf("<|im_start|>system\nBe brief.No lists.<|im_end|>\n<|im_start|>user\nWeather "
+                                    "inParis?<|im_end|>\n<|im_start|>assistant\nCheckingnow.%s%s", calls, tail);
+    const struct { cv_chat_content_format f; const char *want; } cases[] = {
+        {CV_CHAT_CONTENT_AUTO, concatenated}, {CV_CHAT_CONTENT_STRING, joined}, {CV_CHAT_CONTENT_OPENAI, concatenated}};
+    const char *body = "{\"messages\":" PART_MESSAGES "}";
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cv_api_chat_config c36 = {.tmpl = qwen36_tmpl, .content_format = cases[i].f, .has_tool_parser = true,
+                                  .tool_parser = CV_TOOL_PARSER_QWEN3_CODER, .auto_tool_choice = true};
+        cv_api_limits l = limits(4096, QWEN3_VOCAB);
+        l.chat = &c36;
+        cv_api_request r;
+        cv_api_error err = {0};
+        CHECK_MSG(cv_api_parse_chat(body, strlen(body), &l, &r, &err) == 0, "%s", err.message);
+        CHECK_MSG(r.n_prompts && !strcmp(r.prompts[0].text, cases[i].want), "content format %s: %s",
+                  cv_chat_content_format_name(cases[i].f), r.n_prompts ? r.prompts[0].text : "");
+        cv_api_request_free(&r);
+    }
+    free(joined);
+    free(concatenated);
+}
+
+/* The log lines a parse writes to stderr (the test runs with CVLLM_LOG_LEVEL=debug). */
+static char *parse_log(cv_api_kind kind, const char *body, int *rc) {
+    cv_api_limits l = limits(4096, QWEN3_VOCAB);
+    cv_api_request r;
+    cv_api_error err;
+    char path[] = "/tmp/cvllm-api-log-XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    fflush(stderr);
+    dup2(fd, 2);
+    *rc = kind == CV_API_CHAT ? cv_api_parse_chat(body, strlen(body), &l, &r, &err)
+                              : cv_api_parse_completion(body, strlen(body), &l, &r, &err);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    cv_api_request_free(&r);
+    off_t size = lseek(fd, 0, SEEK_END);
+    char *text = calloc(1, (size_t)size + 1);
+    CHECK(pread(fd, text, (size_t)size, 0) == size);
+    close(fd);
+    unlink(path);
+    return text;
+}
+
+static size_t count_of(const char *hay, const char *needle) {
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* Fields outside vLLM's request models are ignored and logged, as OpenAIBaseModel does
+ * (vllm/entrypoints/openai/engine/protocol.py): a DEBUG line per request, as a Python set; the removed
+ * guided_* fields also warn, once per combination. best_of is such a field since vLLM v1 dropped it
+ * (PR #29090): any value is accepted and changes nothing. */
+static void test_ignored_fields(void) {
+    int rc;
+    char *log = parse_log(CV_API_COMPLETION, "{\"prompt\":\"hi\",\"best_of\":3,\"n\":1,\"it's\":{},\"max_tokens\":2}", &rc);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(count_of(log, "The following fields were present in the request but ignored: {'best_of', \"it's\"}\n"), 1);
+    CHECK(strstr(log, "DEBUG") != NULL && strstr(log, "WARNING") == NULL);
+    free(log);
+    cv_api_request r;
+    parse_ok(CV_API_COMPLETION, "{\"prompt\":\"I am\",\"best_of\":5,\"n\":2}", &r, 64);
+    CHECK_EQ_INT(r.params.n, 2);
+    cv_api_request_free(&r);
+
+    /* Fields of vLLM's models are not reported, even those this server does not act on. */
+    log = parse_log(CV_API_CHAT, "{\"messages\":" USER_HI ",\"priority\":0,\"user\":\"u\",\"documents\":[]}", &rc);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_STR_EQ(log, "");
+    free(log);
+    /* A chat request is checked against ChatCompletionRequest: "prompt" is not one of its fields. */
+    log = parse_log(CV_API_CHAT, "{\"messages\":" USER_HI ",\"prompt\":\"x\",\"guided_json\":{},\"guided_choice\":[\"a\"]}", &rc);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_CONTAINS(log, "ignored: {'prompt', 'guided_json', 'guided_choice'}");
+    CHECK_EQ_INT(count_of(log, "Request contains the removed guided-decoding field(s) ['guided_choice', 'guided_json'], "
+                               "which are ignored; output will NOT be constrained. Use `structured_outputs` (or "
+                               "`response_format`) instead; see docs/features/structured_outputs.md."), 1);
+    free(log);
+    log = parse_log(CV_API_CHAT, "{\"messages\":" USER_HI ",\"guided_choice\":[\"b\"],\"guided_json\":{}}", &rc);
+    CHECK_EQ_INT(count_of(log, "removed guided-decoding"), 0); /* the same combination: warned already */
+    CHECK_EQ_INT(count_of(log, "ignored: {'guided_choice', 'guided_json'}"), 1);
+    free(log);
+    log = parse_log(CV_API_COMPLETION, "{\"prompt\":\"hi\",\"guided_regex\":\"a+\"}", &rc);
+    CHECK_EQ_INT(count_of(log, "removed guided-decoding field(s) ['guided_regex']"), 1);
+    free(log);
+    /* A request that fails validation is not logged: vLLM logs after its model validated. */
+    log = parse_log(CV_API_COMPLETION, "{\"prompt\":3,\"best_of\":2}", &rc);
+    CHECK(rc != 0);
+    CHECK_STR_EQ(log, "");
+    free(log);
+}
+
+/* /tokenize's token_strs are convert_ids_to_tokens' strings: each id from the real Qwen3 tokenizer
+ * must map to its entry in tokenizer.json (model.vocab, or added_tokens' content), read here
+ * independently. */
+static void test_token_strs(void) {
+    json_error_t e;
+    json_t *tj = json_load_file(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer/tokenizer.json", 0, &e);
+    CHECK_MSG(tj != NULL, "tokenizer.json: %s", e.text);
+    if (!tj) return;
+    const char **by_id = calloc(QWEN3_VOCAB, sizeof *by_id);
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(json_object_get(tj, "model"), "vocab"), key, v)
+        if (json_integer_value(v) < QWEN3_VOCAB) by_id[json_integer_value(v)] = key;
+    size_t i;
+    json_array_foreach(json_object_get(tj, "added_tokens"), i, v)
+        by_id[json_integer_value(json_object_get(v, "id"))] = json_string_value(json_object_get(v, "content"));
+    const char *text = "Hello world\n\n<|im_start|>user\t café 中文 <think>x</think>\xf0\x9f\xa4\x96!";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK(cvllm_tokenize(tok, text, strlen(text), &ids, &n) == CVLLM_OK);
+    json_t *strs = cv_api_token_strs(tok, ids, n);
+    CHECK_EQ_INT(json_array_size(strs), n);
+    for (size_t k = 0; k < n; k++)
+        CHECK_MSG(by_id[ids[k]] && !strcmp(json_string_value(json_array_get(strs, k)), by_id[ids[k]]),
+                  "token %zu (id %d): %s", k, ids[k], json_string_value(json_array_get(strs, k)));
+    /* Byte-level spellings: Ġ for a space, Ċ for a newline, the special token as its content. */
+    char *joined = NULL;
+    size_t len = 0, cap = 0;
+    for (size_t k = 0; k < n; k++) {
+        const char *t = json_string_value(json_array_get(strs, k));
+        cv_buf_append(&joined, &len, &cap, t, strlen(t));
+        cv_buf_append(&joined, &len, &cap, "|", 1);
+    }
+    CHECK_CONTAINS(joined, "Hello|\xc4\xa0world|\xc4\x8a\xc4\x8a|<|im_start|>|user|");
+    CHECK_CONTAINS(joined, "<think>|x|</think>|");
+    free(joined);
+    json_decref(strs);
+    /* An id without a token (between the added tokens and the padded vocabulary) is null. */
+    int32_t hole = QWEN3_VOCAB - 1;
+    CHECK(by_id[hole] == NULL);
+    strs = cv_api_token_strs(tok, &hole, 1);
+    CHECK(json_is_null(json_array_get(strs, 0)));
+    json_decref(strs);
+    cvllm_free(ids);
+    free(by_id);
+    json_decref(tj);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -933,6 +1115,7 @@ static void test_metrics_text(void) {
 }
 
 int main(void) {
+    setenv("CVLLM_LOG_LEVEL", "debug", 1); /* test_ignored_fields reads the DEBUG lines */
     CHECK(cvllm_tokenizer_create(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", &tok) == CVLLM_OK);
     CHECK(cv_chat_template_load(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", NULL, &qwen3_tmpl) == 0);
     CHECK(cv_chat_template_load(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", CVLLM_TEST_DATA "/chat/qwen3.6.jinja",
@@ -946,6 +1129,9 @@ int main(void) {
     test_chat_render();
     test_chat_errors();
     test_tokenize_parse();
+    test_chat_content_format();
+    test_ignored_fields();
+    test_token_strs();
     test_completion_response();
     test_completion_logprobs_and_echo();
     test_chat_stream();

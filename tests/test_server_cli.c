@@ -158,6 +158,8 @@ static void test_tutorial_and_drain(void) {
     CHECK_CONTAINS(log, "--compilation-config is accepted and ignored");
     CHECK_CONTAINS(log, "--additional-config is accepted and ignored");
     CHECK_CONTAINS(log, "--distributed-executor-backend mp is accepted and ignored");
+    CHECK_CONTAINS(log, "Detected the chat template content format to be 'string'. You can set "
+                        "`--chat-template-content-format` to override this.");
     free(log);
     call rc = {.port = p.port, .path = "/v1/chat/completions/render",
                .body = "{\"messages\":[{\"role\":\"user\",\"content\":\"are in the house\"}]}"};
@@ -229,6 +231,8 @@ static void test_bad_flags(void) {
     EXPECT_USAGE_ERROR("unknown tool call parser 'pythonic' (supported: hermes, qwen3_coder)", "--tool-call-parser", "pythonic");
     EXPECT_USAGE_ERROR("--enable-auto-tool-choice requires --tool-call-parser", "--enable-auto-tool-choice");
     EXPECT_USAGE_ERROR("--default-chat-template-kwargs must be a JSON object", "--default-chat-template-kwargs", "[1]");
+    EXPECT_USAGE_ERROR("cvllm serve: argument --chat-template-content-format: invalid choice: 'text' (choose from auto, "
+                       "string, openai)", "--chat-template-content-format", "text");
 #undef EXPECT_USAGE_ERROR
 }
 

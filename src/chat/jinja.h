@@ -56,5 +56,8 @@ bool jinja_loops_over_message_content(const jinja_template *t);
 /* json.dumps(v, ensure_ascii=False) as Python writes it (", " and ": " separators, floats in
  * repr() form, insertion order): the form vLLM gives tool-call arguments. cv_xmalloc'd. */
 char *jinja_json_dumps(const json_t *v, size_t *len);
+/* Python's repr() of a JSON value (quotes picked as repr picks them, True, None), the form vLLM's log
+ * lines print values in. cv_xmalloc'd. */
+char *jinja_py_repr(const json_t *v);
 
 #endif

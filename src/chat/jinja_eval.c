@@ -770,7 +770,8 @@ int jinja_render(const jinja_template *t, const json_t *vars, const jinja_render
     return rc;
 }
 
-char *jinja_json_dumps(const json_t *v, size_t *len) {
+/* json.dumps(v) (as_json) or repr(v) of a JSON value, in a throwaway render context. */
+static char *py_format(const json_t *v, bool as_json, size_t *len) {
     jctx *c = cv_xcalloc(1, sizeof *c);
     char *volatile res = NULL;
     if (setjmp(c->jmp) == 0) {
@@ -778,7 +779,10 @@ char *jinja_json_dumps(const json_t *v, size_t *len) {
         jjson_opts o = {.indent = "", .item_sep = ", ", .key_sep = ": "};
         jbuf b;
         jb_init(&b, &c->arena);
-        jv_tojson(c, &b, &x, &o, 0);
+        if (as_json)
+            jv_tojson(c, &b, &x, &o, 0);
+        else
+            jv_repr(c, &b, &x);
         res = cv_xstrndup(b.p ? b.p : "", b.n);
         if (len)
             *len = b.n;
@@ -788,3 +792,6 @@ char *jinja_json_dumps(const json_t *v, size_t *len) {
     assert(res); /* values from JSON always serialize */
     return res;
 }
+
+char *jinja_json_dumps(const json_t *v, size_t *len) { return py_format(v, true, len); }
+char *jinja_py_repr(const json_t *v) { return py_format(v, false, NULL); }

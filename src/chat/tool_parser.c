@@ -586,8 +586,9 @@ void cv_tool_stream_finish(cv_tool_stream *s, cv_tool_delta *out) {
 static const char CORRECT_USAGE[] = "Correct usage: `{\"type\": \"function\", \"function\": {\"name\": \"my_function\"}}`";
 
 int cv_tool_choice_resolve(const json_t *tools, const json_t *tool_choice, bool auto_tool_choice_enabled,
-                           cv_tool_choice *choice, const char **named) {
+                           cv_tool_choice *choice, const char **named, const char **param) {
     *named = NULL;
+    *param = "tools";
     bool have_tools = tools && !json_is_null(tools);
     if (have_tools && !json_is_array(tools))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "`tools` must be an array");
@@ -601,6 +602,7 @@ int cv_tool_choice_resolve(const json_t *tools, const json_t *tool_choice, bool 
             if (!json_is_string(json_object_get(json_object_get(tool, "function"), "name")))
                 return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tools[%zu]: expected {\"type\": \"function\", \"function\": {\"name\": ...}}", i);
         }
+    *param = "tool_choice";
     if (!tool_choice || json_is_null(tool_choice)) {
         *choice = have_tools ? CV_TOOL_CHOICE_AUTO : CV_TOOL_CHOICE_NONE;
     } else if (json_is_string(tool_choice) && strcmp(json_string_value(tool_choice), "none") == 0) {
@@ -619,6 +621,7 @@ int cv_tool_choice_resolve(const json_t *tools, const json_t *tool_choice, bool 
                            "Invalid value for `tool_choice`: %s! Only named tools, \"none\", \"auto\" or \"required\" are supported.", v);
     } else if (json_is_object(tool_choice)) {
         const json_t *fn = json_object_get(tool_choice, "function");
+        *param = "tool_choice.function";
         if (!json_is_object(fn)) {
             char *shown = fn ? json_dumps(fn, JSON_ENCODE_ANY | JSON_COMPACT) : cv_xstrdup("None");
             int rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Invalid value for `function`: `%s` in `tool_choice`! %s", shown, CORRECT_USAGE);
@@ -626,6 +629,7 @@ int cv_tool_choice_resolve(const json_t *tools, const json_t *tool_choice, bool 
             return rc;
         }
         const json_t *name = json_object_get(fn, "name");
+        *param = "tool_choice.function.name";
         if (!name)
             return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Expected field `name` in `function` in `tool_choice`! %s", CORRECT_USAGE);
         if (!json_is_string(name) || json_string_length(name) == 0) {
@@ -634,6 +638,7 @@ int cv_tool_choice_resolve(const json_t *tools, const json_t *tool_choice, bool 
             free(shown);
             return rc;
         }
+        *param = "tool_choice";
         bool found = false;
         json_array_foreach(tools, i, tool) {
             const char *tn = json_string_value(json_object_get(json_object_get(tool, "function"), "name"));
@@ -650,6 +655,7 @@ int cv_tool_choice_resolve(const json_t *tools, const json_t *tool_choice, bool 
         free(shown);
         return rc;
     }
+    *param = NULL; /* vLLM's chat serving refuses this one without naming a field */
     if (*choice == CV_TOOL_CHOICE_AUTO && !auto_tool_choice_enabled)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
                        "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");

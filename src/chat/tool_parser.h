@@ -68,12 +68,15 @@ void cv_tool_delta_free(cv_tool_delta *d);
 
 typedef enum cv_tool_choice { CV_TOOL_CHOICE_NONE, CV_TOOL_CHOICE_AUTO, CV_TOOL_CHOICE_REQUIRED, CV_TOOL_CHOICE_NAMED } cv_tool_choice;
 
-/* vLLM's request validation of tools/tool_choice (each failure a 400 with vLLM's message):
+/* vLLM's request validation of tools/tool_choice (ChatCompletionRequest.check_tool_usage in
+ * vllm/entrypoints/openai/chat_completion/protocol.py; each failure a 400 with vLLM's message):
  * an empty tools array is refused; tool_choice defaults to "auto" when tools are given and to
  * "none" otherwise; a named choice must name one of the tools; "auto" needs auto_tool_choice_enabled
- * (--enable-auto-tool-choice with a --tool-call-parser). *named points into tool_choice. */
+ * (--enable-auto-tool-choice with a --tool-call-parser). *named points into tool_choice. On failure
+ * *param is the field vLLM's error names ("tools", "tool_choice", "tool_choice.function",
+ * "tool_choice.function.name") or NULL. */
 int cv_tool_choice_resolve(const json_t *tools, const json_t *tool_choice, bool auto_tool_choice_enabled,
-                           cv_tool_choice *choice, const char **named);
+                           cv_tool_choice *choice, const char **named, const char **param);
 
 /* finish_reason: "tool_calls" when calls were made under auto or required, else `otherwise`
  * ("stop"/"length"); a named tool choice reports "stop", as vLLM does. */

@@ -57,6 +57,7 @@ static const char usage[] =
     "chat options (vLLM's names):\n"
     "  --chat-template FILE              Jinja chat template (default: the model's chat_template.jinja,\n"
     "                                    else tokenizer_config.json's chat_template)\n"
+    "  --chat-template-content-format F  auto (detected from the template), string or openai\n"
     "  --default-chat-template-kwargs J  JSON object of template variables, under each request's\n"
     "                                    chat_template_kwargs (e.g. '{\"enable_thinking\": false}')\n"
     "  --reasoning-parser qwen3          <think> blocks go to message.reasoning / delta.reasoning\n"
@@ -116,7 +117,10 @@ static bool ignored_serve_flag(cv_args *a) {
 static bool chat_flag(cv_args *a, serve_args *g) {
     const char *v;
     if (cv_args_value(a, "--chat-template", &v)) g->chat_template_file = v;
-    else if (cv_args_value(a, "--default-chat-template-kwargs", &v)) {
+    else if (cv_args_value(a, "--chat-template-content-format", &v)) {
+        if (v && cv_chat_content_format_parse(v, &g->server.chat_template_content_format))
+            cv_args_error(a, "argument --chat-template-content-format: %s", cvllm_last_error());
+    } else if (cv_args_value(a, "--default-chat-template-kwargs", &v)) {
         json_t *j = v ? json_loads(v, 0, NULL) : NULL;
         if (v && !json_is_object(j)) cv_args_error(a, "--default-chat-template-kwargs must be a JSON object, got '%s'", v);
         json_decref(j);

@@ -59,6 +59,7 @@ typedef enum cv_api_kind { CV_API_COMPLETION, CV_API_CHAT } cv_api_kind;
 /* How chat is rendered and its output parsed: `cvllm serve`'s chat flags. */
 typedef struct cv_api_chat_config {
     const cv_chat_template *tmpl;  /* NULL: chat is refused, as vLLM refuses a model without one */
+    cv_chat_content_format content_format; /* --chat-template-content-format (AUTO: detected) */
     const json_t *default_kwargs;  /* --default-chat-template-kwargs (an object) or NULL */
     bool reasoning_parser;         /* --reasoning-parser qwen3 */
     bool reasoning_content;        /* also emit the pre-2026 name reasoning_content */
@@ -197,5 +198,10 @@ bool cv_api_response_done(const cv_api_response *r);
 
 /* A token's text for logprobs: the decoded token, or "token_id:N" with return_tokens_as_token_ids. */
 char *cv_api_token_string(const cvllm_tokenizer *tok, int32_t id, bool as_id);
+
+/* /tokenize's token_strs: each id as transformers' convert_ids_to_tokens spells it, which is what
+ * vLLM's tokenize serving returns (byte-level vocabulary strings such as "Ġworld", added tokens as
+ * their content); null for an id the tokenizer does not know. */
+json_t *cv_api_token_strs(const cvllm_tokenizer *tok, const int32_t *ids, size_t n_ids);
 
 #endif

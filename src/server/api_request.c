@@ -2,8 +2,9 @@
  * api_request.c — request JSON → cv_api_request (see api.h).
  *
  * Parsing is strict about types and lenient about presence, as vLLM's pydantic models are: unknown
- * fields are ignored, JSON null means "not given", and an integer field also takes a float with an
- * integral value (16.0). Every type error is a 400 naming the field in `param`. Sizes that would
+ * fields are ignored (and logged as vLLM logs them, see log_ignored_fields), JSON null means "not
+ * given", and an integer field also takes a float with an integral value (16.0). Every type error is
+ * a 400 naming the field in `param`. Sizes that would
  * make the server allocate without bound (n, the number of prompts, stop lists) are capped here,
  * before anything is allocated for them.
  *
@@ -21,13 +22,16 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/utf8.h"
+#include "chat/jinja.h"
 #include "server/api.h"
 
 enum { MAX_STOP_STRINGS = 64, MAX_ID_LIST = 4096, MAX_LOGIT_BIAS = 4096 };
@@ -166,6 +170,91 @@ static int id_list(const json_t *a, const char *key, size_t max, int32_t **ids, 
     *ids = out;
     *n = count;
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Fields vLLM does not know                                                                         */
+
+/* The fields of vLLM's request models (current main): what a request may carry without being told
+ * that it was ignored. Shared by CompletionRequest and ChatCompletionRequest
+ * (vllm/entrypoints/openai/completion/protocol.py, chat_completion/protocol.py), then each one's own,
+ * then TokenizeCompletionRequest, TokenizeChatRequest and DetokenizeRequest
+ * (vllm/entrypoints/serve/tokenize/protocol.py). best_of is in none of them since vLLM v1 dropped it
+ * (PR #29090): it is ignored like any other unknown field, whatever its value. */
+static const char *const GENERATE_FIELDS[] = {
+    "model", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty", "seed", "stop",
+    "stream", "stream_options", "temperature", "top_p", "user", "use_beam_search", "top_k", "min_p",
+    "repetition_penalty", "watermarking", "length_penalty", "stop_token_ids", "include_stop_str_in_output",
+    "ignore_eos", "min_tokens", "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens",
+    "truncation_side", "prompt_logprobs", "logprob_token_ids", "allowed_token_ids", "bad_words", "echo",
+    "add_special_tokens", "response_format", "structured_outputs", "priority", "request_id", "session_id",
+    "return_tokens_as_token_ids", "return_token_ids", "routed_experts_prompt_start", "return_token_offsets",
+    "return_mm_kwargs", "cache_salt", "kv_transfer_params", "ec_transfer_params", "vllm_xargs",
+    "repetition_detection", "thinking_token_budget", "stream_interval", NULL};
+static const char *const COMPLETION_FIELDS[] = {"prompt", "suffix", "prompt_embeds", NULL};
+static const char *const CHAT_FIELDS[] = {
+    "messages", "top_logprobs", "max_completion_tokens", "tools", "tool_choice", "reasoning_effort",
+    "include_reasoning", "parallel_tool_calls", "add_generation_prompt", "continue_final_message", "documents",
+    "chat_template", "chat_template_kwargs", "media_io_kwargs", "mm_processor_kwargs", "return_prompt_text", NULL};
+static const char *const TOKENIZE_PROMPT_FIELDS[] = {"model", "prompt", "add_special_tokens", "return_token_strs", NULL};
+static const char *const TOKENIZE_CHAT_FIELDS[] = {
+    "model", "messages", "add_generation_prompt", "return_token_strs", "continue_final_message", "add_special_tokens",
+    "chat_template", "chat_template_kwargs", "media_io_kwargs", "mm_processor_kwargs", "tools", NULL};
+static const char *const DETOKENIZE_FIELDS[] = {"model", "tokens", NULL};
+
+/* The guided-decoding fields structured outputs replaced (PR #22772); vLLM warns about them. */
+static const char *const REMOVED_GUIDED_FIELDS[] = {
+    "guided_choice", "guided_decoding_backend", "guided_grammar", "guided_json", "guided_regex",
+    "guided_whitespace_pattern"}; /* sorted, as vLLM prints them */
+
+static bool in_fields(const char *const *fields, const char *key) {
+    for (; fields && *fields; fields++)
+        if (!strcmp(*fields, key)) return true;
+    return false;
+}
+
+static void append_repr(char **buf, size_t *len, size_t *cap, const char *s) {
+    json_t *str = json_string(s);
+    char *r = jinja_py_repr(str);
+    cv_buf_append(buf, len, cap, r, strlen(r));
+    free(r);
+    json_decref(str);
+}
+
+/* vLLM's OpenAIBaseModel.__log_extra_fields__ (vllm/entrypoints/openai/engine/protocol.py): once per
+ * request that validated, a DEBUG line naming the fields outside the model, as a Python set; and, once
+ * per process for each combination, a WARNING when some are the removed guided_* fields, since
+ * their requests silently lose their constraint. */
+static void log_ignored_fields(const json_t *o, const char *const *fields, const char *const *more) {
+    static _Atomic uint64_t warned; /* bit m: the combination with mask m was warned about */
+    char *set = NULL, *guided = NULL;
+    size_t len = 0, cap = 0, glen = 0, gcap = 0;
+    unsigned mask = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        if (in_fields(fields, key) || in_fields(more, key)) continue;
+        cv_buf_append(&set, &len, &cap, len ? ", " : "{", len ? 2 : 1);
+        append_repr(&set, &len, &cap, key);
+        for (size_t i = 0; i < CV_ARRAY_LEN(REMOVED_GUIDED_FIELDS); i++)
+            if (!strcmp(key, REMOVED_GUIDED_FIELDS[i])) mask |= 1u << i;
+    }
+    if (!set) return;
+    cv_buf_append(&set, &len, &cap, "}", 1);
+    if (mask && !(atomic_fetch_or(&warned, (uint64_t)1 << mask) & ((uint64_t)1 << mask))) {
+        for (size_t i = 0; i < CV_ARRAY_LEN(REMOVED_GUIDED_FIELDS); i++) {
+            if (!(mask & (1u << i))) continue;
+            cv_buf_append(&guided, &glen, &gcap, glen ? ", " : "[", glen ? 2 : 1);
+            append_repr(&guided, &glen, &gcap, REMOVED_GUIDED_FIELDS[i]);
+        }
+        cv_buf_append(&guided, &glen, &gcap, "]", 1);
+        cv_warn("protocol", "Request contains the removed guided-decoding field(s) %s, which are ignored; output "
+                "will NOT be constrained. Use `structured_outputs` (or `response_format`) instead; see "
+                "docs/features/structured_outputs.md.", guided);
+        free(guided);
+    }
+    cv_debug("protocol", "The following fields were present in the request but ignored: %s", set);
+    free(set);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -377,6 +466,7 @@ int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *l
     json_t *root = parse_body(body, len, err);
     if (!root) return -1;
     int rc = parse_completion_fields(root, lim, req, err);
+    if (!rc) log_ignored_fields(root, GENERATE_FIELDS, COMPLETION_FIELDS);
     json_decref(root);
     return rc;
 }
@@ -407,12 +497,12 @@ static void chat_echo_text(const json_t *messages, cv_api_request *req) {
 }
 
 /* The request's chat_template_kwargs (a new object, or NULL when it has none) with reasoning_effort
- * forwarded to the template, as vLLM does; "none" also turns thinking off unless the request
- * decides that itself. */
-static int chat_kwargs(const json_t *o, json_t **out, cv_api_error *err) {
+ * forwarded to the template, as vLLM does for a chat completion (`generation`; /tokenize has no such
+ * field); "none" also turns thinking off unless the request decides that itself. */
+static int chat_kwargs(const json_t *o, bool generation, json_t **out, cv_api_error *err) {
     static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
     *out = NULL;
-    json_t *kw = field(o, "chat_template_kwargs"), *effort = field(o, "reasoning_effort");
+    json_t *kw = field(o, "chat_template_kwargs"), *effort = generation ? field(o, "reasoning_effort") : NULL;
     if (kw && !json_is_object(kw)) return wrong_type(err, "chat_template_kwargs", "an object", kw);
     if (effort && !json_is_string(effort)) return wrong_type(err, "reasoning_effort", "a string", effort);
     bool known = false;
@@ -435,10 +525,10 @@ static int chat_kwargs(const json_t *o, json_t **out, cv_api_error *err) {
  * they read the model's own tool-call syntax, so they need a --tool-call-parser too. */
 static int chat_tools(const json_t *o, const cv_api_chat_config *cfg, cv_api_request *req, cv_api_error *err) {
     json_t *tools = field(o, "tools");
-    const char *named = NULL;
+    const char *named = NULL, *param;
     if (cv_tool_choice_resolve(tools, field(o, "tool_choice"), cfg->auto_tool_choice && cfg->has_tool_parser,
-                               &req->tool_choice, &named))
-        return cv_api_fail(err, 400, NULL, "%s", cvllm_last_error());
+                               &req->tool_choice, &named, &param))
+        return cv_api_fail(err, 400, param, "%s", cvllm_last_error());
     req->parallel_tool_calls = true;
     if (get_bool(o, "parallel_tool_calls", &req->parallel_tool_calls, err)) return -1;
     if (req->tool_choice == CV_TOOL_CHOICE_NONE) return 0;
@@ -453,21 +543,24 @@ static int chat_tools(const json_t *o, const cv_api_chat_config *cfg, cv_api_req
     return 0;
 }
 
-/* /tokenize takes tools without a tool_choice; they are vetted as for a chat completion. */
+/* /tokenize takes tools without a tool_choice; they are vetted as for a chat completion, except that
+ * an empty list is fine: TokenizeChatRequest has no check_tool_usage validator. */
 static int check_tools(const json_t *tools, cv_api_error *err) {
+    if (json_is_array(tools) && json_array_size(tools) == 0) return 0;
     cv_tool_choice choice;
-    const char *named;
-    if (cv_tool_choice_resolve(tools, NULL, true, &choice, &named)) return cv_api_fail(err, 400, NULL, "%s", cvllm_last_error());
+    const char *named, *param;
+    if (cv_tool_choice_resolve(tools, NULL, true, &choice, &named, &param))
+        return cv_api_fail(err, 400, param, "%s", cvllm_last_error());
     return 0;
 }
 
 /* Renders the conversation with the server's chat template into the request's one prompt, as vLLM
  * does for /v1/chat/completions (`generation`: tool_choice and the output parsers are settled too)
- * and for the chat form of /tokenize. */
+ * and for the chat form of /tokenize, whose TokenizeChatRequest has no documents or reasoning_effort. */
 static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool generation, cv_api_request *req,
                              cv_api_error *err) {
     const cv_api_chat_config *cfg = lim->chat;
-    json_t *messages = field(o, "messages"), *docs = field(o, "documents");
+    json_t *messages = field(o, "messages"), *docs = generation ? field(o, "documents") : NULL;
     if (!messages) return cv_api_fail(err, 400, "messages", "'messages' is required");
     if (!json_is_array(messages)) return wrong_type(err, "messages", "a list of messages", messages);
     if (json_array_size(messages) == 0) return cv_api_fail(err, 400, "messages", "'messages' must not be empty");
@@ -486,10 +579,11 @@ static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool gen
                            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
     if (generation ? chat_tools(o, cfg, req, err) : check_tools(field(o, "tools"), err)) return -1;
     json_t *kwargs;
-    if (chat_kwargs(o, &kwargs, err)) return -1;
+    if (chat_kwargs(o, generation, &kwargs, err)) return -1;
     cv_chat_request cr = {.messages = messages, .tools = field(o, "tools"), .documents = docs,
                           .default_kwargs = cfg->default_kwargs, .kwargs = kwargs,
-                          .add_generation_prompt = add_generation_prompt, .continue_final_message = continue_final};
+                          .add_generation_prompt = add_generation_prompt, .continue_final_message = continue_final,
+                          .content_format = cfg->content_format};
     cv_api_prompt p = {0};
     int rc = cv_chat_render(cfg->tmpl, &cr, &p.text, &p.text_len);
     json_decref(kwargs);
@@ -530,6 +624,7 @@ int cv_api_parse_chat(const char *body, size_t len, const cv_api_limits *lim, cv
     json_t *root = parse_body(body, len, err);
     if (!root) return -1;
     int rc = parse_chat_fields(root, lim, req, err);
+    if (!rc) log_ignored_fields(root, GENERATE_FIELDS, CHAT_FIELDS);
     json_decref(root);
     return rc;
 }
@@ -560,6 +655,7 @@ int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim
     json_t *root = parse_body(body, len, err);
     if (!root) return -1;
     int rc = parse_tokenize_fields(root, lim, req, err);
+    if (!rc) log_ignored_fields(root, req->kind == CV_API_CHAT ? TOKENIZE_CHAT_FIELDS : TOKENIZE_PROMPT_FIELDS, NULL);
     json_decref(root);
     return rc;
 }
@@ -575,6 +671,7 @@ int cv_api_parse_detokenize(const char *body, size_t len, cv_api_request *req, c
     if (!rc && !json_is_array(v)) rc = wrong_type(err, "tokens", "a list of integers", v);
     if (!rc) rc = id_list(v, "tokens", SIZE_MAX, &p.ids, &p.n_ids, err);
     if (!rc) add_prompt(req, p);
+    if (!rc) log_ignored_fields(root, DETOKENIZE_FIELDS, NULL);
     json_decref(root);
     return rc;
 }

@@ -25,6 +25,7 @@
 #include "base/error.h"
 #include "base/utf8.h"
 #include "server/api_internal.h"
+#include "tokenizer/tokenizer.h"
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Setup                                                                                             */
@@ -102,6 +103,17 @@ char *cv_api_token_string(const cvllm_tokenizer *tok, int32_t id, bool as_id) {
     /* Ids past the tokenizer's vocabulary (padding rows of the embedding) decode to nothing. */
     if (cvllm_detokenize(tok, &id, 1, false, &text) != CVLLM_OK) return cv_xstrdup("");
     return text;
+}
+
+json_t *cv_api_token_strs(const cvllm_tokenizer *tok, const int32_t *ids, size_t n_ids) {
+    const cv_tokenizer *t = (const cv_tokenizer *)tok; /* the public handle is the internal object */
+    json_t *strs = json_array();
+    for (size_t i = 0; i < n_ids; i++) {
+        char *s = cv_tokenizer_id_to_token(t, ids[i]);
+        json_array_append_new(strs, s ? json_string(s) : json_null());
+        free(s);
+    }
+    return strs;
 }
 
 static double clamp_logprob(float lp) {

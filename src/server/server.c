@@ -129,12 +129,7 @@ static enum MHD_Result handle_tokenize(cv_server *s, struct MHD_Connection *c, c
         cv_api_request_free(&req);
         return cv_http_send_error(c, &err);
     }
-    json_t *strs = req.return_token_strs ? json_array() : json_null();
-    for (size_t i = 0; req.return_token_strs && i < p->n_ids; i++) {
-        char *t = cv_api_token_string(s->tok, p->ids[i], false);
-        json_array_append_new(strs, json_string(t));
-        free(t);
-    }
+    json_t *strs = req.return_token_strs ? cv_api_token_strs(s->tok, p->ids, p->n_ids) : json_null();
     json_t *o = json_pack("{s:I, s:i, s:o, s:o}", "count", (json_int_t)p->n_ids, "max_model_len", s->limits.max_model_len,
                           "tokens", ids_array(p->ids, p->n_ids), "token_strs", strs);
     cv_api_request_free(&req);
@@ -363,6 +358,11 @@ static void fill_limits(cv_server *s, const cv_server_options *o) {
 static int setup_chat(cv_server *s, const cv_server_options *o) {
     cv_api_chat_config *chat = &s->chat;
     chat->tmpl = o->chat_template;
+    chat->content_format = o->chat_template_content_format;
+    if (chat->tmpl && chat->content_format == CV_CHAT_CONTENT_AUTO) /* vLLM's words (renderers/hf.py) */
+        cv_info("chat", "Detected the chat template content format to be '%s'. You can set "
+                "`--chat-template-content-format` to override this.",
+                cv_chat_content_format_name(cv_chat_template_content_format(chat->tmpl)));
     chat->reasoning_content = o->reasoning_content;
     if (o->reasoning_parser) {
         if (strcmp(o->reasoning_parser, "qwen3") != 0)

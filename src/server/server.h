@@ -31,6 +31,7 @@ typedef struct cv_server_options {
     /* Chat (vLLM's flags). The template is borrowed and must outlive the server; NULL = the model
      * has none, and chat requests get vLLM's 400 for that. */
     const cv_chat_template *chat_template;
+    cv_chat_content_format chat_template_content_format; /* --chat-template-content-format; AUTO = detect */
     const char *default_chat_template_kwargs; /* JSON object text, or NULL */
     const char *reasoning_parser;      /* "qwen3" or NULL */
     bool reasoning_content;            /* also emit the pre-2026 field name reasoning_content */

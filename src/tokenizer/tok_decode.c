@@ -34,6 +34,35 @@ const char *cv_tokenizer_id_to_bytes(const cv_tokenizer *tok, int32_t id, size_t
     return tok->arena + tok->off[id];
 }
 
+/* The byte-level alphabet's character for byte b (GPT-2's bytes_to_unicode): printable bytes stand for
+ * themselves, the 68 others for U+0100.. in byte order (tok_load.c reads the same table backwards). */
+static uint32_t byte_char(unsigned char b) {
+    if (b <= 0x20) return 0x100 + b;
+    if (b >= 0x7F && b <= 0xA0) return 0x121 + (b - 0x7F);
+    if (b == 0xAD) return 0x143;
+    return b;
+}
+
+char *cv_tokenizer_id_to_token(const cv_tokenizer *tok, int32_t id) {
+    for (size_t i = 0; i < tok->n_added; i++) /* HF looks added tokens up before the model */
+        if (tok->added[i].id == id) return cv_xstrndup(tok->added[i].content, tok->added[i].len);
+    size_t n;
+    const char *bytes = cv_tokenizer_id_to_bytes(tok, id, &n);
+    if (!bytes) return NULL;
+    char *out = cv_xmalloc(2 * n + 1), *w = out; /* every alphabet character is below U+0800 */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t cp = byte_char((unsigned char)bytes[i]);
+        if (cp < 0x80) {
+            *w++ = (char)cp;
+        } else {
+            *w++ = (char)(0xC0 | (cp >> 6));
+            *w++ = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    *w = '\0';
+    return out;
+}
+
 const char *cv_tokenizer_special_string(const cv_tokenizer *tok, const char *which) {
     static const char suffix[] = "_token";
     size_t n = strlen(which), k = sizeof suffix - 1;

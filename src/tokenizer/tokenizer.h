@@ -38,6 +38,10 @@ bool cv_tokenizer_is_special(const cv_tokenizer *tok, int32_t id);
 int32_t cv_tokenizer_token_to_id(const cv_tokenizer *tok, const char *token);
 /* Raw bytes of one token (after byte-level decoding); NULL for an unknown id. */
 const char *cv_tokenizer_id_to_bytes(const cv_tokenizer *tok, int32_t id, size_t *len);
+/* The token's string as transformers' convert_ids_to_tokens gives it: an added token's content, else
+ * the vocabulary's byte-level spelling ("Ġworld" for " world", "Ċ" for "\n"). cv_xmalloc'd; NULL for
+ * an unknown id. */
+char *cv_tokenizer_id_to_token(const cv_tokenizer *tok, int32_t id);
 /* tokenizer_config.json's eos_token / pad_token / bos_token / unk_token strings, NULL when absent.
  * `which` is the key ("eos_token") or its short form ("eos"). */
 const char *cv_tokenizer_special_string(const cv_tokenizer *tok, const char *which);
