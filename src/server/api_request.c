@@ -4,9 +4,8 @@
  * Parsing is strict about types and lenient about presence, as vLLM's pydantic models are: unknown
  * fields are ignored (and logged as vLLM logs them, see log_ignored_fields), JSON null means "not
  * given", and an integer field also takes a float with an integral value (16.0). Every type error is
- * a 400 naming the field in `param`. Sizes that would
- * make the server allocate without bound (n, the number of prompts, stop lists) are capped here,
- * before anything is allocated for them.
+ * a 400 naming the field in `param`. Sizes that would make the server allocate without bound (n, the
+ * number of prompts, stop lists) are capped here, before anything is allocated for them.
  *
  * Chat requests are rendered here with the server's chat template (see api.h); the template's own
  * errors, raise_exception() messages included, are 400s carrying its message.
@@ -227,6 +226,7 @@ static void append_repr(char **buf, size_t *len, size_t *cap, const char *s) {
  * their requests silently lose their constraint. */
 static void log_ignored_fields(const json_t *o, const char *const *fields, const char *const *more) {
     static _Atomic uint64_t warned; /* bit m: the combination with mask m was warned about */
+    bool debug = cv_log_enabled(CV_LOG_DEBUG); /* the set is only spelled out for the DEBUG line */
     char *set = NULL, *guided = NULL;
     size_t len = 0, cap = 0, glen = 0, gcap = 0;
     unsigned mask = 0;
@@ -234,13 +234,13 @@ static void log_ignored_fields(const json_t *o, const char *const *fields, const
     json_t *v;
     json_object_foreach((json_t *)o, key, v) {
         if (in_fields(fields, key) || in_fields(more, key)) continue;
-        cv_buf_append(&set, &len, &cap, len ? ", " : "{", len ? 2 : 1);
-        append_repr(&set, &len, &cap, key);
+        if (debug) {
+            cv_buf_append(&set, &len, &cap, len ? ", " : "{", len ? 2 : 1);
+            append_repr(&set, &len, &cap, key);
+        }
         for (size_t i = 0; i < CV_ARRAY_LEN(REMOVED_GUIDED_FIELDS); i++)
             if (!strcmp(key, REMOVED_GUIDED_FIELDS[i])) mask |= 1u << i;
     }
-    if (!set) return;
-    cv_buf_append(&set, &len, &cap, "}", 1);
     if (mask && !(atomic_fetch_or(&warned, (uint64_t)1 << mask) & ((uint64_t)1 << mask))) {
         for (size_t i = 0; i < CV_ARRAY_LEN(REMOVED_GUIDED_FIELDS); i++) {
             if (!(mask & (1u << i))) continue;
@@ -253,8 +253,11 @@ static void log_ignored_fields(const json_t *o, const char *const *fields, const
                 "docs/features/structured_outputs.md.", guided);
         free(guided);
     }
-    cv_debug("protocol", "The following fields were present in the request but ignored: %s", set);
-    free(set);
+    if (set) {
+        cv_buf_append(&set, &len, &cap, "}", 1);
+        cv_debug("protocol", "The following fields were present in the request but ignored: %s", set);
+        free(set);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------ */
