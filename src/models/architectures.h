@@ -14,7 +14,8 @@ typedef int (*cv_model_loader)(const cv_model_load_params *p, cv_model **out);
 
 int cv_qwen3_load(const cv_model_load_params *p, cv_model **out); /* Qwen3ForCausalLM */
 int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out); /* Qwen3MoeForCausalLM */
-/* Qwen3NextForCausalLM, Qwen3_5MoeForConditionalGeneration */
+/* Qwen3NextForCausalLM, Qwen3_5MoeForConditionalGeneration, Qwen3_5ForConditionalGeneration,
+ * Qwen3_5ForCausalLM */
 int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out);
 
 #endif

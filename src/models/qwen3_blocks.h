@@ -1,6 +1,6 @@
 /*
- * qwen3_blocks.h — pieces shared by the Qwen3-MoE and hybrid (Qwen3-Next, Qwen3.5/3.6-MoE) model
- * files (internal to src/models).
+ * qwen3_blocks.h — pieces shared by the Qwen3-MoE and hybrid (Qwen3-Next, Qwen3.5/3.6-MoE and
+ * dense) model files (internal to src/models).
  *
  * A model file owns its layer loop and its config reading; what is identical across the family
  * lives here once: binding named tensors with config-derived shapes, reading architecture fields

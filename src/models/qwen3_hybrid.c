@@ -1,20 +1,24 @@
 /*
- * qwen3_hybrid.c — the hybrid Gated-DeltaNet / gated-attention MoE models: Qwen3NextForCausalLM and
- * Qwen3_5MoeForConditionalGeneration (Qwen3.5- and Qwen3.6-MoE, text tower only).
+ * qwen3_hybrid.c — the hybrid Gated-DeltaNet / gated-attention models: Qwen3NextForCausalLM,
+ * Qwen3_5MoeForConditionalGeneration (Qwen3.5- and Qwen3.6-MoE, text tower only) and Qwen3.5 dense,
+ * Qwen3_5ForConditionalGeneration / Qwen3_5ForCausalLM (e.g. Qwen3.6-27B).
  *
- * The two differ only in how the checkpoint spells things, so one file serves both (qwen-arch.md
- * §4): Qwen3.5 nests its fields in text_config, prefixes the text model with
- * "model.language_model." and stores the GDN input projections as four contiguous matrices
- * (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a); Qwen3-Next uses "model." and two fused matrices
- * grouped per key head (in_proj_qkvz, in_proj_ba) whose outputs are unpacked here into the same
- * contiguous [q | k | v], z, b, a order, after which one code path runs. Routed experts may be
- * fused 3-D tensors or per-expert matrices in either family (qwen3_blocks.c binds both);
+ * They differ only in how the checkpoint spells things and in the MLP, so one file serves all
+ * (qwen-arch.md §4): Qwen3.5 nests its fields in text_config, prefixes the text model with
+ * "model.language_model." (the multimodal wrapper) or "model." (text-only ForCausalLM) and stores
+ * the GDN input projections as four contiguous matrices (in_proj_qkv, in_proj_z, in_proj_b,
+ * in_proj_a); Qwen3-Next uses "model." and two fused matrices grouped per key head (in_proj_qkvz,
+ * in_proj_ba) whose outputs are unpacked here into the same contiguous [q | k | v], z, b, a order,
+ * after which one code path runs. Routed experts may be fused 3-D tensors or per-expert matrices
+ * in either family (qwen3_blocks.c binds both); Qwen3.5 dense has a SwiGLU MLP of
+ * intermediate_size in every layer instead, a per-layer choice the MoE families make too
+ * (Qwen3-Next's mlp_only_layers), so it is one branch of the binding, not another model.
  * model.visual.* tensors are never bound, mtp.* only when asked for (load_mtp).
  *
  * Per layer: (1+w) RMSNorm → GDN (layer_types "linear_attention") or gated attention with partial
- * RoPE and (1+w) QK-norm → residual → (1+w) RMSNorm → MoE with sigmoid-gated shared expert →
- * residual. A GDN layer: projections → causal depthwise conv + SiLU over q,k,v (state: the last
- * kernel−1 raw inputs) → L2-normalised q (scaled by dk^−1/2) and k → gates β = σ(b),
+ * RoPE and (1+w) QK-norm → residual → (1+w) RMSNorm → MoE with sigmoid-gated shared expert, or the
+ * dense MLP → residual. A GDN layer: projections → causal depthwise conv + SiLU over q,k,v (state:
+ * the last kernel−1 raw inputs) → L2-normalised q (scaled by dk^−1/2) and k → gates β = σ(b),
  * g = −exp(A_log)·softplus(a + dt_bias) → gated delta rule (kernels/cpu/gdn.c) → per-head RMSNorm
  * with a plain gain, times silu(z) → out_proj.
  *
@@ -27,14 +31,15 @@
  * which cuts its chunks at the token; attention layers keep nothing in the slot. So a forward with
  * checkpoints costs a few extra chunk boundaries and one state write per checkpoint, not a pass.
  *
- * MTP (qwen-arch.md §5, both families spell it alike): with load_mtp and an mtp.* module in the
- * checkpoint, its decoder layer is a full-attention layer like the main ones (same code, run_layer)
- * on one more kv layer after the main model's; forward() then also hands out the final-normed
- * hidden states it feeds to lm_head, which are the MTP step's input, as in vLLM's proposer.
+ * MTP (qwen-arch.md §5, every family spells it alike): with load_mtp and an mtp.* module in the
+ * checkpoint, its decoder layer is a full-attention layer like the main ones (same code, run_layer;
+ * MoE, or dense in Qwen3.5 dense, as vLLM's Qwen3_5MTP) on one more kv layer after the main
+ * model's; forward() then also hands out the final-normed hidden states it feeds to lm_head, which
+ * are the MTP step's input, as in vLLM's proposer.
  *
  * Weights: every bf16 linear but the routed experts — lm_head (a tied embedding is then read from
- * it), attention, GDN projections, router, shared expert, MTP fc — is packed into panels at load
- * (qwen3_blocks.c), lm_head first.
+ * it), attention, GDN projections, router, shared expert or dense MLP, MTP fc — is packed into
+ * panels at load (qwen3_blocks.c), lm_head first.
  *
  * Scratch: the attention and GDN activations are never live together, so they share one region of
  * the arena sized for the larger.
@@ -166,11 +171,26 @@ static int read_gdn_dims(const cv_model_config *cfg, gdn_dims *g) {
 }
 
 typedef struct hybrid_plan {
-    qb_moe_config moe;
-    bool *dense;                            /* [n_layers]: dense MLP instead of MoE (Qwen3-Next only) */
+    qb_moe_config moe;                      /* all zero without MoE */
+    bool *dense;                            /* [n_layers]: dense MLP instead of MoE */
+    bool dense_mtp;                         /* the MTP layer's MLP is dense too (no MoE at all) */
 } hybrid_plan;
 
-static int read_moe_plan(const cv_model_config *cfg, hybrid_family family, hybrid_plan *p) {
+/* Qwen3.5 dense: its config has no MoE fields, and every MLP, the MTP layer's included (as vLLM's
+ * Qwen3_5MTP builds it), is a SwiGLU of intermediate_size. */
+static bool dense_architecture(const char *arch) {
+    return !strcmp(arch, "Qwen3_5ForConditionalGeneration") || !strcmp(arch, "Qwen3_5ForCausalLM");
+}
+
+static int read_mlp_plan(const cv_model_config *cfg, hybrid_family family, hybrid_plan *p) {
+    if (dense_architecture(cfg->architecture)) {
+        if (cfg->intermediate_size <= 0)
+            return cv_fail(CVLLM_ERR_FORMAT, "config.json: missing required field \"intermediate_size\" for %s",
+                           cfg->architecture);
+        for (int32_t l = 0; l < cfg->num_hidden_layers; l++) p->dense[l] = true;
+        p->dense_mtp = true;
+        return 0;
+    }
     int rc = qb_cfg_int(cfg, "num_experts", -1, &p->moe.n_experts);
     if (!rc) rc = qb_cfg_int(cfg, "num_experts_per_tok", -1, &p->moe.top_k);
     if (!rc) rc = qb_cfg_int(cfg, "moe_intermediate_size", -1, &p->moe.expert_inter);
@@ -202,7 +222,7 @@ static int read_config(const cv_model_config *cfg, hybrid_model *m, hybrid_plan 
                      cfg->architecture);
     if (!rc) rc = read_layer_types(cfg, m);
     if (!rc) rc = read_gdn_dims(cfg, &m->gd);
-    if (!rc) rc = read_moe_plan(cfg, m->family, p);
+    if (!rc) rc = read_mlp_plan(cfg, m->family, p);
     return rc;
 }
 
@@ -258,10 +278,43 @@ static void bind_gdn(qb_binder *b, const hybrid_model *m, const char *p, gdn_wei
                    "hidden_size, linear_num_value_heads*linear_value_head_dim", &w->out_proj.parts[0]);
 }
 
-static void bind_weights(hybrid_model *m, const cv_model_config *cfg, const hybrid_plan *plan) {
+/* The MLP at prefix ("...mlp."): the dense SwiGLU or the MoE block, as the plan says. */
+static void bind_mlp(qb_binder *b, const char *prefix, int32_t hidden, const cv_model_config *cfg,
+                     const hybrid_plan *plan, bool dense, qb_moe *out) {
+    if (dense) qb_bind_dense_mlp(b, prefix, hidden, cfg->intermediate_size, out);
+    else qb_bind_moe(b, prefix, hidden, &plan->moe, out);
+}
+
+#define WRAPPER_ROOT "model.language_model."
+
+/* Where the text model's tensors are: "model." for Qwen3-Next and text-only Qwen3.5
+ * (Qwen3_5ForCausalLM), "model.language_model." inside the multimodal Qwen3.5 wrapper
+ * (...ForConditionalGeneration). Text towers cut out of the wrapper are published under a
+ * ForCausalLM config but keep the wrapper's names, so a Qwen3.5 checkpoint that lacks its
+ * architecture's embedding and has the other spelling's is read under that one. */
+static int text_root(const cv_model_load_params *p, const hybrid_model *m, const char **root) {
+    const bool wrapper = strstr(p->config->architecture, "ForConditionalGeneration") != NULL;
+    *root = wrapper ? WRAPPER_ROOT : "model.";
+    if (m->family == FAMILY_NEXT || cv_weight_source_is_dummy(p->weights)) return 0;
+    const char *const candidates[2] = {*root, wrapper ? "model." : WRAPPER_ROOT};
+    const int64_t shape[2] = {m->vocab, m->hidden};
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%sembed_tokens.weight", candidates[i]);
+        cv_tensor t;
+        int rc = cv_weights_get_optional(p->weights, name, 2, shape, "vocab_size, hidden_size", &t);
+        if (rc < 0) return rc;
+        if (rc > 0) {
+            *root = candidates[i];
+            return 0;
+        }
+    }
+    return 0; /* neither: binding names the architecture's own tensor as missing */
+}
+
+static void bind_weights(hybrid_model *m, const cv_model_config *cfg, const hybrid_plan *plan, const char *root) {
     qb_binder *b = &m->bound;
     const int32_t H = m->hidden;
-    const char *root = m->family == FAMILY_NEXT ? "model." : "model.language_model.";
     qb_bind_vocab(b, qb_name(b, "%sembed_tokens.weight", root), m->vocab, H, cfg->tie_word_embeddings, &m->vocab_w);
     for (int32_t l = 0; l < m->n_layers && !b->rc; l++) {
         hybrid_layer *ly = &m->layers[l];
@@ -278,8 +331,7 @@ static void bind_weights(hybrid_model *m, const cv_model_config *cfg, const hybr
         qb_bind_gain_plus_one(b, qb_name(b, "%slayers.%d.post_attention_layernorm.weight", root, l), H,
                               "hidden_size", &ly->post_attention_norm);
         snprintf(p, sizeof p, "%slayers.%d.mlp.", root, l);
-        if (plan->dense[l]) qb_bind_dense_mlp(b, p, H, cfg->intermediate_size, &ly->mlp);
-        else qb_bind_moe(b, p, H, &plan->moe, &ly->mlp);
+        bind_mlp(b, p, H, cfg, plan, plan->dense[l], &ly->mlp);
     }
     qb_bind_gain_plus_one(b, qb_name(b, "%snorm.weight", root), H, "hidden_size", &m->final_norm);
     m->base.weight_bytes = b->matmul_bytes;
@@ -322,7 +374,7 @@ static int mtp_present(const cv_model_load_params *p, const hybrid_model *m, boo
 
 /* mtp.* as a module whose layer writes kv layer `kv_layer`; its weights are not counted in the
  * per-token weight bytes of the main model. */
-static void bind_mtp(hybrid_model *m, const hybrid_plan *plan, int32_t kv_layer) {
+static void bind_mtp(hybrid_model *m, const cv_model_config *cfg, const hybrid_plan *plan, int32_t kv_layer) {
     qb_binder *b = &m->bound;
     const int32_t H = m->hidden;
     const size_t streamed = b->matmul_bytes;
@@ -339,7 +391,7 @@ static void bind_mtp(hybrid_model *m, const hybrid_plan *plan, int32_t kv_layer)
     qb_bind_attention(b, "mtp.layers.0.self_attn.", &m->dims, &ly->attn);
     qb_bind_gain_plus_one(b, "mtp.layers.0.post_attention_layernorm.weight", H, "hidden_size",
                           &ly->post_attention_norm);
-    qb_bind_moe(b, "mtp.layers.0.mlp.", H, &plan->moe, &ly->mlp);
+    bind_mlp(b, "mtp.layers.0.mlp.", H, cfg, plan, plan->dense_mtp, &ly->mlp);
     b->matmul_bytes = streamed;
     if (!b->rc) m->mtp = t;
 }
@@ -683,17 +735,19 @@ int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
     m->layers = cv_xcalloc((size_t)m->n_layers, sizeof *m->layers);
     m->bound.src = p->weights;
     hybrid_plan plan = {.dense = cv_xcalloc((size_t)m->n_layers, sizeof(bool))};
+    const char *root = NULL;
     int rc = read_config(cfg, m, &plan);
     if (!rc) rc = qb_init_rope(&m->rope, &cfg->rope, cfg->head_dim);
+    if (!rc) rc = text_root(p, m, &root);
     if (!rc) {
         lay_out_state(m, cfg);
-        bind_weights(m, cfg, &plan);
+        bind_weights(m, cfg, &plan, root);
         rc = m->bound.rc;
     }
     bool with_mtp = false;
     if (!rc && p->load_mtp) rc = mtp_present(p, m, &with_mtp);
     if (!rc && with_mtp) {
-        bind_mtp(m, &plan, m->base.kv_spec.num_layers++);
+        bind_mtp(m, cfg, &plan, m->base.kv_spec.num_layers++);
         rc = m->bound.rc;
     }
     free(plan.dense);

@@ -20,6 +20,8 @@ static const struct {
     {"Qwen3MoeForCausalLM", cv_qwen3_moe_load},
     {"Qwen3NextForCausalLM", cv_qwen3_hybrid_load},
     {"Qwen3_5MoeForConditionalGeneration", cv_qwen3_hybrid_load},
+    {"Qwen3_5ForConditionalGeneration", cv_qwen3_hybrid_load},
+    {"Qwen3_5ForCausalLM", cv_qwen3_hybrid_load},
 };
 
 static char supported_list[512];
