@@ -1,9 +1,9 @@
 /*
- * test_engine_hybrid.c — the engine on the MoE and hybrid (Gated DeltaNet) reference models:
- * greedy ids equal Hugging Face's through the whole engine (chunked, batched, preempted); prefix
- * caching hits on the hybrid models, restores the checkpointed recurrent state and gives the same
- * logprobs as a cold run; n-gram speculative decoding (which rolls the state back) leaves greedy
- * output unchanged.
+ * test_engine_hybrid.c — the engine on the MoE and hybrid (Gated DeltaNet) reference models,
+ * Qwen3.5 dense among them: greedy ids equal Hugging Face's through the whole engine (chunked,
+ * batched, preempted); prefix caching hits on the hybrid models, restores the checkpointed
+ * recurrent state and gives the same logprobs as a cold run; n-gram and MTP speculative decoding
+ * (which roll the state back) leave greedy output unchanged.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 #include "testutil.h"
 
-static const char *const models[] = {"qwen3-moe-f32", "qwen3.5-moe-f32", "qwen3-next-bf16"};
+static const char *const models[] = {"qwen3-moe-f32", "qwen3.5-moe-f32", "qwen3-next-bf16", "qwen3.5-dense-f32"};
 
 typedef struct outcome {
     int32_t ids[64];
@@ -210,9 +210,11 @@ int main(void) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_reference_greedy(models[i]);
     test_prefix_hit("qwen3.5-moe-f32");
     test_prefix_hit("qwen3-next-bf16");
+    test_prefix_hit("qwen3.5-dense-bf16");
     test_spec_decode_rollback("qwen3.5-moe-f32");
     test_spec_decode_rollback("qwen3-next-bf16");
     test_mtp_identical("qwen3.5-moe-f32", "qwen3_5_mtp");
     test_mtp_identical("qwen3-next-bf16", "qwen3_next_mtp");
+    test_mtp_identical("qwen3.5-dense-f32", "mtp");
     return cv_check_summary("test_engine_hybrid");
 }

@@ -1,19 +1,24 @@
 /*
- * test_hybrid_ref.c — Qwen3NextForCausalLM and Qwen3_5MoeForConditionalGeneration against Hugging
- * Face's f32 logits, and the Gated DeltaNet kernels.
+ * test_hybrid_ref.c — Qwen3NextForCausalLM, Qwen3_5MoeForConditionalGeneration and Qwen3.5 dense
+ * (Qwen3_5ForConditionalGeneration, Qwen3_5ForCausalLM) against Hugging Face's f32 logits, and the
+ * Gated DeltaNet kernels.
  *
  * Reference scenarios (model_fixture.h: one-shot, chunks of 1/5/64/100 — 64 and 100 leave the
  * delta rule's 64-token chunks misaligned with the prompt's and start them from non-zero state —
  * batched mixed prefill/decode with separate state slots, greedy with teacher-forced logits, and a
- * byte copy of a state slot mid-prompt) on the f32 and bf16 checkpoints of both families, on the
- * AVX-512 and AVX2 paths. The Qwen3.5 checkpoints also carry mtp.* and model.visual.* tensors,
- * which must simply be ignored.
+ * byte copy of a state slot mid-prompt) on the f32 and bf16 checkpoints of the three families, on
+ * the AVX-512 and AVX2 paths (the bf16 ones packed on the first load, mapped from the
+ * packed-weight cache on the second). The Qwen3.5 checkpoints also carry mtp.* and model.visual.*
+ * tensors, which must simply be ignored. Qwen3_5ForCausalLM: the dense checkpoint under a flat
+ * text config and/or the text-only tensor names ("model." instead of "model.language_model.")
+ * gives exactly the wrapper's logits, and a missing tensor is named as that checkpoint spells it.
  * Kernels: the chunked delta rule against the recurrence run token by token in double precision,
  * over runs that end mid-chunk and span several chunks from a random state; the conv state across
  * calls of 1, 2 and 5 tokens against one call.
  * Failure paths: missing/ill-typed linear-attention fields, layer_types of the wrong length or
  * spelling, value heads not a multiple of key heads, shape mismatches naming the tensor, a missing
- * GDN tensor, attn_output_gate=false, and batches without state slots, with shared, out-of-range
+ * GDN tensor, attn_output_gate=false, a missing or wrong MLP width (shared expert; dense
+ * intermediate_size), and batches without state slots, with shared, out-of-range
  * or too-small slots; state checkpoints naming a missing sequence, unsorted, outside the batch's
  * tokens, into an out-of-range, running or doubly written slot, or asked of a stateless model.
  * (The checkpoint scenarios themselves, prefill and verify, run in model_fixture.h.)
@@ -24,9 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint_edit.h"
 #include "model_fixture.h"
 
-static const char *const FOLDERS[] = {"qwen3-next-f32", "qwen3-next-bf16", "qwen3.5-moe-f32", "qwen3.5-moe-bf16"};
+static const char *const FOLDERS[] = {"qwen3-next-f32",   "qwen3-next-bf16",   "qwen3.5-moe-f32",
+                                       "qwen3.5-moe-bf16", "qwen3.5-dense-f32", "qwen3.5-dense-bf16"};
 static const int32_t CHUNKS[] = {1, 5, 64, 100};
 
 static void fill(float *x, size_t n, uint32_t seed, float scale) {
@@ -198,14 +205,19 @@ static void interval_two(json_t *t) {
 }
 static void ungated(json_t *t) { json_object_set_new(t, "attn_output_gate", json_false()); }
 static void no_shared_width(json_t *t) { json_object_del(t, "shared_expert_intermediate_size"); }
+static void no_dense_width(json_t *t) { json_object_del(t, "intermediate_size"); }
+static void narrow_dense_width(json_t *t) { json_object_set_new(t, "intermediate_size", json_integer(96)); }
 static void wide_kernel(json_t *t) { json_object_set_new(t, "linear_conv_kernel_dim", json_integer(3)); }
 
 static void test_load_errors(cv_threadpool *pool) {
     CHECK_CONTAINS(cv_model_supported_architectures(), "Qwen3NextForCausalLM");
     CHECK_CONTAINS(cv_model_supported_architectures(), "Qwen3_5MoeForConditionalGeneration");
-    for (int f = 0; f < 2; f++) {
-        const char *folder = f ? "qwen3.5-moe-bf16" : "qwen3-next-bf16";
+    CHECK_CONTAINS(cv_model_supported_architectures(), "Qwen3_5ForConditionalGeneration");
+    static const char *const folders[] = {"qwen3-next-bf16", "qwen3.5-moe-bf16", "qwen3.5-dense-bf16"};
+    for (int f = 0; f < 3; f++) {
+        const char *folder = folders[f];
         const char *root = f ? "model.language_model." : "model.";
+        const bool dense = f == 2;
         char want[160];
         CHECK_EQ_INT(load_with(folder, unchanged, pool), 0);
         CHECK_EQ_INT(load_with(folder, no_key_heads, pool), CVLLM_ERR_FORMAT);
@@ -226,8 +238,17 @@ static void test_load_errors(cv_threadpool *pool) {
         CHECK_CONTAINS(cv_error_message(), want);
         CHECK_EQ_INT(load_with(folder, ungated, pool), CVLLM_ERR_UNSUPPORTED);
         CHECK_CONTAINS(cv_error_message(), "attn_output_gate=false");
-        CHECK_EQ_INT(load_with(folder, no_shared_width, pool), CVLLM_ERR_FORMAT);
-        CHECK_CONTAINS(cv_error_message(), "shared_expert_intermediate_size");
+        if (dense) {
+            CHECK_EQ_INT(load_with(folder, no_dense_width, pool), CVLLM_ERR_FORMAT);
+            CHECK_CONTAINS(cv_error_message(), "missing required field \"intermediate_size\" for "
+                                               "Qwen3_5ForConditionalGeneration");
+            CHECK_EQ_INT(load_with(folder, narrow_dense_width, pool), CVLLM_ERR_FORMAT);
+            snprintf(want, sizeof want, "%slayers.0.mlp.gate_proj.weight", root);
+            CHECK_CONTAINS(cv_error_message(), want);
+        } else {
+            CHECK_EQ_INT(load_with(folder, no_shared_width, pool), CVLLM_ERR_FORMAT);
+            CHECK_CONTAINS(cv_error_message(), "shared_expert_intermediate_size");
+        }
         CHECK_EQ_INT(load_with(folder, wide_kernel, pool), CVLLM_ERR_FORMAT);
         snprintf(want, sizeof want, "%slayers.0.linear_attn.conv1d.weight", root);
         CHECK_CONTAINS(cv_error_message(), want);
@@ -338,10 +359,11 @@ static void test_checkpoints_without_state(cv_threadpool *pool) {
 }
 
 /* Dummy weights (experts per expert, as a dummy source has no fused tensors): weight bytes per
- * token, and a forward over two sequences with finite logits. */
-static void test_dummy_weights(cv_threadpool *pool) {
+ * token — 3 GDN layers, 1 attention layer, 4 MLPs streaming `mlp` weights each and the lm_head, in
+ * bf16 — and a forward over two sequences with finite logits. */
+static void test_dummy_weights(cv_threadpool *pool, const char *folder, size_t mlp) {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/vectors/qwen3.5-moe-f32", CVLLM_TEST_DATA);
+    snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
     cv_model_config cfg;
     cv_weight_source *src;
     cv_model *m;
@@ -349,10 +371,9 @@ static void test_dummy_weights(cv_threadpool *pool) {
     CHECK_EQ_INT(cv_weight_source_dummy(CV_DTYPE_BF16, 5, &src), 0);
     cv_model_load_params p = {.config = &cfg, .weights = src, .pool = pool, .max_num_batched_tokens = 0};
     CHECK_EQ_INT(cv_model_load(&p, &m), 0);
-    const size_t H = 64, V = 4096, E = 8, K = 2, I = 48, SI = 64;
+    const size_t H = 64, V = 4096;
     const size_t gdn = 256 * H + 128 * H + 2 * 4 * H + H * 128, attn = 512 * H + 2 * 128 * H + H * 256;
-    const size_t moe = E * H + K * 3 * I * H + 3 * SI * H + H;
-    CHECK_EQ_INT(m->weight_bytes, (3 * gdn + attn + 4 * moe + V * H) * 2);
+    CHECK_EQ_INT(m->weight_bytes, (3 * gdn + attn + 4 * mlp + V * H) * 2);
     mf_cache c;
     mf_cache_init(&c, m);
     static const int32_t ids[] = {1, 2, 3, 4, 5};
@@ -373,6 +394,111 @@ static void test_dummy_weights(cv_threadpool *pool) {
     cv_model_config_free(&cfg);
 }
 
+/* ---- Qwen3_5ForCausalLM layouts ---------------------------------------------------------------- */
+
+/* The names Qwen3_5ForCausalLM saves: the wrapper's "model.language_model." as "model.", no vision
+ * tower; ctx, when not NULL, names one tensor (in the new spelling) to leave out. */
+static bool causal_lm_name(const char *name, const void *ctx, char *out, size_t cap) {
+    static const char wrapper[] = "model.language_model.";
+    if (!strncmp(name, "model.visual.", strlen("model.visual."))) return false;
+    if (!strncmp(name, wrapper, strlen(wrapper))) snprintf(out, cap, "model.%s", name + strlen(wrapper));
+    else snprintf(out, cap, "%s", name);
+    return !ctx || strcmp(out, (const char *)ctx) != 0;
+}
+
+/* A new folder holding the checkpoint in `from` with its config.json as is (the wrapper's, text
+ * fields nested) or flat as Qwen3_5ForCausalLM's (text_config's fields, model_type qwen3_5_text, at
+ * the top), and its tensors as is (linked) or under causal_lm_name (without `drop`). */
+static char *layout_folder(const char *from, bool flat_config, bool causal_names, const char *drop) {
+    char *dir = tu_make_temp_dir(), path[1024];
+    snprintf(path, sizeof path, "%s/config.json", from);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) abort();
+    if (flat_config) {
+        json_t *text = json_incref(json_object_get(root, "text_config"));
+        json_decref(root);
+        root = text;
+        json_object_set_new(root, "architectures", json_pack("[s]", "Qwen3_5ForCausalLM"));
+    }
+    char *text = json_dumps(root, JSON_INDENT(1));
+    tu_write_file(dir, "config.json", text, strlen(text));
+    free(text);
+    json_decref(root);
+    if (causal_names) {
+        ce_write_checkpoint(from, dir, causal_lm_name, drop);
+    } else {
+        snprintf(path, sizeof path, "%s/model.safetensors", from);
+        tu_link(path, dir, "model.safetensors");
+    }
+    return dir;
+}
+
+/* The logits at every position of ref's prompt, prefilled in one call by the model in `dir`. */
+static float *prefill_logits(const char *dir, const mf_reference *ref, cv_threadpool *pool) {
+    cv_model_config cfg;
+    cv_weight_source *src;
+    cv_model *m;
+    if (mf_load_model(dir, &cfg, &src, pool, &m)) {
+        CHECK_MSG(0, "loading %s: %s", dir, cv_error_message());
+        return NULL;
+    }
+    mf_cache c;
+    mf_cache_init(&c, m);
+    mf_sequence s = {.tokens = ref->prompt, .n_total = ref->n_prompt};
+    mf_step st;
+    mf_step_begin(&st);
+    mf_step_add(&st, &c, &s, ref->n_prompt);
+    float *logits = cv_xmalloc((size_t)ref->n_prompt * (size_t)ref->vocab * sizeof *logits);
+    CHECK_EQ_INT(m->ops->forward(m, &st.batch, &c.kv, &c.state, logits), 0);
+    mf_cache_free(&c);
+    cv_model_free(m);
+    cv_weight_source_free(src);
+    cv_model_config_free(&cfg);
+    return logits;
+}
+
+/* The dense checkpoint as Qwen3_5ForCausalLM (flat config, "model." names), and each spelling under
+ * the other's config (text towers cut out of the wrapper keep its names): the same weights found,
+ * so exactly the wrapper's logits. */
+static void test_causal_lm_layouts(cv_threadpool *pool) {
+    CHECK_CONTAINS(cv_model_supported_architectures(), "Qwen3_5ForCausalLM");
+    char from[512];
+    snprintf(from, sizeof from, "%s/vectors/qwen3.5-dense-f32", CVLLM_TEST_DATA);
+    mf_reference ref;
+    if (mf_load_reference(from, "long150", &ref)) {
+        CHECK_MSG(0, "cannot read the long150 reference in %s", from);
+        return;
+    }
+    const size_t bytes = (size_t)ref.n_prompt * (size_t)ref.vocab * sizeof(float);
+    float *want = prefill_logits(from, &ref, pool);
+    double worst = 0;
+    for (int64_t i = 0; want && i < ref.n_prompt; i++)
+        worst = fmax(worst, mf_row_error(want + i * ref.vocab, ref.logits + i * ref.vocab, ref.vocab));
+    CHECK_MSG(want && worst <= MF_TOLERANCE, "wrapper layout: rel error %.3g vs the reference", worst);
+    static const struct {
+        bool flat_config, causal_names;
+    } layouts[] = {{true, true}, {true, false}, {false, true}};
+    for (size_t i = 0; i < CV_ARRAY_LEN(layouts); i++) {
+        char *dir = layout_folder(from, layouts[i].flat_config, layouts[i].causal_names, NULL);
+        float *got = prefill_logits(dir, &ref, pool);
+        CHECK_MSG(got && want && memcmp(got, want, bytes) == 0, "%s config, %s names: logits differ from the wrapper's",
+                  layouts[i].flat_config ? "flat" : "nested", layouts[i].causal_names ? "model." : "model.language_model.");
+        free(got);
+        tu_remove_tree(dir);
+        free(dir);
+    }
+    char *dir = layout_folder(from, true, true, "model.layers.2.linear_attn.A_log");
+    cv_model_config cfg;
+    cv_weight_source *src;
+    cv_model *m = NULL;
+    CHECK_EQ_INT(mf_load_model(dir, &cfg, &src, pool, &m), CVLLM_ERR_NOT_FOUND);
+    CHECK_CONTAINS(cv_error_message(), "missing tensor model.layers.2.linear_attn.A_log");
+    tu_remove_tree(dir);
+    free(dir);
+    free(want);
+    mf_free_reference(&ref);
+}
+
 int main(void) {
     cv_threadpool *pool = cv_threadpool_create(2);
     static const cv_isa isas[] = {CV_ISA_AVX512, CV_ISA_AVX2};
@@ -385,7 +511,10 @@ int main(void) {
     test_load_errors(pool);
     test_bad_state(pool);
     test_checkpoints_without_state(pool);
-    test_dummy_weights(pool);
+    /* MoE: router, 2 of 8 experts of width 48, shared expert of 64 and its gate; dense: SwiGLU of 128. */
+    test_dummy_weights(pool, "qwen3.5-moe-f32", 8 * 64 + 2 * 3 * 48 * 64 + 3 * 64 * 64 + 64);
+    test_dummy_weights(pool, "qwen3.5-dense-f32", 3 * 128 * 64);
+    test_causal_lm_layouts(pool);
     mf_test_folders_on_each_isa("test_hybrid_ref", FOLDERS, (int)CV_ARRAY_LEN(FOLDERS), pool, CHUNKS,
                                 (int)CV_ARRAY_LEN(CHUNKS));
     cv_threadpool_free(pool);

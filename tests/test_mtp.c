@@ -1,14 +1,16 @@
 /*
- * test_mtp.c — the multi-token-prediction module of Qwen3-Next and Qwen3.5-MoE (qwen-arch.md §5).
+ * test_mtp.c — the multi-token-prediction module of Qwen3-Next, Qwen3.5-MoE and Qwen3.5 dense
+ * (qwen-arch.md §5).
  *
  * There are no reference logits for MTP, so the model's mtp_forward is checked against a naive
  * implementation written here straight from the spec: plain double-precision loops over the
  * checkpoint's tensors converted to f32 — embedding, the two (1+w) pre-fc norms, fc over
  * [embedding; hidden], one gated-attention layer (partial RoPE, (1+w) q/k norms, causal softmax,
- * sigmoid output gate), the MoE with its sigmoid-gated shared expert, the final (1+w) norm and
- * lm_head. It shares no code with the model beyond the checkpoint reader.
+ * sigmoid output gate), the MoE with its sigmoid-gated shared expert (Qwen3.5 dense: its SwiGLU
+ * MLP), the final (1+w) norm and lm_head. It shares no code with the model beyond the checkpoint
+ * reader.
  *
- * On both families, f32 and bf16, AVX-512 and AVX2:
+ * On every family, f32 and bf16, AVX-512 and AVX2:
  *   - forward()'s hidden_out is the final-normed hidden: lm_head over it gives forward's logits;
  *   - mtp_forward over 40 positions of a prompt (row i = token i+1 with the main model's hidden of
  *     token i) against the naive module, logits and hidden_out;
@@ -28,10 +30,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint_edit.h"
 #include "loader/safetensors.h"
 #include "model_fixture.h"
 
-static const char *const FOLDERS[] = {"qwen3-next-f32", "qwen3-next-bf16", "qwen3.5-moe-f32", "qwen3.5-moe-bf16"};
+static const char *const FOLDERS[] = {"qwen3-next-f32",   "qwen3-next-bf16",   "qwen3.5-moe-f32",
+                                       "qwen3.5-moe-bf16", "qwen3.5-dense-f32", "qwen3.5-dense-bf16"};
 
 enum { P = 40 }; /* MTP rows checked: positions 0..P-1, tokens 1..P of the prompt */
 
@@ -43,11 +47,12 @@ typedef struct naive_expert {
 } naive_expert;
 
 typedef struct naive_mtp {
-    int64_t H, V, n_heads, n_kv, hd, rot, n_experts, top_k;
+    int64_t H, V, n_heads, n_kv, hd, rot;
+    int64_t n_experts, top_k; /* n_experts 0: a dense MLP */
     double eps, theta;
     float *embed, *lm_head, *norm_e, *norm_h, *fc, *final_norm, *in_norm, *post_norm;
-    float *wq, *wk, *wv, *wo, *q_norm, *k_norm, *router, *shared_gate;
-    naive_expert *experts; /* n_experts routed, then the shared one */
+    float *wq, *wk, *wv, *wo, *q_norm, *k_norm, *router, *shared_gate; /* router, shared_gate: MoE only */
+    naive_expert *experts; /* n_experts routed, then the shared one or the dense MLP */
 } naive_mtp;
 
 static float *tensor_f32(const cv_checkpoint *ck, const char *name) {
@@ -80,9 +85,6 @@ static void naive_load(naive_mtp *n, const cv_checkpoint *ck, const cv_model_con
     n->rot = (int64_t)(cfg->head_dim * cfg->rope.partial_rotary_factor);
     n->eps = cfg->rms_norm_eps;
     n->theta = cfg->rope.theta;
-    n->n_experts = json_integer_value(json_object_get(text, "num_experts"));
-    n->top_k = json_integer_value(json_object_get(text, "num_experts_per_tok"));
-    const int64_t I = json_integer_value(json_object_get(text, "moe_intermediate_size"));
     n->embed = tensor_f32(ck, next ? "model.embed_tokens.weight" : "model.language_model.embed_tokens.weight");
     n->lm_head = tensor_f32(ck, "lm_head.weight");
     n->norm_e = tensor_f32(ck, "mtp.pre_fc_norm_embedding.weight");
@@ -97,6 +99,16 @@ static void naive_load(naive_mtp *n, const cv_checkpoint *ck, const cv_model_con
     n->wo = tensor_f32(ck, "mtp.layers.0.self_attn.o_proj.weight");
     n->q_norm = tensor_f32(ck, "mtp.layers.0.self_attn.q_norm.weight");
     n->k_norm = tensor_f32(ck, "mtp.layers.0.self_attn.k_norm.weight");
+    if (!cv_checkpoint_find(ck, "mtp.layers.0.mlp.gate.weight")) { /* no router: Qwen3.5 dense */
+        n->experts = cv_xcalloc(1, sizeof *n->experts);
+        *n->experts = (naive_expert){tensor_f32(ck, "mtp.layers.0.mlp.gate_proj.weight"),
+                                     tensor_f32(ck, "mtp.layers.0.mlp.up_proj.weight"),
+                                     tensor_f32(ck, "mtp.layers.0.mlp.down_proj.weight"), cfg->intermediate_size};
+        return;
+    }
+    n->n_experts = json_integer_value(json_object_get(text, "num_experts"));
+    n->top_k = json_integer_value(json_object_get(text, "num_experts_per_tok"));
+    const int64_t I = json_integer_value(json_object_get(text, "moe_intermediate_size"));
     n->router = tensor_f32(ck, "mtp.layers.0.mlp.gate.weight");
     n->shared_gate = tensor_f32(ck, "mtp.layers.0.mlp.shared_expert_gate.weight");
     n->experts = cv_xcalloc((size_t)n->n_experts + 1, sizeof *n->experts);
@@ -181,9 +193,15 @@ static void expert_add(double *y, const naive_expert *e, const double *x, double
     free(d);
 }
 
-/* Softmax router, top-k, renormalised; plus the shared expert weighted by σ(gate · x). */
-static void moe(const naive_mtp *n, double *y, const double *x) {
+/* Softmax router, top-k, renormalised; plus the shared expert weighted by σ(gate · x). Without
+ * experts, the dense MLP. */
+static void mlp(const naive_mtp *n, double *y, const double *x) {
     const int64_t E = n->n_experts, H = n->H;
+    if (E == 0) {
+        memset(y, 0, (size_t)H * sizeof *y);
+        expert_add(y, &n->experts[0], x, 1.0, H);
+        return;
+    }
     double logits[64], p[64], chosen_sum = 0;
     bool chosen[64] = {0};
     if (E > 64) abort(); /* the test checkpoints have 8 */
@@ -264,7 +282,7 @@ static void naive_forward(const naive_mtp *n, const int32_t *ids, const float *h
         matvec(tmp, n->wo, o, H, nh * hd);
         for (int64_t c = 0; c < H; c++) xi[c] += tmp[c];
         norm_plus_one(a, xi, n->post_norm, H, n->eps);
-        moe(n, tmp, a);
+        mlp(n, tmp, a);
         for (int64_t c = 0; c < H; c++) xi[c] += tmp[c];
         norm_plus_one(a, xi, n->final_norm, H, n->eps);
         for (int64_t c = 0; c < H; c++) m_out[i * H + c] = (float)a[c];
@@ -462,41 +480,26 @@ out:
 
 /* ---- loading ---------------------------------------------------------------------------------- */
 
+typedef struct drop_rule {
+    const char *drop;
+    bool exact;
+} drop_rule;
+
+static bool keep_undropped(const char *name, const void *ctx, char *out, size_t cap) {
+    const drop_rule *r = ctx;
+    if (r->exact ? !strcmp(name, r->drop) : !strncmp(name, r->drop, strlen(r->drop))) return false;
+    snprintf(out, cap, "%s", name);
+    return true;
+}
+
 /* A copy of the checkpoint in `from` without the tensors whose names start with `drop` (or equal
- * it, when exact), written as model.safetensors next to a copy of config.json in a new folder. */
+ * it, when exact), next to a copy of config.json in a new folder. */
 static char *stripped_checkpoint(const char *from, const char *drop, bool exact) {
     char *dir = tu_make_temp_dir(), path[1024];
     snprintf(path, sizeof path, "%s/config.json", from);
     tu_link(path, dir, "config.json");
-    cv_checkpoint *ck;
-    if (cv_checkpoint_open(from, &ck)) abort();
-    json_t *header = json_object();
-    size_t offset = 0;
-    const size_t n = cv_checkpoint_count(ck);
-    for (size_t i = 0; i < n; i++) {
-        const cv_tensor *t = cv_checkpoint_tensor(ck, i);
-        if (exact ? !strcmp(t->name, drop) : !strncmp(t->name, drop, strlen(drop))) continue;
-        json_t *shape = json_array();
-        for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
-        json_object_set_new(header, t->name,
-                            json_pack("{s:s, s:o, s:[I,I]}", "dtype", cv_dtype_name(t->dtype), "shape", shape,
-                                      "data_offsets", (json_int_t)offset, (json_int_t)(offset + t->nbytes)));
-        offset += t->nbytes;
-    }
-    char *text = json_dumps(header, JSON_COMPACT);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "wb");
-    uint64_t len = strlen(text);
-    fwrite(&len, sizeof len, 1, f);
-    fwrite(text, 1, len, f);
-    for (size_t i = 0; i < n; i++) {
-        const cv_tensor *t = cv_checkpoint_tensor(ck, i);
-        if (!(exact ? !strcmp(t->name, drop) : !strncmp(t->name, drop, strlen(drop)))) fwrite(t->data, 1, t->nbytes, f);
-    }
-    fclose(f);
-    free(text);
-    json_decref(header);
-    cv_checkpoint_close(ck);
+    const drop_rule rule = {drop, exact};
+    ce_write_checkpoint(from, dir, keep_undropped, &rule);
     return dir;
 }
 
@@ -552,8 +555,9 @@ static load_result load(const char *dir, const char *edit_key, int edit_value, b
 }
 
 static void test_loading(cv_threadpool *pool) {
-    for (int f = 0; f < 2; f++) {
-        const char *folder = f ? "qwen3.5-moe-bf16" : "qwen3-next-bf16";
+    static const char *const folders[] = {"qwen3-next-bf16", "qwen3.5-moe-bf16", "qwen3.5-dense-bf16"};
+    for (int f = 0; f < 3; f++) {
+        const char *folder = folders[f];
         const char *count_key = f ? "mtp_num_hidden_layers" : "num_nextn_predict_layers";
         char dir[512];
         snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
@@ -594,7 +598,7 @@ static void test_loading(cv_threadpool *pool) {
         /* Made-up weights: config.json decides (Qwen3-Next's test config does not declare MTP). */
         load_result dummy = load(dir, NULL, 0, true, true, pool);
         CHECK_EQ_INT(dummy.rc, 0);
-        CHECK(dummy.has_mtp == (f == 1));
+        CHECK(dummy.has_mtp == (f != 0));
         dummy = load(dir, count_key, 1, true, true, pool);
         CHECK(dummy.has_mtp);
     }
