@@ -12,6 +12,10 @@ folder to GGUF for llama.cpp. One tensor plan per architecture (config.json "arc
                                       projections, gated attention, routed experts fused into 3-D
                                       experts.gate_up_proj / experts.down_proj, shared expert. No
                                       mtp.* or model.visual.* tensors: nothing here runs them.
+  Qwen3_5ForConditionalGeneration     Qwen3.5/3.6 dense: the same, with a SwiGLU mlp.gate_proj /
+                                      up_proj / down_proj of intermediate_size in every layer.
+  Qwen3_5ForCausalLM                  the same dense text model saved text-only: model.*, flat
+                                      config.
 
 Values: matrices are random bf16 bit patterns of magnitude 2^-7..2^-6 (times --scale, a power of
 two) with a random sign — cheap to draw at 35B scale, and far from f32 denormals, which would slow
@@ -79,15 +83,32 @@ def layer_kinds(cfg):
     return kinds
 
 
-def qwen3_5_moe_plan(cfg):
-    """(name, shape, kind) of the Qwen3_5MoeForConditionalGeneration text tower, in file order."""
+def qwen3_5_mlp_plan(cfg, m, moe):
+    """(name, shape, kind) of one Qwen3.5 MLP at prefix m: the MoE block, or the dense SwiGLU."""
+    h = cfg["hidden_size"]
+    if not moe:
+        i = cfg["intermediate_size"]
+        return [(m + "gate_proj.weight", (i, h), "matrix"), (m + "up_proj.weight", (i, h), "matrix"),
+                (m + "down_proj.weight", (h, i), "matrix")]
+    e, ei, si = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["shared_expert_intermediate_size"]
+    return [
+        (m + "gate.weight", (e, h), "matrix"),
+        (m + "experts.gate_up_proj", (e, 2 * ei, h), "matrix"),
+        (m + "experts.down_proj", (e, h, ei), "matrix"),
+        (m + "shared_expert.gate_proj.weight", (si, h), "matrix"),
+        (m + "shared_expert.up_proj.weight", (si, h), "matrix"),
+        (m + "shared_expert.down_proj.weight", (h, si), "matrix"),
+        (m + "shared_expert_gate.weight", (1, h), "matrix"),
+    ]
+
+
+def qwen3_5_plan(cfg, moe, root):
+    """(name, shape, kind) of a Qwen3.5 text model (MoE or dense, under root), in file order."""
     h, v = cfg["hidden_size"], cfg["vocab_size"]
     hd, nh, nkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
     dk, dv, kernel = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg.get("linear_conv_kernel_dim", 4)
-    e, ei, si = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["shared_expert_intermediate_size"]
     key_dim, value_dim = nk * dk, nv * dv
-    root = "model.language_model."
     plan = [(root + "embed_tokens.weight", (v, h), "matrix")]
     for layer, kind in enumerate(layer_kinds(cfg)):
         p = f"{root}layers.{layer}."
@@ -115,25 +136,18 @@ def qwen3_5_moe_plan(cfg):
                 (a + "q_norm.weight", (hd,), "zero"),
                 (a + "k_norm.weight", (hd,), "zero"),
             ]
-        m = p + "mlp."
-        plan += [
-            (p + "post_attention_layernorm.weight", (h,), "zero"),
-            (m + "gate.weight", (e, h), "matrix"),
-            (m + "experts.gate_up_proj", (e, 2 * ei, h), "matrix"),
-            (m + "experts.down_proj", (e, h, ei), "matrix"),
-            (m + "shared_expert.gate_proj.weight", (si, h), "matrix"),
-            (m + "shared_expert.up_proj.weight", (si, h), "matrix"),
-            (m + "shared_expert.down_proj.weight", (h, si), "matrix"),
-            (m + "shared_expert_gate.weight", (1, h), "matrix"),
-        ]
+        plan.append((p + "post_attention_layernorm.weight", (h,), "zero"))
+        plan += qwen3_5_mlp_plan(cfg, p + "mlp.", moe)
     plan.append((root + "norm.weight", (h,), "zero"))
     plan.append(("lm_head.weight", (v, h), "matrix"))
     return plan
 
 
-PLANS = {
+PLANS = {  # architecture: (plan of the config's text fields, whether they are nested in text_config)
     "Qwen3ForCausalLM": (qwen3_plan, False),
-    "Qwen3_5MoeForConditionalGeneration": (qwen3_5_moe_plan, True),  # True: fields nested in text_config
+    "Qwen3_5MoeForConditionalGeneration": (lambda cfg: qwen3_5_plan(cfg, True, "model.language_model."), True),
+    "Qwen3_5ForConditionalGeneration": (lambda cfg: qwen3_5_plan(cfg, False, "model.language_model."), True),
+    "Qwen3_5ForCausalLM": (lambda cfg: qwen3_5_plan(cfg, False, "model."), False),
 }
 
 
