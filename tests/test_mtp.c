@@ -1,6 +1,5 @@
 /*
- * test_mtp.c — the multi-token-prediction module of Qwen3-Next, Qwen3.5-MoE and Qwen3.5 dense
- * (qwen-arch.md §5).
+ * test_mtp.c — the multi-token-prediction module of Qwen3-Next, Qwen3.5-MoE and Qwen3.5 dense.
  *
  * There are no reference logits for MTP, so the model's mtp_forward is checked against a naive
  * implementation written here straight from the spec: plain double-precision loops over the

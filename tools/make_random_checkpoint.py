@@ -6,9 +6,9 @@ cvllm loads with its real loader (mmap, safetensors), and bench/hf_to_gguf.py co
 folder to GGUF for llama.cpp. One tensor plan per architecture (config.json "architectures"):
 
   Qwen3ForCausalLM                    dense Qwen3 (model.*).
-  Qwen3_5MoeForConditionalGeneration  Qwen3.5/3.6-MoE text tower as Hugging Face publishes it
-                                      (qwen-arch.md §4.4): model.language_model.*, a top-level
-                                      lm_head, Gated-DeltaNet layers with the four contiguous input
+  Qwen3_5MoeForConditionalGeneration  Qwen3.5/3.6-MoE text tower as Hugging Face publishes it:
+                                      model.language_model.*, a top-level lm_head,
+                                      Gated-DeltaNet layers with the four contiguous input
                                       projections, gated attention, routed experts fused into 3-D
                                       experts.gate_up_proj / experts.down_proj, shared expert. No
                                       mtp.* or model.visual.* tensors: nothing here runs them.

@@ -28,7 +28,7 @@
  * has an `mtp.*` module sets ops->mtp_forward and keeps one more KV layer for it (the last kv layer).
  * The engine asks forward() for the final-normed hidden states of every token (batch->hidden_out),
  * then runs mtp_forward over the same positions with the *next* token of each position as input,
- * as vLLM's proposer does (qwen-arch.md §5).
+ * as vLLM's proposer does (vllm/v1/spec_decode/eagle.py, which also runs the MTP methods).
  */
 #ifndef CV_MODEL_H
 #define CV_MODEL_H

@@ -7,11 +7,11 @@
  * on (and corrupt) one recurrent state, so slots must be distinct within a batch; so must the slots
  * that state checkpoints are copied into, from each other and from the running ones.
  *
- * Attention follows qwen-arch.md §1.3/§2.3/§4.5: projections, per-head RMSNorm of q and k (gains
- * already in effective form), RoPE on the first rot_dim dims, K/V into the paged cache, causal GQA
- * with scale head_dim^−1/2 (also under partial RoPE), then the optional sigmoid output gate and
- * o_proj. The MoE block is §1.5/§4.7: f32 router softmax → top-k → optional renormalisation, then
- * the shared expert added with weight σ(shared_expert_gate · x) after the routed ones.
+ * Attention (Qwen3's, and the hybrids' gated full attention): projections, per-head RMSNorm of q
+ * and k (gains already in effective form), RoPE on the first rot_dim dims, K/V into the paged
+ * cache, causal GQA with scale head_dim^−1/2 (also under partial RoPE), then the optional sigmoid
+ * output gate and o_proj. The MoE block: f32 router softmax → top-k → optional renormalisation,
+ * then the shared expert added with weight σ(shared_expert_gate · x) after the routed ones.
  *
  * Weights read by every token — lm_head, attention, GDN projections, router, shared expert, dense
  * MLP — are qb_linears: bf16 ones are repacked once at load into the kernels' 16-row panels (the

@@ -3,8 +3,8 @@
  * Qwen3_5MoeForConditionalGeneration (Qwen3.5- and Qwen3.6-MoE, text tower only) and Qwen3.5 dense,
  * Qwen3_5ForConditionalGeneration / Qwen3_5ForCausalLM (e.g. Qwen3.6-27B).
  *
- * They differ only in how the checkpoint spells things and in the MLP, so one file serves all
- * (qwen-arch.md §4): Qwen3.5 nests its fields in text_config, prefixes the text model with
+ * They differ only in how the checkpoint spells things and in the MLP, so one file serves all:
+ * Qwen3.5 nests its fields in text_config, prefixes the text model with
  * "model.language_model." (the multimodal wrapper) or "model." (text-only ForCausalLM) and stores
  * the GDN input projections as four contiguous matrices (in_proj_qkv, in_proj_z, in_proj_b,
  * in_proj_a); Qwen3-Next uses "model." and two fused matrices grouped per key head (in_proj_qkvz,
@@ -31,7 +31,7 @@
  * which cuts its chunks at the token; attention layers keep nothing in the slot. So a forward with
  * checkpoints costs a few extra chunk boundaries and one state write per checkpoint, not a pass.
  *
- * MTP (qwen-arch.md §5, every family spells it alike): with load_mtp and an mtp.* module in the
+ * MTP (every family spells it alike): with load_mtp and an mtp.* module in the
  * checkpoint, its decoder layer is a full-attention layer like the main ones (same code, run_layer;
  * MoE, or dense in Qwen3.5 dense, as vLLM's Qwen3_5MTP) on one more kv layer after the main
  * model's; forward() then also hands out the final-normed hidden states it feeds to lm_head, which
@@ -80,7 +80,7 @@ typedef struct hybrid_layer {
     qb_moe mlp;
 } hybrid_layer;
 
-/* The multi-token-prediction module (qwen-arch.md §5.1): one gated-attention decoder layer behind
+/* The multi-token-prediction module: one gated-attention decoder layer behind
  * a projection of [normed embedding of the next token; normed hidden], sharing the main model's
  * embedding and lm_head. */
 typedef struct mtp_module {
@@ -672,7 +672,7 @@ static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv
     return 0;
 }
 
-/* The MTP step (model.h, qwen-arch.md §5.1). `hidden` is read in full before hidden_out is
+/* The MTP step (model.h). `hidden` is read in full before hidden_out is
  * written, so the engine may pass the previous step's hidden_out as both. */
 static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float *hidden, cv_kv_cache *kv,
                               float *logits) {
