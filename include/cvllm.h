@@ -53,7 +53,8 @@ void cvllm_free(void *ptr);
 
 typedef struct cvllm_tokenizer cvllm_tokenizer;
 
-/* `model` is a model folder or a hub id found in the Hugging Face cache (see cvllm_engine_options). */
+/* `model` is a model folder or a hub id: from the Hugging Face cache, else the tokenizer cvllm ships
+ * for that id, else downloaded (see cvllm_engine_options). */
 cvllm_status cvllm_tokenizer_create(const char *model, cvllm_tokenizer **out);
 void cvllm_tokenizer_destroy(cvllm_tokenizer *tok);
 

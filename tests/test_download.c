@@ -215,7 +215,7 @@ static void test_no_cache_no_network(void) {
     expect_resolve_error(REPO, &cache_only, CVLLM_ERR_NOT_FOUND, "not in the Hugging Face cache (");
     expect_resolve_error(REPO, &cache_only, CVLLM_ERR_NOT_FOUND, "cache-empty); downloads are disabled");
     setenv("HF_HUB_OFFLINE", "1", 1);
-    expect_resolve_error(REPO, &download_all, CVLLM_ERR_NOT_FOUND, "HF_HUB_OFFLINE is set");
+    expect_resolve_error(REPO, &download_all, CVLLM_ERR_NETWORK, "cannot download " REPO ": HF_HUB_OFFLINE is set");
     unsetenv("HF_HUB_OFFLINE");
     setenv("HF_ENDPOINT", "http://127.0.0.1:1", 1); /* nothing listens on port 1 */
     expect_resolve_error(REPO, &download_all, CVLLM_ERR_NETWORK, "cannot download " REPO ": no network (");

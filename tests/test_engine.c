@@ -471,7 +471,8 @@ static void test_engine_creation_errors(void) {
     o.model = dir;
     o.kv_cache_memory_bytes = 64 * 1024;
     o.max_model_len = 1024;
-    expect_create_fails(&o, CVLLM_ERR_CAPACITY, "To serve at least one request with the model's max seq len (1024)");
+    /* vLLM's words, its typo included. */
+    expect_create_fails(&o, CVLLM_ERR_CAPACITY, "To serve at least one request with the models's max seq len (1024)");
     o.kv_cache_memory_bytes = 0;
     o.max_model_len = 100000;
     expect_create_fails(&o, CVLLM_ERR_INVALID_ARGUMENT, "User-specified max_model_len (100000) is greater than");

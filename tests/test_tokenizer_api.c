@@ -1,7 +1,7 @@
 /*
- * test_tokenizer_api.c — the public tokenizer calls of cvllm.h: creation from a folder and from a
- * hub id found in a Hugging Face cache (offline, a cache laid out in a temporary folder), encode,
- * decode, vocabulary size, and the messages of every failure.
+ * test_tokenizer_api.c — the public tokenizer calls of cvllm.h: creation from a folder, from a hub
+ * id found in a Hugging Face cache (offline, a cache laid out in a temporary folder) and from the
+ * tokenizer cvllm ships for an id, encode, decode, vocabulary size, and the messages of every failure.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,9 +88,16 @@ static void test_hub_id(void) {
     CHECK_EQ_INT(cvllm_tokenizer_create("Qwen/Qwen3-0.6B", &tok), CVLLM_OK);
     CHECK_EQ_INT(cvllm_tokenizer_vocab_size(tok), 151669);
     cvllm_tokenizer_destroy(tok);
+    /* Neither cached nor shipped: it cannot be fetched, and the message lists what is shipped. */
     CHECK_EQ_INT(cvllm_tokenizer_create("Qwen/Not-There", &tok), CVLLM_ERR_NOT_FOUND);
-    CHECK_CONTAINS(cvllm_last_error(), "model Qwen/Not-There: no such folder");
+    CHECK_CONTAINS(cvllm_last_error(), "cannot download Qwen/Not-There: HF_HUB_OFFLINE is set");
+    CHECK_CONTAINS(cvllm_last_error(), "cvllm ships configs (for --load-format dummy) only for: ");
+    CHECK_CONTAINS(cvllm_last_error(), "Qwen/Qwen3-0.6B, Qwen/Qwen3-1.7B, Qwen/Qwen3-4B, ");
     CHECK(tok == NULL);
+    /* Not cached but shipped: the tokenizer cvllm ships for the id. */
+    CHECK_EQ_INT(cvllm_tokenizer_create("Qwen/Qwen3-32B", &tok), CVLLM_OK);
+    CHECK_EQ_INT(cvllm_tokenizer_vocab_size(tok), 151669);
+    cvllm_tokenizer_destroy(tok);
     char *cmd = cv_xasprintf("rm -rf '%s'", cache);
     CHECK(system(cmd) == 0);
     free(cmd);

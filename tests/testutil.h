@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static inline char *tu_strdupf(const char *fmt, const char *a, const char *b) {
@@ -143,6 +145,65 @@ static inline float *tu_load_ref_npy(const char *vector_name, const char *file, 
     free(dir);
     free(path);
     return d;
+}
+
+/* The whole file as a string ("" when it cannot be read); free() it. */
+static inline char *tu_read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    char *s = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (s = calloc(1, (size_t)n + 1)) && fread(s, 1, (size_t)n, f) != (size_t)n)
+        s[0] = '\0';
+    if (f) fclose(f);
+    return s ? s : calloc(1, 1);
+}
+
+/* One run of the cvllm binary: exit status (-1 when it did not exit), stdout, stderr, wall time. */
+typedef struct tu_run {
+    int status;
+    char *out, *err;
+    double seconds;
+} tu_run;
+
+/* Runs `ENV cvllm ARGS` through the shell (ENV: assignments such as "HF_HUB_OFFLINE=1", or ""),
+ * with stdout and stderr in files under `tmp`. */
+static inline tu_run tu_run_cvllm(const char *tmp, const char *env, const char *args) {
+    size_t n = (size_t)snprintf(NULL, 0, "%s %s %s >%s/out 2>%s/err", env, CVLLM_BINARY, args, tmp, tmp) + 1;
+    char *cmd = malloc(n);
+    snprintf(cmd, n, "%s %s %s >%s/out 2>%s/err", env, CVLLM_BINARY, args, tmp, tmp);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int st = system(cmd);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    free(cmd);
+    tu_run r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                .seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)};
+    char *p = tu_strdupf("%s/%s", tmp, "out");
+    r.out = tu_read_text(p);
+    free(p);
+    p = tu_strdupf("%s/%s", tmp, "err");
+    r.err = tu_read_text(p);
+    free(p);
+    return r;
+}
+
+static inline void tu_run_free(tu_run *r) {
+    free(r->out);
+    free(r->err);
+}
+
+/* A copy of the last line of s without its newline (log lines come before a command's error line);
+ * free() it. */
+static inline char *tu_last_line(const char *s) {
+    size_t end = strlen(s);
+    while (end > 0 && s[end - 1] == '\n') end--;
+    size_t start = end;
+    while (start > 0 && s[start - 1] != '\n') start--;
+    char *line = malloc(end - start + 1);
+    memcpy(line, s + start, end - start);
+    line[end - start] = '\0';
+    return line;
 }
 
 #endif

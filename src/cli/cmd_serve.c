@@ -26,6 +26,7 @@
 #include "cvllm.h"
 #include "engine/engine.h"
 #include "engine/engine_loop.h"
+#include "loader/resolve.h"
 #include "server/server.h"
 
 typedef struct serve_args {
@@ -211,7 +212,7 @@ static int load_chat_template(const serve_args *g, cv_chat_template **out) {
     *out = NULL;
     const char *source = g->engine.tokenizer ? g->engine.tokenizer : g->engine.model;
     char *dir = NULL;
-    int rc = cv_engine_resolve_model(source, g->engine.revision, false, &dir);
+    int rc = cv_resolve_model(source, g->engine.revision, false, &dir);
     if (rc && !g->chat_template_file) return rc;
     rc = cv_chat_template_load(dir, g->chat_template_file, out);
     free(dir);

@@ -12,13 +12,16 @@
  */
 #include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/engine.h"
-#include "loader/hub.h"
+#include "loader/resolve.h"
 
 #define DEFAULT_MAX_NUM_SEQS 256
 #define DEFAULT_MAX_NUM_BATCHED_TOKENS 4096
@@ -90,26 +93,94 @@ static int load_generation_config(cvllm_engine *e) {
     return cv_generation_config_load(which, &e->gen);
 }
 
+/* vLLM's derived max_model_len (_get_and_verify_max_len): max_position_embeddings, stretched by the
+ * RoPE scaling factor (YaRN: from its original_max_position_embeddings). */
+static int32_t derived_max_model_len(const cv_model_config *c) {
+    const cv_rope_config *r = &c->rope;
+    double len = (r->type == CV_ROPE_YARN ? r->original_max_position : c->max_position_embeddings) * r->factor;
+    return len > INT32_MAX ? INT32_MAX : (int32_t)len;
+}
+
+/* vLLM's envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" or "true", any case, surrounding blanks ignored. */
+static bool allow_long_max_model_len(void) {
+    const char *v = getenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN");
+    if (!v) return false;
+    while (*v == ' ' || *v == '\t' || *v == '\n') v++;
+    size_t n = strlen(v);
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == '\n')) n--;
+    return (n == 1 && v[0] == '1') || (n == 4 && !strncasecmp(v, "true", 4));
+}
+
+/* A longer max_model_len than the config allows is vLLM's error, or with VLLM_ALLOW_LONG_MAX_MODEL_LEN
+ * its warning, word for word; a config's own model_max_length may allow it. */
 static int resolve_max_model_len(cvllm_engine *e) {
-    int32_t derived = e->config.max_position_embeddings;
-    if (e->opts.max_model_len == 0) {
-        e->max_model_len = derived;
-    } else if (derived > 0 && e->opts.max_model_len > derived) {
-        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
-                       "User-specified max_model_len (%d) is greater than the derived max_model_len "
-                       "(max_position_embeddings=%d in model's config.json).",
-                       e->opts.max_model_len, derived);
-    } else {
-        e->max_model_len = e->opts.max_model_len;
+    const int32_t derived = derived_max_model_len(&e->config), asked = e->opts.max_model_len;
+    e->max_model_len = asked ? asked : derived;
+    json_t *mml = json_object_get(e->config.text, "model_max_length");
+    if (asked > derived && !(json_is_integer(mml) && asked <= json_integer_value(mml))) {
+        char limit[32] = "None";
+        if (json_is_integer(mml)) snprintf(limit, sizeof limit, "%lld", (long long)json_integer_value(mml));
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "User-specified max_model_len (%d) is greater than the derived max_model_len "
+                 "(max_position_embeddings=%d or model_max_length=%s in model's config.json).",
+                 asked, derived, limit);
+        static const char warning[] =
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative position "
+            "encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model uses absolute "
+            "position encoding, positions exceeding derived_max_model_len will cause a CUDA array out-of-bounds "
+            "error.";
+        if (!allow_long_max_model_len())
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
+                           "%s To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. %s",
+                           msg, warning);
+        cv_warn("engine", "%s %s", msg, warning);
     }
     if (e->max_model_len <= 1) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_model_len must be at least 2");
     return 0;
 }
 
+/* msModelSlim checkpoints (Ascend W8A8, qwen-arch.md §7) carry quant_model_description.json beside
+ * int8 tensors the kernels cannot read yet: a real load is refused by name; a dummy run of the
+ * shape is fine, with unquantized random weights. */
+static int check_quantized_checkpoint(const cvllm_engine *e, bool dummy) {
+    char *path = cv_xasprintf("%s/quant_model_description.json", e->model_dir);
+    bool quantized = access(path, F_OK) == 0;
+    json_t *desc = quantized ? json_load_file(path, 0, NULL) : NULL;
+    free(path);
+    if (!quantized) return 0;
+    const char *type = json_string_value(json_object_get(desc, "model_quant_type"));
+    char kind[64];
+    snprintf(kind, sizeof kind, "%s", type ? type : "quantized");
+    json_decref(desc);
+    if (!dummy)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED,
+                       "%s is an msModelSlim %s checkpoint (quant_model_description.json): its quantized weights "
+                       "cannot be loaded yet",
+                       e->opts.model, kind);
+    cv_warn("engine", "%s is an msModelSlim %s checkpoint: --load-format dummy runs its shape with random "
+            "unquantized weights", e->opts.model, kind);
+    return 0;
+}
+
+/* The footprint from config.json, and the refusal of a model that cannot fit, before anything big
+ * is allocated. The weight dtype is --dtype's for dummy weights, the config's for a checkpoint. */
+static int check_memory_fit(cvllm_engine *e, bool dummy, cv_footprint *fp, bool *known) {
+    cv_footprint_params p = {.weight_dtype = e->config.torch_dtype,
+                             .with_mtp = e->spec.method == CV_SPEC_MTP,
+                             .max_num_batched_tokens = e->opts.max_num_batched_tokens,
+                             .max_num_seqs = e->opts.max_num_seqs};
+    int rc = dummy ? weight_dtype(e->opts.dtype, e->config.torch_dtype, &p.weight_dtype) : 0;
+    if (rc) return rc;
+    /* Unknown architectures are named by the model registry, a moment later. */
+    *known = cv_footprint_estimate(&e->config, &p, fp);
+    return *known ? cv_kv_cache_check_fit(e, fp) : 0;
+}
+
 static int load_tokenizer(cvllm_engine *e) {
     if (!e->opts.tokenizer) return cv_tokenizer_load(e->model_dir, &e->tokenizer);
     char *dir = NULL;
-    int rc = cv_engine_resolve_model(e->opts.tokenizer, e->opts.revision, false, &dir);
+    int rc = cv_resolve_model(e->opts.tokenizer, e->opts.revision, false, &dir);
     if (!rc) rc = cv_tokenizer_load(dir, &e->tokenizer);
     free(dir);
     return rc;
@@ -165,7 +236,7 @@ static int create_engine(cvllm_engine *e) {
     int rc;
     bool dummy = is_dummy_format(e->opts.load_format, &rc);
     if (rc) return rc;
-    rc = cv_engine_resolve_model(e->opts.model, e->opts.revision, !dummy, &e->model_dir);
+    rc = cv_resolve_model(e->opts.model, e->opts.revision, !dummy, &e->model_dir);
     if (rc) return rc;
     cv_info("engine", "Initializing engine: model=%s (%s), load_format=%s", e->opts.model, e->model_dir,
             dummy ? "dummy" : "safetensors");
@@ -173,10 +244,17 @@ static int create_engine(cvllm_engine *e) {
     if ((rc = cv_model_config_load(e->model_dir, &e->config))) return rc;
     if ((rc = load_generation_config(e))) return rc;
     if ((rc = resolve_max_model_len(e))) return rc;
+    if ((rc = check_quantized_checkpoint(e, dummy))) return rc;
+    cv_footprint fp;
+    bool known;
+    if ((rc = check_memory_fit(e, dummy, &fp, &known))) return rc;
     if ((rc = load_tokenizer(e))) return rc;
     if ((rc = load_weights_and_model(e, dummy))) return rc;
+    if (!known)
+        return cv_fail(CVLLM_ERR_INTERNAL, "no memory footprint for architecture %s (engine/footprint.c lacks it)",
+                       e->config.architecture);
     if ((rc = check_state_support(e))) return rc;
-    if ((rc = cv_kv_cache_create(e))) return rc;
+    if ((rc = cv_kv_cache_create(e, &fp))) return rc;
     cv_scheduler_init(&e->sched, &e->blocks, e->opts.max_num_seqs, e->opts.max_num_batched_tokens,
                       e->opts.block_size, e->max_model_len, e->opts.enable_prefix_caching,
                       e->states.cache.data ? &e->states : NULL);

@@ -12,6 +12,7 @@
 #include "cvllm.h"
 #include "base/threadpool.h"
 #include "engine/block_pool.h"
+#include "engine/footprint.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/spec_decode.h"
@@ -103,16 +104,16 @@ void cv_engine_enqueue_request(cvllm_engine *e, cv_request *req);
  * with the next step. */
 void cv_engine_fail_all(cvllm_engine *e);
 
-/* Resolves a MODEL argument (folder or hub id) into a local folder; for load_format dummy a hub id
- * that is nowhere on disk falls back to the configs shipped with cvllm. */
-int cv_engine_resolve_model(const char *model, const char *revision, bool need_weights, char **dir);
-
 /* Drafts from the model's MTP module for the sequences of the last forward pass (mtp.c). */
 int cv_mtp_propose(cvllm_engine *e, cv_mtp_work *w, const cv_mtp_seq *seqs, int32_t n, const float *main_hidden);
 void cv_mtp_work_free(cv_mtp_work *w);
 
-/* KV cache sizing (engine/kv_cache.c). */
-int cv_kv_cache_create(cvllm_engine *e);
+/* The memory plan (engine/kv_cache.c). check_fit refuses, before anything is allocated, a model
+ * whose estimated footprint cannot fit the memory budget; create sizes the KV cache and recurrent
+ * state pool from the budget once the model is loaded (its own KV and state sizes replace the
+ * estimate's) and allocates them. */
+int cv_kv_cache_check_fit(const cvllm_engine *e, const cv_footprint *estimate);
+int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate);
 void cv_kv_cache_destroy(cvllm_engine *e);
 
 #endif

@@ -1,14 +1,19 @@
 /*
- * kv_cache.c — sizing and allocating the paged KV cache from the memory budget.
+ * kv_cache.c — the memory plan (does the model fit, how big is the KV cache) and the KV cache itself.
  *
- * The budget is, in vLLM's order of precedence: --kv-cache-memory-bytes; VLLM_CPU_KVCACHE_SPACE (GiB,
- * vLLM's CPU knob); else gpu_memory_utilization × this machine's RAM minus the weights and the
- * logits buffer. Models with recurrent state take their state slots out of the same budget first:
- * one per running sequence, the speculative-decoding scratch, and, for prefix caching, checkpoints
- * worth up to a quarter of the budget. The budget becomes whole blocks. It is capped at what max_num_seqs requests of
- * max_model_len tokens could ever use, so a small model on a big machine does not reserve RAM it
- * cannot use. The memory is calloc'd: the kernel hands out zero pages lazily, so resident memory
- * grows with the tokens actually cached.
+ * The budget for the KV cache is, in vLLM's order of precedence: --kv-cache-memory-bytes;
+ * VLLM_CPU_KVCACHE_SPACE (GiB, vLLM's CPU knob); else gpu_memory_utilization × this machine's RAM
+ * minus the weights and the activations (forward scratch and logits). Models with recurrent state
+ * take their state slots out of the same budget first: one per running sequence, the
+ * speculative-decoding scratch, and, for prefix caching, checkpoints worth up to a quarter of what
+ * one max_model_len request leaves over. What is left becomes whole blocks, capped at what max_num_seqs requests of max_model_len
+ * tokens could ever use, so a small model on a big machine does not reserve RAM it cannot use.
+ *
+ * The plan is made twice from the same function. First from config.json alone (engine/footprint.c),
+ * before any weight is allocated, so that a model that cannot fit is refused at once with vLLM's
+ * message and the numbers instead of after a minute of filling memory; then, once the model is
+ * loaded, with its own KV and state sizes, to allocate. The memory is calloc'd: the kernel hands out
+ * zero pages lazily, so resident memory grows with the tokens actually cached.
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,96 +26,147 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-static size_t kv_bytes_per_token(const cv_kv_spec *spec) {
-    return (size_t)spec->num_layers * 2 * (size_t)spec->num_kv_heads * (size_t)spec->head_dim * sizeof(float);
-}
+typedef struct memory_plan {
+    double budget;                 /* bytes for the KV cache and the recurrent state */
+    char source[160];              /* where the budget came from, for messages */
+    int32_t state_running, state_spec, state_ckpt;
+    double state_bytes;            /* the whole state pool */
+    size_t block_bytes;
+    int64_t kv_blocks;             /* usable blocks (the pool's reserved block 0 comes on top) */
+} memory_plan;
 
 static double machine_ram_bytes(void) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 ? (double)pages * (double)page : 0.0;
 }
 
-static int kv_budget_bytes(const cvllm_engine *e, double *budget) {
+/* The explicit budgets, when one is set: *set = false leaves gpu_memory_utilization to decide. */
+static int explicit_budget(const cvllm_engine *e, memory_plan *plan, bool *set) {
     const char *space = getenv("VLLM_CPU_KVCACHE_SPACE");
+    *set = true;
     if (e->opts.kv_cache_memory_bytes > 0) {
-        *budget = (double)e->opts.kv_cache_memory_bytes;
+        plan->budget = (double)e->opts.kv_cache_memory_bytes;
+        snprintf(plan->source, sizeof plan->source, "kv_cache_memory_bytes=%llu",
+                 (unsigned long long)e->opts.kv_cache_memory_bytes);
     } else if (space && *space) {
         char *end;
         double gib = strtod(space, &end);
-        if (*end || gib <= 0)
+        if (*end || !(gib > 0))
             return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "VLLM_CPU_KVCACHE_SPACE must be a positive number of GiB, got '%s'", space);
-        *budget = gib * GIB;
+        plan->budget = gib * GIB;
+        snprintf(plan->source, sizeof plan->source, "VLLM_CPU_KVCACHE_SPACE=%s", space);
     } else {
-        double util = e->opts.gpu_memory_utilization;
-        double logits = (double)e->opts.max_num_seqs * e->vocab_size * sizeof(float);
-        *budget = util * machine_ram_bytes() - (double)e->model->weight_bytes - logits;
-        if (*budget <= 0)
+        *set = false;
+    }
+    return 0;
+}
+
+/* The advice for a model whose weights and activations (`fixed`) leave too little of the RAM: only
+ * what could work on this machine. `least` is the state and KV of one request of one block, `full`
+ * of one request of max_model_len. */
+static const char *ram_advice(double fixed, double least, double full, double ram, bool utilization) {
+    if (fixed + full <= ram && utilization) return "Try increasing `gpu_memory_utilization` when initializing the engine.";
+    if (fixed + least <= ram)
+        return utilization ? "Try increasing `gpu_memory_utilization` and decreasing `max_model_len` when "
+                             "initializing the engine."
+                           : "Try decreasing `max_model_len` when initializing the engine.";
+    return "It does not fit in this machine's RAM.";
+}
+
+static int make_plan(const cvllm_engine *e, const cv_footprint *fp, bool state_prefix_caching, memory_plan *plan) {
+    *plan = (memory_plan){0};
+    const int32_t bs = e->opts.block_size, running = e->opts.max_num_seqs;
+    const int32_t spec = e->spec.method != CV_SPEC_NONE ? e->spec.num_speculative_tokens : 0;
+    const double ram = machine_ram_bytes(), gib_ram = ram / GIB;
+    const double weights = (double)fp->weight_bytes, activations = (double)fp->activation_bytes;
+    const double fixed = weights + activations;
+    plan->block_bytes = fp->kv_bytes_per_token * (size_t)bs;
+    const int64_t need_blocks = ((int64_t)e->max_model_len + bs - 1) / bs;
+    const double need_kv = (double)need_blocks * (double)plan->block_bytes;
+    const double state_fixed =
+        fp->state_bytes_per_seq ? (double)cv_state_pool_bytes(fp->state_bytes_per_seq, running, spec, 0) : 0;
+    bool is_explicit;
+    int rc = explicit_budget(e, plan, &is_explicit);
+    if (rc) return rc;
+    const double least = state_fixed + (double)plan->block_bytes, full = state_fixed + need_kv;
+    if (!is_explicit) {
+        const double util = e->opts.gpu_memory_utilization;
+        plan->budget = util * ram - fixed;
+        snprintf(plan->source, sizeof plan->source,
+                 "gpu_memory_utilization %.2f × %.2f GiB RAM, less %.2f GiB of weights and %.2f GiB of activations",
+                 util, gib_ram, weights / GIB, activations / GIB);
+        if (plan->budget <= 0)
             return cv_fail(CVLLM_ERR_NO_MEMORY,
-                           "no memory left for the KV cache: gpu_memory_utilization %.2f of %.2f GiB RAM is "
-                           "less than the weights (%.2f GiB); raise --gpu-memory-utilization or set "
-                           "--kv-cache-memory-bytes",
-                           util, machine_ram_bytes() / GIB, (double)e->model->weight_bytes / GIB);
+                           "No available memory for the cache blocks: %s takes %.2f GiB of weights and %.2f GiB of "
+                           "activations, more than gpu_memory_utilization %.2f × %.2f GiB RAM = %.2f GiB. %s",
+                           e->opts.model, weights / GIB, activations / GIB, util, gib_ram, util * gib_ram,
+                           ram_advice(fixed, least, full, ram, true));
     }
-    return 0;
-}
-
-static int check_fits_one_request(const cvllm_engine *e, int64_t usable_blocks, size_t block_bytes) {
-    int32_t bs = e->opts.block_size;
-    int64_t need = ((int64_t)e->max_model_len + bs - 1) / bs;
-    if (usable_blocks >= need) return 0;
-    return cv_fail(CVLLM_ERR_CAPACITY,
-                   "To serve at least one request with the model's max seq len (%d), (%.2f GiB KV cache is "
-                   "needed, which is larger than the available KV cache memory (%.2f GiB). Based on the "
-                   "available memory, the estimated maximum model length is %lld. Try increasing "
-                   "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
-                   e->max_model_len, (double)need * block_bytes / GIB, (double)usable_blocks * block_bytes / GIB,
-                   (long long)(usable_blocks * bs));
-}
-
-/* Sizes and allocates the state pool from the budget; returns what is left for the KV cache. */
-static int create_state_pool(cvllm_engine *e, double *budget) {
-    size_t bytes = e->model->state_bytes_per_seq;
-    if (bytes == 0) return 0;
-    int32_t running = e->opts.max_num_seqs;
-    int32_t spec = e->spec.method != CV_SPEC_NONE ? e->spec.num_speculative_tokens : 0;
-    double fixed = (double)cv_state_pool_bytes(bytes, running, spec, 0);
-    int32_t ckpt = 0;
-    if (e->state_prefix_caching) {
-        double per = (double)cv_state_pool_bytes(bytes, 0, 0, 1);
-        double most = floor(0.25 * (*budget - fixed) / per);
-        ckpt = most > 2.0 * running ? 2 * running : most > 0 ? (int32_t)most : 0;
-        if (ckpt == 0) cv_warn("kv_cache", "no memory left for recurrent-state checkpoints: prefix caching will not hit");
-    }
-    double total = (double)cv_state_pool_bytes(bytes, running, spec, ckpt);
-    if (total >= *budget)
+    if (state_fixed >= plan->budget && state_fixed > 0)
         return cv_fail(CVLLM_ERR_NO_MEMORY,
-                       "the recurrent state of %d sequences (%.2f GiB) does not fit in the KV cache budget (%.2f GiB); "
-                       "lower --max-num-seqs or raise the budget",
-                       running, total / GIB, *budget / GIB);
-    int rc = cv_state_pool_init(&e->states, bytes, running, spec, ckpt);
-    if (rc) return rc;
-    *budget -= total;
-    cv_info("kv_cache", "Recurrent state: %d running + %d speculative + %d checkpoint slots of %.2f MiB (%.2f GiB)",
-            running, running * spec, ckpt, (double)bytes / (1 << 20), total / GIB);
+                       "the recurrent state of %d sequences (%.2f GiB) does not fit in the KV cache budget (%.2f GiB: "
+                       "%s); lower --max-num-seqs or raise the budget",
+                       running, state_fixed / GIB, plan->budget / GIB, plan->source);
+    const double available = plan->budget - state_fixed;
+    const int64_t available_blocks = plan->block_bytes ? (int64_t)floor(available / (double)plan->block_bytes) : 0;
+    if (available_blocks < need_blocks)
+        return cv_fail(CVLLM_ERR_CAPACITY,
+                       "To serve at least one request with the models's max seq len (%d), (%.2f GiB KV cache is "
+                       "needed, which is larger than the available KV cache memory (%.2f GiB). Based on the "
+                       "available memory, the estimated maximum model length is %lld. Try %s or decreasing "
+                       "`max_model_len` when initializing the engine. (Budget: %s.)",
+                       e->max_model_len, need_kv / GIB, available / GIB, (long long)(available_blocks * bs),
+                       is_explicit ? "raising the KV cache budget" : "increasing `gpu_memory_utilization`",
+                       plan->source);
+    /* The KV budget is the user's; the weights must still fit in RAM next to one request. */
+    if (is_explicit && fixed + full > ram)
+        return cv_fail(CVLLM_ERR_NO_MEMORY,
+                       "%s needs %.2f GiB of weights and %.2f GiB of activations, plus %.2f GiB of KV cache and "
+                       "state for one request of max_model_len %d: more than this machine's %.2f GiB of RAM. %s",
+                       e->opts.model, weights / GIB, activations / GIB, full / GIB, e->max_model_len, gib_ram,
+                       ram_advice(fixed, least, full, ram, false));
+    if (fp->state_bytes_per_seq) {
+        /* Prefix checkpoints take up to a quarter of what one max-length request leaves over. */
+        if (state_prefix_caching) {
+            double per = (double)cv_state_pool_bytes(fp->state_bytes_per_seq, 0, 0, 1);
+            double most = floor(0.25 * (available - need_kv) / per);
+            plan->state_ckpt = most > 2.0 * running ? 2 * running : most > 0 ? (int32_t)most : 0;
+        }
+        plan->state_running = running;
+        plan->state_spec = spec;
+        plan->state_bytes = (double)cv_state_pool_bytes(fp->state_bytes_per_seq, running, spec, plan->state_ckpt);
+    }
+    plan->kv_blocks = plan->block_bytes ? (int64_t)floor((plan->budget - plan->state_bytes) / (double)plan->block_bytes) : 0;
+    int64_t most_useful = (int64_t)running * need_blocks;
+    if (plan->kv_blocks > most_useful) plan->kv_blocks = most_useful;
+    if (plan->kv_blocks > INT32_MAX - 1) plan->kv_blocks = INT32_MAX - 1;
     return 0;
 }
 
-int cv_kv_cache_create(cvllm_engine *e) {
-    const cv_kv_spec *spec = &e->model->kv_spec;
-    int32_t bs = e->opts.block_size;
-    size_t block_bytes = kv_bytes_per_token(spec) * (size_t)bs;
-    double budget = 0;
-    int rc = kv_budget_bytes(e, &budget);
-    if (!rc) rc = create_state_pool(e, &budget);
-    if (rc) return rc;
-    int64_t usable = block_bytes ? (int64_t)floor(budget / (double)block_bytes) : 0;
-    rc = check_fits_one_request(e, usable, block_bytes);
-    if (rc) return rc;
-    int64_t most_useful = (int64_t)e->opts.max_num_seqs * ((e->max_model_len + bs - 1) / bs);
-    if (usable > most_useful) usable = most_useful;
-    if (usable > INT32_MAX - 1) usable = INT32_MAX - 1;
+int cv_kv_cache_check_fit(const cvllm_engine *e, const cv_footprint *estimate) {
+    memory_plan plan;
+    return make_plan(e, estimate, e->opts.enable_prefix_caching, &plan);
+}
 
-    e->kv.num_blocks = (int32_t)usable + 1; /* block 0 is reserved by the pool */
+int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate) {
+    const cv_kv_spec *spec = &e->model->kv_spec;
+    cv_footprint fp = *estimate;
+    fp.kv_bytes_per_token = (size_t)spec->num_layers * 2 * (size_t)spec->num_kv_heads * (size_t)spec->head_dim * sizeof(float);
+    fp.state_bytes_per_seq = e->model->state_bytes_per_seq;
+    memory_plan plan;
+    int rc = make_plan(e, &fp, e->state_prefix_caching, &plan);
+    if (rc) return rc;
+    if (fp.state_bytes_per_seq) {
+        if (e->state_prefix_caching && plan.state_ckpt == 0)
+            cv_warn("kv_cache", "no memory left for recurrent-state checkpoints: prefix caching will not hit");
+        rc = cv_state_pool_init(&e->states, fp.state_bytes_per_seq, plan.state_running, plan.state_spec, plan.state_ckpt);
+        if (rc) return rc;
+        cv_info("kv_cache", "Recurrent state: %d running + %d speculative + %d checkpoint slots of %.2f MiB (%.2f GiB)",
+                plan.state_running, plan.state_running * plan.state_spec, plan.state_ckpt,
+                (double)fp.state_bytes_per_seq / (1 << 20), plan.state_bytes / GIB);
+    }
+    const int32_t bs = e->opts.block_size;
+    e->kv.num_blocks = (int32_t)plan.kv_blocks + 1; /* block 0 is reserved by the pool */
     e->kv.block_size = bs;
     e->kv.k = cv_xcalloc((size_t)spec->num_layers, sizeof(float *));
     e->kv.v = cv_xcalloc((size_t)spec->num_layers, sizeof(float *));
@@ -123,8 +179,8 @@ int cv_kv_cache_create(cvllm_engine *e) {
                            (double)floats * 2 * sizeof(float) * spec->num_layers / GIB);
     }
     cv_block_pool_init(&e->blocks, e->kv.num_blocks);
-    int64_t tokens = usable * bs;
-    cv_info("kv_cache", "Available KV cache memory: %.2f GiB", (double)usable * block_bytes / GIB);
+    int64_t tokens = plan.kv_blocks * bs;
+    cv_info("kv_cache", "Available KV cache memory: %.2f GiB", (double)plan.kv_blocks * (double)plan.block_bytes / GIB);
     cv_info("kv_cache", "KV cache size: %lld tokens", (long long)tokens);
     cv_info("kv_cache", "Maximum concurrency for %d tokens per request: %.2fx", e->max_model_len,
             (double)tokens / e->max_model_len);

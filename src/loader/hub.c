@@ -12,7 +12,8 @@
  * ~/.cache/huggingface/hub. A cached snapshot is used when it holds config.json and, when weights
  * are wanted, the whole checkpoint (model.safetensors, or the index and every shard it names).
  *
- * Downloads (allowed by the caller and not forbidden by HF_HUB_OFFLINE) ask the hub which commit
+ * Downloads (allowed by the caller and not forbidden by HF_HUB_OFFLINE, which fails like an
+ * unreachable hub: CVLLM_ERR_NETWORK) ask the hub which commit
  * the revision names and which files it has, then fetch only what serving needs — configs,
  * tokenizer files, the chat template and (when wanted) safetensors files — into snapshots/COMMIT/
  * directly, each via FILE.incomplete (see download.c), and finally write refs/REVISION. Files are
@@ -172,8 +173,12 @@ static bool has_checkpoint(const char *snap) {
     return ok;
 }
 
+/* An msModelSlim checkpoint (quant_model_description.json beside quant_model_weights*.safetensors)
+ * counts as complete: it is the engine that names what it cannot load, not a download retried on
+ * every start. */
 static bool snapshot_complete(const char *snap, bool weights) {
-    return has_file(snap, "config.json") && (!weights || has_checkpoint(snap));
+    return has_file(snap, "config.json") &&
+           (!weights || has_checkpoint(snap) || has_file(snap, "quant_model_description.json"));
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -329,7 +334,8 @@ static char *file_url(const hub_remote *r, const char *id, const char *commit, c
  * everything else in a repository (other weight formats, READMEs, images) is skipped. */
 static bool wanted(const char *file, bool weights) {
     static const char *const always[] = {"config.json", "generation_config.json", "tokenizer.json",
-                                         "tokenizer_config.json", "chat_template.jinja"};
+                                         "tokenizer_config.json", "chat_template.jinja",
+                                         "quant_model_description.json"};
     if (!plain_name(file)) return false;
     for (size_t i = 0; i < CV_ARRAY_LEN(always); i++)
         if (!strcmp(file, always[i])) return true;
@@ -433,10 +439,13 @@ int cv_hub_resolve(const char *model, const cv_hub_options *opts, char **dir) {
             /* Complete, or the best there is: a missing file is then named by whoever opens it. */
             *dir = snap;
             snap = NULL;
-        } else if (!opts->allow_download || offline) {
-            rc = cv_fail(CVLLM_ERR_NOT_FOUND,
-                         "model %s: no such folder, and not in the Hugging Face cache (%s)%s", model, cache,
-                         offline ? "; HF_HUB_OFFLINE is set" : "; downloads are disabled");
+        } else if (offline) {
+            /* The same status as an unreachable hub: either way the model cannot be fetched. */
+            rc = cv_fail(CVLLM_ERR_NETWORK, "cannot download %s: HF_HUB_OFFLINE is set, and it is not in the "
+                         "Hugging Face cache (%s)", model, cache);
+        } else if (!opts->allow_download) {
+            rc = cv_fail(CVLLM_ERR_NOT_FOUND, "model %s: no such folder, and not in the Hugging Face cache (%s); "
+                         "downloads are disabled", model, cache);
         } else {
             rc = download(model, opts, &remote, repo, dir);
         }

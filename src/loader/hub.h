@@ -8,7 +8,7 @@
  * libcurl from $HF_ENDPOINT (default https://huggingface.co), with $HF_TOKEN as bearer token, into
  * that same cache layout, resuming partial files (*.incomplete) with HTTP Range requests.
  * VLLM_USE_MODELSCOPE=True switches to ModelScope's endpoint and file API. HF_HUB_OFFLINE=1
- * forbids downloads.
+ * forbids downloads (a model that would need one fails with CVLLM_ERR_NETWORK, as with no network).
  */
 #ifndef CV_HUB_H
 #define CV_HUB_H

@@ -3,14 +3,15 @@
  *
  * The public handle is the internal object itself (cvllm_tokenizer is never defined, a
  * cvllm_tokenizer * is a cv_tokenizer *), so the engine can hand out its own tokenizer through
- * cvllm_engine_tokenizer() without a wrapper. MODEL is resolved like everywhere else: a folder, or a
- * hub id looked up in (and if needed downloaded into) the Hugging Face cache, tokenizer files only.
+ * cvllm_engine_tokenizer() without a wrapper. MODEL is resolved as for a --load-format dummy engine
+ * (loader/resolve.h): a folder, a hub id in the Hugging Face cache, the tokenizer cvllm ships for
+ * that id, and only then a download of the tokenizer files.
  */
 #include <stdlib.h>
 
 #include "base/error.h"
 #include "cvllm.h"
-#include "loader/hub.h"
+#include "loader/resolve.h"
 #include "tokenizer/tokenizer.h"
 
 cvllm_status cvllm_tokenizer_create(const char *model, cvllm_tokenizer **out) {
@@ -18,9 +19,8 @@ cvllm_status cvllm_tokenizer_create(const char *model, cvllm_tokenizer **out) {
     *out = NULL;
     if (!model || !*model)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "cvllm_tokenizer_create: no model given");
-    cv_hub_options opts = {.allow_download = true, .weights = false};
     char *dir;
-    int rc = cv_hub_resolve(model, &opts, &dir);
+    int rc = cv_resolve_model(model, NULL, false, &dir);
     if (rc) return (cvllm_status)rc;
     cv_tokenizer *tok;
     rc = cv_tokenizer_load(dir, &tok);
