@@ -3,8 +3,8 @@
 W8A8 checkpoints the tutorials use (models/vllm-ascend/Qwen3-32B-W8A8,
 models/Eco-Tech/Qwen3.6-35B-A3B-w8a8), from their config.json.
 
-The file is msModelSlim's flat map (qwen-arch.md §7.2): metadata keys, then one entry per stored
-tensor naming its scheme, "FLOAT" for the tensors left unquantized. The recipes (§7.3-§7.5):
+The file is msModelSlim's flat map: metadata keys, then one entry per stored
+tensor naming its scheme, "FLOAT" for the tensors left unquantized. The recipes:
   qwen3-w8a8      Qwen3 dense, W8A8 static for every linear of attention and MLP: each carries
                   weight, input_scale, input_offset, deq_scale, quant_bias; embeddings, norms and
                   lm_head stay FLOAT.

@@ -140,7 +140,7 @@ static int resolve_max_model_len(cvllm_engine *e) {
     return 0;
 }
 
-/* msModelSlim checkpoints (Ascend W8A8, qwen-arch.md §7) carry quant_model_description.json beside
+/* msModelSlim checkpoints (Ascend W8A8) carry quant_model_description.json beside
  * int8 tensors the kernels cannot read yet: a real load is refused by name; a dummy run of the
  * shape is fine, with unquantized random weights. */
 static int check_quantized_checkpoint(const cvllm_engine *e, bool dummy) {

@@ -1,8 +1,8 @@
 /*
  * footprint.c — see footprint.h. One function per block (attention, dense MLP, MoE, Gated DeltaNet),
- * each returning its parameter count, and one layer walk shared by the families; the field names
- * and defaults are the model files' (src/models/qwen3*.c), whose tensor lists qwen-arch.md §2–§5
- * documents. Fields that are missing or malformed make the estimate unknown rather than wrong:
+ * each returning its parameter count, and one layer walk shared by the families; the config
+ * fields, their defaults and the tensors counted are those the model files (src/models/qwen3*.c)
+ * read and bind. Fields that are missing or malformed make the estimate unknown rather than wrong:
  * the model loader then reports them with its own messages.
  */
 #include "engine/footprint.h"
