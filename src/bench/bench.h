@@ -1,6 +1,6 @@
 /*
  * bench.h — the benchmark clients behind `cvllm bench serve|throughput|latency`, mirroring vLLM's
- * `vllm bench` commands (vllm-surface.md §4): same flags, same printed lines, same JSON keys.
+ * `vllm bench` commands (vllm/benchmarks/{serve,throughput,latency}.py): same flags, same printed lines, same JSON keys.
  *
  *   serve       online: streams requests to any OpenAI-compatible server (cvllm, vLLM, llama.cpp)
  *   throughput  offline: a whole random dataset through the engine at once

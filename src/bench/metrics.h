@@ -1,6 +1,6 @@
 /*
  * metrics.h — turns the per-request results of `bench serve` into vLLM's BenchmarkMetrics
- * (vllm-surface.md §4.1): counts, throughputs, goodput, peak output rate and concurrency, and the
+ * (vllm/benchmarks/serve.py, calculate_metrics): counts, throughputs, goodput, peak output rate and concurrency, and the
  * per-metric value arrays (seconds) whose mean/median/std/percentiles are reported in ms.
  *
  * Definitions, over successful requests only:
