@@ -184,7 +184,7 @@ static void test_errors(void) {
         {{QWEN_DIR, "--text", NULL}, 2, "", "cvllm tokenize: --text needs a value"},
         {{QWEN_DIR, "--text", "a", "--skip-special-tokens", NULL}, 2, "",
          "cvllm tokenize: --skip-special-tokens only applies with --decode"},
-        {{QWEN_DIR, "--text", "a", "--bogus", NULL}, 2, "", "cvllm tokenize: unknown option '--bogus'"},
+        {{QWEN_DIR, "--text", "a", "--bogus", NULL}, 2, "", "cvllm tokenize: unknown option --bogus (see cvllm tokenize --help)"},
         {{QWEN_DIR, "other", "--text", "a", NULL}, 2, "",
          "cvllm tokenize: unexpected argument 'other' (MODEL is '" QWEN_DIR "')"},
         {{"/nonexistent/model", "--text", "a", NULL}, 1, "",

@@ -46,10 +46,10 @@ static int parse_latency_args(cv_args *a, latency_args *l) {
     while (a->i < a->argc && !a->failed) {
         const char *arg = a->argv[a->i], *v;
         int64_t x;
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+        if (cv_args_flag(a, "--help|-h")) {
             fputs(latency_usage, stdout);
             fputs(cv_args_engine_help, stdout);
-            exit(0);
+            return -1;
         }
         if (cv_args_engine(a, &l->engine)) continue;
         if (cv_args_value(a, "--input-len", &v)) { if (cv_args_int(a, "--input-len", v, 1, INT32_MAX, &x)) l->input_len = (int32_t)x; }
@@ -59,9 +59,10 @@ static int parse_latency_args(cv_args *a, latency_args *l) {
         else if (cv_args_value(a, "--num-iters-warmup", &v)) { if (cv_args_int(a, "--num-iters-warmup", v, 0, 1 << 20, &x)) l->warmup = (int32_t)x; }
         else if (cv_args_value(a, "--num-iters", &v)) { if (cv_args_int(a, "--num-iters", v, 1, 1 << 20, &x)) l->iters = (int32_t)x; }
         else if (cv_args_value(a, "--output-json", &v)) l->output_json = v;
-        else if (!strcmp(arg, "--profile")) { l->profile = true; a->i++; }
+        else if (cv_args_flag(a, "--profile")) l->profile = true;
         else if (arg[0] != '-' && !l->engine.model) { l->engine.model = arg; a->i++; }
-        else return cv_args_error(a, "unknown option %s (see cvllm bench latency --help)", arg);
+        else if (arg[0] != '-') return cv_args_error(a, "unexpected argument '%s'", arg);
+        else if (!cv_args_unknown(a)) return 2;
     }
     if (a->failed) return 2;
     if (!l->engine.model) return cv_args_error(a, "no model given (--model MODEL)");
@@ -190,14 +191,15 @@ static void report_profile(void) {
 
 int cv_bench_latency_main(int argc, char **argv) {
     latency_args l = {0};
-    cv_args a = {.cmd = "bench latency", .argc = argc, .argv = argv, .i = 1};
-    int status = parse_latency_args(&a, &l);
-    if (status) return status;
+    cv_args a;
+    int status = cv_args_init(&a, "bench latency", argc, argv);
+    if (status == 0) status = parse_latency_args(&a, &l);
     cvllm_engine *e = NULL;
-    int rc = cvllm_engine_create(&l.engine, &e);
-    if (rc) {
-        cv_args_report_engine_error(&a, rc);
-        return 1;
+    int rc = status ? 0 : cvllm_engine_create(&l.engine, &e);
+    if (rc) cv_args_report_engine_error(&a, rc);
+    if (status || rc) {
+        cv_args_free(&a);
+        return status < 0 ? 0 : status ? status : 1;
     }
     cv_rng rng;
     cv_rng_seed(&rng, l.engine.seed);
@@ -219,5 +221,6 @@ int cv_bench_latency_main(int argc, char **argv) {
     free(runs);
     free(prompt);
     cvllm_engine_destroy(e);
+    cv_args_free(&a);
     return status;
 }

@@ -64,26 +64,6 @@ static const char serve_usage[] =
     "Sends --num-prompts streaming requests to an OpenAI-compatible server and prints vLLM's\n"
     "\"Serving Benchmark Result\" block; --save-result writes vLLM's result JSON.\n";
 
-/* A flag with nargs: "--name=v", or "--name v1 v2 ..." up to the next option. Values are split at
- * spaces, so one quoted "ttft:100 tpot:50" works too. */
-static bool list_option(cv_args *a, const char *name, const char ***items, size_t *n) {
-    const char *arg = a->argv[a->i];
-    size_t len = strlen(name);
-    if (strncmp(arg, name, len) != 0 || (arg[len] != '\0' && arg[len] != '=')) return false;
-    a->i++;
-    size_t before = *n;
-    if (arg[len] == '=') {
-        *items = cv_xrealloc(*items, (*n + 1) * sizeof **items);
-        (*items)[(*n)++] = arg + len + 1;
-    }
-    while (arg[len] == '\0' && a->i < a->argc && a->argv[a->i][0] != '-') {
-        *items = cv_xrealloc(*items, (*n + 1) * sizeof **items);
-        (*items)[(*n)++] = a->argv[a->i++];
-    }
-    if (*n == before) cv_args_error(a, "%s needs at least one value", name);
-    return true;
-}
-
 static bool sampling_option(cv_args *a, serve_args *s) {
     static const char *float_flags[][2] = {
         {"--temperature", "temperature"}, {"--top-p", "top_p"}, {"--min-p", "min_p"},
@@ -171,9 +151,10 @@ static bool flag_option(cv_args *a, const char *name, bool *out) {
 }
 
 /* Flags vLLM has that change nothing here: a progress bar we do not draw, remote code we never run. */
-static bool accepted_flag(cv_args *a) {
-    return cv_args_flag(a, "--disable-tqdm") || cv_args_flag(a, "--trust-remote-code");
-}
+static const cv_ignored_flag ignored_flags[] = {
+    {"--disable-tqdm", CV_IGNORED_SWITCH, NULL},
+    {"--trust-remote-code", CV_IGNORED_SWITCH, NULL},
+};
 
 static bool parse_option(cv_args *a, serve_args *s) {
     serve_config *c = &s->c;
@@ -196,11 +177,11 @@ static bool parse_option(cv_args *a, serve_args *s) {
     if (rate_option(a, "--request-rate", &c->request_rate) || rate_option(a, "--burstiness", &c->burstiness)) return true;
     if (flag_option(a, "--ignore-eos", &s->ignore_eos) || flag_option(a, "--save-result", &c->save_result) ||
         flag_option(a, "--save-detailed", &c->save_detailed) || flag_option(a, "--append-result", &c->append_result) ||
-        accepted_flag(a))
+        cv_args_ignored(a, ignored_flags, CV_ARRAY_LEN(ignored_flags)))
         return true;
-    if (list_option(a, "--goodput", &s->goodput, &s->n_goodput) ||
-        list_option(a, "--header", &s->header_args, &s->n_header_args) ||
-        list_option(a, "--metadata", &c->metadata, &c->n_metadata) || sampling_option(a, s))
+    if (cv_args_list(a, "--goodput", &s->goodput, &s->n_goodput) ||
+        cv_args_list(a, "--header", &s->header_args, &s->n_header_args) ||
+        cv_args_list(a, "--metadata", &c->metadata, &c->n_metadata) || sampling_option(a, s))
         return true;
     if (cv_args_value(a, "--port", &v)) {
         if (cv_args_int(a, "--port", v, 1, 65535, &x)) s->port = x;
@@ -292,11 +273,13 @@ static int parse_serve_args(cv_args *a, serve_args *s) {
     set_defaults(s);
     while (a->i < a->argc && !a->failed) {
         const char *arg = a->argv[a->i];
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+        if (cv_args_flag(a, "--help|-h")) {
             fputs(serve_usage, stdout);
             return -1;
         }
-        if (!parse_option(a, s)) return cv_args_error(a, "unknown option %s (see cvllm bench serve --help)", arg);
+        if (parse_option(a, s)) continue;
+        if (arg[0] != '-' || !arg[1]) return cv_args_error(a, "unexpected argument '%s'", arg);
+        if (!cv_args_unknown(a)) return 2;
     }
     if (a->failed) return 2;
     s->data.num_prompts = s->c.num_prompts;
@@ -500,10 +483,12 @@ static int run_serve(serve_args *s) {
 
 int cv_bench_serve_main(int argc, char **argv) {
     serve_args s = {0};
-    cv_args a = {.cmd = "bench serve", .argc = argc, .argv = argv, .i = 1};
-    int status = parse_serve_args(&a, &s);
+    cv_args a;
+    int status = cv_args_init(&a, "bench serve", argc, argv);
+    if (status == 0) status = parse_serve_args(&a, &s);
     if (status) {
         free_serve_args(&s);
+        cv_args_free(&a);
         return status < 0 ? 0 : status;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -511,5 +496,6 @@ int cv_bench_serve_main(int argc, char **argv) {
     if (rc) fprintf(stderr, "cvllm bench serve: %s\n", cvllm_last_error());
     curl_global_cleanup();
     free_serve_args(&s);
+    cv_args_free(&a);
     return rc ? 1 : 0;
 }

@@ -84,7 +84,7 @@ static int parse_throughput_args(cv_args *a, throughput_args *t) {
     t->n = 1;
     while (a->i < a->argc && !a->failed) {
         const char *arg = a->argv[a->i], *v;
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+        if (cv_args_flag(a, "--help|-h")) {
             fputs(throughput_usage, stdout);
             fputs(cv_args_engine_help, stdout);
             return -1;
@@ -94,7 +94,8 @@ static int parse_throughput_args(cv_args *a, throughput_args *t) {
         if (cv_args_flag(a, "--disable-detokenize")) continue;
         if (cv_args_value(a, "--output-json", &v)) t->output_json = v;
         else if (arg[0] != '-' && !t->engine.model) t->engine.model = arg, a->i++;
-        else return cv_args_error(a, "unknown option %s (see cvllm bench throughput --help)", arg);
+        else if (arg[0] != '-') return cv_args_error(a, "unexpected argument '%s'", arg);
+        else if (!cv_args_unknown(a)) return 2;
     }
     if (a->failed) return 2;
     if (!t->engine.model) return cv_args_error(a, "no model given (--model MODEL)");
@@ -163,14 +164,15 @@ static void report(const throughput_args *ta, size_t n, const totals *t) {
 
 int cv_bench_throughput_main(int argc, char **argv) {
     throughput_args t = {0};
-    cv_args a = {.cmd = "bench throughput", .argc = argc, .argv = argv, .i = 1};
-    int status = parse_throughput_args(&a, &t);
-    if (status) return status < 0 ? 0 : status;
+    cv_args a;
+    int status = cv_args_init(&a, "bench throughput", argc, argv);
+    if (status == 0) status = parse_throughput_args(&a, &t);
     cvllm_engine *e = NULL;
-    int rc = cvllm_engine_create(&t.engine, &e);
-    if (rc) {
-        cv_args_report_engine_error(&a, rc);
-        return 1;
+    int rc = status ? 0 : cvllm_engine_create(&t.engine, &e);
+    if (rc) cv_args_report_engine_error(&a, rc);
+    if (status || rc) {
+        cv_args_free(&a);
+        return status < 0 ? 0 : status ? status : 1;
     }
     const cvllm_tokenizer *tok = cvllm_engine_tokenizer(e);
     t.data.vocab_limit = cvllm_engine_vocab_size(e);
@@ -185,5 +187,6 @@ int cv_bench_throughput_main(int argc, char **argv) {
     else report(&t, n, &tot);
     cv_bench_samples_free(samples, samples ? n : 0);
     cvllm_engine_destroy(e);
+    cv_args_free(&a);
     return rc ? 1 : 0;
 }

@@ -239,17 +239,17 @@ static int parse_generate_args(cv_args *a, generate_args *g) {
     g->sampling.skip_special_tokens = true;
     while (a->i < a->argc && !a->failed) {
         const char *arg = a->argv[a->i], *v;
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+        if (cv_args_flag(a, "--help|-h")) {
             fputs(usage, stdout);
             fputs(cv_args_engine_help, stdout);
-            exit(0);
+            return -1;
         }
         if (prompt_flag(a, g) || sampling_flag(a, g) || cv_args_engine(a, &g->engine)) continue;
         if (cv_args_value(a, "--output", &v)) {
             if (v && strcmp(v, "text") && strcmp(v, "json")) return cv_args_error(a, "--output must be text or json, got '%s'", v);
             g->json_output = v && !strcmp(v, "json");
         } else if (arg[0] == '-' && arg[1]) {
-            return cv_args_error(a, "unknown option %s (see cvllm generate --help)", arg);
+            if (!cv_args_unknown(a)) return 2;
         } else if (!g->engine.model) {
             g->engine.model = arg;
             a->i++;
@@ -410,8 +410,9 @@ static void free_generate_args(generate_args *g) {
 
 int cmd_generate(int argc, char **argv) {
     generate_args g = {0};
-    cv_args a = {.cmd = "generate", .argc = argc, .argv = argv, .i = 1};
-    int status = parse_generate_args(&a, &g);
+    cv_args a;
+    int status = cv_args_init(&a, "generate", argc, argv);
+    if (status == 0) status = parse_generate_args(&a, &g);
     cvllm_engine *e = NULL;
     uint64_t *ids = NULL;
     if (status) goto out;
@@ -438,5 +439,6 @@ out:
     free(ids);
     cvllm_engine_destroy(e);
     free_generate_args(&g);
-    return status;
+    cv_args_free(&a);
+    return status < 0 ? 0 : status;
 }

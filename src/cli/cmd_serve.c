@@ -68,52 +68,16 @@ static const char usage[] =
     "Endpoints: /v1/completions /v1/chat/completions /v1/chat/completions/render /v1/models /tokenize\n"
     "/detokenize /health /ping /version /metrics.\n";
 
-/* Values following a flag up to the next option: vLLM's nargs="+" flags. */
-static bool multi_value(cv_args *a, const char *name, const char ***list, size_t *n) {
-    const char *v;
-    if (!cv_args_value(a, name, &v)) return false;
-    if (!v) return true;
-    for (;;) {
-        *list = cv_xrealloc(*list, (*n + 1) * sizeof **list);
-        (*list)[(*n)++] = v;
-        if (a->i >= a->argc || a->argv[a->i][0] == '-') break;
-        v = a->argv[a->i++];
-    }
-    return true;
-}
-
-/* Flags of `vllm serve` that describe GPU/multi-process layouts or frontend details with no
- * counterpart here: accepted with their values checked, and logged once. */
-static bool ignored_serve_flag(cv_args *a) {
-    static const char *int_flags[] = {"--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
-                                      "--data-parallel-size", "-dp", "--max-log-len", "--max-seq-len-to-capture",
-                                      "--swap-space", "--api-server-count"};
-    static const char *value_flags[] = {"--uvicorn-log-level", "--kv-cache-dtype", "--scheduling-policy",
-                                        "--response-role"};
-    /* --disable-log-requests is a switch in vllm serve; it is matched here before the shared engine
-     * flags (args.c), which would take the next argument as its value. */
-    static const char *bool_flags[] = {"--enable-chunked-prefill", "--no-enable-chunked-prefill", "--disable-fastapi-docs",
-                                       "--enable-log-requests", "--disable-log-requests", "--disable-uvicorn-access-log"};
-    const char *v;
-    int64_t n;
-    for (size_t k = 0; k < CV_ARRAY_LEN(int_flags); k++)
-        if (cv_args_value(a, int_flags[k], &v)) {
-            if (v && cv_args_int(a, int_flags[k], v, 0, INT32_MAX, &n))
-                cv_info("serve", "%s %s is accepted and ignored on this backend", int_flags[k], v);
-            return true;
-        }
-    for (size_t k = 0; k < CV_ARRAY_LEN(value_flags); k++)
-        if (cv_args_value(a, value_flags[k], &v)) {
-            if (v) cv_info("serve", "%s %s is accepted and ignored on this backend", value_flags[k], v);
-            return true;
-        }
-    for (size_t k = 0; k < CV_ARRAY_LEN(bool_flags); k++)
-        if (cv_args_flag(a, bool_flags[k])) {
-            cv_info("serve", "%s is accepted and ignored on this backend", bool_flags[k]);
-            return true;
-        }
-    return false;
-}
+/* Flags of `vllm serve`'s frontend with no counterpart here: accepted with their values checked,
+ * and logged once (the engine's own such flags are in args_engine.c). */
+static const cv_ignored_flag ignored_serve_flags[] = {
+    {"--max-log-len", CV_IGNORED_INT, NULL},
+    {"--api-server-count|-asc", CV_IGNORED_INT, NULL},
+    {"--uvicorn-log-level", CV_IGNORED_STRING, NULL},
+    {"--response-role", CV_IGNORED_STRING, NULL},
+    {"--disable-fastapi-docs", CV_IGNORED_SWITCH, NULL},
+    {"--disable-uvicorn-access-log", CV_IGNORED_SWITCH, NULL},
+};
 
 static bool chat_flag(cv_args *a, serve_args *g) {
     const char *v;
@@ -145,8 +109,8 @@ static bool server_flag(cv_args *a, serve_args *g) {
     if (cv_args_value(a, "--host", &v)) g->server.host = v;
     else if (cv_args_value(a, "--port", &v)) {
         if (cv_args_int(a, "--port", v, 0, 65535, &n)) g->server.port = (int)n;
-    } else if (multi_value(a, "--served-model-name", &g->names, &g->n_names)) {
-    } else if (multi_value(a, "--api-key", &g->keys, &g->n_keys)) {
+    } else if (cv_args_list(a, "--served-model-name", &g->names, &g->n_names)) {
+    } else if (cv_args_list(a, "--api-key", &g->keys, &g->n_keys)) {
     } else if (cv_args_flag(a, "--enable-prompt-tokens-details")) g->server.enable_prompt_tokens_details = true;
     else if (cv_args_flag(a, "--enable-force-include-usage")) g->server.enable_force_include_usage = true;
     else if (cv_args_value(a, "--shutdown-timeout", &v)) cv_args_float(a, "--shutdown-timeout", v, 0, 1e9, &g->shutdown_timeout);
@@ -155,7 +119,7 @@ static bool server_flag(cv_args *a, serve_args *g) {
     else if (cv_args_flag(a, "--no-async-scheduling")) g->async_scheduling = false;
     else if (cv_args_value(a, "--max-body-bytes", &v)) {
         if (cv_args_int(a, "--max-body-bytes", v, 1024, INT64_MAX, &n)) g->server.max_body_bytes = (size_t)n;
-    } else return chat_flag(a, g) || ignored_serve_flag(a);
+    } else return chat_flag(a, g) || cv_args_ignored(a, ignored_serve_flags, CV_ARRAY_LEN(ignored_serve_flags));
     return true;
 }
 
@@ -168,13 +132,16 @@ static int parse_serve_args(cv_args *a, serve_args *g) {
     g->async_scheduling = true;
     while (a->i < a->argc && !a->failed) {
         const char *arg = a->argv[a->i];
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+        if (cv_args_flag(a, "--help|-h")) {
             fputs(usage, stdout);
             fputs(cv_args_engine_help, stdout);
             return -1;
         }
         if (server_flag(a, g) || cv_args_engine(a, &g->engine)) continue;
-        if (arg[0] == '-' && arg[1]) return cv_args_error(a, "unknown option %s (see cvllm serve --help)", arg);
+        if (arg[0] == '-' && arg[1]) {
+            if (cv_args_unknown(a)) continue;
+            return 2;
+        }
         if (g->engine.model) return cv_args_error(a, "unexpected argument '%s'", arg);
         g->engine.model = arg;
         a->i++;
@@ -271,10 +238,12 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     serve_args g = {0};
-    cv_args a = {.cmd = "serve", .argc = argc, .argv = argv, .i = 1};
-    int status = parse_serve_args(&a, &g);
+    cv_args a;
+    int status = cv_args_init(&a, "serve", argc, argv);
+    if (status == 0) status = parse_serve_args(&a, &g);
     if (status == 0) status = run_server(&a, &g);
     free(g.names);
     free(g.keys);
+    cv_args_free(&a);
     return status < 0 ? 0 : status;
 }

@@ -52,33 +52,32 @@ static int fail(const char *fmt, ...) {
 }
 
 /* 0: run; -1: --help was printed; otherwise the usage-error exit status. */
-static int parse_args(int argc, char **argv, tokenize_args *t) {
-    cv_args a = {.cmd = "tokenize", .argc = argc, .argv = argv, .i = 1};
-    while (a.i < argc && !a.failed) {
-        const char *arg = argv[a.i];
-        if (cv_args_flag(&a, "--help") || cv_args_flag(&a, "-h")) {
+static int parse_args(cv_args *a, tokenize_args *t) {
+    while (a->i < a->argc && !a->failed) {
+        const char *arg = a->argv[a->i];
+        if (cv_args_flag(a, "--help|-h")) {
             fputs(usage, stdout);
             return -1;
         }
-        if (cv_args_value(&a, "--text", &t->text) || cv_args_value(&a, "--file", &t->file)) continue;
-        if (cv_args_flag(&a, "--decode")) {
+        if (cv_args_value(a, "--text", &t->text) || cv_args_value(a, "--file", &t->file)) continue;
+        if (cv_args_flag(a, "--decode")) {
             t->decode = true;
-        } else if (cv_args_flag(&a, "--skip-special-tokens")) {
+        } else if (cv_args_flag(a, "--skip-special-tokens")) {
             t->skip_special = true;
         } else if (arg[0] == '-' && arg[1] != '\0') {
-            return cv_args_error(&a, "unknown option '%s'", arg);
+            if (!cv_args_unknown(a)) return 2;
         } else if (t->model) {
-            return cv_args_error(&a, "unexpected argument '%s' (MODEL is '%s')", arg, t->model);
+            return cv_args_error(a, "unexpected argument '%s' (MODEL is '%s')", arg, t->model);
         } else {
             t->model = arg;
-            a.i++;
+            a->i++;
         }
     }
-    if (a.failed) return 2;
-    if (!t->model) return cv_args_error(&a, "no MODEL given\n%s", usage);
-    if (!t->text == !t->file) return cv_args_error(&a, "give exactly one of --text and --file");
+    if (a->failed) return 2;
+    if (!t->model) return cv_args_error(a, "no MODEL given\n%s", usage);
+    if (!t->text == !t->file) return cv_args_error(a, "give exactly one of --text and --file");
     if (t->skip_special && !t->decode)
-        return cv_args_error(&a, "--skip-special-tokens only applies with --decode");
+        return cv_args_error(a, "--skip-special-tokens only applies with --decode");
     return 0;
 }
 
@@ -200,11 +199,13 @@ static int run_file(const cvllm_tokenizer *tok, const tokenize_args *t) {
 
 int cmd_tokenize(int argc, char **argv) {
     tokenize_args t = {0};
-    int rc = parse_args(argc, argv, &t);
-    if (rc) return rc < 0 ? 0 : rc;
-    cvllm_tokenizer *tok;
-    if (cvllm_tokenizer_create(t.model, &tok) != CVLLM_OK) return fail("%s", cvllm_last_error());
-    rc = t.file ? run_file(tok, &t) : run_text(tok, &t);
+    cv_args a;
+    int rc = cv_args_init(&a, "tokenize", argc, argv);
+    if (rc == 0) rc = parse_args(&a, &t);
+    cvllm_tokenizer *tok = NULL;
+    if (rc == 0 && cvllm_tokenizer_create(t.model, &tok) != CVLLM_OK) rc = fail("%s", cvllm_last_error());
+    else if (rc == 0) rc = t.file ? run_file(tok, &t) : run_text(tok, &t);
     cvllm_tokenizer_destroy(tok);
-    return rc;
+    cv_args_free(&a);
+    return rc < 0 ? 0 : rc;
 }

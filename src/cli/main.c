@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/commands.h"
 #include "cvllm.h"
 
@@ -19,6 +20,7 @@ static const char usage[] =
     "MODEL is a Hugging Face model folder or a hub id (ORG/NAME) in the Hugging Face cache.\n";
 
 int main(int argc, char **argv) {
+    cv_args_set_program(argv[0]); /* the offline hint repeats the command as it was typed */
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

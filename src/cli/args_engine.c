@@ -1,0 +1,328 @@
+/*
+ * args_engine.c — the engine flags (vLLM's EngineArgs) that serve, generate, bench throughput and
+ * bench latency share, and the offline hint printed when the engine cannot be created.
+ *
+ * Flags with an effect go into cvllm_engine_options. Flags that describe GPU or multi-process
+ * layouts (parallel sizes, executor backend, compilation and CUDA graphs, ...) are accepted so vLLM
+ * command lines run unchanged; their values are validated as vLLM validates them and they are
+ * logged once as ignored. Parallel sizes above 1 are said to run in one process: parallelism lands
+ * in a later issue. --quantization is validated against vLLM's method names and passed on in
+ * cvllm_engine_options.quantization; what a checkpoint needs is the loader's to decide.
+ *
+ * Sources of the lists below (vLLM, 2026): QuantizationMethods in
+ * vllm/model_executor/layers/quantization/__init__.py (plus "ascend", which the vllm-ascend plugin
+ * registers and the Ascend tutorials pass); CompilationConfig's init fields and CUDAGraphMode in
+ * vllm/config/compilation.py; DistributedExecutorBackend in vllm/config/parallel.py.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "cli/args.h"
+#include "cli/args_internal.h"
+
+static const char *const quantization_methods[] = {
+    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
+    "modelopt_mixed", "gguf", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming",
+    "compressed-tensors", "bitsandbytes", "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4",
+    "gpt_oss_mxfp4", "deepseek_v4_fp8", "cpu_awq", "online", "fp8_per_tensor", "fp8_per_block",
+    "fp8_per_channel", "int8_per_channel_weight_only", "mxfp8", "ascend", NULL,
+};
+
+static const char *const compilation_keys[] = {
+    "level", "mode", "debug_dump_path", "cache_dir", "compile_cache_save_format", "backend", "custom_ops",
+    "splitting_ops", "compile_mm_encoder", "compile_sizes", "compile_ranges_split_points",
+    "inductor_compile_config", "inductor_passes", "cudagraph_mode", "cudagraph_num_of_warmups",
+    "cudagraph_capture_sizes", "cudagraph_copy_inputs", "cudagraph_specialize_lora",
+    "use_inductor_graph_partition", "pass_config", "max_cudagraph_capture_size", "dynamic_shapes_config", NULL,
+};
+
+static const char *const cudagraph_modes[] = {"NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE", NULL};
+static const char *const compilation_modes[] = {"NONE", "STOCK_TORCH_COMPILE", "DYNAMO_TRACE_ONCE", "VLLM_COMPILE", NULL};
+
+/* Flags of vLLM's EngineArgs that change nothing on this backend. */
+static const cv_ignored_flag ignored_engine_flags[] = {
+    {"--distributed-executor-backend", CV_IGNORED_CHOICE, (const char *const[]){"ray", "mp", "uni", "external_launcher", NULL}},
+    {"--enable-expert-parallel|-ep", CV_IGNORED_BOOL, NULL},
+    {"--trust-remote-code", CV_IGNORED_BOOL, NULL},
+    {"--enforce-eager", CV_IGNORED_BOOL, NULL},
+    {"--disable-custom-all-reduce", CV_IGNORED_BOOL, NULL},
+    {"--enable-chunked-prefill", CV_IGNORED_BOOL, NULL},
+    {"--optimization-level", CV_IGNORED_CHOICE, (const char *const[]){"0", "1", "2", "3", NULL}},
+    {"--kv-cache-dtype", CV_IGNORED_STRING, NULL},
+    {"--scheduling-policy", CV_IGNORED_CHOICE, (const char *const[]){"fcfs", "priority", NULL}},
+    {"--swap-space", CV_IGNORED_FLOAT, NULL},
+    {"--max-seq-len-to-capture", CV_IGNORED_INT, NULL},
+    /* AsyncEngineArgs, which `vllm bench throughput` takes as well as `vllm serve` */
+    {"--enable-log-requests", CV_IGNORED_BOOL, NULL},
+    {"--disable-log-requests", CV_IGNORED_SWITCH, NULL},
+};
+
+/* `s` upper-cased, as vLLM reads enum names (the caller frees it). */
+static char *upper(const char *s) {
+    char *up = cv_xstrdup(s);
+    for (char *p = up; *p; p++)
+        if (*p >= 'a' && *p <= 'z') *p = (char)(*p - 'a' + 'A');
+    return up;
+}
+
+/* -tp / -pp / -dp: a size >= 1; above 1 it is said once that everything runs in one process. */
+static bool parallel_size(cv_args *a, const char *names, const char *what) {
+    const char *v;
+    int64_t n;
+    if (!cv_args_value(a, names, &v)) return false;
+    int len = (int)strcspn(names, "|");
+    char *flag = cv_xstrndup(names, (size_t)len);
+    if (cv_args_int(a, flag, v, 1, INT32_MAX, &n) && n > 1)
+        cv_warn("args", "%s %lld: running in one process (%s is not implemented yet)", flag, (long long)n, what);
+    free(flag);
+    return true;
+}
+
+/* The value of a JSON flag as a JSON value; NULL after printing why. */
+static json_t *json_value(cv_args *a, const char *flag, const char *v) {
+    if (!v) return NULL;
+    json_error_t err;
+    json_t *j = json_loads(v, JSON_DECODE_ANY, &err);
+    if (!j) cv_args_error(a, "%s is not valid JSON: %s", flag, err.text);
+    return j;
+}
+
+static bool positive_int(const json_t *v) {
+    if (json_is_integer(v)) return json_integer_value(v) > 0;
+    /* a dotted `cudagraph_capture_sizes+ 1,8` gives strings, which pydantic reads as ints */
+    const char *s = json_string_value(v);
+    return s && s[0] >= '1' && s[0] <= '9' && strspn(s, "0123456789") == strlen(s) && strlen(s) < 10;
+}
+
+/* One problem of a CompilationConfig field, in pydantic's words; NULL when the value is fine. */
+static char *compilation_field_error(const char *key, const json_t *v) {
+    if (!cv_args_in_list(compilation_keys, key)) return cv_xasprintf("%s: Unexpected keyword argument", key);
+    if (json_is_null(v)) return NULL;
+    if (!strcmp(key, "cudagraph_mode")) {
+        char *up = json_is_string(v) ? upper(json_string_value(v)) : NULL;
+        bool ok = up && cv_args_in_list(cudagraph_modes, up);
+        free(up);
+        if (ok) return NULL;
+        char *members = cv_args_quoted_list(cudagraph_modes, " or ");
+        char *msg = cv_xasprintf("cudagraph_mode: Input should be %s", members);
+        free(members);
+        return msg;
+    }
+    if (!strcmp(key, "cudagraph_capture_sizes")) {
+        bool ok = json_is_array(v);
+        for (size_t i = 0; ok && i < json_array_size(v); i++) ok = positive_int(json_array_get(v, i));
+        return ok ? NULL : cv_xstrdup("cudagraph_capture_sizes: Input should be a list of positive integers");
+    }
+    if (!strcmp(key, "mode") || !strcmp(key, "level")) {
+        if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= 3) return NULL;
+        if (!strcmp(key, "mode") && json_is_string(v)) {
+            char *up = upper(json_string_value(v));
+            bool ok = cv_args_in_list(compilation_modes, up);
+            free(up);
+            if (ok) return NULL;
+        }
+        char *text = json_dumps(v, JSON_ENCODE_ANY);
+        char *msg = cv_xasprintf("%s: Invalid compilation mode: %s. Valid modes are: NONE, STOCK_TORCH_COMPILE, "
+                                 "DYNAMO_TRACE_ONCE, VLLM_COMPILE (or 0-3)", key, text);
+        free(text);
+        return msg;
+    }
+    return NULL;
+}
+
+/* --compilation-config / -cc: a JSON object of CompilationConfig fields, or a bare level 0-3 (the
+ * form vLLM accepted while -O was this flag's alias). Validated, then ignored. */
+static bool compilation_config(cv_args *a) {
+    const char *v;
+    if (!cv_args_value(a, "--compilation-config|-cc", &v)) return false;
+    json_t *j = json_value(a, "--compilation-config", v);
+    if (!j) return true;
+    if (json_is_integer(j) && json_integer_value(j) >= 0 && json_integer_value(j) <= 3) {
+        json_decref(j);
+        cv_info("args", "--compilation-config is accepted and ignored on the CPU backend");
+        return true;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        cv_args_error(a, "--compilation-config must be a JSON object (or a compilation level 0-3), got '%s'", v);
+        return true;
+    }
+    char *errors = NULL;
+    int n_errors = 0;
+    const char *key;
+    json_t *field;
+    json_object_foreach(j, key, field) {
+        char *e = compilation_field_error(key, field);
+        if (!e) continue;
+        char *more = errors ? cv_xasprintf("%s; %s", errors, e) : cv_xstrdup(e);
+        free(errors);
+        free(e);
+        errors = more;
+        n_errors++;
+    }
+    json_decref(j);
+    if (errors)
+        cv_args_error(a, "argument --compilation-config/-cc: %d validation error%s for CompilationConfig: %s", n_errors,
+                      n_errors > 1 ? "s" : "", errors);
+    else
+        cv_info("args", "--compilation-config is accepted and ignored on the CPU backend");
+    free(errors);
+    return true;
+}
+
+/* A flag whose value must be a JSON object; *value keeps the text. */
+static bool json_object_flag(cv_args *a, const char *names, const char **value) {
+    if (!cv_args_value(a, names, value)) return false;
+    char *flag = cv_xstrndup(names, strcspn(names, "|"));
+    json_t *j = json_value(a, flag, *value);
+    if (j && !json_is_object(j)) cv_args_error(a, "%s must be a JSON object, got '%s'", flag, *value);
+    json_decref(j);
+    free(flag);
+    return true;
+}
+
+static bool quantization(cv_args *a, cvllm_engine_options *o) {
+    const char *v;
+    if (!cv_args_value(a, "--quantization|-q", &v)) return false;
+    if (!v) return true;
+    if (!cv_args_in_list(quantization_methods, v)) {
+        char *list = cv_args_quoted_list(quantization_methods, ", ");
+        cv_args_error(a, "Unknown quantization method: %s. Must be one of [%s].", v, list);
+        free(list);
+        return true;
+    }
+    o->quantization = v;
+    cv_info("args", "--quantization %s is passed to the engine", v);
+    return true;
+}
+
+static bool int_option(cv_args *a, const char *name, int64_t min, int64_t max, int64_t *out) {
+    const char *v;
+    if (!cv_args_value(a, name, &v)) return false;
+    cv_args_int(a, name, v, min, max, out);
+    return true;
+}
+
+bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
+    const char *v, *additional;
+    int64_t n = 0;
+    double d;
+    if (int_option(a, "--max-model-len", 2, INT32_MAX, &n)) o->max_model_len = (int32_t)n;
+    else if (int_option(a, "--max-num-seqs", 1, 1 << 20, &n)) o->max_num_seqs = (int32_t)n;
+    else if (int_option(a, "--max-num-batched-tokens", 1, 1 << 24, &n)) o->max_num_batched_tokens = (int32_t)n;
+    else if (int_option(a, "--block-size", 1, 1 << 16, &n)) {
+        o->block_size = (int32_t)n;
+        if (n & (n - 1)) cv_args_error(a, "--block-size must be a power of two, got %lld", (long long)n);
+    } else if (int_option(a, "--kv-cache-memory-bytes", 1, INT64_MAX, &n)) o->kv_cache_memory_bytes = (uint64_t)n;
+    else if (int_option(a, "--max-logprobs", 0, 1 << 20, &n)) o->max_logprobs = (int32_t)n;
+    else if (int_option(a, "--seed", 0, INT64_MAX, &n)) o->seed = (uint64_t)n;
+    else if (int_option(a, "--num-threads", 0, 4096, &n)) o->num_threads = (int32_t)n;
+    else if (cv_args_value(a, "--gpu-memory-utilization", &v)) {
+        if (cv_args_float(a, "--gpu-memory-utilization", v, 1e-6, 1.0, &d)) o->gpu_memory_utilization = d;
+    } else if (cv_args_value(a, "--dtype", &v)) o->dtype = v;
+    else if (cv_args_value(a, "--load-format", &v)) o->load_format = v;
+    else if (cv_args_value(a, "--generation-config", &v)) o->generation_config = v;
+    else if (cv_args_value(a, "--tokenizer", &v)) o->tokenizer = v;
+    else if (cv_args_value(a, "--revision", &v)) o->revision = v;
+    else if (cv_args_value(a, "--model", &v)) o->model = v;
+    else if (json_object_flag(a, "--speculative-config|-sc", &v)) o->speculative_config = v;
+    else if (cv_args_flag(a, "--enable-prefix-caching")) o->enable_prefix_caching = true;
+    else if (cv_args_flag(a, "--no-enable-prefix-caching")) o->enable_prefix_caching = false;
+    else if (quantization(a, o) || compilation_config(a)) {
+    } else if (parallel_size(a, "--tensor-parallel-size|-tp", "tensor parallelism") ||
+               parallel_size(a, "--pipeline-parallel-size|-pp", "pipeline parallelism") ||
+               parallel_size(a, "--data-parallel-size|-dp", "data parallelism")) {
+    } else if (json_object_flag(a, "--additional-config", &additional)) {
+        if (!a->failed) cv_info("args", "--additional-config is accepted and ignored on the CPU backend");
+    } else return cv_args_ignored(a, ignored_engine_flags, CV_ARRAY_LEN(ignored_engine_flags));
+    return true;
+}
+
+const char cv_args_engine_help[] =
+    "engine options (vLLM's names; --flag_name and unique prefixes work too):\n"
+    "  --max-model-len N            context length (default: max_position_embeddings)\n"
+    "  --max-num-seqs N             most sequences in one step (256)\n"
+    "  --max-num-batched-tokens N   token budget of one step (serve: 2048, otherwise 4096, as vLLM on CPU)\n"
+    "  --block-size N               KV cache block size in tokens (16)\n"
+    "  --kv-cache-memory-bytes N    KV cache size (else --gpu-memory-utilization of RAM)\n"
+    "  --gpu-memory-utilization F   fraction of RAM for weights + KV cache (0.9)\n"
+    "  --dtype auto|bfloat16|float16|float32\n"
+    "  --load-format auto|safetensors|dummy\n"
+    "  --generation-config auto|vllm|FOLDER\n"
+    "  --tokenizer MODEL  --revision REV  --seed N  --max-logprobs N\n"
+    "  --num-threads N              kernel threads (default: all CPUs)\n"
+    "  --speculative-config, -sc JSON  e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'\n"
+    "  --[no-]enable-prefix-caching\n"
+    "  --quantization, -q METHOD    vLLM's method names (checked; the checkpoint decides)\n"
+    "  --config FILE.yaml           flags from a YAML file (the command line wins)\n"
+    "  JSON flags also take dotted keys: --compilation-config.cudagraph_mode FULL, -cc.mode=3\n"
+    "accepted, checked and ignored (one process, no CUDA graphs): -tp/-pp/-dp N,\n"
+    "  --[no-]enable-expert-parallel, --distributed-executor-backend ray|mp|uni|external_launcher,\n"
+    "  --compilation-config/-cc JSON, -O0..-O3, --additional-config JSON, --[no-]trust-remote-code,\n"
+    "  --[no-]enforce-eager, --[no-]enable-chunked-prefill, --kv-cache-dtype, --scheduling-policy,\n"
+    "  --swap-space, --disable-custom-all-reduce, --max-seq-len-to-capture, --[no-]enable-log-requests\n";
+
+/* ---- the offline hint ------------------------------------------------------------------------ */
+
+/* True for an argument naming --load-format: the full name or, as the parse succeeded, an
+ * abbreviation of it (underscores already read as dashes). */
+static bool names_load_format(const char *arg) {
+    static const char full[] = "--load-format";
+    size_t len = strcspn(arg, "=");
+    if (len <= 2 || len > sizeof full - 1 || arg[0] != '-' || arg[1] != '-') return false;
+    for (size_t k = 2; k < len; k++)
+        if (arg[k] != full[k] && !(arg[k] == '_' && full[k] == '-')) return false;
+    return true;
+}
+
+/* An argument as the shell needs it: bare when only safe characters, else in single quotes. */
+static void print_quoted(const char *s) {
+    static const char safe[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%";
+    if (s[0] && strspn(s, safe) == strlen(s)) {
+        fprintf(stderr, " %s", s);
+        return;
+    }
+    fputs(" '", stderr);
+    for (; *s; s++) {
+        if (*s == '\'') fputs("'\\''", stderr);
+        else fputc(*s, stderr);
+    }
+    fputc('\'', stderr);
+}
+
+/* The command as typed (the path the binary was invoked by, the subcommand words, the arguments),
+ * with the --load-format already there set to dummy, else --load-format dummy added. */
+static void print_dummy_command(const cv_args *a) {
+    fputs(cv_args_program(), stderr);
+    fprintf(stderr, " %s", a->cmd);
+    bool replaced = false;
+    for (int i = 1; i < a->orig_argc; i++) {
+        const char *s = a->orig_argv[i];
+        if (!names_load_format(s)) {
+            print_quoted(s);
+            continue;
+        }
+        replaced = true;
+        const char *eq = strchr(s, '=');
+        if (eq) {
+            fprintf(stderr, " %.*sdummy", (int)(eq - s + 1), s);
+        } else {
+            fprintf(stderr, " %s dummy", s);
+            i++;
+        }
+    }
+    if (!replaced) fputs(" --load-format dummy", stderr);
+}
+
+void cv_args_report_engine_error(const cv_args *a, int status) {
+    fprintf(stderr, "cvllm %s: %s", a->cmd, cvllm_last_error());
+    if (status == CVLLM_ERR_NETWORK) {
+        fputs("; to run offline with random weights: ", stderr);
+        print_dummy_command(a);
+    }
+    fputc('\n', stderr);
+}
