@@ -1,7 +1,10 @@
 /*
  * test_block_pool.c — the block pool's invariants: LRU reuse order, reference counting, prefix-cache
- * hits and evictions, and the hash table surviving long churn (tombstones are rebuilt away).
+ * hits and evictions, the prompt logprobs kept with cached blocks, and the hash table surviving long
+ * churn (tombstones are rebuilt away).
  */
+#include <stdlib.h>
+
 #include "check.h"
 #include "engine/block_pool.h"
 
@@ -57,6 +60,43 @@ static void test_prefix_hits_and_eviction(void) {
     cv_block_pool_free(&p);
 }
 
+static cv_block_logprobs *record(int32_t k, int32_t next_token) {
+    cv_block_logprobs *lp = calloc(1, sizeof *lp + 4 * (size_t)(1 + k) * sizeof(cvllm_logprob));
+    lp->k = k;
+    lp->next_token = next_token;
+    return lp;
+}
+
+/* Prompt logprobs kept with a cached block: found for k up to theirs, replaced only by a record with
+ * more top entries, gone with the hash when the block is evicted (ASan checks nothing leaks). */
+static void test_block_logprobs(void) {
+    cv_block_pool p;
+    cv_block_pool_init(&p, 3);
+    int32_t a[2];
+    CHECK(cv_block_pool_allocate(&p, 2, a));
+    cv_block_pool_keep_logprobs(&p, hash_of(10), record(2, 5)); /* not cached: dropped */
+    CHECK(cv_block_pool_logprobs(&p, hash_of(10), 0) == NULL);
+    cv_block_pool_cache(&p, a[0], hash_of(10));
+    cv_block_pool_keep_logprobs(&p, hash_of(10), record(2, 5));
+    CHECK(cv_block_pool_logprobs(&p, hash_of(10), 2)->next_token == 5);
+    CHECK(cv_block_pool_logprobs(&p, hash_of(10), 0) != NULL);
+    CHECK(cv_block_pool_logprobs(&p, hash_of(10), 3) == NULL);
+    cv_block_pool_keep_logprobs(&p, hash_of(10), record(1, 6)); /* fewer entries: ignored */
+    CHECK(cv_block_pool_logprobs(&p, hash_of(10), 1)->next_token == 5);
+    cv_block_pool_keep_logprobs(&p, hash_of(10), record(4, 7));
+    CHECK(cv_block_pool_logprobs(&p, hash_of(10), 3)->next_token == 7);
+    /* Released, the block keeps hash and record; reallocated, it loses both. */
+    cv_block_pool_release(&p, a, 2);
+    CHECK(cv_block_pool_logprobs(&p, hash_of(10), 4) != NULL);
+    int32_t b[2];
+    CHECK(cv_block_pool_allocate(&p, 2, b));
+    CHECK(cv_block_pool_logprobs(&p, hash_of(10), 0) == NULL);
+    cv_block_pool_cache(&p, b[1], hash_of(20));
+    cv_block_pool_keep_logprobs(&p, hash_of(20), record(0, -1)); /* freed with the pool */
+    cv_block_pool_release(&p, b, 2);
+    cv_block_pool_free(&p);
+}
+
 /* Many cache/evict cycles: lookups of absent hashes must still terminate and live ones be found. */
 static void test_table_churn(void) {
     cv_block_pool p;
@@ -80,6 +120,7 @@ static void test_table_churn(void) {
 int main(void) {
     test_lru_and_refcount();
     test_prefix_hits_and_eviction();
+    test_block_logprobs();
     test_table_churn();
     return cv_check_summary("test_block_pool");
 }

@@ -585,6 +585,103 @@ static void test_prefix_caching(void) {
     free(dir);
 }
 
+/* One lm-eval loglikelihood request as the engine sees it (/v1/completions with echo, logprobs=1,
+ * max_tokens=1): one sampled token, and the prompt logprobs with k top entries (k = -1: none). */
+typedef struct loglikelihood {
+    size_t cached;
+    size_t n_prompt;
+    cvllm_logprob chosen[80], top[80][4];
+    int32_t n_top[80];
+    cvllm_logprob sampled;
+} loglikelihood;
+
+static void run_loglikelihood(cvllm_engine *e, const int32_t *prompt, size_t n, int32_t k, loglikelihood *out) {
+    cvllm_sampling_params p = greedy(e, 1);
+    p.logprobs = 1;
+    p.prompt_logprobs = k;
+    memset(out, 0, sizeof *out);
+    uint64_t id = add_ids(e, prompt, n, &p);
+    while (cvllm_engine_has_unfinished(e)) {
+        const cvllm_request_output *const *outs;
+        size_t n_outs;
+        CHECK(cvllm_engine_step(e, &outs, &n_outs) == 0);
+        for (size_t j = 0; j < n_outs; j++) {
+            const cvllm_request_output *o = outs[j];
+            if (o->request_id != id || !o->finished) continue;
+            out->cached = o->n_cached_tokens;
+            out->n_prompt = o->n_prompt_token_ids;
+            out->sampled = o->outputs[0].logprobs[0].chosen;
+            for (size_t t = 0; o->prompt_logprobs && t < n; t++) {
+                out->chosen[t] = o->prompt_logprobs[t].chosen;
+                out->n_top[t] = o->prompt_logprobs[t].n_top;
+                if (out->n_top[t])
+                    memcpy(out->top[t], o->prompt_logprobs[t].top, (size_t)out->n_top[t] * sizeof(cvllm_logprob));
+            }
+        }
+    }
+}
+
+static bool same_logprob(cvllm_logprob a, cvllm_logprob b) {
+    return a.token_id == b.token_id && a.rank == b.rank && a.logprob == b.logprob;
+}
+
+/* Every entry bit for bit: the cached positions' entries were computed by an earlier request, and
+ * the kernels give each row the same values whatever was batched or cached beside it. */
+static bool same_loglikelihood(const loglikelihood *a, const loglikelihood *b) {
+    bool same = a->n_prompt == b->n_prompt && same_logprob(a->sampled, b->sampled);
+    for (size_t t = 0; same && t < a->n_prompt; t++) {
+        same = same_logprob(a->chosen[t], b->chosen[t]) && a->n_top[t] == b->n_top[t];
+        for (int32_t i = 0; same && i < a->n_top[t]; i++) same = same_logprob(a->top[t][i], b->top[t][i]);
+    }
+    return same;
+}
+
+/* lm-eval's loglikelihood requests: the choices of a question share a context and each finishes in
+ * the step that computes its prompt. The context's blocks are cached when computed, so the 2nd to
+ * 4th choice skip it, and their prompt logprobs (kept with the blocks) equal a cold run's. */
+static void test_prefix_caching_loglikelihood(void) {
+    char *dir = tu_model_dir("qwen3-dense-f32");
+    enum { CONTEXT = 50, CONT = 5 };
+    int32_t prompt[CONTEXT + CONT];
+    for (int t = 0; t < CONTEXT; t++) prompt[t] = (t * 41 + 3) % 4096;
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = dir;
+    o.kv_cache_memory_bytes = 8 << 20;
+    o.max_model_len = 512;
+    o.enable_prefix_caching = false;
+    cvllm_engine *cold = NULL, *warm = make_engine(dir, 4096, 8 << 20, 512);
+    CHECK(cvllm_engine_create(&o, &cold) == 0);
+    /* (context length, choice, prompt-logprob k, expected hit). The hit is the context's full blocks
+     * (48 tokens), unless the kept logprobs are short of entries: a record with fewer top entries
+     * than asked for, or a context that ends on a block boundary, whose last row's entry is for the
+     * first token of another choice (then one block less). */
+    static const struct { int ctx, choice, k, hit; } cases[] = {
+        {50, 0, 1, 0}, {50, 1, 1, 48}, {50, 2, 1, 48}, {50, 3, 1, 48},
+        {50, 0, -1, 48}, /* a plain max_tokens=1 request */
+        {50, 1, 3, 0},   /* the records keep 1 top entry: recomputed, and kept again with 3 */
+        {50, 2, 2, 48},
+        {48, 0, 1, 0}, {48, 1, 1, 32},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int ctx = cases[c].ctx;
+        if (ctx == 48) prompt[0] = 7; /* a new context */
+        for (int t = 0; t < CONT; t++) prompt[ctx + t] = (cases[c].choice * 613 + t * 89 + 1) % 4096;
+        loglikelihood want, got;
+        run_loglikelihood(cold, prompt, (size_t)(ctx + CONT), cases[c].k, &want);
+        run_loglikelihood(warm, prompt, (size_t)(ctx + CONT), cases[c].k, &got);
+        CHECK_MSG(got.cached == (size_t)cases[c].hit, "case %zu: %zu tokens cached, expected %d", c, got.cached,
+                  cases[c].hit);
+        CHECK_EQ_INT(want.cached, 0);
+        CHECK_MSG(same_loglikelihood(&got, &want), "case %zu: logprobs differ from a cold run", c);
+    }
+    CHECK(all_blocks_free(warm));
+    cvllm_engine_destroy(cold);
+    cvllm_engine_destroy(warm);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 /* Batch invariance: a request's logits do not depend on what runs beside it. The kernels compute
  * each output element in the same order whatever the batch, so the logprobs are bit-identical. */
 static void test_batch_invariance(void) {
@@ -630,6 +727,7 @@ int main(void) {
     test_engine_creation_errors();
     test_text_prompt();
     test_prefix_caching();
+    test_prefix_caching_loglikelihood();
     test_batch_invariance();
     return cv_check_summary("test_engine");
 }

@@ -21,6 +21,8 @@ typedef struct outcome {
     float lp[64];
     size_t n;
     size_t cached;
+    float prompt_lp[80];           /* with prompt_lp_k >= 0: the prompt's logprobs (entry 0 has none) */
+    int32_t prompt_top[80];
 } outcome;
 
 static cvllm_engine *engine_for(const char *dir, int32_t budget, uint64_t kv_bytes, const char *spec) {
@@ -39,6 +41,7 @@ static cvllm_engine *engine_for(const char *dir, int32_t budget, uint64_t kv_byt
 
 static const int32_t *bias_id; /* optional logit bias for run(), see test_spec_decode_rollback */
 static float bias_value;
+static int32_t prompt_lp_k = -1; /* prompt logprobs for run(), see test_loglikelihood_hits */
 
 /* Runs the prompts (greedy, logprobs of the chosen tokens) together to completion. */
 static void run(cvllm_engine *e, int32_t *const *prompts, const size_t *lens, size_t n, int32_t max_tokens,
@@ -50,6 +53,7 @@ static void run(cvllm_engine *e, int32_t *const *prompts, const size_t *lens, si
         p.temperature = 0;
         p.max_tokens = max_tokens;
         p.logprobs = 0;
+        p.prompt_logprobs = prompt_lp_k;
         if (bias_id) {
             p.logit_bias_ids = bias_id;
             p.logit_bias_values = &bias_value;
@@ -70,6 +74,10 @@ static void run(cvllm_engine *e, int32_t *const *prompts, const size_t *lens, si
             out[i].cached = outs[j]->n_cached_tokens;
             memcpy(out[i].ids, c->token_ids, c->n_token_ids * sizeof(int32_t));
             for (size_t t = 0; t < c->n_token_ids; t++) out[i].lp[t] = c->logprobs[t].chosen.logprob;
+            for (size_t t = 1; outs[j]->prompt_logprobs && t < outs[j]->n_prompt_token_ids && t < 80; t++) {
+                out[i].prompt_lp[t] = outs[j]->prompt_logprobs[t].chosen.logprob;
+                out[i].prompt_top[t] = outs[j]->prompt_logprobs[t].n_top ? outs[j]->prompt_logprobs[t].top[0].token_id : -1;
+            }
         }
     }
     free(ids);
@@ -128,6 +136,46 @@ static void test_prefix_hit(const char *vec) {
     for (int t = 0; t < 8; t++) worst = fmaxf(worst, fabsf(warm.lp[t] - cold.lp[t]));
     CHECK_MSG(worst < 1e-4f, "%s: warm and cold logprobs differ by %g", vec, worst);
     CHECK(e->sched.prefix_hits == 48);
+    cvllm_engine_destroy(e);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+/* lm-eval's loglikelihood requests on a hybrid model: max_tokens=1 with prompt logprobs, four
+ * choices after a shared 50-token context, one at a time. Each finishes in the step that computes
+ * its prompt, yet the context's blocks and their state checkpoints are kept, so choices 2 to 4
+ * restore the state after 48 tokens; their prompt and sampled logprobs are a cold run's. */
+static void test_loglikelihood_hits(const char *vec) {
+    char *dir = tu_model_dir(vec);
+    enum { CONTEXT = 50, CHOICES = 4 };
+    int32_t prompts[CHOICES][CONTEXT + 4];
+    int32_t *ptrs[CHOICES];
+    size_t lens[CHOICES];
+    for (int c = 0; c < CHOICES; c++) {
+        for (int t = 0; t < CONTEXT; t++) prompts[c][t] = (t * 173 + 29) % 4096;
+        for (int t = 0; t < 4; t++) prompts[c][CONTEXT + t] = (c * 331 + t * 53 + 2) % 4096;
+        ptrs[c] = prompts[c];
+        lens[c] = CONTEXT + 1 + (size_t)c % 3;
+    }
+    prompt_lp_k = 1;
+    outcome cold[CHOICES] = {0}, warm[CHOICES] = {0};
+    cvllm_engine *e = engine_for(dir, 1024, 8 << 20, NULL);
+    for (int c = 0; c < CHOICES; c++) {
+        cvllm_engine *fresh = engine_for(dir, 1024, 8 << 20, NULL); /* nothing cached: a cold run */
+        run(fresh, &ptrs[c], &lens[c], 1, 1, &cold[c]);
+        cvllm_engine_destroy(fresh);
+        run(e, &ptrs[c], &lens[c], 1, 1, &warm[c]);
+        CHECK_MSG(warm[c].cached == (c ? 48u : 0u), "%s choice %d: %zu tokens cached", vec, c, warm[c].cached);
+        float worst = fabsf(warm[c].lp[0] - cold[c].lp[0]);
+        for (size_t t = 1; t < lens[c]; t++) {
+            worst = fmaxf(worst, fabsf(warm[c].prompt_lp[t] - cold[c].prompt_lp[t]));
+            CHECK(warm[c].prompt_top[t] == cold[c].prompt_top[t]);
+        }
+        CHECK(warm[c].ids[0] == cold[c].ids[0]);
+        CHECK_MSG(worst < 1e-4f, "%s choice %d: logprobs differ from a cold run by %g", vec, c, worst);
+    }
+    prompt_lp_k = -1;
+    CHECK(cv_block_pool_usage(&e->blocks) == 0.0);
     cvllm_engine_destroy(e);
     tu_remove_tree(dir);
     free(dir);
@@ -210,6 +258,8 @@ int main(void) {
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) test_reference_greedy(models[i]);
     test_prefix_hit("qwen3.5-moe-f32");
     test_prefix_hit("qwen3-next-bf16");
+    test_loglikelihood_hits("qwen3.5-moe-f32");
+    test_loglikelihood_hits("qwen3-next-bf16");
     test_prefix_hit("qwen3.5-dense-bf16");
     test_spec_decode_rollback("qwen3.5-moe-f32");
     test_spec_decode_rollback("qwen3-next-bf16");

@@ -18,6 +18,8 @@ static void evict(cv_block_pool *pool, int32_t id) {
     assert(cv_hash_index_get(&pool->cached, b->hash) == id);
     cv_hash_index_del(&pool->cached, b->hash);
     b->has_hash = false;
+    free(b->logprobs);
+    b->logprobs = NULL;
 }
 
 static void queue_push_tail(cv_block_pool *pool, int32_t id) {
@@ -55,6 +57,7 @@ void cv_block_pool_init(cv_block_pool *pool, int32_t num_blocks) {
 }
 
 void cv_block_pool_free(cv_block_pool *pool) {
+    for (int32_t i = 0; i < pool->num_blocks; i++) free(pool->blocks[i].logprobs);
     free(pool->blocks);
     cv_hash_index_free(&pool->cached);
     pool->blocks = NULL;
@@ -113,4 +116,21 @@ void cv_block_pool_cache(cv_block_pool *pool, int32_t id, cv_block_hash h) {
     b->hash = h;
     b->has_hash = true;
     cv_hash_index_put(&pool->cached, h, id);
+}
+
+const cv_block_logprobs *cv_block_pool_logprobs(const cv_block_pool *pool, cv_block_hash h, int32_t k) {
+    int32_t id = cv_block_pool_lookup(pool, h);
+    const cv_block_logprobs *lp = id >= 0 ? pool->blocks[id].logprobs : NULL;
+    return lp && lp->k >= k ? lp : NULL;
+}
+
+void cv_block_pool_keep_logprobs(cv_block_pool *pool, cv_block_hash h, cv_block_logprobs *lp) {
+    int32_t id = cv_block_pool_lookup(pool, h);
+    cv_block *b = id >= 0 ? &pool->blocks[id] : NULL;
+    if (!b || (b->logprobs && b->logprobs->k >= lp->k)) {
+        free(lp);
+        return;
+    }
+    free(b->logprobs);
+    b->logprobs = lp;
 }

@@ -13,6 +13,11 @@
  * prefix can take it back (a hit); it loses the hash only when allocation evicts it from the head of
  * the queue. Hashes are 128-bit XXH3, so a collision (which would silently serve another prompt's
  * KV) is not a practical concern.
+ *
+ * A cached block may also keep the prompt logprobs its rows produced. A request that asks for
+ * prompt logprobs (an lm-eval loglikelihood request: echo with logprobs) needs the distribution at
+ * every prompt position, which K/V alone cannot give back; with these it can still skip a shared
+ * prefix. They live and die with the block's hash.
  */
 #ifndef CV_BLOCK_POOL_H
 #define CV_BLOCK_POOL_H
@@ -21,7 +26,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cvllm.h"
 #include "engine/hash_index.h"
+
+/* Prompt logprobs of one cached block, row by row: the logits of row r (position r) give the
+ * distribution of token r+1, so for each row the k most likely tokens and the logprob and rank of
+ * the token that followed. All of it depends only on the tokens up to the row, which the block's
+ * hash covers, except the token after the block's last row: that entry holds for next_token only. */
+typedef struct cv_block_logprobs {
+    int32_t k;                    /* top entries per row */
+    int32_t next_token;           /* the token the last row's entry is for; -1 when there is none */
+    cvllm_logprob rows[];         /* block_size × (1 + k): the following token's entry, then the top k */
+} cv_block_logprobs;
 
 typedef struct cv_block {
     int32_t id;
@@ -29,6 +45,7 @@ typedef struct cv_block {
     int32_t prev_free, next_free; /* links of the free queue, -1 at the ends / when not queued */
     bool has_hash;
     cv_block_hash hash;
+    cv_block_logprobs *logprobs;  /* owned; only while has_hash */
 } cv_block;
 
 typedef struct cv_block_pool {
@@ -58,6 +75,12 @@ void cv_block_pool_touch(cv_block_pool *pool, int32_t id);
 /* Records that block `id` (full, held by the caller) holds the tokens hashed to h. A hash already
  * cached by another block is left alone (the duplicate simply is not shared). */
 void cv_block_pool_cache(cv_block_pool *pool, int32_t id, cv_block_hash h);
+/* The prompt logprobs kept with the cached block of hash h if they hold at least k top entries per
+ * row, else NULL. */
+const cv_block_logprobs *cv_block_pool_logprobs(const cv_block_pool *pool, cv_block_hash h, int32_t k);
+/* Keeps lp (owned by the pool from now on) with the cached block of hash h, replacing a record with
+ * fewer top entries; dropped when h is not cached or already has as many. */
+void cv_block_pool_keep_logprobs(cv_block_pool *pool, cv_block_hash h, cv_block_logprobs *lp);
 /* Fraction of usable blocks in use, for the kv_cache_usage metric. */
 double cv_block_pool_usage(const cv_block_pool *pool);
 

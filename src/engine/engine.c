@@ -857,6 +857,9 @@ static int postprocess(cvllm_engine *e, const float *logits) {
         prompt_logprob_rows(seq, &first, &count);
         if (count) record_prompt_logprobs(e, seq, first, count, logits + row * (size_t)e->vocab_size);
         row += count;
+        /* The K/V of this step's real tokens exist now: their full blocks are shared from here on,
+         * also when the sequence finishes below and releases them (every max_tokens=1 request). */
+        cv_scheduler_cache_full_blocks(&e->sched, seq, seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft));
         if (seq_samples_this_step(seq)) {
             size_t rows_used = (size_t)seq->n_draft + 1;
             process_samples(e, seq, (float *)logits + row * (size_t)e->vocab_size, seq->n_tokens);
@@ -864,7 +867,6 @@ static int postprocess(cvllm_engine *e, const float *logits) {
         } else {
             seq->num_computed += (size_t)seq->num_scheduled;
         }
-        if (seq->status != CV_SEQ_FINISHED) cv_scheduler_cache_full_blocks(&e->sched, seq);
     }
     return mtp ? cv_mtp_propose(e, &e->mtp, e->mtp_seqs, list->n, e->hidden) : 0;
 }

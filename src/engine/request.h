@@ -76,7 +76,8 @@ struct cv_request {
     size_t n_prompt;
     char *cache_salt;              /* NULL = none */
     size_t n_cached_tokens;        /* prefix-cache hit of the first admission */
-    bool cached_tokens_known;
+    bool admitted;                 /* seq 0 (the first of its request to run) was scheduled once:
+                                    * n_cached_tokens is set and the queue time is over */
     cvllm_position_logprobs *prompt_logprobs; /* n_prompt entries when requested */
     size_t n_prompt_logprobs_done; /* positions filled (entry 0 counts once the prompt starts) */
     cv_seq *seqs;

@@ -82,6 +82,75 @@ void cv_scheduler_hash_blocks(const cv_scheduler *s, cv_seq *seq) {
     if (full > seq->n_block_hashes) seq->n_block_hashes = full;
 }
 
+/* Top entries the prompt-logprob records of a sequence must hold, or -1 when it needs none: only
+ * the first completion of a request computes its prompt logprobs. */
+static int32_t prompt_logprobs_k(const cv_seq *seq) {
+    return seq->index == 0 && cv_request_wants_prompt_logprobs(seq->req) ? seq->req->params.prompt_logprobs : -1;
+}
+
+/* Whether the prompt-logprob entries of rows of block b are all kept with its cached block, the
+ * last row's included when that entry is a prompt entry (it is only kept for one next token). */
+static bool block_rows_kept(const cv_scheduler *s, const cv_seq *seq, int32_t b, int32_t k) {
+    const cv_block_logprobs *lp = cv_block_pool_logprobs(s->pool, seq->block_hashes[b], k);
+    size_t next = (size_t)(b + 1) * (size_t)s->block_size;
+    return lp && (next >= seq->req->n_prompt || lp->next_token == seq->tokens[next]);
+}
+
+/* A sequence that needs prompt logprobs may skip a cached prefix of `hits` blocks only if the
+ * entries it has not recorded yet, up to the one of position hits·bs (from the prefix's last row,
+ * never computed), are kept with those blocks; otherwise the prefix gets shorter. Entry 0 has no
+ * distribution and needs nothing. */
+static int32_t hits_with_logprobs(const cv_scheduler *s, const cv_seq *seq, int32_t hits, int32_t k) {
+    size_t bs = (size_t)s->block_size, done = seq->req->n_prompt_logprobs_done, first = done ? done : 1;
+    if (first > (size_t)hits * bs) return hits;
+    int32_t b = (int32_t)((first - 1) / bs);
+    while (b < hits && block_rows_kept(s, seq, b, k)) b++;
+    return b;
+}
+
+/* Fills the prompt-logprob entries of positions [done, hits·bs] from the rows kept with the first
+ * `hits` cached blocks (hits_with_logprobs made sure they are there). */
+static void restore_prompt_logprobs(const cv_scheduler *s, cv_seq *seq, int32_t hits, int32_t k) {
+    cv_request *req = seq->req;
+    size_t bs = (size_t)s->block_size, end = (size_t)hits * bs + 1;
+    if (end > req->n_prompt) end = req->n_prompt;
+    if (req->n_prompt_logprobs_done == 0) {
+        req->prompt_logprobs[0] = (cvllm_position_logprobs){.chosen = {req->prompt[0], 0.0f, 0}};
+        req->n_prompt_logprobs_done = 1;
+    }
+    const cv_block_logprobs *lp = NULL;
+    for (size_t p = req->n_prompt_logprobs_done; p < end; p++) {
+        size_t row = p - 1;
+        if (!lp || row % bs == 0) lp = cv_block_pool_logprobs(s->pool, seq->block_hashes[row / bs], k);
+        const cvllm_logprob *e = lp->rows + (row % bs) * (size_t)(1 + lp->k);
+        cvllm_logprob *top = k ? cv_xmalloc((size_t)k * sizeof *top) : NULL;
+        if (k) memcpy(top, e + 1, (size_t)k * sizeof *top);
+        req->prompt_logprobs[p] = (cvllm_position_logprobs){.chosen = e[0], .top = top, .n_top = k};
+    }
+    if (end > req->n_prompt_logprobs_done) req->n_prompt_logprobs_done = end;
+}
+
+/* Keeps the prompt-logprob entries of the rows of block b (a block of the prompt) with its cached
+ * block, once they are all recorded. */
+static void keep_block_logprobs(cv_scheduler *s, const cv_seq *seq, int32_t b, int32_t k) {
+    const cv_request *req = seq->req;
+    size_t bs = (size_t)s->block_size, first = (size_t)b * bs, next = first + bs, stride = 1 + (size_t)k;
+    size_t last_entry = next < req->n_prompt ? next : req->n_prompt - 1;
+    if (next > req->n_prompt || req->n_prompt_logprobs_done <= last_entry ||
+        cv_block_pool_logprobs(s->pool, seq->block_hashes[b], k))
+        return;
+    cv_block_logprobs *lp = cv_xcalloc(1, sizeof *lp + bs * stride * sizeof(cvllm_logprob));
+    lp->k = k;
+    lp->next_token = next < req->n_prompt ? req->prompt[next] : -1;
+    for (size_t p = first + 1; p <= last_entry; p++) {
+        const cvllm_position_logprobs *src = &req->prompt_logprobs[p];
+        cvllm_logprob *dst = lp->rows + (p - 1 - first) * stride;
+        dst[0] = src->chosen;
+        if (src->n_top) memcpy(dst + 1, src->top, (size_t)src->n_top * sizeof *dst);
+    }
+    cv_block_pool_keep_logprobs(s->pool, seq->block_hashes[b], lp);
+}
+
 /* Takes the longest cached prefix of a sequence that has nothing computed; returns its tokens. */
 static size_t take_cached_prefix(cv_scheduler *s, cv_seq *seq) {
     if (!s->enable_prefix_caching) return 0;
@@ -90,6 +159,8 @@ static size_t take_cached_prefix(cv_scheduler *s, cv_seq *seq) {
     int32_t usable = (int32_t)((seq->n_tokens - 1) / (size_t)s->block_size), hits = 0;
     while (hits < usable && hits < seq->n_block_hashes && cv_block_pool_lookup(s->pool, seq->block_hashes[hits]) >= 0)
         hits++;
+    int32_t k = prompt_logprobs_k(seq);
+    if (k >= 0) hits = hits_with_logprobs(s, seq, hits, k);
     /* With recurrent state, the hit ends at the last block whose state was checkpointed. */
     if (s->states) {
         while (hits > 0 && !cv_state_pool_has(s->states, seq->block_hashes[hits - 1])) hits--;
@@ -100,18 +171,22 @@ static size_t take_cached_prefix(cv_scheduler *s, cv_seq *seq) {
         cv_block_pool_touch(s->pool, id);
         cv_seq_add_blocks(seq, &id, 1);
     }
+    if (k >= 0 && hits > 0) restore_prompt_logprobs(s, seq, hits, k);
     seq->n_cached_blocks = hits;
     seq->num_computed = (size_t)hits * (size_t)s->block_size;
     return seq->num_computed;
 }
 
-void cv_scheduler_cache_full_blocks(cv_scheduler *s, cv_seq *seq) {
+void cv_scheduler_cache_full_blocks(cv_scheduler *s, cv_seq *seq, size_t n_computed) {
     if (!s->enable_prefix_caching) return;
-    int32_t computed_full = (int32_t)(seq->num_computed / (size_t)s->block_size);
+    int32_t computed_full = (int32_t)(n_computed / (size_t)s->block_size);
     if (computed_full <= seq->n_cached_blocks) return;
     cv_scheduler_hash_blocks(s, seq);
-    for (int32_t b = seq->n_cached_blocks; b < computed_full; b++)
+    int32_t k = prompt_logprobs_k(seq);
+    for (int32_t b = seq->n_cached_blocks; b < computed_full; b++) {
         cv_block_pool_cache(s->pool, seq->block_table[b], seq->block_hashes[b]);
+        if (k >= 0) keep_block_logprobs(s, seq, b, k);
+    }
     seq->n_cached_blocks = computed_full;
 }
 
@@ -182,9 +257,9 @@ static void schedule_waiting(cv_scheduler *s, cv_schedule *out, int32_t *budget)
             s->prefix_hits += hit;
         }
         cv_request *req = seq->req;
-        if (seq->index == 0 && !req->cached_tokens_known) {
+        if (seq->index == 0 && !req->admitted) {
             req->n_cached_tokens = hit;
-            req->cached_tokens_known = true;
+            req->admitted = true;
         }
         list_remove_at(&s->waiting, 0);
         seq->status = CV_SEQ_RUNNING;

@@ -10,7 +10,9 @@
  *
  * With prefix caching on, a sequence that is admitted first takes the longest run of cached blocks
  * that match its tokens (never the whole prompt: the last token is always computed, for its
- * logits), and every block that fills up is registered in the cache as soon as its K/V exist.
+ * logits), and every block that fills up is registered in the cache as soon as its K/V exist, even
+ * when the sequence finishes in that very step (a max_tokens=1 request). A sequence that needs
+ * prompt logprobs takes only blocks that also kept theirs (see block_pool.h).
  */
 #ifndef CV_SCHEDULER_H
 #define CV_SCHEDULER_H
@@ -60,8 +62,10 @@ void cv_scheduler_finish(cv_scheduler *s, cv_seq *seq);
 bool cv_scheduler_reserve(cv_scheduler *s, cv_seq *seq, size_t n_positions);
 /* Extends seq->block_hashes over every full block of its tokens. */
 void cv_scheduler_hash_blocks(const cv_scheduler *s, cv_seq *seq);
-/* After a forward pass: registers the sequence's newly filled blocks in the prefix cache. */
-void cv_scheduler_cache_full_blocks(cv_scheduler *s, cv_seq *seq);
+/* After a forward pass that left the K/V of the sequence's first n_computed tokens in the cache:
+ * registers its newly filled blocks in the prefix cache (with their prompt logprobs, when it
+ * computes those). */
+void cv_scheduler_cache_full_blocks(cv_scheduler *s, cv_seq *seq, size_t n_computed);
 int32_t cv_scheduler_num_running(const cv_scheduler *s);
 int32_t cv_scheduler_num_waiting(const cv_scheduler *s);
 void cv_schedule_free(cv_schedule *out);
