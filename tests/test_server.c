@@ -16,6 +16,7 @@
  */
 #include <curl/curl.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -328,7 +329,33 @@ static double wait_idle(const fixture *f, double seconds) {
 }
 
 static double aborted_total(const fixture *f) {
-    return metric(f, "vllm:request_success_total{engine=\"0\",model_name=\"" NAME "\",finished_reason=\"abort\"} ");
+    return metric(f, "vllm:request_success_total{engine=\"0\",finished_reason=\"abort\",model_name=\"" NAME "\"} ");
+}
+
+static char *scrape(const fixture *f) {
+    reply r = http(f, "GET", "/metrics", NULL);
+    CHECK_EQ_INT(r.status, 200);
+    return r.body;
+}
+
+/* The value of one series ("name{labels} ", or "name " without labels) in a scrape; -1 if absent. */
+static double sample_in(const char *text, const char *series) {
+    for (const char *p = strstr(text, series); p; p = strstr(p + 1, series))
+        if (p == text || p[-1] == '\n') return strtod(p + strlen(series), NULL);
+    return -1;
+}
+
+/* Waits (up to 10 s) until the series reaches `want`: an HTTP request counts once its response has
+ * gone out, which the client may see a moment earlier. */
+static bool wait_for_sample(const fixture *f, const char *series, double want) {
+    for (int i = 0; i < 500; i++) {
+        char *text = scrape(f);
+        double v = sample_in(text, series);
+        free(text);
+        if (v == want) return true;
+        usleep(20000);
+    }
+    return false;
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -409,6 +436,211 @@ static void test_small_endpoints(void) {
     r = http(&ref_srv, "GET", "/v1/completions", NULL);
     CHECK(is_error(&r, 405, "Method Not Allowed"));
     free(r.body);
+}
+
+/* Every family vLLM's /metrics has and cvllm can produce, with its TYPE, its labels and vLLM's
+ * buckets; the request histograms move by exactly what a few requests add, and the HTTP counts
+ * follow the instrumentator vLLM installs (handler "none" for unknown paths, status classes, the
+ * excluded /metrics and /health, no count for a 401 answered by the authentication middleware). */
+static void test_metrics_families(void) {
+    static const struct {
+        const char *name, *type, *sample;
+    } families[] = {
+        {"process_virtual_memory_bytes", "gauge", "process_virtual_memory_bytes "},
+        {"process_resident_memory_bytes", "gauge", "process_resident_memory_bytes "},
+        {"process_start_time_seconds", "gauge", "process_start_time_seconds "},
+        {"process_cpu_seconds_total", "counter", "process_cpu_seconds_total "},
+        {"process_open_fds", "gauge", "process_open_fds "},
+        {"process_max_fds", "gauge", "process_max_fds "},
+        {"vllm:num_requests_running", "gauge", "vllm:num_requests_running" LABELS " "},
+        {"vllm:prompt_tokens_total", "counter", "vllm:prompt_tokens_total" LABELS " "},
+        {"vllm:prefix_cache_hits_total", "counter", "vllm:prefix_cache_hits_total" LABELS " "},
+        {"vllm:request_success_total", "counter",
+         "vllm:request_success_total{engine=\"0\",finished_reason=\"length\",model_name=\"" NAME "\"} "},
+        {"vllm:request_prompt_tokens", "histogram",
+         "vllm:request_prompt_tokens_bucket{engine=\"0\",le=\"2000.0\",model_name=\"" NAME "\"} "},
+        {"vllm:request_generation_tokens", "histogram", "vllm:request_generation_tokens_sum" LABELS " "},
+        {"vllm:iteration_tokens_total", "histogram",
+         "vllm:iteration_tokens_total_bucket{engine=\"0\",le=\"16384.0\",model_name=\"" NAME "\"} "},
+        {"vllm:request_max_num_generation_tokens", "histogram",
+         "vllm:request_max_num_generation_tokens_bucket{engine=\"0\",le=\"1.0\",model_name=\"" NAME "\"} "},
+        {"vllm:request_params_n", "histogram",
+         "vllm:request_params_n_bucket{engine=\"0\",le=\"20.0\",model_name=\"" NAME "\"} "},
+        {"vllm:request_params_max_tokens", "histogram", "vllm:request_params_max_tokens_count" LABELS " "},
+        {"vllm:time_to_first_token_seconds", "histogram",
+         "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"2560.0\",model_name=\"" NAME "\"} "},
+        {"vllm:inter_token_latency_seconds", "histogram", "vllm:inter_token_latency_seconds_count" LABELS " "},
+        {"vllm:request_time_per_output_token_seconds", "histogram",
+         "vllm:request_time_per_output_token_seconds_bucket{engine=\"0\",le=\"0.025\",model_name=\"" NAME "\"} "},
+        {"vllm:e2e_request_latency_seconds", "histogram", "vllm:e2e_request_latency_seconds_count" LABELS " "},
+        {"vllm:request_queue_time_seconds", "histogram",
+         "vllm:request_queue_time_seconds_bucket{engine=\"0\",le=\"7680.0\",model_name=\"" NAME "\"} "},
+        {"vllm:request_inference_time_seconds", "histogram", "vllm:request_inference_time_seconds_sum" LABELS " "},
+        {"vllm:request_prefill_time_seconds", "histogram", "vllm:request_prefill_time_seconds_sum" LABELS " "},
+        {"vllm:request_decode_time_seconds", "histogram", "vllm:request_decode_time_seconds_sum" LABELS " "},
+        {"http_requests_total", "counter",
+         "http_requests_total{handler=\"/v1/completions\",method=\"POST\",status=\"2xx\"} "},
+        {"http_request_duration_highr_seconds", "histogram", "http_request_duration_highr_seconds_bucket{le=\"60.0\"} "},
+        {"http_request_duration_seconds", "histogram",
+         "http_request_duration_seconds_bucket{handler=\"/v1/completions\",le=\"+Inf\",method=\"POST\"} "},
+    };
+    /* The per-request and per-step histograms, whose counts and sums the requests below move. */
+    static const char *const hist_series[] = {
+        "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:request_max_num_generation_tokens",
+        "vllm:request_params_n", "vllm:request_params_max_tokens", "vllm:iteration_tokens_total",
+        "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+        "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds", "vllm:request_inference_time_seconds",
+        "vllm:request_time_per_output_token_seconds"};
+    enum { PROMPT, GENERATION, MAX_GENERATION, N, MAX_TOKENS, ITERATION, TTFT, E2E, QUEUE, PREFILL, DECODE, INFERENCE,
+           TPOT, N_HIST };
+    static const struct {
+        int n_prompt, max_tokens, n;
+    } reqs[] = {{7, 3, 1}, {20, 5, 2}, {33, 1, 1}};
+    const char *ok_series = "http_requests_total{handler=\"/v1/completions\",method=\"POST\",status=\"2xx\"} ";
+    const char *none_series = "http_requests_total{handler=\"none\",method=\"GET\",status=\"4xx\"} ";
+    const char *models_series = "http_requests_total{handler=\"/v1/models\",method=\"GET\",status=\"4xx\"} ";
+    const char *lat_series = "http_request_duration_seconds_count{handler=\"/v1/completions\",method=\"POST\"} ";
+    CHECK(wait_idle(&ref_srv, 30) < 30);
+    char *before = scrape(&ref_srv);
+    double count0[N_HIST], sum0[N_HIST];
+    char series[256];
+    for (int h = 0; h < N_HIST; h++) {
+        snprintf(series, sizeof series, "%s_count" LABELS " ", hist_series[h]);
+        count0[h] = sample_in(before, series);
+        snprintf(series, sizeof series, "%s_sum" LABELS " ", hist_series[h]);
+        sum0[h] = sample_in(before, series);
+    }
+    double ok0 = fmax(sample_in(before, ok_series), 0), none0 = fmax(sample_in(before, none_series), 0);
+    double models0 = sample_in(before, models_series), lat0 = fmax(sample_in(before, lat_series), 0);
+    double highr0 = sample_in(before, "http_request_duration_highr_seconds_count ");
+
+    int prompt_sum = 0, gen_sum = 0, longest_sum = 0, n_sum = 0, max_tokens_sum = 0;
+    for (size_t i = 0; i < sizeof reqs / sizeof *reqs; i++) {
+        json_t *ids = json_array();
+        for (int t = 0; t < reqs[i].n_prompt; t++) json_array_append_new(ids, json_integer((t * 67 + (int)i * 5 + 9) % 4096));
+        json_t *j = json_pack("{s:s, s:o, s:i, s:i, s:i, s:b}", "model", NAME, "prompt", ids, "max_tokens",
+                              reqs[i].max_tokens, "temperature", 0, "n", reqs[i].n, "ignore_eos", 1);
+        char *body = json_dumps(j, JSON_COMPACT);
+        reply r = http(&ref_srv, "POST", "/v1/completions", body);
+        CHECK_MSG(r.status == 200, "%ld: %.200s", r.status, r.body);
+        free(r.body);
+        free(body);
+        json_decref(j);
+        prompt_sum += reqs[i].n_prompt;
+        gen_sum += reqs[i].max_tokens * reqs[i].n;
+        longest_sum += reqs[i].max_tokens;
+        n_sum += reqs[i].n;
+        max_tokens_sum += reqs[i].max_tokens;
+    }
+    reply r = http(&ref_srv, "GET", "/v1/nope", NULL);
+    CHECK_EQ_INT(r.status, 404);
+    free(r.body);
+    r = http_on(easy, &ref_srv, "GET", "/health", NULL, NULL, 0, NULL);
+    free(r.body);
+    r = http_on(easy, &ref_srv, "GET", "/v1/models", NULL, NULL, 0, NULL);
+    CHECK_EQ_INT(r.status, 401);
+    free(r.body);
+    CHECK(wait_for_sample(&ref_srv, none_series, none0 + 1));
+    CHECK(wait_for_sample(&ref_srv, ok_series, ok0 + 3));
+    CHECK(wait_idle(&ref_srv, 30) < 30);
+    char *after = scrape(&ref_srv);
+
+    for (size_t i = 0; i < sizeof families / sizeof *families; i++) {
+        char type_line[160];
+        snprintf(type_line, sizeof type_line, "\n# TYPE %s %s\n", families[i].name, families[i].type);
+        CHECK_MSG(strstr(after, type_line), "no '%s'", type_line + 1);
+        CHECK_MSG(sample_in(after, families[i].sample) >= 0, "no sample '%s'", families[i].sample);
+    }
+    CHECK(!strstr(after, "vllm:time_per_output_token_seconds")); /* renamed; hidden in current vLLM */
+    double d_count[N_HIST], d_sum[N_HIST];
+    for (int h = 0; h < N_HIST; h++) {
+        snprintf(series, sizeof series, "%s_count" LABELS " ", hist_series[h]);
+        double count = sample_in(after, series);
+        d_count[h] = count - count0[h];
+        /* One observation per finished request; iteration tokens one per step (with outputs). */
+        int want = h == ITERATION ? longest_sum : 3;
+        CHECK_MSG(d_count[h] == want, "%s: %g more observations, expected %d", hist_series[h], d_count[h], want);
+        snprintf(series, sizeof series, "%s_bucket{engine=\"0\",le=\"+Inf\",model_name=\"" NAME "\"} ", hist_series[h]);
+        CHECK_MSG(sample_in(after, series) == count, "%s: the +Inf bucket is not the count", hist_series[h]);
+        snprintf(series, sizeof series, "%s_sum" LABELS " ", hist_series[h]);
+        d_sum[h] = sample_in(after, series) - sum0[h];
+    }
+    CHECK_EQ_INT((int)d_sum[PROMPT], prompt_sum);
+    CHECK_EQ_INT((int)d_sum[GENERATION], gen_sum); /* all completions */
+    CHECK_EQ_INT((int)d_sum[MAX_GENERATION], longest_sum);
+    CHECK_EQ_INT((int)d_sum[N], n_sum);
+    CHECK_EQ_INT((int)d_sum[MAX_TOKENS], max_tokens_sum);
+    /* vLLM's iteration tokens: each request's prompt in the step of its first token, plus every
+     * generated token; the requests ran one at a time, one step per output token. */
+    CHECK_EQ_INT((int)d_sum[ITERATION], prompt_sum + gen_sum);
+    for (int h = TTFT; h < N_HIST; h++) CHECK_MSG(d_sum[h] >= 0, "%s: negative time", hist_series[h]);
+    CHECK(fabs(d_sum[INFERENCE] - (d_sum[PREFILL] + d_sum[DECODE])) < 1e-6);
+    CHECK(d_sum[E2E] > d_sum[INFERENCE] && d_sum[E2E] >= d_sum[QUEUE]);
+    CHECK(d_sum[DECODE] > 0 && d_sum[TPOT] > 0);
+    /* HTTP: 3 completions, the 404 under "none"; not the 401, /health or the scrapes. */
+    CHECK(sample_in(after, ok_series) == ok0 + 3);
+    CHECK(sample_in(after, none_series) == none0 + 1);
+    CHECK(sample_in(after, models_series) == models0);
+    CHECK(sample_in(after, lat_series) == lat0 + 3);
+    CHECK(sample_in(after, "http_request_duration_highr_seconds_count ") == highr0 + 4);
+    CHECK(!strstr(after, "handler=\"/health\"") && !strstr(after, "handler=\"/metrics\""));
+    /* The process, from /proc. */
+    double start = sample_in(after, "process_start_time_seconds "), now = (double)time(NULL);
+    CHECK(start > now - 3600 && start <= now + 1);
+    CHECK(sample_in(after, "process_resident_memory_bytes ") > 1e6);
+    CHECK(sample_in(after, "process_virtual_memory_bytes ") >= sample_in(after, "process_resident_memory_bytes "));
+    CHECK(sample_in(after, "process_cpu_seconds_total ") > 0);
+    double fds = sample_in(after, "process_open_fds ");
+    CHECK(fds > 3 && fds <= sample_in(after, "process_max_fds "));
+    free(before);
+    free(after);
+}
+
+/* lm-eval's loglikelihood requests (local-completions: a token-id prompt, echo, logprobs=1,
+ * max_tokens=1, temperature 0, a seed) for four choices that share a long context, one after the
+ * other. The 2nd to 4th find the context in the prefix cache — its blocks were cached in the very
+ * step that computed them, though every request finishes there — and their logprobs are those of a
+ * cold run (the same request with its own cache_salt), bit for bit. */
+static void test_loglikelihood_prefix_cache(void) {
+    enum { CONTEXT = 150, CHOICES = 4 };
+    double hits0 = metric(&ref_srv, "vllm:prefix_cache_hits_total" LABELS " ");
+    size_t cached_sum = 0;
+    for (int c = 0; c < CHOICES; c++) {
+        json_t *ids = json_array();
+        for (int t = 0; t < CONTEXT; t++) json_array_append_new(ids, json_integer((t * 151 + 17) % 4096));
+        for (int t = 0; t < 3 + c; t++) json_array_append_new(ids, json_integer((c * 977 + t * 31 + 5) % 4096));
+        json_t *j = json_pack("{s:s, s:o, s:i, s:i, s:i, s:i, s:b}", "model", NAME, "prompt", ids, "temperature", 0,
+                              "max_tokens", 1, "logprobs", 1, "seed", 1234, "echo", 1);
+        char *warm_body = json_dumps(j, JSON_COMPACT);
+        char salt[32];
+        snprintf(salt, sizeof salt, "cold-%d", c);
+        json_object_set_new(j, "cache_salt", json_string(salt));
+        char *cold_body = json_dumps(j, JSON_COMPACT);
+        reply warm = http(&ref_srv, "POST", "/v1/completions", warm_body);
+        reply cold = http(&ref_srv, "POST", "/v1/completions", cold_body);
+        json_t *w = reply_json(&warm), *k = reply_json(&cold);
+        json_t *wc = json_array_get(json_object_get(w, "choices"), 0), *kc = json_array_get(json_object_get(k, "choices"), 0);
+        json_int_t cached = json_integer_value(
+            json_object_get(json_object_get(json_object_get(w, "usage"), "prompt_tokens_details"), "cached_tokens"));
+        json_int_t cold_cached = json_integer_value(
+            json_object_get(json_object_get(json_object_get(k, "usage"), "prompt_tokens_details"), "cached_tokens"));
+        /* The context's 9 full blocks; the first choice found nothing. */
+        CHECK_MSG(cached == (c ? 144 : 0), "choice %d: %lld tokens cached", c, (long long)cached);
+        CHECK_EQ_INT(cold_cached, 0);
+        json_t *lp = json_object_get(wc, "logprobs");
+        CHECK_EQ_INT(json_array_size(json_object_get(lp, "token_logprobs")), CONTEXT + 3 + c + 1);
+        CHECK_MSG(json_equal(lp, json_object_get(kc, "logprobs")), "choice %d: logprobs differ from a cold run", c);
+        CHECK(json_equal(json_object_get(wc, "text"), json_object_get(kc, "text")));
+        cached_sum += (size_t)cached;
+        json_decref(w);
+        json_decref(k);
+        json_decref(j);
+        free(warm.body);
+        free(cold.body);
+        free(warm_body);
+        free(cold_body);
+    }
+    CHECK(metric(&ref_srv, "vllm:prefix_cache_hits_total" LABELS " ") == hits0 + (double)cached_sum);
 }
 
 /* The tutorials' requests: non-streaming and streaming agree, and match the offline engine. */
@@ -1003,6 +1235,8 @@ int main(void) {
     test_concurrent_streams();
     test_disconnects();
     test_malformed_requests();
+    test_metrics_families();
+    test_loglikelihood_prefix_cache();
     test_chat();
     test_chat_prompt_endpoints();
     test_chat_tools_and_reasoning();

@@ -1069,6 +1069,9 @@ static void test_chat_output(void) {
     CHECK_STR_EQ(e.content, "Hello!");
 }
 
+/* The text as prometheus_client prints it: counters' HELP/TYPE with `_total`, labels sorted by name
+ * (`le` between engine and model_name), numbers as floatToGoString, vLLM's 1-2-5 size buckets, and
+ * the instrumentator's http_* families. */
 static void test_metrics_text(void) {
     static const double bounds[] = {0.1, 1.0};
     cv_engine_stats st = {.num_running = 2, .num_waiting = 1, .kv_cache_usage = 0.25, .prompt_tokens = 10,
@@ -1080,25 +1083,70 @@ static void test_metrics_text(void) {
     cv_histogram_observe(&st.time_to_first_token, 0.05);
     cv_histogram_observe(&st.time_to_first_token, 0.5);
     cv_histogram_observe(&st.time_to_first_token, 5);
-    char *t = cv_metrics_render(&st, "q\"3");
+    double sizes[CV_HISTOGRAM_MAX_BUCKETS];
+    size_t n_sizes = cv_histogram_1_2_5_bounds(4096, sizes, CV_HISTOGRAM_MAX_BUCKETS);
+    CHECK_EQ_INT(n_sizes, 11); /* 1, 2, 5, ..., 1000, 2000 */
+    CHECK(sizes[0] == 1 && sizes[2] == 5 && sizes[10] == 2000);
+    cv_histogram_init(&st.request_prompt_tokens, sizes, n_sizes);
+    cv_histogram_observe(&st.request_prompt_tokens, 1234567);
+    cv_http_metrics *http = cv_http_metrics_create();
+    char *t = cv_metrics_render(&st, "q\"3", http);
     const char *L = "{engine=\"0\",model_name=\"q\\\"3\"}";
     char line[256];
-    snprintf(line, sizeof line, "vllm:num_requests_running%s 2\n", L);
+    snprintf(line, sizeof line, "vllm:num_requests_running%s 2.0\n", L);
     CHECK_CONTAINS(t, line);
     snprintf(line, sizeof line, "vllm:kv_cache_usage_perc%s 0.25\n", L);
     CHECK_CONTAINS(t, line);
     snprintf(line, sizeof line, "vllm:prompt_tokens_total%s 10.0\n", L);
     CHECK_CONTAINS(t, line);
-    CHECK_CONTAINS(t, "# TYPE vllm:prefix_cache_hits counter\n");
-    CHECK_CONTAINS(t, "vllm:request_success_total{engine=\"0\",model_name=\"q\\\"3\",finished_reason=\"abort\"} 2.0\n");
-    CHECK_CONTAINS(t, "vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"q\\\"3\",le=\"0.1\"} 1.0\n");
-    CHECK_CONTAINS(t, "vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"q\\\"3\",le=\"1\"} 2.0\n");
-    CHECK_CONTAINS(t, "vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"q\\\"3\",le=\"+Inf\"} 3.0\n");
+    CHECK_CONTAINS(t, "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n"
+                      "# TYPE vllm:prefix_cache_hits_total counter\n");
+    CHECK_CONTAINS(t, "vllm:request_success_total{engine=\"0\",finished_reason=\"abort\",model_name=\"q\\\"3\"} 2.0\n");
+    CHECK_CONTAINS(t, "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.1\",model_name=\"q\\\"3\"} 1.0\n");
+    CHECK_CONTAINS(t, "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"1.0\",model_name=\"q\\\"3\"} 2.0\n");
+    CHECK_CONTAINS(t, "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"+Inf\",model_name=\"q\\\"3\"} 3.0\n");
     CHECK_CONTAINS(t, "vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"q\\\"3\"} 3.0\n");
+    CHECK_CONTAINS(t, "vllm:time_to_first_token_seconds_sum{engine=\"0\",model_name=\"q\\\"3\"} 5.55\n");
+    CHECK_CONTAINS(t, "vllm:request_prompt_tokens_bucket{engine=\"0\",le=\"2000.0\",model_name=\"q\\\"3\"} 0.0\n");
+    CHECK_CONTAINS(t, "vllm:request_prompt_tokens_sum{engine=\"0\",model_name=\"q\\\"3\"} 1.234567e+06\n");
+    CHECK_CONTAINS(t, "# HELP vllm:request_time_per_output_token_seconds Histogram of time_per_output_token_seconds per "
+                      "request.\n# TYPE vllm:request_time_per_output_token_seconds histogram\n");
     CHECK_CONTAINS(t, "# TYPE vllm:e2e_request_latency_seconds histogram\n");
     CHECK_CONTAINS(t, "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"64\"} 1.0\n");
     CHECK(!strstr(t, "spec_decode")); /* only when speculative decoding is on */
+    /* A labelled family without children yet prints its header only, as prometheus_client does. */
+    CHECK_CONTAINS(t, "# TYPE http_requests_total counter\n# HELP http_request_duration_highr_seconds");
+    CHECK_CONTAINS(t, "http_request_duration_highr_seconds_bucket{le=\"60.0\"} 0.0\n");
+    CHECK_CONTAINS(t, "http_request_duration_highr_seconds_count 0.0\n");
+    CHECK_CONTAINS(t, "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ");
     free(t);
+
+    /* The instrumentator's labels: status classes, a missing response counting as 5xx, durations. */
+    CHECK_STR_EQ(cv_http_metrics_handler("/v1/completions", "/v1/completions"), "/v1/completions");
+    CHECK_STR_EQ(cv_http_metrics_handler(NULL, "/v1/nope"), "none");
+    CHECK(cv_http_metrics_handler("/metrics", "/metrics") == NULL);
+    CHECK(cv_http_metrics_handler(NULL, "/healthz") == NULL); /* its patterns match anywhere */
+    const char *none = cv_http_metrics_handler(NULL, "/x");
+    cv_http_metrics_observe(http, "/v1/completions", "POST", 200, 0.25);
+    cv_http_metrics_observe(http, "/v1/completions", "POST", 201, 2.0);
+    cv_http_metrics_observe(http, "/v1/completions", "POST", 400, 0.0625);
+    cv_http_metrics_observe(http, none, "GET", 404, 0.001);
+    cv_http_metrics_observe(http, none, "GET", 0, 0.002);
+    t = cv_metrics_render(&st, "q", http);
+    CHECK_CONTAINS(t, "http_requests_total{handler=\"/v1/completions\",method=\"POST\",status=\"2xx\"} 2.0\n");
+    CHECK_CONTAINS(t, "http_requests_total{handler=\"/v1/completions\",method=\"POST\",status=\"4xx\"} 1.0\n");
+    CHECK_CONTAINS(t, "http_requests_total{handler=\"none\",method=\"GET\",status=\"4xx\"} 1.0\n");
+    CHECK_CONTAINS(t, "http_requests_total{handler=\"none\",method=\"GET\",status=\"5xx\"} 1.0\n");
+    CHECK_CONTAINS(t, "http_request_duration_seconds_bucket{handler=\"/v1/completions\",le=\"0.1\",method=\"POST\"} 1.0\n"
+                      "http_request_duration_seconds_bucket{handler=\"/v1/completions\",le=\"0.5\",method=\"POST\"} 2.0\n"
+                      "http_request_duration_seconds_bucket{handler=\"/v1/completions\",le=\"1.0\",method=\"POST\"} 2.0\n"
+                      "http_request_duration_seconds_bucket{handler=\"/v1/completions\",le=\"+Inf\",method=\"POST\"} 3.0\n"
+                      "http_request_duration_seconds_count{handler=\"/v1/completions\",method=\"POST\"} 3.0\n"
+                      "http_request_duration_seconds_sum{handler=\"/v1/completions\",method=\"POST\"} 2.3125\n");
+    CHECK_CONTAINS(t, "http_request_duration_highr_seconds_bucket{le=\"0.01\"} 2.0\n");
+    CHECK_CONTAINS(t, "http_request_duration_highr_seconds_count 5.0\n");
+    free(t);
+    cv_http_metrics_free(http);
 
     st.spec_num_positions = 2;
     st.spec_num_drafts = 5;
@@ -1106,12 +1154,14 @@ static void test_metrics_text(void) {
     st.spec_num_accepted_tokens = 4;
     st.spec_accepted_per_pos[0] = 3;
     st.spec_accepted_per_pos[1] = 1;
-    t = cv_metrics_render(&st, "q");
+    http = cv_http_metrics_create();
+    t = cv_metrics_render(&st, "q", http);
     CHECK_CONTAINS(t, "vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"q\"} 5.0\n");
     CHECK_CONTAINS(t, "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"q\"} 10.0\n");
     CHECK_CONTAINS(t, "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"q\"} 4.0\n");
     CHECK_CONTAINS(t, "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",model_name=\"q\",position=\"1\"} 1.0\n");
     free(t);
+    cv_http_metrics_free(http);
 }
 
 int main(void) {

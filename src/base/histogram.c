@@ -21,3 +21,14 @@ void cv_histogram_observe(cv_histogram *h, double value) {
     h->sum += value;
     h->count++;
 }
+
+size_t cv_histogram_1_2_5_bounds(double max_value, double *out, size_t cap) {
+    static const double mantissas[] = {1, 2, 5};
+    size_t n = 0;
+    for (double scale = 1;; scale *= 10)
+        for (size_t i = 0; i < 3; i++) {
+            double v = mantissas[i] * scale;
+            if (v > max_value || n == cap) return n;
+            out[n++] = v;
+        }
+}

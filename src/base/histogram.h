@@ -20,5 +20,8 @@ typedef struct cv_histogram {
 
 void cv_histogram_init(cv_histogram *h, const double *bounds, size_t n_bounds);
 void cv_histogram_observe(cv_histogram *h, double value);
+/* vLLM's build_1_2_5_buckets(max_value): 1, 2, 5, 10, 20, 50, ... up to max_value, into out[cap];
+ * returns how many. */
+size_t cv_histogram_1_2_5_bounds(double max_value, double *out, size_t cap);
 
 #endif

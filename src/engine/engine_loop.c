@@ -31,15 +31,20 @@ static const double ttft_buckets[] = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08
                                       1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
 static const double itl_buckets[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
                                      0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
-static const double e2e_buckets[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,    10.0,  15.0,  20.0,
-                                     30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+static const double request_latency_buckets[] = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,
+                                                 5.0,  10.0, 15.0, 20.0, 30.0,  40.0,  50.0,
+                                                 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+static const double n_buckets[] = {1, 2, 5, 10, 20};
+static const double iteration_buckets[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 
 /* What the loop remembers about a live request. */
 typedef struct tracker {
     uint64_t id;
+    const cv_request *req;     /* the engine's request; alive as long as the tracker */
     cv_event_fn fn;
     void *user;
     double arrival, first_token;
+    double queued, scheduled;  /* when it entered the engine, and when it was first scheduled (0: not yet) */
     double *last_token;        /* per completion: time of its latest tokens (for ITL) */
     bool *finished_sent;       /* per completion: its finish was reported */
     int32_t n_seqs;
@@ -83,6 +88,7 @@ struct cv_engine_loop {
 
     pthread_mutex_t stats_mu;
     cv_engine_stats stats;
+    double size_buckets[CV_HISTOGRAM_MAX_BUCKETS]; /* 1-2-5 up to max_model_len, for the token histograms */
     double last_log;
     uint64_t logged_prompt, logged_generation, logged_queries, logged_hits;
 };
@@ -142,28 +148,59 @@ static void fill_delta(cv_completion_delta *d, const cvllm_completion_output *c)
     d->stop_str = c->stop_str ? cv_xstrdup(c->stop_str) : NULL;
 }
 
-/* Timings for the histograms; called once per changed request per step. */
-static void observe_timings(cv_engine_loop *l, tracker *t, const cvllm_request_output *o, double now) {
+/* Timings for the histograms; called once per changed request per step. Returns what the request
+ * adds to the step's vllm:iteration_tokens_total as vLLM counts it: its new tokens, plus its prompt
+ * in the step of its first token. */
+static uint64_t observe_timings(cv_engine_loop *l, tracker *t, const cvllm_request_output *o, double now) {
+    uint64_t tokens = 0;
     for (int32_t i = 0; i < o->n_outputs; i++) {
         const cvllm_completion_output *c = &o->outputs[i];
         if (c->n_new_token_ids == 0) continue;
+        tokens += c->n_new_token_ids;
         if (t->first_token == 0) {
             t->first_token = now;
+            tokens += o->n_prompt_token_ids;
             cv_histogram_observe(&l->stats.time_to_first_token, now - t->arrival);
         } else if (t->last_token[i] > 0) {
             cv_histogram_observe(&l->stats.inter_token_latency, now - t->last_token[i]);
         }
         t->last_token[i] = now;
     }
-    if (!o->finished) return;
-    cv_histogram_observe(&l->stats.e2e_request_latency, now - t->arrival);
+    return tokens;
+}
+
+/* The per-request histograms of a finished request. An interval whose end never came (a request
+ * aborted before it was scheduled or before its first token) counts as zero, as in vLLM; the queue
+ * time of one never scheduled runs until it finished. With n > 1 the request counts once: its
+ * tokens are all its completions', its time per output token the longest completion's. */
+static void observe_finished(cv_engine_loop *l, const tracker *t, const cvllm_request_output *o, double now) {
+    cv_engine_stats *st = &l->stats;
+    cv_histogram_observe(&st->e2e_request_latency, now - t->arrival);
     int kind = CV_FINISHED_STOP;
+    size_t total = 0, longest = 0;
+    double last = 0;
     for (int32_t i = 0; i < o->n_outputs; i++) {
-        if (o->outputs[i].finish_reason == CVLLM_FINISH_ERROR) kind = CV_FINISHED_ERROR;
-        else if (o->outputs[i].finish_reason == CVLLM_FINISH_ABORT && kind != CV_FINISHED_ERROR) kind = CV_FINISHED_ABORT;
-        else if (o->outputs[i].finish_reason == CVLLM_FINISH_LENGTH && kind == CV_FINISHED_STOP) kind = CV_FINISHED_LENGTH;
+        const cvllm_completion_output *c = &o->outputs[i];
+        if (c->finish_reason == CVLLM_FINISH_ERROR) kind = CV_FINISHED_ERROR;
+        else if (c->finish_reason == CVLLM_FINISH_ABORT && kind != CV_FINISHED_ERROR) kind = CV_FINISHED_ABORT;
+        else if (c->finish_reason == CVLLM_FINISH_LENGTH && kind == CV_FINISHED_STOP) kind = CV_FINISHED_LENGTH;
+        total += c->n_token_ids;
+        if (c->n_token_ids > longest) longest = c->n_token_ids;
+        if (t->last_token[i] > last) last = t->last_token[i];
     }
-    l->stats.request_success[kind]++;
+    st->request_success[kind]++;
+    bool started = t->first_token > 0;
+    double decode = started ? last - t->first_token : 0;
+    cv_histogram_observe(&st->request_queue_time, (t->scheduled > 0 ? t->scheduled : now) - t->queued);
+    cv_histogram_observe(&st->request_prefill_time, started ? t->first_token - t->scheduled : 0);
+    cv_histogram_observe(&st->request_decode_time, decode);
+    cv_histogram_observe(&st->request_inference_time, started ? last - t->scheduled : 0);
+    cv_histogram_observe(&st->request_time_per_output_token, longest > 1 ? decode / (double)(longest - 1) : 0);
+    cv_histogram_observe(&st->request_prompt_tokens, (double)o->n_prompt_token_ids);
+    cv_histogram_observe(&st->request_generation_tokens, (double)total);
+    cv_histogram_observe(&st->request_max_num_generation_tokens, (double)longest);
+    cv_histogram_observe(&st->request_params_n, (double)o->n_outputs);
+    cv_histogram_observe(&st->request_params_max_tokens, (double)t->req->max_tokens);
 }
 
 static cv_request_event *make_event(tracker *t, const cvllm_request_output *o) {
@@ -227,15 +264,16 @@ static void *output_main(void *arg) {
 /* ------------------------------------------------------------------------------------------------ */
 /* Trackers                                                                                          */
 
-static tracker *tracker_new(uint64_t id, int32_t n_seqs, const cv_submit *s) {
+static tracker *tracker_new(const cv_request *req, const cv_submit *s) {
     tracker *t = cv_xcalloc(1, sizeof *t);
-    t->id = id;
+    t->id = req->id;
+    t->req = req;
     t->fn = s->on_event;
     t->user = s->user;
     t->arrival = s->arrival_time > 0 ? s->arrival_time : cv_now();
-    t->n_seqs = n_seqs;
-    t->last_token = cv_xcalloc((size_t)n_seqs, sizeof *t->last_token);
-    t->finished_sent = cv_xcalloc((size_t)n_seqs, sizeof *t->finished_sent);
+    t->n_seqs = req->n_seqs;
+    t->last_token = cv_xcalloc((size_t)t->n_seqs, sizeof *t->last_token);
+    t->finished_sent = cv_xcalloc((size_t)t->n_seqs, sizeof *t->finished_sent);
     return t;
 }
 
@@ -299,10 +337,17 @@ static void maybe_log_stats(cv_engine_loop *l, double now) {
     l->logged_hits = s->prefix_cache_hits;
 }
 
+/* The end of queue time: the step that first scheduled a request (seq 0 always runs first). */
+static void mark_scheduled(cv_engine_loop *l, double step_start) {
+    for (size_t i = 0; i < l->n_live; i++)
+        if (l->live[i]->scheduled == 0 && l->live[i]->req->admitted) l->live[i]->scheduled = step_start;
+}
+
 /* Runs one engine step and hands out the events; returns how many requests finished. */
 static size_t run_step(cv_engine_loop *l) {
     const cvllm_request_output *const *outs;
     size_t n_outs, n_finished = 0;
+    double step_start = cv_now();
     int rc = cvllm_engine_step(l->e, &outs, &n_outs);
     if (rc) {
         /* A failing forward pass is a bug or an exhausted machine: fail what is running, keep serving. */
@@ -312,17 +357,21 @@ static size_t run_step(cv_engine_loop *l) {
         if (rc) n_outs = 0;
     }
     double now = cv_now();
+    mark_scheduled(l, step_start);
     pthread_mutex_lock(&l->stats_mu);
     cv_request_event **events = cv_xmalloc((n_outs ? n_outs : 1) * sizeof *events);
     tracker **owners = cv_xmalloc((n_outs ? n_outs : 1) * sizeof *owners);
+    uint64_t iteration_tokens = 0;
     for (size_t k = 0; k < n_outs; k++) {
         size_t i = find_tracker(l, outs[k]->request_id);
         assert(i != SIZE_MAX);
         tracker *t = l->live[i];
-        observe_timings(l, t, outs[k], now);
+        iteration_tokens += observe_timings(l, t, outs[k], now);
+        if (outs[k]->finished) observe_finished(l, t, outs[k], now);
         events[k] = make_event(t, outs[k]);
         owners[k] = t;
     }
+    if (n_outs > 0) cv_histogram_observe(&l->stats.iteration_tokens, (double)iteration_tokens);
     update_gauges(l);
     maybe_log_stats(l, now);
     pthread_mutex_unlock(&l->stats_mu);
@@ -349,7 +398,9 @@ static bool has_work(const cv_engine_loop *l) {
 /* Moves submitted requests into the engine and applies aborts (loop thread, `mu` not held). */
 static void admit(cv_engine_loop *l, pending *inbox, size_t n_inbox, const uint64_t *aborts, size_t n_aborts,
                   bool stopping) {
+    double now = cv_now();
     for (size_t i = 0; i < n_inbox; i++) {
+        inbox[i].t->queued = now;
         track(l, inbox[i].t);
         cv_engine_enqueue_request(l->e, inbox[i].req);
     }
@@ -414,7 +465,21 @@ int cv_engine_loop_start(cvllm_engine *engine, const cv_loop_options *opts, cv_e
     pthread_mutex_init(&l->stats_mu, NULL);
     cv_histogram_init(&l->stats.time_to_first_token, ttft_buckets, CV_ARRAY_LEN(ttft_buckets));
     cv_histogram_init(&l->stats.inter_token_latency, itl_buckets, CV_ARRAY_LEN(itl_buckets));
-    cv_histogram_init(&l->stats.e2e_request_latency, e2e_buckets, CV_ARRAY_LEN(e2e_buckets));
+    cv_engine_stats *st = &l->stats;
+    cv_histogram_init(&st->e2e_request_latency, request_latency_buckets, CV_ARRAY_LEN(request_latency_buckets));
+    cv_histogram_init(&st->request_queue_time, request_latency_buckets, CV_ARRAY_LEN(request_latency_buckets));
+    cv_histogram_init(&st->request_prefill_time, request_latency_buckets, CV_ARRAY_LEN(request_latency_buckets));
+    cv_histogram_init(&st->request_decode_time, request_latency_buckets, CV_ARRAY_LEN(request_latency_buckets));
+    cv_histogram_init(&st->request_inference_time, request_latency_buckets, CV_ARRAY_LEN(request_latency_buckets));
+    cv_histogram_init(&st->request_time_per_output_token, itl_buckets, CV_ARRAY_LEN(itl_buckets));
+    size_t n_size = cv_histogram_1_2_5_bounds(cvllm_engine_max_model_len(engine), l->size_buckets,
+                                              CV_HISTOGRAM_MAX_BUCKETS);
+    cv_histogram_init(&st->request_prompt_tokens, l->size_buckets, n_size);
+    cv_histogram_init(&st->request_generation_tokens, l->size_buckets, n_size);
+    cv_histogram_init(&st->request_max_num_generation_tokens, l->size_buckets, n_size);
+    cv_histogram_init(&st->request_params_max_tokens, l->size_buckets, n_size);
+    cv_histogram_init(&st->request_params_n, n_buckets, CV_ARRAY_LEN(n_buckets));
+    cv_histogram_init(&st->iteration_tokens, iteration_buckets, CV_ARRAY_LEN(iteration_buckets));
     l->stats.kv_cache_tokens = (int64_t)(engine->kv.num_blocks - 1) * engine->kv.block_size;
     l->stats.block_size = engine->kv.block_size;
     l->last_log = cv_now();
@@ -485,7 +550,7 @@ int cv_engine_loop_submit(cv_engine_loop *l, const cv_submit *s, uint64_t *reque
     cv_request *req;
     int rc = cv_engine_prepare_request(l->e, s->prompt, s->params, &req);
     if (rc) return rc;
-    tracker *t = tracker_new(req->id, req->n_seqs, s);
+    tracker *t = tracker_new(req, s);
     pthread_mutex_lock(&l->mu);
     if (l->stopping) {
         pthread_mutex_unlock(&l->mu);

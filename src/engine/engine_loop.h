@@ -102,6 +102,20 @@ typedef struct cv_engine_stats {
     cv_histogram time_to_first_token;  /* vllm:time_to_first_token_seconds */
     cv_histogram inter_token_latency;  /* vllm:inter_token_latency_seconds */
     cv_histogram e2e_request_latency;  /* vllm:e2e_request_latency_seconds */
+    /* Per finished request, with vLLM's intervals: queued = first scheduled - queued into the engine,
+     * prefill = first token - first scheduled, decode = last token - first token, inference =
+     * prefill + decode, time per output token = decode / (output tokens - 1). */
+    cv_histogram request_queue_time;      /* vllm:request_queue_time_seconds */
+    cv_histogram request_prefill_time;    /* vllm:request_prefill_time_seconds */
+    cv_histogram request_decode_time;     /* vllm:request_decode_time_seconds */
+    cv_histogram request_inference_time;  /* vllm:request_inference_time_seconds */
+    cv_histogram request_time_per_output_token; /* vllm:request_time_per_output_token_seconds */
+    cv_histogram request_prompt_tokens;   /* vllm:request_prompt_tokens */
+    cv_histogram request_generation_tokens; /* vllm:request_generation_tokens (all completions) */
+    cv_histogram request_max_num_generation_tokens; /* vllm:request_max_num_generation_tokens (longest) */
+    cv_histogram request_params_n;        /* vllm:request_params_n */
+    cv_histogram request_params_max_tokens; /* vllm:request_params_max_tokens */
+    cv_histogram iteration_tokens;        /* vllm:iteration_tokens_total, per step with outputs */
     uint64_t spec_num_drafts;          /* vllm:spec_decode_num_drafts_total */
     uint64_t spec_num_draft_tokens;    /* vllm:spec_decode_num_draft_tokens_total */
     uint64_t spec_num_accepted_tokens; /* vllm:spec_decode_num_accepted_tokens_total */

@@ -2,36 +2,104 @@
  * metrics.c — see metrics.h.
  *
  * Written by hand rather than through a client library: the format is a few line shapes, and the
- * values all come from one snapshot taken under the loop's stats lock, so a scrape is consistent.
- * Counters are declared by their base name and sampled with the `_total` suffix, as
- * prometheus_client (which vLLM uses) prints them; histogram buckets are cumulative.
+ * engine's values all come from one snapshot taken under the loop's stats lock, so a scrape is
+ * consistent. The text follows prometheus_client's generate_latest, which vLLM serves: a counter's
+ * HELP and TYPE lines name it with its `_total` suffix, labels are sorted by name (so `le` sits
+ * between `engine` and `model_name`), histogram buckets are cumulative, and numbers are printed as
+ * its floatToGoString does (Python's shortest repr, exponent form from 1e+06 up: 3.0, 0.25, 1e+06).
+ * Not exposed: the python_* families (there is no Python here), the `_created` series, and the
+ * instrumentator's request/response size summaries.
  */
 #include "server/metrics.h"
 
+#include <dirent.h>
 #include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/utf8.h"
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Text                                                                                              */
+
 typedef struct out {
     char *buf;
     size_t len, cap;
-    char labels[512];          /* model_name="...",engine="0" */
 } out;
 
 static void emit(out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void emit(out *o, const char *fmt, ...) {
-    char line[1024];
+    char line[2048];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     if (n < 0) return;
     cv_buf_append(&o->buf, &o->len, &o->cap, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+/* prometheus_client's floatToGoString: Python's repr of the float (shortest digits that read back
+ * exactly; fixed notation for exponents -4..15, else d.ddde±XX), then, for positive numbers with
+ * more than six digits before the point, Go's exponent form (1234567.0 -> 1.234567e+06). */
+typedef struct num {
+    char s[40];
+} num;
+
+static num fmt_num(double d) {
+    num r;
+    if (isnan(d)) return snprintf(r.s, sizeof r.s, "NaN"), r;
+    if (isinf(d)) return snprintf(r.s, sizeof r.s, d > 0 ? "+Inf" : "-Inf"), r;
+    char sci[40];
+    for (int prec = 0; prec < 17; prec++) {
+        snprintf(sci, sizeof sci, "%.*e", prec, d);
+        if (strtod(sci, NULL) == d) break;
+    }
+    /* sci = [-]D[.DDD]e±XX: gather the digits and the decimal exponent. */
+    char digits[24];
+    size_t nd = 0;
+    const char *p = sci + (sci[0] == '-');
+    for (; *p != 'e'; p++)
+        if (*p != '.') digits[nd++] = *p;
+    digits[nd] = '\0';
+    int exp10 = atoi(p + 1);
+    while (nd > 1 && digits[nd - 1] == '0') digits[--nd] = '\0';
+    char *w = r.s;
+    if (d < 0) *w++ = '-';
+    if (exp10 < -4 || exp10 >= 16) {
+        *w++ = digits[0];
+        if (nd > 1) w += sprintf(w, ".%s", digits + 1);
+        sprintf(w, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
+        return r;
+    }
+    if (exp10 < 0) {
+        w += sprintf(w, "0.");
+        for (int i = -1; i > exp10; i--) *w++ = '0';
+        sprintf(w, "%s", digits);
+        return r;
+    }
+    size_t int_digits = (size_t)exp10 + 1;
+    for (size_t i = 0; i < int_digits; i++) *w++ = i < nd ? digits[i] : '0';
+    sprintf(w, ".%s", nd > int_digits ? digits + int_digits : "0");
+    if (d > 0 && int_digits > 6) { /* Go switches to exponents sooner than Python */
+        char mant[40];
+        size_t m = 0;
+        mant[m++] = r.s[0];
+        mant[m++] = '.';
+        for (const char *q = r.s + 1; *q; q++)
+            if (*q != '.') mant[m++] = *q;
+        while (m > 0 && (mant[m - 1] == '0' || mant[m - 1] == '.')) m--;
+        mant[m] = '\0';
+        snprintf(r.s, sizeof r.s, "%.24se+0%zu", mant, int_digits - 1);
+    }
+    return r;
 }
 
 /* Label values escape backslash, double quote and newline. */
@@ -49,65 +117,302 @@ static void header(out *o, const char *name, const char *type, const char *help)
     emit(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void gauge(out *o, const char *name, const char *help, double v) {
+/* One sample; `labels` is the inside of the braces, empty for none. */
+static void sample(out *o, const char *name, const char *labels, double v) {
+    if (*labels) emit(o, "%s{%s} %s\n", name, labels, fmt_num(v).s);
+    else emit(o, "%s %s\n", name, fmt_num(v).s);
+}
+
+static void gauge(out *o, const char *name, const char *help, const char *labels, double v) {
     header(o, name, "gauge", help);
-    emit(o, "%s{%s} %.17g\n", name, o->labels, v);
+    sample(o, name, labels, v);
 }
 
-static void counter(out *o, const char *name, const char *help, uint64_t v) {
+/* `name` includes the `_total` suffix. */
+static void counter(out *o, const char *name, const char *help, const char *labels, double v) {
     header(o, name, "counter", help);
-    emit(o, "%s_total{%s} %" PRIu64 ".0\n", name, o->labels, v);
+    sample(o, name, labels, v);
 }
 
-static void histogram(out *o, const char *name, const char *help, const cv_histogram *h) {
-    header(o, name, "histogram", help);
+/* The series of one histogram; `before` and `after` are the labels that sort before and after
+ * `le` (either may be empty). */
+static void histogram_series(out *o, const char *name, const char *before, const char *after, const cv_histogram *h) {
+    const char *sep1 = *before ? "," : "", *sep2 = *after ? "," : "";
     uint64_t cum = 0;
-    for (size_t i = 0; i < h->n_bounds; i++) {
+    for (size_t i = 0; i <= h->n_bounds; i++) {
         cum += h->counts[i];
-        emit(o, "%s_bucket{%s,le=\"%g\"} %" PRIu64 ".0\n", name, o->labels, h->bounds[i], cum);
+        num le = i < h->n_bounds ? fmt_num(h->bounds[i]) : fmt_num(INFINITY);
+        emit(o, "%s_bucket{%s%sle=\"%s\"%s%s} %s\n", name, before, sep1, le.s, sep2, after, fmt_num((double)cum).s);
     }
-    cum += h->counts[h->n_bounds];
-    emit(o, "%s_bucket{%s,le=\"+Inf\"} %" PRIu64 ".0\n", name, o->labels, cum);
-    emit(o, "%s_count{%s} %" PRIu64 ".0\n", name, o->labels, h->count);
-    emit(o, "%s_sum{%s} %.17g\n", name, o->labels, h->sum);
+    char labels[1024];
+    snprintf(labels, sizeof labels, "%s%s%s", before, *before && *after ? "," : "", after);
+    char series[256];
+    snprintf(series, sizeof series, "%s_count", name);
+    sample(o, series, labels, (double)h->count);
+    snprintf(series, sizeof series, "%s_sum", name);
+    sample(o, series, labels, h->sum);
 }
 
-char *cv_metrics_render(const cv_engine_stats *st, const char *model_name) {
-    out o = {0};
-    char escaped[400];
-    escape_label(escaped, sizeof escaped, model_name);
-    snprintf(o.labels, sizeof o.labels, "engine=\"0\",model_name=\"%s\"", escaped);
-    gauge(&o, "vllm:num_requests_running", "Number of requests in model execution batches.", st->num_running);
-    gauge(&o, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", st->num_waiting);
-    gauge(&o, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", st->kv_cache_usage);
-    header(&o, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
-    emit(&o, "vllm:cache_config_info{block_size=\"%d\",engine=\"0\",num_gpu_blocks=\"%" PRId64 "\"} 1.0\n",
-         st->block_size, st->block_size > 0 ? st->kv_cache_tokens / st->block_size : 0);
-    counter(&o, "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-            st->prefix_cache_queries);
-    counter(&o, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", st->prefix_cache_hits);
-    counter(&o, "vllm:num_preemptions", "Cumulative number of preemption from the engine.", st->num_preemptions);
-    counter(&o, "vllm:prompt_tokens", "Number of prefill tokens processed.", st->prompt_tokens);
-    counter(&o, "vllm:generation_tokens", "Number of generation tokens processed.", st->generation_tokens);
-    header(&o, "vllm:request_success", "counter", "Count of successfully processed requests.");
-    static const char *const reasons[CV_FINISHED_KINDS] = {"stop", "length", "abort", "error"};
-    for (int k = 0; k < CV_FINISHED_KINDS; k++)
-        emit(&o, "vllm:request_success_total{%s,finished_reason=\"%s\"} %" PRIu64 ".0\n", o.labels, reasons[k],
-             st->request_success[k]);
-    if (st->spec_num_positions > 0) {
-        counter(&o, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", st->spec_num_drafts);
-        counter(&o, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", st->spec_num_draft_tokens);
-        counter(&o, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", st->spec_num_accepted_tokens);
-        header(&o, "vllm:spec_decode_num_accepted_tokens_per_pos", "counter", "Accepted tokens per draft position.");
-        for (int32_t p = 0; p < st->spec_num_positions; p++)
-            emit(&o, "vllm:spec_decode_num_accepted_tokens_per_pos_total{%s,position=\"%d\"} %" PRIu64 ".0\n", o.labels,
-                 p, st->spec_accepted_per_pos[p]);
+/* ------------------------------------------------------------------------------------------------ */
+/* process_*: prometheus_client's ProcessCollector, from /proc                                      */
+
+static double boot_time(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return 0;
+    char line[256];
+    double btime = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "btime ", 6)) btime = strtod(line + 6, NULL);
+    fclose(f);
+    return btime;
+}
+
+static int count_open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+static void process_metrics(out *o) {
+    double btime = boot_time();
+    if (btime == 0) return; /* no /proc: prometheus_client collects nothing either */
+    FILE *f = fopen("/proc/self/stat", "r");
+    char stat[1024] = "";
+    size_t n = f ? fread(stat, 1, sizeof stat - 1, f) : 0;
+    if (f) fclose(f);
+    stat[n] = '\0';
+    /* Fields after the command name (which may hold spaces and parentheses): state is [0]. */
+    char *p = strrchr(stat, ')');
+    double field[22] = {0};
+    int k = 0;
+    for (char *tok = p ? strtok(p + 1, " ") : NULL; tok && k < 22; tok = strtok(NULL, " ")) field[k++] = strtod(tok, NULL);
+    if (k == 22) {
+        double ticks = (double)sysconf(_SC_CLK_TCK), page = (double)sysconf(_SC_PAGESIZE);
+        gauge(o, "process_virtual_memory_bytes", "Virtual memory size in bytes.", "", field[20]);
+        gauge(o, "process_resident_memory_bytes", "Resident memory size in bytes.", "", field[21] * page);
+        gauge(o, "process_start_time_seconds", "Start time of the process since unix epoch in seconds.", "",
+              field[19] / ticks + btime);
+        counter(o, "process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", "",
+                (field[11] + field[12]) / ticks);
     }
-    histogram(&o, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-              &st->time_to_first_token);
-    histogram(&o, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-              &st->inter_token_latency);
-    histogram(&o, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-              &st->e2e_request_latency);
+    int fds = count_open_fds();
+    struct rlimit lim;
+    if (fds >= 0 && getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+        gauge(o, "process_open_fds", "Number of open file descriptors.", "", fds);
+        gauge(o, "process_max_fds", "Maximum number of open file descriptors.", "",
+              lim.rlim_cur == RLIM_INFINITY ? INFINITY : (double)lim.rlim_cur);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* vllm:*                                                                                            */
+
+static void vllm_metrics(out *o, const cv_engine_stats *st, const char *model_name) {
+    char model[400], labels[512], after[512];
+    escape_label(model, sizeof model, model_name);
+    snprintf(labels, sizeof labels, "engine=\"0\",model_name=\"%s\"", model);
+    snprintf(after, sizeof after, "model_name=\"%s\"", model);
+    const char *before = "engine=\"0\"";
+    gauge(o, "vllm:num_requests_running", "Number of requests in model execution batches.", labels, st->num_running);
+    gauge(o, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels, st->num_waiting);
+    gauge(o, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels, st->kv_cache_usage);
+    header(o, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+    emit(o, "vllm:cache_config_info{block_size=\"%d\",engine=\"0\",num_gpu_blocks=\"%" PRId64 "\"} 1.0\n",
+         st->block_size, st->block_size > 0 ? st->kv_cache_tokens / st->block_size : 0);
+    counter(o, "vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", labels,
+            (double)st->prefix_cache_queries);
+    counter(o, "vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", labels,
+            (double)st->prefix_cache_hits);
+    counter(o, "vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", labels,
+            (double)st->num_preemptions);
+    counter(o, "vllm:prompt_tokens_total", "Number of prefill tokens processed.", labels, (double)st->prompt_tokens);
+    counter(o, "vllm:generation_tokens_total", "Number of generation tokens processed.", labels,
+            (double)st->generation_tokens);
+    header(o, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
+    static const char *const reasons[CV_FINISHED_KINDS] = {"stop", "length", "abort", "error"};
+    for (int k = 0; k < CV_FINISHED_KINDS; k++) {
+        char l[600];
+        snprintf(l, sizeof l, "%s,finished_reason=\"%s\",%s", before, reasons[k], after);
+        sample(o, "vllm:request_success_total", l, (double)st->request_success[k]);
+    }
+    if (st->spec_num_positions > 0) {
+        counter(o, "vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", labels,
+                (double)st->spec_num_drafts);
+        counter(o, "vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", labels,
+                (double)st->spec_num_draft_tokens);
+        counter(o, "vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", labels,
+                (double)st->spec_num_accepted_tokens);
+        header(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");
+        for (int32_t p = 0; p < st->spec_num_positions; p++) {
+            char l[600];
+            snprintf(l, sizeof l, "%s,position=\"%d\"", labels, p);
+            sample(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total", l, (double)st->spec_accepted_per_pos[p]);
+        }
+    }
+    /* vLLM's order and HELP texts (vllm/v1/metrics/loggers.py). */
+    static const struct {
+        const char *name, *help;
+        size_t offset;
+    } hists[] = {
+        {"vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+         offsetof(cv_engine_stats, request_prompt_tokens)},
+        {"vllm:request_generation_tokens", "Number of generation tokens processed.",
+         offsetof(cv_engine_stats, request_generation_tokens)},
+        {"vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+         offsetof(cv_engine_stats, iteration_tokens)},
+        {"vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.",
+         offsetof(cv_engine_stats, request_max_num_generation_tokens)},
+        {"vllm:request_params_n", "Histogram of the n request parameter.", offsetof(cv_engine_stats, request_params_n)},
+        {"vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+         offsetof(cv_engine_stats, request_params_max_tokens)},
+        {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+         offsetof(cv_engine_stats, time_to_first_token)},
+        {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+         offsetof(cv_engine_stats, inter_token_latency)},
+        {"vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.",
+         offsetof(cv_engine_stats, request_time_per_output_token)},
+        {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+         offsetof(cv_engine_stats, e2e_request_latency)},
+        {"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+         offsetof(cv_engine_stats, request_queue_time)},
+        {"vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+         offsetof(cv_engine_stats, request_inference_time)},
+        {"vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+         offsetof(cv_engine_stats, request_prefill_time)},
+        {"vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+         offsetof(cv_engine_stats, request_decode_time)},
+    };
+    for (size_t i = 0; i < CV_ARRAY_LEN(hists); i++) {
+        header(o, hists[i].name, "histogram", hists[i].help);
+        histogram_series(o, hists[i].name, before, after, (const cv_histogram *)((const char *)st + hists[i].offset));
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* http_*: prometheus-fastapi-instrumentator's default instrumentation                              */
+
+/* Its default buckets: many for the unlabelled histogram, few for the one labelled by handler. */
+static const double highr_buckets[] = {0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2,
+                                       2.5,  3,     3.5,  4,     4.5, 5,    7.5, 10,   30, 60};
+static const double lowr_buckets[] = {0.1, 0.5, 1};
+
+typedef struct http_count {
+    const char *handler;
+    char method[16];
+    char status[4];           /* "2xx" */
+    uint64_t n;
+} http_count;
+
+typedef struct http_latency {
+    const char *handler;
+    char method[16];
+    cv_histogram h;
+} http_latency;
+
+struct cv_http_metrics {
+    pthread_mutex_t mu;
+    http_count *counts;       /* in the order the series appeared, as prometheus_client keeps them */
+    size_t n_counts, cap_counts;
+    http_latency *latencies;
+    size_t n_latencies, cap_latencies;
+    cv_histogram highr;
+};
+
+cv_http_metrics *cv_http_metrics_create(void) {
+    cv_http_metrics *m = cv_xcalloc(1, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+    cv_histogram_init(&m->highr, highr_buckets, CV_ARRAY_LEN(highr_buckets));
+    return m;
+}
+
+void cv_http_metrics_free(cv_http_metrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m->counts);
+    free(m->latencies);
+    free(m);
+}
+
+const char *cv_http_metrics_handler(const char *route_path, const char *path) {
+    static const char *const excluded[] = {"/metrics", "/health", "/load", "/ping", "/version", "/server_info"};
+    const char *seen = route_path ? route_path : path;
+    for (size_t i = 0; i < CV_ARRAY_LEN(excluded); i++)
+        if (strstr(seen, excluded[i])) return NULL;
+    return route_path ? route_path : "none";
+}
+
+void cv_http_metrics_observe(cv_http_metrics *m, const char *handler, const char *method, unsigned status,
+                             double seconds) {
+    char meth[16], cls[4];
+    snprintf(meth, sizeof meth, "%s", method);
+    snprintf(cls, sizeof cls, "%uxx", (status ? status : 500) / 100 % 10);
+    pthread_mutex_lock(&m->mu);
+    size_t i = 0;
+    while (i < m->n_counts && !(m->counts[i].handler == handler && !strcmp(m->counts[i].method, meth) &&
+                                !strcmp(m->counts[i].status, cls)))
+        i++;
+    if (i == m->n_counts) {
+        if (m->n_counts == m->cap_counts) {
+            m->cap_counts = m->cap_counts ? 2 * m->cap_counts : 16;
+            m->counts = cv_xrealloc(m->counts, m->cap_counts * sizeof *m->counts);
+        }
+        http_count *c = &m->counts[m->n_counts++];
+        *c = (http_count){.handler = handler};
+        memcpy(c->method, meth, sizeof meth);
+        memcpy(c->status, cls, sizeof cls);
+    }
+    m->counts[i].n++;
+    size_t j = 0;
+    while (j < m->n_latencies && !(m->latencies[j].handler == handler && !strcmp(m->latencies[j].method, meth))) j++;
+    if (j == m->n_latencies) {
+        if (m->n_latencies == m->cap_latencies) {
+            m->cap_latencies = m->cap_latencies ? 2 * m->cap_latencies : 16;
+            m->latencies = cv_xrealloc(m->latencies, m->cap_latencies * sizeof *m->latencies);
+        }
+        http_latency *l = &m->latencies[m->n_latencies++];
+        l->handler = handler;
+        memcpy(l->method, meth, sizeof meth);
+        cv_histogram_init(&l->h, lowr_buckets, CV_ARRAY_LEN(lowr_buckets));
+    }
+    cv_histogram_observe(&m->latencies[j].h, seconds);
+    cv_histogram_observe(&m->highr, seconds);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void http_metrics(out *o, cv_http_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    header(o, "http_requests_total", "counter", "Total number of requests by method, status and handler.");
+    for (size_t i = 0; i < m->n_counts; i++) {
+        char handler[300], method[40], labels[400];
+        escape_label(handler, sizeof handler, m->counts[i].handler);
+        escape_label(method, sizeof method, m->counts[i].method);
+        snprintf(labels, sizeof labels, "handler=\"%s\",method=\"%s\",status=\"%s\"", handler, method,
+                 m->counts[i].status);
+        sample(o, "http_requests_total", labels, (double)m->counts[i].n);
+    }
+    header(o, "http_request_duration_highr_seconds", "histogram",
+           "Latency with many buckets but no API specific labels. Made for more accurate percentile calculations. ");
+    histogram_series(o, "http_request_duration_highr_seconds", "", "", &m->highr);
+    header(o, "http_request_duration_seconds", "histogram",
+           "Latency with only few buckets by handler. Made to be only used if aggregation by handler is important. ");
+    for (size_t i = 0; i < m->n_latencies; i++) {
+        char handler[300], method[40], before[320], after[60];
+        escape_label(handler, sizeof handler, m->latencies[i].handler);
+        escape_label(method, sizeof method, m->latencies[i].method);
+        snprintf(before, sizeof before, "handler=\"%s\"", handler);
+        snprintf(after, sizeof after, "method=\"%s\"", method);
+        histogram_series(o, "http_request_duration_seconds", before, after, &m->latencies[i].h);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+char *cv_metrics_render(const cv_engine_stats *st, const char *model_name, cv_http_metrics *http) {
+    out o = {0};
+    process_metrics(&o);
+    vllm_metrics(&o, st, model_name);
+    http_metrics(&o, http);
     return o.buf;
 }

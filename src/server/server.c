@@ -27,6 +27,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/timeutil.h"
 #include "server/metrics.h"
 #include "server/server_internal.h"
 
@@ -105,7 +106,7 @@ static enum MHD_Result handle_models(cv_server *s, struct MHD_Connection *c) {
 static enum MHD_Result handle_metrics(cv_server *s, struct MHD_Connection *c) {
     cv_engine_stats st;
     cv_engine_loop_stats(s->loop, &st);
-    char *text = cv_metrics_render(&st, s->names[0]);
+    char *text = cv_metrics_render(&st, s->names[0], s->http_metrics);
     enum MHD_Result rc = cv_http_send(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
     free(text);
     return rc;
@@ -245,12 +246,20 @@ static enum MHD_Result too_large(const cv_server *s, struct MHD_Connection *c) {
     return cv_http_send_error(c, &err);
 }
 
+static const route *find_route(const char *url) {
+    for (size_t i = 0; i < CV_ARRAY_LEN(routes); i++)
+        if (!strcmp(url, routes[i].path)) return &routes[i];
+    return NULL;
+}
+
 static enum MHD_Result dispatch(cv_server *s, struct MHD_Connection *c, const char *url, const char *method,
                                 http_request *hr) {
-    if (needs_key(url) && !authorized(s, c)) return fail(c, 401, "Unauthorized");
-    const route *r = NULL;
-    for (size_t i = 0; i < CV_ARRAY_LEN(routes) && !r; i++)
-        if (!strcmp(url, routes[i].path)) r = &routes[i];
+    if (needs_key(url) && !authorized(s, c)) {
+        /* vLLM's authentication middleware wraps the metrics one: a 401 never reaches the counts. */
+        hr->handler = NULL;
+        return fail(c, 401, "Unauthorized");
+    }
+    const route *r = find_route(url);
     if (!r) return fail(c, 404, "Not Found");
     if (!method_allowed(r, method)) return fail(c, 405, "Method Not Allowed");
     if (r->json_body && !hr->json) return fail(c, 415, "Unsupported Media Type: Only 'application/json' is allowed");
@@ -271,10 +280,17 @@ static enum MHD_Result dispatch(cv_server *s, struct MHD_Connection *c, const ch
     return MHD_NO;
 }
 
-/* First call: headers only. An announced oversized body is refused before it is sent. */
-static enum MHD_Result begin_request(cv_server *s, struct MHD_Connection *c, void **con_cls) {
+/* First call: headers only. An announced oversized body is refused before it is sent. The request's
+ * HTTP metrics start here, as the instrumentator's middleware starts its clock when the request
+ * reaches the app. */
+static enum MHD_Result begin_request(cv_server *s, struct MHD_Connection *c, const char *url, const char *method,
+                                     void **con_cls) {
     http_request *hr = cv_xcalloc(1, sizeof *hr);
     hr->s = s;
+    hr->started = cv_now();
+    const route *r = find_route(url);
+    hr->handler = cv_http_metrics_handler(r ? r->path : NULL, url);
+    snprintf(hr->method, sizeof hr->method, "%s", method);
     hr->json = is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE));
     *con_cls = hr;
     const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
@@ -289,7 +305,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     cv_server *s = cls;
     (void)version;
     http_request *hr = *con_cls;
-    if (!hr) return begin_request(s, c, con_cls);
+    if (!hr) return begin_request(s, c, url, method, con_cls);
     if (*upload_data_size) {
         if (hr->len + *upload_data_size > s->max_body) {
             hr->too_large = true;
@@ -309,10 +325,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return dispatch(s, c, url, method, hr);
 }
 
+/* The request is over (its response sent, or the connection gone): it counts now. */
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    cv_server *s = cls;
+    (void)toe;
     http_request *hr = *con_cls;
     if (!hr) return;
+    if (hr->handler) {
+        const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
+        cv_http_metrics_observe(s->http_metrics, hr->handler, hr->method, info ? info->http_status : 0,
+                                cv_now() - hr->started);
+    }
     free(hr->body);
     free(hr);
     *con_cls = NULL;
@@ -402,6 +425,7 @@ static int bind_address(const cv_server_options *o, struct sockaddr_storage *add
 }
 
 static void free_server(cv_server *s) {
+    cv_http_metrics_free(s->http_metrics);
     free_strings(s->names, s->n_names);
     free_strings(s->keys, s->n_keys);
     free(s->root);
@@ -429,6 +453,7 @@ int cv_server_start(cv_engine_loop *loop, const cv_server_options *o, cv_server 
     s->force_usage = o->enable_force_include_usage;
     s->max_body = o->max_body_bytes ? o->max_body_bytes : DEFAULT_MAX_BODY;
     s->started = (int64_t)time(NULL);
+    s->http_metrics = cv_http_metrics_create();
     fill_limits(s, o);
     if ((rc = setup_chat(s, o))) {
         free_server(s);

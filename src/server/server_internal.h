@@ -16,6 +16,7 @@
 #include <stdbool.h>
 
 #include "server/api.h"
+#include "server/metrics.h"
 #include "server/server.h"
 
 struct cv_server {
@@ -37,6 +38,7 @@ struct cv_server {
     atomic_bool draining;         /* refuse new generations (503) */
     atomic_bool stopping;         /* abort what is still running */
     atomic_int sessions;          /* generation sessions not yet freed */
+    cv_http_metrics *http_metrics; /* the http_* families of /metrics */
 };
 
 /* Per-HTTP-request state (MHD's con_cls). */
@@ -46,6 +48,9 @@ typedef struct http_request {
     size_t len, cap;
     bool too_large;
     bool json;                    /* Content-Type is application/json */
+    double started;               /* cv_now() when its headers arrived */
+    const char *handler;          /* its http_* metrics handler label; NULL: not recorded */
+    char method[16];
 } http_request;
 
 /* Queues a response with `body` (copied) and content type; returns MHD's result. */
