@@ -17,6 +17,11 @@ fixed free port, and says so in REPLACEMENTS:
 Then the tutorials' functional checks (the curl requests) are sent as written, and `bench serve` must
 complete every prompt and write its --save-result file into --result-dir.
 
+Each serve line is also run with its real model id, unchanged but for HF_HUB_OFFLINE=1: cvllm must
+say in one line that the weights cannot be fetched and print the same command with
+`--load-format dummy`; and that command, run, must refuse the 32B/35B model for size at once with
+the numbers (where the machine's memory is too small for it, as on the project's 24 GiB machines).
+
 Usage: test_tutorials.py CVLLM_BINARY SOURCE_DIR   (ctest runs it as test_tutorials)
 Prints "N passed, N failed"; exits 0 when nothing failed.
 """
@@ -282,10 +287,38 @@ def run_bench(name, line, port, workdir, env):
         check(result.get("completed") == 4 and result.get("num_prompts") == 4, f"{name}: result {str(result)[:300]}")
 
 
+def ram_bytes():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def run_as_pasted(name, line, workdir):
+    env = dict(os.environ, **TUTORIAL_ENV, HF_HUB_OFFLINE="1")
+    out = subprocess.run(argv_of(line), cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
+    check(out.returncode != 0 and "--load-format dummy" in last and last.startswith("cvllm serve: "),
+          f"{name}: offline, as pasted: {out.returncode} {last}")
+    hint = last[last.find(BINARY):] if BINARY in last else ""
+    if not check(hint.endswith("--load-format dummy"), f"{name}: the hint is not a command: {last}"):
+        return
+    if ram_bytes() * 0.9 >= 80 << 30:
+        print(f"skipped: {name}: this machine may hold the full model; not starting it", file=sys.stderr)
+        return
+    start = time.time()
+    out = subprocess.run(shlex.split(hint), cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
+    check(out.returncode != 0 and "GiB" in last and time.time() - start < 10,
+          f"{name}: the dummy command should be refused for size at once: {out.returncode} {last}")
+
+
 def main():
     workdir = tempfile.mkdtemp(prefix="cvllm-tutorials-")
     try:
         for name, line in TUTORIALS.items():
+            run_as_pasted(name, line, workdir)
             run_tutorial(name, line, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
