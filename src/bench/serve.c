@@ -1,6 +1,6 @@
 /*
  * serve.c — `cvllm bench serve`: vLLM's online serving benchmark against any OpenAI-compatible
- * server (vllm-surface.md §4.1).
+ * server (vllm/benchmarks/serve.py).
  *
  * The run follows vLLM's main(): resolve the model (the first one from /v1/models when --model is
  * not given), load the tokenizer locally (--tokenizer, else the model id), build the random dataset

@@ -1,6 +1,6 @@
 /*
- * throughput.c — `cvllm bench throughput`: vLLM's offline throughput benchmark (vllm-surface.md
- * §4.2). The whole random dataset goes into the engine at once and the clock covers queueing to the
+ * throughput.c — `cvllm bench throughput`: vLLM's offline throughput benchmark
+ * (vllm/benchmarks/throughput.py). The whole random dataset goes into the engine at once and the clock covers queueing to the
  * last token; the scheduler's batching is what is being measured.
  *
  * As vLLM's run_vllm(): every request samples with temperature 1.0 and top_p 1.0 (explicit
