@@ -268,8 +268,8 @@ const char cv_args_engine_help[] =
 
 /* ---- the offline hint ------------------------------------------------------------------------ */
 
-/* True for an argument naming --load-format: the full name or, as the parse succeeded, an
- * abbreviation of it (underscores already read as dashes). */
+/* True for an argument as typed that names --load-format: the full name or, as the parse
+ * succeeded, an abbreviation of it, with dashes or underscores. */
 static bool names_load_format(const char *arg) {
     static const char full[] = "--load-format";
     size_t len = strcspn(arg, "=");
@@ -279,7 +279,7 @@ static bool names_load_format(const char *arg) {
     return true;
 }
 
-/* An argument as the shell needs it: bare when only safe characters, else in single quotes. */
+/* " ARG" as the shell needs it: bare when only safe characters, else in single quotes. */
 static void print_quoted(const char *s) {
     static const char safe[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%";
     if (s[0] && strspn(s, safe) == strlen(s)) {
@@ -297,7 +297,7 @@ static void print_quoted(const char *s) {
 /* The command as typed (the path the binary was invoked by, the subcommand words, the arguments),
  * with the --load-format already there set to dummy, else --load-format dummy added. */
 static void print_dummy_command(const cv_args *a) {
-    fputs(cv_args_program(), stderr);
+    print_quoted(cv_args_program());
     fprintf(stderr, " %s", a->cmd);
     bool replaced = false;
     for (int i = 1; i < a->orig_argc; i++) {
@@ -321,7 +321,7 @@ static void print_dummy_command(const cv_args *a) {
 void cv_args_report_engine_error(const cv_args *a, int status) {
     fprintf(stderr, "cvllm %s: %s", a->cmd, cvllm_last_error());
     if (status == CVLLM_ERR_NETWORK) {
-        fputs("; to run offline with random weights: ", stderr);
+        fputs("; to run offline with random weights:", stderr);
         print_dummy_command(a);
     }
     fputc('\n', stderr);
