@@ -39,6 +39,15 @@ static void test_config(void) {
     expect_config_error("{\"method\": \"ngram\", \"num_speculative_tokens\": 2, \"prompt_lookup_min\": 4, "
                         "\"prompt_lookup_max\": 2}",
                         "prompt_lookup_min (4) > prompt_lookup_max (2)");
+    /* vLLM's SpeculativeConfig forbids unknown keys; its own fields cvllm has no use for pass (the
+     * Qwen3.6 tutorial's enforce_eager). */
+    CHECK(cv_spec_config_parse("{\"method\": \"qwen3_5_mtp\", \"num_speculative_tokens\": 3, \"enforce_eager\": true}",
+                               &c) == 0);
+    expect_config_error("{\"method\": \"ngram\", \"num_speculative_token\": 3}",
+                        "1 validation error for SpeculativeConfig: num_speculative_token: Unexpected keyword argument");
+    expect_config_error("{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"lookup\": 1, \"x\": 2}",
+                        "2 validation errors for SpeculativeConfig: lookup: Unexpected keyword argument; x: Unexpected "
+                        "keyword argument");
 }
 
 static void test_ngram_proposer(void) {

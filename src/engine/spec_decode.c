@@ -5,6 +5,8 @@
 #include "engine/spec_decode.h"
 
 #include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/error.h"
@@ -21,6 +23,41 @@ static int read_int(json_t *cfg, const char *key, int32_t min, int32_t max, int3
                        min, max);
     *out = (int32_t)json_integer_value(v);
     return 0;
+}
+
+/* SpeculativeConfig's fields in current vLLM (vllm/config/speculative.py). The config is a pydantic
+ * dataclass that forbids extra keys, so a misspelt key is an error there, never silently ignored;
+ * the fields that only steer GPU drafting or methods cvllm does not run are accepted as they are. */
+static const char *const spec_fields[] = {
+    "enforce_eager", "num_speculative_tokens", "model", "method", "draft_tensor_parallel_size",
+    "tensor_parallel_size", "quantization", "moe_backend", "attention_backend", "kv_cache_dtype", "max_model_len",
+    "revision", "code_revision", "index_share_for_mtp_iteration", "disable_padded_drafter_batch",
+    "disable_eagle_block_drop", "use_local_argmax_reduction", "use_heterogeneous_vocab", "prompt_lookup_max",
+    "prompt_lookup_min", "parallel_drafting", "target_model_config", "target_parallel_config",
+    "num_speculative_tokens_per_batch_size", "draft_model_config", "draft_parallel_config",
+    "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
+    "suffix_decoding_min_token_prob", "draft_load_config", "rejection_sample_method", "synthetic_acceptance_rates",
+    "synthetic_acceptance_length", "enable_adaptive_verification", "draft_sample_method", "dspark_draft_topk",
+};
+
+/* pydantic's report, on one line: "N validation error(s) for SpeculativeConfig: key: Unexpected ...". */
+static int check_fields(json_t *cfg) {
+    char keys[512] = "";
+    size_t n_bad = 0, used = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(cfg, key, v) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof spec_fields / sizeof *spec_fields && !known; i++)
+            known = !strcmp(key, spec_fields[i]);
+        if (known) continue;
+        int w = snprintf(keys + used, sizeof keys - used, "%s%s: Unexpected keyword argument", n_bad ? "; " : "", key);
+        if (w > 0) used = (size_t)w < sizeof keys - used ? used + (size_t)w : sizeof keys - 1;
+        n_bad++;
+    }
+    if (!n_bad) return 0;
+    return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "%zu validation error%s for SpeculativeConfig: %s", n_bad,
+                   n_bad > 1 ? "s" : "", keys);
 }
 
 static int parse_method(json_t *cfg, cv_spec_config *out) {
@@ -43,7 +80,8 @@ int cv_spec_config_parse(const char *text, cv_spec_config *out) {
         json_decref(cfg);
         return bad("speculative config is not a JSON object: %s", cfg ? "wrong type" : err.text);
     }
-    int rc = parse_method(cfg, out);
+    int rc = check_fields(cfg);
+    if (!rc) rc = parse_method(cfg, out);
     out->num_speculative_tokens = 1;
     if (!rc) {
         if (!json_object_get(cfg, "num_speculative_tokens"))
