@@ -95,7 +95,8 @@ typedef struct cvllm_engine_options {
     bool enable_prefix_caching;
     const char *speculative_config; /* vLLM's JSON, e.g. {"method":"ngram","num_speculative_tokens":3}; NULL = off */
     const char *quantization;   /* vLLM's --quantization method name (e.g. "fp8", "ascend"); NULL = as the
-                                 * checkpoint says. The CLI checks the name; the engine does not read it yet. */
+                                 * checkpoint says. The CLI checks the name; the engine only checks that
+                                 * "ascend" names an msModelSlim checkpoint (quantized loading is to come). */
 } cvllm_engine_options;
 
 void cvllm_engine_options_default(cvllm_engine_options *opts);

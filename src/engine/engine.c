@@ -142,12 +142,15 @@ static int resolve_max_model_len(cvllm_engine *e) {
 
 /* msModelSlim checkpoints (Ascend W8A8) carry quant_model_description.json beside
  * int8 tensors the kernels cannot read yet: a real load is refused by name; a dummy run of the
- * shape is fine, with unquantized random weights. */
+ * shape is fine, with unquantized random weights. `--quantization ascend` asks for that file, and
+ * its absence is vLLM's error (weight_utils.py, get_quant_config), not a silent unquantized run. */
 static int check_quantized_checkpoint(const cvllm_engine *e, bool dummy) {
     char *path = cv_xasprintf("%s/quant_model_description.json", e->model_dir);
     bool quantized = access(path, F_OK) == 0;
     json_t *desc = quantized ? json_load_file(path, 0, NULL) : NULL;
     free(path);
+    if (!quantized && e->opts.quantization && !strcmp(e->opts.quantization, "ascend"))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Cannot find the config file for ascend");
     if (!quantized) return 0;
     const char *type = json_string_value(json_object_get(desc, "model_quant_type"));
     char kind[64];

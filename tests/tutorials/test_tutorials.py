@@ -10,8 +10,8 @@ fixed free port, and says so in REPLACEMENTS:
     fixture's config.json at the real Qwen vocabulary, with the tokenizer and chat template cvllm
     ships), and `--load-format dummy` is appended: the weights cannot be fetched here;
   - `--port N` becomes a free port (added to `bench serve` lines that rely on the default 8000);
-  - `--quantization ascend` is kept, since cvllm accepts it, only where the model is quantized:
-    the random stand-in checkpoints are not, so it is dropped from their serve lines;
+  - `--quantization ascend` needs an msModelSlim checkpoint, which the random stand-ins are not: with
+    it they are refused with vLLM's message (checked), so it is dropped from their serve lines;
   - `bench serve` keeps the tutorial's model id, whose tokenizer cvllm ships, and runs fewer prompts
     (--num-prompts 200 -> 4) at a higher --request-rate so the test takes seconds, not minutes.
 Then the tutorials' functional checks (the curl requests) are sent as written, and `bench serve` must
@@ -235,6 +235,17 @@ def wait_ready(proc, port, log_path):
     return False
 
 
+def run_quantization_check(name, line, workdir):
+    """`--quantization ascend` on the unquantized stand-in: vLLM's error, not a silent bf16 run."""
+    args = argv_of(line)
+    args[2] = stand_in(workdir, args[2])
+    out = subprocess.run(replace_port(args, free_port()) + ["--load-format", "dummy"], cwd=workdir,
+                         capture_output=True, text=True, timeout=TIMEOUT_S)
+    last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
+    check(out.returncode == 1 and last == "cvllm serve: Cannot find the config file for ascend",
+          f"{name}: --quantization ascend on an unquantized checkpoint: {out.returncode} {last}")
+
+
 def run_tutorial(name, line, workdir):
     port = free_port()
     args = serve_argv(line, workdir, port)
@@ -319,6 +330,7 @@ def main():
     try:
         for name, line in TUTORIALS.items():
             run_as_pasted(name, line, workdir)
+            run_quantization_check(name, line, workdir)
             run_tutorial(name, line, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
