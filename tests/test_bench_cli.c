@@ -11,7 +11,6 @@
  * in-stream failures, and usage errors. throughput and latency run on the reference checkpoint
  * (vocabulary 4096). alarm() bounds the run; the mock servers die with the test.
  */
-#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -30,58 +29,14 @@
 
 static char *tmp;
 
-typedef struct run_result {
-    int status;
-    char *out, *err;
-} run_result;
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return cv_xstrdup("");
-    char *buf = NULL;
-    size_t len = 0;
-    char chunk[4096];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        buf = cv_xrealloc(buf, len + got + 1);
-        memcpy(buf + len, chunk, got);
-        len += got;
-    }
-    fclose(f);
-    if (!buf) return cv_xstrdup("");
-    buf[len] = '\0';
-    return buf;
-}
-
-/* Runs `cvllm bench ARGS...` (NULL-terminated) with stdout and stderr captured. */
-static run_result bench(const char *const *args) {
-    char *out_path = cv_xasprintf("%s/stdout", tmp), *err_path = cv_xasprintf("%s/stderr", tmp);
-    const char *argv[64] = {CVLLM_BINARY, "bench"};
-    size_t n = 2;
-    for (; args[n - 2] && n < 63; n++) argv[n] = args[n - 2];
+/* Runs `cvllm bench ARGS...` (NULL-terminated) in tmp, logging at warning, without OPENAI_API_KEY. */
+static tu_run bench(const char *const *args) {
+    static const char *const env[] = {"CVLLM_LOG_LEVEL=warning", "OPENAI_API_KEY", NULL};
+    const char *argv[64] = {"bench"};
+    size_t n = 1;
+    for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
     argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(out, 1);
-        dup2(err, 2);
-        setenv("CVLLM_LOG_LEVEL", "warning", 1);
-        unsetenv("OPENAI_API_KEY");
-        execv(CVLLM_BINARY, (char *const *)argv);
-        _exit(127);
-    }
-    int ws = 0;
-    waitpid(pid, &ws, 0);
-    run_result r = {WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, slurp(out_path), slurp(err_path)};
-    free(out_path);
-    free(err_path);
-    return r;
-}
-
-static void free_run(run_result *r) {
-    free(r->out);
-    free(r->err);
+    return tu_run_exec(tmp, NULL, env, CVLLM_BINARY, argv);
 }
 
 typedef struct server {
@@ -170,7 +125,7 @@ static double num(const json_t *o, const char *key) {
 
 /* Request bodies the mock logged, one JSON object per line. */
 static json_t *logged_requests(const char *log) {
-    char *text = slurp(log);
+    char *text = tu_read_text(log);
     json_t *all = json_array();
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) json_array_append_new(all, json_loads(line, 0, NULL));
     free(text);
@@ -179,7 +134,7 @@ static json_t *logged_requests(const char *log) {
 
 static void test_serve_completions(void) {
     server s = start_mock("completions", (const char *const[]){"--ttft-ms", "50", "--itl-ms", "10", "--prompt-tokens", "7", NULL});
-    run_result r = bench((const char *const[]){
+    tu_run r = bench((const char *const[]){
         "serve", "--port", s.port, "--num-prompts", "6", "--random-input-len", "16", "--random-output-len", "5",
         "--max-concurrency", "3", "--request-rate", "50", "--seed", "3", "--goodput", "ttft:10000", "tpot:1",
         "--percentile-metrics", "ttft,tpot,itl,e2el,client_queue_time", "--metric-percentiles", "50,99.9",
@@ -265,7 +220,7 @@ static void test_serve_completions(void) {
     CHECK(json_number_value(json_object_get(b, "temperature")) == 0);
     CHECK(json_is_string(json_object_get(b, "prompt")) && json_string_length(json_object_get(b, "prompt")) > 10);
     json_decref(reqs);
-    free_run(&r);
+    tu_run_free(&r);
     stop_mock(&s);
 }
 
@@ -273,7 +228,7 @@ static void test_serve_chat_without_usage(void) {
     server s = start_mock("chat", (const char *const[]){"--ttft-ms", "20", "--itl-ms", "5", "--no-usage", "--ping",
                                                          "--fail-every", "3", NULL});
     char *url = cv_xasprintf("http://127.0.0.1:%s/", s.port);
-    run_result r = bench((const char *const[]){
+    tu_run r = bench((const char *const[]){
         "serve", "--base-url", url, "--endpoint", "/v1/chat/completions", "--model", "/some/where/My-Model",
         "--served-model-name", "served", "--tokenizer", QWEN_TOKENIZER, "--num-prompts", "6",
         "--input-len", "12", "--output-len", "4", "--extra-body", "{\"top_k\": 5}", "--save-result",
@@ -306,20 +261,20 @@ static void test_serve_chat_without_usage(void) {
     CHECK(json_integer_value(json_object_get(b, "max_completion_tokens")) == 4);
     CHECK(json_integer_value(json_object_get(b, "top_k")) == 5);
     json_decref(reqs);
-    free_run(&r);
+    tu_run_free(&r);
     free(url);
     stop_mock(&s);
 }
 
 static void test_serve_failures(void) {
     server s = start_mock("errors", (const char *const[]){"--ttft-ms", "5", "--itl-ms", "1", "--stream-error-every", "2", NULL});
-    run_result r = bench((const char *const[]){"serve", "--port", s.port, "--num-prompts", "4", "--random-input-len", "8",
-                                               "--random-output-len", "3", "--num-warmups", "1", NULL});
+    tu_run r = bench((const char *const[]){"serve", "--port", s.port, "--num-prompts", "4", "--random-input-len", "8",
+                                           "--random-output-len", "3", "--num-warmups", "1", NULL});
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_CONTAINS(r.out, "Warming up with 1 requests...\nWarmup run completed.\n");
     CHECK_CONTAINS(r.out, "server error in stream: mock stream error");
     CHECK(row_value(r.out, "Failed requests:") == 2);
-    free_run(&r);
+    tu_run_free(&r);
     stop_mock(&s);
 
     /* nothing listens there: every request fails, the exit status says so */
@@ -328,11 +283,11 @@ static void test_serve_failures(void) {
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, "cvllm bench serve: all 2 requests failed");
     CHECK_CONTAINS(r.out, "Error 1: ");
-    free_run(&r);
+    tu_run_free(&r);
     r = bench((const char *const[]){"serve", "--port", s.port, "--num-prompts", "2", NULL});
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, "/v1/models");
-    free_run(&r);
+    tu_run_free(&r);
 
     static const struct {
         const char *args[8], *message;
@@ -356,19 +311,19 @@ static void test_serve_failures(void) {
         r = bench(usage[i].args);
         CHECK_MSG(r.status == 2, "%s: status %d", usage[i].message, r.status);
         CHECK_CONTAINS(r.err, usage[i].message);
-        free_run(&r);
+        tu_run_free(&r);
     }
     r = bench((const char *const[]){"serve", "--help", NULL});
     CHECK(r.status == 0);
     CHECK_CONTAINS(r.out, "usage: cvllm bench serve");
-    free_run(&r);
+    tu_run_free(&r);
 }
 
 static void test_throughput(const char *model) {
     char *out = cv_xasprintf("%s/throughput.json", tmp);
-    run_result r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "16", "--output-len", "4",
-                                               "--num-prompts", "8", "--n", "2", "--max-model-len", "64",
-                                               "--output-json", out, NULL});
+    tu_run r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "16", "--output-len", "4",
+                                           "--num-prompts", "8", "--n", "2", "--max-model-len", "64",
+                                           "--output-json", out, NULL});
     CHECK_MSG(r.status == 0, "%s", r.err);
     double req_s = 0, total_s = 0, out_s = 0;
     const char *line = line_of(r.out, "Throughput: ");
@@ -382,7 +337,7 @@ static void test_throughput(const char *model) {
     CHECK(fabs(num(j, "tokens_per_second") - 192 / elapsed) < 1e-9);
     CHECK(fabs(req_s - 8 / elapsed) < 0.01 * req_s + 0.01);
     json_decref(j);
-    free_run(&r);
+    tu_run_free(&r);
 
     r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "16", "--output-len", "4",
                                     "--num-prompts", "6", "--random-range-ratio", "0.5", "--prefix-len", "3",
@@ -391,21 +346,21 @@ static void test_throughput(const char *model) {
     const char *p = line_of(r.out, "Total num prompt tokens:");
     long prompt_tokens = p ? atol(p + 24) : 0;
     CHECK_MSG(prompt_tokens >= 6 * 11 && prompt_tokens <= 6 * 27, "%ld prompt tokens", prompt_tokens);
-    free_run(&r);
+    tu_run_free(&r);
 
     r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "60", "--output-len", "8",
                                     "--num-prompts", "2", "--max-model-len", "64", NULL});
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, "max_model_len is 64");
-    free_run(&r);
+    tu_run_free(&r);
     free(out);
 }
 
 static void test_latency(const char *model) {
     char *out = cv_xasprintf("%s/latency.json", tmp);
-    run_result r = bench((const char *const[]){"latency", "--model", model, "--input-len", "8", "--output-len", "4",
-                                               "--batch-size", "2", "--num-iters-warmup", "1", "--num-iters", "3",
-                                               "--output-json", out, NULL});
+    tu_run r = bench((const char *const[]){"latency", "--model", model, "--input-len", "8", "--output-len", "4",
+                                           "--batch-size", "2", "--num-iters-warmup", "1", "--num-iters", "3",
+                                           "--output-json", out, NULL});
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_CONTAINS(r.out, "Avg latency: ");
     CHECK_CONTAINS(r.out, "\n10% percentile latency: ");
@@ -425,7 +380,7 @@ static void test_latency(const char *model) {
     CHECK(json_number_value(json_object_get(pct, "10")) >= lo && json_number_value(json_object_get(pct, "99")) <= hi);
     CHECK(json_number_value(json_object_get(pct, "50")) <= json_number_value(json_object_get(pct, "90")));
     json_decref(j);
-    free_run(&r);
+    tu_run_free(&r);
     free(out);
 }
 

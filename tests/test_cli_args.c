@@ -11,103 +11,52 @@
  * engine's own validation of the value answers (the speculative config). The binary is started
  * without a shell, so arguments with spaces and JSON need no quoting.
  */
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "base/error.h"
 #include "check.h"
 #include "testutil.h"
 
-typedef struct run_result {
-    int status;
-    char *out, *err;
-} run_result;
-
 static char *tmp_dir;   /* scratch folder, also the commands' working directory */
 static char *model_dir; /* tiny f32 checkpoint with the shipped tokenizer */
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)n + 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = '\0';
-    fclose(f);
-    return s;
+/* Runs PROG (a path, or a name looked up in PATH) with `args` (NULL-terminated) in tmp_dir, with the
+ * extra environment `env` ("K=V" strings, NULL-terminated, may be NULL). */
+static tu_run run_prog(const char *prog, const char *const *env, const char *const *args) {
+    return tu_run_exec(tmp_dir, NULL, env, prog, args);
 }
 
-/* Runs PROG (a path, or a name looked up in PATH) with `args` (NULL-terminated) and the extra
- * environment `env` ("K=V" strings, NULL-terminated, may be NULL). */
-static run_result run_prog(const char *prog, const char *const *env, const char *const *args) {
-    char *out_path = tu_strdupf("%s/%s", tmp_dir, "out"), *err_path = tu_strdupf("%s/%s", tmp_dir, "err");
-    size_t n = 0;
-    while (args[n]) n++;
-    char **argv = calloc(n + 2, sizeof *argv);
-    argv[0] = (char *)prog;
-    for (size_t i = 0; i < n; i++) argv[i + 1] = (char *)args[i];
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0 || chdir(tmp_dir) != 0) _exit(127);
-        setenv("CVLLM_LOG_LEVEL", "info", 1);
-        for (const char *const *e = env; e && *e; e++) putenv((char *)*e);
-        execvp(prog, argv);
-        _exit(127);
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    run_result r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1, .out = slurp(out_path), .err = slurp(err_path)};
-    free(argv);
-    free(out_path);
-    free(err_path);
-    return r;
-}
-
-static run_result run(const char *const *args) { return run_prog(CVLLM_BINARY, NULL, args); }
-
-static void free_run(run_result *r) {
-    free(r->out);
-    free(r->err);
-}
-
-/* The last line of stderr (log lines come before it). */
-static const char *last_line(const char *s) {
-    size_t n = strlen(s);
-    while (n > 0 && s[n - 1] == '\n') n--;
-    while (n > 0 && s[n - 1] != '\n') n--;
-    return s + n;
+/* Runs the binary with `args`, logging at info. */
+static tu_run run(const char *const *args) {
+    static const char *const env[] = {"CVLLM_LOG_LEVEL=info", NULL};
+    return run_prog(CVLLM_BINARY, env, args);
 }
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 /* A usage error: status 2 and `message` in the one line printed. */
 static void expect_usage(const char *const *args, const char *message) {
-    run_result r = run(args);
+    tu_run r = run(args);
     CHECK_MSG(r.status == 2, "status %d (want 2) for %s ... %s\n%s", r.status, args[0], message, r.err);
-    CHECK_CONTAINS(last_line(r.err), message);
-    free_run(&r);
+    CHECK_CONTAINS(tu_last_line(r.err), message);
+    tu_run_free(&r);
 }
 
 /* Parsed fine: the command went on and failed on the missing model (or tokenizer) /nonexistent.
  * Returns stderr for more checks (the caller frees it). */
 static char *expect_parsed(const char *const *args) {
-    run_result r = run(args);
+    tu_run r = run(args);
     CHECK_MSG(r.status == 1, "status %d (want 1) for %s %s\n%s", r.status, args[0], args[1], r.err);
-    CHECK_CONTAINS(last_line(r.err), "/nonexistent");
+    CHECK_CONTAINS(tu_last_line(r.err), "/nonexistent");
     free(r.out);
     return r.err;
 }
 
 /* The token ids of the first completion of `cvllm generate ... --output json`. */
-static size_t generated_tokens(const run_result *r) {
+static size_t generated_tokens(const tu_run *r) {
     json_t *j = json_loads(r->out, JSON_DISABLE_EOF_CHECK, NULL);
     size_t n = json_array_size(json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "token_ids"));
     json_decref(j);
@@ -122,11 +71,11 @@ static void test_spellings(void) {
                  "--max-model-len expects an integer, got 'abc'");
     expect_usage(ARGS("generate", "/nonexistent", "--prompt", "hi", "--max_model_len=x_y"),
                  "--max-model-len expects an integer, got 'x_y'");
-    run_result r = run(ARGS("generate", model_dir, "--prompt_token_ids=1,2,3", "--max_tokens", "2", "--temperature=0",
-                            "--output=json", "--max-model-len", "64"));
+    tu_run r = run(ARGS("generate", model_dir, "--prompt_token_ids=1,2,3", "--max_tokens", "2", "--temperature=0",
+                        "--output=json", "--max-model-len", "64"));
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_EQ_INT(generated_tokens(&r), 2);
-    free_run(&r);
+    tu_run_free(&r);
     /* a switch takes no =value (argparse: "ignored explicit argument") */
     expect_usage(ARGS("generate", "/nonexistent", "--prompt", "hi", "--ignore-eos=1"),
                  "argument --ignore-eos: ignored explicit argument '1'");
@@ -134,16 +83,16 @@ static void test_spellings(void) {
 
 static void test_abbreviations(void) {
     /* unique prefixes, with a value after a space or '=' */
-    run_result r = run(ARGS("generate", model_dir, "--prompt-tok", "1,2,3", "--max-tok", "3", "--temp=0", "--out", "json",
-                            "--max-model", "64"));
+    tu_run r = run(ARGS("generate", model_dir, "--prompt-tok", "1,2,3", "--max-tok", "3", "--temp=0", "--out", "json",
+                        "--max-model", "64"));
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_EQ_INT(generated_tokens(&r), 3);
-    free_run(&r);
+    tu_run_free(&r);
     /* exact beats prefix: --prompt is itself a prefix of --prompt-token-ids, --prompts-file, ... */
     r = run(ARGS("generate", model_dir, "--prompt", "I am", "--max-tokens", "1", "--output", "json", "--max-model-len", "64"));
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_EQ_INT(generated_tokens(&r), 1);
-    free_run(&r);
+    tu_run_free(&r);
     /* --n is exact, though --no-skip-special-tokens and --num-threads start with it */
     free(expect_parsed(ARGS("generate", "/nonexistent", "--prompt", "hi", "--n", "2")));
     expect_usage(ARGS("generate", "/nonexistent", "--prompt", "hi", "--n", "x"), "--n expects an integer");
@@ -161,7 +110,7 @@ static void test_abbreviations(void) {
     r = run(ARGS("tokenize", model_dir, "--te", "Hello"));
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_STR_EQ(r.out, "[9707]\n");
-    free_run(&r);
+    tu_run_free(&r);
     /* the --no- forms of the ignored bool flags take part too */
     char *err = expect_parsed(ARGS("generate", "/nonexistent", "--prompt", "hi", "--no-enforce"));
     CHECK_CONTAINS(err, "--no-enforce-eager is accepted and ignored");
@@ -186,23 +135,23 @@ static void test_dotted_json(void) {
     /* dotted keys merge into one object, and over the flag's whole JSON: the engine sees method from
      * the object and num_speculative_tokens from the dotted key (without the merge it would ask for
      * the method) */
-    run_result r = run(ARGS("generate", model_dir, "--prompt", "hi", "--speculative-config", "{\"method\": \"ngram\"}",
-                            "--speculative_config.num_speculative_tokens", "0"));
+    tu_run r = run(ARGS("generate", model_dir, "--prompt", "hi", "--speculative-config", "{\"method\": \"ngram\"}",
+                        "--speculative_config.num_speculative_tokens", "0"));
     CHECK_EQ_INT(r.status, 1);
-    CHECK_CONTAINS(last_line(r.err), "\"num_speculative_tokens\" must be an integer");
-    free_run(&r);
+    CHECK_CONTAINS(tu_last_line(r.err), "\"num_speculative_tokens\" must be an integer");
+    tu_run_free(&r);
     r = run(ARGS("generate", model_dir, "--prompt", "hi", "-sc.method=ngram", "--speculative-config.num_speculative_tokens",
                  "99"));
     CHECK_EQ_INT(r.status, 1);
-    CHECK_CONTAINS(last_line(r.err), "\"num_speculative_tokens\" must be an integer");
-    free_run(&r);
+    CHECK_CONTAINS(tu_last_line(r.err), "\"num_speculative_tokens\" must be an integer");
+    tu_run_free(&r);
     /* a dotted key that runs: ngram speculation on the tiny model, greedy output of 4 tokens */
     r = run(ARGS("generate", model_dir, "--prompt-token-ids", "1,2,1,2,1,2", "--max-tokens", "4", "--temperature", "0",
                  "--output", "json", "--max-model-len", "64", "--speculative-config.method", "ngram",
                  "--speculative-config.num_speculative_tokens", "2"));
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_EQ_INT(generated_tokens(&r), 4);
-    free_run(&r);
+    tu_run_free(&r);
     /* compilation config: -cc and -O. are its short names; lists append with key+ */
     char *err = expect_parsed(ARGS("generate", "/nonexistent", "--prompt", "hi", "--compilation-config.cudagraph_mode",
                                    "full_decode_only", "-cc.cudagraph_capture_sizes+", "1,8", "-O.mode=3",
@@ -229,15 +178,15 @@ static void test_config_file(void) {
     /* flat keys, a YAML int in hex, a bool false without a --no- form in generate (dropped) */
     write_file("flat.yaml", "prompt_token_ids: \"1,2,3\"\nmax-tokens: 0x3\ntemperature: 0\noutput: json\n"
                             "max-model-len: 64\nignore-eos: false\n");
-    run_result r = run(ARGS("generate", model_dir, "--config", path));
+    tu_run r = run(ARGS("generate", model_dir, "--config", path));
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_EQ_INT(generated_tokens(&r), 3);
-    free_run(&r);
+    tu_run_free(&r);
     /* the command line wins over the file, wherever it stands */
     r = run(ARGS("generate", "--max-tokens", "2", "--config", path, model_dir));
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_EQ_INT(generated_tokens(&r), 2);
-    free_run(&r);
+    tu_run_free(&r);
     free(path);
     /* a nested mapping is the flag's JSON; a merge key (<<) merges, the mapping's own keys win: the
      * engine sees the method from the merge and num_speculative_tokens 0, not 5 */
@@ -246,8 +195,8 @@ static void test_config_file(void) {
                              "  num_speculative_tokens: 0\n");
     r = run(ARGS("generate", model_dir, "--prompt", "hi", "--config", path));
     CHECK_EQ_INT(r.status, 1);
-    CHECK_CONTAINS(last_line(r.err), "\"num_speculative_tokens\" must be an integer");
-    free_run(&r);
+    CHECK_CONTAINS(tu_last_line(r.err), "\"num_speculative_tokens\" must be an integer");
+    tu_run_free(&r);
     free(path);
     /* bools: true is the flag, false its --no- form; lists are the flag followed by the items */
     path = tu_strdupf("%s/%s", tmp_dir, "serve.yaml");
@@ -346,42 +295,42 @@ static void test_engine_flags(void) {
  * dummy instead of added twice. */
 static void test_offline_hint(void) {
     char *hub = tu_strdupf("HF_HUB_CACHE=%s/%s", tmp_dir, "hub");
-    const char *env[] = {hub, "HF_ENDPOINT=http://127.0.0.1:9", "HF_HUB_OFFLINE=0", NULL};
-    run_result r = run_prog(CVLLM_BINARY, env,
-                            ARGS("generate", "Qwen/Qwen3-0.6B", "--prompt", "It's a test", "--compilation-config",
-                                 "{\"cudagraph_mode\": \"FULL\"}"));
+    const char *env[] = {"CVLLM_LOG_LEVEL=info", hub, "HF_ENDPOINT=http://127.0.0.1:9", "HF_HUB_OFFLINE=0", NULL};
+    tu_run r = run_prog(CVLLM_BINARY, env,
+                        ARGS("generate", "Qwen/Qwen3-0.6B", "--prompt", "It's a test", "--compilation-config",
+                             "{\"cudagraph_mode\": \"FULL\"}"));
     CHECK_EQ_INT(r.status, 1);
     char *want = tu_strdupf("to run offline with random weights: %s generate Qwen/Qwen3-0.6B --prompt 'It'\\''s a test' "
                             "--compilation-config '{\"cudagraph_mode\": \"FULL\"}' --load-format dummy%s",
                             CVLLM_BINARY, "");
-    CHECK_CONTAINS(last_line(r.err), want);
+    CHECK_CONTAINS(tu_last_line(r.err), want);
     free(want);
-    free_run(&r);
+    tu_run_free(&r);
     /* a --load-format given (any spelling) becomes dummy in place */
     r = run_prog(CVLLM_BINARY, env, ARGS("bench", "latency", "--model", "Qwen/Qwen3-0.6B", "--load_format=auto", "-tp", "1"));
     CHECK_EQ_INT(r.status, 1);
     want = tu_strdupf("%s bench latency --model Qwen/Qwen3-0.6B --load_format=dummy -tp 1%s", CVLLM_BINARY, "");
-    CHECK_CONTAINS(last_line(r.err), want);
-    CHECK(strstr(last_line(r.err), "--load-format") == NULL);
+    CHECK_CONTAINS(tu_last_line(r.err), want);
+    CHECK(strstr(tu_last_line(r.err), "--load-format") == NULL);
     free(want);
-    free_run(&r);
+    tu_run_free(&r);
     r = run_prog(CVLLM_BINARY, env, ARGS("bench", "throughput", "--model", "Qwen/Qwen3-0.6B", "--input-len", "8", "--load-f",
                                          "safetensors"));
     CHECK_EQ_INT(r.status, 1);
-    CHECK_CONTAINS(last_line(r.err), "bench throughput --model Qwen/Qwen3-0.6B --input-len 8 --load-f dummy");
-    free_run(&r);
+    CHECK_CONTAINS(tu_last_line(r.err), "bench throughput --model Qwen/Qwen3-0.6B --input-len 8 --load-f dummy");
+    tu_run_free(&r);
     /* found through PATH: the bare name, as the user typed it */
     char *dir = strdup(CVLLM_BINARY);
     *strrchr(dir, '/') = '\0';
     char *path = tu_strdupf("PATH=%s:%s", dir, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
-    const char *path_env[] = {hub, "HF_ENDPOINT=http://127.0.0.1:9", path, NULL};
+    const char *path_env[] = {"CVLLM_LOG_LEVEL=info", hub, "HF_ENDPOINT=http://127.0.0.1:9", path, NULL};
     const char *name = strrchr(CVLLM_BINARY, '/') + 1;
     r = run_prog(name, path_env, ARGS("serve", "Qwen/Qwen3-0.6B", "--port", "0"));
     CHECK_EQ_INT(r.status, 1);
     want = tu_strdupf("to run offline with random weights: %s serve Qwen/Qwen3-0.6B --port 0 --load-format dummy%s", name, "");
-    CHECK_CONTAINS(last_line(r.err), want);
+    CHECK_CONTAINS(tu_last_line(r.err), want);
     free(want);
-    free_run(&r);
+    tu_run_free(&r);
     free(path);
     free(dir);
     free(hub);
@@ -393,8 +342,9 @@ static void test_offline_hint(void) {
  * after every flag was accepted. */
 static void test_tutorial_lines(void) {
     char *hub = tu_strdupf("HF_HUB_CACHE=%s/%s", tmp_dir, "hub");
-    const char *env[] = {hub, "HF_HUB_OFFLINE=1", "VLLM_USE_MODELSCOPE=True", "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True",
-                         "HCCL_OP_EXPANSION_MODE=AIV", "HCCL_BUFFSIZE=1024", "OMP_NUM_THREADS=1", "TASK_QUEUE_ENABLE=1",
+    const char *env[] = {"CVLLM_LOG_LEVEL=info", hub, "HF_HUB_OFFLINE=1", "VLLM_USE_MODELSCOPE=True",
+                         "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True", "HCCL_OP_EXPANSION_MODE=AIV",
+                         "HCCL_BUFFSIZE=1024", "OMP_NUM_THREADS=1", "TASK_QUEUE_ENABLE=1",
                          "ASCEND_RT_VISIBLE_DEVICES=0,1", "VLLM_ASCEND_ENABLE_FLASHCOMM1=1", NULL};
     static const char *const lines[][48] = {
         {"serve", "Eco-Tech/Qwen3.6-35B-A3B-w8a8", "--host", "0.0.0.0", "--port", "8000", "--data-parallel-size", "1",
@@ -429,14 +379,14 @@ static void test_tutorial_lines(void) {
          "http://127.0.0.1:9"},
     };
     for (size_t i = 0; i < CV_ARRAY_LEN(lines); i++) {
-        run_result r = run_prog(CVLLM_BINARY, env, lines[i]);
+        tu_run r = run_prog(CVLLM_BINARY, env, lines[i]);
         bool bench = !strcmp(lines[i][0], "bench"), tp = false;
         for (size_t k = 0; lines[i][k]; k++) tp |= !strcmp(lines[i][k], "--tensor-parallel-size");
         CHECK_MSG(r.status == 1, "tutorial line %zu: status %d\n%s", i, r.status, r.err);
-        CHECK_MSG(strstr(last_line(r.err), bench ? "/nonexistent/tokenizer" : lines[i][1]), "tutorial line %zu: %s", i,
-                  last_line(r.err));
+        CHECK_MSG(strstr(tu_last_line(r.err), bench ? "/nonexistent/tokenizer" : lines[i][1]), "tutorial line %zu: %s", i,
+                  tu_last_line(r.err));
         if (tp) CHECK_CONTAINS(r.err, "running in one process");
-        free_run(&r);
+        tu_run_free(&r);
     }
     free(hub);
 }

@@ -6,71 +6,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "check.h"
 #include "testutil.h"
 
-typedef struct run_result {
-    int status;
-    char *out, *err;
-} run_result;
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = calloc(1, (size_t)n + 1);
-    if (fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = '\0';
-    fclose(f);
-    return s;
-}
-
-/* Runs `cvllm ARGS` through the shell with the given environment prefix. */
-static run_result run(const char *tmp, const char *env, const char *args) {
-    char *cmd = NULL;
-    size_t n = (size_t)snprintf(NULL, 0, "%s %s %s >%s/out 2>%s/err", env, CVLLM_BINARY, args, tmp, tmp) + 1;
-    cmd = malloc(n);
-    snprintf(cmd, n, "%s %s %s >%s/out 2>%s/err", env, CVLLM_BINARY, args, tmp, tmp);
-    int st = system(cmd);
-    free(cmd);
-    run_result r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1};
-    char *p = tu_strdupf("%s/%s", tmp, "out");
-    r.out = slurp(p);
-    free(p);
-    p = tu_strdupf("%s/%s", tmp, "err");
-    r.err = slurp(p);
-    free(p);
-    return r;
-}
-
-static void free_run(run_result *r) {
-    free(r->out);
-    free(r->err);
-}
-
-/* The last line of stderr (log lines come before it). */
-static const char *last_line(const char *s) {
-    size_t n = strlen(s);
-    while (n > 0 && s[n - 1] == '\n') n--;
-    while (n > 0 && s[n - 1] != '\n') n--;
-    return s + n;
-}
-
+/* Runs and checks the exit status and the last line of stderr. */
 static void expect_error(const char *tmp, const char *env, const char *args, int status, const char *msg) {
-    run_result r = run(tmp, env, args);
+    tu_run r = tu_run_cvllm(tmp, env, args);
     CHECK_MSG(r.status == status, "exit %d (want %d) for: %s\n%s", r.status, status, args, r.err);
-    CHECK_CONTAINS(last_line(r.err), msg);
-    free_run(&r);
+    CHECK_CONTAINS(tu_last_line(r.err), msg);
+    tu_run_free(&r);
 }
 
 static void test_json_output(const char *tmp, const char *model) {
     char *args = tu_strdupf("generate %s --prompt-token-ids 1,2,3,4,5,6,7,8 --temperature 0 --max-tokens 8 "
                             "--logprobs 2 --prompt-logprobs 1 --output json --max-model-len 256%s",
                             model, "");
-    run_result r = run(tmp, "CVLLM_LOG_LEVEL=warning", args);
+    tu_run r = tu_run_cvllm(tmp, "CVLLM_LOG_LEVEL=warning", args);
     free(args);
     CHECK_MSG(r.status == 0, "%s", r.err);
     json_error_t err;
@@ -100,7 +52,7 @@ static void test_json_output(const char *tmp, const char *model) {
         json_decref(ref);
         json_decref(j);
     }
-    free_run(&r);
+    tu_run_free(&r);
 }
 
 static void test_text_output_and_order(const char *tmp, const char *model) {
@@ -112,29 +64,29 @@ static void test_text_output_and_order(const char *tmp, const char *model) {
     char *args = tu_strdupf("generate %s --prompts-file %s --prompt 'I am' --max-tokens 3 --temperature 0 "
                             "--max-model-len 256",
                             model, file);
-    run_result r = run(tmp, "CVLLM_LOG_LEVEL=warning", args);
+    tu_run r = tu_run_cvllm(tmp, "CVLLM_LOG_LEVEL=warning", args);
     CHECK_MSG(r.status == 0, "%s", r.err);
     const char *a = strstr(r.out, "Prompt: \"I am in the house\"");
     const char *b = strstr(r.out, "Prompt: \"I am\\nin\"");
     const char *c = strstr(r.out, "Prompt: \"I am\"\n");
     CHECK(a && b && c && a < b && b < c);
     CHECK_CONTAINS(r.out, "Generated text: \"");
-    free_run(&r);
+    tu_run_free(&r);
     free(args);
     free(file);
 
     args = tu_strdupf("generate %s --prompt-token-ids 1,2,3 --n 2 --temperature 1 --seed 7 --max-tokens 4 "
                       "--max-model-len 64%s",
                       model, "");
-    r = run(tmp, "CVLLM_LOG_LEVEL=warning", args);
+    r = tu_run_cvllm(tmp, "CVLLM_LOG_LEVEL=warning", args);
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_CONTAINS(r.out, "Generated text [0]: ");
     CHECK_CONTAINS(r.out, "Generated text [1]: ");
     /* --seed makes runs reproducible. */
-    run_result again = run(tmp, "CVLLM_LOG_LEVEL=warning", args);
+    tu_run again = tu_run_cvllm(tmp, "CVLLM_LOG_LEVEL=warning", args);
     CHECK_STR_EQ(again.out, r.out);
-    free_run(&again);
-    free_run(&r);
+    tu_run_free(&again);
+    tu_run_free(&r);
     free(args);
 }
 
@@ -177,32 +129,32 @@ static void test_errors(const char *tmp, const char *model) {
     free(a);
     /* A hub id that is not cached, with no reachable hub: one line that names the offline command. */
     char *env = tu_strdupf("HF_HUB_CACHE=%s/hub HF_ENDPOINT=http://127.0.0.1:9%s", tmp, "");
-    run_result r = run(tmp, env, "generate Qwen/Qwen3-0.6B --prompt 'Give me a short introduction.'");
+    tu_run r = tu_run_cvllm(tmp, env, "generate Qwen/Qwen3-0.6B --prompt 'Give me a short introduction.'");
     CHECK_EQ_INT(r.status, 1);
-    CHECK_CONTAINS(last_line(r.err), "cannot download Qwen/Qwen3-0.6B");
-    CHECK_CONTAINS(last_line(r.err), "cvllm generate Qwen/Qwen3-0.6B --prompt 'Give me a short introduction.' --load-format dummy");
+    CHECK_CONTAINS(tu_last_line(r.err), "cannot download Qwen/Qwen3-0.6B");
+    CHECK_CONTAINS(tu_last_line(r.err), "cvllm generate Qwen/Qwen3-0.6B --prompt 'Give me a short introduction.' --load-format dummy");
     CHECK(strchr(r.err, '\n') == r.err + strlen(r.err) - 1); /* exactly one line */
-    free_run(&r);
+    tu_run_free(&r);
     free(env);
 }
 
 /* The offline fallback works: the shipped Qwen3-0.6B config with dummy weights. */
 static void test_dummy_model(const char *tmp) {
     char *env = tu_strdupf("CVLLM_LOG_LEVEL=warning HF_HUB_CACHE=%s/hub HF_HUB_OFFLINE=1%s", tmp, "");
-    run_result r = run(tmp, env,
-                       "generate Qwen/Qwen3-0.6B --load-format dummy --max-model-len 128 --max-tokens 2 "
-                       "--prompt 'Give me a short introduction to large language models.'");
+    tu_run r = tu_run_cvllm(tmp, env,
+                            "generate Qwen/Qwen3-0.6B --load-format dummy --max-model-len 128 --max-tokens 2 "
+                            "--prompt 'Give me a short introduction to large language models.'");
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_CONTAINS(r.out, "Prompt: \"Give me a short introduction to large language models.\"");
-    free_run(&r);
-    r = run(tmp, env,
-            "bench latency --model Qwen/Qwen3-0.6B --load-format dummy --max-model-len 128 --input-len 8 "
-            "--output-len 2 --batch-size 1 --num-iters-warmup 0 --num-iters 1");
+    tu_run_free(&r);
+    r = tu_run_cvllm(tmp, env,
+                     "bench latency --model Qwen/Qwen3-0.6B --load-format dummy --max-model-len 128 --input-len 8 "
+                     "--output-len 2 --batch-size 1 --num-iters-warmup 0 --num-iters 1");
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_CONTAINS(r.out, "Avg latency: ");
     CHECK_CONTAINS(r.out, "Prefill throughput: ");
     CHECK_CONTAINS(r.out, "Decode throughput: ");
-    free_run(&r);
+    tu_run_free(&r);
     free(env);
 }
 

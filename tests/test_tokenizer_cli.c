@@ -3,46 +3,22 @@
  * and --decode --file, --text both ways, and every usage and input error with its exact stderr line
  * and exit status. The binary runs with its output sent to files (no shell, so any text is safe).
  */
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/error.h"
 #include "check.h"
+#include "testutil.h"
 
 #define QWEN_DIR CVLLM_SOURCE_DIR "/models/qwen3-tokenizer"
 #define CASES CVLLM_TEST_DATA "/tokenizer/qwen3-cases.jsonl"
 
 static char tmp_dir[] = "/tmp/cvllm_tok_cli_XXXXXX";
 
-typedef struct result {
-    int status;
-    char *out, *err;
-} result;
-
 static char *tmp_path(const char *name) { return cv_xasprintf("%s/%s", tmp_dir, name); }
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return cv_xstrdup("");
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    char chunk[4096];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
-        if (len + got + 1 > cap) buf = cv_xrealloc(buf, cap = 2 * (len + got + 1));
-        memcpy(buf + len, chunk, got);
-        len += got;
-    }
-    fclose(f);
-    if (!buf) return cv_xstrdup("");
-    buf[len] = '\0';
-    return buf;
-}
 
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
@@ -52,35 +28,13 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
-/* Runs `cvllm tokenize ARGS...` (NULL-terminated); stdin from stdin_path when not NULL. */
-static result run(const char *stdin_path, const char *const *args) {
-    char *out_path = tmp_path("stdout"), *err_path = tmp_path("stderr");
-    const char *argv[32] = {CVLLM_BINARY, "tokenize"};
-    size_t n = 2;
-    for (; args[n - 2] && n < 31; n++) argv[n] = args[n - 2];
+/* Runs `cvllm tokenize ARGS...` (NULL-terminated) in tmp_dir; stdin from stdin_path when not NULL. */
+static tu_run run(const char *stdin_path, const char *const *args) {
+    const char *argv[32] = {"tokenize"};
+    size_t n = 1;
+    for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
     argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int in = open(stdin_path ? stdin_path : "/dev/null", O_RDONLY);
-        dup2(out, 1);
-        dup2(err, 2);
-        dup2(in, 0);
-        execv(CVLLM_BINARY, (char *const *)argv);
-        _exit(127);
-    }
-    int ws = 0;
-    waitpid(pid, &ws, 0);
-    result r = {WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, slurp(out_path), slurp(err_path)};
-    free(out_path);
-    free(err_path);
-    return r;
-}
-
-static void free_result(result *r) {
-    free(r->out);
-    free(r->err);
+    return tu_run_exec(tmp_dir, stdin_path, NULL, CVLLM_BINARY, argv);
 }
 
 /* Exact stdout; on a difference names the first line that differs instead of printing it all. */
@@ -93,7 +47,7 @@ static void check_same_output(const char *got, const char *want) {
 /* Runs and checks exit status, stdout (exact, or NULL to skip) and the first stderr line. */
 static void expect(const char *stdin_path, const char *const *args, int status, const char *out,
                    const char *err_line) {
-    result r = run(stdin_path, args);
+    tu_run r = run(stdin_path, args);
     CHECK_MSG(r.status == status, "%s %s: exit %d, want %d (%s)", args[0], args[1] ? args[1] : "",
               r.status, status, r.err);
     if (out) check_same_output(r.out, out);
@@ -104,7 +58,7 @@ static void expect(const char *stdin_path, const char *const *args, int status, 
     } else {
         CHECK_STR_EQ(r.err, "");
     }
-    free_result(&r);
+    tu_run_free(&r);
 }
 
 /* All reference cases through --file, and their ids back through --decode --file. */
@@ -155,10 +109,10 @@ static void test_text(void) {
     expect(NULL, (const char *[]){QWEN_DIR, "--decode", "--skip-special-tokens", "--text",
                                   "[151644, 9707, 11, 151667, 151645]", NULL},
            0, "\"Hello,<think>\"\n", NULL);
-    result r = run(NULL, (const char *[]){"--help", NULL});
+    tu_run r = run(NULL, (const char *[]){"--help", NULL});
     CHECK_EQ_INT(r.status, 0);
     CHECK_CONTAINS(r.out, "usage: cvllm tokenize MODEL");
-    free_result(&r);
+    tu_run_free(&r);
 }
 
 static void test_errors(void) {
@@ -230,7 +184,7 @@ int main(void) {
     test_text();
     test_errors();
     test_reference_files();
-    const char *names[] = {"stdout", "stderr", "texts.jsonl", "ids.jsonl"};
+    const char *names[] = {"out", "err", "texts.jsonl", "ids.jsonl"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char *p = tmp_path(names[i]);
         unlink(p);

@@ -1,11 +1,13 @@
 /*
  * testutil.h — helpers shared by the tests: scratch folders, model folders assembled from the
- * reference checkpoints in tests/data plus the shipped tokenizer, reading small JSON and .npy files.
+ * reference checkpoints in tests/data plus the shipped tokenizer, reading small JSON and .npy files,
+ * running the cvllm binary (through the shell or without one) and capturing what it printed.
  * Header-only (static functions) so each test program stays one file plus this.
  */
 #ifndef CV_TESTUTIL_H
 #define CV_TESTUTIL_H
 
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A new string: fmt with the two strings a and b; free() it. */
 static inline char *tu_strdupf(const char *fmt, const char *a, const char *b) {
     size_t n = (size_t)snprintf(NULL, 0, fmt, a, b) + 1;
     char *s = malloc(n);
@@ -34,12 +37,14 @@ static inline char *tu_make_temp_dir(void) {
     return tmpl;
 }
 
+/* Removes DIR and everything in it (rm -rf). */
 static inline void tu_remove_tree(const char *dir) {
     char *cmd = tu_strdupf("rm -rf '%s'%s", dir, "");
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
     free(cmd);
 }
 
+/* A symbolic link DIR/NAME to target. */
 static inline void tu_link(const char *target, const char *dir, const char *name) {
     char *path = tu_strdupf("%s/%s", dir, name);
     if (symlink(target, path) != 0) {
@@ -138,6 +143,7 @@ static inline float *tu_load_npy(const char *path, size_t *rows, size_t *cols) {
     return data;
 }
 
+/* Loads tests/data/vectors/NAME/FILE (a float32 .npy file) as tu_load_npy does. */
 static inline float *tu_load_ref_npy(const char *vector_name, const char *file, size_t *rows, size_t *cols) {
     char *dir = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector_name);
     char *path = tu_strdupf("%s/%s", dir, file);
@@ -159,12 +165,31 @@ static inline char *tu_read_text(const char *path) {
     return s ? s : calloc(1, 1);
 }
 
-/* One run of the cvllm binary: exit status (-1 when it did not exit), stdout, stderr, wall time. */
+/* One run of a program: exit status (-1 when it did not exit), stdout, stderr, wall time. */
 typedef struct tu_run {
     int status;
     char *out, *err;
     double seconds;
 } tu_run;
+
+/* Seconds on the monotonic clock. */
+static inline double tu_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The result of a run begun at t0 that ended with wait status st; its output from DIR/out, DIR/err. */
+static inline tu_run tu_run_result(const char *dir, int st, double t0) {
+    tu_run r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1, .seconds = tu_now() - t0};
+    char *p = tu_strdupf("%s/%s", dir, "out");
+    r.out = tu_read_text(p);
+    free(p);
+    p = tu_strdupf("%s/%s", dir, "err");
+    r.err = tu_read_text(p);
+    free(p);
+    return r;
+}
 
 /* Runs `ENV cvllm ARGS` through the shell (ENV: assignments such as "HF_HUB_OFFLINE=1", or ""),
  * with stdout and stderr in files under `tmp`. */
@@ -172,38 +197,59 @@ static inline tu_run tu_run_cvllm(const char *tmp, const char *env, const char *
     size_t n = (size_t)snprintf(NULL, 0, "%s %s %s >%s/out 2>%s/err", env, CVLLM_BINARY, args, tmp, tmp) + 1;
     char *cmd = malloc(n);
     snprintf(cmd, n, "%s %s %s >%s/out 2>%s/err", env, CVLLM_BINARY, args, tmp, tmp);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = tu_now();
     int st = system(cmd);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     free(cmd);
-    tu_run r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1,
-                .seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)};
-    char *p = tu_strdupf("%s/%s", tmp, "out");
-    r.out = tu_read_text(p);
-    free(p);
-    p = tu_strdupf("%s/%s", tmp, "err");
-    r.err = tu_read_text(p);
-    free(p);
-    return r;
+    return tu_run_result(tmp, st, t0);
 }
 
+/* Runs PROG (a path, or a name looked up in PATH) with ARGS (NULL-terminated) without a shell, so
+ * no argument needs quoting: in the folder DIR, stdin from the file IN (NULL: /dev/null), stdout and
+ * stderr in DIR/out and DIR/err, after applying ENV (NULL-terminated, may be NULL: "K=V" sets K, a
+ * bare "K" unsets it). */
+static inline tu_run tu_run_exec(const char *dir, const char *in, const char *const *env, const char *prog,
+                                 const char *const *args) {
+    size_t n = 0;
+    while (args[n]) n++;
+    const char **argv = calloc(n + 2, sizeof *argv);
+    argv[0] = prog;
+    memcpy(argv + 1, args, (n + 1) * sizeof *argv);
+    char *out = tu_strdupf("%s/%s", dir, "out"), *err = tu_strdupf("%s/%s", dir, "err");
+    double t0 = tu_now();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fi = open(in ? in : "/dev/null", O_RDONLY);
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fi < 0 || fo < 0 || fe < 0 || dup2(fi, 0) < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0 || chdir(dir) != 0)
+            _exit(127);
+        for (; env && *env; env++)
+            if (strchr(*env, '=')) putenv((char *)*env);
+            else unsetenv(*env);
+        execvp(prog, (char *const *)argv);
+        _exit(127);
+    }
+    int st = -1; /* stays -1 (no exit status) when the fork or the wait failed */
+    if (pid > 0 && waitpid(pid, &st, 0) != pid) st = -1;
+    free(argv);
+    free(out);
+    free(err);
+    return tu_run_result(dir, st, t0);
+}
+
+/* Frees a run's captured output. */
 static inline void tu_run_free(tu_run *r) {
     free(r->out);
     free(r->err);
 }
 
-/* A copy of the last line of s without its newline (log lines come before a command's error line);
- * free() it. */
-static inline char *tu_last_line(const char *s) {
-    size_t end = strlen(s);
-    while (end > 0 && s[end - 1] == '\n') end--;
-    size_t start = end;
-    while (start > 0 && s[start - 1] != '\n') start--;
-    char *line = malloc(end - start + 1);
-    memcpy(line, s + start, end - start);
-    line[end - start] = '\0';
-    return line;
+/* The last line of s, a pointer into s (log lines come before a command's error line); it keeps
+ * the trailing newline(s). */
+static inline const char *tu_last_line(const char *s) {
+    size_t n = strlen(s);
+    while (n > 0 && s[n - 1] == '\n') n--;
+    while (n > 0 && s[n - 1] != '\n') n--;
+    return s + n;
 }
 
 #endif
