@@ -336,7 +336,7 @@ static void test_offline_hint(void) {
     free(hub);
 }
 
-/* The tutorials' command lines (shared/reference/tutorial-commands.md) as written. The checkpoints
+/* The vLLM tutorials' command lines (Qwen3.6-35B-A3B, Qwen3-32B-W8A8) as written. The checkpoints
  * cannot be fetched here, so each ends on the missing model (serve) or tokenizer (bench serve,
  * pointed at a tokenizer path that does not exist and a port nothing listens on): exit status 1,
  * after every flag was accepted. */
