@@ -16,7 +16,7 @@
 #include "base/threadpool.h"
 #include "check.h"
 #include "cvllm.h"
-#include "engine/footprint.h"
+#include "models/footprint.h"
 #include "engine/state_pool.h"
 #include "loader/config.h"
 #include "loader/safetensors.h"
@@ -67,7 +67,7 @@ static void check_fixture(const char *name, cv_threadpool *pool) {
     for (int mtp = 0; mtp <= 1; mtp++) {
         cv_footprint_params p = {.weight_dtype = z.dtype, .with_mtp = mtp, .max_num_batched_tokens = 16, .max_num_seqs = 2};
         cv_footprint fp;
-        CHECK_MSG(cv_footprint_estimate(&cfg, &p, &fp), "%s: architecture %s unknown", name, cfg.architecture);
+        CHECK_MSG(cv_model_footprint(&cfg, &p, &fp), "%s: architecture %s unknown", name, cfg.architecture);
         uint64_t want = z.text_bytes + (mtp ? z.mtp_bytes : 0);
         CHECK_MSG(fp.weight_bytes == want, "%s (mtp %d): estimated %llu weight bytes, the checkpoint has %llu", name, mtp,
                   (unsigned long long)fp.weight_bytes, (unsigned long long)want);

@@ -176,7 +176,7 @@ static int check_memory_fit(cvllm_engine *e, bool dummy, cv_footprint *fp, bool 
     int rc = dummy ? weight_dtype(e->opts.dtype, e->config.torch_dtype, &p.weight_dtype) : 0;
     if (rc) return rc;
     /* Unknown architectures are named by the model registry, a moment later. */
-    *known = cv_footprint_estimate(&e->config, &p, fp);
+    *known = cv_model_footprint(&e->config, &p, fp);
     return *known ? cv_kv_cache_check_fit(e, fp) : 0;
 }
 
@@ -254,7 +254,7 @@ static int create_engine(cvllm_engine *e) {
     if ((rc = load_tokenizer(e))) return rc;
     if ((rc = load_weights_and_model(e, dummy))) return rc;
     if (!known)
-        return cv_fail(CVLLM_ERR_INTERNAL, "no memory footprint for architecture %s (engine/footprint.c lacks it)",
+        return cv_fail(CVLLM_ERR_INTERNAL, "no memory footprint for architecture %s (models/footprint.c lacks it)",
                        e->config.architecture);
     if ((rc = check_state_support(e))) return rc;
     if ((rc = cv_kv_cache_create(e, &fp))) return rc;

@@ -12,7 +12,7 @@
 #include "cvllm.h"
 #include "base/threadpool.h"
 #include "engine/block_pool.h"
-#include "engine/footprint.h"
+#include "models/footprint.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/spec_decode.h"

@@ -9,7 +9,7 @@
  * one max_model_len request leaves over. What is left becomes whole blocks, capped at what max_num_seqs requests of max_model_len
  * tokens could ever use, so a small model on a big machine does not reserve RAM it cannot use.
  *
- * The plan is made twice from the same function. First from config.json alone (engine/footprint.c),
+ * The plan is made twice from the same function. First from config.json alone (models/footprint.c),
  * before any weight is allocated, so that a model that cannot fit is refused at once with vLLM's
  * message and the numbers instead of after a minute of filling memory; then, once the model is
  * loaded, with its own KV and state sizes, to allocate. The memory is calloc'd: the kernel hands out

@@ -15,14 +15,24 @@
 static const struct {
     const char *name;
     cv_model_loader load;
+    cv_model_family family;
 } architectures[] = {
-    {"Qwen3ForCausalLM", cv_qwen3_load},
-    {"Qwen3MoeForCausalLM", cv_qwen3_moe_load},
-    {"Qwen3NextForCausalLM", cv_qwen3_hybrid_load},
-    {"Qwen3_5MoeForConditionalGeneration", cv_qwen3_hybrid_load},
-    {"Qwen3_5ForConditionalGeneration", cv_qwen3_hybrid_load},
-    {"Qwen3_5ForCausalLM", cv_qwen3_hybrid_load},
+    {"Qwen3ForCausalLM", cv_qwen3_load, CV_FAMILY_DENSE},
+    {"Qwen3MoeForCausalLM", cv_qwen3_moe_load, CV_FAMILY_MOE},
+    {"Qwen3NextForCausalLM", cv_qwen3_hybrid_load, CV_FAMILY_NEXT},
+    {"Qwen3_5MoeForConditionalGeneration", cv_qwen3_hybrid_load, CV_FAMILY_QWEN3_5_MOE},
+    {"Qwen3_5ForConditionalGeneration", cv_qwen3_hybrid_load, CV_FAMILY_QWEN3_5_DENSE},
+    {"Qwen3_5ForCausalLM", cv_qwen3_hybrid_load, CV_FAMILY_QWEN3_5_DENSE},
 };
+
+bool cv_model_family_of(const char *architecture, cv_model_family *out) {
+    for (size_t i = 0; i < CV_ARRAY_LEN(architectures); i++)
+        if (strcmp(architecture, architectures[i].name) == 0) {
+            *out = architectures[i].family;
+            return true;
+        }
+    return false;
+}
 
 static char supported_list[512];
 static pthread_once_t supported_once = PTHREAD_ONCE_INIT;

@@ -2,7 +2,8 @@
  * footprint.h — what a model will occupy, from config.json alone, before anything is allocated.
  *
  * The engine refuses a model that cannot fit its memory budget before it spends time filling
- * memory with weights (kv_cache.c); this is the arithmetic it needs. Parameters are counted per
+ * memory with weights (engine/kv_cache.c); this is the arithmetic it needs, kept with the model
+ * files so that the engine never knows which architecture it runs. Parameters are counted per
  * architecture family the way the model files bind them (dense Qwen3; Qwen3-MoE; the hybrid
  * Gated-DeltaNet models Qwen3-Next and Qwen3.5/3.6, dense or MoE, with their MTP module when it is
  * loaded), so MoE counts every expert, not only the ones a token reads. test_footprint checks the
@@ -33,6 +34,6 @@ typedef struct cv_footprint_params {
 } cv_footprint_params;
 
 /* False for an architecture this file does not know (the model registry then names the problem). */
-bool cv_footprint_estimate(const cv_model_config *cfg, const cv_footprint_params *p, cv_footprint *out);
+bool cv_model_footprint(const cv_model_config *cfg, const cv_footprint_params *p, cv_footprint *out);
 
 #endif

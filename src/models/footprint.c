@@ -2,41 +2,15 @@
  * footprint.c — see footprint.h. One function per block (attention, dense MLP, MoE, Gated DeltaNet),
  * each returning its parameter count, and one layer walk shared by the families; the config
  * fields, their defaults and the tensors counted are those the model files (src/models/qwen3*.c)
- * read and bind. Fields that are missing or malformed make the estimate unknown rather than wrong:
- * the model loader then reports them with its own messages.
+ * read and bind; which family a config belongs to comes from the registry. Fields that are missing
+ * or malformed make the estimate unknown rather than wrong: the model loader then reports them with
+ * its own messages.
  */
-#include "engine/footprint.h"
+#include "models/footprint.h"
 
 #include <string.h>
 
-/* The hybrid (Gated DeltaNet) families come last: `fam >= FAMILY_NEXT` means hybrid. */
-typedef enum family {
-    FAMILY_DENSE,        /* Qwen3ForCausalLM */
-    FAMILY_MOE,          /* Qwen3MoeForCausalLM */
-    FAMILY_NEXT,         /* Qwen3NextForCausalLM: GDN + gated attention, MoE */
-    FAMILY_QWEN3_5_MOE,  /* Qwen3_5MoeForConditionalGeneration (Qwen3.5/3.6-MoE) */
-    FAMILY_QWEN3_5_DENSE /* Qwen3_5ForConditionalGeneration, Qwen3_5ForCausalLM */
-} family;
-
-static bool family_of(const char *arch, family *f) {
-    static const struct {
-        const char *name;
-        family f;
-    } table[] = {
-        {"Qwen3ForCausalLM", FAMILY_DENSE},
-        {"Qwen3MoeForCausalLM", FAMILY_MOE},
-        {"Qwen3NextForCausalLM", FAMILY_NEXT},
-        {"Qwen3_5MoeForConditionalGeneration", FAMILY_QWEN3_5_MOE},
-        {"Qwen3_5ForConditionalGeneration", FAMILY_QWEN3_5_DENSE},
-        {"Qwen3_5ForCausalLM", FAMILY_QWEN3_5_DENSE},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof *table; i++)
-        if (!strcmp(arch, table[i].name)) {
-            *f = table[i].f;
-            return true;
-        }
-    return false;
-}
+#include "models/architectures.h"
 
 /* An integer field of the text config; `fallback` when absent, -1 when malformed. */
 static int64_t field(const cv_model_config *cfg, const char *key, int64_t fallback) {
@@ -49,29 +23,29 @@ static uint64_t align64(uint64_t n) { return (n + 63) & ~(uint64_t)63; }
 
 /* The widths a model reads from its config; everything below is arithmetic on them. */
 typedef struct dims {
-    family fam;
+    cv_model_family fam;
     int64_t H, V, L, q, kv, head_dim, inter;
     int64_t experts, top_k, expert_inter, shared_inter, sparse_step;
     int64_t nk, nv, dk, dv, kernel, key_dim, value_dim, conv_dim;
     bool gated;                   /* attention with the per-head output gate (the hybrids) */
 } dims;
 
-static bool read_dims(const cv_model_config *cfg, family fam, dims *d) {
+static bool read_dims(const cv_model_config *cfg, cv_model_family fam, dims *d) {
     *d = (dims){.fam = fam, .H = cfg->hidden_size, .V = cfg->vocab_size, .L = cfg->num_hidden_layers,
                 .q = (int64_t)cfg->num_attention_heads * cfg->head_dim,
                 .kv = (int64_t)cfg->num_key_value_heads * cfg->head_dim, .head_dim = cfg->head_dim,
-                .inter = cfg->intermediate_size, .gated = fam >= FAMILY_NEXT, .sparse_step = 1};
-    if (fam == FAMILY_MOE || fam == FAMILY_NEXT || fam == FAMILY_QWEN3_5_MOE) {
+                .inter = cfg->intermediate_size, .gated = fam >= CV_FAMILY_NEXT, .sparse_step = 1};
+    if (fam == CV_FAMILY_MOE || fam == CV_FAMILY_NEXT || fam == CV_FAMILY_QWEN3_5_MOE) {
         d->experts = field(cfg, "num_experts", -1);
         d->top_k = field(cfg, "num_experts_per_tok", -1);
         d->expert_inter = field(cfg, "moe_intermediate_size", -1);
         /* Qwen3-MoE has no shared expert; the hybrids always have one. */
-        d->shared_inter = fam == FAMILY_MOE ? 0 : field(cfg, "shared_expert_intermediate_size", -1);
-        if (fam != FAMILY_QWEN3_5_MOE) d->sparse_step = field(cfg, "decoder_sparse_step", 1);
+        d->shared_inter = fam == CV_FAMILY_MOE ? 0 : field(cfg, "shared_expert_intermediate_size", -1);
+        if (fam != CV_FAMILY_QWEN3_5_MOE) d->sparse_step = field(cfg, "decoder_sparse_step", 1);
         if (d->experts < 1 || d->top_k < 0 || d->expert_inter < 0 || d->shared_inter < 0 || d->sparse_step < 1)
             return false;
     }
-    if (fam >= FAMILY_NEXT) {
+    if (fam >= CV_FAMILY_NEXT) {
         d->nk = field(cfg, "linear_num_key_heads", -1);
         d->nv = field(cfg, "linear_num_value_heads", -1);
         d->dk = field(cfg, "linear_key_head_dim", -1);
@@ -109,8 +83,8 @@ static uint64_t gdn_params(const dims *d) {
 /* Whether layer l has a dense MLP: Qwen3-MoE and Qwen3-Next keep one on mlp_only_layers and off the
  * decoder_sparse_step grid; Qwen3.5 is all MoE or all dense. */
 static bool dense_mlp(const cv_model_config *cfg, const dims *d, int64_t l) {
-    if (d->fam == FAMILY_DENSE || d->fam == FAMILY_QWEN3_5_DENSE) return true;
-    if (d->fam == FAMILY_QWEN3_5_MOE) return false;
+    if (d->fam == CV_FAMILY_DENSE || d->fam == CV_FAMILY_QWEN3_5_DENSE) return true;
+    if (d->fam == CV_FAMILY_QWEN3_5_MOE) return false;
     json_t *only = json_object_get(cfg->text, "mlp_only_layers");
     size_t i;
     json_t *v;
@@ -122,7 +96,7 @@ static bool dense_mlp(const cv_model_config *cfg, const dims *d, int64_t l) {
 
 /* Which layers are Gated DeltaNet: layer_types, else all but every full_attention_interval-th. */
 static bool linear_layer(const cv_model_config *cfg, const dims *d, int64_t l) {
-    if (d->fam < FAMILY_NEXT) return false;
+    if (d->fam < CV_FAMILY_NEXT) return false;
     json_t *types = json_object_get(cfg->text, "layer_types");
     if (json_is_array(types)) {
         const char *t = json_string_value(json_array_get(types, (size_t)l));
@@ -144,18 +118,18 @@ static uint64_t activation_floats_per_token(const dims *d, bool any_dense, bool 
     int64_t widest_inter = any_dense && d->inter > d->shared_inter ? d->inter : d->shared_inter;
     int64_t n = 3 * d->H + (d->gated ? 5 : 2) * d->q + 2 * d->kv + 3 * widest_inter;
     if (d->experts > 0) n += d->experts + 2 * d->top_k + d->H + d->top_k * (d->H + 3 * d->expert_inter);
-    if (d->fam >= FAMILY_NEXT) n += 2 * d->conv_dim + 2 * d->value_dim + 4 * d->nv;
-    if (d->fam == FAMILY_NEXT) n += 2 * d->key_dim + 2 * d->value_dim + 2 * d->nv;
+    if (d->fam >= CV_FAMILY_NEXT) n += 2 * d->conv_dim + 2 * d->value_dim + 4 * d->nv;
+    if (d->fam == CV_FAMILY_NEXT) n += 2 * d->key_dim + 2 * d->value_dim + 2 * d->nv;
     if (with_mtp) n += 2 * d->H;
     return (uint64_t)n;
 }
 
-bool cv_footprint_estimate(const cv_model_config *cfg, const cv_footprint_params *p, cv_footprint *out) {
+bool cv_model_footprint(const cv_model_config *cfg, const cv_footprint_params *p, cv_footprint *out) {
     *out = (cv_footprint){0};
-    family fam;
+    cv_model_family fam;
     dims d;
-    if (!family_of(cfg->architecture, &fam) || !read_dims(cfg, fam, &d)) return false;
-    const bool with_mtp = p->with_mtp && fam >= FAMILY_NEXT && mtp_declared(cfg);
+    if (!cv_model_family_of(cfg->architecture, &fam) || !read_dims(cfg, fam, &d)) return false;
+    const bool with_mtp = p->with_mtp && fam >= CV_FAMILY_NEXT && mtp_declared(cfg);
     uint64_t params = (uint64_t)(d.V * d.H) * (cfg->tie_word_embeddings ? 1 : 2) + (uint64_t)d.H;
     int64_t attention_layers = 0, linear_layers = 0;
     bool any_dense = false;
@@ -173,7 +147,7 @@ bool cv_footprint_estimate(const cv_model_config *cfg, const cv_footprint_params
     if (with_mtp) {
         /* fc over [embedding; hidden], its two input norms and final norm, one full-attention layer. */
         params += (uint64_t)(2 * d.H * d.H) + 3 * (uint64_t)d.H + attention_params(&d) + 2 * (uint64_t)d.H;
-        params += fam == FAMILY_QWEN3_5_DENSE ? swiglu_params(&d, d.inter) : moe_params(&d);
+        params += fam == CV_FAMILY_QWEN3_5_DENSE ? swiglu_params(&d, d.inter) : moe_params(&d);
         attention_layers++;
     }
     const uint64_t f32 = sizeof(float);
