@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -165,23 +166,27 @@ static inline char *tu_read_text(const char *path) {
     return s ? s : calloc(1, 1);
 }
 
-/* One run of a program: exit status (-1 when it did not exit), stdout, stderr, wall time. */
+/* One run of a program: exit status (-1 when it did not exit), stdout, stderr, and its peak resident
+ * memory (what "refused before allocating" means, measured without depending on the clock). */
 typedef struct tu_run {
     int status;
     char *out, *err;
-    double seconds;
+    long max_rss_kib;
 } tu_run;
 
-/* Seconds on the monotonic clock. */
-static inline double tu_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+/* Waits for child `pid`: its wait status (-1 when the fork or the wait failed) and peak RSS, which
+ * wait4 reports for the child and the children it waited for (a shell and its command). */
+static inline int tu_wait(pid_t pid, long *max_rss_kib) {
+    struct rusage ru = {0};
+    int st = -1;
+    if (pid <= 0 || wait4(pid, &st, 0, &ru) != pid) st = -1;
+    *max_rss_kib = ru.ru_maxrss;
+    return st;
 }
 
-/* The result of a run begun at t0 that ended with wait status st; its output from DIR/out, DIR/err. */
-static inline tu_run tu_run_result(const char *dir, int st, double t0) {
-    tu_run r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1, .seconds = tu_now() - t0};
+/* The result of a run that ended with wait status st; its output from DIR/out, DIR/err. */
+static inline tu_run tu_run_result(const char *dir, int st, long max_rss_kib) {
+    tu_run r = {.status = st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1, .max_rss_kib = max_rss_kib};
     char *p = tu_strdupf("%s/%s", dir, "out");
     r.out = tu_read_text(p);
     free(p);
@@ -197,10 +202,16 @@ static inline tu_run tu_run_cvllm(const char *tmp, const char *env, const char *
     size_t n = (size_t)snprintf(NULL, 0, "%s %s %s >%s/out 2>%s/err", env, CVLLM_BINARY, args, tmp, tmp) + 1;
     char *cmd = malloc(n);
     snprintf(cmd, n, "%s %s %s >%s/out 2>%s/err", env, CVLLM_BINARY, args, tmp, tmp);
-    double t0 = tu_now();
-    int st = system(cmd);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    long rss = 0;
+    int st = tu_wait(pid, &rss);
     free(cmd);
-    return tu_run_result(tmp, st, t0);
+    return tu_run_result(tmp, st, rss);
 }
 
 /* Runs PROG (a path, or a name looked up in PATH) with ARGS (NULL-terminated) without a shell, so
@@ -215,7 +226,6 @@ static inline tu_run tu_run_exec(const char *dir, const char *in, const char *co
     argv[0] = prog;
     memcpy(argv + 1, args, (n + 1) * sizeof *argv);
     char *out = tu_strdupf("%s/%s", dir, "out"), *err = tu_strdupf("%s/%s", dir, "err");
-    double t0 = tu_now();
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -229,12 +239,12 @@ static inline tu_run tu_run_exec(const char *dir, const char *in, const char *co
         execvp(prog, (char *const *)argv);
         _exit(127);
     }
-    int st = -1; /* stays -1 (no exit status) when the fork or the wait failed */
-    if (pid > 0 && waitpid(pid, &st, 0) != pid) st = -1;
+    long rss = 0;
+    int st = tu_wait(pid, &rss);
     free(argv);
     free(out);
     free(err);
-    return tu_run_result(dir, st, t0);
+    return tu_run_result(dir, st, rss);
 }
 
 /* Frees a run's captured output. */
