@@ -76,7 +76,7 @@ struct cv_engine_loop {
     uint64_t *aborts;
     size_t n_aborts, cap_aborts;
     bool stopping;
-    size_t in_flight;
+    size_t in_flight;          /* submitted requests whose final event has not been delivered yet */
 
     tracker **live;            /* loop thread only */
     size_t n_live, cap_live;
@@ -228,9 +228,21 @@ static cv_request_event *make_event(tracker *t, const cvllm_request_output *o) {
     return ev;
 }
 
+/* A request's final event has reached its callback: it is no longer in flight. Counting here, not
+ * when the step finishes it, makes cv_engine_loop_drain mean "every answer delivered" also with
+ * async scheduling, where delivery trails the step on the output thread. */
+static void final_event_delivered(cv_engine_loop *l) {
+    pthread_mutex_lock(&l->mu);
+    assert(l->in_flight > 0);
+    if (--l->in_flight == 0) pthread_cond_broadcast(&l->idle);
+    pthread_mutex_unlock(&l->mu);
+}
+
 static void deliver(cv_engine_loop *l, cv_request_event *ev, cv_event_fn fn, void *user) {
     if (!l->opts.async_scheduling) {
+        bool finished = ev->finished; /* fn takes ev */
         fn(user, ev);
+        if (finished) final_event_delivered(l);
         return;
     }
     queued_event *q = cv_xmalloc(sizeof *q);
@@ -253,8 +265,10 @@ static void *output_main(void *arg) {
         l->out_head = q->next;
         if (!l->out_head) l->out_tail = NULL;
         pthread_mutex_unlock(&l->out_mu);
+        bool finished = q->ev->finished; /* fn takes ev */
         q->fn(q->user, q->ev);
         free(q);
+        if (finished) final_event_delivered(l);
         pthread_mutex_lock(&l->out_mu);
     }
     pthread_mutex_unlock(&l->out_mu);
@@ -343,10 +357,10 @@ static void mark_scheduled(cv_engine_loop *l, double step_start) {
         if (l->live[i]->scheduled == 0 && l->live[i]->req->admitted) l->live[i]->scheduled = step_start;
 }
 
-/* Runs one engine step and hands out the events; returns how many requests finished. */
-static size_t run_step(cv_engine_loop *l) {
+/* Runs one engine step and hands out the events. */
+static void run_step(cv_engine_loop *l) {
     const cvllm_request_output *const *outs;
-    size_t n_outs, n_finished = 0;
+    size_t n_outs;
     double step_start = cv_now();
     int rc = cvllm_engine_step(l->e, &outs, &n_outs);
     if (rc) {
@@ -383,12 +397,10 @@ static size_t run_step(cv_engine_loop *l) {
             size_t i = find_tracker(l, t->id);
             l->live[i] = l->live[--l->n_live];
             tracker_free(t);
-            n_finished++;
         }
     }
     free(events);
     free(owners);
-    return n_finished;
 }
 
 static bool has_work(const cv_engine_loop *l) {
@@ -439,12 +451,8 @@ static void *loop_main(void *arg) {
         admit(l, inbox, n_inbox, aborts, n_aborts, stopping);
         free(inbox);
         free(aborts);
-        size_t finished = cvllm_engine_has_unfinished(l->e) ? run_step(l) : 0;
-
+        if (cvllm_engine_has_unfinished(l->e)) run_step(l);
         pthread_mutex_lock(&l->mu);
-        assert(l->in_flight >= finished);
-        l->in_flight -= finished;
-        if (l->in_flight == 0) pthread_cond_broadcast(&l->idle);
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;

@@ -67,7 +67,8 @@ typedef void (*cv_event_fn)(void *user, cv_request_event *ev);
 int cv_engine_loop_start(cvllm_engine *engine, const cv_loop_options *opts, cv_engine_loop **out);
 /* Aborts everything in flight (each gets its final event), joins the threads, destroys the engine. */
 void cv_engine_loop_stop(cv_engine_loop *loop);
-/* Waits up to `seconds` for in-flight requests to finish (SIGTERM drain); true when none is left. */
+/* Waits up to `seconds` until every submitted request has finished and its final event has been
+ * delivered (SIGTERM drain); true when none is left. */
 bool cv_engine_loop_drain(cv_engine_loop *loop, double seconds);
 
 typedef struct cv_submit {
