@@ -21,6 +21,7 @@ typedef enum cv_dtype {
     CV_DTYPE_U8,
     CV_DTYPE_BOOL,
     CV_DTYPE_F64,
+    CV_DTYPE_F8_E4M3, /* OCP FP8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN */
     CV_DTYPE_COUNT
 } cv_dtype;
 
@@ -86,6 +87,23 @@ static inline uint16_t cv_f32_to_f16(float f) {
     uint32_t r = abs - 0x38000000u; /* rebias exponent 127 → 15 */
     r += 0xfffu + ((r >> 13) & 1u);
     return (uint16_t)(sign | (r >> 13));
+}
+
+/* e4m3fn → f32, exact (every e4m3 value is an f32); NaN stays NaN. */
+static inline float cv_fp8_e4m3_to_f32(uint8_t b) {
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, man = b & 0x7u, u;
+    if ((b & 0x7fu) == 0x7fu) {
+        u = sign | 0x7fc00000u;
+    } else if (exp != 0) {
+        u = sign | ((exp + 120u) << 23) | (man << 20);
+    } else {
+        float f = (float)man * 0x1p-9f; /* subnormal: man/8 · 2^-6 */
+        memcpy(&u, &f, 4);
+        u |= sign;
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
 /* Widens n elements of type t at src into f32. */

@@ -91,6 +91,104 @@ void cv_embed_panels(const cv_panels *w, const int32_t *ids, int64_t n, float *o
 /* out[i][:] = table[ids[i]][:] widened to f32. Every id must be < table->rows. */
 void cv_embed(const cv_matrix *table, const int32_t *ids, int64_t n, float *out);
 
+/* ---- weights in kernel formats (the format traits table, kernels/cpu/formats.c) -------------- */
+
+/*
+ * A linear layer's weight as the kernels stream it. Every format has one entry in a traits table:
+ * its packing, the input it reads (f32 activations, or int8 codes quantized by the caller), and its
+ * GEMM per ISA. Packed formats store rows in 16-row panels (CV_PANEL_ROWS) so one vector load holds
+ * 16 outputs; per-row or per-block scales live in the same block of memory after the codes, so one
+ * mapping (or one packed-weight cache file) holds the whole weight.
+ *
+ *   F32, BF16, F16   row-major, a view of the checkpoint (not packed)
+ *   BF16_PANELS      bf16, panels of k pairs (see cv_panels above)
+ *   I8_PANELS        int8 codes, panels of k quads ([ceil(K/4)][16 rows][4 k], VNNI order), then per
+ *                    row an f32 scale, an int32 bias (0 when none) and the int32 sum of the row's
+ *                    codes: y[t][n] = (Σ_k xq[t][k]·w[n][k] + bias[n]) · row_scale[n] · x_scale[t]
+ *   FP8_PANELS       e4m3 codes, panels k-major ([K][16 rows]), then an f32 scale per panel per
+ *                    128-column block: y = Σ_k x[k] · e4m3(w[n][k]) · scale(n, k); activations f32
+ */
+typedef enum cv_wformat {
+    CV_WFORMAT_F32 = 0,
+    CV_WFORMAT_BF16,
+    CV_WFORMAT_F16,
+    CV_WFORMAT_BF16_PANELS,
+    CV_WFORMAT_I8_PANELS,
+    CV_WFORMAT_FP8_PANELS,
+    CV_WFORMAT_COUNT
+} cv_wformat;
+
+typedef struct cv_weight {
+    cv_wformat format;
+    int64_t rows, cols;
+    const void *data;         /* the row-major view, or the packed block (codes, then scales) */
+    bool owned;               /* data is this struct's own mapping (cv_weight_pack) */
+} cv_weight;
+
+/* One checkpoint matrix to pack, row-major [rows][cols]. */
+typedef struct cv_weight_part {
+    cv_dtype dtype;           /* BF16 → BF16_PANELS, I8 → I8_PANELS, F8_E4M3 → FP8_PANELS */
+    int64_t rows, cols;
+    const void *data;
+    const float *row_scale;   /* I8: [rows] (msModelSlim deq_scale or weight_scale) */
+    const int32_t *row_bias;  /* I8: [rows] added to the int32 accumulator (quant_bias), or NULL */
+    const float *block_scale; /* FP8: [ceil(rows/block)][ceil(cols/block)] (weight_scale_inv) */
+    int32_t block;            /* FP8: the block edge; a multiple of CV_PANEL_ROWS and of 4 */
+} cv_weight_part;
+
+const char *cv_wformat_name(cv_wformat f);
+/* The packed format of a checkpoint dtype (-1 when none). */
+int cv_wformat_for_dtype(cv_dtype t);
+/* The format reads int8 codes (cv_act.i8) rather than f32 activations. */
+bool cv_wformat_int8_input(cv_wformat f);
+size_t cv_weight_packed_bytes(cv_wformat f, int64_t rows, int64_t cols);
+/* Packs parts[0..n_parts) (n_parts ≤ 4, one dtype, equal cols, every part but the last with
+ * rows % CV_PANEL_ROWS == 0) stacked by rows, on the pool. cv_weight_pack maps memory of its own
+ * (cv_weight_release); cv_weight_pack_into writes cv_weight_packed_bytes bytes at dst (e.g. a
+ * file mapping) and *out borrows dst. Unsupported dtype: CVLLM_ERR_UNSUPPORTED; no memory:
+ * CVLLM_ERR_NO_MEMORY. */
+int cv_weight_pack(cv_threadpool *pool, const cv_weight_part *parts, int n_parts, cv_weight *out);
+int cv_weight_pack_into(cv_threadpool *pool, const cv_weight_part *parts, int n_parts, void *dst, cv_weight *out);
+void cv_weight_release(cv_weight *w);
+/* A row-major checkpoint matrix as a weight (a view; f32, bf16 or f16). */
+cv_weight cv_weight_view(const cv_matrix *m);
+
+/* The input of a linear, in the form its weight's format reads: f32 rows, or int8 codes rows
+ * cv_act_i8_stride(cols) bytes apart (zero past cols) with a per-row scale (NULL: 1). */
+typedef struct cv_act {
+    const float *f32;         /* [m][cols] */
+    const int8_t *i8;         /* [m][cv_act_i8_stride(cols)] */
+    const float *i8_scale;    /* [m] or NULL */
+} cv_act;
+
+int64_t cv_act_i8_stride(int64_t cols);
+
+/* ys[j] [m][part_rows[j]] = x · part jᵀ for every stacked part of w (part_rows as packed; one part:
+ * n_parts 1, part_rows &w->rows). One pass over x, one wake of the pool. */
+void cv_linear(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, int n_parts,
+               const int64_t *part_rows, float *const *ys);
+
+/* ---- activation quantization (int8 inputs of I8_PANELS weights) ---------------------------------- */
+
+/* msModelSlim's two activation schemes, rounding half to even as PyTorch does:
+ *   static:  xq = clamp(round(x / scale + offset), −128, 127), row scale 1 (it is in the weight's)
+ *   dynamic: per row s = max|x| / 127, xq = round(x / s), row scale s (a zero row: codes 0, s 0) */
+typedef struct cv_act_quant {
+    bool dynamic;
+    float scale, offset;      /* static only */
+} cv_act_quant;
+
+/* xq [m][cv_act_i8_stride(cols)], scale [m] (written for both schemes). */
+void cv_quantize_rows(const cv_act_quant *q, const float *x, int64_t ldx, int64_t m, int64_t cols, int8_t *xq,
+                      float *scale);
+/* cv_add_rmsnorm, then the normed rows quantized with q into yq/yscale; y (f32) is still written
+ * when not NULL (a later f32 consumer of the same rows). */
+void cv_add_rmsnorm_quant(cv_threadpool *pool, float *x, const float *delta, float *y, const float *w, int64_t rows,
+                          int64_t dim, float eps, const cv_act_quant *q, int8_t *yq, float *yscale);
+/* cv_swiglu with the result quantized with q into hq/hscale instead of written as f32. */
+void cv_swiglu_quant(cv_threadpool *pool, const float *gu, int64_t rows, int64_t n, int64_t ld, int64_t up_offset,
+                     const cv_act_quant *q, int8_t *hq, float *hscale);
+
 /* ---- element-wise and row-wise ---------------------------------------------------------------- */
 
 /* For each of `rows` rows of length dim: y = w ⊙ (x / sqrt(mean(x²) + eps)). y may alias x. Per-head

@@ -111,12 +111,19 @@ struct cv_model {
     cv_threadpool *pool;           /* borrowed */
 };
 
+/* Calibration (cvllm quantize): called before each linear layer runs with its input rows — f32,
+ * as the layer would see them unquantized — and the linear's name, its weight's prefix (e.g.
+ * "model.layers.0.self_attn.q_proj"). Projections computed together (q|k|v) are reported once each. */
+typedef void (*cv_linear_observer)(void *ctx, const char *linear, const float *x, int64_t rows, int64_t cols);
+
 typedef struct cv_model_load_params {
     const cv_model_config *config;
     cv_weight_source *weights;
     cv_threadpool *pool;
     int32_t max_num_batched_tokens; /* largest n_tokens a forward call will get (scratch sizing) */
     bool load_mtp;                  /* bind mtp.* and provide ops->mtp_forward (when the model has one) */
+    cv_linear_observer observe;     /* NULL: none */
+    void *observe_ctx;
 } cv_model_load_params;
 
 /* Picks the architecture from config->architecture. Unknown: CVLLM_ERR_UNSUPPORTED naming it and
