@@ -57,7 +57,7 @@ void cv_matmul(cv_threadpool *pool, const cv_matrix *w, const float *x, int64_t 
  * panel [ceil(cols/2)][CV_PANEL_ROWS][2] — element (r, c) at panel r/16, offset
  * ((c/2)·16 + r%16)·2 + c%2, zero-padded past the last row and column — so that one 64-byte load
  * holds 16 outputs × 2 inputs, widened in registers for lane-wise f32 FMA: outputs accumulate
- * lane-wise with no horizontal sums (cpu_ops.h, ops_avx512.c).
+ * lane-wise with no horizontal sums (cpu_ops.h, cpu/avx512/ops.c).
  */
 enum { CV_PANEL_ROWS = 16 };
 typedef struct cv_panels {

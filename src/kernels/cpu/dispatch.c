@@ -1,7 +1,8 @@
 /*
  * dispatch.c — choosing the instruction-set path once, at first kernel call.
  *
- * The best path the CPU supports wins (AVX-512 needs F/BW/VL/DQ, AVX2 needs FMA and F16C too),
+ * The best path the CPU supports wins (AVX-512 needs F/BW/VL/DQ, AVX2 needs FMA, F16C and BMI2 too:
+ * exactly the flags each ISA's folder is compiled with, CMakeLists.txt),
  * unless CVLLM_ISA names another; an unknown or unsupported name is reported once and ignored
  * rather than failing, since it is a tuning knob, not input. The choice is a plain pointer read on
  * every kernel call: cheaper than any indirection through the thread pool and trivially
@@ -36,7 +37,8 @@ bool cv_isa_supported(cv_isa isa) {
     case CV_ISA_SCALAR:
         return true;
     case CV_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2") &&
+               has_f16c();
     case CV_ISA_AVX512:
         return cv_isa_supported(CV_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&

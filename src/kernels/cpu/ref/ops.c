@@ -1,5 +1,5 @@
 /*
- * ops_scalar.c — the portable path: plain C loops, also the reading of what the SIMD paths compute.
+ * ref/ops.c — the portable path: plain C loops, also the reading of what the SIMD paths compute.
  *
  * Weights are widened one element at a time; accumulation is f32 like the SIMD paths so that all
  * three agree to rounding. Dot products keep eight partial sums, which is both what the compiler

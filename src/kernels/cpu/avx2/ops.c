@@ -1,5 +1,5 @@
 /*
- * ops_avx2.c — AVX2/FMA/F16C primitives: 8 f32 lanes, for CPUs without AVX-512.
+ * avx2/ops.c — AVX2/FMA/F16C primitives: 8 f32 lanes, for CPUs without AVX-512.
  *
  * Same structure as the AVX-512 path with a smaller tile (2 tokens × 4 weight rows: 8 accumulators
  * plus 4 weight and 1 activation vector fit the 16 ymm registers without spilling). AVX2 has no
@@ -180,7 +180,7 @@ static void panel_avx2(const cv_panel_tile *t) {
 
 /* ---- attention tiles --------------------------------------------------------------------------- */
 
-/* MR rows × up to 16 columns (2 vectors, masked at the edge); see ops_avx512.c. */
+/* MR rows × up to 16 columns (2 vectors, masked at the edge); see avx512/ops.c. */
 INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int n, int k,
                        bool accumulate, const int MR) {
     __m256 acc[4][2];
@@ -217,7 +217,7 @@ static void gemm_rows_avx2(float *c, int64_t ldc, const float *a, int64_t lda, c
 
 /* ---- element-wise ------------------------------------------------------------------------------ */
 
-/* exp as in ops_avx512.c: 2^n · p(r) with a degree-6 polynomial; 2^n built in the exponent bits. */
+/* exp as in avx512/ops.c: 2^n · p(r) with a degree-6 polynomial; 2^n built in the exponent bits. */
 INLINE __m256 exp256(__m256 x) {
     x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
     x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));

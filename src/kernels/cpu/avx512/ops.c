@@ -1,5 +1,5 @@
 /*
- * ops_avx512.c — AVX-512 primitives: 16 f32 lanes, masked tails, f32/bf16/f16 weights.
+ * avx512/ops.c — AVX-512 primitives: 16 f32 lanes, masked tails, f32/bf16/f16 weights.
  *
  * Row-major tile (weights straight from the checkpoint): up to 4 tokens × 4 weight rows of
  * accumulators, each weight vector feeding up to four FMAs; bf16 widens by a zero-extend and a
