@@ -6,7 +6,8 @@
  * reference checkpoint in tests/data/vectors (untied/tied × f32/bf16 weights), once on the AVX-512
  * path and once on the AVX2 path.
  * Failure paths: unknown architecture, a config that disagrees with the checkpoint, missing
- * lm_head, and batches with bad ids, slots, positions, block ids and logit rows.
+ * lm_head, and batches with bad ids, slots, positions (repeated, or increasing with a gap), block ids
+ * and logit rows.
  */
 #include <math.h>
 #include <stdint.h>
@@ -145,7 +146,11 @@ static void test_bad_batches(cv_threadpool *pool) {
     FRESH_STEP();
     st.positions[1] = 0;
     st.slots[1] = st.slots[0];
-    expect_batch_error(m, &c, &st, "not increasing");
+    expect_batch_error(m, &c, &st, "not consecutive");
+    FRESH_STEP();
+    st.positions[2] = 3; /* increasing, but position 2's K/V would never be written */
+    st.slots[2] = st.slots[3];
+    expect_batch_error(m, &c, &st, "not consecutive");
     FRESH_STEP();
     s.block_table[0] = MF_NUM_BLOCKS;
     expect_batch_error(m, &c, &st, "outside [0, 48)");

@@ -24,10 +24,7 @@
  * Each op is timed into the kernels' profile (kernels/profile.h) when profiling is on.
  *
  * Memory: the activation scratch is sized for max_num_batched_tokens at load and only grows if a
- * larger batch ever arrives, so a steady-state forward() allocates nothing.
- *
- * The batch is validated up front (token ids, slots, positions, block tables, logit rows), because
- * the kernels below trust their indices and a bad one would otherwise be a wild memory access.
+ * larger batch ever arrives, so a steady-state forward() allocates nothing. The batch is checked up front (models/layers/batch.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +35,7 @@
 #include "kernels/kernels.h"
 #include "kernels/profile.h"
 #include "models/architectures.h"
+#include "models/layers/batch.h"
 #include "models/qwen3_blocks.h"
 
 enum { MAX_HEAD_DIM = 1024 };
@@ -192,54 +190,6 @@ static void qwen3_destroy(cv_model *base) {
 
 /* ---- forward ---------------------------------------------------------------------------------- */
 
-static int check_sequence(const qwen3_model *m, const cv_batch *b, const cv_kv_cache *kv, int32_t s) {
-    const int32_t begin = b->seq_start[s], end = b->seq_start[s + 1];
-    if (begin > end) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: seq_start is not ascending at sequence %d", s);
-    const int32_t ctx = b->context_lens[s];
-    const int64_t n_blocks = ((int64_t)ctx + kv->block_size - 1) / kv->block_size;
-    for (int64_t j = 0; j < n_blocks; j++)
-        if (b->block_tables[s][j] < 0 || b->block_tables[s][j] >= kv->num_blocks)
-            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: sequence %d block %lld is %d, outside [0, %d)", s,
-                           (long long)j, b->block_tables[s][j], kv->num_blocks);
-    for (int32_t t = begin; t < end; t++) {
-        int32_t p = b->positions[t];
-        if (p < 0 || p >= ctx)
-            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: token %d has position %d outside its context of %d",
-                           t, p, ctx);
-        if (t > begin && p <= b->positions[t - 1])
-            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: positions of sequence %d are not increasing", s);
-        int64_t slot = (int64_t)b->block_tables[s][p / kv->block_size] * kv->block_size + p % kv->block_size;
-        if (b->slot_mapping[t] != slot)
-            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
-                           "batch: token %d (position %d) maps to slot %lld but its block table says %lld", t, p,
-                           (long long)b->slot_mapping[t], (long long)slot);
-        if (b->token_ids[t] < 0 || b->token_ids[t] >= m->vocab)
-            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: token id %d is outside the vocabulary [0, %d)",
-                           b->token_ids[t], m->vocab);
-    }
-    return 0;
-}
-
-static int check_batch(const qwen3_model *m, const cv_batch *b, const cv_kv_cache *kv) {
-    if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || (b->n_tokens > 0 && b->n_seqs == 0))
-        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: negative counts or tokens without sequences");
-    if (kv->block_size <= 0 || kv->num_blocks <= 0)
-        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "KV cache has no blocks");
-    for (int l = 0; l < m->n_layers; l++)
-        if (!kv->k[l] || !kv->v[l]) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "KV cache layer %d is missing", l);
-    if (b->n_seqs > 0 && (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens))
-        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: seq_start must run from 0 to n_tokens=%d", b->n_tokens);
-    for (int32_t s = 0; s < b->n_seqs; s++) {
-        int rc = check_sequence(m, b, kv, s);
-        if (rc) return rc;
-    }
-    for (int32_t i = 0; i < b->n_logits; i++)
-        if (b->logit_rows[i] < 0 || b->logit_rows[i] >= b->n_tokens)
-            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: logit row %d is outside [0, %d)", b->logit_rows[i],
-                           b->n_tokens);
-    return 0;
-}
-
 /* Runs `call` and charges its time to profile op `kind` (a no-op clock read when profiling is off). */
 #define TIMED(kind, call)                          \
     do {                                           \
@@ -290,7 +240,7 @@ static void embed_tokens(const qwen3_model *m, const int32_t *ids, int32_t n, fl
 
 static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *state, float *logits) {
     qwen3_model *m = (qwen3_model *)base;
-    int rc = check_batch(m, b, kv);
+    int rc = nn_check_batch(b, kv, m->vocab, m->n_layers, state, 0);
     if (!rc) rc = reserve_scratch(m, b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits);
     if (rc || b->n_tokens == 0) return rc;
     qwen3_scratch *s = &m->s;

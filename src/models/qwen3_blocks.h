@@ -4,9 +4,8 @@
  *
  * A model file owns its layer loop and its config reading; what is identical across the family
  * lives here once: binding named tensors with config-derived shapes, reading architecture fields
- * from config.json, validating a batch (including recurrent-state slots), grow-only activation
- * scratch, the attention block (plain, or with the per-head output gate) and the sparse MoE block
- * (router, routed experts in either checkpoint layout, optional sigmoid-gated shared expert; a
+ * from config.json, grow-only activation scratch, the attention block (plain, or with the per-head
+ * output gate) and the sparse MoE block (router, routed experts in either checkpoint layout, optional sigmoid-gated shared expert; a
  * dense MLP is the same block's shared-expert path with weight 1 and no router), and the linears
  * packed into panels at load (qb_linear, qb_vocab).
  */
@@ -98,13 +97,6 @@ int qb_cfg_layer_list(const cv_model_config *cfg, const char *key, int32_t n_lay
 
 /* RoPE from the parsed config; rot_dim = int(head_dim · partial_rotary_factor) as Hugging Face. */
 int qb_init_rope(cv_rope *r, const cv_rope_config *rc, int32_t head_dim);
-
-/* ---- batches ---------------------------------------------------------------------------------- */
-
-/* Everything the kernels trust: ids, positions, slots, block tables, logit rows; the KV cache has
- * kv_layers layers; when state_bytes > 0, each sequence has its own slot of at least that size. */
-int qb_check_batch(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int32_t kv_layers,
-                   const cv_state_cache *state, size_t state_bytes);
 
 /* ---- scratch ---------------------------------------------------------------------------------- */
 

@@ -52,6 +52,7 @@
 
 #include "base/error.h"
 #include "models/architectures.h"
+#include "models/layers/batch.h"
 #include "models/qwen3_blocks.h"
 
 typedef enum hybrid_family { FAMILY_NEXT, FAMILY_QWEN3_5 } hybrid_family;
@@ -659,7 +660,7 @@ static int32_t rows_needed(const cv_batch *b) {
 
 static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *st, float *logits) {
     hybrid_model *m = (hybrid_model *)base;
-    int rc = qb_check_batch(b, kv, m->vocab, base->kv_spec.num_layers, st, base->state_bytes_per_seq);
+    int rc = nn_check_batch(b, kv, m->vocab, base->kv_spec.num_layers, st, base->state_bytes_per_seq);
     if (!rc) rc = reserve_scratch(m, rows_needed(b));
     if (rc || b->n_tokens == 0) return rc;
     hybrid_scratch *s = &m->s;
@@ -683,7 +684,7 @@ static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float
     b.state_slots = NULL;
     b.checkpoints = NULL;
     b.n_checkpoints = 0;
-    int rc = qb_check_batch(&b, kv, m->vocab, base->kv_spec.num_layers, NULL, 0);
+    int rc = nn_check_batch(&b, kv, m->vocab, base->kv_spec.num_layers, NULL, 0);
     if (!rc && b.n_tokens > 0 && !hidden)
         rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "mtp_forward: no hidden states for its %d tokens", b.n_tokens);
     if (!rc) rc = reserve_scratch(m, rows_needed(&b));

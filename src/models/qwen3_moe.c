@@ -19,6 +19,7 @@
 
 #include "base/error.h"
 #include "models/architectures.h"
+#include "models/layers/batch.h"
 #include "models/qwen3_blocks.h"
 
 typedef struct moe_layer {
@@ -166,7 +167,7 @@ static void qwen3_moe_destroy(cv_model *base) {
 static int qwen3_moe_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *state,
                              float *logits) {
     qwen3_moe_model *m = (qwen3_moe_model *)base;
-    int rc = qb_check_batch(b, kv, m->vocab, m->n_layers, state, 0);
+    int rc = nn_check_batch(b, kv, m->vocab, m->n_layers, state, 0);
     if (!rc) rc = reserve_scratch(m, b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits);
     if (rc || b->n_tokens == 0) return rc;
     moe_scratch *s = &m->s;
