@@ -4,6 +4,7 @@
  */
 #include "loader/fileutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,33 @@ bool cv_path_exists(const char *path) {
 bool cv_is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+static int by_string(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+char **cv_list_names(const char *dir, const char *prefix, const char *suffix, size_t *n) {
+    char **names = cv_xmalloc(sizeof *names);
+    *n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) || !has_suffix(e->d_name, suffix)) continue;
+        names = cv_xrealloc(names, (*n + 2) * sizeof *names);
+        names[(*n)++] = cv_xstrdup(e->d_name);
+    }
+    if (d) closedir(d);
+    names[*n] = NULL;
+    qsort(names, *n, sizeof *names, by_string);
+    return names;
+}
+
+void cv_free_names(char **names) {
+    for (char **p = names; *p; p++) free(*p);
+    free(names);
 }
 
 int cv_mkdirs(const char *path) {

@@ -12,6 +12,10 @@
 char *cv_read_file(const char *path, size_t *len);
 bool cv_path_exists(const char *path);
 bool cv_is_dir(const char *path);
+/* The names of the entries of dir that begin with prefix and end with suffix, sorted, in a
+ * cv_xmalloc'd NULL-ended array (cv_free_names); *n of them. An unreadable dir has none. */
+char **cv_list_names(const char *dir, const char *prefix, const char *suffix, size_t *n);
+void cv_free_names(char **names);
 /* mkdir -p; 0 or -1 with errno set. */
 int cv_mkdirs(const char *path);
 

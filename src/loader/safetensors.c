@@ -17,9 +17,12 @@
  *
  * A sharded checkpoint is described by model.safetensors.index.json ("weight_map": name → file);
  * every shard it names is opened, every name it lists must be found in the shard it points to, and a
- * tensor name may appear only once across shards. Lookup is a binary search over the tensors sorted
- * by name — a checkpoint has at most a few thousand tensors and lookups happen once at load time, so
- * a hash table would buy nothing.
+ * tensor name may appear only once across shards. msModelSlim's exports name their files
+ * quant_model_weights*.safetensors (an index of that prefix, or just the files: its V1 saver shards
+ * even one file, its older one writes quant_model_weight_w8a8.safetensors); cv_checkpoint_open_prefix
+ * opens the index of a name prefix, or every file with it. Lookup is a binary search over the tensors
+ * sorted by name — even an MoE stored per expert has only ~10^5 tensors and lookups happen once at load
+ * time, so a hash table would buy nothing.
  *
  * Errors carry the file path and, where one is involved, the tensor name, so a user can tell a
  * truncated download from a checkpoint that does not belong to the config.
@@ -365,29 +368,69 @@ static int open_shards(cv_checkpoint *ck, const char *dir, const char *index_pat
     return rc;
 }
 
-int cv_checkpoint_open(const char *dir, cv_checkpoint **out) {
-    *out = NULL;
-    cv_checkpoint *ck = cv_xcalloc(1, sizeof *ck);
-    char *index_path = cv_xasprintf("%s/model.safetensors.index.json", dir);
-    char *single_path = cv_xasprintf("%s/model.safetensors", dir);
-    int rc;
-    if (cv_path_exists(index_path)) {
-        rc = open_shards(ck, dir, index_path);
-    } else if (cv_path_exists(single_path)) {
-        rc = add_file(ck, single_path);
-        if (rc == 0) rc = sort_and_check_unique(ck);
-    } else {
-        rc = cv_fail(CVLLM_ERR_NOT_FOUND,
-                     "no model.safetensors or model.safetensors.index.json in %s", dir);
-    }
-    free(index_path);
-    free(single_path);
+static int open_single(cv_checkpoint *ck, const char *path) {
+    int rc = add_file(ck, path);
+    return rc ? rc : sort_and_check_unique(ck);
+}
+
+static int finish_open(cv_checkpoint *ck, int rc, cv_checkpoint **out) {
     if (rc) {
         cv_checkpoint_close(ck);
         return rc;
     }
     *out = ck;
     return 0;
+}
+
+int cv_checkpoint_open(const char *dir, cv_checkpoint **out) {
+    *out = NULL;
+    cv_checkpoint *ck = cv_xcalloc(1, sizeof *ck);
+    char *index_path = cv_xasprintf("%s/model.safetensors.index.json", dir);
+    char *single_path = cv_xasprintf("%s/model.safetensors", dir);
+    int rc;
+    if (cv_path_exists(index_path))
+        rc = open_shards(ck, dir, index_path);
+    else if (cv_path_exists(single_path))
+        rc = open_single(ck, single_path);
+    else
+        rc = cv_fail(CVLLM_ERR_NOT_FOUND, "no model.safetensors or model.safetensors.index.json in %s", dir);
+    free(index_path);
+    free(single_path);
+    return finish_open(ck, rc, out);
+}
+
+/* Every PREFIX*.safetensors of dir, as one checkpoint. */
+static int open_all_like(cv_checkpoint *ck, const char *dir, const char *prefix) {
+    size_t n;
+    char **files = cv_list_names(dir, prefix, ".safetensors", &n);
+    int rc = n ? 0 : cv_fail(CVLLM_ERR_NOT_FOUND, "no %s*.safetensors in %s", prefix, dir);
+    for (size_t i = 0; i < n && !rc; i++) {
+        char *path = cv_xasprintf("%s/%s", dir, files[i]);
+        rc = add_file(ck, path);
+        free(path);
+    }
+    cv_free_names(files);
+    return rc ? rc : sort_and_check_unique(ck);
+}
+
+int cv_checkpoint_open_prefix(const char *dir, const char *prefix, cv_checkpoint **out) {
+    *out = NULL;
+    cv_checkpoint *ck = cv_xcalloc(1, sizeof *ck);
+    size_t n;
+    char **indexes = cv_list_names(dir, prefix, ".safetensors.index.json", &n);
+    int rc;
+    if (n > 1) {
+        rc = cv_fail(CVLLM_ERR_FORMAT, "%s holds two indexes of one checkpoint, %s and %s", dir, indexes[0],
+                     indexes[1]);
+    } else if (n == 1) {
+        char *index_path = cv_xasprintf("%s/%s", dir, indexes[0]);
+        rc = open_shards(ck, dir, index_path);
+        free(index_path);
+    } else {
+        rc = open_all_like(ck, dir, prefix);
+    }
+    cv_free_names(indexes);
+    return finish_open(ck, rc, out);
 }
 
 void cv_checkpoint_close(cv_checkpoint *ck) {

@@ -1,7 +1,8 @@
 /*
  * safetensors.h — read-only, zero-copy access to a checkpoint's tensors.
  *
- * A checkpoint is one model.safetensors or several shards listed in model.safetensors.index.json.
+ * A checkpoint is one model.safetensors or several shards listed in model.safetensors.index.json
+ * (or, for quantized exports, the files of another name prefix: cv_checkpoint_open_prefix).
  * Each file is mmap'd whole; a tensor is a pointer into the mapping plus dtype and shape, so the
  * weights are never copied (the page cache holds them once, however many engines map them).
  * The header of every file is validated completely before any tensor is handed out: JSON shape,
@@ -54,6 +55,11 @@ int cv_safetensors_parse_buffer(const void *buf, size_t size, cv_tensor **tensor
 typedef struct cv_checkpoint cv_checkpoint;
 
 int cv_checkpoint_open(const char *dir, cv_checkpoint **out);
+/* The checkpoint whose files in DIR are named PREFIX*.safetensors: the shards that the one index
+ * PREFIX*.safetensors.index.json lists when there is one, else every such file (msModelSlim's
+ * exports: quant_model_weights.safetensors, its quant_model_weights-0000i-of-0000n shards, the older
+ * quant_model_weight_w8a8.safetensors). Two indexes, or a tensor in two files, are CVLLM_ERR_FORMAT. */
+int cv_checkpoint_open_prefix(const char *dir, const char *prefix, cv_checkpoint **out);
 void cv_checkpoint_close(cv_checkpoint *ck);
 /* NULL when absent. */
 const cv_tensor *cv_checkpoint_find(const cv_checkpoint *ck, const char *name);
