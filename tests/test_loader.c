@@ -122,8 +122,8 @@ static void test_parse_header_errors(void) {
     expect_header_error("[1,2]", 0, "not a JSON object");
     expect_header_error("{\"a\":3}", 0, "tensor 'a': entry is not an object");
     expect_header_error("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "tensor 'a': missing \"dtype\"");
-    expect_header_error("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
-                        "tensor 'w': unknown dtype \"F8_E4M3\"");
+    expect_header_error("{\"w\":{\"dtype\":\"F8_E5M2\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                        "tensor 'w': unknown dtype \"F8_E5M2\"");
     expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":3,\"data_offsets\":[0,4]}}", 4, "not an array");
     expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
                         "shape[0] is not a non-negative integer");

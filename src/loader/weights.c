@@ -4,7 +4,9 @@
  * A checkpoint source hands out cv_tensor views straight into the mmap'd files after checking
  * dtype and shape; nothing is copied except the f32 copies asked for with cv_weights_get_f32 and
  * tensors a writer left misaligned for their dtype (never the case for files written by the
- * safetensors library, which pads the header to 8 bytes).
+ * safetensors library, which pads the header to 8 bytes). What the folder declares about
+ * quantization (quant.c) is read first: an msModelSlim folder's weights are its
+ * quant_model_weight*.safetensors, and a float read of a tensor it stores quantized is refused.
  *
  * A dummy source makes every tensor on request. Values are uniform in [-1e-3, 1e-3] (vLLM's dummy
  * loader range) and come from a counter-based generator: element i of tensor NAME is
@@ -14,12 +16,15 @@
  *   - filling is embarrassingly parallel and vectorizes (32-bit multiplies only), which is what
  *     makes a 0.6B-parameter dummy model appear in about a second. Large tensors are split over a
  *     few short-lived pthreads; kernel thread pools are not available at load time.
- * The generator is not a good PRNG for statistics, only a fast source of decorrelated noise.
+ * The generator is not a good PRNG for statistics, only a fast source of decorrelated noise. The
+ * codes of quantized dummy weights (qlinear.c) come from it too: int8 uniform in [-127, 127], e4m3
+ * from a random byte.
  *
  * Every buffer a source makes (dummy tensors, f32 copies) is kept on a list and freed with it.
  */
 #include "loader/weights.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,65 +32,63 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "loader/weights_internal.h"
 
-typedef struct owned_buffer {
-    struct owned_buffer *next;
-    char *name;   /* owned copy for the cv_tensor handed out */
-    void *data;
-} owned_buffer;
-
-struct cv_weight_source {
-    cv_checkpoint *ck;    /* NULL for dummy */
-    char *dir;            /* for messages */
-    bool dummy;
-    cv_dtype dtype;       /* dummy weights' dtype */
-    uint64_t seed;
-    owned_buffer *owned;
-    size_t dummy_bytes;   /* made so far, checked against the memory the machine has */
-};
+/* msModelSlim's weight files: quant_model_weights*.safetensors, quant_model_weight_w8a8.safetensors. */
+#define MSMODELSLIM_WEIGHTS_PREFIX "quant_model_weight"
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Creation                                                                                          */
-
-int cv_weight_source_checkpoint(const char *dir, cv_weight_source **out) {
-    *out = NULL;
-    cv_checkpoint *ck;
-    int rc = cv_checkpoint_open(dir, &ck);
-    if (rc) return rc;
-    cv_weight_source *src = cv_xcalloc(1, sizeof *src);
-    src->ck = ck;
-    src->dir = cv_xstrdup(dir);
-    *out = src;
-    return 0;
-}
 
 static bool is_weight_dtype(cv_dtype t) {
     return t == CV_DTYPE_BF16 || t == CV_DTYPE_F16 || t == CV_DTYPE_F32;
 }
 
-int cv_weight_source_dummy(cv_dtype dtype, uint64_t seed, cv_weight_source **out) {
+int cv_weight_source_create(const cv_weight_source_params *p, cv_weight_source **out) {
     *out = NULL;
-    if (!is_weight_dtype(dtype))
+    if (p->dummy && !is_weight_dtype(p->dtype))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "dummy weights must be bf16, f16 or f32, not %s",
-                       cv_dtype_name(dtype));
+                       cv_dtype_name(p->dtype));
+    cv_quant_config *quant = NULL;
+    int rc = p->dir ? cv_quant_config_load(p->dir, p->quantization, &quant) : 0;
+    cv_checkpoint *ck = NULL;
+    if (!rc && !p->dummy)
+        rc = cv_quant_config_method(quant) == CV_QUANT_ASCEND
+                 ? cv_checkpoint_open_prefix(p->dir, MSMODELSLIM_WEIGHTS_PREFIX, &ck)
+                 : cv_checkpoint_open(p->dir, &ck);
+    if (rc) {
+        cv_quant_config_free(quant);
+        return rc;
+    }
     cv_weight_source *src = cv_xcalloc(1, sizeof *src);
-    src->dir = cv_xstrdup("(dummy weights)");
-    src->dummy = true;
-    src->dtype = dtype;
-    src->seed = seed;
+    src->ck = ck;
+    src->dir = cv_xstrdup(p->dummy ? "(dummy weights)" : p->dir);
+    src->dummy = p->dummy;
+    src->dtype = p->dtype;
+    src->seed = p->seed;
+    src->quant = quant;
     *out = src;
     return 0;
 }
 
+int cv_weight_source_checkpoint(const char *dir, cv_weight_source **out) {
+    return cv_weight_source_create(&(cv_weight_source_params){.dir = dir}, out);
+}
+
+int cv_weight_source_dummy(cv_dtype dtype, uint64_t seed, cv_weight_source **out) {
+    return cv_weight_source_create(&(cv_weight_source_params){.dummy = true, .dtype = dtype, .seed = seed}, out);
+}
+
 void cv_weight_source_free(cv_weight_source *src) {
     if (!src) return;
-    for (owned_buffer *b = src->owned, *next; b; b = next) {
+    for (cv_owned_buffer *b = src->owned, *next; b; b = next) {
         next = b->next;
         free(b->data);
         free(b->name);
         free(b);
     }
     cv_checkpoint_close(src->ck);
+    cv_quant_config_free(src->quant);
     free(src->dir);
     free(src);
 }
@@ -98,9 +101,8 @@ const char *cv_weight_source_file(const cv_weight_source *src, size_t i) {
     return src->ck ? cv_checkpoint_file_path(src->ck, i) : NULL;
 }
 
-/* Registers a malloc'd buffer with the source; returns the owned copy of `name`. */
-static const char *own(cv_weight_source *src, const char *name, void *data) {
-    owned_buffer *b = cv_xmalloc(sizeof *b);
+const char *cv_weights_own(cv_weight_source *src, const char *name, void *data) {
+    cv_owned_buffer *b = cv_xmalloc(sizeof *b);
     b->next = src->owned;
     b->name = cv_xstrdup(name);
     b->data = data;
@@ -118,8 +120,8 @@ static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) 
     if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-static int shape_mismatch(const cv_weight_source *src, const char *name, const cv_tensor *t, int ndim,
-                          const int64_t *shape, const char *hint) {
+int cv_weights_shape_mismatch(const cv_weight_source *src, const char *name, const cv_tensor *t, int ndim,
+                              const int64_t *shape, const char *hint) {
     char have[160], want[160];
     format_shape(have, sizeof have, t->ndim, t->shape);
     format_shape(want, sizeof want, ndim, shape);
@@ -180,6 +182,15 @@ static inline float noise(uint32_t i, uint32_t k) {
     return (float)(hash32(i ^ k) >> 8) * (2e-3f / 16777216.0f) - 1e-3f;
 }
 
+/* An int8 code uniform in [-127, 127] (msModelSlim's symmetric range). */
+static inline int8_t noise_i8(uint32_t i, uint32_t k) { return (int8_t)((int)((hash32(i ^ k) >> 8) % 255u) - 127); }
+
+/* An e4m3 code from a random byte; the NaN patterns S.1111.111 become the largest finite, ±448. */
+static inline uint8_t noise_e4m3(uint32_t i, uint32_t k) {
+    uint8_t b = (uint8_t)(hash32(i ^ k) >> 24);
+    return (b & 0x7fu) == 0x7fu ? (uint8_t)(b - 1) : b;
+}
+
 static void fill_range(const fill_job *job) {
     /* Elements are keyed by their index's low 32 bits and a per-2^32-block key, so tensors above
      * 4G elements do not repeat. */
@@ -199,9 +210,20 @@ static void fill_range(const fill_job *job) {
             for (uint32_t j = 0; j < count; j++) d[j] = cv_f32_to_bf16(noise(lo + j, k));
             break;
         }
-        default: {
+        case CV_DTYPE_F16: {
             uint16_t *d = (uint16_t *)job->data + block;
             for (uint32_t j = 0; j < count; j++) d[j] = cv_f32_to_f16(noise(lo + j, k));
+            break;
+        }
+        case CV_DTYPE_I8: {
+            int8_t *d = (int8_t *)job->data + block;
+            for (uint32_t j = 0; j < count; j++) d[j] = noise_i8(lo + j, k);
+            break;
+        }
+        default: {
+            assert(job->dtype == CV_DTYPE_F8_E4M3);
+            uint8_t *d = (uint8_t *)job->data + block;
+            for (uint32_t j = 0; j < count; j++) d[j] = noise_e4m3(lo + j, k);
             break;
         }
         }
@@ -252,16 +274,16 @@ static size_t available_memory(void) {
     return cached;
 }
 
-static int make_dummy(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
-                      cv_tensor *out) {
-    cv_tensor t = {.dtype = src->dtype, .ndim = ndim};
+int cv_weights_make_dummy(cv_weight_source *src, const char *name, cv_dtype dtype, int ndim, const int64_t *shape,
+                          cv_tensor *out) {
+    cv_tensor t = {.dtype = dtype, .ndim = ndim};
     memcpy(t.shape, shape, (size_t)ndim * sizeof *shape);
     int64_t numel = 1;
     for (int i = 0; i < ndim; i++)
         if (__builtin_mul_overflow(numel, shape[i], &numel))
             return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor %s: shape too large", name);
     size_t nbytes;
-    if (__builtin_mul_overflow((size_t)numel, cv_dtype_size(src->dtype), &nbytes))
+    if (__builtin_mul_overflow((size_t)numel, cv_dtype_size(dtype), &nbytes))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor %s: shape too large", name);
     /* Random weights are real memory: fail with a clear message before the kernel's OOM killer. */
     size_t avail = available_memory();
@@ -274,8 +296,8 @@ static int make_dummy(cv_weight_source *src, const char *name, int ndim, const i
     if (!data)
         return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes for dummy tensor %s", nbytes, name);
     src->dummy_bytes += nbytes;
-    fill_dummy(data, src->dtype, name_key(src->seed, name), numel);
-    t.name = own(src, name, data);
+    fill_dummy(data, dtype, name_key(src->seed, name), numel);
+    t.name = cv_weights_own(src, name, data);
     t.data = data;
     t.nbytes = nbytes;
     *out = t;
@@ -293,9 +315,32 @@ static int copy_aligned(cv_weight_source *src, cv_tensor *t) {
         return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes to align tensor %s", t->nbytes,
                        t->name);
     memcpy(data, t->data, t->nbytes);
-    t->name = own(src, t->name, data);
+    t->name = cv_weights_own(src, t->name, data);
     t->data = data;
     return 1;
+}
+
+int cv_weights_find(cv_weight_source *src, const char *name, cv_tensor *out) {
+    const cv_tensor *t = cv_checkpoint_find(src->ck, name);
+    if (!t) return 0;
+    *out = *t;
+    return (uintptr_t)t->data % cv_dtype_size(t->dtype) ? copy_aligned(src, out) : 1;
+}
+
+/* A float weight asked for where the folder stores a quantized one: the model runs that layer only
+ * unquantized. t is the stored tensor (NULL for dummy weights, which the description alone decides). */
+static int refuse_quantized(const cv_weight_source *src, const char *name, const cv_tensor *t) {
+    const char *type = cv_quant_config_tensor_type(src->quant, name);
+    if (type && strcmp(type, "FLOAT"))
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s is %s in %s, but cvllm runs that layer only unquantized (FLOAT)",
+                       name, type, cv_quant_config_origin(src->quant));
+    if (!t || is_weight_dtype(t->dtype)) return 0;
+    if (t->dtype == CV_DTYPE_I8 || t->dtype == CV_DTYPE_F8_E4M3)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED,
+                       "tensor %s in %s is quantized (%s), but cvllm runs that layer only unquantized (BF16, F16 or F32)",
+                       name, src->dir, cv_dtype_name(t->dtype));
+    return cv_fail(CVLLM_ERR_FORMAT, "tensor %s in %s has dtype %s; weights must be BF16, F16 or F32", name, src->dir,
+                   cv_dtype_name(t->dtype));
 }
 
 /* 1 found (and checked), 0 absent, < 0 error. */
@@ -305,18 +350,15 @@ static int lookup(cv_weight_source *src, const char *name, int ndim, const int64
     if (rc) return rc;
     if (src->dummy) {
         if (!dummy_makes_it) return 0;
-        rc = make_dummy(src, name, ndim, shape, out);
+        if ((rc = refuse_quantized(src, name, NULL))) return rc;
+        rc = cv_weights_make_dummy(src, name, src->dtype, ndim, shape, out);
         return rc ? rc : 1;
     }
     const cv_tensor *t = cv_checkpoint_find(src->ck, name);
     if (!t) return 0;
-    if (!is_weight_dtype(t->dtype))
-        return cv_fail(CVLLM_ERR_FORMAT,
-                       "tensor %s in %s has dtype %s; weights must be BF16, F16 or F32", name, src->dir,
-                       cv_dtype_name(t->dtype));
-    if (!same_shape(t, ndim, shape)) return shape_mismatch(src, name, t, ndim, shape, hint);
-    *out = *t;
-    return (uintptr_t)t->data % cv_dtype_size(t->dtype) ? copy_aligned(src, out) : 1;
+    if ((rc = refuse_quantized(src, name, t))) return rc;
+    if (!same_shape(t, ndim, shape)) return cv_weights_shape_mismatch(src, name, t, ndim, shape, hint);
+    return cv_weights_find(src, name, out);
 }
 
 int cv_weights_get(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
@@ -342,7 +384,7 @@ int cv_weights_get_f32(cv_weight_source *src, const char *name, int ndim, const 
     float *f = cv_aligned_alloc(numel * sizeof *f);
     if (!f) return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate an f32 copy of tensor %s", name);
     cv_convert_to_f32(f, t.data, t.dtype, numel);
-    own(src, name, f);
+    cv_weights_own(src, name, f);
     *out = f;
     return 0;
 }
