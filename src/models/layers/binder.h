@@ -1,0 +1,53 @@
+/*
+ * binder.h — binding a model's tensors by name, with the shapes its config implies (internal to
+ * src/models).
+ *
+ * Binds tensors one after another; the first failure sticks in rc and later calls do nothing, so a
+ * loader reads as a list of bindings followed by one check. Everything the model derives from the
+ * checkpoint at load — zero-centred gains as 1 + w, transposed conv weights, expert tables, the
+ * names of its linears — is owned by the binder and freed by nn_binder_free, so a model keeps its
+ * binder for its lifetime. The binder also carries the calibration observer (model.h) from the load
+ * parameters to every linear it binds.
+ */
+#ifndef CV_LAYERS_BINDER_H
+#define CV_LAYERS_BINDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+#include "models/model.h"
+
+/* The calibration observer of cv_model_load_params (fn NULL: none). */
+typedef struct nn_observer {
+    cv_linear_observer fn;
+    void *ctx;
+} nn_observer;
+
+typedef struct nn_binder {
+    cv_weight_source *src;
+    nn_observer observe;
+    size_t matmul_bytes;      /* weight bytes streamed per token */
+    int rc;
+    char name[256];
+    void **owned;
+    int n_owned, cap_owned;
+} nn_binder;
+
+/* A binder over p's weights and observer. */
+nn_binder nn_binder_for(const cv_model_load_params *p);
+/* Formats a tensor name into b->name (valid until the next call). */
+const char *nn_name(nn_binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A 2-D matmul weight (f32, bf16 or f16) as a view of the checkpoint, counted in matmul_bytes. */
+void nn_bind_matrix(nn_binder *b, const char *name, int64_t rows, int64_t cols, const char *hint, cv_matrix *out);
+/* A 1-D tensor as f32. */
+void nn_bind_vector(nn_binder *b, const char *name, int64_t dim, const char *hint, const float **out);
+/* A zero-centred RMSNorm gain (stored w, effective 1 + w) as f32 1 + w. */
+void nn_bind_gain_plus_one(nn_binder *b, const char *name, int64_t dim, const char *hint, const float **out);
+/* An owned, zeroed, 64-byte aligned block of `bytes` (NULL after a failure, which sets rc). */
+void *nn_own(nn_binder *b, size_t bytes);
+/* An owned copy of s. */
+const char *nn_own_string(nn_binder *b, const char *s);
+void nn_binder_free(nn_binder *b);
+
+#endif

@@ -1,0 +1,36 @@
+/*
+ * vocab.h — the token embedding and the lm_head, and the packing of a model's linears around them
+ * (internal to src/models).
+ *
+ * A tied lm_head is the embedding itself (Hugging Face ties them and ignores any stored lm_head).
+ * Once the lm_head is packed, a tied embedding is read back from its panels and the row-major
+ * original is gone, so the largest matrix of a small model is resident once. The lm_head is packed
+ * first: it is the largest matrix, and packing it before any layer's pages are touched keeps the
+ * load's peak memory near 1× the weights.
+ */
+#ifndef CV_LAYERS_VOCAB_H
+#define CV_LAYERS_VOCAB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "models/layers/linear.h"
+
+typedef struct nn_vocab {
+    cv_matrix embed;          /* .data NULL: tied and read from the packed lm_head */
+    nn_linear lm_head;        /* one part, named "lm_head" (tied or not) */
+    cv_pack_cache *cache;     /* backs every packed linear of the model (NULL: anonymous memory) */
+} nn_vocab;
+
+/* embed_name: e.g. "model.embed_tokens.weight"; lm_head.weight unless tied. The embedding is not
+ * counted in matmul_bytes (gathered, not streamed), the lm_head is. */
+void nn_bind_vocab(nn_binder *b, const char *embed_name, int32_t vocab, int32_t hidden, bool tied, nn_vocab *out);
+/* Packs the lm_head, then lins[0..n) (nn_pack_linears; `layout` names the model's packing). */
+int nn_pack_model(cv_threadpool *pool, cv_weight_source *src, const char *layout, nn_vocab *v, nn_linear *const *lins,
+                  int n);
+void nn_embed(const nn_vocab *v, const int32_t *ids, int32_t n, float *out);
+/* logits [n][vocab] of the final-normed hidden rows x [n][hidden]. */
+void nn_logits(cv_threadpool *pool, const nn_vocab *v, const float *x, int32_t n, float *logits);
+void nn_vocab_release(nn_vocab *v);
+
+#endif
