@@ -1,0 +1,41 @@
+/*
+ * ffn.c — see ffn.h. The three ops are charged to the profile's gate|up, SwiGLU and down roles.
+ */
+#include "models/layers/ffn.h"
+
+#include <stdio.h>
+
+#include "models/layers/timed.h"
+
+void nn_bind_ffn(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter, const char *inter_name, nn_ffn *out) {
+    char p[200], hint[96];
+    snprintf(p, sizeof p, "%s", prefix);
+    snprintf(hint, sizeof hint, "%s, hidden_size", inter_name);
+    nn_bind_linear(b, &out->gate_up, nn_name(b, "%sgate_proj", p), inter, hidden, hint);
+    nn_bind_linear(b, &out->gate_up, nn_name(b, "%sup_proj", p), inter, hidden, hint);
+    snprintf(hint, sizeof hint, "hidden_size, %s", inter_name);
+    nn_bind_linear(b, &out->down, nn_name(b, "%sdown_proj", p), hidden, inter, hint);
+}
+
+int32_t nn_ffn_inter(const nn_ffn *f) { return f->gate_up.n_parts ? (int32_t)f->gate_up.parts[0].w.rows : 0; }
+
+int nn_ffn_linears(nn_ffn *f, nn_linear **out) {
+    out[0] = &f->gate_up;
+    out[1] = &f->down;
+    return 2;
+}
+
+void nn_ffn_scratch_take(nn_ffn_scratch *s, int32_t inter, nn_arena *a, int32_t tokens) {
+    const size_t n = (size_t)tokens * (size_t)inter * sizeof(float);
+    s->gate_up = nn_take(a, 2 * n);
+    s->h = nn_take(a, n);
+}
+
+void nn_ffn_forward(cv_threadpool *pool, const nn_ffn *f, const float *in, int32_t T, const nn_ffn_scratch *s,
+                    float *out) {
+    const int64_t I = nn_ffn_inter(f);
+    float *gate_up[] = {s->gate_up, s->gate_up + (int64_t)T * I};
+    NN_TIMED(CV_OP_GATE_UP_PROJ, nn_linear_forward(pool, &f->gate_up, in, T, gate_up));
+    NN_TIMED(CV_OP_SWIGLU, cv_swiglu(pool, s->h, s->gate_up, T, I, I, (int64_t)T * I));
+    NN_TIMED(CV_OP_DOWN_PROJ, nn_linear_forward(pool, &f->down, s->h, T, &out));
+}

@@ -1,0 +1,177 @@
+/*
+ * moe.c — see moe.h. The router, the routed experts and the shared expert's weighting are charged
+ * to the profile's MoE role; the shared expert's ffn to its own roles.
+ */
+#include "models/layers/moe.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "models/layers/timed.h"
+
+/* Routed expert e bound per expert: experts.{e}.{gate,up,down}_proj.weight. */
+static void bind_expert(nn_binder *b, const char *prefix, int32_t e, int32_t hidden, int32_t inter,
+                        cv_moe_expert *out) {
+    static const char gate_up_hint[] = "moe_intermediate_size, hidden_size";
+    nn_bind_matrix(b, nn_name(b, "%sexperts.%d.gate_proj.weight", prefix, e), inter, hidden, gate_up_hint, &out->gate);
+    nn_bind_matrix(b, nn_name(b, "%sexperts.%d.up_proj.weight", prefix, e), inter, hidden, gate_up_hint, &out->up);
+    nn_bind_matrix(b, nn_name(b, "%sexperts.%d.down_proj.weight", prefix, e), hidden, inter,
+                   "hidden_size, moe_intermediate_size", &out->down);
+}
+
+/* Fused 3-D experts: views of expert e's rows, no copy. Returns 1 bound, 0 absent. */
+static int bind_fused_experts(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_config *c,
+                              cv_moe_expert *experts) {
+    const int64_t E = c->n_experts, I = c->expert_inter, H = hidden;
+    int64_t gu_shape[3] = {E, 2 * I, H}, down_shape[3] = {E, H, I};
+    cv_tensor gu, down;
+    int found = cv_weights_get_optional(b->src, nn_name(b, "%sexperts.gate_up_proj", prefix), 3, gu_shape,
+                                        "num_experts, 2*moe_intermediate_size, hidden_size", &gu);
+    if (found <= 0) {
+        if (found < 0) b->rc = found;
+        return found > 0;
+    }
+    b->rc = cv_weights_get(b->src, nn_name(b, "%sexperts.down_proj", prefix), 3, down_shape,
+                           "num_experts, hidden_size, moe_intermediate_size", &down);
+    if (!b->rc && (!cv_matrix_dtype_supported(gu.dtype) || !cv_matrix_dtype_supported(down.dtype)))
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "experts of %s have dtype %s/%s; F32, BF16 or F16 expected", prefix,
+                        cv_dtype_name(gu.dtype), cv_dtype_name(down.dtype));
+    if (b->rc) return 1;
+    const size_t gu_expert = (size_t)(2 * I * H) * cv_dtype_size(gu.dtype), gu_half = gu_expert / 2;
+    const size_t down_expert = (size_t)(H * I) * cv_dtype_size(down.dtype);
+    for (int64_t e = 0; e < E; e++) {
+        const char *g = (const char *)gu.data + (size_t)e * gu_expert, *d = (const char *)down.data + (size_t)e * down_expert;
+        experts[e].gate = (cv_matrix){g, gu.dtype, I, H};
+        experts[e].up = (cv_matrix){g + gu_half, gu.dtype, I, H};
+        experts[e].down = (cv_matrix){d, down.dtype, H, I};
+    }
+    b->matmul_bytes += gu.nbytes + down.nbytes;
+    return 1;
+}
+
+void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_config *c, nn_moe *out) {
+    if (b->rc) return;
+    if (c->top_k > c->n_experts) {
+        b->rc = cv_fail(CVLLM_ERR_FORMAT, "config.json: num_experts_per_tok=%d exceeds num_experts=%d", c->top_k,
+                        c->n_experts);
+        return;
+    }
+    char p[200];
+    snprintf(p, sizeof p, "%s", prefix);
+    *out = (nn_moe){.n_routed = c->n_experts, .top_k = c->top_k, .renormalize = c->renormalize,
+                    .has_shared = c->shared_inter > 0, .prefix = nn_own_string(b, p), .observe = b->observe};
+    out->experts = nn_own(b, (size_t)c->n_experts * sizeof *out->experts);
+    if (!out->experts) return;
+    nn_bind_linear(b, &out->route, nn_name(b, "%sgate", p), c->n_experts, hidden, "num_experts, hidden_size");
+    const size_t before = b->matmul_bytes;
+    if (!b->rc && !bind_fused_experts(b, p, hidden, c, out->experts))
+        for (int32_t e = 0; e < c->n_experts && !b->rc; e++)
+            bind_expert(b, p, e, hidden, c->expert_inter, &out->experts[e]);
+    /* A token streams only its top_k experts. */
+    b->matmul_bytes = before + (b->matmul_bytes - before) / (size_t)c->n_experts * (size_t)c->top_k;
+    if (out->has_shared) {
+        char sp[240];
+        snprintf(sp, sizeof sp, "%sshared_expert.", p);
+        nn_bind_ffn(b, sp, hidden, c->shared_inter, "shared_expert_intermediate_size", &out->ffn);
+        nn_bind_linear(b, &out->route, nn_name(b, "%sshared_expert_gate", p), 1, hidden, "1, hidden_size");
+    }
+}
+
+void nn_bind_dense_mlp(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter, nn_moe *out) {
+    if (b->rc) return;
+    *out = (nn_moe){0};
+    nn_bind_ffn(b, prefix, hidden, inter, "intermediate_size", &out->ffn);
+}
+
+int nn_moe_linears(nn_moe *m, nn_linear **out) {
+    out[0] = &m->route;
+    return 1 + nn_ffn_linears(&m->ffn, out + 1);
+}
+
+void nn_moe_sizes_add(nn_moe_sizes *z, const nn_moe *m) {
+    for (int32_t e = 0; e < m->n_routed; e++)
+        if (m->experts[e].gate.rows > z->max_inter) z->max_inter = (int32_t)m->experts[e].gate.rows;
+    if (m->n_routed > 0 && m->top_k > z->top_k) z->top_k = m->top_k;
+    if (m->n_routed > z->n_routed) z->n_routed = m->n_routed;
+    if (nn_ffn_inter(&m->ffn) > z->ffn_inter) z->ffn_inter = nn_ffn_inter(&m->ffn);
+    if (m->n_routed > 0 && m->observe.fn) z->observed = true;
+}
+
+void nn_moe_scratch_take(nn_moe_scratch *s, const nn_moe_sizes *z, cv_threadpool *pool, int32_t hidden, nn_arena *a,
+                         int32_t tokens) {
+    const size_t T = (size_t)tokens, f = sizeof(float);
+    s->logits = nn_take(a, T * (size_t)z->n_routed * f);
+    s->shared_logit = nn_take(a, T * f);
+    s->weights = nn_take(a, T * (size_t)z->top_k * f);
+    s->ids = nn_take(a, T * (size_t)z->top_k * sizeof(int32_t));
+    s->workspace = z->n_routed ? nn_take(a, cv_moe_workspace_bytes(pool, tokens, z->top_k, hidden, z->max_inter,
+                                                                   z->n_routed))
+                               : NULL;
+    nn_ffn_scratch_take(&s->ffn, z->ffn_inter, a, tokens);
+    s->shared = nn_take(a, T * (size_t)hidden * f);
+    const size_t inter = z->observed ? T * (size_t)z->max_inter * f : 0;
+    s->xs = z->observed ? nn_take(a, T * (size_t)hidden * f) : NULL;
+    s->gate_up = z->observed ? nn_take(a, 2 * inter) : NULL;
+    s->h = z->observed ? nn_take(a, inter) : NULL;
+}
+
+static void observe(const nn_moe *m, int32_t e, const char *proj, const float *x, int64_t rows, int64_t cols) {
+    char name[300];
+    snprintf(name, sizeof name, "%sexperts.%d.%s", m->prefix, e, proj);
+    m->observe.fn(m->observe.ctx, name, x, rows, cols);
+}
+
+/* Reports each routed expert's inputs: the rows of its tokens (token order) to gate_proj and up_proj,
+ * and their SwiGLU, computed here with the kernels the grouped one uses, to down_proj. Experts no
+ * token chose report nothing. */
+static void observe_experts(cv_threadpool *pool, const nn_moe *m, int32_t hidden, const float *in, int32_t T,
+                            const nn_moe_scratch *s) {
+    const size_t row = (size_t)hidden * sizeof(float);
+    for (int32_t e = 0; e < m->n_routed; e++) {
+        int64_t rows = 0;
+        for (int32_t t = 0; t < T; t++)
+            for (int32_t k = 0; k < m->top_k; k++)
+                if (s->ids[(int64_t)t * m->top_k + k] == e) memcpy(s->xs + rows++ * hidden, in + (int64_t)t * hidden, row);
+        if (rows == 0) continue;
+        const cv_moe_expert *x = &m->experts[e];
+        const int64_t I = x->gate.rows;
+        float *gate = s->gate_up, *up = s->gate_up + rows * I;
+        observe(m, e, "gate_proj", s->xs, rows, hidden);
+        observe(m, e, "up_proj", s->xs, rows, hidden);
+        cv_matmul(pool, &x->gate, s->xs, rows, gate);
+        cv_matmul(pool, &x->up, s->xs, rows, up);
+        cv_silu_mul(s->h, gate, up, rows * I);
+        observe(m, e, "down_proj", s->h, rows, I);
+    }
+}
+
+void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, const float *in, int32_t T,
+                    const nn_moe_scratch *s, float *out) {
+    if (m->n_routed == 0) {
+        nn_ffn_forward(pool, &m->ffn, in, T, &s->ffn, out);
+        return;
+    }
+    NN_TIMED(CV_OP_MOE, {
+        float *route[] = {s->logits, s->shared_logit};
+        nn_linear_forward(pool, &m->route, in, T, route);
+        cv_moe_route(s->logits, T, m->n_routed, m->top_k, m->renormalize, s->ids, s->weights);
+        if (m->observe.fn) observe_experts(pool, m, hidden, in, T, s);
+        memset(out, 0, (size_t)T * (size_t)hidden * sizeof *out);
+        cv_moe_args a = {
+            .n_tokens = T, .hidden = hidden, .n_experts = m->n_routed, .experts = m->experts, .routes = m->top_k,
+            .ids = s->ids, .weights = s->weights, .x = in, .y = out, .workspace = s->workspace,
+        };
+        cv_moe(pool, &a);
+    });
+    if (!m->has_shared) return;
+    /* Added after the routed experts, as when it was the last route of the grouped kernel. */
+    nn_ffn_forward(pool, &m->ffn, in, T, &s->ffn, s->shared);
+    NN_TIMED(CV_OP_MOE, for (int32_t t = 0; t < T; t++) {
+        const float w = 1.0f / (1.0f + expf(-s->shared_logit[t]));
+        float *o = out + (int64_t)t * hidden;
+        const float *e = s->shared + (int64_t)t * hidden;
+        for (int32_t i = 0; i < hidden; i++) o[i] += w * e[i];
+    });
+}

@@ -1,0 +1,78 @@
+/*
+ * moe.h — the sparse mixture-of-experts block of Qwen3-MoE, Qwen3-Next and Qwen3.5/3.6-MoE
+ * (internal to src/models).
+ *
+ * Router (f32 softmax over the experts → top-k → renormalised when the config says so) → the routed
+ * SwiGLU experts in the grouped kernel (kernels.h cv_moe), whose weights are row-major views of the
+ * checkpoint: each is read by few tokens, and packing them all would double the load time of the
+ * largest part of the model. Then, when there is one, the shared expert (an ffn.h block, packed like
+ * every weight read by all tokens) added with weight σ(shared_expert_gate · x); the router and that
+ * gate are one stacked linear. A layer that the config makes dense (mlp_only_layers,
+ * decoder_sparse_step, or the dense Qwen3.5) is the same block with no router: its ffn alone, so a
+ * model's layers are one type whatever their MLP.
+ *
+ * Checkpoints store routed experts fused (experts.gate_up_proj [E][2I][H], experts.down_proj
+ * [E][H][I], gate rows first) or per expert (experts.{e}.{gate,up,down}_proj.weight); both bind
+ * here. For calibration, each routed expert reports its gate_proj/up_proj input (the rows of the
+ * tokens routed to it, in token order) and its down_proj input under its per-expert name,
+ * "...mlp.experts.{e}.gate_proj", whichever layout the checkpoint has.
+ */
+#ifndef CV_LAYERS_MOE_H
+#define CV_LAYERS_MOE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "models/layers/ffn.h"
+
+typedef struct nn_moe_config {
+    int32_t n_experts, top_k, expert_inter;
+    int32_t shared_inter;     /* 0: no shared expert */
+    bool renormalize;
+} nn_moe_config;
+
+typedef struct nn_moe {
+    int32_t n_routed;         /* 0: a dense MLP (no router, the ffn's output taken as is) */
+    int32_t top_k;
+    bool renormalize, has_shared;
+    nn_linear route;          /* gate [n_routed][hidden] | shared_expert_gate [1][hidden] (when shared) */
+    cv_moe_expert *experts;   /* the n_routed routed experts; owned by the binder */
+    const char *prefix;       /* "model.layers.0.mlp.", naming the experts for the observer */
+    nn_observer observe;
+    nn_ffn ffn;               /* the shared expert, or the dense MLP */
+} nn_moe;
+
+/* prefix: "model.layers.0.mlp." */
+void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_config *c, nn_moe *out);
+/* The dense form: a SwiGLU of `inter` (config field intermediate_size) at prefix. */
+void nn_bind_dense_mlp(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter, nn_moe *out);
+/* Its linears (the routed experts aside), for packing; returns how many (out must hold 3). */
+int nn_moe_linears(nn_moe *m, nn_linear **out);
+
+/* The largest MoE shapes over a model's layers, for scratch sizing. */
+typedef struct nn_moe_sizes {
+    int32_t top_k, max_inter, n_routed;  /* routed experts */
+    int32_t ffn_inter;                   /* the shared expert or dense MLP */
+    bool observed;                       /* routed experts report their inputs (scratch to gather them) */
+} nn_moe_sizes;
+
+void nn_moe_sizes_add(nn_moe_sizes *z, const nn_moe *m);
+
+typedef struct nn_moe_scratch {
+    float *logits;            /* [T][n_routed] */
+    float *shared_logit;      /* [T] */
+    float *weights;           /* [T][top_k] */
+    int32_t *ids;             /* [T][top_k] */
+    void *workspace;          /* cv_moe_workspace_bytes */
+    nn_ffn_scratch ffn;
+    float *shared;            /* [T][hidden] shared expert output */
+    float *xs, *gate_up, *h;  /* observed only: one expert's rows [T][hidden], [2][T][max_inter], [T][max_inter] */
+} nn_moe_scratch;
+
+void nn_moe_scratch_take(nn_moe_scratch *s, const nn_moe_sizes *z, cv_threadpool *pool, int32_t hidden, nn_arena *a,
+                         int32_t tokens);
+/* out [T][hidden] = the block of in [T][hidden]; out is overwritten. */
+void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, const float *in, int32_t T,
+                    const nn_moe_scratch *s, float *out);
+
+#endif
