@@ -1,17 +1,17 @@
 /*
  * qwen3_moe.c — Qwen3MoeForCausalLM: Qwen3's attention with a routed sparse MoE in place of the MLP.
  *
- * Per layer: RMSNorm → attention with QK-norm and RoPE (qwen3_blocks.c) →
- * residual → RMSNorm → MoE → residual. A layer is sparse iff it is not in mlp_only_layers and
+ * Per layer: RMSNorm → attention with QK-norm and RoPE (layers/attention.h) → residual → RMSNorm →
+ * MoE (layers/moe.h) → residual. A layer is sparse iff it is not in mlp_only_layers and
  * (l+1) % decoder_sparse_step == 0 (Hugging Face's rule); the other layers run a dense SwiGLU MLP
- * of intermediate_size, through the same block as a single always-chosen expert. Router: f32
- * softmax over all experts → top-k → renormalised only when norm_topk_prob (HF's default is false,
- * the released checkpoints set true). No shared expert, no router bias.
+ * of intermediate_size, the MoE block's dense form. Router: f32 softmax over all experts → top-k →
+ * renormalised only when norm_topk_prob (HF's default is false, the released checkpoints set true).
+ * No shared expert, no router bias.
  *
- * Numerics and memory as in qwen3.c: f32 activations and residual, weights read in checkpoint dtype
- * (bf16 lm_head, attention and dense/MLP linears packed into panels at load, routed experts straight
- * from the mapping; qwen3_blocks.c), activation scratch sized for max_num_batched_tokens and grown
- * only on demand.
+ * Numerics and memory as in qwen3.c: f32 activations and residual (each residual add fused into
+ * the next RMSNorm), weights read in checkpoint dtype (bf16 lm_head, attention and dense/MLP
+ * linears packed into panels at load, routed experts straight from the mapping), activation
+ * scratch sized for max_num_batched_tokens and grown only on demand (layers/arena.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,119 +19,106 @@
 
 #include "base/error.h"
 #include "models/architectures.h"
+#include "models/layers/arena.h"
+#include "models/layers/attention.h"
 #include "models/layers/batch.h"
-#include "models/qwen3_blocks.h"
+#include "models/layers/config.h"
+#include "models/layers/moe.h"
+#include "models/layers/timed.h"
+#include "models/layers/vocab.h"
 
 typedef struct moe_layer {
     const float *input_norm, *post_attention_norm;
-    qb_attention attn;
-    qb_moe mlp;
+    nn_attention attn;
+    nn_moe mlp;
 } moe_layer;
 
 typedef struct moe_scratch {
-    int32_t capacity;
-    void *mem;
-    float *x, *a, *t, *cos, *sin; /* x: residual stream; a: normed input; t: block output */
-    qb_attention_scratch attn;
-    qb_moe_scratch moe;
+    float *x, *a, *o, *cos, *sin; /* x: residual stream; a: normed input; o: block output, added to x by the next norm */
+    nn_attention_scratch attn;
+    nn_moe_scratch moe;
 } moe_scratch;
 
 typedef struct qwen3_moe_model {
     cv_model base;
     int32_t hidden, n_layers, vocab;
     float eps;
-    qb_attention_dims dims;
-    qb_vocab vocab_w;         /* embedding and lm_head */
+    nn_attention_dims dims;
+    nn_vocab vocab_w;         /* embedding and lm_head */
     const float *final_norm;
     moe_layer *layers;
     cv_rope rope;
-    qb_binder bound;
-    qb_moe_sizes moe_sizes;
+    nn_binder bound;
+    nn_moe_sizes moe_sizes;
+    nn_scratch scratch;
     moe_scratch s;
 } qwen3_moe_model;
 
 /* ---- loading ---------------------------------------------------------------------------------- */
 
 typedef struct moe_plan {
-    qb_moe_config moe;
+    nn_moe_config moe;
     int32_t sparse_step;
     bool *dense;              /* [n_layers] */
 } moe_plan;
 
 static int read_plan(const cv_model_config *cfg, moe_plan *p) {
-    int rc = qb_cfg_int(cfg, "num_experts", -1, &p->moe.n_experts);
-    if (!rc) rc = qb_cfg_int(cfg, "num_experts_per_tok", -1, &p->moe.top_k);
-    if (!rc) rc = qb_cfg_int(cfg, "moe_intermediate_size", -1, &p->moe.expert_inter);
-    if (!rc) rc = qb_cfg_bool(cfg, "norm_topk_prob", false, &p->moe.renormalize);
-    if (!rc) rc = qb_cfg_int(cfg, "decoder_sparse_step", 1, &p->sparse_step);
-    if (!rc) rc = qb_cfg_layer_list(cfg, "mlp_only_layers", cfg->num_hidden_layers, p->dense);
+    int rc = nn_cfg_int(cfg, "num_experts", -1, &p->moe.n_experts);
+    if (!rc) rc = nn_cfg_int(cfg, "num_experts_per_tok", -1, &p->moe.top_k);
+    if (!rc) rc = nn_cfg_int(cfg, "moe_intermediate_size", -1, &p->moe.expert_inter);
+    if (!rc) rc = nn_cfg_bool(cfg, "norm_topk_prob", false, &p->moe.renormalize);
+    if (!rc) rc = nn_cfg_int(cfg, "decoder_sparse_step", 1, &p->sparse_step);
+    if (!rc) rc = nn_cfg_layer_list(cfg, "mlp_only_layers", cfg->num_hidden_layers, p->dense);
     if (rc) return rc;
     for (int32_t l = 0; l < cfg->num_hidden_layers; l++) {
         p->dense[l] = p->dense[l] || (l + 1) % p->sparse_step != 0;
         if (p->dense[l] && cfg->intermediate_size <= 0)
             return cv_fail(CVLLM_ERR_FORMAT, "config.json: layer %d has a dense MLP but intermediate_size is missing", l);
     }
-    if (cfg->attention_bias)
-        return cv_fail(CVLLM_ERR_UNSUPPORTED, "config.json: attention_bias=true is not supported for %s",
-                       cfg->architecture);
     return 0;
 }
 
 static void bind_weights(qwen3_moe_model *m, const cv_model_config *cfg, const moe_plan *p) {
-    qb_binder *b = &m->bound;
+    nn_binder *b = &m->bound;
     const int32_t H = m->hidden;
-    qb_bind_vocab(b, "model.embed_tokens.weight", m->vocab, H, cfg->tie_word_embeddings, &m->vocab_w);
+    nn_bind_vocab(b, "model.embed_tokens.weight", m->vocab, H, cfg->tie_word_embeddings, &m->vocab_w);
     for (int32_t l = 0; l < m->n_layers; l++) {
         moe_layer *ly = &m->layers[l];
-        qb_bind_vector(b, qb_name(b, "model.layers.%d.input_layernorm.weight", l), H, "hidden_size", &ly->input_norm);
+        nn_bind_vector(b, nn_name(b, "model.layers.%d.input_layernorm.weight", l), H, "hidden_size", &ly->input_norm);
         char prefix[96];
         snprintf(prefix, sizeof prefix, "model.layers.%d.self_attn.", l);
-        qb_bind_attention(b, prefix, &m->dims, &ly->attn);
-        qb_bind_vector(b, qb_name(b, "model.layers.%d.post_attention_layernorm.weight", l), H, "hidden_size",
+        nn_bind_attention(b, prefix, &m->dims, &ly->attn);
+        nn_bind_vector(b, nn_name(b, "model.layers.%d.post_attention_layernorm.weight", l), H, "hidden_size",
                        &ly->post_attention_norm);
         snprintf(prefix, sizeof prefix, "model.layers.%d.mlp.", l);
-        if (p->dense[l]) qb_bind_dense_mlp(b, prefix, H, cfg->intermediate_size, &ly->mlp);
-        else qb_bind_moe(b, prefix, H, &p->moe, &ly->mlp);
+        if (p->dense[l]) nn_bind_dense_mlp(b, prefix, H, cfg->intermediate_size, &ly->mlp);
+        else nn_bind_moe(b, prefix, H, &p->moe, &ly->mlp);
     }
-    qb_bind_vector(b, "model.norm.weight", H, "hidden_size", &m->final_norm);
+    nn_bind_vector(b, "model.norm.weight", H, "hidden_size", &m->final_norm);
     m->base.weight_bytes = b->matmul_bytes;
 }
 
-static void carve_scratch(qwen3_moe_model *m, int32_t tokens, qb_arena *ar) {
+static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
+    qwen3_moe_model *m = model;
     moe_scratch *s = &m->s;
     const size_t T = (size_t)tokens, row = (size_t)m->hidden * sizeof(float);
     const size_t half_rot = (size_t)(m->rope.rot_dim / 2) * sizeof(float);
-    s->x = qb_take(ar, T * row);
-    s->a = qb_take(ar, T * row);
-    s->t = qb_take(ar, T * row);
-    s->cos = qb_take(ar, T * half_rot);
-    s->sin = qb_take(ar, T * half_rot);
-    qb_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
-    qb_moe_scratch_take(&s->moe, &m->moe_sizes, m->base.pool, m->hidden, ar, tokens);
-}
-
-static int reserve_scratch(qwen3_moe_model *m, int32_t tokens) {
-    moe_scratch *s = &m->s;
-    if (tokens <= s->capacity) return 0;
-    qb_arena probe = {0};
-    carve_scratch(m, tokens, &probe);
-    void *mem = cv_aligned_alloc(probe.size);
-    if (!mem) return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes of activations for %d tokens", probe.size, tokens);
-    free(s->mem);
-    s->mem = mem;
-    qb_arena ar = {.base = mem};
-    carve_scratch(m, tokens, &ar);
-    s->capacity = tokens;
-    return 0;
+    s->x = nn_take(ar, T * row);
+    s->a = nn_take(ar, T * row);
+    s->o = nn_take(ar, T * row);
+    s->cos = nn_take(ar, T * half_rot);
+    s->sin = nn_take(ar, T * half_rot);
+    nn_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
+    nn_moe_scratch_take(&s->moe, &m->moe_sizes, m->base.pool, m->hidden, ar, tokens);
 }
 
 /* Every linear the layers read (the lm_head aside), in layer order; the caller frees the list. */
-static int model_linears(qwen3_moe_model *m, qb_linear ***out) {
-    qb_linear **l = cv_xmalloc((size_t)(5 * m->n_layers) * sizeof *l);
+static int model_linears(qwen3_moe_model *m, nn_linear ***out) {
+    nn_linear **l = cv_xmalloc((size_t)(5 * m->n_layers) * sizeof *l);
     int n = 0;
     for (int32_t i = 0; i < m->n_layers; i++) {
-        n += qb_attention_linears(&m->layers[i].attn, l + n);
-        n += qb_moe_linears(&m->layers[i].mlp, l + n);
+        n += nn_attention_linears(&m->layers[i].attn, l + n);
+        n += nn_moe_linears(&m->layers[i].mlp, l + n);
     }
     *out = l;
     return n;
@@ -141,23 +128,23 @@ static int model_linears(qwen3_moe_model *m, qb_linear ***out) {
 #define QWEN3_MOE_PACK_LAYOUT "qwen3-moe panels v1: lm_head, then model_linears() in order"
 
 static int pack_weights(qwen3_moe_model *m, cv_weight_source *src, cv_threadpool *pool) {
-    qb_linear **lins;
+    nn_linear **lins;
     const int n = model_linears(m, &lins);
-    int rc = qb_pack_weights(pool, src, QWEN3_MOE_PACK_LAYOUT, &m->vocab_w, lins, n);
+    int rc = nn_pack_model(pool, src, QWEN3_MOE_PACK_LAYOUT, &m->vocab_w, lins, n);
     free(lins);
     return rc;
 }
 
 static void qwen3_moe_destroy(cv_model *base) {
     qwen3_moe_model *m = (qwen3_moe_model *)base;
-    qb_linear **lins;
+    nn_linear **lins;
     const int n = model_linears(m, &lins);
-    for (int i = 0; i < n; i++) qb_linear_release(lins[i]);
+    for (int i = 0; i < n; i++) nn_linear_release(lins[i]);
     free(lins);
-    free(m->s.mem);
-    qb_vocab_release(&m->vocab_w);
+    nn_scratch_free(&m->scratch);
+    nn_vocab_release(&m->vocab_w);
     cv_rope_free(&m->rope);
-    qb_binder_free(&m->bound);
+    nn_binder_free(&m->bound);
     free(m->layers);
     free(m);
 }
@@ -168,25 +155,28 @@ static int qwen3_moe_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv,
                              float *logits) {
     qwen3_moe_model *m = (qwen3_moe_model *)base;
     int rc = nn_check_batch(b, kv, m->vocab, m->n_layers, state, 0);
-    if (!rc) rc = reserve_scratch(m, b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits);
+    if (!rc) rc = nn_scratch_reserve(&m->scratch, b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits, carve_scratch, m);
     if (rc || b->n_tokens == 0) return rc;
     moe_scratch *s = &m->s;
     const int32_t T = b->n_tokens, H = m->hidden;
     cv_threadpool *pool = base->pool;
-    qb_embed(&m->vocab_w, b->token_ids, T, s->x);
-    cv_rope_cos_sin(&m->rope, b->positions, T, s->cos, s->sin);
+    nn_embed(&m->vocab_w, b->token_ids, T, s->x);
+    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b->positions, T, s->cos, s->sin));
     for (int32_t l = 0; l < m->n_layers; l++) {
         const moe_layer *ly = &m->layers[l];
-        cv_rmsnorm(s->a, s->x, ly->input_norm, T, H, m->eps);
-        qb_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, l, s->a, &s->attn, s->t);
-        cv_add(s->x, s->t, (int64_t)T * H);
-        cv_rmsnorm(s->a, s->x, ly->post_attention_norm, T, H, m->eps);
-        qb_moe_forward(pool, &ly->mlp, H, s->a, T, &s->moe, s->t);
-        cv_add(s->x, s->t, (int64_t)T * H);
+        NN_TIMED(CV_OP_NORM, cv_add_rmsnorm(pool, s->x, l ? s->o : NULL, s->a, ly->input_norm, T, H, m->eps));
+        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, l, s->a, &s->attn, s->o);
+        NN_TIMED(CV_OP_NORM, cv_add_rmsnorm(pool, s->x, s->o, s->a, ly->post_attention_norm, T, H, m->eps));
+        nn_moe_forward(pool, &ly->mlp, H, s->a, T, &s->moe, s->o);
     }
-    for (int32_t i = 0; i < b->n_logits; i++)
-        cv_rmsnorm(s->a + (int64_t)i * H, s->x + (int64_t)b->logit_rows[i] * H, m->final_norm, 1, H, m->eps);
-    qb_logits(pool, &m->vocab_w, s->a, b->n_logits, logits);
+    /* The last residual add and the final norm, for the rows whose logits are wanted only. */
+    NN_TIMED(CV_OP_NORM, for (int32_t i = 0; i < b->n_logits; i++) {
+        const int64_t r = b->logit_rows[i];
+        float *row = s->a + (int64_t)i * H; /* x itself stays: a row may be asked for twice */
+        memcpy(row, s->x + r * H, (size_t)H * sizeof *row);
+        cv_add_rmsnorm(NULL, row, s->o + r * H, row, m->final_norm, 1, H, m->eps);
+    });
+    nn_logits(pool, &m->vocab_w, s->a, b->n_logits, logits);
     return 0;
 }
 
@@ -195,8 +185,10 @@ static const cv_model_ops qwen3_moe_ops = {.forward = qwen3_moe_forward, .destro
 int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
     const cv_model_config *cfg = p->config;
     *out = NULL;
+    nn_attention_dims dims;
     moe_plan plan = {.dense = cv_xcalloc((size_t)cfg->num_hidden_layers, sizeof(bool))};
-    int rc = read_plan(cfg, &plan);
+    int rc = nn_attention_dims_from_config(cfg, false, false, &dims);
+    if (!rc) rc = read_plan(cfg, &plan);
     if (rc) {
         free(plan.dense);
         return rc;
@@ -207,12 +199,11 @@ int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
     m->hidden = cfg->hidden_size;
     m->n_layers = cfg->num_hidden_layers;
     m->vocab = cfg->vocab_size;
-    m->eps = (float)cfg->rms_norm_eps;
-    m->dims = (qb_attention_dims){.hidden = cfg->hidden_size, .n_heads = cfg->num_attention_heads,
-                                  .n_kv_heads = cfg->num_key_value_heads, .head_dim = cfg->head_dim, .eps = m->eps};
+    m->eps = dims.eps;
+    m->dims = dims;
     m->layers = cv_xcalloc((size_t)m->n_layers, sizeof *m->layers);
-    m->bound.src = p->weights;
-    rc = qb_init_rope(&m->rope, &cfg->rope, cfg->head_dim);
+    m->bound = nn_binder_for(p);
+    rc = nn_init_rope(&m->rope, &cfg->rope, cfg->head_dim);
     if (!rc) {
         bind_weights(m, cfg, &plan);
         rc = m->bound.rc;
@@ -220,8 +211,9 @@ int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
     free(plan.dense);
     if (!rc) rc = pack_weights(m, p->weights, p->pool);
     if (!rc) {
-        for (int32_t l = 0; l < m->n_layers; l++) qb_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
-        rc = reserve_scratch(m, p->max_num_batched_tokens > 0 ? p->max_num_batched_tokens : 1);
+        for (int32_t l = 0; l < m->n_layers; l++) nn_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
+        rc = nn_scratch_reserve(&m->scratch, p->max_num_batched_tokens > 0 ? p->max_num_batched_tokens : 1,
+                                carve_scratch, m);
     }
     if (rc) {
         qwen3_moe_destroy(&m->base);
