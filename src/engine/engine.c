@@ -16,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/engine.h"
+#include "loader/quant.h"
 #include "loader/resolve.h"
 
 #define DEFAULT_MAX_NUM_SEQS 256
@@ -140,36 +140,23 @@ static int resolve_max_model_len(cvllm_engine *e) {
     return 0;
 }
 
-/* msModelSlim checkpoints (Ascend W8A8) carry quant_model_description.json beside
- * int8 tensors the kernels cannot read yet: a real load is refused by name; a dummy run of the
- * shape is fine, with unquantized random weights. `--quantization ascend` asks for that file, and
- * its absence is vLLM's error (weight_utils.py, get_quant_config), not a silent unquantized run. */
-static int check_quantized_checkpoint(const cvllm_engine *e, bool dummy) {
-    char *path = cv_xasprintf("%s/quant_model_description.json", e->model_dir);
-    bool quantized = access(path, F_OK) == 0;
-    json_t *desc = quantized ? json_load_file(path, 0, NULL) : NULL;
-    free(path);
-    if (!quantized && e->opts.quantization && !strcmp(e->opts.quantization, "ascend"))
-        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Cannot find the config file for ascend");
-    if (!quantized) return 0;
-    const char *type = json_string_value(json_object_get(desc, "model_quant_type"));
-    char kind[64];
-    snprintf(kind, sizeof kind, "%s", type ? type : "quantized");
-    json_decref(desc);
-    if (!dummy)
-        return cv_fail(CVLLM_ERR_UNSUPPORTED,
-                       "%s is an msModelSlim %s checkpoint (quant_model_description.json): its quantized weights "
-                       "cannot be loaded yet",
-                       e->opts.model, kind);
-    cv_warn("engine", "%s is an msModelSlim %s checkpoint: --load-format dummy runs its shape with random "
-            "unquantized weights", e->opts.model, kind);
-    return 0;
+/* The weights: the checkpoint's views, or dummy weights in its format. The folder and
+ * --quantization decide the quantization here (loader/quant.h: an msModelSlim description, an FP8
+ * quantization_config, the refusals of what cvllm does not run), before the memory check counts
+ * the weights' bytes in their format. */
+static int open_weights(cvllm_engine *e, bool dummy) {
+    cv_weight_source_params p = {.dir = e->model_dir, .quantization = e->opts.quantization, .dummy = dummy,
+                                 .seed = e->opts.seed};
+    int rc = weight_dtype(e->opts.dtype, e->config.torch_dtype, &p.dtype);
+    return rc ? rc : cv_weight_source_create(&p, &e->weights);
 }
 
 /* The footprint from config.json, and the refusal of a model that cannot fit, before anything big
- * is allocated. The weight dtype is --dtype's for dummy weights, the config's for a checkpoint. */
+ * is allocated. The float weights' dtype is --dtype's for dummy weights, the config's for a
+ * checkpoint; quantized linears count in their scheme. */
 static int check_memory_fit(cvllm_engine *e, bool dummy, cv_footprint *fp, bool *known) {
     cv_footprint_params p = {.weight_dtype = e->config.torch_dtype,
+                             .quant = cv_weight_source_quant(e->weights),
                              .with_mtp = e->spec.method == CV_SPEC_MTP,
                              .max_num_batched_tokens = e->opts.max_num_batched_tokens,
                              .max_num_seqs = e->opts.max_num_seqs};
@@ -189,13 +176,7 @@ static int load_tokenizer(cvllm_engine *e) {
     return rc;
 }
 
-static int load_weights_and_model(cvllm_engine *e, bool dummy) {
-    cv_dtype dt = CV_DTYPE_BF16;
-    int rc = weight_dtype(e->opts.dtype, e->config.torch_dtype, &dt);
-    if (rc) return rc;
-    rc = dummy ? cv_weight_source_dummy(dt, e->opts.seed, &e->weights)
-               : cv_weight_source_checkpoint(e->model_dir, &e->weights);
-    if (rc) return rc;
+static int load_model(cvllm_engine *e) {
     e->pool = cv_threadpool_create(e->opts.num_threads);
     cv_model_load_params p = {
         .config = &e->config,
@@ -204,7 +185,7 @@ static int load_weights_and_model(cvllm_engine *e, bool dummy) {
         .max_num_batched_tokens = e->opts.max_num_batched_tokens,
         .load_mtp = e->spec.method == CV_SPEC_MTP,
     };
-    rc = cv_model_load(&p, &e->model);
+    int rc = cv_model_load(&p, &e->model);
     if (rc) return rc;
     if (e->spec.method == CV_SPEC_MTP && !e->model->ops->mtp_forward)
         return cv_fail(CVLLM_ERR_UNSUPPORTED, "speculative method MTP needs the model's multi-token-prediction module "
@@ -247,12 +228,12 @@ static int create_engine(cvllm_engine *e) {
     if ((rc = cv_model_config_load(e->model_dir, &e->config))) return rc;
     if ((rc = load_generation_config(e))) return rc;
     if ((rc = resolve_max_model_len(e))) return rc;
-    if ((rc = check_quantized_checkpoint(e, dummy))) return rc;
+    if ((rc = open_weights(e, dummy))) return rc;
     cv_footprint fp;
     bool known;
     if ((rc = check_memory_fit(e, dummy, &fp, &known))) return rc;
     if ((rc = load_tokenizer(e))) return rc;
-    if ((rc = load_weights_and_model(e, dummy))) return rc;
+    if ((rc = load_model(e))) return rc;
     if (!known)
         return cv_fail(CVLLM_ERR_INTERNAL, "no memory footprint for architecture %s (models/footprint.c lacks it)",
                        e->config.architecture);

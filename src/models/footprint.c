@@ -5,9 +5,17 @@
  * read and bind; which family a config belongs to comes from the registry. Fields that are missing
  * or malformed make the estimate unknown rather than wrong: the model loader then reports them with
  * its own messages.
+ *
+ * Every linear layer is counted by its name, as the models bind it ("model.layers.3.self_attn.q_proj",
+ * routed experts one by one as "…mlp.experts.7.up_proj"), so that a quantized checkpoint's scheme for
+ * it (loader/quant.h: the msModelSlim description's entry, FP8's modules_to_not_convert) decides its
+ * bytes: 1 per quantized weight plus its scales, or the float dtype's size per weight. A linear the
+ * description does not list counts as float; binding it then names the missing entry.
  */
 #include "models/footprint.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "models/architectures.h"
@@ -59,25 +67,74 @@ static bool read_dims(const cv_model_config *cfg, cv_model_family fam, dims *d) 
     return d->H > 0 && d->V > 0 && d->L > 0 && d->q > 0 && d->kv > 0;
 }
 
-/* q (with the gate half when gated), k, v, o and the two per-head norms. */
-static uint64_t attention_params(const dims *d) {
-    return (uint64_t)(d->H * d->q * (d->gated ? 2 : 1) + 2 * d->H * d->kv + d->q * d->H + 2 * d->head_dim);
+/* The weights counted so far: parameters at the float dtype, and the bytes of quantized linears. */
+typedef struct tally {
+    const cv_quant_config *quant;
+    uint64_t float_params;
+    uint64_t quant_bytes;
+} tally;
+
+static void linear(tally *t, int64_t rows, int64_t cols, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* The linear whose weight is "<name>.weight", name from fmt. */
+static void linear(tally *t, int64_t rows, int64_t cols, const char *fmt, ...) {
+    cv_linear_scheme s = CV_SCHEME_FLOAT;
+    if (t->quant) {
+        char name[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(name, sizeof name, fmt, ap);
+        va_end(ap);
+        if (cv_quant_config_scheme(t->quant, name, &s)) s = CV_SCHEME_FLOAT;
+    }
+    if (s == CV_SCHEME_FLOAT) t->float_params += (uint64_t)(rows * cols);
+    else t->quant_bytes += cv_linear_scheme_bytes(s, rows, cols, cv_quant_config_block(t->quant));
 }
 
-static uint64_t swiglu_params(const dims *d, int64_t inter) { return (uint64_t)(3 * d->H * inter); }
+/* q (with the gate half when gated), k, v, o and the two per-head norms; p ends with "self_attn". */
+static void attention(tally *t, const dims *d, const char *p) {
+    linear(t, d->q * (d->gated ? 2 : 1), d->H, "%s.q_proj", p);
+    linear(t, d->kv, d->H, "%s.k_proj", p);
+    linear(t, d->kv, d->H, "%s.v_proj", p);
+    linear(t, d->H, d->q, "%s.o_proj", p);
+    t->float_params += (uint64_t)(2 * d->head_dim);
+}
 
-/* Router, every routed expert, and the sigmoid-gated shared expert when there is one. */
-static uint64_t moe_params(const dims *d) {
-    uint64_t n = (uint64_t)(d->experts * d->H) + (uint64_t)d->experts * swiglu_params(d, d->expert_inter);
-    if (d->shared_inter > 0) n += swiglu_params(d, d->shared_inter) + (uint64_t)d->H;
-    return n;
+/* p ends with "mlp", "shared_expert" or "experts.<e>". */
+static void swiglu(tally *t, const dims *d, int64_t inter, const char *p) {
+    linear(t, inter, d->H, "%s.gate_proj", p);
+    linear(t, inter, d->H, "%s.up_proj", p);
+    linear(t, d->H, inter, "%s.down_proj", p);
+}
+
+/* Router, every routed expert, and the sigmoid-gated shared expert when there is one; p ends with "mlp". */
+static void moe(tally *t, const dims *d, const char *p) {
+    char name[256];
+    linear(t, d->experts, d->H, "%s.gate", p);
+    for (int64_t e = 0; e < d->experts; e++) {
+        snprintf(name, sizeof name, "%s.experts.%lld", p, (long long)e);
+        swiglu(t, d, d->expert_inter, name);
+    }
+    if (d->shared_inter <= 0) return;
+    snprintf(name, sizeof name, "%s.shared_expert", p);
+    swiglu(t, d, d->shared_inter, name);
+    linear(t, 1, d->H, "%s.shared_expert_gate", p);
 }
 
 /* in_proj (q, k, v, z, b, a in either family's split), conv1d, dt_bias, A_log, the gated norm and
- * out_proj. */
-static uint64_t gdn_params(const dims *d) {
-    return (uint64_t)(d->H * (d->conv_dim + d->value_dim + 2 * d->nv) + d->conv_dim * d->kernel + 2 * d->nv + d->dv +
-                      d->value_dim * d->H);
+ * out_proj; p ends with "linear_attn". */
+static void gdn(tally *t, const dims *d, const char *p) {
+    if (d->fam == CV_FAMILY_NEXT) {
+        linear(t, d->conv_dim + d->value_dim, d->H, "%s.in_proj_qkvz", p);
+        linear(t, 2 * d->nv, d->H, "%s.in_proj_ba", p);
+    } else {
+        linear(t, d->conv_dim, d->H, "%s.in_proj_qkv", p);
+        linear(t, d->value_dim, d->H, "%s.in_proj_z", p);
+        linear(t, d->nv, d->H, "%s.in_proj_b", p);
+        linear(t, d->nv, d->H, "%s.in_proj_a", p);
+    }
+    linear(t, d->H, d->value_dim, "%s.out_proj", p);
+    t->float_params += (uint64_t)(d->conv_dim * d->kernel + 2 * d->nv + d->dv);
 }
 
 /* Whether layer l has a dense MLP: Qwen3-MoE and Qwen3-Next keep one on mlp_only_layers and off the
@@ -106,6 +163,20 @@ static bool linear_layer(const cv_model_config *cfg, const dims *d, int64_t l) {
     return interval < 1 || (l + 1) % interval != 0;
 }
 
+/* Where the text model's tensors are, as the model files bind them: "model.language_model." inside
+ * the Qwen3.5 multimodal wrapper, "model." otherwise — or the other spelling when only that one is
+ * in an msModelSlim description (a text tower cut out of the wrapper keeps the wrapper's names). */
+static const char *text_root(const cv_model_config *cfg, const dims *d, const cv_quant_config *quant) {
+    static const char wrapper_root[] = "model.language_model.", plain_root[] = "model.";
+    if (d->fam < CV_FAMILY_QWEN3_5_MOE) return plain_root;
+    const bool wrapper = strstr(cfg->architecture, "ForConditionalGeneration") != NULL;
+    const char *root = wrapper ? wrapper_root : plain_root, *other = wrapper ? plain_root : wrapper_root;
+    char own[64], alt[64];
+    snprintf(own, sizeof own, "%sembed_tokens.weight", root);
+    snprintf(alt, sizeof alt, "%sembed_tokens.weight", other);
+    return !cv_quant_config_tensor_type(quant, own) && cv_quant_config_tensor_type(quant, alt) ? other : root;
+}
+
 /* Whether config.json lets an MTP module exist (it may declare none). */
 static bool mtp_declared(const cv_model_config *cfg) {
     return field(cfg, "mtp_num_hidden_layers", 1) != 0 && field(cfg, "num_nextn_predict_layers", 1) != 0;
@@ -130,28 +201,39 @@ bool cv_model_footprint(const cv_model_config *cfg, const cv_footprint_params *p
     dims d;
     if (!cv_model_family_of(cfg->architecture, &fam) || !read_dims(cfg, fam, &d)) return false;
     const bool with_mtp = p->with_mtp && fam >= CV_FAMILY_NEXT && mtp_declared(cfg);
-    uint64_t params = (uint64_t)(d.V * d.H) * (cfg->tie_word_embeddings ? 1 : 2) + (uint64_t)d.H;
+    const char *root = text_root(cfg, &d, p->quant);
+    tally t = {.quant = p->quant, .float_params = (uint64_t)(d.V * d.H) + (uint64_t)d.H}; /* embedding, final norm */
+    if (!cfg->tie_word_embeddings) linear(&t, d.V, d.H, "lm_head");
     int64_t attention_layers = 0, linear_layers = 0;
     bool any_dense = false;
+    char p_layer[160], p_block[192];
     for (int64_t l = 0; l < d.L; l++) {
-        bool linear = linear_layer(cfg, &d, l);
-        linear_layers += linear;
-        attention_layers += !linear;
-        params += linear ? gdn_params(&d) : attention_params(&d);
+        snprintf(p_layer, sizeof p_layer, "%slayers.%lld", root, (long long)l);
+        bool is_linear = linear_layer(cfg, &d, l);
+        linear_layers += is_linear;
+        attention_layers += !is_linear;
+        snprintf(p_block, sizeof p_block, "%s.%s", p_layer, is_linear ? "linear_attn" : "self_attn");
+        if (is_linear) gdn(&t, &d, p_block);
+        else attention(&t, &d, p_block);
         bool dense = dense_mlp(cfg, &d, l);
         if (dense && d.inter <= 0) return false;
         any_dense = any_dense || dense;
-        params += dense ? swiglu_params(&d, d.inter) : moe_params(&d);
-        params += 2 * (uint64_t)d.H;
+        snprintf(p_block, sizeof p_block, "%s.mlp", p_layer);
+        if (dense) swiglu(&t, &d, d.inter, p_block);
+        else moe(&t, &d, p_block);
+        t.float_params += 2 * (uint64_t)d.H;
     }
     if (with_mtp) {
         /* fc over [embedding; hidden], its two input norms and final norm, one full-attention layer. */
-        params += (uint64_t)(2 * d.H * d.H) + 3 * (uint64_t)d.H + attention_params(&d) + 2 * (uint64_t)d.H;
-        params += fam == CV_FAMILY_QWEN3_5_DENSE ? swiglu_params(&d, d.inter) : moe_params(&d);
+        linear(&t, d.H, 2 * d.H, "mtp.fc");
+        t.float_params += 3 * (uint64_t)d.H + 2 * (uint64_t)d.H;
+        attention(&t, &d, "mtp.layers.0.self_attn");
+        if (fam == CV_FAMILY_QWEN3_5_DENSE) swiglu(&t, &d, d.inter, "mtp.layers.0.mlp");
+        else moe(&t, &d, "mtp.layers.0.mlp");
         attention_layers++;
     }
     const uint64_t f32 = sizeof(float);
-    out->weight_bytes = params * cv_dtype_size(p->weight_dtype);
+    out->weight_bytes = t.float_params * cv_dtype_size(p->weight_dtype) + t.quant_bytes;
     out->activation_bytes = (uint64_t)p->max_num_batched_tokens * activation_floats_per_token(&d, any_dense, with_mtp) * f32 +
                             (uint64_t)p->max_num_seqs * (uint64_t)d.V * f32;
     out->kv_bytes_per_token = (uint64_t)attention_layers * 2 * (uint64_t)d.kv * f32;
