@@ -152,6 +152,10 @@ int cv_weight_pack_into(cv_threadpool *pool, const cv_weight_part *parts, int n_
 void cv_weight_release(cv_weight *w);
 /* A row-major checkpoint matrix as a weight (a view; f32, bf16 or f16). */
 cv_weight cv_weight_view(const cv_matrix *m);
+/* out[i][:] = row ids[i] of w as f32 (an embedding table, or a tied embedding read from the packed
+ * lm_head); every id < w->rows. Any format but I8_PANELS, whose rows mean nothing without the
+ * activation scale. */
+void cv_embed_weight(const cv_weight *w, const int32_t *ids, int64_t n, float *out);
 
 /* The input of a linear, in the form its weight's format reads: f32 rows, or int8 codes rows
  * cv_act_i8_stride(cols) bytes apart (zero past cols) with a per-row scale (NULL: 1). */

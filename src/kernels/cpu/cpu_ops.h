@@ -1,16 +1,12 @@
 /*
  * cpu_ops.h — the per-instruction-set primitives behind kernels.h (internal to src/kernels).
  *
- * Only the loops that dominate run time differ per ISA: the matmul micro-kernels, the f32
- * dot/axpy used by attention, and the vector exp behind softmax and SiLU. Everything above them
- * (blocking, threading, softmax bookkeeping) is written once in plain C and calls through the
- * active table, so the paths cannot drift apart in anything but the arithmetic order.
- *
- * Two matmul micro-kernels exist. `tile` reads weights row-major straight from the checkpoint
- * (f32/bf16/f16) and reduces each output across the vector lanes at the end. `panel` reads bf16
- * weights repacked once at load into 16-row panels (CV_PANEL_ROWS, see kernels.h): one vector
- * load brings 16 outputs × 2 k, so outputs accumulate lane-wise with the activations broadcast,
- * with no horizontal reduction and a single register tile for any K.
+ * Only the loops that dominate run time differ per ISA: the f32 dot/axpy used by attention and
+ * the delta rule, the attention tiles, and the vector exp behind softmax and SiLU. Everything
+ * above them (softmax bookkeeping, threading) is written once in plain C and calls through the
+ * active table, so the paths cannot drift apart in anything but the arithmetic order. The matmul
+ * micro-kernels are per weight format as well as per ISA and live in the format traits table
+ * (formats.h). Each ISA's table is in its folder: ref/ops.c, avx2/ops.c, avx512/ops.c.
  */
 #ifndef CV_CPU_OPS_H
 #define CV_CPU_OPS_H
@@ -18,44 +14,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "base/dtype.h"
-
-/*
- * One micro-tile of a matmul: y[i·ldy + j] = Σ_k x[i·ldx + k] · w[j·ldw + k] for i < mr, j < nr,
- * k < K, with w of element type `dtype` (f32/bf16/f16). mr ≤ mr_max, nr ≤ nr_max.
- */
-typedef void (*cv_tile_fn)(const void *w, int64_t ldw, cv_dtype dtype, const float *x, int64_t ldx,
-                           float *y, int64_t ldy, int mr, int nr, int64_t k);
-
-/*
- * One micro-tile over packed panels: for token i < mr and output c < n_out (n_out ≤ 16·np),
- *   y[i·ldy + c] (+)= Σ_{p < pairs} w(c, 2p)·x_i[2p] + w(c, 2p+1)·x_i[2p+1]
- * where panel c/16 starts at w + (c/16)·panel_stride (uint16 elements, already offset to the first
- * pair of this k block) and holds pair p of its 16 rows at [p·32, p·32 + 32).
- * Activations are f32 rows x + i·ldx (offset to element 2·pair0); when `odd_tail`, the block's last
- * pair has only its first element in x (K odd) and the second is never read.
- * accumulate: add to y instead of overwriting (k blocks after the first).
- */
-typedef struct cv_panel_tile {
-    const uint16_t *w;
-    int64_t panel_stride;
-    int64_t pairs;
-    const float *x;
-    int64_t ldx;
-    bool odd_tail, accumulate;
-    float *y;
-    int64_t ldy;
-    int mr, np, n_out;
-} cv_panel_tile;
-
-typedef void (*cv_panel_fn)(const cv_panel_tile *t);
-
 typedef struct cv_cpu_ops {
     const char *name;
-    int mr_max, nr_max;         /* largest `tile`: tokens × weight rows */
-    cv_tile_fn tile;
-    int panel_mr_max, panel_np_max; /* largest `panel` tile: tokens × panels */
-    cv_panel_fn panel;
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a·x */
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */

@@ -7,6 +7,10 @@
  * rather than failing, since it is a tuning knob, not input. The choice is a plain pointer read on
  * every kernel call: cheaper than any indirection through the thread pool and trivially
  * overridable by tests through cv_isa_force().
+ *
+ * AVX512-VNNI is an extension on top of the AVX-512 path, not an ISA of its own: the int8 kernels
+ * use it when the CPU has it (formats.h, cv_format_gemm), and tests switch it off to run the plain
+ * AVX-512 int8 kernel, which every AVX-512 CPU must still get exactly right.
  */
 #include <cpuid.h>
 #include <stdlib.h>
@@ -15,6 +19,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/formats.h"
 #include "kernels/kernels.h"
 
 static const cv_cpu_ops *const ops_by_isa[CV_ISA_COUNT] = {
@@ -102,5 +107,27 @@ int cv_isa_force(cv_isa isa) {
     if (!cv_isa_supported(isa))
         return cv_fail(CVLLM_ERR_UNSUPPORTED, "this CPU cannot run the %s kernels", cv_isa_name(isa));
     __atomic_store_n(&active_ops, ops_by_isa[isa], __ATOMIC_RELEASE);
+    return 0;
+}
+
+static bool cpu_has_vnni(void) {
+    __builtin_cpu_init();
+    return cv_isa_supported(CV_ISA_AVX512) && __builtin_cpu_supports("avx512vnni");
+}
+
+static int vnni_state; /* 0: not decided yet, 1: used, -1: not used */
+
+bool cv_cpu_vnni(void) {
+    int s = __atomic_load_n(&vnni_state, __ATOMIC_ACQUIRE);
+    if (!s) {
+        s = cpu_has_vnni() ? 1 : -1;
+        __atomic_store_n(&vnni_state, s, __ATOMIC_RELEASE);
+    }
+    return s > 0;
+}
+
+int cv_cpu_vnni_enable(bool on) {
+    if (on && !cpu_has_vnni()) return cv_fail(CVLLM_ERR_UNSUPPORTED, "this CPU has no AVX512-VNNI");
+    __atomic_store_n(&vnni_state, on ? 1 : -1, __ATOMIC_RELEASE);
     return 0;
 }

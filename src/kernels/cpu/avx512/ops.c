@@ -1,27 +1,9 @@
 /*
- * avx512/ops.c — AVX-512 primitives: 16 f32 lanes, masked tails, f32/bf16/f16 weights.
+ * avx512/ops.c — AVX-512 primitives: 16 f32 lanes, masked tails (cpu_ops.h). The matmul
+ * micro-kernels of this ISA are in rows.c and panels_*.c beside this file.
  *
- * Row-major tile (weights straight from the checkpoint): up to 4 tokens × 4 weight rows of
- * accumulators, each weight vector feeding up to four FMAs; bf16 widens by a zero-extend and a
- * shift, f16 through vcvtph2ps, and each output is reduced across lanes at the end.
- *
- * Panel tile (bf16 weights packed at load, cpu_ops.h): one 64-byte load is 16 outputs × 2 k; the
- * two k halves widen exactly with one shift and one AND (bf16 is the top half of an f32), then
- * each token's x[k] and x[k+1] are broadcast into two FMAs per panel. Up to 6 tokens × 3 panels:
- * 18 accumulators + 6 widened weights + 2 broadcasts ≤ 32 zmm. Per pair that is 2·np widening ops
- * against 2·mr·np FMAs, so at 6 × 3 the FMA ports are busy ~86 % of the time, with no horizontal
- * sums at all. Every output is one FMA chain in k order whatever the tile shape, so a token's
- * result does not depend on the tokens batched with it (the engine's batch invariance); a lone
- * decode token is then FMA-latency bound at ~24 B/cycle of weights, still well above what memory
- * delivers to one core.
- *
- * Why not vdpbf16ps: on the Xeon this was tuned on it issues at half the rate of vfmadd231ps, so
- * with 2 multiply-adds per lane it delivers the same 64 flops/cycle as f32 FMA at best — measured
- * 83 vs 167 GFLOP/s per core peak — while also needing activations rounded to bf16 (~2e-3 logit
- * error instead of f32's ~1e-6). f32 FMA on widened weights is both faster and exact.
- *
- * Tile shapes and dtypes are compile-time constants of always-inlined code: each (mr, np) becomes
- * straight-line register code with no branches in the k loop.
+ * Tile shapes are compile-time constants of always-inlined code: each shape becomes straight-line
+ * register code with no branches in the inner loop.
  */
 #include <immintrin.h>
 
@@ -30,70 +12,6 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #define INLINE static inline __attribute__((always_inline))
-
-INLINE __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-
-INLINE __m512 load_w(const void *w, int64_t off, cv_dtype dt) {
-    if (dt == CV_DTYPE_F32) return _mm512_loadu_ps((const float *)w + off);
-    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)w + off));
-    return dt == CV_DTYPE_BF16 ? widen_bf16(h) : _mm512_cvtph_ps(h);
-}
-
-INLINE __m512 load_w_masked(const void *w, int64_t off, cv_dtype dt, __mmask16 m) {
-    if (dt == CV_DTYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)w + off);
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)w + off);
-    return dt == CV_DTYPE_BF16 ? widen_bf16(h) : _mm512_cvtph_ps(h);
-}
-
-INLINE void tile_fixed(const void *w, int64_t ldw, cv_dtype dt, const float *x, int64_t ldx, float *y, int64_t ldy,
-                       const int MR, const int NR, int64_t K) {
-    __m512 acc[4][4];
-    for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NR; j++) acc[i][j] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        __m512 wv[4];
-        for (int j = 0; j < NR; j++) wv[j] = load_w(w, j * ldw + k, dt);
-        for (int i = 0; i < MR; i++) {
-            __m512 xv = _mm512_loadu_ps(x + i * ldx + k);
-            for (int j = 0; j < NR; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-        }
-    }
-    if (k < K) {
-        __mmask16 m = (__mmask16)((1u << (K - k)) - 1u);
-        __m512 wv[4];
-        for (int j = 0; j < NR; j++) wv[j] = load_w_masked(w, j * ldw + k, dt, m);
-        for (int i = 0; i < MR; i++) {
-            __m512 xv = _mm512_maskz_loadu_ps(m, x + i * ldx + k);
-            for (int j = 0; j < NR; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-        }
-    }
-    for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NR; j++) y[i * ldy + j] = _mm512_reduce_add_ps(acc[i][j]);
-}
-
-#define TILE_CASE(DT, MR, NR) \
-    case (MR) * 8 + (NR): tile_fixed(w, ldw, DT, x, ldx, y, ldy, MR, NR, k); return;
-#define TILE_ROW(DT, MR) TILE_CASE(DT, MR, 1) TILE_CASE(DT, MR, 2) TILE_CASE(DT, MR, 3) TILE_CASE(DT, MR, 4)
-#define TILE_FN(fn, DT)                                                                                    \
-    static void fn(const void *w, int64_t ldw, const float *x, int64_t ldx, float *y, int64_t ldy, int mr, \
-                   int nr, int64_t k) {                                                                    \
-        switch (mr * 8 + nr) {                                                                             \
-            TILE_ROW(DT, 1) TILE_ROW(DT, 2) TILE_ROW(DT, 3) TILE_ROW(DT, 4)                                \
-        default: __builtin_unreachable();                                                                  \
-        }                                                                                                  \
-    }
-
-TILE_FN(tile_f32, CV_DTYPE_F32)
-TILE_FN(tile_bf16, CV_DTYPE_BF16)
-TILE_FN(tile_f16, CV_DTYPE_F16)
-
-static void tile_avx512(const void *w, int64_t ldw, cv_dtype dtype, const float *x, int64_t ldx, float *y,
-                        int64_t ldy, int mr, int nr, int64_t k) {
-    if (dtype == CV_DTYPE_BF16) tile_bf16(w, ldw, x, ldx, y, ldy, mr, nr, k);
-    else if (dtype == CV_DTYPE_F16) tile_f16(w, ldw, x, ldx, y, ldy, mr, nr, k);
-    else tile_f32(w, ldw, x, ldx, y, ldy, mr, nr, k);
-}
 
 INLINE __mmask16 tail_mask(int64_t left) { return (__mmask16)((1u << left) - 1u); }
 
@@ -127,71 +45,6 @@ static void scale_avx512(float *y, float a, int64_t n) {
         _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, y + i)));
     }
 }
-
-/* ---- packed panels ----------------------------------------------------------------------------- */
-
-/* Decode streams panels from memory: a software prefetch 1 KiB ahead in each panel stream (on top
- * of the hardware prefetchers) measured +12-15 % GEMV bandwidth on the lm_head shape (23 → 26-27
- * GB/s, 2 threads). Prefetches past a panel's end only touch the next panel, and never fault. */
-enum { PREFETCH_PAIRS = 16 };
-
-INLINE __mmask16 cols_mask(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
-
-/* Loads or zeroes the accumulators of a tile; MR·NP vectors, the last panel possibly partial. */
-#define PANEL_ACC_INIT(acc, t, MR, NP)                                                                         \
-    for (int i = 0; i < MR; i++)                                                                               \
-        for (int j = 0; j < NP; j++)                                                                           \
-            acc[i][j] = (t)->accumulate ? _mm512_maskz_loadu_ps(cols_mask((t)->n_out - 16 * j),                \
-                                                                (t)->y + i * (t)->ldy + 16 * j)                \
-                                        : _mm512_setzero_ps();
-
-#define PANEL_ACC_STORE(acc, t, MR, NP)                                                                        \
-    for (int i = 0; i < MR; i++)                                                                               \
-        for (int j = 0; j < NP; j++)                                                                           \
-            _mm512_mask_storeu_ps((t)->y + i * (t)->ldy + 16 * j, cols_mask((t)->n_out - 16 * j), acc[i][j]);
-
-INLINE void panel_f32_fixed(const cv_panel_tile *t, const int MR, const int NP) {
-    __m512 acc[6][3]; /* fixed bounds (not VLAs) so the compiler keeps them in registers */
-    PANEL_ACC_INIT(acc, t, MR, NP)
-    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
-    const float *x = t->x;
-    const int64_t full = t->pairs - (t->odd_tail ? 1 : 0);
-    for (int64_t p = 0; p < full; p++) {
-        __m512 lo[3], hi[3];
-        for (int j = 0; j < NP; j++) {
-            if (MR <= 2) _mm_prefetch((const char *)(t->w + j * t->panel_stride + (p + PREFETCH_PAIRS) * 32), _MM_HINT_T0);
-            __m512i v = _mm512_loadu_si512(t->w + j * t->panel_stride + p * 32);
-            lo[j] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-            hi[j] = _mm512_castsi512_ps(_mm512_and_si512(v, top));
-        }
-        for (int i = 0; i < MR; i++) {
-            __m512 x0 = _mm512_set1_ps(x[i * t->ldx + 2 * p]), x1 = _mm512_set1_ps(x[i * t->ldx + 2 * p + 1]);
-            for (int j = 0; j < NP; j++) acc[i][j] = _mm512_fmadd_ps(hi[j], x1, _mm512_fmadd_ps(lo[j], x0, acc[i][j]));
-        }
-    }
-    if (t->odd_tail) {
-        for (int j = 0; j < NP; j++) {
-            __m512i v = _mm512_loadu_si512(t->w + j * t->panel_stride + full * 32);
-            __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-            for (int i = 0; i < MR; i++)
-                acc[i][j] = _mm512_fmadd_ps(lo, _mm512_set1_ps(x[i * t->ldx + 2 * full]), acc[i][j]);
-        }
-    }
-    PANEL_ACC_STORE(acc, t, MR, NP)
-}
-
-#define PANEL_CASE(KIND, MR, NP) \
-    case (MR) * 4 + (NP): panel_##KIND##_fixed(t, MR, NP); return;
-#define PANEL_ROW(KIND, MR) PANEL_CASE(KIND, MR, 1) PANEL_CASE(KIND, MR, 2) PANEL_CASE(KIND, MR, 3)
-
-static void panel_f32(const cv_panel_tile *t) {
-    switch (t->mr * 4 + t->np) {
-        PANEL_ROW(f32, 1) PANEL_ROW(f32, 2) PANEL_ROW(f32, 3) PANEL_ROW(f32, 4) PANEL_ROW(f32, 5) PANEL_ROW(f32, 6)
-    default: __builtin_unreachable();
-    }
-}
-
-static void panel_avx512(const cv_panel_tile *t) { panel_f32(t); }
 
 /* ---- attention tiles --------------------------------------------------------------------------- */
 
@@ -332,12 +185,6 @@ static float sum_sq_avx512(const float *x, int64_t n) {
 
 const cv_cpu_ops cv_cpu_ops_avx512 = {
     .name = "avx512",
-    .mr_max = 4,
-    .nr_max = 4,
-    .tile = tile_avx512,
-    .panel_mr_max = 6,
-    .panel_np_max = 3,
-    .panel = panel_avx512,
     .dot = dot_avx512,
     .axpy = axpy_avx512,
     .scale = scale_avx512,
