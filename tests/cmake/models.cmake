@@ -5,3 +5,7 @@ cv_add_test(test_qwen3_ref SOURCES test_qwen3_ref.c LIBS cv_models TIMEOUT 120)
 # The packed-weight cache: the file format's failure paths, and the Qwen3 bf16 references cold, warm
 # and after damage to the cache entry.
 cv_add_test(test_pack_cache SOURCES test_pack_cache.c LIBS cv_models TIMEOUT 120)
+
+# The calibration observer: every linear of every family reports its name and input rows, and the
+# rows are the layer inputs (followed through the residual stream from the checkpoint's weights).
+cv_add_test(test_model_observer SOURCES test_model_observer.c LIBS cv_models TIMEOUT 120)
