@@ -346,6 +346,18 @@ static void test_file_names(void) {
     EXPECT_ERROR(open_and_bind(dir, q, 128, 64), CVLLM_ERR_INVALID_ARGUMENT, "two descriptions",
                  "Found multiple config files for ascend", "quant_model_description_w8a8.json");
     free(dir);
+    /* A quantization_config without quant_method beside the description: vllm-ascend's marker. */
+    dir = scratch("ascend-marker");
+    link_files("qwen3-dense-w8a8", dir,
+               (const char *const[]){"quant_model_description.json", "quant_model_weights.safetensors", NULL});
+    char *src_dir = vector_dir("qwen3-dense-w8a8");
+    json_t *cfg = load_json(src_dir, "config.json");
+    json_object_set_new(cfg, "quantization_config", json_pack("{s:s}", "format", "ascend"));
+    save_json(dir, "config.json", cfg);
+    CHECK_MSG(open_and_bind(dir, q, 128, 64) == 0, "%s", cvllm_last_error());
+    json_decref(cfg);
+    free(src_dir);
+    free(dir);
     /* A description without weights, beside an unquantized model.safetensors (which is not read). */
     dir = scratch("no-quant-weights");
     link_files("qwen3-dense-w8a8", dir, (const char *const[]){"config.json", "quant_model_description.json", NULL});

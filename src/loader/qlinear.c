@@ -230,7 +230,7 @@ static int make_qlinear(cv_weight_source *src, const char *prefix, int64_t rows,
     const bool fp8 = out->scheme == CV_SCHEME_FP8_BLOCK;
     int rc = cv_weights_make_dummy(src, name, fp8 ? CV_DTYPE_F8_E4M3 : CV_DTYPE_I8, 2, shape, &out->weight);
     if (rc) return rc;
-    float *scales;
+    float *scales = NULL;
     switch (out->scheme) {
     case CV_SCHEME_W8A8: return make_w8a8(src, prefix, rows, cols, out);
     case CV_SCHEME_W8A8_DYNAMIC:

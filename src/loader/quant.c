@@ -2,11 +2,13 @@
  * quant.c — what a model folder declares about quantization (see quant.h): the choice between
  * msModelSlim, FP8 and nothing, checked against --quantization, and each linear's scheme.
  *
- * The choice follows vLLM where vLLM decides: a quantization_config in config.json is the method
- * (a different --quantization is vLLM's mismatch error, word for word); `--quantization ascend`
- * needs quant_model_description.json (vLLM's "Cannot find the config file for ascend", and its
- * "Found multiple config files" for two). cvllm adds what vLLM on a CPU cannot do: an msModelSlim
- * folder is recognised by its description file alone, with a log line saying so.
+ * The choice follows vLLM where vLLM decides: a quantization_config's quant_method in config.json
+ * is the method (a different --quantization is vLLM's mismatch error, word for word);
+ * `--quantization ascend` needs quant_model_description.json (vLLM's "Cannot find the config file
+ * for ascend", and its "Found multiple config files" for two), and a quantization_config without a
+ * quant_method beside it is vllm-ascend's own marker, not a second method. cvllm adds what vLLM on a
+ * CPU cannot do: an msModelSlim folder is recognised by its description file alone, with a log line
+ * saying so.
  *
  * Everything the description or quantization_config says that cvllm does not run is refused here,
  * when the folder is opened, so neither the memory estimate nor the model ever sees it: the whole
@@ -210,22 +212,22 @@ static int choose(const char *dir, const char *flag, json_t *config, char **desc
     if (n_desc > 1) {
         rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Found multiple config files for ascend: %s/%s, %s/%s", dir, descs[0],
                      dir, descs[1]);
-    } else if (qc && n_desc) {
-        rc = cv_fail(CVLLM_ERR_FORMAT, "%s declares two quantizations: %s's quantization_config and %s", dir,
-                     "config.json", descs[0]);
-    } else if (qc && !method) {
+    } else if (method && n_desc) {
+        rc = cv_fail(CVLLM_ERR_FORMAT, "%s declares two quantizations: %s's quantization_config (%s) and %s", dir,
+                     "config.json", method, descs[0]);
+    } else if (qc && !method && !n_desc) {
         rc = cv_fail(CVLLM_ERR_FORMAT, "%s: quantization_config has no quant_method", config_path);
-    } else if (qc && flag && strcmp(flag, method)) {
+    } else if (method && flag && strcmp(flag, method)) {
         rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
                      "Quantization method specified in the model config (%s) does not match the quantization method "
                      "specified in the `quantization` argument (%s).",
                      method, flag);
-    } else if (qc && strcmp(method, "fp8")) {
+    } else if (method && strcmp(method, "fp8")) {
         rc = cv_fail(CVLLM_ERR_UNSUPPORTED,
                      "%s: quantization method '%s' is not supported by cvllm (it loads fp8 and msModelSlim's ascend "
                      "checkpoints)",
                      config_path, method);
-    } else if (qc) {
+    } else if (method) {
         rc = load_fp8(config_path, qc, q);
     } else if (n_desc && flag && strcmp(flag, "ascend")) {
         rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT,

@@ -82,7 +82,9 @@ uint64_t cv_linear_scheme_bytes(cv_linear_scheme s, int64_t rows, int64_t cols, 
 const cv_quant_config *cv_weight_source_quant(const cv_weight_source *src);
 cv_quant_method cv_weight_source_quant_method(const cv_weight_source *src);
 
-/* The scheme of the linear whose weight is "<prefix>.weight" (cv_quant_config_scheme). */
+/* The scheme of the linear whose weight is "<prefix>.weight" (cv_quant_config_scheme). Schemes
+ * cvllm does not run never get here: the source refused them, naming the tensor and the scheme
+ * (CVLLM_ERR_UNSUPPORTED), when it was created. */
 int cv_weights_linear_scheme(cv_weight_source *src, const char *prefix, cv_linear_scheme *out);
 
 /* A linear layer's weight in its checkpoint format, every pointer valid until the source is freed. */
