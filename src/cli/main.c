@@ -14,6 +14,7 @@ static const char usage[] =
     "  serve MODEL      OpenAI-compatible HTTP server, as `vllm serve` (cvllm serve --help)\n"
     "  generate MODEL   offline batch inference (cvllm generate --help)\n"
     "  tokenize MODEL   encode text or decode ids with the model's tokenizer\n"
+    "  quantize MODEL OUT  write an msModelSlim W8A8 checkpoint (cvllm quantize --help)\n"
     "  bench serve      load test an OpenAI-compatible server (vLLM's `bench serve`)\n"
     "  bench throughput offline throughput of the engine (vLLM's `bench throughput`)\n"
     "  bench latency    latency of one batch (vLLM's `bench latency`)\n"
@@ -37,6 +38,7 @@ int main(int argc, char **argv) {
         {"generate", cmd_generate},
         {"tokenize", cmd_tokenize},
         {"bench", cmd_bench},
+        {"quantize", cmd_quantize},
     };
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);

@@ -1,3 +1,7 @@
-# `cvllm quantize`: the loader pieces it is built on (the arithmetic, the safetensors writer, the
-# recipes, the export's refusals).
+# `cvllm quantize`: the binary end to end (W8A8_DYNAMIC against the quantized reference folders bit
+# for bit, recipes, shards, every error path), and the loader pieces it is built on (the arithmetic,
+# the safetensors writer, the recipes, the export's refusals).
+cv_add_test(test_cli_quantize SOURCES ${CMAKE_SOURCE_DIR}/tests/test_cli_quantize.c
+            LIBS cv_loader TIMEOUT 300)
+add_dependencies(test_cli_quantize cvllm)
 cv_add_test(test_quantize SOURCES ${CMAKE_SOURCE_DIR}/tests/test_quantize.c LIBS cv_loader)
