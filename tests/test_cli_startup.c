@@ -5,7 +5,7 @@
  * shipped fails in one line that lists the shipped ids and suggests nothing that cannot work; a
  * model that cannot fit is refused at once, from its config, with the numbers; --max-model-len above
  * the model's limit is vLLM's error, or its warning under VLLM_ALLOW_LONG_MAX_MODEL_LEN; a
- * quantized (msModelSlim) checkpoint is refused by name and runs as a dummy.
+ * quantized (msModelSlim) folder without its weights is refused by name and runs as a dummy in its format.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -214,32 +214,30 @@ static void test_long_max_model_len(const char *fixture) {
 /* ---- msModelSlim checkpoints ---------------------------------------------------------------------- */
 
 static void test_quantized(const char *fixture) {
-    /* The fixture's weights beside a quant_model_description.json: what a W8A8 folder looks like. */
+    /* The fixture's weights beside a quant_model_description.json: an msModelSlim folder (detected,
+     * with a log line) that lacks its quant_model_weights*.safetensors. */
     char *src = tu_strdupf("%s/models/vllm-ascend/Qwen3-32B-W8A8/quant_model_description.json%s", CVLLM_SOURCE_DIR, "");
     tu_link(src, fixture, "quant_model_description.json");
     free(src);
     char *args = tu_strdupf("generate %s --max-model-len 64 --prompt-token-ids 1,2,3 --max-tokens 2%s", fixture, "");
-    char *want = tu_strdupf("cvllm generate: %s is an msModelSlim W8A8 checkpoint (quant_model_description.json): its "
-                            "quantized weights cannot be loaded yet%s",
-                            fixture, "\n");
+    char *want = tu_strdupf("cvllm generate: no quant_model_weight*.safetensors in %s%s", fixture, "\n");
     tu_run r = run_expect("", args, 1);
     CHECK_STR_EQ(tu_last_line(r.err), want);
+    CHECK_CONTAINS(r.err, "quant_model_description.json found: loading an msModelSlim W8A8 checkpoint");
     tu_run_free(&r);
     free(args);
     free(want);
-    /* Its shape runs on random weights. */
-    args = tu_strdupf("generate %s --load-format dummy --max-model-len 64 --prompt-token-ids 1,2,3 --max-tokens 2%s",
+    /* Its shape runs on random W8A8 weights: the description's schemes, the fixture's shapes. */
+    args = tu_strdupf("generate %s --load-format dummy --quantization ascend --max-model-len 64 --prompt-token-ids 1,2,3 "
+                      "--max-tokens 2%s",
                       fixture, "");
-    r = run_expect("CVLLM_LOG_LEVEL=warning", args, 0);
-    CHECK_CONTAINS(r.err, "is an msModelSlim W8A8 checkpoint: --load-format dummy runs its shape with random unquantized "
-                          "weights");
+    r = run_expect("", args, 0);
     CHECK_CONTAINS(r.out, "Generated text: ");
     tu_run_free(&r);
     free(args);
     /* The tutorial's Qwen3.6 W8A8 id: its shipped config, refused for memory before any weight. */
     r = run_expect(offline_env, "generate Eco-Tech/Qwen3.6-35B-A3B-w8a8 --load-format dummy --kv-cache-memory-bytes 1G "
                                 "--max-num-seqs 1 --prompt hi", 1);
-    CHECK_CONTAINS(r.err, "Eco-Tech/Qwen3.6-35B-A3B-w8a8 is an msModelSlim W8A8_DYNAMIC checkpoint");
     CHECK_CONTAINS(r.err, "To serve at least one request with the models's max seq len (262144)");
     CHECK_MSG(r.max_rss_kib < REFUSED_RSS_KIB, "refused at a peak of %ld MiB", r.max_rss_kib >> 10);
     tu_run_free(&r);
