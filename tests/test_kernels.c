@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "check.h"
+#include "kernels/cpu/formats.h"
 #include "kernels/kernels.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -86,7 +87,8 @@ static void test_threadpool_null_and_split(void) {
 
 /* ---- matmul and embedding ------------------------------------------------------------------- */
 
-/* Weights rounded to `dtype` and stored in it, plus the exact f32 values they hold. */
+/* Weights rounded to `dtype` and stored in it, plus the exact f32 values they hold (int8 and e4m3:
+ * random codes and their values, before any scale). */
 typedef struct test_weights {
     void *data;
     float *exact;
@@ -102,6 +104,15 @@ static test_weights make_weights(cv_dtype dtype, int64_t n) {
         } else if (dtype == CV_DTYPE_F16) {
             ((uint16_t *)w.data)[i] = cv_f32_to_f16(v);
             w.exact[i] = cv_f16_to_f32(((uint16_t *)w.data)[i]);
+        } else if (dtype == CV_DTYPE_I8) {
+            int8_t q = i == 0 ? -128 : (int8_t)(v * 128.0f); /* the codes' whole range */
+            ((int8_t *)w.data)[i] = q;
+            w.exact[i] = q;
+        } else if (dtype == CV_DTYPE_F8_E4M3) {
+            uint8_t b = (uint8_t)(v * 128.0f + 128.0f);
+            if ((b & 0x7f) == 0x7f) b ^= 1; /* no NaN codes */
+            ((uint8_t *)w.data)[i] = b;
+            w.exact[i] = cv_fp8_e4m3_to_f32(b);
         } else {
             ((float *)w.data)[i] = v;
             w.exact[i] = v;
@@ -150,73 +161,6 @@ static void test_matmul(cv_threadpool *pool) {
             check_matmul(pool, dtypes[d], shapes[s][0], shapes[s][1], shapes[s][2]);
 }
 
-/* Packed panels: one or several stacked parts, odd K (a half pair), rows not a multiple of 16, token
- * counts that cross the register tile (6) and the token block (60), K beyond one k block (256). */
-static void check_panels(cv_threadpool *pool, int64_t m, const int64_t *part_rows, int n_parts, int64_t k) {
-    int64_t n = 0;
-    for (int j = 0; j < n_parts; j++) n += part_rows[j];
-    test_weights w = make_weights(CV_DTYPE_BF16, n * k);
-    cv_matrix parts[4];
-    float *ys[4];
-    for (int j = 0, r = 0; j < n_parts; r += (int)part_rows[j], j++) {
-        parts[j] = (cv_matrix){(const uint16_t *)w.data + r * k, CV_DTYPE_BF16, part_rows[j], k};
-        ys[j] = rand_vec(m * part_rows[j]);
-    }
-    cv_panels packed;
-    CHECK_EQ_INT(cv_panels_pack(pool, parts, n_parts, &packed), 0);
-    CHECK_EQ_INT(packed.rows, n);
-    float *x = rand_vec(m * k);
-    if (n_parts == 1) cv_matmul_panels(pool, &packed, x, m, ys[0]);
-    else cv_matmul_panels_parts(pool, &packed, x, m, n_parts, part_rows, ys);
-    int bad = 0;
-    double worst = 0;
-    for (int j = 0, r0 = 0; j < n_parts; r0 += (int)part_rows[j], j++)
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t c = 0; c < part_rows[j]; c++) {
-                double ref = 0, mag = 0;
-                for (int64_t e = 0; e < k; e++) {
-                    double term = (double)x[i * k + e] * w.exact[(r0 + c) * k + e];
-                    ref += term;
-                    mag += fabs(term);
-                }
-                double err = fabs(ys[j][i * part_rows[j] + c] - ref) / (mag + 1e-30);
-                worst = err > worst ? err : worst;
-                bad += err > 1e-5;
-            }
-    CHECK_MSG(bad == 0, "%s panel matmul M=%lld N=%lld (%d parts) K=%lld threads=%d: %d wrong (worst rel %.3g)",
-              cv_isa_name(cv_isa_active()), (long long)m, (long long)n, n_parts, (long long)k,
-              cv_threadpool_size(pool), bad, worst);
-    /* The packed matrix still yields its rows as an embedding table (tied lm_head). */
-    const int32_t ids[] = {0, (int32_t)(n - 1), (int32_t)(n / 2)};
-    float *row = rand_vec(3 * k);
-    cv_embed_panels(&packed, ids, 3, row);
-    int wrong_rows = 0;
-    for (int i = 0; i < 3; i++)
-        for (int64_t e = 0; e < k; e++) wrong_rows += row[i * k + e] != w.exact[ids[i] * k + e];
-    CHECK_MSG(wrong_rows == 0, "embed from panels N=%lld K=%lld: %d wrong", (long long)n, (long long)k, wrong_rows);
-    cv_panels_release(&packed);
-    CHECK(packed.data == NULL);
-    for (int j = 0; j < n_parts; j++) free(ys[j]);
-    free(row);
-    free(x);
-    free_weights(&w);
-}
-
-static void test_panels(cv_threadpool *pool) {
-    static const int64_t one[][3] = {{1, 37, 67}, {7, 45, 33}, {130, 21, 301}, {61, 100, 1}, {1, 16, 2}, {13, 3, 300}};
-    for (size_t s = 0; s < CV_ARRAY_LEN(one); s++) check_panels(pool, one[s][0], &one[s][1], 1, one[s][2]);
-    const int64_t qkv[] = {48, 16, 16}, gate_up[] = {32, 23};
-    check_panels(pool, 1, qkv, 3, 75);
-    check_panels(pool, 67, qkv, 3, 75);
-    check_panels(pool, 9, gate_up, 2, 40);
-    /* Only bf16 is packed; anything else is refused with a message, not packed wrongly. */
-    float f[4] = {0};
-    cv_matrix f32 = {f, CV_DTYPE_F32, 2, 2};
-    cv_panels out;
-    CHECK_EQ_INT(cv_panels_pack(pool, &f32, 1, &out), CVLLM_ERR_UNSUPPORTED);
-    CHECK_CONTAINS(cv_error_message(), "bf16");
-}
-
 static void test_embed(void) {
     static const cv_dtype dtypes[] = {CV_DTYPE_F32, CV_DTYPE_BF16, CV_DTYPE_F16};
     const int64_t rows = 11, cols = 13;
@@ -232,6 +176,390 @@ static void test_embed(void) {
         CHECK_MSG(bad == 0, "embed %s: %d wrong", cv_dtype_name(dtypes[d]), bad);
         free_weights(&w);
     }
+}
+
+/* ---- weights in kernel formats -------------------------------------------------------------- */
+
+/* The kernel paths: every ISA, and AVX-512 without and with VNNI (which only its int8 kernel uses). */
+typedef struct kernel_path {
+    cv_isa isa;
+    bool vnni;
+} kernel_path;
+
+static const kernel_path kernel_paths[] = {
+    {CV_ISA_SCALAR, false}, {CV_ISA_AVX2, false}, {CV_ISA_AVX512, false}, {CV_ISA_AVX512, true}};
+
+static const char *path_name(kernel_path p) { return p.vnni ? "avx512-vnni" : cv_isa_name(p.isa); }
+
+static const char *active_path = "default";
+
+/* Makes p the active path; false (with a printed reason when `report`) where the CPU lacks it. */
+static bool use_path(kernel_path p, bool report) {
+    if (cv_isa_force(p.isa) || cv_cpu_vnni_enable(p.vnni)) {
+        if (report) printf("test_kernels: %s skipped: %s\n", path_name(p), cv_error_message());
+        return false;
+    }
+    active_path = path_name(p);
+    return true;
+}
+
+/* A stack of checkpoint parts with random codes (make_weights), as the loader hands them over:
+ * int8 parts with row scales and (on even parts) biases, e4m3 parts with block scales. */
+typedef struct test_stack {
+    cv_dtype dtype;
+    int n_parts;
+    int64_t part_rows[4], rows, cols;
+    int32_t block;
+    test_weights w;          /* [rows][cols], the parts one after another */
+    float *row_scale;        /* I8 */
+    int32_t *row_bias;       /* I8 */
+    float *block_scale[4];   /* F8_E4M3, per part */
+    cv_weight_part parts[4];
+} test_stack;
+
+static int64_t blocks(int64_t n, int32_t block) { return (n + block - 1) / block; }
+
+static test_stack make_stack(cv_dtype dtype, const int64_t *part_rows, int n_parts, int64_t cols, int32_t block) {
+    test_stack s = {.dtype = dtype, .n_parts = n_parts, .cols = cols, .block = block};
+    for (int j = 0; j < n_parts; j++) s.rows += s.part_rows[j] = part_rows[j];
+    s.w = make_weights(dtype, s.rows * cols);
+    s.row_scale = cv_xmalloc((size_t)s.rows * sizeof *s.row_scale);
+    s.row_bias = cv_xmalloc((size_t)s.rows * sizeof *s.row_bias);
+    for (int64_t r = 0; r < s.rows; r++) {
+        s.row_scale[r] = (1.5f + frand()) * 1e-3f;
+        s.row_bias[r] = (int32_t)(frand() * 1e6f);
+    }
+    for (int j = 0, r0 = 0; j < n_parts; r0 += (int)part_rows[j], j++) {
+        const int64_t nb = blocks(part_rows[j], block) * blocks(cols, block);
+        s.block_scale[j] = cv_xmalloc((size_t)nb * sizeof(float));
+        for (int64_t b = 0; b < nb; b++) s.block_scale[j][b] = (1.5f + frand()) * 0.01f;
+        s.parts[j] = (cv_weight_part){
+            .dtype = dtype,
+            .rows = part_rows[j],
+            .cols = cols,
+            .data = (const char *)s.w.data + (size_t)(r0 * cols) * cv_dtype_size(dtype),
+            .row_scale = s.row_scale + r0,
+            .row_bias = j % 2 == 0 ? s.row_bias + r0 : NULL,
+            .block_scale = s.block_scale[j],
+            .block = block,
+        };
+    }
+    return s;
+}
+
+static void free_stack(test_stack *s) {
+    free_weights(&s->w);
+    free(s->row_scale);
+    free(s->row_bias);
+    for (int j = 0; j < s->n_parts; j++) free(s->block_scale[j]);
+}
+
+/* Weight (r, c) of the stack as the model means it (e4m3 times its block's scale). */
+static double stack_weight(const test_stack *s, int64_t r, int64_t c) {
+    double v = s->w.exact[r * s->cols + c];
+    if (s->dtype != CV_DTYPE_F8_E4M3) return v;
+    int j = 0;
+    while (r >= s->part_rows[j]) r -= s->part_rows[j++];
+    return v * s->block_scale[j][(r / s->block) * blocks(s->cols, s->block) + c / s->block];
+}
+
+/* The input of a linear: f32 rows, and the same count of int8 rows (cv_act_i8_stride apart, zero
+ * past cols) with per-row scales. */
+typedef struct test_input {
+    float *f32;
+    int8_t *i8;
+    float *scale;
+} test_input;
+
+static test_input make_input(int64_t m, int64_t cols) {
+    const int64_t stride = cv_act_i8_stride(cols);
+    CHECK(stride >= cols && stride % 4 == 0);
+    test_input x = {rand_vec(m * cols), cv_xcalloc((size_t)(m * stride), 1), rand_vec(m)};
+    for (int64_t i = 0; i < m; i++) {
+        x.scale[i] = fabsf(x.scale[i]) + 0.25f;
+        for (int64_t c = 0; c < cols; c++) x.i8[i * stride + c] = (int8_t)(frand() * 128.0f);
+    }
+    x.i8[0] = -128; /* the codes' whole range */
+    return x;
+}
+
+static void free_input(test_input *x) {
+    free(x->f32);
+    free(x->i8);
+    free(x->scale);
+}
+
+/* The I8_PANELS result of one output from a plain int64 dot product: the sum must fit an int32,
+ * and the epilogue is (float)(sum + bias) · row scale · token scale. */
+static float i8_reference(const test_stack *s, const test_input *x, bool scaled, int64_t t, int64_t r) {
+    const int64_t stride = cv_act_i8_stride(s->cols);
+    int64_t acc = 0;
+    for (int64_t c = 0; c < s->cols; c++) acc += (int64_t)x->i8[t * stride + c] * (int64_t)s->w.exact[r * s->cols + c];
+    int j = 0;
+    int64_t lr = r;
+    while (lr >= s->part_rows[j]) lr -= s->part_rows[j++];
+    acc += s->parts[j].row_bias ? s->parts[j].row_bias[lr] : 0;
+    if (acc < INT32_MIN || acc > INT32_MAX) return NAN; /* the test's shapes keep it in range */
+    float v = (float)acc;
+    v = v * s->row_scale[r];
+    return v * (scaled ? x->scale[t] : 1.0f);
+}
+
+/* cv_linear over the packed stack for m tokens, against the reference: the same bits for int8,
+ * within f32 rounding of Σ|terms| for the float formats. Returns the outputs, part after part. */
+static float *check_linear(cv_threadpool *pool, const test_stack *s, const cv_weight *w, const test_input *x,
+                           int64_t m, bool scaled) {
+    float *out = rand_vec(m * s->rows), *ys[4];
+    for (int j = 0, r0 = 0; j < s->n_parts; r0 += (int)s->part_rows[j], j++) ys[j] = out + m * r0;
+    const cv_act act = {.f32 = x->f32, .i8 = x->i8, .i8_scale = scaled ? x->scale : NULL};
+    cv_linear(pool, w, &act, m, s->n_parts, s->part_rows, ys);
+    int bad = 0;
+    double worst = 0;
+    for (int j = 0, r0 = 0; j < s->n_parts; r0 += (int)s->part_rows[j], j++)
+        for (int64_t t = 0; t < m; t++)
+            for (int64_t c = 0; c < s->part_rows[j]; c++) {
+                const float got = ys[j][t * s->part_rows[j] + c];
+                if (s->dtype == CV_DTYPE_I8) {
+                    const float ref = i8_reference(s, x, scaled, t, r0 + c);
+                    bad += memcmp(&got, &ref, sizeof got) != 0;
+                    worst = fmax(worst, fabs((double)got - ref));
+                    continue;
+                }
+                double ref = 0, mag = 0;
+                for (int64_t e = 0; e < s->cols; e++) {
+                    double term = (double)x->f32[t * s->cols + e] * stack_weight(s, r0 + c, e);
+                    ref += term;
+                    mag += fabs(term);
+                }
+                double err = fabs(got - ref) / (mag + 1e-30);
+                worst = fmax(worst, err);
+                bad += err > 1e-5;
+            }
+    CHECK_MSG(bad == 0, "%s %s M=%lld rows=%lld (%d parts) cols=%lld threads=%d: %d wrong (worst %.3g)",
+              active_path, cv_wformat_name(w->format), (long long)m,
+              (long long)s->rows, s->n_parts, (long long)s->cols, cv_threadpool_size(pool), bad, worst);
+    return out;
+}
+
+/* Odd shapes: cols not a multiple of 2, 4 or 128, rows not a multiple of 16, token counts across
+ * the register tile and the 64-token block, K across the prefill k blocks (256 bf16 pairs, 512
+ * int8 columns), stacked parts (q|k|v, gate|up). */
+static const struct linear_case {
+    int64_t m, cols;
+    int n_parts;
+    int64_t part_rows[3];
+} linear_cases[] = {
+    {1, 67, 1, {37}},  {7, 33, 1, {45}},  {130, 301, 1, {21}},     {61, 1, 1, {100}},       {1, 2, 1, {16}},
+    {13, 300, 1, {3}}, {5, 1031, 1, {40}}, {1, 75, 3, {48, 16, 16}}, {67, 75, 3, {48, 16, 16}}, {9, 40, 2, {32, 23}},
+};
+
+static void test_format(cv_threadpool *pool, cv_dtype dtype) {
+    for (size_t i = 0; i < CV_ARRAY_LEN(linear_cases); i++) {
+        const struct linear_case *lc = &linear_cases[i];
+        test_stack s = make_stack(dtype, lc->part_rows, lc->n_parts, lc->cols, 128);
+        cv_weight w;
+        CHECK_EQ_INT(cv_weight_pack(pool, s.parts, s.n_parts, &w), 0);
+        CHECK_EQ_INT(w.format, cv_wformat_for_dtype(dtype));
+        CHECK(w.rows == s.rows && w.cols == s.cols && w.owned);
+        test_input x = make_input(lc->m, lc->cols);
+        free(check_linear(pool, &s, &w, &x, lc->m, i % 2 == 0));
+        cv_weight_release(&w);
+        CHECK(w.data == NULL);
+        free_input(&x);
+        free_stack(&s);
+    }
+}
+
+/* The row-major views through cv_linear, split into parts as a fused projection would be. */
+static void test_views(cv_threadpool *pool) {
+    static const cv_dtype dtypes[] = {CV_DTYPE_F32, CV_DTYPE_BF16, CV_DTYPE_F16};
+    const int64_t part_rows[] = {32, 16, 19}, rows = 67, cols = 37, m = 9;
+    for (size_t d = 0; d < CV_ARRAY_LEN(dtypes); d++) {
+        test_weights w = make_weights(dtypes[d], rows * cols);
+        const cv_matrix mat = {w.data, dtypes[d], rows, cols};
+        const cv_weight view = cv_weight_view(&mat);
+        CHECK(!view.owned && view.data == w.data);
+        CHECK_EQ_INT(cv_weight_packed_bytes(view.format, rows, cols), rows * cols * cv_dtype_size(dtypes[d]));
+        float *x = rand_vec(m * cols), *whole = rand_vec(m * rows), *split = rand_vec(m * rows);
+        float *ys[] = {split, split + m * 32, split + m * 48};
+        cv_matmul(pool, &mat, x, m, whole);
+        cv_linear(pool, &view, &(cv_act){.f32 = x}, m, 3, part_rows, ys);
+        int bad = 0;
+        for (int64_t t = 0; t < m; t++)
+            for (int64_t r = 0, j = 0, lr = 0; r < rows; r++, lr++) {
+                if (lr == part_rows[j]) j++, lr = 0;
+                bad += ys[j][t * part_rows[j] + lr] != whole[t * rows + r];
+            }
+        CHECK_MSG(bad == 0, "%s view in parts differs from cv_matmul: %d", cv_wformat_name(view.format), bad);
+        free(x);
+        free(whole);
+        free(split);
+        free_weights(&w);
+    }
+}
+
+/* The int8 kernels of every path give the same bits (each must equal the int64 reference anyway;
+ * this compares the paths directly on one product with k blocks, parts and partial panels). */
+static void test_i8_paths_agree(cv_threadpool *pool) {
+    const int64_t part_rows[] = {48, 16, 21}, m = 67, cols = 1031;
+    test_stack s = make_stack(CV_DTYPE_I8, part_rows, 3, cols, 128);
+    cv_weight w;
+    CHECK_EQ_INT(cv_weight_pack(pool, s.parts, 3, &w), 0);
+    test_input x = make_input(m, cols);
+    float *first = NULL;
+    for (size_t p = 0; p < CV_ARRAY_LEN(kernel_paths); p++) {
+        if (!use_path(kernel_paths[p], false)) continue;
+        float *out = check_linear(pool, &s, &w, &x, m, true);
+        if (!first) first = out;
+        else {
+            CHECK_MSG(memcmp(first, out, (size_t)(m * s.rows) * sizeof *out) == 0, "%s int8 result differs from %s",
+                      path_name(kernel_paths[p]), cv_isa_name(CV_ISA_SCALAR));
+            free(out);
+        }
+    }
+    free(first);
+    free_input(&x);
+    cv_weight_release(&w);
+    free_stack(&s);
+}
+
+/* The int32 sum at the format's column limit with the largest codes: the VNNI kernel's offset sum
+ * Σ (x+128)·w wraps its int32 lanes on the way, and the result must still be exact. */
+static void test_i8_extremes(cv_threadpool *pool) {
+    const int64_t cols = 131071, rows = 3;
+    int8_t *codes = cv_xmalloc((size_t)(rows * cols));
+    const int64_t stride = cv_act_i8_stride(cols);
+    int8_t *x = cv_xcalloc((size_t)(2 * stride), 1);
+    for (int64_t c = 0; c < cols; c++) {
+        codes[c] = -128, codes[cols + c] = 127, codes[2 * cols + c] = c % 2 ? 127 : -128;
+        x[c] = 127, x[stride + c] = -128;
+    }
+    const float scale[] = {1.0f, 1.0f, 1.0f};
+    const int32_t bias[] = {0, -5, 7};
+    cv_weight_part part = {.dtype = CV_DTYPE_I8, .rows = rows, .cols = cols, .data = codes, .row_scale = scale,
+                           .row_bias = bias};
+    cv_weight w;
+    CHECK_EQ_INT(cv_weight_pack(pool, &part, 1, &w), 0);
+    float y[2 * 3];
+    cv_linear(pool, &w, &(cv_act){.i8 = x}, 2, 1, &w.rows, (float *[]){y});
+    const int64_t half = cols / 2; /* row 2: (cols+1)/2 codes -128 at even c, the rest 127 */
+    const int64_t expect[2][3] = {
+        {-16256 * cols, 16129 * cols - 5, -16256 * (cols - half) + 16129 * half + 7},
+        {16384 * cols, -16256 * cols - 5, 16384 * (cols - half) - 16256 * half + 7},
+    };
+    for (int t = 0; t < 2; t++)
+        for (int r = 0; r < 3; r++)
+            CHECK_MSG(y[t * 3 + r] == (float)expect[t][r], "%s int8 extreme t=%d r=%d: %.9g != %lld",
+                      active_path, t, r, (double)y[t * 3 + r],
+                      (long long)expect[t][r]);
+    cv_weight_release(&w);
+    free(codes);
+    free(x);
+}
+
+/* Packing does not depend on the pool, pack_into writes what pack maps, and the old cv_panels API
+ * is the same code: same bytes, same results, same rows. */
+static void test_packing(cv_threadpool *pool) {
+    static const cv_dtype dtypes[] = {CV_DTYPE_BF16, CV_DTYPE_I8};
+    const int64_t part_rows[] = {32, 23}, cols = 45;
+    for (size_t d = 0; d < CV_ARRAY_LEN(dtypes); d++) {
+        test_stack s = make_stack(dtypes[d], part_rows, 2, cols, 128);
+        cv_weight a, b;
+        CHECK_EQ_INT(cv_weight_pack(pool, s.parts, 2, &a), 0);
+        const size_t bytes = cv_weight_packed_bytes(a.format, s.rows, cols);
+        void *dst = cv_xmalloc(bytes);
+        CHECK_EQ_INT(cv_weight_pack_into(NULL, s.parts, 2, dst, &b), 0);
+        CHECK(!b.owned && b.data == dst && b.format == a.format && b.rows == a.rows);
+        CHECK_MSG(memcmp(a.data, b.data, bytes) == 0, "%s: pack with %d threads and pack_into differ",
+                  cv_wformat_name(a.format), cv_threadpool_size(pool));
+        if (dtypes[d] == CV_DTYPE_BF16) {
+            const cv_matrix mats[] = {{s.parts[0].data, CV_DTYPE_BF16, 32, cols}, {s.parts[1].data, CV_DTYPE_BF16, 23, cols}};
+            cv_panels old;
+            CHECK_EQ_INT(cv_panels_pack(pool, mats, 2, &old), 0);
+            CHECK_EQ_INT(cv_panels_bytes(s.rows, cols), bytes);
+            CHECK(memcmp(old.data, a.data, bytes) == 0);
+            float *x = rand_vec(5 * cols), *y_old = rand_vec(5 * s.rows), *y_new = rand_vec(5 * s.rows);
+            cv_matmul_panels_parts(pool, &old, x, 5, 2, part_rows, (float *[]){y_old, y_old + 5 * 32});
+            cv_linear(pool, &a, &(cv_act){.f32 = x}, 5, 2, part_rows, (float *[]){y_new, y_new + 5 * 32});
+            CHECK(memcmp(y_old, y_new, (size_t)(5 * s.rows) * sizeof(float)) == 0);
+            /* rows back as f32, from the panels (a tied embedding) */
+            const int32_t ids[] = {0, (int32_t)s.rows - 1, 33};
+            float *row_old = rand_vec(3 * cols), *row_new = rand_vec(3 * cols);
+            cv_embed_panels(&old, ids, 3, row_old);
+            cv_embed_weight(&a, ids, 3, row_new);
+            int wrong = 0;
+            for (int i = 0; i < 3; i++)
+                for (int64_t c = 0; c < cols; c++)
+                    wrong += row_old[i * cols + c] != s.w.exact[ids[i] * cols + c] || row_new[i * cols + c] != row_old[i * cols + c];
+            CHECK_MSG(wrong == 0, "rows from bf16 panels: %d wrong", wrong);
+            cv_panels_release(&old);
+            CHECK(old.data == NULL);
+            free(x);
+            free(y_old);
+            free(y_new);
+            free(row_old);
+            free(row_new);
+        }
+        free(dst);
+        cv_weight_release(&a);
+        free_stack(&s);
+    }
+}
+
+/* What cannot be packed is refused with one line, nothing half-done. */
+static void test_pack_errors(void) {
+    int8_t codes[32 * 8] = {0};
+    uint16_t halves[32 * 8] = {0};
+    float scale[32], bad_scale[32];
+    for (int i = 0; i < 32; i++) scale[i] = bad_scale[i] = 1.0f;
+    bad_scale[17] = NAN;
+    const cv_weight_part i8 = {.dtype = CV_DTYPE_I8, .rows = 32, .cols = 8, .data = codes, .row_scale = scale};
+    const cv_weight_part bf16 = {.dtype = CV_DTYPE_BF16, .rows = 32, .cols = 8, .data = halves};
+    cv_weight w = {0};
+    cv_weight_part p[5] = {i8, i8, i8, i8, i8};
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 5, &w), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cv_error_message(), "1 to 4 parts");
+    p[1] = bf16;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cv_error_message(), "mix I8 and BF16");
+    p[1] = i8, p[1].cols = 7;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cv_error_message(), "same number of columns");
+    p[1] = i8, p[0].rows = 20;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cv_error_message(), "multiple of 16");
+    p[0] = i8, p[0].row_scale = NULL;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 1, &w), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cv_error_message(), "scale per row");
+    p[0] = i8, p[1] = i8, p[1].row_scale = bad_scale;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), CVLLM_ERR_FORMAT);
+    CHECK_CONTAINS(cv_error_message(), "part 1 of a packed i8_panels weight: row 17 has the scale nan");
+    p[0] = i8, p[0].cols = 131072;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 1, &w), CVLLM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(cv_error_message(), "131071");
+    float f[4] = {0};
+    p[0] = (cv_weight_part){.dtype = CV_DTYPE_F32, .rows = 2, .cols = 2, .data = f};
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 1, &w), CVLLM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(cv_error_message(), "F32 weights have no packed format");
+    CHECK(w.data == NULL);
+    /* the old API only ever packed bf16 */
+    cv_matrix f32 = {f, CV_DTYPE_F32, 2, 2};
+    cv_panels out;
+    CHECK_EQ_INT(cv_panels_pack(NULL, &f32, 1, &out), CVLLM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(cv_error_message(), "bf16");
+}
+
+static void test_format_names(void) {
+    CHECK_EQ_INT(cv_wformat_for_dtype(CV_DTYPE_BF16), CV_WFORMAT_BF16_PANELS);
+    CHECK_EQ_INT(cv_wformat_for_dtype(CV_DTYPE_I8), CV_WFORMAT_I8_PANELS);
+    CHECK_EQ_INT(cv_wformat_for_dtype(CV_DTYPE_F16), -1);
+    CHECK(cv_wformat_int8_input(CV_WFORMAT_I8_PANELS) && !cv_wformat_int8_input(CV_WFORMAT_BF16_PANELS));
+    CHECK_STR_EQ(cv_wformat_name(CV_WFORMAT_I8_PANELS), "i8_panels");
+    CHECK_STR_EQ(cv_wformat_name(CV_WFORMAT_BF16), "bf16");
+    CHECK_STR_EQ(cv_wformat_name(CV_WFORMAT_COUNT), "unknown");
+    /* 16-row panels of 4-column groups, then 48 words per panel */
+    CHECK_EQ_INT(cv_weight_packed_bytes(CV_WFORMAT_I8_PANELS, 17, 5), 2 * (2 * 64 + 192));
+    CHECK_EQ_INT(cv_weight_packed_bytes(CV_WFORMAT_BF16_PANELS, 17, 5), 2 * 3 * 64);
 }
 
 /* ---- row-wise kernels ----------------------------------------------------------------------- */
@@ -568,28 +896,33 @@ int main(void) {
     test_threadpool_null_and_split();
     for (int n = 1; n <= 3; n++) test_threadpool(n);
     test_isa_selection();
+    test_format_names();
+    test_pack_errors();
     cv_threadpool *pools[] = {NULL, cv_threadpool_create(3)};
-    for (int isa = 0; isa < CV_ISA_COUNT; isa++) {
-        if (!cv_isa_supported((cv_isa)isa)) {
-            printf("test_kernels: %s not supported here, skipped\n", cv_isa_name((cv_isa)isa));
-            continue;
-        }
-        CHECK_EQ_INT(cv_isa_force((cv_isa)isa), 0);
-        CHECK_EQ_INT(cv_isa_active(), isa);
+    for (size_t path = 0; path < CV_ARRAY_LEN(kernel_paths); path++) {
+        if (!use_path(kernel_paths[path], true)) continue;
+        CHECK_EQ_INT(cv_isa_active(), kernel_paths[path].isa);
         for (size_t p = 0; p < CV_ARRAY_LEN(pools); p++) {
+            test_format(pools[p], CV_DTYPE_I8);
+            if (kernel_paths[path].vnni) continue; /* the rest does not use VNNI */
+            test_format(pools[p], CV_DTYPE_BF16);
+            test_views(pools[p]);
+            test_packing(pools[p]);
             test_matmul(pools[p]);
-            test_panels(pools[p]);
             test_attention(pools[p]);
             test_add_rmsnorm(pools[p]);
             test_swiglu(pools[p]);
             test_rmsnorm_rope(pools[p]);
         }
+        test_i8_extremes(pools[1]);
+        if (kernel_paths[path].vnni) continue;
         test_rmsnorm();
         test_elementwise();
         test_embed();
         test_rope();
         test_kv_write();
     }
+    test_i8_paths_agree(pools[1]);
     cv_threadpool_free(pools[1]);
     return cv_check_summary("test_kernels");
 }

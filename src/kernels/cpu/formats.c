@@ -21,6 +21,7 @@ const cv_format_traits *const cv_formats[CV_WFORMAT_COUNT] = {
     [CV_WFORMAT_BF16] = &cv_format_bf16,
     [CV_WFORMAT_F16] = &cv_format_f16,
     [CV_WFORMAT_BF16_PANELS] = &cv_format_bf16_panels,
+    [CV_WFORMAT_I8_PANELS] = &cv_format_i8_panels,
 };
 
 const cv_gemm_kernel *cv_format_gemm(cv_wformat f) {

@@ -120,6 +120,15 @@ extern const cv_gemm_kernel cv_avx512_rows_f32, cv_avx512_rows_bf16, cv_avx512_r
 /* I8_PANELS aux of one panel: 16 f32 row scales, then 16 int32 biases, then 16 int32 code sums. */
 enum { CV_I8_AUX_SCALE = 0, CV_I8_AUX_BIAS = 16, CV_I8_AUX_SUM = 32, CV_I8_AUX_WORDS = 48 };
 
+/* The I8_PANELS epilogue, in this order on every ISA so that all give the same bits: the int32 sum
+ * plus the bias (wrapping as the SIMD add does), converted to f32 (round to nearest even), times
+ * the row's scale, times the token's. */
+static inline float cv_i8_dequant(int32_t acc, int32_t bias, float scale, float x_scale) {
+    float v = (float)(int32_t)((uint32_t)acc + (uint32_t)bias);
+    v = v * scale;
+    return v * x_scale;
+}
+
 /* FP8_PANELS aux of one panel: one f32 scale per CV_FP8_SCALE_COLS columns, times 256 (the
  * kernels widen a code to its value / 256, see cv_fp8_f16_bits). */
 enum { CV_FP8_SCALE_COLS = 128 };
