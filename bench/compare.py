@@ -1,34 +1,55 @@
 #!/usr/bin/env python3
 """compare.py — cvllm against llama.cpp on the same CPU, weights and thread count; prints the table.
 
-Rows (the issue's targets):
-  decode   batch-1 decode tok/s: `cvllm bench latency` (1-token prompt, 128 new tokens) vs
-           `llama-bench -p 0 -n 128` (tg128), plus the memory-bandwidth bound: weight bytes read per
-           token ÷ the STREAM triad bandwidth on the same threads (bench/triad.c).
+Rows (the issues' targets):
+  decode   batch-1 decode tok/s: `cvllm bench latency` (1-token prompt, --tokens + 1 tokens: 128 decode
+           steps by default) vs `llama-bench -p 0 -n 128` (tg128), plus the weight bytes each engine
+           streams per second and their share of the same repetition's STREAM triad bandwidth on the
+           same threads (bench/triad.c).
   prefill  512-token prompt tok/s: `cvllm bench latency --input-len 512 --output-len 1` vs pp512.
   serve    `cvllm bench serve` (random 512 in / 128 out, max concurrency 16, 64 prompts) against
            `cvllm serve` and against `llama-server --parallel 16 --cont-batching`: output tok/s and
            p99 TPOT; also cvllm's start-to-ready time and peak resident memory.
   8b       Qwen3-8B shape batch-1 decode: cvllm --load-format dummy vs llama.cpp on a random 8B GGUF.
+  w8a8-decode, w8a8-prefill, w8a8-8b
+           the same rows 8-bit: cvllm on the W8A8_DYNAMIC checkpoint `cvllm quantize --scheme
+           w8a8_dynamic --recipe dense` writes from the bf16 checkpoint (--quantization ascend), llama.cpp
+           on `llama-quantize … Q8_0` of the bf16 GGUF. The 8B one: cvllm --load-format dummy on the
+           8B config with a W8A8_DYNAMIC quant_model_description.json (every attention and MLP linear,
+           as the dense recipe writes it). cvllm's W8A8 keeps the lm_head bf16 (msModelSlim's recipe)
+           where Q8_0 has an int8 one, so each engine's bandwidth share is of its own bytes.
+  fp8-decode
+           cvllm only: batch-1 decode of the 0.6B config as Qwen's block-wise FP8 (config.json
+           quantization_config, e4m3 weights, 128×128 scales) vs as W8A8_DYNAMIC, both --load-format
+           dummy (the same loader path for both, so the ratio is the kernels').
 
 Both engines run the same random bf16 checkpoint (tools/make_random_checkpoint.py; llama.cpp reads
-it converted by bench/hf_to_gguf.py), made once under the work folder. Runs of the two engines are
-interleaved and repeated (--reps) and medians are reported, since shared machines are noisy.
+it converted by bench/hf_to_gguf.py), made once under the work folder, as are the quantized
+checkpoints made from it. Runs of the two engines are interleaved and repeated (--reps; the 8B rows
+take part in every other repetition) and medians are reported, since shared machines are noisy.
+Weight bytes per token are read from each engine's own files (safetensors and GGUF headers): every
+tensor but the embedding, which a token only gathers from, unless it is also the lm_head (tied).
 
 llama.cpp: a source checkout at --llama-dir (or $LLAMA_CPP_DIR) is built there once (llama-bench,
-llama-server) if it has no build; without a checkout the llama.cpp columns say "n/a" and why.
+llama-server, llama-quantize) if it has no build; without a checkout the llama.cpp columns say "n/a"
+and why. The last column says which of its paths ran: the backend, the buffer types its weights
+were loaded into (CPU_REPACK or AMX when it repacks them for its own kernels) and the CPU features
+ggml was built for.
 
 Usage: bench/compare.py [--threads 2] [--reps 5] [--work DIR] [--llama-dir DIR] [--cvllm BIN]
-                        [--serve-prompts 64] [--serve-reps 1] [--eight-b-tokens 16]
-                        [--rows decode,prefill,serve,8b]
+                        [--serve-prompts 64] [--serve-reps 1] [--tokens 128] [--prompt-len 512]
+                        [--eight-b-tokens 16]
+                        [--rows decode,prefill,serve,8b,w8a8-decode,w8a8-prefill,w8a8-8b,fp8-decode]
 Stdlib only; the checkpoint tools need a python3 with numpy (found automatically).
 """
 import argparse
+import ctypes
 import json
 import os
 import shutil
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -42,9 +63,25 @@ def log(msg):
     print(f"[compare] {msg}", file=sys.stderr, flush=True)
 
 
-def run(cmd, **kw):
-    log(" ".join(str(c) for c in cmd))
-    return subprocess.run([str(c) for c in cmd], check=True, **kw)
+def run(cmd, quiet=False, **kw):
+    """Runs cmd (logged); a non-zero exit raises. quiet: its stdout and stderr are captured and their
+    last lines logged only if it fails, and the result carries its peak resident memory (peak_rss_mib,
+    from wait4)."""
+    cmd = [str(c) for c in cmd]
+    log(" ".join(cmd))
+    if not quiet:
+        return subprocess.run(cmd, check=True, **kw)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace", **kw)
+    out = proc.stdout.read()
+    proc.stdout.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: the Popen must not wait again
+    if proc.returncode:
+        log("its last lines:\n" + "\n".join(out.splitlines()[-20:]))
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    r = subprocess.CompletedProcess(cmd, 0, out)
+    r.peak_rss_mib = usage.ru_maxrss / 1024
+    return r
 
 
 def numpy_python():
@@ -76,46 +113,191 @@ def build_triad(args):
     return out
 
 
-def find_llama(args, rows):
-    """(bin dir, None) or (None, reason)."""
+def find_llama(args, tools):
+    """(bin dir, None) or (None, reason); the llama.cpp tools named (llama-bench, ...) are built if missing."""
     d = args.llama_dir
     if not d or not os.path.isfile(os.path.join(d, "CMakeLists.txt")):
         return None, f"no llama.cpp checkout at {d or '(unset)'}; set --llama-dir or LLAMA_CPP_DIR"
     bindir = os.path.join(d, "build", "bin")
-    need = ["llama-bench"] + (["llama-server"] if "serve" in rows else [])
-    if not all(os.path.exists(os.path.join(bindir, b)) for b in need):
+    missing = [t for t in tools if not os.path.exists(os.path.join(bindir, t))]
+    if missing:
         log(f"building llama.cpp in {d}/build")
         run(["cmake", "-S", d, "-B", os.path.join(d, "build"), "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
              "-DLLAMA_CURL=OFF"], stdout=subprocess.DEVNULL)
-        run(["cmake", "--build", os.path.join(d, "build"), "--target", *need, "-j", str(os.cpu_count() or 2)],
+        run(["cmake", "--build", os.path.join(d, "build"), "--target", *missing, "-j", str(os.cpu_count() or 2)],
             stdout=subprocess.DEVNULL)
     return bindir, None
 
 
-def checkpoint(args, shape):
-    """The random checkpoint folder of a shipped config and its GGUF, made once."""
-    folder = os.path.join(args.work, f"qwen3-{shape}-random")
-    gguf = folder + ".gguf"
-    py = None
-    if not os.path.exists(os.path.join(folder, "model.safetensors")):
-        py = py or numpy_python()
-        run([py, os.path.join(REPO, "tools", "make_random_checkpoint.py"),
-             os.path.join(REPO, "models", "Qwen", f"Qwen3-{shape}"), folder])
-    if args.llama_bin and not os.path.exists(gguf):
-        py = py or numpy_python()
-        run([py, os.path.join(REPO, "bench", "hf_to_gguf.py"), folder, gguf, "--gguf-py",
-             os.path.join(args.llama_dir, "gguf-py")])
-    return folder, gguf
+def made_once(out, make):
+    """out (a file or folder), made by make(path) under a temporary name and renamed when complete, so
+    that an interrupted run leaves nothing that looks made; kept from earlier runs."""
+    if not os.path.exists(out):
+        part = out + ".part"
+        if os.path.isdir(part):
+            shutil.rmtree(part)
+        elif os.path.exists(part):
+            os.remove(part)
+        make(part)
+        os.rename(part, out)
+    return out
 
 
-def weight_bytes_per_token(folder):
-    with open(os.path.join(folder, "config.json")) as f:
-        c = json.load(f)
-    h, i, layers = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
-    hd = c.get("head_dim") or h // c["num_attention_heads"]
-    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
-    per_layer = h * (q + 2 * kv) + q * h + 3 * h * i
-    return 2 * (layers * per_layer + c["vocab_size"] * h)  # bf16; lm_head streamed every token
+def shipped(shape):
+    """The shipped config folder of a Qwen3 size ("0.6B", "8B")."""
+    return os.path.join(REPO, "models", "Qwen", f"Qwen3-{shape}")
+
+
+def checkpoint(args, config_dir, name, scale=1, edit=None, tokenizer=None, keep=True):
+    """The random bf16 checkpoint folder `name` under --work of the config in config_dir (changed by
+    edit(folder) once written) and, when llama.cpp is there, its GGUF (else None); each made once.
+    keep=False: the folder only feeds the GGUF (cvllm runs that shape --load-format dummy), so it is
+    removed once converted and None is returned for it."""
+    def make(out):
+        run(["nice", "-n", "19", numpy_python(), os.path.join(REPO, "tools", "make_random_checkpoint.py"), config_dir,
+             out, "--scale", scale])
+        if edit:
+            edit(out)
+    folder, gguf = os.path.join(args.work, name), None
+    if keep or (args.llama_bin and not os.path.exists(folder + ".gguf")):
+        made_once(folder, make)
+    if args.llama_bin:
+        gguf = made_once(folder + ".gguf", lambda out: run(
+            ["nice", "-n", "19", numpy_python(), os.path.join(REPO, "bench", "hf_to_gguf.py"), folder, out,
+             "--gguf-py", os.path.join(args.llama_dir, "gguf-py"), *(["--tokenizer", tokenizer] if tokenizer else [])]))
+    if keep:
+        return folder, gguf
+    shutil.rmtree(folder, ignore_errors=True)
+    return None, gguf
+
+
+def quantized(args, folder, recipe):
+    """The W8A8_DYNAMIC checkpoint `cvllm quantize` writes from a bf16 checkpoint folder, made once."""
+    return made_once(f"{folder}-w8a8-dynamic", lambda out: run(
+        [args.cvllm, "quantize", folder, out, "--scheme", "w8a8_dynamic", "--recipe", recipe], quiet=True))
+
+
+def q8_0(args, gguf):
+    """llama-quantize's Q8_0 of a bf16 GGUF, made once."""
+    return made_once(gguf[:-len(".gguf")] + "-q8_0.gguf", lambda out: run(
+        [os.path.join(args.llama_bin, "llama-quantize"), gguf, out, "Q8_0", os.cpu_count() or 2], quiet=True))
+
+
+FP8_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128], "activation_scheme": "dynamic"}
+
+
+def dense_dynamic_description(cfg):
+    """quant_model_description.json of a dense Qwen3 with every attention and MLP linear in W8A8_DYNAMIC,
+    as `cvllm quantize --scheme w8a8_dynamic --recipe dense` writes it: tools/gen_quant_description.py's
+    dense W8A8 layout with each linear's static tensors swapped for the dynamic ones."""
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    import gen_quant_description as recipes  # noqa: E402 (tools/, next to bench/)
+    desc = {}
+    for name, scheme in recipes.qwen3_w8a8(cfg).items():
+        if name == "model_quant_type":
+            desc[name] = "W8A8_DYNAMIC"
+        elif scheme != "W8A8":
+            desc[name] = scheme
+        elif name.endswith(".weight"):  # the linear's other static tensors are left out
+            recipes.linear(desc, name[:-len(".weight")], "W8A8_DYNAMIC")
+    return desc
+
+
+def dummy_model(args, shape, quant):
+    """A model folder for --load-format dummy: the shipped Qwen3-{shape} one as is (bf16), or a copy
+    made anew with a W8A8_DYNAMIC description of the dense recipe (w8a8) or Qwen's block-wise FP8
+    quantization_config (fp8)."""
+    src = shipped(shape)
+    if quant == "bf16":
+        return src
+    d = os.path.join(args.work, f"qwen3-{shape}-{quant}-dummy")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(src, d)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    if quant == "w8a8":
+        out, doc = "quant_model_description.json", dense_dynamic_description(cfg)
+    else:
+        out, doc = "config.json", dict(cfg, quantization_config=FP8_CONFIG)
+    with open(os.path.join(d, out), "w") as f:
+        json.dump(doc, f, indent=2)
+    return d
+
+
+# ---- weight bytes -----------------------------------------------------------------------------
+
+GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+GGUF_STRING, GGUF_ARRAY = 8, 9
+
+
+def gguf_tensor_bytes(path):
+    """{tensor: bytes} from a GGUF's header: each tensor's size is the distance from its data to the
+    next tensor's (so its alignment padding, under 32 bytes, counts), which needs no table of types."""
+    with open(path, "rb") as f:
+        def read(fmt):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize(fmt)))[0]
+
+        def string():
+            return f.read(read("Q")).decode("utf-8", "replace")
+
+        def value(kind):
+            if kind == GGUF_STRING:
+                return string()
+            if kind == GGUF_ARRAY:
+                item, n = read("I"), read("Q")
+                return [value(item) for _ in range(n)]
+            return read(GGUF_SCALARS[kind])
+
+        if f.read(4) != b"GGUF":
+            sys.exit(f"compare: {path} is not a GGUF file")
+        _, n_tensors, n_kv = read("I"), read("Q"), read("Q")
+        meta = {}
+        for _ in range(n_kv):
+            key = string()
+            meta[key] = value(read("I"))
+        infos = []
+        for _ in range(n_tensors):
+            name = string()
+            for _ in range(read("I")):
+                read("Q")  # dimensions
+            read("I")  # ggml type
+            infos.append((read("Q"), name))
+        align = meta.get("general.alignment", 32)
+        data_bytes = os.path.getsize(path) - -(-f.tell() // align) * align
+    infos.sort()
+    ends = [offset for offset, _ in infos[1:]] + [data_bytes]
+    return {name: end - offset for (offset, name), end in zip(infos, ends)}
+
+
+def safetensors_tensor_bytes(folder):
+    """{tensor: bytes} from the headers of every .safetensors file in a checkpoint folder."""
+    sizes = {}
+    for file in sorted(os.listdir(folder)):
+        if file.endswith(".safetensors"):
+            with open(os.path.join(folder, file), "rb") as f:
+                (n,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(n))
+            sizes.update({k: v["data_offsets"][1] - v["data_offsets"][0]
+                          for k, v in header.items() if k != "__metadata__"})
+    return sizes
+
+
+def streamed_bytes(path, expert_share=1.0):
+    """Weight bytes one decode token reads, from the tensors as stored in path (a checkpoint folder or
+    a GGUF): all of them but the token embedding, which a token only gathers a row of (unless there is
+    no separate lm_head: then it is the lm_head), with routed experts counted at expert_share (top-k of
+    the experts). Scales and norms count; they are a fraction of a percent."""
+    sizes = gguf_tensor_bytes(path) if path.endswith(".gguf") else safetensors_tensor_bytes(path)
+    tied = "lm_head.weight" not in sizes and "output.weight" not in sizes
+    total = 0
+    for name, size in sizes.items():
+        if name.endswith("embed_tokens.weight") or name == "token_embd.weight":
+            total += size if tied else 0
+        elif ".mlp.experts." in name or "_exps." in name:
+            total += size * expert_share
+        else:
+            total += size
+    return total
 
 
 def checkpoint_bytes(folder):
@@ -132,20 +314,52 @@ def kv_bytes_per_token(folder):
 # ---- measurements -----------------------------------------------------------------------------
 
 def cvllm_latency(args, model, input_len, output_len, extra=()):
+    """(tok/s, peak resident MiB) of `cvllm bench latency`: decode tok/s, or prefill's for output_len 1."""
     with tempfile.NamedTemporaryFile(suffix=".json", dir=args.work) as out:
-        run([args.cvllm, "bench", "latency", "--model", model, "--input-len", input_len, "--output-len", output_len,
-             "--batch-size", 1, "--num-iters-warmup", 1, "--num-iters", 3, "--num-threads", args.threads,
-             "--max-model-len", 2048, "--kv-cache-memory-bytes", 1 << 30, "--output-json", out.name, *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r = run([args.cvllm, "bench", "latency", "--model", model, "--input-len", input_len, "--output-len",
+                 output_len, "--batch-size", 1, "--num-iters-warmup", 1, "--num-iters", 3, "--num-threads",
+                 args.threads, "--max-model-len", 2048, "--kv-cache-memory-bytes", 1 << 30, "--output-json", out.name,
+                 *extra], quiet=True)
         with open(out.name) as f:
-            r = json.load(f)
-    return r["decode_tokens_per_second"] if output_len > 1 else r["prefill_tokens_per_second"]
+            j = json.load(f)
+    return j["decode_tokens_per_second"] if output_len > 1 else j["prefill_tokens_per_second"], r.peak_rss_mib
 
 
 def llama_bench(args, gguf, n_prompt, n_gen):
     out = run([os.path.join(args.llama_bin, "llama-bench"), "-m", gguf, "-t", args.threads, "-p", n_prompt, "-n",
                n_gen, "-r", 3, "-o", "json"], capture_output=True, text=True).stdout
     return json.loads(out)[0]["avg_ts"]
+
+
+def llama_path(args, gguf):
+    """Which of llama.cpp's paths runs a GGUF: the backends llama-bench reports and the buffer types the
+    weights are loaded into — CPU_Mapped runs them from the file as stored, CPU_REPACK and AMX are
+    copies repacked for those kernels (read from its verbose log of a one-token run)."""
+    r = run([os.path.join(args.llama_bin, "llama-bench"), "-m", gguf, "-t", args.threads, "-p", 0, "-n", 1, "-r", 1,
+             "-o", "json", "-v"], capture_output=True, text=True, errors="replace")
+    buffers = sorted({line.split("model buffer size")[0].split(":")[-1].strip()
+                      for line in r.stderr.splitlines() if "model buffer size" in line})
+    return f"{json.loads(r.stdout)[0]['backends']}, weights in {'+'.join(buffers) or '?'}"
+
+
+def ggml_features(args):
+    """The CPU features ggml was compiled for (llama_print_system_info of the build's libllama), or why not."""
+    try:
+        lib = ctypes.CDLL(os.path.join(args.llama_bin, "libllama.so"))
+    except OSError as e:
+        return f"unknown ({e})"
+    lib.llama_print_system_info.restype = ctypes.c_char_p
+    return lib.llama_print_system_info().decode().strip(" |")
+
+
+def cpu_isa():
+    """The CPU's model and whether it has the int8 instructions the 8-bit kernels use (/proc/cpuinfo)."""
+    with open("/proc/cpuinfo") as f:
+        info = f.read()
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    has = lambda f: "yes" if f in flags else "no"  # noqa: E731
+    return f"{model}; AVX-512 VNNI {has('avx512_vnni')}, AMX-INT8 {has('amx_int8')}"
 
 
 def triad(args, exe):
@@ -237,6 +451,62 @@ def serve_row(args, folder, gguf):
     return cv, ll, (ready_cold, ready, ll_ready), (rss, rss_bound)
 
 
+# ---- rows -------------------------------------------------------------------------------------
+
+ROWS = ("decode", "w8a8-decode", "fp8-decode", "prefill", "w8a8-prefill", "8b", "w8a8-8b", "serve")
+DUMMY, ASCEND = ("--load-format", "dummy"), ("--quantization", "ascend")
+
+
+class Row:
+    """A table line but serve's: cvllm's tok/s against another engine's (`other`: llama.cpp's, or for
+    fp8-decode cvllm's W8A8), each a function measuring it (other None: n/a) that returns (tok/s,
+    cvllm's peak resident MiB or None), run in every `every`-th repetition; `path`: which llama.cpp path ran. The 0.6B decode rows carry `files`, (cvllm's
+    checkpoint folder, llama.cpp's GGUF or None), for a second line, of the bytes they stream
+    (titled `title`, its target `bw_target`)."""
+
+    def __init__(self, title, label, target, cv, other, every=1, files=None, bw_target="", path=""):
+        self.title, self.label, self.target, self.cv, self.other = title, label, target, cv, other
+        self.every, self.files, self.bw_target, self.path = every, files, bw_target, path
+
+
+def plan_row(args, name, small):
+    """The Row of a --rows name (quantization-what, bf16 when unprefixed); small: the 0.6B checkpoint
+    and its GGUF."""
+    quant, _, what = name.rpartition("-")
+    quant = quant or "bf16"
+    n = args.eight_b_tokens if what == "8b" else args.tokens
+    if what == "prefill":
+        cv_io, ll_io, kind = (args.prompt_len, 1), (args.prompt_len, 0), f"pp{args.prompt_len}"
+    else:
+        cv_io, ll_io, kind = (1, n + 1), (0, n), f"tg{n}"
+    if quant == "fp8":
+        fp8, w8a8 = dummy_model(args, "0.6B", "fp8"), dummy_model(args, "0.6B", "w8a8")
+        return Row("0.6B FP8 decode", f"0.6B FP8 vs W8A8_DYNAMIC decode tok/s ({kind}): cvllm FP8 (128×128 "
+                   f"blocks), cvllm W8A8_DYNAMIC in the llama.cpp column, both --load-format dummy", "≥ 0.9×",
+                   lambda: cvllm_latency(args, fp8, *cv_io, DUMMY),
+                   lambda: cvllm_latency(args, w8a8, *cv_io, DUMMY + ASCEND), path="(cvllm)")
+    shape, step = ("8B", "decode") if what == "8b" else ("0.6B", what)
+    if what == "8b":
+        model, extra = dummy_model(args, "8B", quant), DUMMY
+        gguf = checkpoint(args, shipped("8B"), "qwen3-8B-random", keep=False)[1]
+        note = ", cvllm --load-format dummy vs a random GGUF"
+    else:
+        model, extra, gguf, note = small[0], (), small[1], ""
+    if quant == "w8a8":
+        model = model if what == "8b" else quantized(args, model, "dense")
+        extra += ASCEND
+        gguf = gguf and q8_0(args, gguf)
+    title = f"{shape}{' W8A8_DYNAMIC vs Q8_0' if quant == 'w8a8' else ''} {step}"
+    targets = {"decode": ("≥ 1.2×", "reported"), "prefill": ("≥ 1.2×", "≥ 2×"), "8b": ("≥ 1.1×", "≥ 1.2×")}
+    target = targets[what][quant == "w8a8"]  # the tok/s ratio's: (bf16, w8a8)
+    return Row(title, f"{title} tok/s ({kind}{note})", target,
+               lambda: cvllm_latency(args, model, *cv_io, extra),
+               gguf and (lambda: (llama_bench(args, gguf, *ll_io), None)), every=2 if what == "8b" else 1,
+               files=(model, gguf) if what == "decode" else None,
+               bw_target="≥ 1× and cvllm ≥ 85 %" if quant == "w8a8" else "cvllm ≥ 80 %",
+               path=llama_path(args, gguf) if gguf else "")
+
+
 # ---- report -----------------------------------------------------------------------------------
 
 def med(xs):
@@ -245,6 +515,39 @@ def med(xs):
 
 def fmt(x, digits=2):
     return "n/a" if x is None or x != x else f"{x:.{digits}f}"
+
+
+def ratio(a, b):
+    return a / b if b and b == b and a == a else float("nan")
+
+
+def print_header(args, why, what):
+    """Who ran against whom, where and when (what: e.g. the number of repetitions)."""
+    print(f"\ncvllm {git_commit(REPO)} vs llama.cpp {git_commit(args.llama_dir) if args.llama_bin else 'n/a'}; "
+          f"{args.threads} threads; {os.uname().nodename} ({os.cpu_count()} CPUs); {time.strftime('%Y-%m-%d %H:%M')}; "
+          f"{what}")
+    print(f"CPU: {cpu_isa()}")
+    if args.llama_bin:
+        print(f"llama.cpp's ggml built for: {ggml_features(args)}")
+    if why:
+        print(f"llama.cpp columns n/a: {why}")
+
+
+def streamed(tok_s, nbytes, triad_gbs):
+    """The table cell of weights streamed at tok_s tokens per second, nbytes a token: GB/s and the
+    share of the triad bandwidth."""
+    gbs = tok_s * nbytes / 1e9
+    return f"{fmt(gbs)} GB/s ({fmt(100 * ratio(gbs, triad_gbs), 0)} %)"
+
+
+def bandwidth_line(label, tok_s, nbytes, triad_gbs, target, path=""):
+    """The table line of each engine's weight bytes streamed per second, of its own bytes per token
+    (tok_s, nbytes: (cvllm, llama.cpp))."""
+    mib = " / ".join(fmt(b / 2**20, 0) if b else "n/a" for b in nbytes)
+    cells = [streamed(t, b, triad_gbs) if b else "n/a" for t, b in zip(tok_s, nbytes)]
+    gbs = [t * b if b else float("nan") for t, b in zip(tok_s, nbytes)]
+    return (f"| {label}: weights streamed (MiB/token {mib}), share of {fmt(triad_gbs)} GB/s triad | {cells[0]} | "
+            f"{cells[1]} | {fmt(ratio(*gbs))}× | {target} | {path} |")
 
 
 def common_args(doc, cvllm_help):
@@ -262,74 +565,73 @@ def main():
     ap = common_args(__doc__, "a built cvllm binary (default: build one under --work)")
     ap.add_argument("--serve-prompts", type=int, default=64)
     ap.add_argument("--serve-reps", type=int, default=1, help="serve runs per engine (each ~5-10 min here)")
+    ap.add_argument("--tokens", type=int, default=128, help="tokens generated per 0.6B decode run")
+    ap.add_argument("--prompt-len", type=int, default=512, help="prompt tokens of the prefill rows")
     ap.add_argument("--eight-b-tokens", type=int, default=16, help="tokens generated per 8B decode run")
-    ap.add_argument("--rows", default="decode,prefill,serve,8b")
+    ap.add_argument("--rows", default="decode,prefill,serve,8b", help=f"a comma-separated subset of {','.join(ROWS)}")
     args = ap.parse_args()
-    rows = set(args.rows.split(","))
+    rows = [r for r in ROWS if r in args.rows.split(",")]
+    unknown = set(args.rows.split(",")) - set(ROWS)
+    if unknown:
+        ap.error(f"unknown --rows {','.join(sorted(unknown))} (rows: {','.join(ROWS)})")
     os.makedirs(args.work, exist_ok=True)
+    args.work = os.path.abspath(args.work)
     args.cvllm = build_cvllm(args)
-    args.llama_bin, why = find_llama(args, rows)
+    tools = ["llama-bench"] + ["llama-server"] * ("serve" in rows) + ["llama-quantize"] * any("w8a8" in r for r in rows)
+    args.llama_bin, why = find_llama(args, tools)
     if why:
         log(f"llama.cpp not available: {why}")
-    small, small_gguf = checkpoint(args, "0.6B")
-    res = {k: [] for k in ("cv_tg", "ll_tg", "cv_pp", "ll_pp", "triad", "cv_8b", "ll_8b")}
+    small = checkpoint(args, shipped("0.6B"), "qwen3-0.6B-random")
+    plan = {name: plan_row(args, name, small) for name in rows if name != "serve"}
+    triad_exe = build_triad(args) if any(row.files for row in plan.values()) else None
+    res = {"triad": [], **{name: {"cv": [], "other": [], "cv_rss": [], "other_rss": []} for name in plan}}
     for rep in range(args.reps):
         log(f"repetition {rep + 1}/{args.reps}")
-        if "decode" in rows:
-            res["triad"].append(triad(args, build_triad(args) if rep == 0 else os.path.join(args.work, "triad")))
-            res["cv_tg"].append(cvllm_latency(args, small, 1, 129))
-            if args.llama_bin:
-                res["ll_tg"].append(llama_bench(args, small_gguf, 0, 128))
-        if "prefill" in rows:
-            res["cv_pp"].append(cvllm_latency(args, small, 512, 1))
-            if args.llama_bin:
-                res["ll_pp"].append(llama_bench(args, small_gguf, 512, 0))
+        if triad_exe:
+            res["triad"].append(triad(args, triad_exe))
+        for name, row in plan.items():
+            for side, measure in (("cv", row.cv), ("other", row.other)):
+                if measure and rep % row.every == 0:
+                    tok_s, rss = measure()
+                    res[name][side].append(tok_s)
+                    res[name][side + "_rss"] += [rss] if rss else []
     serve = None
     if "serve" in rows:  # each repetition runs cvllm then llama-server, so load drifts hit both
-        runs = [serve_row(args, small, small_gguf) for _ in range(args.serve_reps)]
+        runs = [serve_row(args, *small) for _ in range(args.serve_reps)]
         cv = (med([r[0][0] for r in runs]), med([r[0][1] for r in runs]))
         ll = (med([r[1][0] for r in runs]), med([r[1][1] for r in runs])) if runs[0][1] else None
         ready = tuple(med([r[2][i] for r in runs]) if runs[0][2][i] is not None else None for i in range(3))
         serve = (cv, ll, ready, (max(r[3][0] for r in runs), runs[0][3][1]))
         res["serve"] = [[r[0][0], r[1][0] if r[1] else None] for r in runs]
-    if "8b" in rows:
-        big, big_gguf = checkpoint(args, "8B") if args.llama_bin else (os.path.join(REPO, "models/Qwen/Qwen3-8B"), None)
-        for rep in range(max(1, args.reps // 2)):
-            res["cv_8b"].append(cvllm_latency(args, os.path.join(REPO, "models/Qwen/Qwen3-8B"), 1,
-                                              args.eight_b_tokens + 1, ("--load-format", "dummy")))
-            if args.llama_bin:
-                res["ll_8b"].append(llama_bench(args, big_gguf, 0, args.eight_b_tokens))
 
-    m = {k: med(v) for k, v in res.items() if k != "serve"}
-    bound = m["triad"] * 1e9 / weight_bytes_per_token(small) if res["triad"] else float("nan")
-    print(f"\ncvllm {git_commit(REPO)} vs llama.cpp {git_commit(args.llama_dir) if args.llama_bin else 'n/a'}; "
-          f"{args.threads} threads; {os.uname().nodename}; {time.strftime('%Y-%m-%d %H:%M')}; medians of {args.reps}")
-    if why:
-        print(f"llama.cpp columns n/a: {why}")
-    print(f"| workload | cvllm | llama.cpp | ratio | target |")
-    print(f"|---|---|---|---|---|")
-    ratio = lambda a, b: a / b if b and b == b and a == a else float("nan")  # noqa: E731
-    if "decode" in rows:
-        print(f"| 0.6B decode tok/s (tg128) | {fmt(m['cv_tg'])} | {fmt(m['ll_tg'])} | "
-              f"{fmt(ratio(m['cv_tg'], m['ll_tg']))}× | ≥ 1.2× |")
-        print(f"| 0.6B decode vs bandwidth bound ({fmt(m['triad'])} GB/s triad → {fmt(bound)} tok/s) | "
-              f"{fmt(100 * ratio(m['cv_tg'], bound), 0)} % | {fmt(100 * ratio(m['ll_tg'], bound), 0)} % | | ≥ 80 % |")
-    if "prefill" in rows:
-        print(f"| 0.6B prefill tok/s (pp512) | {fmt(m['cv_pp'])} | {fmt(m['ll_pp'])} | "
-              f"{fmt(ratio(m['cv_pp'], m['ll_pp']))}× | ≥ 1.2× |")
+    print_header(args, why, f"medians of {args.reps} (8B rows: of every other one)")
+    triad_gbs = med(res["triad"])
+    print("| workload | cvllm | llama.cpp | ratio | target | llama.cpp path |")
+    print("|---|---|---|---|---|---|")
+    for name, row in plan.items():
+        cv, other = med(res[name]["cv"]), med(res[name]["other"])
+        print(f"| {row.label} | {fmt(cv)} | {fmt(other)} | {fmt(ratio(cv, other))}× | {row.target} | {row.path} |")
+        if row.files:
+            nbytes = (streamed_bytes(row.files[0]), row.files[1] and streamed_bytes(row.files[1]))
+            print(bandwidth_line(row.title, (cv, other), nbytes, triad_gbs, row.bw_target, row.path))
     if serve:
         cv, ll, ready, rss = serve
+        path = llama_path(args, small[1]) if ll else ""
         print(f"| serve output tok/s (512/128, conc. 16, {args.serve_prompts} prompts) | {fmt(cv[0])} | "
-              f"{fmt(ll[0] if ll else None)} | {fmt(ratio(cv[0], ll[0]) if ll else None)}× | ≥ 2× |")
-        print(f"| serve p99 TPOT ms | {fmt(cv[1])} | {fmt(ll[1] if ll else None)} | | reported |")
+              f"{fmt(ll[0] if ll else None)} | {fmt(ratio(cv[0], ll[0]) if ll else None)}× | ≥ 2× | {path} |")
+        print(f"| serve p99 TPOT ms | {fmt(cv[1])} | {fmt(ll[1] if ll else None)} | | reported | {path} |")
         print(f"| serve start to ready s: packed-weight cache cold / warm | {fmt(ready[0])} / {fmt(ready[1])} | "
-              f"{fmt(ready[2])} | | ≤ 2 s |")
+              f"{fmt(ready[2])} | | ≤ 2 s | {path} |")
         print(f"| cvllm serve peak RSS MiB (bound: 1.1 × (weights + KV budget)) | {fmt(rss[0], 0)} ({fmt(rss[1], 0)}) "
-              f"| | | ≤ bound |")
-    if "8b" in rows:
-        print(f"| 8B decode tok/s (tg{args.eight_b_tokens}) | {fmt(m['cv_8b'], 3)} | {fmt(m['ll_8b'], 3)} | "
-              f"{fmt(ratio(m['cv_8b'], m['ll_8b']))}× | ≥ 1.1× |")
-    print("raw:", json.dumps({k: v for k, v in res.items() if v}))
+              f"| | | ≤ bound | |")
+    footprints = []  # a quantized row whose weights cvllm ignored would show a bf16-sized footprint
+    for name in plan:
+        r = res[name]
+        footprints.append(f"{name} {fmt(med(r['cv_rss']), 0)}" +
+                          (f" (its W8A8 {fmt(med(r['other_rss']), 0)})" if r["other_rss"] else ""))
+    if footprints:
+        print(f"cvllm peak RSS MiB, medians (KV budget 1024 MiB, not all of it touched): {', '.join(footprints)}")
+    print("raw:", json.dumps(res))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,15 @@ to 4 layers (bench/configs/qwen3.6-35b-a3b-4layers: 3 Gated-DeltaNet layers + 1 
 layer, 256 experts top-8 + shared expert, vocabulary 248320). tools/make_random_checkpoint.py
 writes the checkpoint once under --work (8.8 GB), bench/hf_to_gguf.py converts it (another
 8.8 GB). Batch-1 decode: `cvllm bench latency` (1-token prompt, 129 tokens: 128 decode steps) vs
-`llama-bench -p 0 -n 128` (tg128), interleaved --reps times, medians reported with the ratio, the
-active weight bytes streamed per token and the STREAM-triad bound they imply (bench/triad.c).
+`llama-bench -p 0 -n 128` (tg128), interleaved --reps times, medians reported with the ratio, and
+each engine's weight bytes streamed per second (from its own files: every projection, the router,
+top-k of the routed experts, the shared expert and the lm_head) with their share of the STREAM
+triad bandwidth measured in the same repetitions (bench/triad.c).
+
+--quant w8a8: the same comparison 8-bit. cvllm runs the W8A8_DYNAMIC checkpoint `cvllm quantize
+--scheme w8a8_dynamic --recipe moe` writes from the random bf16 one (msModelSlim's Qwen3.5/3.6-MoE
+recipe: attention q/k/v and the routed experts int8, the rest bf16; --quantization ascend),
+llama.cpp `llama-quantize … Q8_0` of the bf16 GGUF (every matrix int8 but those it keeps f32).
 
 Check (--check): before trusting a speed ratio, show that the two engines compute the same model
 from these files. A tiny model of the same structure (hidden 256, 3 GDN + 1 attention layer,
@@ -27,10 +34,11 @@ different expert in each engine now and then, which moves the logprobs by ~0.1-0
 step — real, but noise for this purpose. The router, the order and the weights of every expert
 are exercised either way; --experts-per-token 2 runs the top-k path.
 
-Helpers (process running, builds, llama-bench, medians) come from bench/compare.py.
+Helpers (process running, builds, checkpoints and their quantized forms, llama-bench, bytes
+streamed, medians, the table's header) come from bench/compare.py.
 
 Usage: bench/hybrid_compare.py [--threads 2] [--reps 5] [--work DIR] [--llama-dir DIR] [--cvllm BIN]
-                               [--config DIR] [--tokenizer DIR]
+                               [--config DIR] [--tokenizer DIR] [--quant bf16|w8a8]
        bench/hybrid_compare.py --check [--scale 4] [--experts-per-token 8] [--tokens 16] [--top 5]
                                [--tolerance 0.05] ...
 Stdlib only; the checkpoint tools need a python3 with numpy (found automatically).
@@ -43,7 +51,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -59,67 +66,49 @@ TINY = {  # the tiny check model: same structure, small dimensions, Qwen3 tokeni
 TINY_MROPE = [3, 3, 2]  # sums to the rotary half-width: 64 · 0.25 / 2
 
 
-def make_model(args, folder, config_dir, scale=1, edit=None):
-    """The random checkpoint folder (changed by edit(folder) once made) and its GGUF, each made once."""
-    gguf = folder + ".gguf"
-    if not os.path.exists(os.path.join(folder, "model.safetensors")):
-        compare.run(["nice", "-n", "19", compare.numpy_python(), os.path.join(REPO, "tools", "make_random_checkpoint.py"),
-                     config_dir, folder, "--scale", scale])
-        if edit:
-            edit(folder)
-    if not os.path.exists(gguf):
-        compare.run(["nice", "-n", "19", compare.numpy_python(), os.path.join(REPO, "bench", "hf_to_gguf.py"), folder,
-                     gguf, "--gguf-py", os.path.join(args.llama_dir, "gguf-py"), "--tokenizer", args.tokenizer])
-    return folder, gguf
-
-
-def active_weight_bytes(folder):
-    """bf16 weight bytes one decode token streams: every layer's projections, the router, top-k routed
-    experts and the shared expert, and lm_head (the embedding row is a gather)."""
+def expert_share(folder):
+    """The fraction of the routed experts one token uses (top-k of all)."""
     with open(os.path.join(folder, "config.json")) as f:
         top = json.load(f)
     c = {**top, **top.get("text_config", {})}
-    h, e, k = c["hidden_size"], c["num_experts"], c["num_experts_per_tok"]
-    kd, vd = c["linear_num_key_heads"] * c["linear_key_head_dim"], c["linear_num_value_heads"] * c["linear_value_head_dim"]
-    q, kv = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
-    gdn = h * (2 * kd + vd) + 2 * h * vd + 2 * h * c["linear_num_value_heads"]
-    attn = h * 2 * q + 2 * h * kv + q * h
-    moe = h * e + k * 3 * h * c["moe_intermediate_size"] + 3 * h * c["shared_expert_intermediate_size"] + h
-    n_attn = sum(1 for t in c["layer_types"] if t == "full_attention")
-    n_gdn = len(c["layer_types"]) - n_attn
-    return 2 * (n_gdn * gdn + n_attn * attn + len(c["layer_types"]) * moe + c["vocab_size"] * h)
+    return c["num_experts_per_tok"] / c["num_experts"]
 
 
 # ---- benchmark ----------------------------------------------------------------------------------
 
 def bench(args):
     args.cvllm = compare.build_cvllm(args)
-    args.llama_bin, why = compare.find_llama(args, {"decode"})
+    args.llama_bin, why = compare.find_llama(args, ["llama-bench"] + ["llama-quantize"] * (args.quant == "w8a8"))
     if why:
         sys.exit(f"hybrid_compare: {why}")
     name = os.path.basename(os.path.normpath(args.config))
-    folder, gguf = make_model(args, os.path.join(args.work, f"{name}-random"), args.config)
+    folder, gguf = compare.checkpoint(args, args.config, f"{name}-random", tokenizer=args.tokenizer)
     cv_extra = ("--tokenizer", args.tokenizer, "--max-num-seqs", 1)
-    res = {"cv": [], "ll": [], "triad": []}
+    if args.quant == "w8a8":
+        folder, gguf = compare.quantized(args, folder, "moe"), compare.q8_0(args, gguf)
+        cv_extra += compare.ASCEND
+    path = compare.llama_path(args, gguf)
+    res = {"cv": [], "ll": [], "triad": [], "cv_rss": []}
     triad_exe = compare.build_triad(args)
     for rep in range(args.reps):
         compare.log(f"repetition {rep + 1}/{args.reps}")
         res["triad"].append(compare.triad(args, triad_exe))
-        res["cv"].append(compare.cvllm_latency(args, folder, 1, 129, cv_extra))
+        tok_s, rss = compare.cvllm_latency(args, folder, 1, 129, cv_extra)
+        res["cv"].append(tok_s)
+        res["cv_rss"].append(rss)
         res["ll"].append(compare.llama_bench(args, gguf, 0, 128))
     m = {k: compare.med(v) for k, v in res.items()}
-    active = active_weight_bytes(folder)
-    bound = m["triad"] * 1e9 / active
-    ratio = m["cv"] / m["ll"] if m["ll"] else float("nan")
-    print(f"\ncvllm {compare.git_commit(REPO)} vs llama.cpp {compare.git_commit(args.llama_dir)}; {args.threads} threads; "
-          f"{os.uname().nodename} ({os.cpu_count()} CPUs); {time.strftime('%Y-%m-%d %H:%M')}; medians of {args.reps}")
-    print(f"model: {name}, random bf16 weights; {active / 2**20:.0f} MiB of weights streamed per token; "
-          f"{compare.fmt(m['triad'])} GB/s triad → bound {compare.fmt(bound)} tok/s")
-    print("| workload | cvllm | llama.cpp | ratio |")
-    print("|---|---|---|---|")
-    print(f"| batch-1 decode tok/s (tg128) | {compare.fmt(m['cv'])} | {compare.fmt(m['ll'])} | {compare.fmt(ratio)}× |")
-    print(f"| share of the bandwidth bound | {compare.fmt(100 * m['cv'] / bound, 0)} % | "
-          f"{compare.fmt(100 * m['ll'] / bound, 0)} % | |")
+    share = expert_share(folder)
+    nbytes = (compare.streamed_bytes(folder, share), compare.streamed_bytes(gguf, share))
+    title = {"bf16": "bf16", "w8a8": "W8A8_DYNAMIC vs Q8_0"}[args.quant]
+    compare.print_header(args, why, f"medians of {args.reps}")
+    print(f"model: {name}, random bf16 weights{', quantized' if args.quant == 'w8a8' else ''}")
+    print("| workload | cvllm | llama.cpp | ratio | target | llama.cpp path |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {title} batch-1 decode tok/s (tg128) | {compare.fmt(m['cv'])} | {compare.fmt(m['ll'])} | "
+          f"{compare.fmt(compare.ratio(m['cv'], m['ll']))}× | reported | {path} |")
+    print(compare.bandwidth_line(f"{title} decode", (m["cv"], m["ll"]), nbytes, m["triad"], "reported", path))
+    print(f"cvllm peak RSS MiB (median): {compare.fmt(m['cv_rss'], 0)}")
     print("raw:", json.dumps(res))
 
 
@@ -230,12 +219,12 @@ def agreement(cv, ll, tolerance):
 
 def check(args):
     args.cvllm = args.cvllm or os.path.join(REPO, "build-rel", "cvllm")
-    args.llama_bin, why = compare.find_llama(args, {"serve"})
+    args.llama_bin, why = compare.find_llama(args, ["llama-server"])
     if why:
         sys.exit(f"hybrid_compare: {why}")
     name = f"hybrid-tiny-x{args.scale:g}-k{args.experts_per_token}"
-    folder, gguf = make_model(args, os.path.join(args.work, name), tiny_config(args), args.scale,
-                              plain_text_lm_head(args.tokenizer))
+    folder, gguf = compare.checkpoint(args, tiny_config(args), name, args.scale, plain_text_lm_head(args.tokenizer),
+                                      args.tokenizer)
     rng = random.Random(7)
     prompts = [[rng.randrange(151643) for _ in range(n)] for n in (1, 7, 70)]  # 70 > one 64-token GDN chunk
     cv, ll = cvllm_decode(args, folder, prompts), llama_decode(args, gguf, prompts)
@@ -261,6 +250,8 @@ def main():
     ap = compare.common_args(__doc__, "a built cvllm binary (default: build one under --work; --check: build-rel)")
     ap.add_argument("--config", default=os.path.join(REPO, "bench", "configs", "qwen3.6-35b-a3b-4layers"))
     ap.add_argument("--tokenizer", default=os.path.join(REPO, "models", "qwen3-tokenizer"))
+    ap.add_argument("--quant", choices=("bf16", "w8a8"), default="bf16",
+                    help="the benchmark's weights: bf16 as made, or W8A8_DYNAMIC (cvllm quantize) vs Q8_0")
     ap.add_argument("--check", action="store_true", help="the tiny-model agreement check instead of the benchmark")
     ap.add_argument("--scale", type=float, default=4, help="--check: weight magnitude multiplier (power of two)")
     ap.add_argument("--experts-per-token", type=int, default=8, choices=range(1, 9), metavar="1..8",
