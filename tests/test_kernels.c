@@ -506,6 +506,99 @@ static void test_packing(cv_threadpool *pool) {
     }
 }
 
+/* e4m3 block scales: row blocks across the rows (and the stacked parts), partial edge blocks in
+ * both directions, a 256 block edge, K across the 512-column prefill blocks. */
+static void test_fp8_blocks(cv_threadpool *pool) {
+    static const struct {
+        int64_t m, cols;
+        int n_parts;
+        int64_t part_rows[3];
+        int32_t block;
+    } cases[] = {{3, 300, 1, {200}, 128}, {67, 600, 3, {144, 32, 37}, 128}, {1, 600, 3, {144, 32, 37}, 128},
+                 {2, 300, 1, {272}, 256}};
+    for (size_t i = 0; i < CV_ARRAY_LEN(cases); i++) {
+        test_stack s = make_stack(CV_DTYPE_F8_E4M3, cases[i].part_rows, cases[i].n_parts, cases[i].cols, cases[i].block);
+        cv_weight w;
+        CHECK_EQ_INT(cv_weight_pack(pool, s.parts, s.n_parts, &w), 0);
+        test_input x = make_input(cases[i].m, cases[i].cols);
+        free(check_linear(pool, &s, &w, &x, cases[i].m, false));
+        /* rows back as f32: the dequantized weights the kernels use */
+        const int32_t ids[] = {0, (int32_t)s.rows - 1, 150 % (int32_t)s.rows};
+        float *rows = rand_vec(3 * s.cols);
+        cv_embed_weight(&w, ids, 3, rows);
+        int wrong = 0;
+        for (int r = 0; r < 3; r++)
+            for (int64_t c = 0; c < s.cols; c++) wrong += rows[r * s.cols + c] != (float)stack_weight(&s, ids[r], c);
+        CHECK_MSG(wrong == 0, "fp8 rows (block %d): %d wrong", cases[i].block, wrong);
+        free(rows);
+        free_input(&x);
+        cv_weight_release(&w);
+        free_stack(&s);
+    }
+}
+
+/* Every e4m3 code but the two NaNs through the packed kernels, with the identity as input so that
+ * each output is one weight: exactly the code's value times its block's scale, on every path. */
+static void test_fp8_widening(cv_threadpool *pool) {
+    enum { CODES = 254, ROWS = 16 };
+    uint8_t list[CODES], codes[ROWS * CODES];
+    for (int b = 0, n = 0; b < 256; b++)
+        if ((b & 0x7f) != 0x7f) list[n++] = (uint8_t)b;
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < CODES; c++) codes[r * CODES + c] = list[(c + 17 * r) % CODES];
+    float *x = cv_xcalloc((size_t)CODES * CODES, sizeof *x), *y = rand_vec(CODES * ROWS);
+    for (int t = 0; t < CODES; t++) x[t * CODES + t] = 1.0f;
+    static const float scales[][2] = {{1.0f, 1.0f}, {0.3f, 3.7e-3f}};
+    for (size_t s = 0; s < CV_ARRAY_LEN(scales); s++) {
+        cv_weight_part part = {.dtype = CV_DTYPE_F8_E4M3, .rows = ROWS, .cols = CODES, .data = codes,
+                               .block_scale = scales[s], .block = 128};
+        cv_weight w;
+        CHECK_EQ_INT(cv_weight_pack(pool, &part, 1, &w), 0);
+        cv_linear(pool, &w, &(cv_act){.f32 = x}, CODES, 1, &w.rows, &y);
+        int wrong = 0;
+        for (int t = 0; t < CODES; t++)
+            for (int r = 0; r < ROWS; r++) {
+                const uint8_t code = codes[r * CODES + t];
+                wrong += y[t * ROWS + r] != cv_fp8_e4m3_to_f32(code) * scales[s][t / 128];
+            }
+        CHECK_MSG(wrong == 0, "%s e4m3 widening (scales %g, %g): %d of %d codes wrong", active_path,
+                  (double)scales[s][0], (double)scales[s][1], wrong, ROWS * CODES);
+        cv_weight_release(&w);
+    }
+    free(x);
+    free(y);
+}
+
+/* What the e4m3 format refuses: NaN codes (naming the row), block edges that are no multiple of
+ * 128, missing or non-finite scales. */
+static void test_fp8_errors(void) {
+    uint8_t codes[40 * 8];
+    memset(codes, 0x38, sizeof codes); /* 1.0 */
+    float scales[1] = {1.0f}, inf_scale[1] = {INFINITY};
+    cv_weight_part p[2] = {
+        {.dtype = CV_DTYPE_F8_E4M3, .rows = 32, .cols = 8, .data = codes, .block_scale = scales, .block = 128},
+        {.dtype = CV_DTYPE_F8_E4M3, .rows = 8, .cols = 8, .data = codes + 32 * 8, .block_scale = scales, .block = 128},
+    };
+    cv_weight w = {0};
+    codes[32 * 8 + 5 * 8 + 3] = 0xff;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), CVLLM_ERR_FORMAT);
+    CHECK_CONTAINS(cv_error_message(), "part 1 of a packed fp8_panels weight: row 5 holds an e4m3 NaN code");
+    CHECK(w.data == NULL);
+    codes[32 * 8 + 5 * 8 + 3] = 0x38;
+    p[1].block = 64;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), CVLLM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(cv_error_message(), "multiple of 128");
+    p[1].block = 128, p[1].block_scale = NULL;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cv_error_message(), "block scales");
+    p[1].block_scale = inf_scale;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), CVLLM_ERR_FORMAT);
+    CHECK_CONTAINS(cv_error_message(), "scale block (0, 0) holds inf");
+    p[1].block_scale = scales;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), 0);
+    cv_weight_release(&w);
+}
+
 /* What cannot be packed is refused with one line, nothing half-done. */
 static void test_pack_errors(void) {
     int8_t codes[32 * 8] = {0};
@@ -552,6 +645,7 @@ static void test_pack_errors(void) {
 static void test_format_names(void) {
     CHECK_EQ_INT(cv_wformat_for_dtype(CV_DTYPE_BF16), CV_WFORMAT_BF16_PANELS);
     CHECK_EQ_INT(cv_wformat_for_dtype(CV_DTYPE_I8), CV_WFORMAT_I8_PANELS);
+    CHECK_EQ_INT(cv_wformat_for_dtype(CV_DTYPE_F8_E4M3), CV_WFORMAT_FP8_PANELS);
     CHECK_EQ_INT(cv_wformat_for_dtype(CV_DTYPE_F16), -1);
     CHECK(cv_wformat_int8_input(CV_WFORMAT_I8_PANELS) && !cv_wformat_int8_input(CV_WFORMAT_BF16_PANELS));
     CHECK_STR_EQ(cv_wformat_name(CV_WFORMAT_I8_PANELS), "i8_panels");
@@ -560,6 +654,8 @@ static void test_format_names(void) {
     /* 16-row panels of 4-column groups, then 48 words per panel */
     CHECK_EQ_INT(cv_weight_packed_bytes(CV_WFORMAT_I8_PANELS, 17, 5), 2 * (2 * 64 + 192));
     CHECK_EQ_INT(cv_weight_packed_bytes(CV_WFORMAT_BF16_PANELS, 17, 5), 2 * 3 * 64);
+    /* 16 bytes per column, then a scale per 128 columns */
+    CHECK_EQ_INT(cv_weight_packed_bytes(CV_WFORMAT_FP8_PANELS, 17, 129), 2 * (129 * 16 + 2 * 4));
 }
 
 /* ---- row-wise kernels ----------------------------------------------------------------------- */
@@ -898,6 +994,7 @@ int main(void) {
     test_isa_selection();
     test_format_names();
     test_pack_errors();
+    test_fp8_errors();
     cv_threadpool *pools[] = {NULL, cv_threadpool_create(3)};
     for (size_t path = 0; path < CV_ARRAY_LEN(kernel_paths); path++) {
         if (!use_path(kernel_paths[path], true)) continue;
@@ -906,6 +1003,9 @@ int main(void) {
             test_format(pools[p], CV_DTYPE_I8);
             if (kernel_paths[path].vnni) continue; /* the rest does not use VNNI */
             test_format(pools[p], CV_DTYPE_BF16);
+            test_format(pools[p], CV_DTYPE_F8_E4M3);
+            test_fp8_blocks(pools[p]);
+            test_fp8_widening(pools[p]);
             test_views(pools[p]);
             test_packing(pools[p]);
             test_matmul(pools[p]);

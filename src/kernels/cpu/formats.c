@@ -22,6 +22,7 @@ const cv_format_traits *const cv_formats[CV_WFORMAT_COUNT] = {
     [CV_WFORMAT_F16] = &cv_format_f16,
     [CV_WFORMAT_BF16_PANELS] = &cv_format_bf16_panels,
     [CV_WFORMAT_I8_PANELS] = &cv_format_i8_panels,
+    [CV_WFORMAT_FP8_PANELS] = &cv_format_fp8_panels,
 };
 
 const cv_gemm_kernel *cv_format_gemm(cv_wformat f) {
@@ -35,7 +36,7 @@ const char *cv_wformat_name(cv_wformat f) { return (unsigned)f < CV_WFORMAT_COUN
 
 int cv_wformat_for_dtype(cv_dtype t) {
     for (int f = 0; f < CV_WFORMAT_COUNT; f++)
-        if (cv_formats[f] && cv_formats[f]->packed && cv_formats[f]->dtype == t) return f;
+        if (cv_formats[f]->packed && cv_formats[f]->dtype == t) return f;
     return -1;
 }
 
@@ -59,7 +60,7 @@ size_t cv_weight_packed_bytes(cv_wformat f, int64_t rows, int64_t cols) {
 
 cv_weight cv_weight_view(const cv_matrix *m) {
     for (int f = 0; f < CV_WFORMAT_COUNT; f++)
-        if (cv_formats[f] && !cv_formats[f]->packed && cv_formats[f]->dtype == m->dtype)
+        if (!cv_formats[f]->packed && cv_formats[f]->dtype == m->dtype)
             return (cv_weight){(cv_wformat)f, m->rows, m->cols, m->data, false};
     assert(!"cv_weight_view: not a row-major weight dtype");
     return (cv_weight){0};
