@@ -784,6 +784,112 @@ static void test_elementwise(void) {
     free(out);
 }
 
+/* ---- activation quantization ---------------------------------------------------------------- */
+
+/* Hand-checked codes: ties to even, clamping at both ends, the static offset, a dynamic row with a
+ * scale of exactly 1, a zero row; codes past cols are zero. */
+static void test_quantize_rows(void) {
+    enum { COLS = 7 };
+    const int64_t stride = cv_act_i8_stride(COLS);
+    CHECK_EQ_INT(stride % 4, 0);
+    const float x[3][COLS + 1] = {
+        {1.25f, 0.25f, -0.75f, 0.75f, 100.0f, -100.0f, 0.0f, 99.0f}, /* the last column is not part of the row */
+        {2.5f, 3.5f, -2.5f, -127.0f, 127.0f, 0.49f, -1.5f, 99.0f},
+        {0.0f, -0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 99.0f},
+    };
+    int8_t *q = cv_xmalloc((size_t)(3 * stride));
+    float scale[3] = {-1.0f, -1.0f, -1.0f};
+    /* static, scale 0.5 and offset 3: x / 0.5 + 3 = 5.5 6 | 3.5 4 | 1.5 2 | 4.5 4 | 203 127 | -197 -128 | 3 */
+    memset(q, 0x55, (size_t)(3 * stride));
+    const cv_act_quant st = {.dynamic = false, .scale = 0.5f, .offset = 3.0f};
+    cv_quantize_rows(&st, &x[0][0], COLS + 1, 3, COLS, q, scale);
+    const int8_t want_static[COLS] = {6, 4, 2, 4, 127, -128, 3};
+    CHECK(memcmp(q, want_static, COLS) == 0);
+    CHECK(scale[0] == 1.0f && scale[2] == 1.0f);
+    CHECK(q[2 * stride] == 3); /* a zero row still gets the offset */
+    /* dynamic: row 1 has max |x| = 127, so s = 1 and the codes are the rounded values */
+    memset(q, 0x55, (size_t)(3 * stride));
+    const cv_act_quant dyn = {.dynamic = true};
+    cv_quantize_rows(&dyn, &x[0][0], COLS + 1, 3, COLS, q, scale);
+    const int8_t want_dynamic[COLS] = {2, 4, -2, -127, 127, 0, -2};
+    CHECK(memcmp(q + stride, want_dynamic, COLS) == 0);
+    CHECK(scale[1] == 1.0f);
+    CHECK(scale[0] == 100.0f / 127.0f && q[4] == 127 && q[5] == -127);
+    CHECK(q[0] == (int8_t)rintf(1.25f / (100.0f / 127.0f)));
+    CHECK(scale[2] == 0.0f);
+    int nonzero = 0;
+    for (int64_t r = 0; r < 3; r++)
+        for (int64_t c = r == 2 ? 0 : COLS; c < stride; c++) nonzero += q[r * stride + c] != 0;
+    CHECK_MSG(nonzero == 0, "%d codes of the zero row or of the padding are not 0", nonzero);
+    /* a true division, not a product with 1/scale: next to a .5 the two round differently here */
+    const float near_half[2] = {-0x1.3ae63p+1f, -0x1.382c3cp+1f}; /* x / s = -115.499992, -114.5 */
+    const cv_act_quant odd_scale = {.dynamic = false, .scale = 0.0213f};
+    cv_quantize_rows(&odd_scale, near_half, 2, 1, 2, q, scale);
+    CHECK(q[0] == -115 && q[1] == -114);
+    free(q);
+}
+
+/* The fused norm/SwiGLU + quantization against the unfused kernels, bit for bit, for both schemes,
+ * with and without the f32 rows kept, parallel and not. */
+static void test_fused_quant(cv_threadpool *pool) {
+    const int64_t rows = 41, dim = 403, stride = cv_act_i8_stride(dim);
+    const cv_act_quant schemes[] = {{.dynamic = true}, {.dynamic = false, .scale = 0.02f, .offset = 5.0f}};
+    float *x0 = rand_vec(rows * dim), *d = rand_vec(rows * dim), *w = rand_vec(dim);
+    float *x_ref = cv_xmalloc((size_t)(rows * dim) * sizeof(float)), *x_fused = cv_xmalloc((size_t)(rows * dim) * sizeof(float));
+    float *y_ref = rand_vec(rows * dim), *y_fused = rand_vec(rows * dim), *s_ref = rand_vec(rows), *s_fused = rand_vec(rows);
+    int8_t *q_ref = cv_xmalloc((size_t)(rows * stride)), *q_fused = cv_xmalloc((size_t)(rows * stride));
+    memset(x0 + 3 * dim, 0, (size_t)dim * sizeof(float)); /* a row that normalises to zeros */
+    memset(d + 3 * dim, 0, (size_t)dim * sizeof(float));
+    for (size_t s = 0; s < CV_ARRAY_LEN(schemes); s++)
+        for (int keep = 0; keep < 2; keep++) {
+            memcpy(x_ref, x0, (size_t)(rows * dim) * sizeof(float));
+            memcpy(x_fused, x0, (size_t)(rows * dim) * sizeof(float));
+            cv_add_rmsnorm(pool, x_ref, d, y_ref, w, rows, dim, 1e-6f);
+            cv_quantize_rows(&schemes[s], y_ref, dim, rows, dim, q_ref, s_ref);
+            memset(q_fused, 0x55, (size_t)(rows * stride));
+            cv_add_rmsnorm_quant(pool, x_fused, d, keep ? y_fused : NULL, w, rows, dim, 1e-6f, &schemes[s], q_fused,
+                                 s_fused);
+            CHECK(memcmp(x_ref, x_fused, (size_t)(rows * dim) * sizeof(float)) == 0);
+            CHECK(!keep || memcmp(y_ref, y_fused, (size_t)(rows * dim) * sizeof(float)) == 0);
+            CHECK_MSG(memcmp(q_ref, q_fused, (size_t)(rows * stride)) == 0 && memcmp(s_ref, s_fused, (size_t)rows * 4) == 0,
+                      "%s add_rmsnorm_quant (%s, keep %d, %d threads) differs from add_rmsnorm + quantize_rows",
+                      active_path, schemes[s].dynamic ? "dynamic" : "static", keep, cv_threadpool_size(pool));
+        }
+    /* SwiGLU: gate | up | 3 unused columns, values large enough to saturate the sigmoid and the codes */
+    const int64_t n = 517, ld = 2 * n + 3, hstride = cv_act_i8_stride(n);
+    float *gu = rand_vec(rows * ld), *h = rand_vec(rows * n), *hs_ref = rand_vec(rows), *hs_fused = rand_vec(rows);
+    int8_t *hq_ref = cv_xmalloc((size_t)(rows * hstride)), *hq_fused = cv_xmalloc((size_t)(rows * hstride));
+    for (int64_t i = 0; i < rows * ld; i++) gu[i] *= 12.0f;
+    memset(gu + 5 * ld, 0, (size_t)(2 * n) * sizeof(float)); /* a zero row */
+    for (size_t s = 0; s < CV_ARRAY_LEN(schemes); s++) {
+        cv_swiglu(pool, h, gu, rows, n, ld, n);
+        cv_quantize_rows(&schemes[s], h, n, rows, n, hq_ref, hs_ref);
+        memset(hq_fused, 0x55, (size_t)(rows * hstride));
+        cv_swiglu_quant(pool, gu, rows, n, ld, n, &schemes[s], hq_fused, hs_fused);
+        CHECK_MSG(memcmp(hq_ref, hq_fused, (size_t)(rows * hstride)) == 0 && memcmp(hs_ref, hs_fused, (size_t)rows * 4) == 0,
+                  "%s swiglu_quant (%s, %d threads) differs from swiglu + quantize_rows", active_path,
+                  schemes[s].dynamic ? "dynamic" : "static", cv_threadpool_size(pool));
+        if (schemes[s].dynamic) CHECK(hs_fused[5] == 0.0f && hq_fused[5 * hstride] == 0);
+    }
+    free(x0);
+    free(d);
+    free(w);
+    free(x_ref);
+    free(x_fused);
+    free(y_ref);
+    free(y_fused);
+    free(s_ref);
+    free(s_fused);
+    free(q_ref);
+    free(q_fused);
+    free(gu);
+    free(h);
+    free(hs_ref);
+    free(hs_fused);
+    free(hq_ref);
+    free(hq_fused);
+}
+
 /* ---- rotary embedding ----------------------------------------------------------------------- */
 
 static double ref_inv_freq(const cv_rope_params *p, int i) {
@@ -1012,11 +1118,13 @@ int main(void) {
             test_attention(pools[p]);
             test_add_rmsnorm(pools[p]);
             test_swiglu(pools[p]);
+            test_fused_quant(pools[p]);
             test_rmsnorm_rope(pools[p]);
         }
         test_i8_extremes(pools[1]);
         if (kernel_paths[path].vnni) continue;
         test_rmsnorm();
+        test_quantize_rows();
         test_elementwise();
         test_embed();
         test_rope();

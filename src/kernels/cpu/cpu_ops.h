@@ -39,4 +39,9 @@ extern const cv_cpu_ops cv_cpu_ops_avx512;
 
 const cv_cpu_ops *cv_cpu_ops_active(void);
 
+/* RMSNorm of a row in the two steps every norm kernel shares (elementwise.c): 1/sqrt(mean(x²) + eps),
+ * then y[i] = w[i] · (x[i] · inv_rms) for any slice of the row. */
+float cv_rms_inverse(const cv_cpu_ops *ops, const float *x, int64_t dim, float eps);
+void cv_rms_apply(float *y, const float *x, const float *w, int64_t n, float inv_rms);
+
 #endif

@@ -7,7 +7,9 @@
  * would cost several percent of the forward pass single-threaded, so the fused forms split rows
  * over the pool and the exp-heavy inner loops go through the ISA's vector exp (cpu_ops.h).
  * The operation order follows Hugging Face's f32 code (normalise, then scale by the gain) so that
- * rounding matches as closely as the summation order allows.
+ * rounding matches as closely as the summation order allows; the fused norm + int8 quantization
+ * (quantize.c) uses the same two steps (cv_rms_inverse, cv_rms_apply), so it normalises to the
+ * same bits.
  */
 #include <math.h>
 #include <string.h>
@@ -19,10 +21,17 @@
 /* Below this many elements a row-wise op runs on the caller: a pool wake costs more. */
 enum { PARALLEL_ELEMENTS = 1 << 14 };
 
-static void rmsnorm_row(const cv_cpu_ops *ops, float *y, const float *x, const float *w, int64_t dim, float eps) {
+float cv_rms_inverse(const cv_cpu_ops *ops, const float *x, int64_t dim, float eps) {
     float mean_sq = ops->sum_sq(x, dim) / (float)dim;
-    float inv_rms = 1.0f / sqrtf(mean_sq + eps);
-    for (int64_t i = 0; i < dim; i++) y[i] = w[i] * (x[i] * inv_rms);
+    return 1.0f / sqrtf(mean_sq + eps);
+}
+
+void cv_rms_apply(float *y, const float *x, const float *w, int64_t n, float inv_rms) {
+    for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * inv_rms);
+}
+
+static void rmsnorm_row(const cv_cpu_ops *ops, float *y, const float *x, const float *w, int64_t dim, float eps) {
+    cv_rms_apply(y, x, w, dim, cv_rms_inverse(ops, x, dim, eps));
 }
 
 void cv_rmsnorm(float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps) {

@@ -1,0 +1,176 @@
+/*
+ * quantize.c — int8 activations for I8_PANELS weights: msModelSlim's static and dynamic schemes,
+ * alone and fused into the add+RMSNorm and the SwiGLU that produce the rows.
+ *
+ * The codes must be the ones PyTorch computes for the same f32 rows (the references are computed
+ * that way, and one code flip at a .5 boundary moves a logit), so the arithmetic is spelled out in
+ * f32 exactly as torch evaluates it: static `round(x / scale + offset)` — a true division, then the
+ * add — and dynamic `s = max|x| / 127`, `round(x / s)`; round half to even (rintf in the default
+ * rounding mode, as torch.round), then clamp to [-128, 127]. A dynamic row of zeros has codes 0 and
+ * scale 0 (it would divide 0 by 0).
+ *
+ * The fused forms compute each row's values in chunks of a small stack buffer and quantize them
+ * there, so the f32 rows need not exist (the norm's output is still written when asked for); the
+ * dynamic scheme needs the row's maximum first, so without a row to keep it computes the values
+ * twice. Chunking changes nothing: the norm and SiLU are element-wise with the same per-element
+ * operations as the unfused kernels (cv_rms_apply, the ISA's silu_mul), so fused and unfused give
+ * the same codes bit for bit. Rows split over the pool as the unfused kernels do.
+ */
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/threadpool.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernels.h"
+
+enum { CHUNK = 256, PARALLEL_ELEMENTS = 1 << 14 };
+
+/* Writes values [c0, c0 + n) of one row to dst. */
+typedef void (*row_fill)(const void *ctx, float *dst, int64_t c0, int64_t n);
+
+static int8_t code_of(float v) {
+    v = rintf(v);
+    v = v < -128.0f ? -128.0f : v;
+    v = v > 127.0f ? 127.0f : v;
+    return (int8_t)v;
+}
+
+/* One row's codes (zero-padded to cv_act_i8_stride) and scale; its values are read from `row`, or
+ * made chunk by chunk by fill when row is NULL. */
+static void quantize_row(const cv_act_quant *q, const float *row, row_fill fill, const void *ctx, int64_t cols,
+                         int8_t *codes, float *scale) {
+    float buf[CHUNK], div = q->scale, offset = q->offset;
+    if (q->dynamic) {
+        float amax = 0.0f;
+        for (int64_t c0 = 0; c0 < cols; c0 += CHUNK) {
+            const int64_t n = cols - c0 < CHUNK ? cols - c0 : CHUNK;
+            const float *v = row ? row + c0 : buf;
+            if (!row) fill(ctx, buf, c0, n);
+            for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(v[i]));
+        }
+        div = amax / 127.0f;
+        offset = 0.0f;
+    }
+    *scale = q->dynamic ? div : 1.0f;
+    if (q->dynamic && div == 0.0f) {
+        memset(codes, 0, (size_t)cols);
+    } else {
+        for (int64_t c0 = 0; c0 < cols; c0 += CHUNK) {
+            const int64_t n = cols - c0 < CHUNK ? cols - c0 : CHUNK;
+            const float *v = row ? row + c0 : buf;
+            if (!row) fill(ctx, buf, c0, n);
+            for (int64_t i = 0; i < n; i++) codes[c0 + i] = code_of(v[i] / div + offset);
+        }
+    }
+    memset(codes + cols, 0, (size_t)(cv_act_i8_stride(cols) - cols));
+}
+
+static void check_scheme(const cv_act_quant *q) {
+    assert(q->dynamic || (q->scale > 0.0f && isfinite(q->scale) && isfinite(q->offset)));
+    (void)q;
+}
+
+void cv_quantize_rows(const cv_act_quant *q, const float *x, int64_t ldx, int64_t m, int64_t cols, int8_t *xq,
+                      float *scale) {
+    check_scheme(q);
+    const int64_t stride = cv_act_i8_stride(cols);
+    for (int64_t r = 0; r < m; r++) quantize_row(q, x + r * ldx, NULL, NULL, cols, xq + r * stride, scale + r);
+}
+
+/* ---- fused into the add + RMSNorm ------------------------------------------------------------- */
+
+typedef struct norm_quant_job {
+    const cv_cpu_ops *ops;
+    float *x, *y;
+    const float *delta, *w;
+    int64_t rows, dim;
+    float eps;
+    const cv_act_quant *q;
+    int8_t *yq;
+    float *yscale;
+} norm_quant_job;
+
+typedef struct norm_row {
+    const float *x, *w;
+    float inv_rms;
+} norm_row;
+
+static void fill_norm(const void *ctx, float *dst, int64_t c0, int64_t n) {
+    const norm_row *r = ctx;
+    cv_rms_apply(dst, r->x + c0, r->w + c0, n, r->inv_rms);
+}
+
+static void norm_quant_rows(const norm_quant_job *j, int64_t r0, int64_t r1) {
+    const int64_t stride = cv_act_i8_stride(j->dim);
+    for (int64_t r = r0; r < r1; r++) {
+        float *xr = j->x + r * j->dim;
+        if (j->delta) {
+            const float *dr = j->delta + r * j->dim;
+            for (int64_t i = 0; i < j->dim; i++) xr[i] += dr[i];
+        }
+        const norm_row row = {xr, j->w, cv_rms_inverse(j->ops, xr, j->dim, j->eps)};
+        float *yr = j->y ? j->y + r * j->dim : NULL;
+        if (yr) fill_norm(&row, yr, 0, j->dim);
+        quantize_row(j->q, yr, fill_norm, &row, j->dim, j->yq + r * stride, j->yscale + r);
+    }
+}
+
+static void norm_quant_task(void *arg, int ti, int nt) {
+    const norm_quant_job *j = arg;
+    int64_t b, e;
+    cv_split(j->rows, 1, ti, nt, &b, &e);
+    norm_quant_rows(j, b, e);
+}
+
+void cv_add_rmsnorm_quant(cv_threadpool *pool, float *x, const float *delta, float *y, const float *w, int64_t rows,
+                          int64_t dim, float eps, const cv_act_quant *q, int8_t *yq, float *yscale) {
+    check_scheme(q);
+    norm_quant_job j = {cv_cpu_ops_active(), x, y, delta, w, rows, dim, eps, q, yq, yscale};
+    if (rows * dim < PARALLEL_ELEMENTS || rows < 2) norm_quant_rows(&j, 0, rows);
+    else cv_threadpool_run(pool, norm_quant_task, &j);
+}
+
+/* ---- fused into the SwiGLU -------------------------------------------------------------------- */
+
+typedef struct swiglu_quant_job {
+    const cv_cpu_ops *ops;
+    const float *gu;
+    int64_t rows, n, ld, up_offset;
+    const cv_act_quant *q;
+    int8_t *hq;
+    float *hscale;
+} swiglu_quant_job;
+
+typedef struct swiglu_row {
+    const cv_cpu_ops *ops;
+    const float *gate, *up;
+} swiglu_row;
+
+static void fill_swiglu(const void *ctx, float *dst, int64_t c0, int64_t n) {
+    const swiglu_row *r = ctx;
+    r->ops->silu_mul(dst, r->gate + c0, r->up + c0, n);
+}
+
+static void swiglu_quant_rows(const swiglu_quant_job *j, int64_t r0, int64_t r1) {
+    const int64_t stride = cv_act_i8_stride(j->n);
+    for (int64_t r = r0; r < r1; r++) {
+        const swiglu_row row = {j->ops, j->gu + r * j->ld, j->gu + r * j->ld + j->up_offset};
+        quantize_row(j->q, NULL, fill_swiglu, &row, j->n, j->hq + r * stride, j->hscale + r);
+    }
+}
+
+static void swiglu_quant_task(void *arg, int ti, int nt) {
+    const swiglu_quant_job *j = arg;
+    int64_t b, e;
+    cv_split(j->rows, 1, ti, nt, &b, &e);
+    swiglu_quant_rows(j, b, e);
+}
+
+void cv_swiglu_quant(cv_threadpool *pool, const float *gu, int64_t rows, int64_t n, int64_t ld, int64_t up_offset,
+                     const cv_act_quant *q, int8_t *hq, float *hscale) {
+    check_scheme(q);
+    swiglu_quant_job j = {cv_cpu_ops_active(), gu, rows, n, ld, up_offset, q, hq, hscale};
+    if (rows * n < PARALLEL_ELEMENTS || rows < 2) swiglu_quant_rows(&j, 0, rows);
+    else cv_threadpool_run(pool, swiglu_quant_task, &j);
+}
