@@ -129,15 +129,24 @@ def find_llama(args, tools):
     return bindir, None
 
 
-def made_once(out, make):
+def remove(path):
+    """Removes a file or a folder tree, if there."""
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def made_once(out, make, maker=None):
     """out (a file or folder), made by make(path) under a temporary name and renamed when complete, so
-    that an interrupted run leaves nothing that looks made; kept from earlier runs."""
+    that an interrupted run leaves nothing that looks made; kept from earlier runs unless the program
+    that makes it (maker) has been rebuilt since."""
+    if os.path.exists(out) and maker and os.path.getmtime(maker) > os.path.getmtime(out):
+        log(f"{out} predates {maker}: made again")
+        remove(out)
     if not os.path.exists(out):
         part = out + ".part"
-        if os.path.isdir(part):
-            shutil.rmtree(part)
-        elif os.path.exists(part):
-            os.remove(part)
+        remove(part)
         make(part)
         os.rename(part, out)
     return out
@@ -167,14 +176,15 @@ def checkpoint(args, config_dir, name, scale=1, edit=None, tokenizer=None, keep=
              "--gguf-py", os.path.join(args.llama_dir, "gguf-py"), *(["--tokenizer", tokenizer] if tokenizer else [])]))
     if keep:
         return folder, gguf
-    shutil.rmtree(folder, ignore_errors=True)
+    remove(folder)
     return None, gguf
 
 
 def quantized(args, folder, recipe):
-    """The W8A8_DYNAMIC checkpoint `cvllm quantize` writes from a bf16 checkpoint folder, made once."""
+    """The W8A8_DYNAMIC checkpoint `cvllm quantize` writes from a bf16 checkpoint folder, made once per
+    cvllm build."""
     return made_once(f"{folder}-w8a8-dynamic", lambda out: run(
-        [args.cvllm, "quantize", folder, out, "--scheme", "w8a8_dynamic", "--recipe", recipe], quiet=True))
+        [args.cvllm, "quantize", folder, out, "--scheme", "w8a8_dynamic", "--recipe", recipe], quiet=True), args.cvllm)
 
 
 def q8_0(args, gguf):
@@ -211,7 +221,7 @@ def dummy_model(args, shape, quant):
     if quant == "bf16":
         return src
     d = os.path.join(args.work, f"qwen3-{shape}-{quant}-dummy")
-    shutil.rmtree(d, ignore_errors=True)
+    remove(d)
     shutil.copytree(src, d)
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
@@ -634,5 +644,14 @@ def main():
     print("raw:", json.dumps(res))
 
 
+def exit_on_failure(main):
+    """main() with a failed command ending the benchmark in one line (its output was shown above)."""
+    try:
+        return main()
+    except subprocess.CalledProcessError as e:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {os.path.basename(e.cmd[0])} exited with {e.returncode} "
+                 f"(its command and output are above)")
+
+
 if __name__ == "__main__":
-    main()
+    exit_on_failure(main)

@@ -267,4 +267,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    compare.exit_on_failure(main)
