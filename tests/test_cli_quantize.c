@@ -7,7 +7,12 @@
  * (qwen3-dense-w8a8-dynamic, qwen3.5-moe-w8a8-dynamic: msModelSlim's layout of the same seed-0
  * weights), tensor for tensor and description for description, bit for bit. Sharding follows
  * Hugging Face's rule at a small --max-shard-size, with an index that covers every tensor and data
- * aligned to each dtype. Each error path: one line on stderr, the exit status, and no OUT left
+ * aligned to each dtype. W8A8 static is checked against activation ranges this test observes
+ * itself: the same prompts through the model's linear observer, folded into min-max here (a routed
+ * expert that no token reached: the union over its layer's experts), and the stored input_scale /
+ * input_offset must map min to −128, max to 127 and 0 to the offset under the runtime's formula,
+ * with input_scale (max − min) / 255 up to a few ulps; deq_scale and quant_bias follow from them and
+ * the recomputed codes. Each error path: one line on stderr, the exit status, and no OUT left
  * behind.
  */
 #include <jansson.h>
@@ -20,8 +25,13 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/threadpool.h"
 #include "check.h"
+#include "loader/config.h"
 #include "loader/safetensors.h"
+#include "loader/weights.h"
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
 #include "testutil.h"
 
 #define VEC CVLLM_TEST_DATA "/vectors/"
@@ -480,6 +490,181 @@ static void test_recipes_qwen3_moe(void) {
     free(model);
 }
 
+/* ---- static ------------------------------------------------------------------------------------ */
+
+/* Prompts whose Qwen3 tokens all lie below the reference models' 4096-token vocabulary; one is a JSON
+ * string line with a newline. */
+static const char calibration[] = "3.14159 + 2.71828 = 5.85987\n"
+                                  "int x = a[i] + b[j] * 2;\n"
+                                  "\n"
+                                  "\"a b c d e f g,\\n h i j k.\"\n"
+                                  "It is the end of the day, and he is in the room.\n";
+static const char *const calibration_prompts[] = {"3.14159 + 2.71828 = 5.85987", "int x = a[i] + b[j] * 2;",
+                                                  "a b c d e f g,\n h i j k.",
+                                                  "It is the end of the day, and he is in the room."};
+
+/* Every observed linear's [min, max], and every routed expert's folded into "….experts.*.PROJ". */
+static void record(void *ctx, const char *linear, const float *x, int64_t rows, int64_t cols) {
+    char group[256] = "";
+    const char *e = strstr(linear, ".experts.");
+    if (e && e[9] >= '0' && e[9] <= '9') snprintf(group, sizeof group, "%.*s.experts.*%s", (int)(e - linear), linear,
+                                                  strchr(e + 9, '.'));
+    const char *names[2] = {linear, group};
+    for (int n = 0; n < (group[0] ? 2 : 1); n++) {
+        json_t *r = json_object_get(ctx, names[n]);
+        double lo = r ? json_real_value(json_array_get(r, 0)) : INFINITY, hi = r ? json_real_value(json_array_get(r, 1)) : -INFINITY;
+        for (int64_t i = 0; i < rows * cols; i++) lo = fmin(lo, x[i]), hi = fmax(hi, x[i]);
+        json_object_set_new(ctx, names[n], json_pack("[f,f]", lo, hi));
+    }
+}
+
+/* The model of `dir` over the prompts, each in one forward call, observed into a JSON
+ * object linear → [min, max]. */
+static json_t *observe_ranges(const char *dir, const char *const *prompts, size_t n_prompts) {
+    cv_model_config cfg;
+    cv_weight_source *src;
+    cv_tokenizer *tok;
+    CHECK_EQ_INT(cv_model_config_load(dir, &cfg), 0);
+    CHECK_EQ_INT(cv_weight_source_checkpoint(dir, &src), 0);
+    CHECK_EQ_INT(cv_tokenizer_load(dir, &tok), 0);
+    cv_threadpool *pool = cv_threadpool_create(1);
+    json_t *ranges = json_object();
+    cv_model_load_params p = {.config = &cfg, .weights = src, .pool = pool, .max_num_batched_tokens = 64,
+                              .observe = record, .observe_ctx = ranges};
+    cv_model *m = NULL;
+    CHECK_EQ_INT(cv_model_load(&p, &m), 0);
+    const int32_t blocks = 4, block = 16;
+    const size_t floats = (size_t)blocks * block * (size_t)m->kv_spec.num_kv_heads * (size_t)m->kv_spec.head_dim;
+    cv_kv_cache kv = {.num_blocks = blocks, .block_size = block, .k = calloc((size_t)m->kv_spec.num_layers + 1, sizeof(float *)),
+                      .v = calloc((size_t)m->kv_spec.num_layers + 1, sizeof(float *))};
+    for (int l = 0; l < m->kv_spec.num_layers; l++) kv.k[l] = malloc(floats * 4), kv.v[l] = malloc(floats * 4);
+    cv_state_cache state = {0};
+    if (m->state_bytes_per_seq)
+        state = (cv_state_cache){.num_slots = 1, .slot_bytes = m->state_bytes_per_seq, .data = cv_aligned_alloc(m->state_bytes_per_seq)};
+    float *logits = malloc((size_t)m->vocab_size * sizeof *logits);
+    const int32_t table[4] = {0, 1, 2, 3}, *tables[1] = {table}, slot = 0;
+    for (size_t i = 0; i < n_prompts; i++) {
+        int32_t *ids;
+        size_t n;
+        CHECK_EQ_INT(cv_tokenizer_encode(tok, prompts[i], strlen(prompts[i]), &ids, &n), 0);
+        CHECK(n > 0 && n <= 64);
+        int32_t pos[64], starts[2] = {0, (int32_t)n}, context = (int32_t)n, last = (int32_t)n - 1;
+        int64_t slots[64];
+        for (size_t t = 0; t < n; t++) pos[t] = (int32_t)t, slots[t] = (int64_t)t;
+        cv_batch b = {.n_tokens = (int32_t)n, .token_ids = ids, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
+                      .seq_start = starts, .context_lens = &context, .block_tables = tables,
+                      .state_slots = state.data ? &slot : NULL, .n_logits = 1, .logit_rows = &last};
+        CHECK_EQ_INT(m->ops->forward(m, &b, &kv, state.data ? &state : NULL, logits), 0);
+        free(ids);
+    }
+    for (int l = 0; l < m->kv_spec.num_layers; l++) free(kv.k[l]), free(kv.v[l]);
+    free(kv.k), free(kv.v), free(state.data), free(logits);
+    cv_model_free(m);
+    cv_threadpool_free(pool);
+    cv_tokenizer_free(tok);
+    cv_weight_source_free(src);
+    cv_model_config_free(&cfg);
+    return ranges;
+}
+
+static float act_code(float x, float s, float o) { return fminf(fmaxf(nearbyintf(x / s + o), -128), 127); }
+
+/* Each stored input_scale / input_offset against the observed range of its linear (or group). */
+static void check_static_params(const ckpt *out, const json_t *ranges, size_t expect_group) {
+    size_t n = 0, group = 0;
+    for (size_t i = 0; i < out->n; i++) {
+        const char *name = out->tensors[i].name, *suffix = strstr(name, ".input_scale");
+        if (!suffix || suffix[12]) continue;
+        char *linear = cv_xstrndup(name, (size_t)(suffix - name)), *offset = cv_xasprintf("%s.input_offset", linear);
+        json_t *r = json_object_get(ranges, linear);
+        if (!r) { /* a routed expert no token reached: its group */
+            const char *e = strstr(linear, ".experts.");
+            char *g = e ? cv_xasprintf("%.*s.experts.*%s", (int)(e - linear), linear, strchr(e + 9, '.')) : NULL;
+            r = g ? json_object_get(ranges, g) : NULL;
+            group += r != NULL;
+            free(g);
+        }
+        const cv_tensor *ot = ckpt_find(out, offset);
+        CHECK_MSG(r && ot, "%s: no observed range, or no input_offset", linear);
+        if (r && ot) {
+            const float s = *(const float *)out->tensors[i].data, o = *(const float *)ot->data;
+            const float lo = fminf((float)json_real_value(json_array_get(r, 0)), 0);
+            const float hi = fmaxf((float)json_real_value(json_array_get(r, 1)), 0);
+            const float exact = (float)(((double)hi - lo) / 255.0);
+            CHECK_MSG(s <= exact && s >= exact * (1 - 1e-5f), "%s: input_scale %a for %g..%g", linear, (double)s,
+                      (double)lo, (double)hi);
+            CHECK_MSG(o == nearbyintf(o) && act_code(lo, s, o) == -128 && act_code(hi, s, o) == 127 &&
+                          act_code(0, s, o) == o,
+                      "%s: input_offset %g", linear, (double)o);
+            n++;
+        }
+        free(linear);
+        free(offset);
+    }
+    CHECK_MSG(n > 0, "no input_scale checked");
+    CHECK_EQ_INT(group, expect_group);
+}
+
+static void test_static_dense(void) {
+    char *model = model_dir("qwen3-dense-bf16", true), *out = tmp_path("dense-static");
+    tu_write_file(tmp, "calibration.txt", calibration, strlen(calibration));
+    char *cal = tmp_path("calibration.txt");
+    tu_run r = quantize((const char *[]){model, out, "--scheme", "w8a8", "--calibration", cal, NULL});
+    CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
+    CHECK_CONTAINS(r.out, "14 linears quantized to W8A8 (dense recipe)");
+    CHECK_CONTAINS(r.err, "calibrating on 4 prompts");
+    tu_run_free(&r);
+    ckpt c;
+    CHECK(ckpt_open(out, &c));
+    json_decref(check_description(out, &c, "W8A8"));
+    check_against_source(&c, "qwen3-dense-bf16", dense_linear, true);
+    json_t *ranges = observe_ranges(model, calibration_prompts, CV_ARRAY_LEN(calibration_prompts));
+    check_static_params(&c, ranges, 0);
+    json_decref(ranges);
+    ckpt_close(&c);
+    tu_remove_tree(model);
+    free(model), free(out), free(cal);
+}
+
+/* W8A8 with the moe recipe on Qwen3.5-MoE: per-expert static tensors; calibrated on three tokens,
+ * so most experts see none and take their group's range. */
+static void test_static_moe(void) {
+    char *model = model_dir("qwen3.5-moe-bf16", true), *out = tmp_path("moe-static"), *cal = tmp_path("short.txt");
+    static const char *const prompt[] = {"1+2"};
+    tu_write_file(tmp, "short.txt", "1+2\n", 4);
+    tu_run r = quantize((const char *[]){model, out, "--scheme", "w8a8", "--calibration", cal, NULL});
+    CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
+    CHECK_CONTAINS(r.out, "99 linears quantized to W8A8 (moe recipe)");
+    CHECK_CONTAINS(r.err, "routed experts that no calibration token reached take the range of all experts");
+    tu_run_free(&r);
+    ckpt c;
+    CHECK(ckpt_open(out, &c));
+    json_decref(check_description(out, &c, "W8A8"));
+    json_t *ranges = observe_ranges(model, prompt, 1);
+    size_t unreached = 0;
+    cv_checkpoint *src;
+    CHECK_EQ_INT(cv_checkpoint_open(VEC "qwen3.5-moe-bf16", &src), 0);
+    for (int layer = 0; layer < 4; layer++) {
+        char *gu = cv_xasprintf("model.language_model.layers.%d.mlp.experts.gate_up_proj", layer);
+        const cv_tensor *g = cv_checkpoint_find(src, gu);
+        for (int64_t e = 0; g && e < g->shape[0]; e++) {
+            const int64_t inter = g->shape[1] / 2, hidden = g->shape[2];
+            char *up = cv_xasprintf("model.language_model.layers.%d.mlp.experts.%lld.up_proj", layer, (long long)e);
+            check_linear(&c, up, g, e * 2 * inter + inter, inter, hidden, true);
+            unreached += json_object_get(ranges, up) == NULL;
+            free(up);
+        }
+        free(gu);
+    }
+    cv_checkpoint_close(src);
+    CHECK(unreached > 0);
+    check_static_params(&c, ranges, 3 * unreached); /* gate, up and down of each */
+    json_decref(ranges);
+    ckpt_close(&c);
+    tu_remove_tree(model);
+    free(model), free(out), free(cal);
+}
+
 /* ---- errors ------------------------------------------------------------------------------------- */
 
 /* Exit status and the last stderr line; OUT must not have been created. */
@@ -589,6 +774,8 @@ int main(void) {
     test_dynamic_dense();
     test_dynamic_moe();
     test_recipes_qwen3_moe();
+    test_static_dense();
+    test_static_moe();
     test_errors();
     tu_remove_tree(tmp);
     free(tmp);

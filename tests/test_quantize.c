@@ -296,6 +296,12 @@ static void test_recipes(void) {
         CHECK_MSG(cv_quant_recipe_action(CV_RECIPE_DENSE, cases[i].name) == cases[i].dense, "dense: %s", cases[i].name);
         CHECK_MSG(cv_quant_recipe_action(CV_RECIPE_MOE, cases[i].name) == cases[i].moe, "moe: %s", cases[i].name);
     }
+    char *g = cv_quant_recipe_expert_group("model.language_model.layers.3.mlp.experts.117.down_proj");
+    CHECK_STR_EQ(g, "model.language_model.layers.3.mlp.experts.*.down_proj");
+    free(g);
+    CHECK(cv_quant_recipe_expert_group("model.layers.0.mlp.shared_expert.down_proj") == NULL);
+    CHECK(cv_quant_recipe_expert_group("model.layers.0.mlp.experts.down_proj") == NULL);
+    CHECK(cv_quant_recipe_expert_group("model.layers.0.self_attn.q_proj") == NULL);
 }
 
 /* ---- the export's refusals ---------------------------------------------------------------------- */
@@ -366,6 +372,68 @@ static void test_export_refusals(void) {
                         "activation range (more or longer calibration prompts, or --scheme w8a8_dynamic)");
 }
 
+/* W8A8 with ranges for expert 0 (and its group) only: expert 1 takes the group's range; the static
+ * tensors follow from the range (a checkpoint with fused experts, so the split is exercised too). */
+static void test_export_static_groups(void) {
+    const fake_tensor ts[] = {{"model.layers.0.mlp.experts.gate_up_proj", CV_DTYPE_F32, 3, {2, 4, 4}},
+                              {"model.layers.0.mlp.experts.down_proj", CV_DTYPE_F32, 3, {2, 4, 2}}};
+    char *dir = tu_make_temp_dir(), *out = tu_make_temp_dir();
+    cv_st_writer *w = cv_st_writer_create();
+    static float gate_up[2][4][4], down[2][4][2];
+    for (int i = 0; i < 32; i++) (&gate_up[0][0][0])[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < 16; i++) (&down[0][0][0])[i] = (float)(i % 5) * 0.5f;
+    cv_st_writer_add(w, ts[0].name, ts[0].dtype, ts[0].ndim, ts[0].shape, gate_up, NULL, NULL);
+    cv_st_writer_add(w, ts[1].name, ts[1].dtype, ts[1].ndim, ts[1].shape, down, NULL, NULL);
+    int shards;
+    CHECK_EQ_INT(cv_st_writer_write(w, dir, "model", 1u << 20, &shards), 0);
+    cv_st_writer_free(w);
+    cv_checkpoint *ck;
+    CHECK_EQ_INT(cv_checkpoint_open(dir, &ck), 0);
+    cv_act_ranges *ranges = cv_act_ranges_create();
+    const float x[4] = {-2, 1, 0.5f, 3}, h[2] = {-1, 1};
+    static const char *const seen[] = {"model.layers.0.mlp.experts.0.gate_proj", "model.layers.0.mlp.experts.0.up_proj",
+                                       "model.layers.0.mlp.experts.0.down_proj"};
+    for (int i = 0; i < 3; i++) {
+        cv_act_ranges_observe(ranges, seen[i], i < 2 ? x : h, 1, i < 2 ? 4 : 2);
+        char *g = cv_quant_recipe_expert_group(seen[i]);
+        cv_act_ranges_observe(ranges, g, i < 2 ? x : h, 1, i < 2 ? 4 : 2);
+        free(g);
+    }
+    cv_quant_export_options o = {.recipe = CV_RECIPE_MOE, .scheme = CV_SCHEME_W8A8, .ranges = ranges, .max_shard_bytes = 1000};
+    cv_quant_export_stats stats;
+    CHECK_EQ_INT(cv_quant_export(dir, ck, &o, out, &stats), 0);
+    CHECK_EQ_INT(stats.n_linears, 6);
+    CHECK_EQ_INT(stats.n_group_ranges, 3);
+    cv_checkpoint *q;
+    CHECK_EQ_INT(cv_checkpoint_open_prefix(out, "quant_model_weights", &q), 0);
+    for (int e = 0; e < 2; e++) {
+        char name[128];
+        snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.up_proj.input_scale", e);
+        const cv_tensor *s = cv_checkpoint_find(q, name);
+        snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.up_proj.input_offset", e);
+        const cv_tensor *off = cv_checkpoint_find(q, name);
+        float want_s, want_o;
+        cv_act_static_params(cv_act_ranges_find(ranges, seen[1]), &want_s, &want_o);
+        CHECK(s && off && *(const float *)s->data == want_s && *(const float *)off->data == want_o);
+        /* The up rows of expert e are rows 2..3 of its gate_up block. */
+        snprintf(name, sizeof name, "model.layers.0.mlp.experts.%d.up_proj.weight", e);
+        const cv_tensor *wq = cv_checkpoint_find(q, name);
+        CHECK(wq && wq->dtype == CV_DTYPE_I8 && wq->shape[0] == 2 && wq->shape[1] == 4);
+        for (int r = 0; wq && r < 2; r++) {
+            const float *row = gate_up[e][2 + r];
+            const float scale = fmaxf(fmaxf(fabsf(row[0]), fabsf(row[1])), fmaxf(fabsf(row[2]), fabsf(row[3]))) / 127.0f;
+            for (int k = 0; k < 4; k++) CHECK(((const int8_t *)wq->data)[r * 4 + k] == (int8_t)nearbyintf(row[k] / scale));
+        }
+    }
+    cv_checkpoint_close(q);
+    cv_checkpoint_close(ck);
+    cv_act_ranges_free(ranges);
+    tu_remove_tree(dir);
+    tu_remove_tree(out);
+    free(dir);
+    free(out);
+}
+
 int main(void) {
     cv_threadpool *pool = cv_threadpool_create(2);
     test_weight_codes(pool);
@@ -375,6 +443,7 @@ int main(void) {
     test_writer();
     test_recipes();
     test_export_refusals();
+    test_export_static_groups();
     cv_threadpool_free(pool);
     return cv_check_summary("test_quantize");
 }

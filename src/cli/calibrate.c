@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "loader/quant_recipe.h"
 #include "loader/weights.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
@@ -47,8 +48,12 @@ typedef struct calib {
     float *logits;
 } calib;
 
+/* Each input into its linear's range, and a routed expert's also into its group's. */
 static void observe(void *ctx, const char *linear, const float *x, int64_t rows, int64_t cols) {
     cv_act_ranges_observe(ctx, linear, x, rows, cols);
+    char *group = cv_quant_recipe_expert_group(linear);
+    if (group) cv_act_ranges_observe(ctx, group, x, rows, cols);
+    free(group);
 }
 
 static int tokenize_all(const char *dir, const cv_model_config *cfg, const char *const *prompts, size_t n,

@@ -1,7 +1,9 @@
 /*
  * calibrate.h — the calibration run of `cvllm quantize --scheme w8a8`: the float model prefills
  * each prompt while the models' linear observer (models/model.h) folds every linear's input into
- * its min-max range (loader/quantize.h), keyed by the linear's weight prefix.
+ * its min-max range (loader/quantize.h), keyed by the linear's weight prefix; a routed expert's
+ * inputs also go into its group's range (cv_quant_recipe_expert_group), for the experts that no
+ * calibration token reaches.
  *
  * Each prompt is one sequence, tokenized with the model's tokenizer as plain text (no chat
  * template, no special tokens added), prefilled in chunks of at most CV_CALIB_CHUNK tokens into a

@@ -218,6 +218,9 @@ static int run(const quantize_args *q, const char *dir, const cv_model_config *c
     bool wrote = !rc;
     if (!rc && cv_quant_export(dir, ck, &job->opt, q->out, &stats)) rc = fail("%s", cv_error_message());
     if (rc && wrote) remove_output(q->out, created);
+    if (!rc && stats.n_group_ranges)
+        cv_info("quantize", "%zu routed experts that no calibration token reached take the range of all experts of "
+                "their layer and projection", stats.n_group_ranges);
     if (!rc)
         printf("Wrote %s: %zu linears quantized to %s (%s recipe), %zu tensors, %.1f MB in %d shard%s\n", q->out,
                stats.n_linears, cv_linear_scheme_name(job->opt.scheme), cv_quant_recipe_name(job->opt.recipe),

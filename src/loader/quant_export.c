@@ -56,6 +56,7 @@ typedef struct qx_plan {
     size_t n_lins, cap_lins;
     qx_out *outs;
     size_t n_outs, cap_outs;
+    size_t n_group_ranges;      /* routed experts calibrated with their group's range */
 } qx_plan;
 
 static const char *const suffix_of[] = {
@@ -87,6 +88,9 @@ static int add_linear(qx_plan *p, const char *name, cv_quant_matrix w) {
     float in_scale = 0, in_offset = 0;
     if (p->o->scheme == CV_SCHEME_W8A8) {
         const cv_act_range *r = p->o->ranges ? cv_act_ranges_find(p->o->ranges, name) : NULL;
+        char *group = r ? NULL : cv_quant_recipe_expert_group(name);
+        if (group && p->o->ranges && (r = cv_act_ranges_find(p->o->ranges, group))) p->n_group_ranges++;
+        free(group);
         if (!r || r->rows == 0)
             return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
                            "%s: no calibration input reached this linear; W8A8 needs its activation range "
@@ -305,7 +309,7 @@ int cv_quant_export(const char *src_dir, const cv_checkpoint *src, const cv_quan
                 cv_st_writer_add(w, out->name, out->dtype, out->ndim, out->shape, NULL, fill, out);
         }
         *stats = (cv_quant_export_stats){.n_tensors = p.n_outs, .n_linears = p.n_lins,
-                                         .bytes = cv_st_writer_total_bytes(w)};
+                                         .n_group_ranges = p.n_group_ranges, .bytes = cv_st_writer_total_bytes(w)};
         rc = cv_st_writer_write(w, dir, CV_QUANT_WEIGHTS_PREFIX, o->max_shard_bytes, &stats->n_shards);
     }
     if (!rc) rc = write_description(&p, dir);

@@ -8,6 +8,8 @@
  *     W8A8          P.weight I8 [N,K], P.input_scale F32 [1], P.input_offset F32 [1],
  *                   P.deq_scale F32 [N] (I64 [N] for fp16 models, as msModelSlim writes it),
  *                   P.quant_bias I32 [N]
+ * W8A8's activation range of a linear is its own, or for a routed expert that calibration never
+ * reached, its group's (every expert of the layer and projection, cv_quant_recipe_expert_group).
  * The description holds one entry per stored tensor ("FLOAT" or the scheme's name), then
  * "model_quant_type" (the scheme), "version" "1.0.0", "group_size" 0 (per channel) and empty
  * "metadata" and "optional" objects (no rotation, no KV-cache quantization).
@@ -44,6 +46,8 @@ typedef struct cv_quant_export_options {
 typedef struct cv_quant_export_stats {
     size_t n_tensors;               /* tensors written */
     size_t n_linears;               /* linears quantized (each expert counts) */
+    size_t n_group_ranges;          /* W8A8: routed experts no calibration token reached, given their
+                                     * group's range (cv_quant_recipe_expert_group) */
     int n_shards;
     uint64_t bytes;                 /* tensor bytes written */
 } cv_quant_export_stats;

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "base/error.h"
+
 const char *cv_quant_recipe_name(cv_quant_recipe r) { return r == CV_RECIPE_DENSE ? "dense" : "moe"; }
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -24,6 +26,14 @@ static bool routed_expert(const char *name, const char *proj_start) {
     while (p > name && p[-1] >= '0' && p[-1] <= '9') p--;
     if (p == digits_end) return false;
     return (size_t)(p - name) >= strlen(".experts.") && !strncmp(p - strlen(".experts."), ".experts.", strlen(".experts."));
+}
+
+char *cv_quant_recipe_expert_group(const char *linear) {
+    const char *proj = strrchr(linear, '.');
+    if (!proj || !routed_expert(linear, proj + 1)) return NULL;
+    const char *digits = proj;
+    while (digits[-1] != '.') digits--;
+    return cv_xasprintf("%.*s*%s", (int)(digits - linear), linear, proj);
 }
 
 cv_quant_action cv_quant_recipe_action(cv_quant_recipe r, const char *name) {

@@ -37,4 +37,10 @@ typedef enum cv_quant_action {
  * ("…mlp.experts"), for a linear the name without ".weight". */
 cv_quant_action cv_quant_recipe_action(cv_quant_recipe r, const char *name);
 
+/* For a routed expert's linear "….experts.E.PROJ", the name of its group "….experts.*.PROJ" (every
+ * expert of that layer and projection; cv_xmalloc'd); NULL for any other linear. Calibration folds
+ * each expert's inputs into its group too, so an expert that no calibration token was routed to
+ * takes its group's range. */
+char *cv_quant_recipe_expert_group(const char *linear);
+
 #endif
