@@ -15,6 +15,7 @@
  * the recomputed codes. Each error path: one line on stderr, the exit status, and no OUT left
  * behind.
  */
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -29,6 +30,7 @@
 #include "check.h"
 #include "loader/config.h"
 #include "loader/safetensors.h"
+#include "loader/safetensors_write.h"
 #include "loader/weights.h"
 #include "models/model.h"
 #include "tokenizer/tokenizer.h"
@@ -769,6 +771,52 @@ static void test_errors(void) {
     free(out), free(full), free(file), free(missing), free(empty_dir), free(prompts_empty), free(prompts_big);
 }
 
+/* A weight that cannot be quantized is found while the shards are written (after the first ones):
+ * the run fails with one line and removes what it wrote — OUT itself when it made it, only its
+ * contents when OUT was an empty folder already. */
+static void test_failed_write(void) {
+    char *model = tu_make_temp_dir();
+    static const char *files[] = {"config.json", "generation_config.json"};
+    for (size_t i = 0; i < CV_ARRAY_LEN(files); i++) {
+        char *t = cv_xasprintf(VEC "qwen3-dense-bf16/%s", files[i]);
+        tu_link(t, model, files[i]);
+        free(t);
+    }
+    cv_checkpoint *src;
+    CHECK_EQ_INT(cv_checkpoint_open(VEC "qwen3-dense-bf16", &src), 0);
+    cv_st_writer *w = cv_st_writer_create();
+    uint16_t *bad = NULL;
+    for (size_t i = 0; i < cv_checkpoint_count(src); i++) {
+        const cv_tensor *t = cv_checkpoint_tensor(src, i);
+        const void *data = t->data;
+        if (!strcmp(t->name, "model.layers.1.mlp.up_proj.weight")) {
+            bad = malloc(t->nbytes);
+            memcpy(bad, t->data, t->nbytes);
+            bad[3 * t->shape[1] + 5] = 0x7f80; /* +inf */
+            data = bad;
+        }
+        cv_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, data, NULL, NULL);
+    }
+    int shards;
+    CHECK_EQ_INT(cv_st_writer_write(w, model, "model", 1u << 30, &shards), 0);
+    cv_st_writer_free(w);
+    free(bad);
+    cv_checkpoint_close(src);
+    char *out = tmp_path("failed"), *empty = tmp_path("failed-empty");
+    const char *line = "cvllm quantize: model.layers.1.mlp.up_proj.weight: weight [3, 5] is inf; only finite weights "
+                       "can be quantized";
+    expect_error((const char *[]){model, out, "--scheme", "w8a8_dynamic", "--max-shard-size", "100KB", NULL}, 1, line, out);
+    CHECK(mkdir(empty, 0755) == 0);
+    expect_error((const char *[]){model, empty, "--scheme", "w8a8_dynamic", "--max-shard-size", "100KB", NULL}, 1, line, NULL);
+    DIR *d = opendir(empty);
+    size_t entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));) entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d) closedir(d);
+    CHECK_MSG(d && entries == 0, "%zu files left in %s", entries, empty);
+    tu_remove_tree(model);
+    free(model), free(out), free(empty);
+}
+
 int main(void) {
     tmp = tu_make_temp_dir();
     test_dynamic_dense();
@@ -777,6 +825,7 @@ int main(void) {
     test_static_dense();
     test_static_moe();
     test_errors();
+    test_failed_write();
     tu_remove_tree(tmp);
     free(tmp);
     return cv_check_summary("test_cli_quantize");

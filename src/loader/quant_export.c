@@ -241,6 +241,7 @@ static int fill(void *ctx, void *dst, size_t nbytes) {
             cv_quant_weight_code_sums(p->o->pool, &l->w, l->scale, l->sums);
         }
         rc = cv_quant_bias(l->input_offset, l->sums, n, dst);
+        if (rc) rc = cv_fail_prefix(rc, "%s", l->name);
         break;
     case QX_FLOAT: assert(0);
     }

@@ -139,8 +139,7 @@ static int write_tensor(FILE *f, const st_entry *e, const char *path) {
         return cv_fail(CVLLM_ERR_NO_MEMORY, "no memory for tensor '%s' (%llu bytes)", e->name,
                        (unsigned long long)e->nbytes);
     int rc = e->fill(e->ctx, buf, e->nbytes);
-    if (rc) rc = cv_fail_prefix(rc, "tensor '%s'", e->name);
-    else if (fwrite(buf, 1, e->nbytes, f) != e->nbytes) rc = cv_fail(CVLLM_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!rc && fwrite(buf, 1, e->nbytes, f) != e->nbytes) rc = cv_fail(CVLLM_ERR_IO, "%s: %s", path, strerror(errno));
     free(buf);
     return rc;
 }

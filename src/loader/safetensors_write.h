@@ -25,7 +25,8 @@
 
 #include "base/dtype.h"
 
-/* Writes a tensor's nbytes bytes at dst; 0, or a cv_fail status (the writer adds the tensor name). */
+/* Writes a tensor's nbytes bytes at dst; 0, or a cv_fail status whose message names what failed (the
+ * writer passes it on as it is). */
 typedef int (*cv_st_fill_fn)(void *ctx, void *dst, size_t nbytes);
 
 typedef struct cv_st_writer cv_st_writer;
@@ -45,7 +46,7 @@ uint64_t cv_st_writer_total_bytes(const cv_st_writer *w);
 /* Writes DIR/PREFIX-0000i-of-0000n.safetensors and DIR/PREFIX.safetensors.index.json
  * ({"metadata": {"total_size": bytes}, "weight_map": {name: file}}); *n_shards gets n. A name
  * added twice is CVLLM_ERR_INVALID_ARGUMENT naming it (nothing written); a file that cannot be
- * written is CVLLM_ERR_IO naming it; a fill error is prefixed with the tensor's name. Files already
+ * written is CVLLM_ERR_IO naming it; a fill error is returned as it is. Files already
  * written stay: the caller owns DIR. */
 int cv_st_writer_write(cv_st_writer *w, const char *dir, const char *prefix, uint64_t max_shard_bytes,
                        int *n_shards);
