@@ -7,8 +7,8 @@
  * to 16 bits, shifted left by 7, bit 14 cleared, is the f16 of the code's value / 256, exactly
  * (subnormals included; cv_fp8_f16_bits), which vcvtph2ps turns into f32. The 256 is folded into
  * the stored scales: after all codes, per panel one f32 per 128 columns, 256 × the block's scale.
- * (v/256)·(256·s) is the same real number as v·s, so each widened weight is exactly the f32 the
- * checkpoint's dequantization v·s rounds to.
+ * The kernels sum x·(value/256) over each 128-column block and add that sum times 256·scale to the
+ * output: one multiply per block instead of one per weight, and (v/256)·(256·s) is v·s exactly.
  *
  * A panel's 16 rows lie in one part (earlier parts are whole panels) and in one row block (the
  * block edge is a multiple of 16); the block edge must be a multiple of 128 so that each 128-column
