@@ -1,14 +1,18 @@
 /*
- * matmul_bench.c — times cv_matmul (row-major bf16) and cv_matmul_panels (packed) on the Qwen3
- * projection shapes, for kernel tuning and to show what packing buys (never run in CI).
+ * matmul_bench.c — times cv_linear for every weight format on the Qwen3 projection shapes, for
+ * kernel tuning and to compare formats (never run in CI): the checkpoint's row-major bf16, and the
+ * packed BF16_PANELS, I8_PANELS (int8 activations, quantized once before timing) and FP8_PANELS.
  *
- * The machine these kernels are tuned on is shared, so besides wall-clock GFLOP/s it reports
- * GFLOP/s per second of the calling thread's CPU time: that figure does not drop when another
- * process takes the core, which makes A/B comparisons of kernel variants meaningful under load.
+ * Decode (M = 1) is bound by memory bandwidth, so its figure of merit is GB/s of weight bytes
+ * streamed (the packed bytes, scales included); prefill is bound by arithmetic (GFLOP/s, 2·M·N·K).
+ * The machine these kernels are tuned on is shared, so besides wall-clock figures it reports
+ * GFLOP/s per second of the calling thread's CPU time, which does not drop when another process
+ * takes the core; and formats are run back to back on the same shape, so their ratio within one
+ * run is meaningful even when the absolute numbers move.
  *
  * Build (from the repository root, after building the library):
  *   cc -O2 -Isrc -Iinclude tools/matmul_bench.c build/libcv_kernels.a build/libcv_base.a -lm -lpthread -o /tmp/mmb
- * Usage: mmb [threads] [isa]
+ * Usage: mmb [threads] [isa] [decode|prefill|all]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,42 +29,64 @@ static double clock_s(clockid_t c) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Times `reps` calls of one layout; prints a line labelled `layout`. */
-static void time_layout(cv_threadpool *pool, const char *layout, const cv_matrix *rows, const cv_panels *mat,
-                        const float *x, int64_t m, float *y) {
-    const int64_t n = rows->rows, k = rows->cols;
-    const double flops = 2.0 * (double)m * (double)n * (double)k;
+/* Times `reps` products of one weight; prints one line. */
+static void time_format(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, float *y) {
+    const double flops = 2.0 * (double)m * (double)w->rows * (double)w->cols;
+    const double bytes = (double)cv_weight_packed_bytes(w->format, w->rows, w->cols);
     int reps = (int)(2e10 / flops) + 1;
     if (reps > 2000) reps = 2000;
+    cv_linear(pool, w, x, m, 1, &w->rows, &y); /* warm-up: pages in the weight */
     double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
-    for (int r = 0; r < reps; r++) {
-        if (mat) cv_matmul_panels(pool, mat, x, m, y);
-        else cv_matmul(pool, rows, x, m, y);
-    }
+    for (int r = 0; r < reps; r++) cv_linear(pool, w, x, m, 1, &w->rows, &y);
     double wall = clock_s(CLOCK_MONOTONIC) - w0, cpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
-    printf("%-9s M=%-4lld N=%-6lld K=%-5lld  %7.1f GFLOP/s wall  %7.1f GFLOP/s per thread-cpu-s  %6.1f GB/s weights\n",
-           layout, (long long)m, (long long)n, (long long)k, flops * reps / wall * 1e-9, flops * reps / cpu * 1e-9,
-           (double)(n * k * 2) * reps / wall * 1e-9);
+    printf("%-12s M=%-4lld N=%-6lld K=%-5lld  %7.1f GFLOP/s wall  %7.1f GFLOP/s per thread-cpu-s  %6.1f GB/s weights\n",
+           cv_wformat_name(w->format), (long long)m, (long long)w->rows, (long long)w->cols, flops * reps / wall * 1e-9,
+           flops * reps / cpu * 1e-9, bytes * reps / wall * 1e-9);
 }
 
-/* The same product with the checkpoint's row-major bf16 and with the packed panels, back to back:
- * what packing at load buys (or not) on each shape. */
+/* One shape in every format, back to back, on random weights (the values do not change the time). */
 static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
-    uint16_t *w = malloc((size_t)(n * k) * 2);
-    float *x = malloc((size_t)(m * k) * 4), *y = malloc((size_t)(m * n) * 4);
-    for (int64_t i = 0; i < n * k; i++) w[i] = cv_f32_to_bf16((float)((i * 7919) % 1000) * 1e-3f - 0.5f);
+    uint16_t *bf16 = malloc((size_t)(n * k) * 2);
+    int8_t *i8 = malloc((size_t)(n * k));
+    uint8_t *e4m3 = malloc((size_t)(n * k));
+    float *row_scale = malloc((size_t)n * 4), *block_scale = malloc((size_t)((n + 127) / 128 * ((k + 127) / 128)) * 4);
+    float *x = malloc((size_t)(m * k) * 4), *y = malloc((size_t)(m * n) * 4), *x_scale = malloc((size_t)m * 4);
+    int8_t *xq = malloc((size_t)(m * cv_act_i8_stride(k)));
+    if (!bf16 || !i8 || !e4m3 || !row_scale || !block_scale || !x || !y || !x_scale || !xq) abort();
+    for (int64_t i = 0; i < n * k; i++) {
+        bf16[i] = cv_f32_to_bf16((float)((i * 7919) % 1000) * 1e-3f - 0.5f);
+        i8[i] = (int8_t)((i * 7919) % 255 - 127);
+        e4m3[i] = (uint8_t)((i * 7919) % 0x7f); /* positive, no NaN */
+    }
+    for (int64_t i = 0; i < n; i++) row_scale[i] = 1e-3f;
+    for (int64_t i = 0; i < (n + 127) / 128 * ((k + 127) / 128); i++) block_scale[i] = 1e-2f;
     for (int64_t i = 0; i < m * k; i++) x[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-    cv_matrix rows = {w, CV_DTYPE_BF16, n, k};
-    cv_panels mat;
-    if (cv_panels_pack(pool, &rows, 1, &mat)) abort();
-    cv_matmul(pool, &rows, x, m, y); /* warm-up: page in both copies */
-    cv_matmul_panels(pool, &mat, x, m, y);
-    time_layout(pool, "row-major", &rows, NULL, x, m, y);
-    time_layout(pool, "panels", &rows, &mat, x, m, y);
-    cv_panels_release(&mat);
-    free(w);
+    const cv_act_quant dynamic = {.dynamic = true};
+    cv_quantize_rows(&dynamic, x, k, m, k, xq, x_scale);
+    const cv_matrix rows = {bf16, CV_DTYPE_BF16, n, k};
+    const cv_weight_part parts[] = {
+        {.dtype = CV_DTYPE_BF16, .rows = n, .cols = k, .data = bf16},
+        {.dtype = CV_DTYPE_I8, .rows = n, .cols = k, .data = i8, .row_scale = row_scale},
+        {.dtype = CV_DTYPE_F8_E4M3, .rows = n, .cols = k, .data = e4m3, .block_scale = block_scale, .block = 128},
+    };
+    const cv_act act = {.f32 = x, .i8 = xq, .i8_scale = x_scale};
+    const cv_weight view = cv_weight_view(&rows);
+    time_format(pool, &view, &act, m, y);
+    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) {
+        cv_weight w;
+        if (cv_weight_pack(pool, &parts[p], 1, &w)) abort();
+        time_format(pool, &w, &act, m, y);
+        cv_weight_release(&w);
+    }
+    free(bf16);
+    free(i8);
+    free(e4m3);
+    free(row_scale);
+    free(block_scale);
     free(x);
     free(y);
+    free(x_scale);
+    free(xq);
 }
 
 int main(int argc, char **argv) {
@@ -69,12 +95,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unknown or unsupported ISA %s\n", argv[2]);
         return 2;
     }
+    const char *which = argc > 3 ? argv[3] : "all";
     cv_threadpool *pool = cv_threadpool_create(threads);
-    printf("%s, %d thread(s), bf16 weights (row-major as stored, then packed panels), f32 activations\n", cv_isa_name(cv_isa_active()), threads);
-    static const int64_t shapes[][3] = {{512, 2048, 1024}, {512, 3072, 1024}, {512, 1024, 3072},
-                                        {1, 2048, 1024},   {1, 3072, 1024},   {1, 1024, 3072}, {1, 151936, 1024}};
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        run_shape(pool, shapes[s][0], shapes[s][1], shapes[s][2]);
+    printf("%s, %d thread(s), f32 activations (int8 for i8_panels), weights as named\n", cv_isa_name(cv_isa_active()),
+           threads);
+    static const int64_t prefill[][3] = {{512, 2048, 1024}, {512, 3072, 1024}, {512, 1024, 3072}};
+    static const int64_t decode[][3] = {{1, 2048, 1024}, {1, 3072, 1024}, {1, 1024, 3072}, {1, 151936, 1024}};
+    if (strcmp(which, "decode") != 0)
+        for (size_t s = 0; s < sizeof prefill / sizeof prefill[0]; s++)
+            run_shape(pool, prefill[s][0], prefill[s][1], prefill[s][2]);
+    if (strcmp(which, "prefill") != 0)
+        for (size_t s = 0; s < sizeof decode / sizeof decode[0]; s++) run_shape(pool, decode[s][0], decode[s][1], decode[s][2]);
     cv_threadpool_free(pool);
     return 0;
 }
