@@ -6,8 +6,10 @@
  * multiplied with vpmaddwd: a 16-byte quarter of a panel's group (4 rows × 4 k) becomes 16 int16,
  * and against the token's 4 codes (int16, repeated per 64 bits) each 32-bit lane gets the sum of 2
  * products, 2 lanes per row. The pairs are added across lanes once per tile (vphaddd, then a
- * 64-bit permute back into row order). Up to 2 tokens × 1 panel: 8 accumulators, 2 broadcasts,
- * 1 widened quarter.
+ * 64-bit permute back into row order). Decode (1-2 tokens) reads each group once with all 16
+ * rows in flight (4 accumulators per token); prefill (3-4 tokens) runs the panel's two halves of 8
+ * rows one after the other, which fits 4 tokens in the 16 ymm registers — integer sums are exact,
+ * so the order changes nothing.
  */
 #include <string.h>
 
@@ -37,31 +39,59 @@ INLINE void i8_finish(const cv_panel_tile *t, int i, int c0, __m256i acc) {
     _mm256_maskstore_ps(y, mask, v);
 }
 
-INLINE void i8_tile(const cv_panel_tile *t, const int MR) {
-    __m256i acc[2][4]; /* [token][quarter: rows 4q..4q+3, 2 lanes each] */
-    for (int i = 0; i < MR; i++)
-        for (int q = 0; q < 4; q++) acc[i][q] = _mm256_setzero_si256();
+/* Rows 8h..8h+7 of the panel (quarters 2h, 2h+1) for MR tokens over all groups. */
+INLINE void i8_half(const cv_panel_tile *t, const int MR, const int h, __m256i acc[][2]) {
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
     const int64_t groups = (t->k + 3) / 4; /* x is zero past the row, so whole groups are read */
     for (int64_t g = 0; g < groups; g++) {
-        const uint8_t *p = t->w + g * 64;
+        const uint8_t *p = t->w + g * 64 + 32 * h;
         if (MR <= 2) _mm_prefetch((const char *)p + PREFETCH_BYTES, _MM_HINT_T0);
-        __m256i xb[2];
+        const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+        const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16)));
         for (int i = 0; i < MR; i++) {
             int32_t quad;
             memcpy(&quad, (const int8_t *)t->x + i * t->ldx + 4 * g, sizeof quad);
-            xb[i] = _mm256_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(quad)));
+            const __m256i xb = _mm256_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(quad)));
+            acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(w0, xb));
+            acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(w1, xb));
         }
-        for (int q = 0; q < 4; q++) {
-            const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16 * q)));
-            for (int i = 0; i < MR; i++) acc[i][q] = _mm256_add_epi32(acc[i][q], _mm256_madd_epi16(w, xb[i]));
-        }
-    }
-    for (int i = 0; i < MR; i++) {
-        i8_finish(t, i, 0, pair_sums(acc[i][0], acc[i][1]));
-        i8_finish(t, i, 8, pair_sums(acc[i][2], acc[i][3]));
     }
 }
 
-PANEL_DISPATCH(panels_i8, i8_tile, MR_UP_TO_2)
+INLINE void i8_tile(const cv_panel_tile *t, const int MR) {
+    if (MR <= 2) { /* decode: both halves in one pass, each group read once */
+        __m256i acc[2][4];
+        for (int i = 0; i < MR; i++)
+            for (int q = 0; q < 4; q++) acc[i][q] = _mm256_setzero_si256();
+        const int64_t groups = (t->k + 3) / 4;
+        for (int64_t g = 0; g < groups; g++) {
+            const uint8_t *p = t->w + g * 64;
+            _mm_prefetch((const char *)p + PREFETCH_BYTES, _MM_HINT_T0);
+            __m256i xb[2];
+            for (int i = 0; i < MR; i++) {
+                int32_t quad;
+                memcpy(&quad, (const int8_t *)t->x + i * t->ldx + 4 * g, sizeof quad);
+                xb[i] = _mm256_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(quad)));
+            }
+            for (int q = 0; q < 4; q++) {
+                const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16 * q)));
+                for (int i = 0; i < MR; i++) acc[i][q] = _mm256_add_epi32(acc[i][q], _mm256_madd_epi16(w, xb[i]));
+            }
+        }
+        for (int i = 0; i < MR; i++) {
+            i8_finish(t, i, 0, pair_sums(acc[i][0], acc[i][1]));
+            i8_finish(t, i, 8, pair_sums(acc[i][2], acc[i][3]));
+        }
+        return;
+    }
+    /* prefill: more tokens, half a panel at a time (the sums are exact, so the order is free) */
+    for (int h = 0; h < 2; h++) {
+        __m256i acc[4][2];
+        i8_half(t, MR, h, acc);
+        for (int i = 0; i < MR; i++) i8_finish(t, i, 8 * h, pair_sums(acc[i][0], acc[i][1]));
+    }
+}
 
-const cv_gemm_kernel cv_avx2_panels_i8 = {.panel = panels_i8, .mr = 2, .nr = 1};
+PANEL_DISPATCH(panels_i8, i8_tile, MR_UP_TO_4)
+
+const cv_gemm_kernel cv_avx2_panels_i8 = {.panel = panels_i8, .mr = 4, .nr = 1};
