@@ -223,7 +223,9 @@ static void check_linear(const ckpt *out, const char *prefix, const cv_tensor *w
     char *s = cv_xasprintf("%s.%s", prefix, is_static ? "deq_scale" : "weight_scale");
     const cv_tensor *st = ckpt_find(out, s);
     const int64_t shape2[2] = {rows, 1};
-    CHECK_MSG(st && st->dtype == CV_DTYPE_F32 && (is_static ? same_shape(st, 1, &rows) : same_shape(st, 2, shape2)),
+    /* deq_scale: F32, or for fp16 models I64 holding the f32 bits (check_static_f16 says which). */
+    CHECK_MSG(st && (st->dtype == CV_DTYPE_F32 || (is_static && st->dtype == CV_DTYPE_I64)) &&
+                  (is_static ? same_shape(st, 1, &rows) : same_shape(st, 2, shape2)),
               "%s", s);
     if (!is_static) {
         char *o = cv_xasprintf("%s.weight_offset", prefix);
@@ -246,7 +248,15 @@ static void check_linear(const ckpt *out, const char *prefix, const cv_tensor *w
         if (ist && iot && qbt && st) {
             const float x_scale = *(const float *)ist->data, x_offset = *(const float *)iot->data;
             for (int64_t n = 0; n < rows; n++) {
-                CHECK_MSG(((const float *)st->data)[n] == x_scale * scale[n], "%s[%lld]", s, (long long)n);
+                float deq;
+                if (st->dtype == CV_DTYPE_I64) {
+                    const int32_t bits = (int32_t)((const int64_t *)st->data)[n];
+                    CHECK(((const int64_t *)st->data)[n] == bits); /* sign-extended */
+                    memcpy(&deq, &bits, sizeof deq);
+                } else {
+                    deq = ((const float *)st->data)[n];
+                }
+                CHECK_MSG(deq == x_scale * scale[n], "%s[%lld]", s, (long long)n);
                 CHECK_MSG(((const int32_t *)qbt->data)[n] == (int32_t)(-x_offset * (float)sums[n]), "%s[%lld]", qb,
                           (long long)n);
             }
@@ -335,11 +345,9 @@ static bool dense_linear(const char *name) {
 }
 
 /* Every source tensor is either a quantized linear (checked) or copied as it is. */
-static void check_against_source(const ckpt *out, const char *vector, bool (*quantized)(const char *), bool is_static) {
+static void check_against_source(const ckpt *out, const char *dir, bool (*quantized)(const char *), bool is_static) {
     cv_checkpoint *src;
-    char *dir = cv_xasprintf(VEC "%s", vector);
     CHECK_EQ_INT(cv_checkpoint_open(dir, &src), 0);
-    free(dir);
     size_t n_lin = 0;
     for (size_t i = 0; i < cv_checkpoint_count(src); i++) {
         const cv_tensor *t = cv_checkpoint_tensor(src, i);
@@ -394,7 +402,7 @@ static void test_dynamic_dense(void) {
     CHECK(c.index != NULL);
     if (c.index) check_shards(&c, 300000, 3);
     json_t *d = check_description(out, &c, "W8A8_DYNAMIC");
-    check_against_source(&c, "qwen3-dense-bf16", dense_linear, false);
+    check_against_source(&c, VEC "qwen3-dense-bf16", dense_linear, false);
     check_against_reference(out, &c, d, "qwen3-dense-w8a8-dynamic");
     static const char *const copied[] = {"config.json", "generation_config.json", "tokenizer.json",
                                          "tokenizer_config.json"};
@@ -484,7 +492,7 @@ static void test_recipes_qwen3_moe(void) {
         CHECK(ckpt_open(out, &c));
         CHECK(c.index != NULL);
         json_decref(check_description(out, &c, "W8A8_DYNAMIC"));
-        check_against_source(&c, "qwen3-moe-bf16", cases[i].quantized, false);
+        check_against_source(&c, VEC "qwen3-moe-bf16", cases[i].quantized, false);
         ckpt_close(&c);
         free(out);
     }
@@ -609,7 +617,6 @@ static void check_static_params(const ckpt *out, const json_t *ranges, size_t ex
 
 static void test_static_dense(void) {
     char *model = model_dir("qwen3-dense-bf16", true), *out = tmp_path("dense-static");
-    tu_write_file(tmp, "calibration.txt", calibration, strlen(calibration));
     char *cal = tmp_path("calibration.txt");
     tu_run r = quantize((const char *[]){model, out, "--scheme", "w8a8", "--calibration", cal, NULL});
     CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
@@ -619,7 +626,60 @@ static void test_static_dense(void) {
     ckpt c;
     CHECK(ckpt_open(out, &c));
     json_decref(check_description(out, &c, "W8A8"));
-    check_against_source(&c, "qwen3-dense-bf16", dense_linear, true);
+    check_against_source(&c, VEC "qwen3-dense-bf16", dense_linear, true);
+    json_t *ranges = observe_ranges(model, calibration_prompts, CV_ARRAY_LEN(calibration_prompts));
+    check_static_params(&c, ranges, 0);
+    json_decref(ranges);
+    ckpt_close(&c);
+    tu_remove_tree(model);
+    free(model), free(out), free(cal);
+}
+
+/* An fp16 model (the bf16 reference converted, config dtype float16): FLOAT tensors stay f16 and
+ * deq_scale is int64-encoded, as msModelSlim writes it for fp16 models. */
+static void test_static_f16(void) {
+    char *model = tu_make_temp_dir();
+    json_t *cfg = json_load_file(VEC "qwen3-dense-bf16/config.json", 0, NULL);
+    json_object_set_new(cfg, "torch_dtype", json_string("float16"));
+    char *text = json_dumps(cfg, JSON_INDENT(2));
+    tu_write_file(model, "config.json", text, strlen(text));
+    free(text);
+    json_decref(cfg);
+    static const char *tok[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (size_t i = 0; i < CV_ARRAY_LEN(tok); i++) {
+        char *t = cv_xasprintf("%s/models/qwen3-tokenizer/%s", CVLLM_SOURCE_DIR, tok[i]);
+        tu_link(t, model, tok[i]);
+        free(t);
+    }
+    cv_checkpoint *src;
+    CHECK_EQ_INT(cv_checkpoint_open(VEC "qwen3-dense-bf16", &src), 0);
+    cv_st_writer *w = cv_st_writer_create();
+    uint16_t **copies = calloc(cv_checkpoint_count(src), sizeof *copies);
+    for (size_t i = 0; i < cv_checkpoint_count(src); i++) {
+        const cv_tensor *t = cv_checkpoint_tensor(src, i);
+        const size_t n = (size_t)cv_tensor_numel(t);
+        copies[i] = malloc(n * 2);
+        for (size_t k = 0; k < n; k++) copies[i][k] = cv_f32_to_f16(cv_bf16_to_f32(((const uint16_t *)t->data)[k]));
+        cv_st_writer_add(w, t->name, CV_DTYPE_F16, t->ndim, t->shape, copies[i], NULL, NULL);
+    }
+    int shards;
+    CHECK_EQ_INT(cv_st_writer_write(w, model, "model", 1u << 30, &shards), 0);
+    cv_st_writer_free(w);
+    for (size_t i = 0; i < cv_checkpoint_count(src); i++) free(copies[i]);
+    free(copies);
+    cv_checkpoint_close(src);
+
+    char *out = tmp_path("f16-static"), *cal = tmp_path("calibration.txt");
+    tu_run r = quantize((const char *[]){model, out, "--scheme", "w8a8", "--calibration", cal, NULL});
+    CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
+    tu_run_free(&r);
+    ckpt c;
+    CHECK(ckpt_open(out, &c));
+    json_decref(check_description(out, &c, "W8A8"));
+    check_against_source(&c, model, dense_linear, true);
+    const cv_tensor *deq = ckpt_find(&c, "model.layers.0.mlp.down_proj.deq_scale");
+    const cv_tensor *norm = ckpt_find(&c, "model.norm.weight");
+    CHECK(deq && deq->dtype == CV_DTYPE_I64 && norm && norm->dtype == CV_DTYPE_F16);
     json_t *ranges = observe_ranges(model, calibration_prompts, CV_ARRAY_LEN(calibration_prompts));
     check_static_params(&c, ranges, 0);
     json_decref(ranges);
@@ -819,10 +879,12 @@ static void test_failed_write(void) {
 
 int main(void) {
     tmp = tu_make_temp_dir();
+    tu_write_file(tmp, "calibration.txt", calibration, strlen(calibration));
     test_dynamic_dense();
     test_dynamic_moe();
     test_recipes_qwen3_moe();
     test_static_dense();
+    test_static_f16();
     test_static_moe();
     test_errors();
     test_failed_write();
