@@ -763,6 +763,15 @@ static void test_errors(void) {
     tu_write_file(configured, "config.json", cfg_text, strlen(cfg_text));
     char *weights = cv_xasprintf(VEC "%s/model.safetensors", "qwen3-dense-bf16");
     tu_link(weights, configured, "model.safetensors");
+    /* An architecture the registry does not know. */
+    char *llama = tu_make_temp_dir();
+    json_object_del(cfg, "quantization_config");
+    json_object_set_new(cfg, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+    char *llama_text = json_dumps(cfg, JSON_INDENT(2));
+    tu_write_file(llama, "config.json", llama_text, strlen(llama_text));
+    tu_link(weights, llama, "model.safetensors");
+    char *m_llama = cv_xasprintf("cvllm quantize: architecture LlamaForCausalLM is not supported (supported: %s)",
+                                 cv_model_supported_architectures());
 
     char *m_missing = cv_xasprintf("cvllm quantize: model %s: no such folder, and not a hub id (ORG/NAME)", missing);
     char *m_no_config = cv_xasprintf("cvllm quantize: %s/config.json: No such file or directory", empty_dir);
@@ -797,6 +806,8 @@ static void test_errors(void) {
          "cvllm quantize: --calibration only applies to --scheme w8a8 (w8a8_dynamic needs no calibration)"},
         {{model, out, "--scheme", "w8a8", "--bogus", NULL}, 2, "cvllm quantize: unknown option --bogus (see cvllm quantize --help)"},
         {{missing, out, "--scheme", "w8a8_dynamic", NULL}, 1, m_missing},
+        {{missing, out, "--scheme", "int4", NULL}, 2, "cvllm quantize: unknown --scheme 'int4' (choose w8a8 or w8a8_dynamic)"},
+        {{llama, out, "--scheme", "w8a8_dynamic", NULL}, 1, m_llama},
         {{empty_dir, out, "--scheme", "w8a8_dynamic", NULL}, 1, m_no_config},
         {{model, full, "--scheme", "w8a8_dynamic", NULL}, 1, m_full},
         {{model, file, "--scheme", "w8a8_dynamic", NULL}, 1, m_file},
@@ -824,7 +835,9 @@ static void test_errors(void) {
 
     free(m_missing), free(m_no_config), free(m_full), free(m_file), free(m_described), free(m_configured);
     free(m_unreadable), free(m_dir), free(m_empty), free(m_no_tok), free(m_extra);
-    free(cfg_text), free(cfg_path), free(weights);
+    free(cfg_text), free(cfg_path), free(weights), free(llama_text), free(m_llama);
+    tu_remove_tree(llama);
+    free(llama);
     json_decref(cfg);
     tu_remove_tree(described), tu_remove_tree(configured), tu_remove_tree(model), tu_remove_tree(no_tok);
     free(described), free(configured), free(model), free(no_tok);

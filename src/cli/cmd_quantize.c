@@ -55,7 +55,11 @@ static const char usage[] =
     "                      or bytes); default 5GB\n";
 
 typedef struct quantize_args {
-    const char *model, *out, *scheme, *recipe, *calibration, *max_shard_size;
+    const char *model, *out, *calibration;
+    cv_linear_scheme scheme;
+    bool has_recipe;                /* else the family's */
+    cv_quant_recipe recipe;
+    uint64_t max_shard_bytes;
 } quantize_args;
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -68,33 +72,6 @@ static int fail(const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
     return 1;
-}
-
-/* 0: run; -1: --help was printed; otherwise the usage-error exit status. */
-static int parse_args(cv_args *a, quantize_args *q) {
-    while (a->i < a->argc && !a->failed) {
-        const char *arg = a->argv[a->i];
-        if (cv_args_flag(a, "--help|-h")) {
-            fputs(usage, stdout);
-            return -1;
-        }
-        if (cv_args_value(a, "--scheme", &q->scheme) || cv_args_value(a, "--recipe", &q->recipe) ||
-            cv_args_value(a, "--calibration", &q->calibration) ||
-            cv_args_value(a, "--max-shard-size", &q->max_shard_size))
-            continue;
-        if (arg[0] == '-' && arg[1] != '\0') {
-            if (!cv_args_unknown(a)) return 2;
-        } else if (q->out) {
-            return cv_args_error(a, "unexpected argument '%s' (MODEL is '%s', OUT is '%s')", arg, q->model, q->out);
-        } else {
-            *(q->model ? &q->out : &q->model) = arg;
-            a->i++;
-        }
-    }
-    if (a->failed) return 2;
-    if (!q->model || !q->out) return cv_args_error(a, "give MODEL and OUT (see cvllm quantize --help)");
-    if (!q->scheme) return cv_args_error(a, "--scheme is required: w8a8 or w8a8_dynamic");
-    return 0;
 }
 
 /* Hugging Face's file sizes (convert_file_size_to_int): bytes, or an integer with KB/MB/GB (powers
@@ -122,6 +99,45 @@ static bool parse_size(const char *s, uint64_t *out) {
         return v > 0;
     }
     return false;
+}
+
+/* 0: run; -1: --help was printed; otherwise the usage-error exit status. */
+static int parse_args(cv_args *a, quantize_args *q) {
+    const char *scheme = NULL, *recipe = NULL, *size = NULL;
+    while (a->i < a->argc && !a->failed) {
+        const char *arg = a->argv[a->i];
+        if (cv_args_flag(a, "--help|-h")) {
+            fputs(usage, stdout);
+            return -1;
+        }
+        if (cv_args_value(a, "--scheme", &scheme) || cv_args_value(a, "--recipe", &recipe) ||
+            cv_args_value(a, "--calibration", &q->calibration) || cv_args_value(a, "--max-shard-size", &size))
+            continue;
+        if (arg[0] == '-' && arg[1] != '\0') {
+            if (!cv_args_unknown(a)) return 2;
+        } else if (q->out) {
+            return cv_args_error(a, "unexpected argument '%s' (MODEL is '%s', OUT is '%s')", arg, q->model, q->out);
+        } else {
+            *(q->model ? &q->out : &q->model) = arg;
+            a->i++;
+        }
+    }
+    if (a->failed) return 2;
+    if (!q->model || !q->out) return cv_args_error(a, "give MODEL and OUT (see cvllm quantize --help)");
+    if (!scheme) return cv_args_error(a, "--scheme is required: w8a8 or w8a8_dynamic");
+    if (!strcasecmp(scheme, "w8a8")) q->scheme = CV_SCHEME_W8A8;
+    else if (!strcasecmp(scheme, "w8a8_dynamic")) q->scheme = CV_SCHEME_W8A8_DYNAMIC;
+    else return cv_args_error(a, "unknown --scheme '%s' (choose w8a8 or w8a8_dynamic)", scheme);
+    q->has_recipe = recipe != NULL;
+    if (recipe && !strcasecmp(recipe, "dense")) q->recipe = CV_RECIPE_DENSE;
+    else if (recipe && !strcasecmp(recipe, "moe")) q->recipe = CV_RECIPE_MOE;
+    else if (recipe) return cv_args_error(a, "unknown --recipe '%s' (choose dense or moe)", recipe);
+    q->max_shard_bytes = 5000000000ull;
+    if (size && !parse_size(size, &q->max_shard_bytes))
+        return cv_args_error(a, "--max-shard-size '%s' is not a size (5GB, 500MB, 2GiB or a number of bytes)", size);
+    if (q->calibration && q->scheme != CV_SCHEME_W8A8)
+        return cv_args_error(a, "--calibration only applies to --scheme w8a8 (w8a8_dynamic needs no calibration)");
+    return 0;
 }
 
 /* ---- checks on MODEL and OUT --------------------------------------------------------------------- */
@@ -172,25 +188,16 @@ typedef struct quantize_job {
     size_t n_prompts;
 } quantize_job;
 
-/* Checks the flags against the model: the scheme, the recipe (default from the family), the prompts. */
-static int plan_job(cv_args *a, const quantize_args *q, const cv_model_config *cfg, quantize_job *job) {
-    if (!strcasecmp(q->scheme, "w8a8")) job->opt.scheme = CV_SCHEME_W8A8;
-    else if (!strcasecmp(q->scheme, "w8a8_dynamic")) job->opt.scheme = CV_SCHEME_W8A8_DYNAMIC;
-    else return cv_args_error(a, "unknown --scheme '%s' (choose w8a8 or w8a8_dynamic)", q->scheme);
+/* The options for this model (the recipe defaults to the family's) and the calibration prompts. */
+static int plan_job(const quantize_args *q, const cv_model_config *cfg, quantize_job *job) {
     cv_model_family family;
     if (!cv_model_family_of(cfg->architecture, &family))
         return fail("architecture %s is not supported (supported: %s)", cfg->architecture,
                     cv_model_supported_architectures());
-    if (!q->recipe) job->opt.recipe = family == CV_FAMILY_DENSE || family == CV_FAMILY_QWEN3_5_DENSE ? CV_RECIPE_DENSE : CV_RECIPE_MOE;
-    else if (!strcasecmp(q->recipe, "dense")) job->opt.recipe = CV_RECIPE_DENSE;
-    else if (!strcasecmp(q->recipe, "moe")) job->opt.recipe = CV_RECIPE_MOE;
-    else return cv_args_error(a, "unknown --recipe '%s' (choose dense or moe)", q->recipe);
-    job->opt.max_shard_bytes = 5000000000ull;
-    if (q->max_shard_size && !parse_size(q->max_shard_size, &job->opt.max_shard_bytes))
-        return cv_args_error(a, "--max-shard-size '%s' is not a size (5GB, 500MB, 2GiB or a number of bytes)",
-                             q->max_shard_size);
-    if (q->calibration && job->opt.scheme != CV_SCHEME_W8A8)
-        return cv_args_error(a, "--calibration only applies to --scheme w8a8 (w8a8_dynamic needs no calibration)");
+    const bool dense = family == CV_FAMILY_DENSE || family == CV_FAMILY_QWEN3_5_DENSE;
+    job->opt.scheme = q->scheme;
+    job->opt.recipe = q->has_recipe ? q->recipe : dense ? CV_RECIPE_DENSE : CV_RECIPE_MOE;
+    job->opt.max_shard_bytes = q->max_shard_bytes;
     job->opt.deq_scale_i64 = cfg->torch_dtype == CV_DTYPE_F16;
     if (!q->calibration) return 0;
     if (cv_read_prompts_file(q->calibration, &job->prompts, &job->n_prompts)) return fail("%s", cv_error_message());
@@ -246,7 +253,7 @@ int cmd_quantize(int argc, char **argv) {
     }
     if (rc == 0) rc = check_not_quantized(q.model, dir);
     quantize_job job = {0};
-    if (rc == 0) rc = plan_job(&a, &q, &cfg, &job);
+    if (rc == 0) rc = plan_job(&q, &cfg, &job);
     if (rc == 0) rc = run(&q, dir, &cfg, &job);
     cv_free_prompts(job.prompts, job.n_prompts);
     if (have_cfg) cv_model_config_free(&cfg);
