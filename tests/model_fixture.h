@@ -1,15 +1,21 @@
 /*
  * model_fixture.h — driving a model against Hugging Face reference logits (tests/data/vectors), shared
- * by the model reference tests (test_qwen3_ref.c, test_moe_ref.c, test_hybrid_ref.c).
+ * by the model reference tests (test_qwen3_ref.c, test_moe_ref.c, test_hybrid_ref.c, test_quant_ref.c).
  *
  * For one reference folder and each reference prompt (short, long150) the model must reproduce the
- * reference logits to max|Δ| / max|ref| ≤ 1e-4 at every position when the prompt is
- *   (a) prefilled in one call,
- *   (b) prefilled in chunks of the sizes the test lists (earlier chunks only in the caches),
- *   (c) processed in the same forward calls as two other prompts, each on its own chunk schedule,
- *       so batches mix prefill chunks and single-token decodes of different sequences,
- *   (d) continued greedily for 8 steps: logits vs the reference's teacher-forced gen_logits, ids
- *       vs its greedy ids,
+ * reference logits within a metric's bound (mf_metric: for f32 activations max|Δ| / max|ref| ≤ 1e-4
+ * at every row; for quantized checkpoints the log-prob bound of the folder, every row and the median
+ * row of each scenario) when
+ *   (a) the prompt followed by the reference's greedy ids (teacher forcing) is prefilled in one call,
+ *   (b) the same is prefilled in chunks of the sizes the test lists (earlier chunks only in the
+ *       caches; chunks of 1 are token-by-token decode),
+ *   (c) the prompt is processed in the same forward calls as two other prompts, each on its own chunk
+ *       schedule, so batches mix prefill chunks and single-token decodes of different sequences,
+ *   (d) the prompt is prefilled asking for its last row only, then decoded for 7 steps fed the
+ *       reference's greedy ids: logits vs its gen_logits, and each step's argmax vs its greedy id
+ *       unless the reference's own margin at that step is too small for the metric to decide it,
+ *   (d') both prompts are prefilled in one forward call, then decoded together, one token of each
+ *       per call (a decode batch), fed the greedy ids as in (d),
  * and, for models with recurrent state, (e) prefilled part-way, its state slot copied byte for byte
  * to another slot, and finished from the copy (the engine's checkpoint/rollback contract),
  * (f) prefilled in one call next to another prompt, with state checkpoints at positions on and off
@@ -47,6 +53,7 @@
 #include "testutil.h"
 
 #define MF_TOLERANCE 1e-4
+#define MF_TOP_IDS 5
 #define MF_BLOCK_SIZE 16
 #define MF_NUM_BLOCKS 48
 #define MF_MAX_TOKENS 160
@@ -57,6 +64,7 @@ static double mf_worst_overall;
 /* ---- reference files ------------------------------------------------------------------------ */
 
 typedef struct mf_reference {
+    const char *name;           /* the prompt's: "short", "long150" */
     int32_t prompt[MF_MAX_TOKENS];
     int32_t n_prompt;
     int32_t greedy[8];
@@ -75,6 +83,7 @@ static int mf_load_reference(const char *dir, const char *prompt, mf_reference *
     snprintf(path, sizeof path, "%s/ref.%s.json", dir, prompt);
     json_t *root = json_load_file(path, 0, NULL);
     if (!root) return -1;
+    ref->name = prompt;
     ref->n_prompt = mf_read_ids(json_object_get(root, "prompt"), ref->prompt, MF_MAX_TOKENS);
     int n_greedy = mf_read_ids(json_object_get(root, "greedy"), ref->greedy, 8);
     json_decref(root);
@@ -125,6 +134,62 @@ static int32_t mf_argmax(const float *v, int32_t n) {
         if (v[i] > v[best]) best = i;
     return best;
 }
+
+/* log Σ exp(v), in double. */
+static double mf_logsumexp(const float *v, int64_t n) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < n; i++) mx = fmax(mx, v[i]);
+    for (int64_t i = 0; i < n; i++) sum += exp(v[i] - mx);
+    return mx + log(sum);
+}
+
+/* max |Δ log-prob| over the MF_TOP_IDS ids the reference row ranks highest (ties: lower id first),
+ * log-probs in double: the quantized references' measure, blind to a shift of the whole row and to
+ * the far tail whose logits int8 noise moves most but whose probabilities are negligible. */
+__attribute__((unused)) static double mf_top_logprob_error(const float *got, const float *want, int64_t n) {
+    int64_t top[MF_TOP_IDS];
+    int n_top = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int at = n_top < MF_TOP_IDS ? n_top++ : MF_TOP_IDS;
+        while (at > 0 && want[i] > want[top[at - 1]]) {
+            if (at < MF_TOP_IDS) top[at] = top[at - 1];
+            at--;
+        }
+        if (at < MF_TOP_IDS) top[at] = i;
+    }
+    const double lse_got = mf_logsumexp(got, n), lse_want = mf_logsumexp(want, n);
+    double worst = 0;
+    for (int k = 0; k < n_top; k++) {
+        double d = fabs((got[top[k]] - lse_got) - (want[top[k]] - lse_want));
+        if (!(d <= worst)) worst = d; /* NaN propagates as failure */
+    }
+    return worst;
+}
+
+/* Top-1 minus top-2 of a row: how far a reference row is from changing its argmax. */
+static double mf_margin(const float *v, int64_t n) {
+    double first = -INFINITY, second = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] > first) second = first, first = v[i];
+        else if (v[i] > second) second = v[i];
+    return first - second;
+}
+
+/* How a row of logits is compared with its reference row, and what passes. */
+typedef struct mf_metric {
+    const char *what;           /* for messages: "rel error" */
+    double (*row_error)(const float *got, const float *want, int64_t n);
+    double max_bound;           /* every row */
+    double median_bound;        /* the median row of each scenario (both prompts); < 0: not bounded */
+    /* A greedy step whose reference margin is above this must pick the reference's id. The top-5
+     * log-prob metric bounds a change of the margin between two top ids by twice its value, so a
+     * bound B decides every step with a margin above 2B. */
+    double greedy_margin;
+} mf_metric;
+
+/* f32 activations: the engine computes what the reference computes up to rounding, every greedy id
+ * included. */
+static const mf_metric MF_REL_ERROR = {"rel error", mf_row_error, MF_TOLERANCE, -1, 0};
 
 /* ---- paged KV cache, state slots and batches ------------------------------------------------- */
 
@@ -236,20 +301,26 @@ static void mf_step_add(mf_step *st, mf_cache *c, mf_sequence *s, int32_t n) {
 
 /* ---- the scenarios -------------------------------------------------------------------------- */
 
-enum { MF_MAX_SCENARIOS = 12 };
+enum { MF_MAX_SCENARIOS = 16 };
 
 typedef struct mf_fixture {
     const char *name;
+    const char *path;       /* the kernel path in messages; NULL: the active ISA's name */
+    const mf_metric *metric;
     cv_model *model;
     int32_t vocab;
     mf_cache cache;
     float *logits;  /* [3·MF_MAX_TOKENS][vocab] */
     double worst;   /* over every check of this fixture */
-    /* The worst error per scenario, over both prompts, for the summary line. */
+    /* Every row's error per scenario, over both prompts: the summary line's worst and median. */
     const char *scenario_names[MF_MAX_SCENARIOS];
     double scenario_worst[MF_MAX_SCENARIOS];
+    double *scenario_rows[MF_MAX_SCENARIOS];
+    int64_t scenario_n_rows[MF_MAX_SCENARIOS];
     int n_scenarios, scenario;
 } mf_fixture;
+
+static const char *mf_path(const mf_fixture *fx) { return fx->path ? fx->path : cv_isa_name(cv_isa_active()); }
 
 /* Makes `name` the scenario that later errors are attributed to. */
 static void mf_scenario(mf_fixture *fx, const char *name) {
@@ -257,7 +328,23 @@ static void mf_scenario(mf_fixture *fx, const char *name) {
         if (!strcmp(fx->scenario_names[fx->scenario], name)) return;
     if (fx->n_scenarios == MF_MAX_SCENARIOS) abort(); /* a test bug */
     fx->scenario_names[fx->n_scenarios] = name;
-    fx->scenario_worst[fx->n_scenarios++] = 0;
+    fx->scenario_worst[fx->n_scenarios] = 0;
+    fx->scenario_rows[fx->n_scenarios] = NULL;
+    fx->scenario_n_rows[fx->n_scenarios++] = 0;
+}
+
+static int mf_compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return isnan(x) || isnan(y) ? isnan(x) - isnan(y) : (x > y) - (x < y); /* NaN sorts last */
+}
+
+/* The median of scenario i's row errors (the mean of the middle two for an even count). */
+static double mf_scenario_median(mf_fixture *fx, int i) {
+    int64_t n = fx->scenario_n_rows[i];
+    if (n == 0) return 0;
+    double *v = fx->scenario_rows[i];
+    qsort(v, (size_t)n, sizeof *v, mf_compare_doubles);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 static int mf_forward(mf_fixture *fx, mf_step *st) {
@@ -265,23 +352,31 @@ static int mf_forward(mf_fixture *fx, mf_step *st) {
     return fx->model->ops->forward(fx->model, &st->batch, &fx->cache.kv, state, fx->logits);
 }
 
-static void mf_note(mf_fixture *fx, double worst) {
-    if (worst > fx->worst || isnan(worst)) fx->worst = worst;
-    double *w = &fx->scenario_worst[fx->scenario];
-    if (worst > *w || isnan(worst)) *w = worst;
+/* Records one row's error in the current scenario; returns it. */
+static double mf_note_row(mf_fixture *fx, const float *got, const float *want) {
+    double e = fx->metric->row_error(got, want, fx->vocab);
+    if (e > fx->worst || isnan(e)) fx->worst = e;
+    const int i = fx->scenario;
+    if (e > fx->scenario_worst[i] || isnan(e)) fx->scenario_worst[i] = e;
+    int64_t n = fx->scenario_n_rows[i];
+    if (n == 0 || (n >= 64 && (n & (n - 1)) == 0)) /* 64 rows, then doubled whenever full */
+        fx->scenario_rows[i] = cv_xrealloc(fx->scenario_rows[i], (size_t)(n ? 2 * n : 64) * sizeof(double));
+    fx->scenario_rows[i][fx->scenario_n_rows[i]++] = e;
+    return e;
 }
 
 /* Checks the logits of the rows just computed for a sequence (positions [first, first+n)). */
 static void mf_check_rows(mf_fixture *fx, const char *what, const float *logits, const mf_reference *ref, int32_t first,
                           int32_t n) {
     double worst = 0;
+    int32_t at = first;
     for (int32_t i = 0; i < n; i++) {
-        double e = mf_row_error(logits + (int64_t)i * fx->vocab, mf_expected_row(ref, first + i), fx->vocab);
-        worst = e > worst || isnan(e) ? e : worst;
+        double e = mf_note_row(fx, logits + (int64_t)i * fx->vocab, mf_expected_row(ref, first + i));
+        if (e > worst || isnan(e)) worst = e, at = first + i;
     }
-    CHECK_MSG(worst <= MF_TOLERANCE, "%s [%s] %s positions %d..%d: rel error %.3g", fx->name,
-              cv_isa_name(cv_isa_active()), what, first, first + n - 1, worst);
-    mf_note(fx, worst);
+    CHECK_MSG(worst <= fx->metric->max_bound, "%s [%s] %s, %s positions %d..%d: %s %.3g at position %d (bound %.3g)",
+              fx->name, mf_path(fx), what, ref->name, first, first + n - 1, fx->metric->what, worst, at,
+              fx->metric->max_bound);
 }
 
 /* Feeds s in chunks of `chunk` tokens from where it stands, checking every row. */
@@ -310,7 +405,8 @@ static void mf_run_chunked(mf_fixture *fx, const mf_reference *ref, int32_t chun
     if (!what) abort(); /* a chunk size without a name: extend the table */
     mf_scenario(fx, what);
     mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
-    mf_sequence s = {.tokens = ref->prompt, .n_total = ref->n_prompt, .state_slot = state_slot};
+    int32_t stream[MF_MAX_TOKENS + 8];
+    mf_sequence s = {.tokens = stream, .n_total = mf_full_stream(ref, stream), .state_slot = state_slot};
     mf_feed(fx, ref, &s, s.n_total, chunk, what);
 }
 
@@ -353,41 +449,63 @@ static void mf_run_batched(mf_fixture *fx, const mf_reference *main, const mf_re
     }
 }
 
-/* Prefill, then 8 free-running greedy steps; while the ids agree this is the reference's teacher
- * forcing, so each step's logits are compared with gen_logits. */
+/* Prefill asking for the last row only, then 7 single-token decode steps fed the reference's greedy
+ * ids (teacher forcing), each step's logits compared with gen_logits and its argmax with the greedy
+ * id wherever the reference's margin at that step lets the metric decide it. */
 static void mf_run_greedy(mf_fixture *fx, const mf_reference *ref) {
     mf_scenario(fx, "greedy");
     mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
     int32_t stream[MF_MAX_TOKENS + 8];
-    memcpy(stream, ref->prompt, (size_t)ref->n_prompt * sizeof *stream);
-    mf_sequence s = {.tokens = stream, .n_total = ref->n_prompt + 8, .state_slot = 1};
+    mf_sequence s = {.tokens = stream, .n_total = mf_full_stream(ref, stream), .state_slot = 1};
     mf_step st;
     mf_step_begin(&st);
     mf_step_add(&st, &fx->cache, &s, ref->n_prompt);
     st.batch.n_logits = 1; /* only the last position, as a real prefill asks */
     st.logit_rows[0] = ref->n_prompt - 1;
-    int rc = mf_forward(fx, &st);
-    CHECK_MSG(rc == 0, "%s: prefill failed: %s", fx->name, cv_error_message());
-    double worst = 0;
-    int matched = 0;
-    for (int i = 0; i < 8 && rc == 0; i++) {
-        double e = mf_row_error(fx->logits, ref->gen_logits + (int64_t)i * fx->vocab, fx->vocab);
-        worst = e > worst || isnan(e) ? e : worst;
-        int32_t next = mf_argmax(fx->logits, fx->vocab);
-        if (next != ref->greedy[i]) break;
-        matched++;
-        stream[ref->n_prompt + i] = next;
-        if (i == 7) break;
-        mf_step_begin(&st);
-        mf_step_add(&st, &fx->cache, &s, 1);
-        rc = mf_forward(fx, &st);
-        CHECK_MSG(rc == 0, "%s: decode failed: %s", fx->name, cv_error_message());
+    for (int i = 0; i < 8; i++) {
+        if (i > 0) {
+            mf_step_begin(&st);
+            mf_step_add(&st, &fx->cache, &s, 1);
+        }
+        int rc = mf_forward(fx, &st);
+        CHECK_MSG(rc == 0, "%s: %s failed: %s", fx->name, i ? "decode" : "prefill", cv_error_message());
+        if (rc) return;
+        const float *want = ref->gen_logits + (int64_t)i * fx->vocab;
+        double e = mf_note_row(fx, fx->logits, want);
+        CHECK_MSG(e <= fx->metric->max_bound, "%s [%s] greedy, %s step %d: %s %.3g (bound %.3g)", fx->name, mf_path(fx),
+                  ref->name, i, fx->metric->what, e, fx->metric->max_bound);
+        const int32_t got = mf_argmax(fx->logits, fx->vocab);
+        const double margin = mf_margin(want, fx->vocab);
+        CHECK_MSG(got == ref->greedy[i] || margin <= fx->metric->greedy_margin,
+                  "%s [%s] greedy, %s step %d: id %d where the reference picks %d by a margin of %.3g", fx->name,
+                  mf_path(fx), ref->name, i, got, ref->greedy[i], margin);
     }
-    CHECK_MSG(matched == 8, "%s [%s]: greedy ids diverge from the reference at step %d", fx->name,
-              cv_isa_name(cv_isa_active()), matched);
-    CHECK_MSG(worst <= MF_TOLERANCE, "%s [%s]: greedy logits rel error %.3g", fx->name, cv_isa_name(cv_isa_active()),
-              worst);
-    mf_note(fx, worst);
+}
+
+/* (d'): both prompts in one prefill call, then 7 calls that decode one token of each. */
+static void mf_run_decode_batch(mf_fixture *fx, const mf_reference *a, const mf_reference *b) {
+    mf_scenario(fx, "decode batch");
+    mf_cache_reset_blocks(&fx->cache, &fx->model->kv_spec);
+    const mf_reference *refs[2] = {a, b};
+    int32_t streams[2][MF_MAX_TOKENS + 8];
+    mf_sequence seqs[2];
+    for (int k = 0; k < 2; k++)
+        seqs[k] = (mf_sequence){.tokens = streams[k], .n_total = mf_full_stream(refs[k], streams[k]), .state_slot = 4 + k};
+    mf_step st;
+    for (int step = 0; step < 8; step++) {
+        int32_t firsts[2];
+        mf_step_begin(&st);
+        for (int k = 0; k < 2; k++) {
+            firsts[k] = seqs[k].done;
+            mf_step_add(&st, &fx->cache, &seqs[k], step ? 1 : refs[k]->n_prompt);
+        }
+        int rc = mf_forward(fx, &st);
+        CHECK_MSG(rc == 0, "%s: decode batch forward failed: %s", fx->name, cv_error_message());
+        if (rc) return;
+        for (int k = 0; k < 2; k++)
+            mf_check_rows(fx, "decode batch", fx->logits + (int64_t)st.seq_start[k] * fx->vocab, refs[k], firsts[k],
+                          st.seq_start[k + 1] - st.seq_start[k]);
+    }
 }
 
 /* Prefill 37 tokens in slot 0, copy the slot's bytes to slot 2, poison slot 0, finish from slot 2. */
@@ -528,8 +646,16 @@ static int mf_load_model(const char *dir, cv_model_config *cfg, cv_weight_source
 
 static const char *const MF_PROMPTS[] = {"short", "long150"};
 
-/* Every scenario on one reference folder, prefill chunked in each of chunks[0..n_chunks). */
-static void mf_test_folder(const char *folder, cv_threadpool *pool, const int32_t *chunks, int n_chunks) {
+/* What one folder measured on one kernel path: the worst row and the worst scenario median. */
+typedef struct mf_result {
+    double max, median;
+} mf_result;
+
+/* Every scenario on one reference folder under `metric`, prefill chunked in each of
+ * chunks[0..n_chunks); `path` names the kernel path in messages (NULL: the active ISA). The median
+ * row of every scenario is checked at the end. *out (when not NULL) gets what was measured. */
+static void mf_test_folder_with(const char *folder, const mf_metric *metric, const char *path, cv_threadpool *pool,
+                                const int32_t *chunks, int n_chunks, mf_result *out) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
     mf_reference refs[2] = {0};
@@ -541,7 +667,7 @@ static void mf_test_folder(const char *folder, cv_threadpool *pool, const int32_
         }
     cv_model_config cfg;
     cv_weight_source *src;
-    mf_fixture fx = {.name = folder};
+    mf_fixture fx = {.name = folder, .path = path, .metric = metric};
     int rc = mf_load_model(dir, &cfg, &src, pool, &fx.model);
     CHECK_MSG(rc == 0, "loading %s: %s", dir, cv_error_message());
     if (rc == 0) {
@@ -559,11 +685,22 @@ static void mf_test_folder(const char *folder, cv_threadpool *pool, const int32_
             mf_run_checkpoints(&fx, &refs[p], &refs[1 - p]);
             mf_run_verify(&fx, &refs[p]);
         }
-        printf("%-18s %-6s max rel error %.3g:", folder, cv_isa_name(cv_isa_active()), fx.worst);
-        for (int i = 0; i < fx.n_scenarios; i++)
+        mf_run_decode_batch(&fx, &refs[0], &refs[1]);
+        mf_result r = {.max = fx.worst};
+        printf("%-18s %-6s max %s %.3g:", folder, mf_path(&fx), metric->what, fx.worst);
+        for (int i = 0; i < fx.n_scenarios; i++) {
             printf("%s %s %.2g", i ? "," : "", fx.scenario_names[i], fx.scenario_worst[i]);
+            if (metric->median_bound < 0) continue;
+            double median = mf_scenario_median(&fx, i);
+            printf(" (median %.2g)", median);
+            CHECK_MSG(median <= metric->median_bound, "%s [%s] %s: median row %s %.3g (bound %.3g)", folder,
+                      mf_path(&fx), fx.scenario_names[i], metric->what, median, metric->median_bound);
+            if (median > r.median || isnan(median)) r.median = median;
+        }
         printf("\n");
+        if (out) *out = r;
         if (fx.worst > mf_worst_overall || isnan(fx.worst)) mf_worst_overall = fx.worst;
+        for (int i = 0; i < fx.n_scenarios; i++) free(fx.scenario_rows[i]);
         mf_cache_free(&fx.cache);
         free(fx.logits);
         cv_model_free(fx.model);
@@ -571,6 +708,11 @@ static void mf_test_folder(const char *folder, cv_threadpool *pool, const int32_
         cv_model_config_free(&cfg);
     }
     for (int p = 0; p < 2; p++) mf_free_reference(&refs[p]);
+}
+
+/* mf_test_folder_with for f32 activations on the active ISA. */
+static void mf_test_folder(const char *folder, cv_threadpool *pool, const int32_t *chunks, int n_chunks) {
+    mf_test_folder_with(folder, &MF_REL_ERROR, NULL, pool, chunks, n_chunks, NULL);
 }
 
 /* Runs mf_test_folder over `folders` on the AVX-512 and the AVX2 path (those the CPU has). */
