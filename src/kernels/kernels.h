@@ -2,15 +2,16 @@
  * kernels.h — the numeric building blocks of a forward pass, on the CPU.
  *
  * Kernels know tensors as pointers, sizes and element types only; nothing here knows about models,
- * configs or the engine. Activations are always f32 (rows contiguous); weights are [out, in]
- * row-major in f32, bf16 or f16 straight from the checkpoint mapping and are widened to f32 inside
- * the kernel with f32 accumulation, so no converted copy of the weights ever exists.
+ * configs or the engine. Activations are f32 (rows contiguous), or int8 codes for int8 weights.
+ * Weights are [out, in]: row-major f32, bf16 or f16 straight from the checkpoint mapping, or
+ * repacked once at load into a kernel format (cv_weight: bf16, int8 or e4m3 panels); either way
+ * they are widened inside the kernel, so no dequantized copy of the weights ever exists.
  *
  * The hot kernels (matmul, dot products inside attention and norms) have AVX-512, AVX2 and scalar
  * versions; one is picked at first use from the CPU's features, or from CVLLM_ISA
- * (avx512|avx2|scalar), and tests can switch with cv_isa_force(). Kernels that take a thread pool
- * split their work across it (NULL: run on the caller); the others are cheap enough to run on the
- * calling thread.
+ * (avx512|avx2|scalar), and tests can switch with cv_isa_force(). The AVX-512 int8 matmul uses
+ * AVX512-VNNI where the CPU has it. Kernels that take a thread pool split their work across it
+ * (NULL: run on the caller); the others are cheap enough to run on the calling thread.
  */
 #ifndef CV_KERNELS_H
 #define CV_KERNELS_H
@@ -104,9 +105,12 @@ void cv_embed(const cv_matrix *table, const int32_t *ids, int64_t n, float *out)
  *   BF16_PANELS      bf16, panels of k pairs (see cv_panels above)
  *   I8_PANELS        int8 codes, panels of k quads ([ceil(K/4)][16 rows][4 k], VNNI order), then per
  *                    row an f32 scale, an int32 bias (0 when none) and the int32 sum of the row's
- *                    codes: y[t][n] = (Σ_k xq[t][k]·w[n][k] + bias[n]) · row_scale[n] · x_scale[t]
+ *                    codes: y[t][n] = (Σ_k xq[t][k]·w[n][k] + bias[n]) · row_scale[n] · x_scale[t],
+ *                    the sum exact in int32 (K ≤ 131071), then (float)(sum + bias), times the row
+ *                    scale, times the token scale, in that order: the same bits on every ISA
  *   FP8_PANELS       e4m3 codes, panels k-major ([K][16 rows]), then an f32 scale per panel per
- *                    128-column block: y = Σ_k x[k] · e4m3(w[n][k]) · scale(n, k); activations f32
+ *                    128-column block: y = Σ_k x[k] · e4m3(w[n][k]) · scale(n, k); activations f32;
+ *                    the scale is applied per 128-column block sum
  */
 typedef enum cv_wformat {
     CV_WFORMAT_F32 = 0,
@@ -133,7 +137,8 @@ typedef struct cv_weight_part {
     const float *row_scale;   /* I8: [rows] (msModelSlim deq_scale or weight_scale) */
     const int32_t *row_bias;  /* I8: [rows] added to the int32 accumulator (quant_bias), or NULL */
     const float *block_scale; /* FP8: [ceil(rows/block)][ceil(cols/block)] (weight_scale_inv) */
-    int32_t block;            /* FP8: the block edge; a multiple of CV_PANEL_ROWS and of 4 */
+    int32_t block;            /* FP8: the block edge (partial edge blocks included); a multiple of
+                               * 128, as the packed format keeps a scale per 128 columns */
 } cv_weight_part;
 
 const char *cv_wformat_name(cv_wformat f);
@@ -145,8 +150,11 @@ size_t cv_weight_packed_bytes(cv_wformat f, int64_t rows, int64_t cols);
 /* Packs parts[0..n_parts) (n_parts ≤ 4, one dtype, equal cols, every part but the last with
  * rows % CV_PANEL_ROWS == 0) stacked by rows, on the pool. cv_weight_pack maps memory of its own
  * (cv_weight_release); cv_weight_pack_into writes cv_weight_packed_bytes bytes at dst (e.g. a
- * file mapping) and *out borrows dst. Unsupported dtype: CVLLM_ERR_UNSUPPORTED; no memory:
- * CVLLM_ERR_NO_MEMORY. */
+ * file mapping) and *out borrows dst; the bytes do not depend on the pool. A dtype without a
+ * packed format, an FP8 block edge not a multiple of 128, more columns than an int8 sum holds:
+ * CVLLM_ERR_UNSUPPORTED; parts that do not stack, missing scales: CVLLM_ERR_INVALID_ARGUMENT;
+ * non-finite scales, e4m3 NaN codes: CVLLM_ERR_FORMAT (naming the part and row or block); no
+ * memory: CVLLM_ERR_NO_MEMORY. */
 int cv_weight_pack(cv_threadpool *pool, const cv_weight_part *parts, int n_parts, cv_weight *out);
 int cv_weight_pack_into(cv_threadpool *pool, const cv_weight_part *parts, int n_parts, void *dst, cv_weight *out);
 void cv_weight_release(cv_weight *w);
@@ -158,14 +166,15 @@ cv_weight cv_weight_view(const cv_matrix *m);
 void cv_embed_weight(const cv_weight *w, const int32_t *ids, int64_t n, float *out);
 
 /* The input of a linear, in the form its weight's format reads: f32 rows, or int8 codes rows
- * cv_act_i8_stride(cols) bytes apart (zero past cols) with a per-row scale (NULL: 1). */
+ * cv_act_i8_stride(cols) bytes apart (zero past cols: the kernels read whole groups of 4) with a
+ * per-row scale (NULL: 1). */
 typedef struct cv_act {
     const float *f32;         /* [m][cols] */
     const int8_t *i8;         /* [m][cv_act_i8_stride(cols)] */
     const float *i8_scale;    /* [m] or NULL */
 } cv_act;
 
-int64_t cv_act_i8_stride(int64_t cols);
+int64_t cv_act_i8_stride(int64_t cols); /* cols rounded up to a multiple of 64 */
 
 /* ys[j] [m][part_rows[j]] = x · part jᵀ for every stacked part of w (part_rows as packed; one part:
  * n_parts 1, part_rows &w->rows). One pass over x, one wake of the pool. */
