@@ -76,12 +76,14 @@ static void test_grouped_experts(cv_threadpool *pool) {
         wf[i] = cv_bf16_to_f32(wbuf[i]);
     }
     cv_moe_expert ex[E + 1];
+    cv_weight views[E + 1][3];
     for (int e = 0; e <= E; e++) {
         int64_t inter = e == E ? 2 * I : I;
         const uint16_t *base = wbuf + (size_t)e * 3 * 2 * I * H;
-        ex[e].gate = (cv_matrix){base, CV_DTYPE_BF16, inter, H};
-        ex[e].up = (cv_matrix){base + 2 * I * H, CV_DTYPE_BF16, inter, H};
-        ex[e].down = (cv_matrix){base + 4 * I * H, CV_DTYPE_BF16, H, inter};
+        views[e][0] = cv_weight_view(&(cv_matrix){base, CV_DTYPE_BF16, inter, H});
+        views[e][1] = cv_weight_view(&(cv_matrix){base + 2 * I * H, CV_DTYPE_BF16, inter, H});
+        views[e][2] = cv_weight_view(&(cv_matrix){base + 4 * I * H, CV_DTYPE_BF16, H, inter});
+        ex[e] = (cv_moe_expert){.gate = &views[e][0], .up = &views[e][1], .down = &views[e][2], .inter = inter};
     }
     float x[T * H], y[T * H], want[T * H], weights[T * R];
     int32_t ids[T * R];
@@ -98,7 +100,7 @@ static void test_grouped_experts(cv_threadpool *pool) {
         for (int j = 0; j < H; j++) want[t * H + j] = 1.0f;
         for (int r = 0; r < R; r++) {
             int e = ids[t * R + r];
-            int64_t inter = ex[e].gate.rows;
+            int64_t inter = ex[e].inter;
             const float *wb = wf + (size_t)e * 3 * 2 * I * H;
             float h[2 * I];
             for (int64_t i = 0; i < inter; i++) {
@@ -116,7 +118,7 @@ static void test_grouped_experts(cv_threadpool *pool) {
             }
         }
     }
-    void *ws = cv_aligned_alloc(cv_moe_workspace_bytes(pool, T, R, H, 2 * I, E + 1));
+    void *ws = cv_aligned_alloc(cv_moe_workspace_bytes(pool, T, R, H, 2 * I, E + 1, false));
     cv_moe_args a = {.n_tokens = T, .hidden = H, .n_experts = E + 1, .experts = ex, .routes = R, .ids = ids,
                      .weights = weights, .x = x, .y = y, .workspace = ws};
     cv_moe(pool, &a);

@@ -180,6 +180,10 @@ int64_t cv_act_i8_stride(int64_t cols); /* cols rounded up to a multiple of 64 *
  * n_parts 1, part_rows &w->rows). One pass over x, one wake of the pool. */
 void cv_linear(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, int n_parts,
                const int64_t *part_rows, float *const *ys);
+/* y [m][row1 − row0] = x · rows [row0, row1) of wᵀ, on the calling thread (a thread's share of a
+ * weight, as the grouped MoE kernel splits experts). Packed formats: row0 a multiple of
+ * CV_PANEL_ROWS. */
+void cv_linear_rows(const cv_weight *w, const cv_act *x, int64_t m, int64_t row0, int64_t row1, float *y);
 
 /* ---- activation quantization (int8 inputs of I8_PANELS weights) ---------------------------------- */
 
@@ -291,10 +295,18 @@ void cv_kv_write(float *k_cache, float *v_cache, const float *k, const float *v,
 
 /* ---- mixture of experts (moe.c) --------------------------------------------------------------- */
 
-/* One SwiGLU expert: down · (silu(gate · x) ⊙ (up · x)); gate and up [inter][hidden], down
- * [hidden][inter]. Experts of one call may differ in inter (a shared expert is often wider). */
+/* One SwiGLU expert: down · (silu(gate · x) ⊙ (up · x)), in any weight format. gate is rows
+ * [0, inter) of *gate and up rows [up_row, up_row + inter) of *up — the same weight when gate|up
+ * are stacked (up_row = inter; packed, up_row a multiple of CV_PANEL_ROWS) — and down is
+ * [hidden][inter]. Experts of one call may differ in inter (a shared expert is often wider) and in
+ * format. Weights that read int8 (I8_PANELS) get their input quantized as the expert says: x for
+ * gate and up (both int8 or neither; quantized once when their quantizations agree, as they do
+ * when stacked), per expert after gathering its tokens, and the SwiGLU output per token before
+ * down (msModelSlim's routed experts). */
 typedef struct cv_moe_expert {
-    cv_matrix gate, up, down;
+    const cv_weight *gate, *up, *down;
+    int64_t inter, up_row;
+    cv_act_quant gate_quant, up_quant, down_quant; /* of the weights that read int8 */
 } cv_moe_expert;
 
 /* Per token: softmax over the n_experts router logits (f32), the top_k largest probabilities in
@@ -316,9 +328,10 @@ typedef struct cv_moe_args {
     void *workspace;                /* cv_moe_workspace_bytes(...) bytes, 64-byte aligned */
 } cv_moe_args;
 
-/* Workspace for cv_moe with at most these sizes on this pool (max_inter: the widest expert). */
+/* Workspace for cv_moe with at most these sizes on this pool (max_inter: the widest expert; int8:
+ * some expert's weights read int8). */
 size_t cv_moe_workspace_bytes(const cv_threadpool *pool, int64_t n_tokens, int32_t routes, int32_t hidden,
-                              int32_t max_inter, int32_t n_experts);
+                              int32_t max_inter, int32_t n_experts, bool int8);
 /* Routed SwiGLU experts, grouped: the tokens of each expert are gathered and each selected expert's
  * weights are streamed once per call, whatever the number of tokens routed to it. */
 void cv_moe(cv_threadpool *pool, const cv_moe_args *a);

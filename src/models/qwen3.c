@@ -15,10 +15,13 @@
  * Weights: bf16 matrices — the common case, and the one the speed targets are about — are packed
  * at load into the kernels' panels, q|k|v and gate|up stacked into one matmul each, and kept in the
  * packed-weight cache (layers/linear.h, layers/vocab.h); f32/f16 ones are views of the checkpoint.
+ * Quantized checkpoints (msModelSlim W8A8 / W8A8_DYNAMIC, FP8) pack their int8 or e4m3 linears the
+ * same way, each in its scheme (layers/linear.h).
  *
  * Fusions: the residual add is folded into the next RMSNorm (one pass over the residual stream),
- * and the last one into the final norm of the logit rows only. Each op is timed into the kernels'
- * profile (kernels/profile.h) by the layers when profiling is on.
+ * and the last one into the final norm of the logit rows only; when q|k|v or gate|up read int8,
+ * that norm also quantizes its output for them. Each op is timed into the kernels' profile
+ * (kernels/profile.h) by the layers when profiling is on.
  *
  * The batch is checked up front (layers/batch.h); the activation scratch is sized for
  * max_num_batched_tokens at load and grown only on demand (layers/arena.h).
@@ -48,6 +51,7 @@ typedef struct qwen3_scratch {
     float *x;          /* residual stream [H] */
     float *a;          /* normed input [H] */
     float *o;          /* block output, added to x by the next norm [H] */
+    nn_qrows aq;       /* a quantized for an int8 q|k|v or gate|up */
     float *cos, *sin;  /* [rot_dim/2] */
     nn_attention_scratch attn;
     nn_ffn_scratch mlp;
@@ -89,25 +93,22 @@ static void bind_weights(qwen3_model *m, const cv_model_config *cfg) {
 }
 
 /* Every linear of the layers (the lm_head aside), in layer order; the caller frees the list. */
-static int model_linears(qwen3_model *m, nn_linear ***out) {
-    nn_linear **l = cv_xmalloc(sizeof *l * (size_t)(4 * m->n_layers));
-    int n = 0;
+static nn_linear_list model_linears(qwen3_model *m) {
+    nn_linear_list l = {0};
     for (int i = 0; i < m->n_layers; i++) {
-        n += nn_attention_linears(&m->layers[i].attn, l + n);
-        n += nn_ffn_linears(&m->layers[i].mlp, l + n);
+        nn_attention_linears(&m->layers[i].attn, &l);
+        nn_ffn_linears(&m->layers[i].mlp, &l);
     }
-    *out = l;
-    return n;
+    return l;
 }
 
 /* Bump when the packed bytes of the same checkpoint would change (what is stacked, in which order). */
 #define QWEN3_PACK_LAYOUT "qwen3 panels v1: lm_head, then per layer q|k|v, o, gate|up, down"
 
 static int pack_weights(qwen3_model *m, cv_weight_source *src, cv_threadpool *pool) {
-    nn_linear **lins;
-    const int n = model_linears(m, &lins);
-    int rc = nn_pack_model(pool, src, QWEN3_PACK_LAYOUT, &m->vocab_w, lins, n);
-    free(lins);
+    nn_linear_list lins = model_linears(m);
+    int rc = nn_pack_model(pool, src, QWEN3_PACK_LAYOUT, &m->vocab_w, &lins);
+    nn_linear_list_free(&lins);
     return rc;
 }
 
@@ -128,16 +129,17 @@ static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     s->o = nn_take(ar, T * row);
     s->cos = nn_take(ar, T * half_rot);
     s->sin = nn_take(ar, T * half_rot);
+    nn_qrows_take(&s->aq, ar, tokens, m->bound.act_cols ? m->hidden : 0);
+    nn_linear_scratch_take(&m->bound, ar, tokens);
     nn_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
     nn_ffn_scratch_take(&s->mlp, m->intermediate, ar, tokens);
 }
 
 static void qwen3_destroy(cv_model *base) {
     qwen3_model *m = (qwen3_model *)base;
-    nn_linear **lins;
-    const int n = model_linears(m, &lins);
-    for (int i = 0; i < n; i++) nn_linear_release(lins[i]);
-    free(lins);
+    nn_linear_list lins = model_linears(m);
+    for (int i = 0; i < lins.n; i++) nn_linear_release(lins.at[i]);
+    nn_linear_list_free(&lins);
     nn_scratch_free(&m->scratch);
     nn_vocab_release(&m->vocab_w);
     cv_rope_free(&m->rope);
@@ -162,10 +164,13 @@ static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_
     for (int l = 0; l < m->n_layers; l++) {
         const qwen3_layer *ly = &m->layers[l];
         /* Layer input: x += the previous block's output (none before layer 0), a = input_norm(x). */
-        NN_TIMED(CV_OP_NORM, cv_add_rmsnorm(pool, s->x, l ? s->o : NULL, s->a, ly->input_norm, T, H, m->eps));
-        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, l, s->a, &s->attn, s->o);
-        NN_TIMED(CV_OP_NORM, cv_add_rmsnorm(pool, s->x, s->o, s->a, ly->post_attention_norm, T, H, m->eps));
-        nn_ffn_forward(pool, &ly->mlp, s->a, T, &s->mlp, s->o);
+        nn_input in;
+        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->x, l ? s->o : NULL, s->a, ly->input_norm, T, H, m->eps,
+                                                     &ly->attn.qkv, &s->aq));
+        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, l, in, &s->attn, s->o);
+        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->x, s->o, s->a, ly->post_attention_norm, T, H, m->eps,
+                                                     &ly->mlp.gate_up, &s->aq));
+        nn_ffn_forward(pool, &ly->mlp, in, T, &s->mlp, s->o);
     }
     /* The last residual add and the final norm, for the rows whose logits are wanted only. */
     NN_TIMED(CV_OP_NORM, for (int32_t i = 0; i < b->n_logits; i++) {

@@ -34,7 +34,9 @@
  *
  * Weights: every bf16 linear but the routed experts — lm_head (a tied embedding is then read from
  * it), attention, GDN projections, router, shared expert or dense MLP, MTP fc — is packed into
- * panels at load (layers/linear.h), lm_head first.
+ * panels at load (layers/linear.h), lm_head first; quantized linears and routed experts
+ * (msModelSlim's recipes quantize attention q|k|v and the experts) are packed in their scheme, and
+ * each norm quantizes its output for an int8 q|k|v, GDN input projection or gate|up.
  *
  * Scratch: the attention and GDN activations are never live together, so they share one region of
  * the arena sized for the larger.
@@ -77,6 +79,7 @@ typedef struct mtp_module {
 
 typedef struct hybrid_scratch {
     float *x, *a, *o, *cos, *sin;           /* residual stream, normed input, block output (added by the next norm) */
+    nn_qrows aq;                            /* a quantized for an int8 linear reading it */
     float *pair;                            /* [capacity][2·hidden] MTP fc input; NULL without MTP */
     nn_gdn_batch gdn_batch;
     nn_attention_scratch attn;
@@ -315,6 +318,8 @@ static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     s->cos = nn_take(ar, T * half_rot);
     s->sin = nn_take(ar, T * half_rot);
     s->pair = m->mtp ? nn_take(ar, 2 * T * row) : NULL;
+    nn_qrows_take(&s->aq, ar, tokens, m->bound.act_cols ? m->hidden : 0);
+    nn_linear_scratch_take(&m->bound, ar, tokens);
     nn_gdn_batch_take(&s->gdn_batch, ar, tokens);
     nn_moe_scratch_take(&s->moe, &m->moe_sizes, m->base.pool, m->hidden, ar, tokens);
     const size_t mixer = ar->size;
@@ -325,43 +330,40 @@ static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     if (attn_end > ar->size) ar->size = attn_end;
 }
 
-/* The linears of one decoder layer (at most 6) into out; returns how many. */
-static int layer_linears(hybrid_layer *ly, nn_linear **out) {
-    const int n = ly->linear ? nn_gdn_linears(&ly->gdn, out) : nn_attention_linears(&ly->attn, out);
-    return n + nn_moe_linears(&ly->mlp, out + n);
+/* Appends the linears of one decoder layer to list. */
+static void layer_linears(hybrid_layer *ly, nn_linear_list *list) {
+    if (ly->linear) nn_gdn_linears(&ly->gdn, list);
+    else nn_attention_linears(&ly->attn, list);
+    nn_moe_linears(&ly->mlp, list);
 }
 
 /* Every linear the layers and the MTP module read (the lm_head aside), in layer order; the caller
  * frees the list. */
-static int model_linears(hybrid_model *m, nn_linear ***out) {
-    nn_linear **l = cv_xmalloc((size_t)(6 * m->n_layers + 7) * sizeof *l);
-    int n = 0;
-    for (int32_t i = 0; i < m->n_layers; i++) n += layer_linears(&m->layers[i], l + n);
+static nn_linear_list model_linears(hybrid_model *m) {
+    nn_linear_list l = {0};
+    for (int32_t i = 0; i < m->n_layers; i++) layer_linears(&m->layers[i], &l);
     if (m->mtp) {
-        l[n++] = &m->mtp->fc;
-        n += layer_linears(&m->mtp->layer, l + n);
+        nn_linear_list_add(&l, &m->mtp->fc);
+        layer_linears(&m->mtp->layer, &l);
     }
-    *out = l;
-    return n;
+    return l;
 }
 
 /* Bump when what model_linears() lists, or how its parts stack, changes: it keys the packed-weight cache. */
 #define HYBRID_PACK_LAYOUT "qwen3-hybrid panels v1: lm_head, then model_linears() in order"
 
 static int pack_weights(hybrid_model *m, cv_weight_source *src, cv_threadpool *pool) {
-    nn_linear **lins;
-    const int n = model_linears(m, &lins);
-    int rc = nn_pack_model(pool, src, HYBRID_PACK_LAYOUT, &m->vocab_w, lins, n);
-    free(lins);
+    nn_linear_list lins = model_linears(m);
+    int rc = nn_pack_model(pool, src, HYBRID_PACK_LAYOUT, &m->vocab_w, &lins);
+    nn_linear_list_free(&lins);
     return rc;
 }
 
 static void hybrid_destroy(cv_model *base) {
     hybrid_model *m = (hybrid_model *)base;
-    nn_linear **lins;
-    const int n = model_linears(m, &lins);
-    for (int i = 0; i < n; i++) nn_linear_release(lins[i]);
-    free(lins);
+    nn_linear_list lins = model_linears(m);
+    for (int i = 0; i < lins.n; i++) nn_linear_release(lins.at[i]);
+    nn_linear_list_free(&lins);
     nn_scratch_free(&m->scratch);
     nn_vocab_release(&m->vocab_w);
     cv_rope_free(&m->rope);
@@ -386,15 +388,19 @@ static void run_layer(hybrid_model *m, const hybrid_layer *ly, bool first, const
     hybrid_scratch *s = &m->s;
     const int32_t T = b->n_tokens, H = m->hidden;
     cv_threadpool *pool = m->base.pool;
-    NN_TIMED(CV_OP_NORM, cv_add_rmsnorm(pool, s->x, first ? NULL : s->o, s->a, ly->input_norm, T, H, m->eps));
+    const nn_linear *mixer_input = ly->linear ? &ly->gdn.in_proj : &ly->attn.qkv;
+    nn_input in;
+    NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->x, first ? NULL : s->o, s->a, ly->input_norm, T, H, m->eps,
+                                                 mixer_input, &s->aq));
     if (ly->linear)
         nn_gdn_forward(pool, &ly->gdn, &m->gd, b, st, (size_t)ly->index * nn_gdn_state_bytes(&m->gd), &s->gdn_batch,
-                       s->a, &s->gdn, s->o);
+                       in, &s->gdn, s->o);
     else
-        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, ly->index, s->a, &s->attn,
+        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, ly->index, in, &s->attn,
                              s->o);
-    NN_TIMED(CV_OP_NORM, cv_add_rmsnorm(pool, s->x, s->o, s->a, ly->post_attention_norm, T, H, m->eps));
-    nn_moe_forward(pool, &ly->mlp, H, s->a, T, &s->moe, s->o);
+    NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->x, s->o, s->a, ly->post_attention_norm, T, H, m->eps,
+                                                 nn_moe_input_linear(&ly->mlp), &s->aq));
+    nn_moe_forward(pool, &ly->mlp, H, in, T, &s->moe, s->o);
 }
 
 /* The last residual add and the final norm with `gain`: of every token into batch->hidden_out when
@@ -464,7 +470,7 @@ static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float
         cv_rmsnorm(s->pair + t * 2 * H, s->a + t * H, mtp->norm_embedding, 1, H, m->eps);
         cv_rmsnorm(s->pair + t * 2 * H + H, hidden + t * H, mtp->norm_hidden, 1, H, m->eps);
     });
-    nn_linear_forward(base->pool, &mtp->fc, s->pair, T, &s->x);
+    nn_linear_forward(base->pool, &mtp->fc, nn_f32(s->pair), T, &s->x);
     NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b.positions, T, s->cos, s->sin));
     run_layer(m, &mtp->layer, true, &b, kv, NULL);
     emit_outputs(m, &b, mtp->final_norm, logits);

@@ -9,9 +9,10 @@
  * No shared expert, no router bias.
  *
  * Numerics and memory as in qwen3.c: f32 activations and residual (each residual add fused into
- * the next RMSNorm), weights read in checkpoint dtype (bf16 lm_head, attention and dense/MLP
- * linears packed into panels at load, routed experts straight from the mapping), activation
- * scratch sized for max_num_batched_tokens and grown only on demand (layers/arena.h).
+ * the next RMSNorm, which also quantizes for an int8 q|k|v or dense gate|up), weights read in
+ * checkpoint dtype (bf16 lm_head, attention and dense/MLP linears packed into panels at load, float
+ * routed experts straight from the mapping, quantized linears and experts packed in their scheme),
+ * activation scratch sized for max_num_batched_tokens and grown only on demand (layers/arena.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ typedef struct moe_layer {
 
 typedef struct moe_scratch {
     float *x, *a, *o, *cos, *sin; /* x: residual stream; a: normed input; o: block output, added to x by the next norm */
+    nn_qrows aq;                  /* a quantized for an int8 q|k|v or gate|up */
     nn_attention_scratch attn;
     nn_moe_scratch moe;
 } moe_scratch;
@@ -108,39 +110,37 @@ static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     s->o = nn_take(ar, T * row);
     s->cos = nn_take(ar, T * half_rot);
     s->sin = nn_take(ar, T * half_rot);
+    nn_qrows_take(&s->aq, ar, tokens, m->bound.act_cols ? m->hidden : 0);
+    nn_linear_scratch_take(&m->bound, ar, tokens);
     nn_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
     nn_moe_scratch_take(&s->moe, &m->moe_sizes, m->base.pool, m->hidden, ar, tokens);
 }
 
 /* Every linear the layers read (the lm_head aside), in layer order; the caller frees the list. */
-static int model_linears(qwen3_moe_model *m, nn_linear ***out) {
-    nn_linear **l = cv_xmalloc((size_t)(5 * m->n_layers) * sizeof *l);
-    int n = 0;
+static nn_linear_list model_linears(qwen3_moe_model *m) {
+    nn_linear_list l = {0};
     for (int32_t i = 0; i < m->n_layers; i++) {
-        n += nn_attention_linears(&m->layers[i].attn, l + n);
-        n += nn_moe_linears(&m->layers[i].mlp, l + n);
+        nn_attention_linears(&m->layers[i].attn, &l);
+        nn_moe_linears(&m->layers[i].mlp, &l);
     }
-    *out = l;
-    return n;
+    return l;
 }
 
 /* Bump when what model_linears() lists, or how its parts stack, changes: it keys the packed-weight cache. */
 #define QWEN3_MOE_PACK_LAYOUT "qwen3-moe panels v1: lm_head, then model_linears() in order"
 
 static int pack_weights(qwen3_moe_model *m, cv_weight_source *src, cv_threadpool *pool) {
-    nn_linear **lins;
-    const int n = model_linears(m, &lins);
-    int rc = nn_pack_model(pool, src, QWEN3_MOE_PACK_LAYOUT, &m->vocab_w, lins, n);
-    free(lins);
+    nn_linear_list lins = model_linears(m);
+    int rc = nn_pack_model(pool, src, QWEN3_MOE_PACK_LAYOUT, &m->vocab_w, &lins);
+    nn_linear_list_free(&lins);
     return rc;
 }
 
 static void qwen3_moe_destroy(cv_model *base) {
     qwen3_moe_model *m = (qwen3_moe_model *)base;
-    nn_linear **lins;
-    const int n = model_linears(m, &lins);
-    for (int i = 0; i < n; i++) nn_linear_release(lins[i]);
-    free(lins);
+    nn_linear_list lins = model_linears(m);
+    for (int i = 0; i < lins.n; i++) nn_linear_release(lins.at[i]);
+    nn_linear_list_free(&lins);
     nn_scratch_free(&m->scratch);
     nn_vocab_release(&m->vocab_w);
     cv_rope_free(&m->rope);
@@ -164,10 +164,13 @@ static int qwen3_moe_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv,
     NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b->positions, T, s->cos, s->sin));
     for (int32_t l = 0; l < m->n_layers; l++) {
         const moe_layer *ly = &m->layers[l];
-        NN_TIMED(CV_OP_NORM, cv_add_rmsnorm(pool, s->x, l ? s->o : NULL, s->a, ly->input_norm, T, H, m->eps));
-        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, l, s->a, &s->attn, s->o);
-        NN_TIMED(CV_OP_NORM, cv_add_rmsnorm(pool, s->x, s->o, s->a, ly->post_attention_norm, T, H, m->eps));
-        nn_moe_forward(pool, &ly->mlp, H, s->a, T, &s->moe, s->o);
+        nn_input in;
+        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->x, l ? s->o : NULL, s->a, ly->input_norm, T, H, m->eps,
+                                                     &ly->attn.qkv, &s->aq));
+        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, l, in, &s->attn, s->o);
+        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->x, s->o, s->a, ly->post_attention_norm, T, H, m->eps,
+                                                     nn_moe_input_linear(&ly->mlp), &s->aq));
+        nn_moe_forward(pool, &ly->mlp, H, in, T, &s->moe, s->o);
     }
     /* The last residual add and the final norm, for the rows whose logits are wanted only. */
     NN_TIMED(CV_OP_NORM, for (int32_t i = 0; i < b->n_logits; i++) {

@@ -150,25 +150,40 @@ static void linear_task(void *arg, int ti, int nt) {
     }
 }
 
-void cv_linear(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, int n_parts,
-               const int64_t *part_rows, float *const *ys) {
+/* The job's weight and input; the caller sets its parts. */
+static void job_init(linear_job *job, const cv_weight *w, const cv_act *x, int64_t m) {
     assert((unsigned)w->format < CV_WFORMAT_COUNT);
-    assert(n_parts >= 1 && n_parts <= MAX_PARTS);
-    if (m <= 0 || w->rows <= 0) return;
     const cv_format_traits *f = cv_formats[w->format];
-    linear_job job = {.w = w, .f = f, .kern = cv_format_gemm(w->format), .m = m, .n_parts = n_parts};
+    *job = (linear_job){.w = w, .f = f, .kern = cv_format_gemm(w->format), .m = m};
     if (f->int8_input) {
         assert(x->i8);
-        job.x = (const char *)x->i8;
-        job.ldx = cv_act_i8_stride(w->cols);
-        job.x_size = 1;
-        job.x_scale = x->i8_scale;
+        job->x = (const char *)x->i8;
+        job->ldx = cv_act_i8_stride(w->cols);
+        job->x_size = 1;
+        job->x_scale = x->i8_scale;
     } else {
         assert(x->f32);
-        job.x = (const char *)x->f32;
-        job.ldx = w->cols;
-        job.x_size = sizeof(float);
+        job->x = (const char *)x->f32;
+        job->ldx = w->cols;
+        job->x_size = sizeof(float);
     }
+    job->units = f->packed ? ceil_div(w->rows, CV_PANEL_ROWS) : w->rows;
+    if (f->packed) {
+        job->groups = ceil_div(w->cols, f->k_group);
+        job->panel_stride = job->groups * f->group_bytes;
+        job->aux_stride = f->aux_bytes ? f->aux_bytes(w->cols) : 0;
+        job->aux = (const uint8_t *)w->data + job->units * job->panel_stride;
+    }
+}
+
+void cv_linear(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, int n_parts,
+               const int64_t *part_rows, float *const *ys) {
+    assert(n_parts >= 1 && n_parts <= MAX_PARTS);
+    if (m <= 0 || w->rows <= 0) return;
+    linear_job job;
+    job_init(&job, w, x, m);
+    const cv_format_traits *f = job.f;
+    job.n_parts = n_parts;
     /* Row-major parts are row ranges; packed parts are whole panels (all but the last part are
      * multiples of 16 rows). */
     for (int j = 0; j < n_parts; j++) {
@@ -177,18 +192,28 @@ void cv_linear(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t
         job.ys[j] = ys[j];
         job.part_first[j + 1] = job.part_first[j] + (f->packed ? ceil_div(part_rows[j], CV_PANEL_ROWS) : part_rows[j]);
     }
-    job.units = f->packed ? ceil_div(w->rows, CV_PANEL_ROWS) : w->rows;
     assert(job.part_first[n_parts] == job.units);
-    if (f->packed) {
-        job.groups = ceil_div(w->cols, f->k_group);
-        job.panel_stride = job.groups * f->group_bytes;
-        job.aux_stride = f->aux_bytes ? f->aux_bytes(w->cols) : 0;
-        job.aux = (const uint8_t *)w->data + job.units * job.panel_stride;
-    }
     const int nt = cv_threadpool_size(pool);
     /* per thread: a few register tiles' worth of panels, or 4 row groups */
     const int64_t enough = f->packed ? 4LL * job.kern->nr * nt : (int64_t)ROW_ALIGN * 4 * nt;
     job.split_tokens = job.units < enough && m >= (int64_t)job.kern->mr * nt;
     if (nt == 1 || m * w->rows * w->cols < SERIAL_FLOPS) run_block(&job, 0, job.units, 0, m);
     else cv_threadpool_run(pool, linear_task, &job);
+}
+
+/* One part that starts at unit part_first[0] instead of 0: the drivers index y and the part's
+ * rows from there, so only the units of the range are touched. */
+void cv_linear_rows(const cv_weight *w, const cv_act *x, int64_t m, int64_t row0, int64_t row1, float *y) {
+    assert(0 <= row0 && row0 <= row1 && row1 <= w->rows);
+    if (m <= 0 || row0 == row1) return;
+    linear_job job;
+    job_init(&job, w, x, m);
+    const int64_t unit = job.f->packed ? CV_PANEL_ROWS : 1;
+    assert(row0 % unit == 0);
+    job.n_parts = 1;
+    job.part_rows[0] = row1 - row0;
+    job.ys[0] = y;
+    job.part_first[0] = row0 / unit;
+    job.part_first[1] = ceil_div(row1, unit);
+    run_block(&job, job.part_first[0], job.part_first[1], 0, m);
 }

@@ -8,12 +8,17 @@
  *
  * Threading: one pool dispatch for all experts' gate/up products and one for all down products,
  * rather than three matmul dispatches per expert. Every thread takes the same share of the weight
- * rows of *every* active expert (cv_split over the rows), so the load is even however unevenly the
- * tokens are routed, and each thread streams disjoint weight rows. A share is a contiguous row
- * slice, run through cv_matmul on the calling thread into a per-thread buffer and then copied out
- * (fused with the SiLU·up product, or with the weighted accumulation into y). In the down phase a
- * thread owns a slice of the hidden columns, so it adds into y without locks, expert by expert in
- * ascending id order — the order Hugging Face accumulates in.
+ * rows of *every* active expert (cv_split over the rows, in whole panels), so the load is even
+ * however unevenly the tokens are routed, and each thread streams disjoint weight rows. A share is
+ * a contiguous row range, run through cv_linear_rows on the calling thread into a per-thread buffer
+ * and then copied out (fused with the SiLU·up product, or with the weighted accumulation into y).
+ * In the down phase a thread owns a slice of the hidden columns, so it adds into y without locks,
+ * expert by expert in ascending id order — the order Hugging Face accumulates in.
+ *
+ * Experts whose weights read int8 need their inputs whole before a product can start, so each
+ * quantization is a pass of its own over the gathered rows, split by rows over the pool: before the
+ * gate/up phase (each expert's rows with its gate's quantization, and again with up's where that
+ * differs) and between the phases (the SwiGLU rows with down's). Float experts skip both passes.
  */
 #include <assert.h>
 #include <math.h>
@@ -62,7 +67,8 @@ void cv_moe_route(const float *logits, int64_t n_tokens, int32_t n_experts, int3
 /* ---- workspace -------------------------------------------------------------------------------- */
 
 typedef struct moe_layout {
-    size_t offsets, fill, hs_offset, route_token, route_weight, xs, hs, thread_buf, per_thread, total; /* bytes */
+    size_t offsets, fill, hs_offset, hq_offset, route_token, route_weight, xs, hs, xq, x_scale, uq, u_scale, hq, h_scale;
+    size_t thread_buf, per_thread, total; /* bytes */
 } moe_layout;
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -74,28 +80,36 @@ static int64_t max_share(int64_t rows, int nt) {
 }
 
 static moe_layout layout_for(int nt, int64_t n_tokens, int32_t routes, int32_t hidden, int32_t max_inter,
-                             int32_t n_experts) {
+                             int32_t n_experts, bool int8) {
     moe_layout l;
     const size_t R = (size_t)n_tokens * (size_t)routes;
     /* An expert sees each token at most once, so it has at most n_tokens rows. */
     int64_t gate_up = 2 * max_share(max_inter, nt), down = max_share(hidden, nt);
     l.per_thread = align64((size_t)n_tokens * (size_t)(gate_up > down ? gate_up : down) * sizeof(float));
+    const size_t q = int8 ? 1 : 0; /* the int8 buffers exist only for int8 experts */
     size_t at = 0;
     l.offsets = at, at += align64((size_t)(n_experts + 1) * sizeof(int32_t));
     l.fill = at, at += align64((size_t)n_experts * sizeof(int32_t));
     l.hs_offset = at, at += align64((size_t)n_experts * sizeof(size_t));
+    l.hq_offset = at, at += align64((size_t)n_experts * sizeof(size_t));
     l.route_token = at, at += align64(R * sizeof(int32_t));
     l.route_weight = at, at += align64(R * sizeof(float));
     l.xs = at, at += align64(R * (size_t)hidden * sizeof(float));
     l.hs = at, at += align64(R * (size_t)max_inter * sizeof(float));
+    l.xq = at, at += q * align64(R * (size_t)cv_act_i8_stride(hidden));
+    l.x_scale = at, at += q * align64(R * sizeof(float));
+    l.uq = at, at += q * align64(R * (size_t)cv_act_i8_stride(hidden));
+    l.u_scale = at, at += q * align64(R * sizeof(float));
+    l.hq = at, at += q * align64(R * (size_t)cv_act_i8_stride(max_inter));
+    l.h_scale = at, at += q * align64(R * sizeof(float));
     l.thread_buf = at, at += (size_t)nt * l.per_thread;
     l.total = at;
     return l;
 }
 
 size_t cv_moe_workspace_bytes(const cv_threadpool *pool, int64_t n_tokens, int32_t routes, int32_t hidden,
-                              int32_t max_inter, int32_t n_experts) {
-    return layout_for(cv_threadpool_size(pool), n_tokens, routes, hidden, max_inter, n_experts).total;
+                              int32_t max_inter, int32_t n_experts, bool int8) {
+    return layout_for(cv_threadpool_size(pool), n_tokens, routes, hidden, max_inter, n_experts, int8).total;
 }
 
 /* ---- grouped execution ------------------------------------------------------------------------ */
@@ -106,15 +120,77 @@ typedef struct moe_job {
     const int32_t *route_token;  /* sorted route → token */
     const float *route_weight;   /* sorted route → weight */
     const float *xs;             /* [R][hidden] gathered inputs */
+    int8_t *xq, *uq;             /* [R][cv_act_i8_stride(hidden)] their codes for gate, and for up where
+                                  * its quantization differs (int8 experts) */
+    float *x_scale, *u_scale;    /* [R] */
     float *hs;                   /* SwiGLU activations, expert e at hs + hs_offset[e] as [m_e][inter_e] */
     const size_t *hs_offset;
+    int8_t *hq;                  /* their codes, expert e at hq + hq_offset[e], rows cv_act_i8_stride(inter_e) apart */
+    const size_t *hq_offset;
+    float *h_scale;              /* [R] */
     char *thread_buf;
     size_t per_thread;
 } moe_job;
 
-static cv_matrix row_slice(const cv_matrix *w, int64_t begin, int64_t end) {
-    size_t row_bytes = (size_t)w->cols * cv_dtype_size(w->dtype);
-    return (cv_matrix){(const char *)w->data + (size_t)begin * row_bytes, w->dtype, end - begin, w->cols};
+static bool same_quant(const cv_act_quant *a, const cv_act_quant *b) {
+    return a->dynamic == b->dynamic && (a->dynamic || (a->scale == b->scale && a->offset == b->offset));
+}
+
+static bool int8_x(const cv_moe_expert *ex) { return cv_wformat_int8_input(ex->gate->format); }
+static bool int8_h(const cv_moe_expert *ex) { return cv_wformat_int8_input(ex->down->format); }
+/* up reads codes of its own quantization. */
+static bool own_up_codes(const cv_moe_expert *ex) { return int8_x(ex) && !same_quant(&ex->gate_quant, &ex->up_quant); }
+
+/* The quantization passes: sorted routes [r0, r1) of every expert that reads int8 codes there. */
+static void quantize_x_rows(const moe_job *job, int64_t r0, int64_t r1) {
+    const cv_moe_args *a = job->a;
+    const int64_t stride = cv_act_i8_stride(a->hidden);
+    for (int32_t e = 0; e < a->n_experts; e++) {
+        const int64_t b = r0 > job->offsets[e] ? r0 : job->offsets[e];
+        const int64_t end = r1 < job->offsets[e + 1] ? r1 : job->offsets[e + 1];
+        const cv_moe_expert *ex = &a->experts[e];
+        if (b >= end || !int8_x(ex)) continue;
+        const float *x = job->xs + b * a->hidden;
+        cv_quantize_rows(&ex->gate_quant, x, a->hidden, end - b, a->hidden, job->xq + b * stride, job->x_scale + b);
+        if (own_up_codes(ex))
+            cv_quantize_rows(&ex->up_quant, x, a->hidden, end - b, a->hidden, job->uq + b * stride, job->u_scale + b);
+    }
+}
+
+static void quantize_h_rows(const moe_job *job, int64_t r0, int64_t r1) {
+    const cv_moe_args *a = job->a;
+    for (int32_t e = 0; e < a->n_experts; e++) {
+        const int64_t first = job->offsets[e];
+        const int64_t b = r0 > first ? r0 : first, end = r1 < job->offsets[e + 1] ? r1 : job->offsets[e + 1];
+        const cv_moe_expert *ex = &a->experts[e];
+        if (b >= end || !int8_h(ex)) continue;
+        cv_quantize_rows(&ex->down_quant, job->hs + job->hs_offset[e] + (b - first) * ex->inter, ex->inter, end - b,
+                         ex->inter, job->hq + job->hq_offset[e] + (b - first) * cv_act_i8_stride(ex->inter),
+                         job->h_scale + b);
+    }
+}
+
+static void quantize_x_task(void *arg, int ti, int nt) {
+    const moe_job *job = arg;
+    int64_t b, e;
+    cv_split(job->offsets[job->a->n_experts], 1, ti, nt, &b, &e);
+    quantize_x_rows(job, b, e);
+}
+
+static void quantize_h_task(void *arg, int ti, int nt) {
+    const moe_job *job = arg;
+    int64_t b, e;
+    cv_split(job->offsets[job->a->n_experts], 1, ti, nt, &b, &e);
+    quantize_h_rows(job, b, e);
+}
+
+/* Expert e's gathered inputs (rows from sorted route `first` on) as its gate, or its up, reads them. */
+static cv_act expert_x(const moe_job *job, const cv_moe_expert *ex, int64_t first, bool up) {
+    const cv_moe_args *a = job->a;
+    const int64_t at = first * cv_act_i8_stride(a->hidden);
+    if (!int8_x(ex)) return (cv_act){.f32 = job->xs + first * a->hidden};
+    if (up && own_up_codes(ex)) return (cv_act){.i8 = job->uq + at, .i8_scale = job->u_scale + first};
+    return (cv_act){.i8 = job->xq + at, .i8_scale = job->x_scale + first};
 }
 
 static void gate_up_task(void *arg, int ti, int nt) {
@@ -125,16 +201,15 @@ static void gate_up_task(void *arg, int ti, int nt) {
         int64_t m = job->offsets[e + 1] - job->offsets[e];
         if (m == 0) continue;
         const cv_moe_expert *ex = &a->experts[e];
-        const int64_t inter = ex->gate.rows;
+        const int64_t inter = ex->inter;
         int64_t b, end;
         cv_split(inter, ROW_ALIGN, ti, nt, &b, &end);
         if (b >= end) continue;
         const int64_t w = end - b;
         float *g = buf, *u = buf + m * w;
-        cv_matrix gs = row_slice(&ex->gate, b, end), us = row_slice(&ex->up, b, end);
-        const float *x = job->xs + (size_t)job->offsets[e] * (size_t)a->hidden;
-        cv_matmul(NULL, &gs, x, m, g);
-        cv_matmul(NULL, &us, x, m, u);
+        const cv_act xg = expert_x(job, ex, job->offsets[e], false), xu = expert_x(job, ex, job->offsets[e], true);
+        cv_linear_rows(ex->gate, &xg, m, b, end, g);
+        cv_linear_rows(ex->up, &xu, m, ex->up_row + b, ex->up_row + end, u);
         float *h = job->hs + job->hs_offset[e];
         for (int64_t i = 0; i < m; i++) cv_silu_mul(h + i * inter + b, g + i * w, u + i * w, w);
     }
@@ -151,8 +226,10 @@ static void down_task(void *arg, int ti, int nt) {
     for (int32_t e = 0; e < a->n_experts; e++) {
         int64_t m = job->offsets[e + 1] - job->offsets[e];
         if (m == 0) continue;
-        cv_matrix ds = row_slice(&a->experts[e].down, b, end);
-        cv_matmul(NULL, &ds, job->hs + job->hs_offset[e], m, buf);
+        const cv_moe_expert *ex = &a->experts[e];
+        const cv_act h = int8_h(ex) ? (cv_act){.i8 = job->hq + job->hq_offset[e], .i8_scale = job->h_scale + job->offsets[e]}
+                                    : (cv_act){.f32 = job->hs + job->hs_offset[e]};
+        cv_linear_rows(ex->down, &h, m, b, end, buf);
         for (int64_t i = 0; i < m; i++) {
             int32_t r = job->offsets[e] + (int32_t)i;
             float *y = a->y + (size_t)job->route_token[r] * (size_t)a->hidden + b;
@@ -183,16 +260,26 @@ static void group_routes(const cv_moe_args *a, int32_t *offsets, int32_t *fill, 
         }
 }
 
+static void check_expert(const cv_moe_expert *ex, int32_t hidden) {
+    assert(ex->gate->cols == hidden && ex->up->cols == hidden && ex->inter <= ex->gate->rows);
+    assert(ex->up_row >= 0 && ex->up_row + ex->inter <= ex->up->rows);
+    assert(ex->down->rows == hidden && ex->down->cols == ex->inter);
+    assert(int8_x(ex) == cv_wformat_int8_input(ex->up->format));
+    (void)ex, (void)hidden;
+}
+
 void cv_moe(cv_threadpool *pool, const cv_moe_args *a) {
     if (a->n_tokens <= 0) return;
     int32_t max_inter = 0;
+    bool int8 = false;
     for (int32_t e = 0; e < a->n_experts; e++) {
-        assert(a->experts[e].gate.cols == a->hidden && a->experts[e].down.rows == a->hidden);
-        assert(a->experts[e].up.rows == a->experts[e].gate.rows && a->experts[e].down.cols == a->experts[e].gate.rows);
-        if (a->experts[e].gate.rows > max_inter) max_inter = (int32_t)a->experts[e].gate.rows;
+        const cv_moe_expert *ex = &a->experts[e];
+        check_expert(ex, a->hidden);
+        if (ex->inter > max_inter) max_inter = (int32_t)ex->inter;
+        int8 = int8 || int8_x(ex) || int8_h(ex);
     }
     const int nt = cv_threadpool_size(pool);
-    const moe_layout l = layout_for(nt, a->n_tokens, a->routes, a->hidden, max_inter, a->n_experts);
+    const moe_layout l = layout_for(nt, a->n_tokens, a->routes, a->hidden, max_inter, a->n_experts, int8);
     char *ws = a->workspace;
     assert(((uintptr_t)ws & 63) == 0);
     int32_t *offsets = (int32_t *)(ws + l.offsets);
@@ -200,26 +287,40 @@ void cv_moe(cv_threadpool *pool, const cv_moe_args *a) {
                  (float *)(ws + l.route_weight), (float *)(ws + l.xs));
 
     /* Expert e's activations start after those of the experts before it, each [m_e][inter_e]. */
-    size_t *hs_offset = (size_t *)(ws + l.hs_offset), at = 0, work = 0;
+    size_t *hs_offset = (size_t *)(ws + l.hs_offset), *hq_offset = (size_t *)(ws + l.hq_offset);
+    size_t at = 0, at_q = 0, work = 0;
+    bool quant_x = false, quant_h = false;
     for (int32_t e = 0; e < a->n_experts; e++) {
+        const cv_moe_expert *ex = &a->experts[e];
+        const size_t m = (size_t)(offsets[e + 1] - offsets[e]);
         hs_offset[e] = at;
-        size_t m = (size_t)(offsets[e + 1] - offsets[e]);
-        at += m * (size_t)a->experts[e].gate.rows;
-        work += m * (size_t)a->experts[e].gate.rows * (size_t)a->hidden * 3;
+        hq_offset[e] = at_q;
+        at += m * (size_t)ex->inter;
+        at_q += m * (size_t)cv_act_i8_stride(ex->inter);
+        work += m * (size_t)ex->inter * (size_t)a->hidden * 3;
+        quant_x = quant_x || (m && int8_x(ex));
+        quant_h = quant_h || (m && int8_h(ex));
     }
     moe_job job = {.a = a, .offsets = offsets, .route_token = (int32_t *)(ws + l.route_token),
                    .route_weight = (float *)(ws + l.route_weight), .xs = (float *)(ws + l.xs),
-                   .hs = (float *)(ws + l.hs), .hs_offset = hs_offset, .thread_buf = ws + l.thread_buf,
-                   .per_thread = l.per_thread};
+                   .xq = (int8_t *)(ws + l.xq), .x_scale = (float *)(ws + l.x_scale), .uq = (int8_t *)(ws + l.uq),
+                   .u_scale = (float *)(ws + l.u_scale), .hs = (float *)(ws + l.hs),
+                   .hs_offset = hs_offset, .hq = (int8_t *)(ws + l.hq), .hq_offset = hq_offset,
+                   .h_scale = (float *)(ws + l.h_scale), .thread_buf = ws + l.thread_buf, .per_thread = l.per_thread};
     if (nt > 1 && work >= SERIAL_FLOPS) {
+        if (quant_x) cv_threadpool_run(pool, quantize_x_task, &job);
         cv_threadpool_run(pool, gate_up_task, &job);
+        if (quant_h) cv_threadpool_run(pool, quantize_h_task, &job);
         cv_threadpool_run(pool, down_task, &job);
         return;
     }
     /* Waking the pool would cost more than the products. One thread's share is then every row; the
      * nt per-thread buffers together are at least that large, since nt shares cover all rows. */
-    job.per_thread = layout_for(1, a->n_tokens, a->routes, a->hidden, max_inter, a->n_experts).per_thread;
+    job.per_thread = layout_for(1, a->n_tokens, a->routes, a->hidden, max_inter, a->n_experts, int8).per_thread;
     assert(job.per_thread <= l.per_thread * (size_t)nt);
+    const int64_t R = offsets[a->n_experts];
+    if (quant_x) quantize_x_rows(&job, 0, R);
     gate_up_task(&job, 0, 1);
+    if (quant_h) quantize_h_rows(&job, 0, R);
     down_task(&job, 0, 1);
 }

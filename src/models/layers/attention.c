@@ -63,10 +63,9 @@ void nn_bind_attention(nn_binder *b, const char *prefix, const nn_attention_dims
     bind_gain(b, nn_name(b, "%sk_norm.weight", p), d->head_dim, "head_dim", &out->k_norm);
 }
 
-int nn_attention_linears(nn_attention *a, nn_linear **out) {
-    out[0] = &a->qkv;
-    out[1] = &a->o_proj;
-    return 2;
+void nn_attention_linears(nn_attention *a, nn_linear_list *list) {
+    nn_linear_list_add(list, &a->qkv);
+    nn_linear_list_add(list, &a->o_proj);
 }
 
 /* Splits the per-head interleaved [q_h | gate_h] projection into q and gate, both head-major. */
@@ -86,7 +85,7 @@ static void sigmoid_gate(float *x, const float *gate, int64_t n) {
 
 void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_attention_dims *d, const cv_rope *rope,
                           const float *cos, const float *sin, const cv_batch *b, const cv_kv_cache *kv, int kv_layer,
-                          const float *in, const nn_attention_scratch *s, float *out) {
+                          nn_input in, const nn_attention_scratch *s, float *out) {
     const int32_t T = b->n_tokens, hd = d->head_dim;
     const int64_t q_dim = (int64_t)d->n_heads * hd, kv_dim = (int64_t)d->n_kv_heads * hd;
     float *qkv[] = {s->qg, s->k, s->v};
@@ -107,5 +106,5 @@ void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_a
         cv_attention(pool, &args);
         if (d->gated) sigmoid_gate(s->attn, s->gate, (int64_t)T * d->n_heads * hd);
     });
-    NN_TIMED(CV_OP_O_PROJ, nn_linear_forward(pool, &w->o_proj, s->attn, T, &out));
+    NN_TIMED(CV_OP_O_PROJ, nn_linear_forward(pool, &w->o_proj, nn_f32(s->attn), T, &out));
 }

@@ -46,12 +46,12 @@ typedef struct nn_attention_scratch {
 void nn_attention_scratch_take(nn_attention_scratch *s, const nn_attention_dims *d, nn_arena *a, int32_t tokens);
 /* prefix: "model.layers.3.self_attn." */
 void nn_bind_attention(nn_binder *b, const char *prefix, const nn_attention_dims *d, nn_attention *out);
-/* Its linears, for packing; returns how many (out must hold 2). */
-int nn_attention_linears(nn_attention *a, nn_linear **out);
+/* Appends its linears to list. */
+void nn_attention_linears(nn_attention *a, nn_linear_list *list);
 /* out [T][hidden] = attention of the normed input `in` [T][hidden] of batch b (cos/sin: the RoPE
  * tables of its positions); K/V go to kv layer `kv_layer`. */
 void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_attention_dims *d, const cv_rope *rope,
                           const float *cos, const float *sin, const cv_batch *b, const cv_kv_cache *kv, int kv_layer,
-                          const float *in, const nn_attention_scratch *s, float *out);
+                          nn_input in, const nn_attention_scratch *s, float *out);
 
 #endif

@@ -28,14 +28,16 @@ void nn_bind_matrix(nn_binder *b, const char *name, int64_t rows, int64_t cols, 
     cv_tensor t;
     int64_t shape[2] = {rows, cols};
     b->rc = cv_weights_get(b->src, name, 2, shape, hint, &t);
+    nn_check_matrix_dtype(b, name, t.dtype);
     if (b->rc) return;
-    if (!cv_matrix_dtype_supported(t.dtype)) {
-        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s has dtype %s; matmul weights must be F32, BF16 or F16",
-                        name, cv_dtype_name(t.dtype));
-        return;
-    }
     *out = (cv_matrix){t.data, t.dtype, rows, cols};
     b->matmul_bytes += t.nbytes;
+}
+
+void nn_check_matrix_dtype(nn_binder *b, const char *name, cv_dtype dtype) {
+    if (b->rc || dtype == CV_DTYPE_F32 || dtype == CV_DTYPE_BF16 || dtype == CV_DTYPE_F16) return;
+    b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s has dtype %s; matmul weights must be F32, BF16 or F16", name,
+                    cv_dtype_name(dtype));
 }
 
 void nn_bind_vector(nn_binder *b, const char *name, int64_t dim, const char *hint, const float **out) {

@@ -7,7 +7,9 @@
  * checkpoint at load — zero-centred gains as 1 + w, transposed conv weights, expert tables, the
  * names of its linears — is owned by the binder and freed by nn_binder_free, so a model keeps its
  * binder for its lifetime. The binder also carries the calibration observer (model.h) from the load
- * parameters to every linear it binds.
+ * parameters to every linear it binds, and the one int8 scratch that the model's int8-input linears
+ * quantize their inputs into (layers/linear.h): they run one after another, so one buffer as wide
+ * as the widest of them serves all.
  */
 #ifndef CV_LAYERS_BINDER_H
 #define CV_LAYERS_BINDER_H
@@ -24,9 +26,17 @@ typedef struct nn_observer {
     void *ctx;
 } nn_observer;
 
+/* int8 rows: codes [T][cv_act_i8_stride(cols)] and a scale per row. */
+typedef struct nn_qrows {
+    int8_t *codes;
+    float *scale;
+} nn_qrows;
+
 typedef struct nn_binder {
     cv_weight_source *src;
     nn_observer observe;
+    nn_qrows *act_rows;       /* the int8 scratch of the linears bound so far (NULL: none reads int8) */
+    int64_t act_cols;         /* the widest input of those linears */
     size_t matmul_bytes;      /* weight bytes streamed per token */
     int rc;
     char name[256];
@@ -40,6 +50,8 @@ nn_binder nn_binder_for(const cv_model_load_params *p);
 const char *nn_name(nn_binder *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A 2-D matmul weight (f32, bf16 or f16) as a view of the checkpoint, counted in matmul_bytes. */
 void nn_bind_matrix(nn_binder *b, const char *name, int64_t rows, int64_t cols, const char *hint, cv_matrix *out);
+/* Fails (sticky) unless a float matmul weight `name` has a dtype the kernels read row-major. */
+void nn_check_matrix_dtype(nn_binder *b, const char *name, cv_dtype dtype);
 /* A 1-D tensor as f32. */
 void nn_bind_vector(nn_binder *b, const char *name, int64_t dim, const char *hint, const float **out);
 /* A zero-centred RMSNorm gain (stored w, effective 1 + w) as f32 1 + w. */

@@ -19,10 +19,9 @@ void nn_bind_ffn(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter
 
 int32_t nn_ffn_inter(const nn_ffn *f) { return f->gate_up.n_parts ? (int32_t)f->gate_up.parts[0].w.rows : 0; }
 
-int nn_ffn_linears(nn_ffn *f, nn_linear **out) {
-    out[0] = &f->gate_up;
-    out[1] = &f->down;
-    return 2;
+void nn_ffn_linears(nn_ffn *f, nn_linear_list *list) {
+    nn_linear_list_add(list, &f->gate_up);
+    nn_linear_list_add(list, &f->down);
 }
 
 void nn_ffn_scratch_take(nn_ffn_scratch *s, int32_t inter, nn_arena *a, int32_t tokens) {
@@ -31,11 +30,18 @@ void nn_ffn_scratch_take(nn_ffn_scratch *s, int32_t inter, nn_arena *a, int32_t 
     s->h = nn_take(a, n);
 }
 
-void nn_ffn_forward(cv_threadpool *pool, const nn_ffn *f, const float *in, int32_t T, const nn_ffn_scratch *s,
-                    float *out) {
+void nn_ffn_forward(cv_threadpool *pool, const nn_ffn *f, nn_input in, int32_t T, const nn_ffn_scratch *s, float *out) {
     const int64_t I = nn_ffn_inter(f);
     float *gate_up[] = {s->gate_up, s->gate_up + (int64_t)T * I};
     NN_TIMED(CV_OP_GATE_UP_PROJ, nn_linear_forward(pool, &f->gate_up, in, T, gate_up));
-    NN_TIMED(CV_OP_SWIGLU, cv_swiglu(pool, s->h, s->gate_up, T, I, I, (int64_t)T * I));
-    NN_TIMED(CV_OP_DOWN_PROJ, nn_linear_forward(pool, &f->down, s->h, T, &out));
+    nn_input h = nn_f32(s->h);
+    const cv_act_quant *quant = nn_linear_input_quant(&f->down);
+    if (quant && !f->down.observe.fn) {
+        const nn_qrows *q = f->down.scratch;
+        h = (nn_input){.i8 = q->codes, .i8_scale = q->scale, .quant = *quant};
+        NN_TIMED(CV_OP_SWIGLU, cv_swiglu_quant(pool, s->gate_up, T, I, I, (int64_t)T * I, &h.quant, q->codes, q->scale));
+    } else {
+        NN_TIMED(CV_OP_SWIGLU, cv_swiglu(pool, s->h, s->gate_up, T, I, I, (int64_t)T * I));
+    }
+    NN_TIMED(CV_OP_DOWN_PROJ, nn_linear_forward(pool, &f->down, h, T, &out));
 }

@@ -4,7 +4,9 @@
  *
  * Qwen3's MLP, the dense MLP layers of the MoE and hybrid models, and the MoE's shared expert are
  * all this block: gate|up as one stacked linear (one call computes both), SwiGLU on the pool, then
- * down. The routed experts are not (moe.h): they run in the grouped kernel.
+ * down. When down reads int8, the SwiGLU quantizes its rows for it on the way (cv_swiglu_quant)
+ * unless the observer needs them as f32. The routed experts are not this block (moe.h): they run in
+ * the grouped kernel.
  */
 #ifndef CV_LAYERS_FFN_H
 #define CV_LAYERS_FFN_H
@@ -24,8 +26,8 @@ typedef struct nn_ffn {
 void nn_bind_ffn(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter, const char *inter_name, nn_ffn *out);
 /* The intermediate size (0: no block). */
 int32_t nn_ffn_inter(const nn_ffn *f);
-/* Its linears, for packing; returns how many (out must hold 2). */
-int nn_ffn_linears(nn_ffn *f, nn_linear **out);
+/* Appends its linears to list. */
+void nn_ffn_linears(nn_ffn *f, nn_linear_list *list);
 
 typedef struct nn_ffn_scratch {
     float *gate_up;           /* [T][inter] gate, then [T][inter] up */
@@ -35,7 +37,6 @@ typedef struct nn_ffn_scratch {
 /* Scratch for T tokens of blocks of up to `inter`. */
 void nn_ffn_scratch_take(nn_ffn_scratch *s, int32_t inter, nn_arena *a, int32_t tokens);
 /* out [T][hidden] = the block of in [T][hidden]. */
-void nn_ffn_forward(cv_threadpool *pool, const nn_ffn *f, const float *in, int32_t T, const nn_ffn_scratch *s,
-                    float *out);
+void nn_ffn_forward(cv_threadpool *pool, const nn_ffn *f, nn_input in, int32_t T, const nn_ffn_scratch *s, float *out);
 
 #endif

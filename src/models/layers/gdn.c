@@ -86,11 +86,10 @@ void nn_bind_gdn(nn_binder *b, const char *prefix, const nn_gdn_dims *g, int32_t
                    "hidden_size, linear_num_value_heads*linear_value_head_dim");
 }
 
-int nn_gdn_linears(nn_gdn *g, nn_linear **out) {
-    out[0] = &g->in_proj;
-    out[1] = &g->in_ba;
-    out[2] = &g->out_proj;
-    return 3;
+void nn_gdn_linears(nn_gdn *g, nn_linear_list *list) {
+    nn_linear_list_add(list, &g->in_proj);
+    nn_linear_list_add(list, &g->in_ba);
+    nn_linear_list_add(list, &g->out_proj);
 }
 
 void nn_gdn_scratch_take(nn_gdn_scratch *s, const nn_gdn_dims *g, cv_threadpool *pool, nn_arena *ar, int32_t tokens) {
@@ -151,7 +150,7 @@ static void unpack_grouped(const nn_gdn_dims *g, const nn_gdn_scratch *s, int32_
     }
 }
 
-static void project(cv_threadpool *pool, const nn_gdn *w, const nn_gdn_dims *g, const float *in, int32_t T,
+static void project(cv_threadpool *pool, const nn_gdn *w, const nn_gdn_dims *g, nn_input in, int32_t T,
                     const nn_gdn_scratch *s) {
     if (g->grouped) {
         float *ys[] = {s->qkvz, s->ba};
@@ -201,7 +200,7 @@ static void mix_inputs(const nn_gdn *w, const nn_gdn_dims *g, const cv_batch *b,
 }
 
 void nn_gdn_forward(cv_threadpool *pool, const nn_gdn *w, const nn_gdn_dims *g, const cv_batch *b,
-                    const cv_state_cache *st, size_t part, const nn_gdn_batch *gb, const float *in,
+                    const cv_state_cache *st, size_t part, const nn_gdn_batch *gb, nn_input in,
                     const nn_gdn_scratch *s, float *out) {
     const int32_t T = b->n_tokens;
     NN_TIMED(CV_OP_QKV_PROJ, project(pool, w, g, in, T, s));
@@ -218,5 +217,5 @@ void nn_gdn_forward(cv_threadpool *pool, const nn_gdn *w, const nn_gdn_dims *g, 
         cv_rmsnorm(s->o, s->o, w->norm, (int64_t)T * g->n_v_heads, g->v_dim, g->eps);
         cv_silu_mul(s->o, s->z, s->o, (int64_t)T * g->value_dim);
     });
-    NN_TIMED(CV_OP_O_PROJ, nn_linear_forward(pool, &w->out_proj, s->o, T, &out));
+    NN_TIMED(CV_OP_O_PROJ, nn_linear_forward(pool, &w->out_proj, nn_f32(s->o), T, &out));
 }

@@ -52,8 +52,8 @@ typedef struct nn_gdn {
 
 /* prefix: "model.layers.0.linear_attn." */
 void nn_bind_gdn(nn_binder *b, const char *prefix, const nn_gdn_dims *d, int32_t hidden, nn_gdn *out);
-/* Its linears, for packing; returns how many (out must hold 3). */
-int nn_gdn_linears(nn_gdn *g, nn_linear **out);
+/* Appends its linears to list. */
+void nn_gdn_linears(nn_gdn *g, nn_linear_list *list);
 
 typedef struct nn_gdn_scratch {
     float *qkvz, *ba;                       /* grouped raw projections */
@@ -77,7 +77,7 @@ void nn_gdn_batch_index(nn_gdn_batch *g, const cv_batch *b);
 /* out [T][hidden] = the block of the normed input `in` [T][hidden]; its state is at byte `part` of
  * each sequence's slot (and of each checkpoint's). */
 void nn_gdn_forward(cv_threadpool *pool, const nn_gdn *w, const nn_gdn_dims *d, const cv_batch *b,
-                    const cv_state_cache *st, size_t part, const nn_gdn_batch *gb, const float *in,
+                    const cv_state_cache *st, size_t part, const nn_gdn_batch *gb, nn_input in,
                     const nn_gdn_scratch *s, float *out);
 
 #endif

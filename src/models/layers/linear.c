@@ -1,7 +1,7 @@
 /*
  * linear.c — see linear.h. The originals of packed weights are dropped from memory once packed
- * (madvise DONTNEED), so resident weights stay ~1× their size; a hit in the packed-weight cache
- * never touches them at all.
+ * (madvise DONTNEED), so resident weights stay ~1× their packed size (1 byte a weight plus scales
+ * for int8 and e4m3); a hit in the packed-weight cache never touches them at all.
  */
 #include "models/layers/linear.h"
 
@@ -16,47 +16,177 @@
 
 #include "base/error.h"
 
-static void add_part(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w) {
+/* ---- binding ---------------------------------------------------------------------------------- */
+
+/* The packed format part p would have, or -1 when it stays a view. */
+static int packed_format(const nn_linear *l, const nn_linear_part *p) {
+    if (p->scheme == CV_SCHEME_FLOAT && (l->float_views || p->w.dtype != CV_DTYPE_BF16)) return -1;
+    return cv_wformat_for_dtype(p->w.dtype);
+}
+
+static bool same_quant(const cv_act_quant *a, const cv_act_quant *b) {
+    return a->dynamic == b->dynamic && (a->dynamic || (a->scale == b->scale && a->offset == b->offset));
+}
+
+/* Decides l's weights from its parts: one packed weight when they stack (one packed format, one
+ * input quantization, every part but the last whole panels), else a weight per part — a view when
+ * float. */
+static void regroup(nn_linear *l) {
+    const int f = packed_format(l, &l->parts[0]);
+    bool stack = f >= 0;
+    int64_t rows = 0;
+    for (int j = 0; j < l->n_parts; j++) {
+        const nn_linear_part *p = &l->parts[j];
+        stack = stack && packed_format(l, p) == f && p->w.dtype == l->parts[0].w.dtype &&
+                same_quant(&p->quant, &l->parts[0].quant) && (j == l->n_parts - 1 || p->w.rows % CV_PANEL_ROWS == 0);
+        rows += p->w.rows;
+    }
+    const int64_t cols = l->parts[0].w.cols;
+    if (stack) {
+        l->n_weights = 1;
+        l->first[1] = l->n_parts;
+        l->w[0] = (cv_weight){(cv_wformat)f, rows, cols, NULL, false};
+        return;
+    }
+    l->n_weights = l->n_parts;
+    for (int j = 0; j < l->n_parts; j++) {
+        const cv_weight_part *w = &l->parts[j].w;
+        l->first[j + 1] = j + 1;
+        l->w[j] = l->parts[j].scheme == CV_SCHEME_FLOAT
+                      ? cv_weight_view(&(cv_matrix){w->data, w->dtype, w->rows, w->cols})
+                      : (cv_weight){(cv_wformat)cv_wformat_for_dtype(w->dtype), w->rows, w->cols, NULL, false};
+    }
+}
+
+/* The scheme of `part` agrees with the parts already in l. */
+static int check_stack(nn_binder *b, const nn_linear *l, const nn_linear_part *part) {
+    if (l->n_parts == 0 || part->scheme == l->parts[0].scheme) return 0;
+    const nn_linear_part *first = &l->parts[0];
+    return cv_fail(CVLLM_ERR_FORMAT, "%s.weight is %s but %s.weight is %s (%s): parts computed as one stacked "
+                   "projection must share a scheme", first->name, cv_linear_scheme_name(first->scheme), part->name,
+                   cv_linear_scheme_name(part->scheme), cv_quant_config_origin(cv_weight_source_quant(b->src)));
+}
+
+static void add_part(nn_binder *b, nn_linear *l, const nn_linear_part *part) {
     assert(l->n_parts < NN_MAX_PARTS);
-    l->parts[l->n_parts++] = (nn_linear_part){nn_own_string(b, name), *w};
+    if ((b->rc = check_stack(b, l, part))) return;
+    nn_linear_part *p = &l->parts[l->n_parts++];
+    *p = *part;
+    p->name = nn_own_string(b, part->name);
     l->observe = b->observe;
+    regroup(l);
+    if (part->scheme != CV_SCHEME_W8A8 && part->scheme != CV_SCHEME_W8A8_DYNAMIC) return;
+    if (!b->act_rows) b->act_rows = nn_own(b, sizeof *b->act_rows);
+    if (part->w.cols > b->act_cols) b->act_cols = part->w.cols;
+    l->scratch = b->act_rows;
 }
 
 void nn_bind_linear(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint) {
     if (b->rc) return;
-    char tensor[300];
-    snprintf(tensor, sizeof tensor, "%s.weight", name);
-    cv_matrix w;
-    nn_bind_matrix(b, tensor, rows, cols, hint, &w);
-    if (!b->rc) add_part(b, l, name, &w);
+    cv_qlinear q;
+    b->rc = cv_weights_get_qlinear(b->src, name, rows, cols, hint, &q);
+    if (b->rc) return;
+    if (q.scheme == CV_SCHEME_FLOAT) nn_check_matrix_dtype(b, q.weight.name, q.weight.dtype);
+    if (b->rc) return;
+    const nn_linear_part part = {
+        .name = name, .scheme = q.scheme,
+        .w = {.dtype = q.weight.dtype, .rows = rows, .cols = cols, .data = q.weight.data, .row_scale = q.row_scale,
+              .row_bias = q.row_bias, .block_scale = q.block_scale, .block = q.block},
+        .quant = {.dynamic = q.scheme == CV_SCHEME_W8A8_DYNAMIC, .scale = q.input_scale, .offset = q.input_offset},
+    };
+    add_part(b, l, &part);
+    if (b->rc) return;
+    b->matmul_bytes += q.scheme == CV_SCHEME_FLOAT ? q.weight.nbytes
+                                                   : cv_linear_scheme_bytes(q.scheme, rows, cols, q.block);
 }
 
 void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w) {
-    if (!b->rc) add_part(b, l, name, w);
+    if (b->rc) return;
+    const nn_linear_part part = {
+        .name = name, .scheme = CV_SCHEME_FLOAT, .w = {.dtype = w->dtype, .rows = w->rows, .cols = w->cols, .data = w->data}};
+    add_part(b, l, &part);
 }
 
-void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, const float *x, int64_t T, float *const *ys) {
-    if (l->observe.fn)
-        for (int j = 0; j < l->n_parts; j++) l->observe.fn(l->observe.ctx, l->parts[j].name, x, T, l->parts[j].w.cols);
-    if (l->packed.data) {
-        int64_t rows[NN_MAX_PARTS];
-        for (int j = 0; j < l->n_parts; j++) rows[j] = l->parts[j].w.rows;
-        cv_matmul_panels_parts(pool, &l->packed, x, T, l->n_parts, rows, ys);
-        return;
+/* ---- forward ---------------------------------------------------------------------------------- */
+
+const cv_act_quant *nn_linear_input_quant(const nn_linear *l) {
+    return l->n_parts && cv_wformat_int8_input(l->w[0].format) ? &l->parts[0].quant : NULL;
+}
+
+/* x's rows as int8 codes quantized with q: the producer's, or the scratch's, quantized there unless
+ * *in_scratch (what the scratch holds in this call, NULL: nothing yet) is q already. */
+static cv_act int8_rows(const nn_linear *l, const cv_act_quant *q, nn_input x, int64_t T,
+                        const cv_act_quant **in_scratch) {
+    if (x.i8 && same_quant(&x.quant, q)) return (cv_act){.i8 = x.i8, .i8_scale = x.i8_scale};
+    if (!*in_scratch || !same_quant(*in_scratch, q)) {
+        assert(x.f32);
+        const int64_t cols = l->parts[0].w.cols;
+        cv_quantize_rows(q, x.f32, cols, T, cols, l->scratch->codes, l->scratch->scale);
+        *in_scratch = q;
     }
-    for (int j = 0; j < l->n_parts; j++) cv_matmul(pool, &l->parts[j].w, x, T, ys[j]);
+    return (cv_act){.i8 = l->scratch->codes, .i8_scale = l->scratch->scale};
 }
 
-static bool packable(const nn_linear *l) {
-    for (int j = 0; j < l->n_parts; j++)
-        if (l->parts[j].w.dtype != CV_DTYPE_BF16 || (j < l->n_parts - 1 && l->parts[j].w.rows % CV_PANEL_ROWS))
-            return false;
-    return l->n_parts > 0;
+void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, float *const *ys) {
+    if (l->observe.fn) {
+        assert(x.f32);
+        for (int j = 0; j < l->n_parts; j++)
+            l->observe.fn(l->observe.ctx, l->parts[j].name, x.f32, T, l->parts[j].w.cols);
+    }
+    const cv_act_quant *in_scratch = NULL;
+    for (int g = 0; g < l->n_weights; g++) {
+        assert(l->w[g].data);
+        const nn_linear_part *first = &l->parts[l->first[g]];
+        const cv_act act = cv_wformat_int8_input(l->w[g].format) ? int8_rows(l, &first->quant, x, T, &in_scratch)
+                                                                : (cv_act){.f32 = x.f32};
+        int64_t rows[NN_MAX_PARTS];
+        const int n = l->first[g + 1] - l->first[g];
+        for (int j = 0; j < n; j++) rows[j] = first[j].w.rows;
+        cv_linear(pool, &l->w[g], &act, T, n, rows, ys + l->first[g]);
+    }
 }
 
-static void part_matrices(const nn_linear *l, cv_matrix *out) {
-    for (int j = 0; j < l->n_parts; j++) out[j] = l->parts[j].w;
+nn_input nn_add_rmsnorm_for(cv_threadpool *pool, float *x, const float *delta, float *a, const float *w, int64_t T,
+                            int64_t dim, float eps, const nn_linear *next, const nn_qrows *q) {
+    const cv_act_quant *quant = next ? nn_linear_input_quant(next) : NULL;
+    if (!quant) {
+        cv_add_rmsnorm(pool, x, delta, a, w, T, dim, eps);
+        return nn_f32(a);
+    }
+    cv_add_rmsnorm_quant(pool, x, delta, a, w, T, dim, eps, quant, q->codes, q->scale);
+    return (nn_input){.f32 = a, .i8 = q->codes, .i8_scale = q->scale, .quant = *quant};
 }
+
+void nn_qrows_take(nn_qrows *q, nn_arena *a, int32_t tokens, int64_t cols) {
+    if (cols <= 0) return;
+    q->codes = nn_take(a, (size_t)tokens * (size_t)cv_act_i8_stride(cols));
+    q->scale = nn_take(a, (size_t)tokens * sizeof(float));
+}
+
+void nn_linear_scratch_take(const nn_binder *b, nn_arena *a, int32_t tokens) {
+    if (b->act_rows) nn_qrows_take(b->act_rows, a, tokens, b->act_cols);
+}
+
+void nn_linear_list_add(nn_linear_list *list, nn_linear *l) {
+    if (list->n == list->cap) {
+        list->cap = list->cap ? 2 * list->cap : 64;
+        list->at = cv_xrealloc(list->at, (size_t)list->cap * sizeof *list->at);
+    }
+    list->at[list->n++] = l;
+}
+
+void nn_linear_list_free(nn_linear_list *list) {
+    free(list->at);
+    *list = (nn_linear_list){0};
+}
+
+/* ---- packing ---------------------------------------------------------------------------------- */
+
+/* One weight to pack: weight g of linear l. */
+typedef struct pack_item {
+    nn_linear *l;
+    int g;
+} pack_item;
 
 /* Returns the whole pages inside [p, p + n) to the kernel: a file mapping re-reads them if ever
  * touched again, anonymous memory (dummy weights) reads back zeros, so only for weights never read
@@ -67,65 +197,81 @@ static void drop_pages(const void *p, size_t n) {
     if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
 }
 
-/* What the cache key must cover besides the checkpoint files: the packing and every packed shape. */
-static uint64_t pack_layout_hash(const char *layout, nn_linear *const *lins, int n) {
+/* What the cache key must cover besides the checkpoint files: the packing, every packed weight's
+ * format and the shapes of its parts. */
+static uint64_t pack_layout_hash(const char *layout, const pack_item *items, int n) {
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
     XXH3_64bits_update(&st, layout, strlen(layout) + 1);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < lins[i]->n_parts; j++) {
-            const int64_t shape[3] = {j, lins[i]->parts[j].w.rows, lins[i]->parts[j].w.cols};
+    for (int i = 0; i < n; i++) {
+        const nn_linear *l = items[i].l;
+        const int64_t head[2] = {l->w[items[i].g].format, l->first[items[i].g + 1] - l->first[items[i].g]};
+        XXH3_64bits_update(&st, head, sizeof head);
+        for (int j = l->first[items[i].g]; j < l->first[items[i].g + 1]; j++) {
+            const int64_t shape[3] = {j, l->parts[j].w.rows, l->parts[j].w.cols};
             XXH3_64bits_update(&st, shape, sizeof shape);
         }
+    }
     return XXH3_64bits_digest(&st);
 }
 
-static int64_t stacked_rows(const nn_linear *l) {
-    cv_matrix m[NN_MAX_PARTS];
-    part_matrices(l, m);
-    return cv_panels_stacked_rows(m, l->n_parts);
+static size_t item_bytes(const pack_item *it) {
+    const cv_weight *w = &it->l->w[it->g];
+    return cv_weight_packed_bytes(w->format, w->rows, w->cols);
 }
 
-/* The packed-weight cache entry for lins[0..n) (NULL for dummy weights or when unavailable). */
-static cv_pack_cache *open_pack_cache(cv_weight_source *src, const char *layout, nn_linear *const *lins, int n,
+/* The packed-weight cache entry for items[0..n) (NULL for dummy weights or when unavailable). */
+static cv_pack_cache *open_pack_cache(cv_weight_source *src, const char *layout, const pack_item *items, int n,
                                       cv_threadpool *pool) {
     const size_t n_files = cv_weight_source_n_files(src);
     if (!n_files || !n) return NULL;
     const char **files = cv_xmalloc(n_files * sizeof *files);
     for (size_t i = 0; i < n_files; i++) files[i] = cv_weight_source_file(src, i);
     size_t *sizes = cv_xmalloc((size_t)n * sizeof *sizes);
-    for (int i = 0; i < n; i++) sizes[i] = cv_panels_bytes(stacked_rows(lins[i]), lins[i]->parts[0].w.cols);
-    cv_pack_cache *c = cv_pack_cache_open(files, n_files, pack_layout_hash(layout, lins, n), sizes, n, pool);
+    for (int i = 0; i < n; i++) sizes[i] = item_bytes(&items[i]);
+    cv_pack_cache *c = cv_pack_cache_open(files, n_files, pack_layout_hash(layout, items, n), sizes, n, pool);
     free(sizes);
     free(files);
     return c;
 }
 
-int nn_pack_linears(cv_threadpool *pool, cv_weight_source *src, const char *layout, nn_linear *const *lins, int n,
+/* Packs one item into dst (a cache section), or into memory of its own when dst is NULL, then
+ * drops the checkpoint's pages of its parts. */
+static int pack_item_into(cv_threadpool *pool, const pack_item *it, void *dst) {
+    nn_linear *l = it->l;
+    const int first = l->first[it->g], n = l->first[it->g + 1] - first;
+    cv_weight_part parts[NN_MAX_PARTS];
+    for (int j = 0; j < n; j++) parts[j] = l->parts[first + j].w;
+    int rc = dst ? cv_weight_pack_into(pool, parts, n, dst, &l->w[it->g]) : cv_weight_pack(pool, parts, n, &l->w[it->g]);
+    if (rc) return cv_fail_prefix(rc, "packing %s", l->parts[first].name);
+    for (int j = 0; j < n; j++)
+        drop_pages(parts[j].data, (size_t)(parts[j].rows * parts[j].cols) * cv_dtype_size(parts[j].dtype));
+    return 0;
+}
+
+int nn_pack_linears(cv_threadpool *pool, cv_weight_source *src, const char *layout, const nn_linear_list *lins,
                     cv_pack_cache **cache) {
-    nn_linear **packed = cv_xmalloc(sizeof *packed * (size_t)(n ? n : 1));
-    int k = 0;
-    for (int i = 0; i < n; i++)
-        if (packable(lins[i])) packed[k++] = lins[i];
-    *cache = open_pack_cache(src, layout, packed, k, pool);
+    int n = 0, cap = 64;
+    pack_item *items = cv_xmalloc((size_t)cap * sizeof *items);
+    for (int i = 0; i < lins->n; i++)
+        for (int g = 0; g < lins->at[i]->n_weights; g++) {
+            if (lins->at[i]->w[g].data) continue; /* a view */
+            if (n == cap) items = cv_xrealloc(items, (size_t)(cap *= 2) * sizeof *items);
+            items[n++] = (pack_item){lins->at[i], g};
+        }
+    *cache = open_pack_cache(src, layout, items, n, pool);
     const bool hit = *cache && cv_pack_cache_hit(*cache);
     int rc = 0;
-    for (int i = 0; i < k && !rc; i++) {
-        nn_linear *l = packed[i];
-        if (hit) {
-            l->packed = (cv_panels){cv_pack_cache_section(*cache, i), stacked_rows(l), l->parts[0].w.cols, false};
-            continue; /* the originals were never touched */
-        }
-        cv_matrix parts[NN_MAX_PARTS];
-        part_matrices(l, parts);
-        rc = *cache ? cv_panels_pack_into(pool, parts, l->n_parts, cv_pack_cache_section(*cache, i), &l->packed)
-                    : cv_panels_pack(pool, parts, l->n_parts, &l->packed);
-        for (int j = 0; j < l->n_parts && !rc; j++)
-            drop_pages(parts[j].data, (size_t)(parts[j].rows * parts[j].cols) * sizeof(uint16_t));
+    for (int i = 0; i < n && !rc; i++) {
+        cv_weight *w = &items[i].l->w[items[i].g];
+        if (hit) w->data = cv_pack_cache_section(*cache, i); /* the originals are never touched */
+        else rc = pack_item_into(pool, &items[i], *cache ? cv_pack_cache_section(*cache, i) : NULL);
     }
     if (!rc && *cache && !hit) cv_pack_cache_commit(*cache, pool);
-    free(packed);
+    free(items);
     return rc;
 }
 
-void nn_linear_release(nn_linear *l) { cv_panels_release(&l->packed); }
+void nn_linear_release(nn_linear *l) {
+    for (int g = 0; g < l->n_weights; g++) cv_weight_release(&l->w[g]);
+}

@@ -1,63 +1,123 @@
 /*
  * linear.h — a linear layer: one or more projections of the same input (internal to src/models).
  *
- * Every matmul of a model but the routed experts is an nn_linear — attention q|k|v and o, the GDN
- * projections, the router, the shared expert and dense MLP, the MTP fc, the lm_head (vocab.h) — so
- * what a weight format needs is written once, here: how a part is bound from the checkpoint
- * (nn_bind_linear), whether and how it is packed at load, and how the layer runs (nn_linear_forward).
- * A new format or quantization scheme is a case of those three functions, not a change to the
- * models.
+ * Every matmul of a model is an nn_linear — attention q|k|v and o, the GDN projections, the router,
+ * the shared expert and dense MLP, the MTP fc, the lm_head (vocab.h), and the routed experts'
+ * gate|up and down (moe.h) — so what a weight format needs is written once, here: how a part is
+ * bound from the checkpoint in its scheme (nn_bind_linear, loader/quant.h), how it is packed at
+ * load (nn_pack_linears) and how the layer runs, its input quantized when its weights read int8
+ * (nn_linear_forward). A new format or quantization scheme is a case of those functions, not a
+ * change to the models.
  *
- * Parts that share an input are stacked (q|k|v, gate|up, router|shared-expert gate): bf16 parts
- * are repacked once at load into the kernels' 16-row panels, stacked so that one call computes all
- * of them (the lane-wise panel kernel decodes near the memory-bandwidth bound, the row-major one
- * well below it); other dtypes run row-major straight from the checkpoint mapping, part by part.
+ * Parts that share an input are stacked (q|k|v, gate|up, router|shared-expert gate) and must share
+ * one scheme (a mix is refused naming both tensors): every weight is a kernels cv_weight, stacked
+ * parts packed into one so that one call computes all of them. bf16 parts are repacked into the
+ * kernels' 16-row panels (the lane-wise panel kernel decodes near the memory-bandwidth bound, the
+ * row-major one well below it), int8 (W8A8, W8A8_DYNAMIC) into I8_PANELS with the per-row scale and
+ * quant_bias, e4m3 (FP8) into FP8_PANELS with its block scales; f32 and f16 parts run row-major
+ * straight from the checkpoint mapping, part by part, as do bf16 parts that cannot stack (a part
+ * but the last that is not a whole number of panels) and float routed experts, which are read by
+ * few tokens each (nn_linear.float_views). Quantized parts that cannot stack are packed one by one.
+ *
+ * int8 weights read int8 activations, quantized as the scheme says (static: the part's input_scale
+ * and input_offset; dynamic: per token). Calibrated checkpoints give the parts of one input the same
+ * static quantization; where they differ (made-up weights draw each part's own) the parts are not
+ * stacked but packed one by one, and the input is quantized once per distinct quantization. The op
+ * that produces a linear's input may quantize it on the way for the first weight (the add+RMSNorm
+ * before q|k|v or gate|up, nn_add_rmsnorm_for; the SwiGLU before down) and hand the codes over in
+ * nn_input; otherwise nn_linear_forward quantizes the f32 rows itself into the binder's shared int8
+ * scratch.
  *
  * Each part knows its name, the weight's prefix ("model.layers.0.self_attn.q_proj"), so the
- * calibration observer (model.h) hears every part before the layer runs, each with the same input
- * rows.
+ * calibration observer (model.h) hears every part before the layer runs, each with the same f32
+ * input rows.
  */
 #ifndef CV_LAYERS_LINEAR_H
 #define CV_LAYERS_LINEAR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "kernels/kernels.h"
 #include "loader/pack_cache.h"
+#include "loader/quant.h"
+#include "models/layers/arena.h"
 #include "models/layers/binder.h"
 
 enum { NN_MAX_PARTS = 4 };
 
 typedef struct nn_linear_part {
     const char *name;         /* weight prefix, binder-owned */
-    cv_matrix w;              /* [out][in] view of the checkpoint; its pages are dropped once packed */
+    cv_linear_scheme scheme;
+    cv_weight_part w;         /* the checkpoint's [out][in] weight and scales; its pages are dropped once packed */
+    cv_act_quant quant;       /* W8A8*: how its input is quantized */
 } nn_linear_part;
 
 typedef struct nn_linear {
     int n_parts;              /* 0: no layer */
     nn_linear_part parts[NN_MAX_PARTS];
-    cv_panels packed;         /* .data NULL: not packed */
+    bool float_views;         /* set before binding: float parts stay row-major views, never packed */
+    /* Weight g computes parts [first[g], first[g+1]) stacked: a view of the checkpoint, or a packed
+     * format whose data is NULL until nn_pack_linears. */
+    int n_weights;
+    int first[NN_MAX_PARTS + 1];
+    cv_weight w[NN_MAX_PARTS];
+    const nn_qrows *scratch;  /* where an int8-input linear quantizes its input (the binder's) */
     nn_observer observe;
 } nn_linear;
 
-/* Appends the part `name` (its tensor "<name>.weight", [rows][cols], hint naming the config fields
- * of that shape) to l. */
+/* Appends the part `name` (its linear's tensors "<name>.weight" and the scheme's scales,
+ * [rows][cols], hint naming the config fields of that shape) to l. A part whose scheme differs from
+ * the parts before it: CVLLM_ERR_FORMAT naming both tensors and schemes. */
 void nn_bind_linear(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint);
-/* Appends a part whose weight is already bound (a tied lm_head is the embedding). */
+/* Appends a float part whose weight is already bound (a tied lm_head is the embedding; a fused 3-D
+ * expert tensor's slices). */
 void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w);
 
-/* ys[j] [T][parts[j] rows] = x [T][cols] · part jᵀ for every part; the observer, when set, first
- * hears each part's name with x. */
-void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, const float *x, int64_t T, float *const *ys);
+/* A linear's input rows: f32, and the same rows already quantized by the op that produced them. */
+typedef struct nn_input {
+    const float *f32;         /* [T][cols]; NULL only when i8 holds the rows for an unobserved linear */
+    const int8_t *i8;         /* [T][cv_act_i8_stride(cols)] quantized with `quant`, or NULL */
+    const float *i8_scale;    /* [T] */
+    cv_act_quant quant;
+} nn_input;
 
-/* Packs those of lins[0..n) whose parts are all bf16 and stack (every part but the last a whole
- * number of panels), in that order; the others keep the row-major path. Each original is dropped
- * from memory once packed (never read again). The packing of a checkpoint goes to the packed-weight
- * cache (loader/pack_cache.h), whose entry is returned in *cache (NULL: anonymous memory, e.g. made-up
- * weights), and a later load maps it instead; `layout` names the packing (which linears, stacked how,
- * in which order) and must change whenever that does, since the cache key sees only it, the files
- * and the shapes. */
-int nn_pack_linears(cv_threadpool *pool, cv_weight_source *src, const char *layout, nn_linear *const *lins, int n,
+static inline nn_input nn_f32(const float *x) { return (nn_input){.f32 = x}; }
+
+/* How the first weight of l quantizes its input; NULL when it reads f32 (or l is empty). */
+const cv_act_quant *nn_linear_input_quant(const nn_linear *l);
+
+/* ys[j] [T][parts[j] rows] = x [T][cols] · part jᵀ for every part; the observer, when set, first
+ * hears each part's name with x.f32. Codes in x are used when quantized as l reads them. */
+void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, float *const *ys);
+
+/* x += delta (none when NULL), a = rmsnorm(x)·w (rows T of dim), as cv_add_rmsnorm; when `next`
+ * (may be NULL) reads int8 (nn_linear_input_quant), the norm quantizes a for it on the way into q
+ * (cv_add_rmsnorm_quant). Returns a as next's input. */
+nn_input nn_add_rmsnorm_for(cv_threadpool *pool, float *x, const float *delta, float *a, const float *w, int64_t T,
+                            int64_t dim, float eps, const nn_linear *next, const nn_qrows *q);
+
+/* int8 rows for `tokens` rows of `cols` columns from the arena (nothing when cols is 0). */
+void nn_qrows_take(nn_qrows *q, nn_arena *a, int32_t tokens, int64_t cols);
+/* The shared int8 scratch of every linear b bound (nothing when none reads int8). */
+void nn_linear_scratch_take(const nn_binder *b, nn_arena *a, int32_t tokens);
+
+/* A model's linears, in packing order. */
+typedef struct nn_linear_list {
+    nn_linear **at;
+    int n, cap;
+} nn_linear_list;
+
+void nn_linear_list_add(nn_linear_list *list, nn_linear *l);
+void nn_linear_list_free(nn_linear_list *list);
+
+/* Packs the weights of lins that are not views, in that order, each original dropped from memory
+ * once packed (never read again). The packing of a checkpoint goes to the packed-weight cache
+ * (loader/pack_cache.h), whose entry is returned in *cache (NULL: anonymous memory, e.g. made-up
+ * weights), and a later load maps it instead; `layout` names the packing (which linears, stacked
+ * how, in which order) and must change whenever that does, since the cache key sees only it, the
+ * files, and each packed weight's format and shapes. */
+int nn_pack_linears(cv_threadpool *pool, cv_weight_source *src, const char *layout, const nn_linear_list *lins,
                     cv_pack_cache **cache);
 void nn_linear_release(nn_linear *l);
 

@@ -11,19 +11,17 @@
 #include "base/error.h"
 #include "models/layers/timed.h"
 
-/* Routed expert e bound per expert: experts.{e}.{gate,up,down}_proj.weight. */
-static void bind_expert(nn_binder *b, const char *prefix, int32_t e, int32_t hidden, int32_t inter,
-                        cv_moe_expert *out) {
-    static const char gate_up_hint[] = "moe_intermediate_size, hidden_size";
-    nn_bind_matrix(b, nn_name(b, "%sexperts.%d.gate_proj.weight", prefix, e), inter, hidden, gate_up_hint, &out->gate);
-    nn_bind_matrix(b, nn_name(b, "%sexperts.%d.up_proj.weight", prefix, e), inter, hidden, gate_up_hint, &out->up);
-    nn_bind_matrix(b, nn_name(b, "%sexperts.%d.down_proj.weight", prefix, e), hidden, inter,
-                   "hidden_size, moe_intermediate_size", &out->down);
+static const char GATE_UP_HINT[] = "moe_intermediate_size, hidden_size", DOWN_HINT[] = "hidden_size, moe_intermediate_size";
+
+/* Routed expert e bound per expert: experts.{e}.{gate,up,down}_proj in their scheme. */
+static void bind_expert(nn_binder *b, const char *prefix, int32_t e, int32_t hidden, int32_t inter, nn_moe *m) {
+    nn_bind_linear(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.gate_proj", prefix, e), inter, hidden, GATE_UP_HINT);
+    nn_bind_linear(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.up_proj", prefix, e), inter, hidden, GATE_UP_HINT);
+    nn_bind_linear(b, &m->down[e], nn_name(b, "%sexperts.%d.down_proj", prefix, e), hidden, inter, DOWN_HINT);
 }
 
 /* Fused 3-D experts: views of expert e's rows, no copy. Returns 1 bound, 0 absent. */
-static int bind_fused_experts(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_config *c,
-                              cv_moe_expert *experts) {
+static int bind_fused_experts(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_config *c, nn_moe *m) {
     const int64_t E = c->n_experts, I = c->expert_inter, H = hidden;
     int64_t gu_shape[3] = {E, 2 * I, H}, down_shape[3] = {E, H, I};
     cv_tensor gu, down;
@@ -35,20 +33,32 @@ static int bind_fused_experts(nn_binder *b, const char *prefix, int32_t hidden, 
     }
     b->rc = cv_weights_get(b->src, nn_name(b, "%sexperts.down_proj", prefix), 3, down_shape,
                            "num_experts, hidden_size, moe_intermediate_size", &down);
-    if (!b->rc && (!cv_matrix_dtype_supported(gu.dtype) || !cv_matrix_dtype_supported(down.dtype)))
-        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "experts of %s have dtype %s/%s; F32, BF16 or F16 expected", prefix,
-                        cv_dtype_name(gu.dtype), cv_dtype_name(down.dtype));
+    nn_check_matrix_dtype(b, gu.name, gu.dtype);
+    nn_check_matrix_dtype(b, down.name, down.dtype);
     if (b->rc) return 1;
     const size_t gu_expert = (size_t)(2 * I * H) * cv_dtype_size(gu.dtype), gu_half = gu_expert / 2;
     const size_t down_expert = (size_t)(H * I) * cv_dtype_size(down.dtype);
-    for (int64_t e = 0; e < E; e++) {
+    for (int32_t e = 0; e < E; e++) {
         const char *g = (const char *)gu.data + (size_t)e * gu_expert, *d = (const char *)down.data + (size_t)e * down_expert;
-        experts[e].gate = (cv_matrix){g, gu.dtype, I, H};
-        experts[e].up = (cv_matrix){g + gu_half, gu.dtype, I, H};
-        experts[e].down = (cv_matrix){d, down.dtype, H, I};
+        nn_linear_add_view(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.gate_proj", prefix, e),
+                           &(cv_matrix){g, gu.dtype, I, H});
+        nn_linear_add_view(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.up_proj", prefix, e),
+                           &(cv_matrix){g + gu_half, gu.dtype, I, H});
+        nn_linear_add_view(b, &m->down[e], nn_name(b, "%sexperts.%d.down_proj", prefix, e),
+                           &(cv_matrix){d, down.dtype, H, I});
     }
     b->matmul_bytes += gu.nbytes + down.nbytes;
     return 1;
+}
+
+/* Expert e as the grouped kernel takes it: pointers to its linears' weights, which packing fills
+ * in place. gate|up are one weight when they stack, else one each. */
+static void kernel_expert(nn_moe *m, int32_t e, int64_t inter) {
+    const nn_linear *gu = &m->gate_up[e], *down = &m->down[e];
+    m->experts[e] = (cv_moe_expert){.gate = &gu->w[0], .up = &gu->w[gu->n_weights - 1], .down = &down->w[0],
+                                    .inter = inter, .up_row = gu->n_weights == 1 ? inter : 0,
+                                    .gate_quant = gu->parts[0].quant, .up_quant = gu->parts[1].quant,
+                                    .down_quant = down->parts[0].quant};
 }
 
 void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_config *c, nn_moe *out) {
@@ -60,15 +70,19 @@ void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_
     }
     char p[200];
     snprintf(p, sizeof p, "%s", prefix);
+    const size_t E = (size_t)c->n_experts;
     *out = (nn_moe){.n_routed = c->n_experts, .top_k = c->top_k, .renormalize = c->renormalize,
-                    .has_shared = c->shared_inter > 0, .prefix = nn_own_string(b, p), .observe = b->observe};
-    out->experts = nn_own(b, (size_t)c->n_experts * sizeof *out->experts);
-    if (!out->experts) return;
+                    .has_shared = c->shared_inter > 0, .observe = b->observe};
+    out->experts = nn_own(b, E * sizeof *out->experts);
+    out->gate_up = nn_own(b, E * sizeof *out->gate_up);
+    out->down = nn_own(b, E * sizeof *out->down);
+    if (b->rc) return;
+    for (size_t e = 0; e < E; e++) out->gate_up[e].float_views = out->down[e].float_views = true;
     nn_bind_linear(b, &out->route, nn_name(b, "%sgate", p), c->n_experts, hidden, "num_experts, hidden_size");
     const size_t before = b->matmul_bytes;
-    if (!b->rc && !bind_fused_experts(b, p, hidden, c, out->experts))
-        for (int32_t e = 0; e < c->n_experts && !b->rc; e++)
-            bind_expert(b, p, e, hidden, c->expert_inter, &out->experts[e]);
+    if (!b->rc && !bind_fused_experts(b, p, hidden, c, out))
+        for (int32_t e = 0; e < c->n_experts && !b->rc; e++) bind_expert(b, p, e, hidden, c->expert_inter, out);
+    for (int32_t e = 0; e < c->n_experts && !b->rc; e++) kernel_expert(out, e, c->expert_inter);
     /* A token streams only its top_k experts. */
     b->matmul_bytes = before + (b->matmul_bytes - before) / (size_t)c->n_experts * (size_t)c->top_k;
     if (out->has_shared) {
@@ -85,14 +99,23 @@ void nn_bind_dense_mlp(nn_binder *b, const char *prefix, int32_t hidden, int32_t
     nn_bind_ffn(b, prefix, hidden, inter, "intermediate_size", &out->ffn);
 }
 
-int nn_moe_linears(nn_moe *m, nn_linear **out) {
-    out[0] = &m->route;
-    return 1 + nn_ffn_linears(&m->ffn, out + 1);
+void nn_moe_linears(nn_moe *m, nn_linear_list *list) {
+    nn_linear_list_add(list, &m->route);
+    nn_ffn_linears(&m->ffn, list);
+    for (int32_t e = 0; e < m->n_routed; e++) {
+        nn_linear_list_add(list, &m->gate_up[e]);
+        nn_linear_list_add(list, &m->down[e]);
+    }
 }
 
+const nn_linear *nn_moe_input_linear(const nn_moe *m) { return &m->ffn.gate_up; }
+
 void nn_moe_sizes_add(nn_moe_sizes *z, const nn_moe *m) {
-    for (int32_t e = 0; e < m->n_routed; e++)
-        if (m->experts[e].gate.rows > z->max_inter) z->max_inter = (int32_t)m->experts[e].gate.rows;
+    for (int32_t e = 0; e < m->n_routed; e++) {
+        const cv_moe_expert *x = &m->experts[e];
+        if (x->inter > z->max_inter) z->max_inter = (int32_t)x->inter;
+        z->int8 = z->int8 || cv_wformat_int8_input(x->gate->format) || cv_wformat_int8_input(x->down->format);
+    }
     if (m->n_routed > 0 && m->top_k > z->top_k) z->top_k = m->top_k;
     if (m->n_routed > z->n_routed) z->n_routed = m->n_routed;
     if (nn_ffn_inter(&m->ffn) > z->ffn_inter) z->ffn_inter = nn_ffn_inter(&m->ffn);
@@ -107,7 +130,7 @@ void nn_moe_scratch_take(nn_moe_scratch *s, const nn_moe_sizes *z, cv_threadpool
     s->weights = nn_take(a, T * (size_t)z->top_k * f);
     s->ids = nn_take(a, T * (size_t)z->top_k * sizeof(int32_t));
     s->workspace = z->n_routed ? nn_take(a, cv_moe_workspace_bytes(pool, tokens, z->top_k, hidden, z->max_inter,
-                                                                   z->n_routed))
+                                                                   z->n_routed, z->int8))
                                : NULL;
     nn_ffn_scratch_take(&s->ffn, z->ffn_inter, a, tokens);
     s->shared = nn_take(a, T * (size_t)hidden * f);
@@ -117,15 +140,10 @@ void nn_moe_scratch_take(nn_moe_scratch *s, const nn_moe_sizes *z, cv_threadpool
     s->h = z->observed ? nn_take(a, inter) : NULL;
 }
 
-static void observe(const nn_moe *m, int32_t e, const char *proj, const float *x, int64_t rows, int64_t cols) {
-    char name[300];
-    snprintf(name, sizeof name, "%sexperts.%d.%s", m->prefix, e, proj);
-    m->observe.fn(m->observe.ctx, name, x, rows, cols);
-}
-
 /* Reports each routed expert's inputs: the rows of its tokens (token order) to gate_proj and up_proj,
- * and their SwiGLU, computed here with the kernels the grouped one uses, to down_proj. Experts no
- * token chose report nothing. */
+ * and their SwiGLU, computed here from the same weights, to down_proj (whose product is computed
+ * too, unused, so that the report goes through the linear). Experts no token chose report
+ * nothing. */
 static void observe_experts(cv_threadpool *pool, const nn_moe *m, int32_t hidden, const float *in, int32_t T,
                             const nn_moe_scratch *s) {
     const size_t row = (size_t)hidden * sizeof(float);
@@ -135,19 +153,15 @@ static void observe_experts(cv_threadpool *pool, const nn_moe *m, int32_t hidden
             for (int32_t k = 0; k < m->top_k; k++)
                 if (s->ids[(int64_t)t * m->top_k + k] == e) memcpy(s->xs + rows++ * hidden, in + (int64_t)t * hidden, row);
         if (rows == 0) continue;
-        const cv_moe_expert *x = &m->experts[e];
-        const int64_t I = x->gate.rows;
-        float *gate = s->gate_up, *up = s->gate_up + rows * I;
-        observe(m, e, "gate_proj", s->xs, rows, hidden);
-        observe(m, e, "up_proj", s->xs, rows, hidden);
-        cv_matmul(pool, &x->gate, s->xs, rows, gate);
-        cv_matmul(pool, &x->up, s->xs, rows, up);
-        cv_silu_mul(s->h, gate, up, rows * I);
-        observe(m, e, "down_proj", s->h, rows, I);
+        const int64_t I = m->experts[e].inter;
+        float *gate_up[] = {s->gate_up, s->gate_up + rows * I};
+        nn_linear_forward(pool, &m->gate_up[e], nn_f32(s->xs), rows, gate_up);
+        cv_silu_mul(s->h, gate_up[0], gate_up[1], rows * I);
+        nn_linear_forward(pool, &m->down[e], nn_f32(s->h), rows, &s->xs);
     }
 }
 
-void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, const float *in, int32_t T,
+void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, nn_input in, int32_t T,
                     const nn_moe_scratch *s, float *out) {
     if (m->n_routed == 0) {
         nn_ffn_forward(pool, &m->ffn, in, T, &s->ffn, out);
@@ -157,11 +171,11 @@ void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, const 
         float *route[] = {s->logits, s->shared_logit};
         nn_linear_forward(pool, &m->route, in, T, route);
         cv_moe_route(s->logits, T, m->n_routed, m->top_k, m->renormalize, s->ids, s->weights);
-        if (m->observe.fn) observe_experts(pool, m, hidden, in, T, s);
+        if (m->observe.fn) observe_experts(pool, m, hidden, in.f32, T, s);
         memset(out, 0, (size_t)T * (size_t)hidden * sizeof *out);
         cv_moe_args a = {
             .n_tokens = T, .hidden = hidden, .n_experts = m->n_routed, .experts = m->experts, .routes = m->top_k,
-            .ids = s->ids, .weights = s->weights, .x = in, .y = out, .workspace = s->workspace,
+            .ids = s->ids, .weights = s->weights, .x = in.f32, .y = out, .workspace = s->workspace,
         };
         cv_moe(pool, &a);
     });

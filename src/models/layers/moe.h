@@ -3,11 +3,16 @@
  * (internal to src/models).
  *
  * Router (f32 softmax over the experts → top-k → renormalised when the config says so) → the routed
- * SwiGLU experts in the grouped kernel (kernels.h cv_moe), whose weights are row-major views of the
- * checkpoint: each is read by few tokens, and packing them all would double the load time of the
- * largest part of the model. Then, when there is one, the shared expert (an ffn.h block, packed like
- * every weight read by all tokens) added with weight σ(shared_expert_gate · x); the router and that
- * gate are one stacked linear. A layer that the config makes dense (mlp_only_layers,
+ * SwiGLU experts in the grouped kernel (kernels.h cv_moe). Each expert is two linears (gate|up
+ * stacked, and down; layers/linear.h), so a quantized expert binds, packs and is cached like any
+ * linear: int8 or e4m3 experts are packed at load (there is no row-major kernel for them), gate|up
+ * into one weight when moe_intermediate_size is whole panels, and their inputs are quantized in the
+ * kernel (each expert's gathered rows, then its SwiGLU rows per token before down, as msModelSlim's
+ * runtime does). Float experts stay row-major views of the checkpoint (float_views): each is read by
+ * few tokens, and packing them all would double the load time of the largest part of the model.
+ * Then, when there is one, the shared expert (an ffn.h block, packed like every weight read by all
+ * tokens) added with weight σ(shared_expert_gate · x); the router and that gate are one stacked
+ * linear. A layer that the config makes dense (mlp_only_layers,
  * decoder_sparse_step, or the dense Qwen3.5) is the same block with no router: its ffn alone, so a
  * model's layers are one type whatever their MLP.
  *
@@ -36,8 +41,8 @@ typedef struct nn_moe {
     int32_t top_k;
     bool renormalize, has_shared;
     nn_linear route;          /* gate [n_routed][hidden] | shared_expert_gate [1][hidden] (when shared) */
-    cv_moe_expert *experts;   /* the n_routed routed experts; owned by the binder */
-    const char *prefix;       /* "model.layers.0.mlp.", naming the experts for the observer */
+    nn_linear *gate_up, *down; /* [n_routed]: routed expert e's gate_proj | up_proj and down_proj */
+    cv_moe_expert *experts;   /* [n_routed]: the same weights as the kernel takes them; owned by the binder */
     nn_observer observe;
     nn_ffn ffn;               /* the shared expert, or the dense MLP */
 } nn_moe;
@@ -46,12 +51,16 @@ typedef struct nn_moe {
 void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_config *c, nn_moe *out);
 /* The dense form: a SwiGLU of `inter` (config field intermediate_size) at prefix. */
 void nn_bind_dense_mlp(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter, nn_moe *out);
-/* Its linears (the routed experts aside), for packing; returns how many (out must hold 3). */
-int nn_moe_linears(nn_moe *m, nn_linear **out);
+/* Appends its linears to list: the router, the shared expert or dense MLP, the routed experts. */
+void nn_moe_linears(nn_moe *m, nn_linear_list *list);
+/* The linear that reads the block's input as it is (the shared expert's or dense MLP's gate|up;
+ * n_parts 0 when none), for the norm before the block to quantize it for. */
+const nn_linear *nn_moe_input_linear(const nn_moe *m);
 
 /* The largest MoE shapes over a model's layers, for scratch sizing. */
 typedef struct nn_moe_sizes {
     int32_t top_k, max_inter, n_routed;  /* routed experts */
+    bool int8;                           /* some routed expert reads int8 */
     int32_t ffn_inter;                   /* the shared expert or dense MLP */
     bool observed;                       /* routed experts report their inputs (scratch to gather them) */
 } nn_moe_sizes;
@@ -71,8 +80,9 @@ typedef struct nn_moe_scratch {
 
 void nn_moe_scratch_take(nn_moe_scratch *s, const nn_moe_sizes *z, cv_threadpool *pool, int32_t hidden, nn_arena *a,
                          int32_t tokens);
-/* out [T][hidden] = the block of in [T][hidden]; out is overwritten. */
-void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, const float *in, int32_t T,
+/* out [T][hidden] = the block of in [T][hidden] (f32 rows always: the router and routed experts
+ * read them); out is overwritten. */
+void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, nn_input in, int32_t T,
                     const nn_moe_scratch *s, float *out);
 
 #endif

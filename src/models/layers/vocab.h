@@ -17,7 +17,7 @@
 #include "models/layers/linear.h"
 
 typedef struct nn_vocab {
-    cv_matrix embed;          /* .data NULL: tied and read from the packed lm_head */
+    cv_weight embed;          /* a view; .data NULL: tied and read from the packed lm_head */
     nn_linear lm_head;        /* one part, named "lm_head" (tied or not) */
     cv_pack_cache *cache;     /* backs every packed linear of the model (NULL: anonymous memory) */
 } nn_vocab;
@@ -25,9 +25,9 @@ typedef struct nn_vocab {
 /* embed_name: e.g. "model.embed_tokens.weight"; lm_head.weight unless tied. The embedding is not
  * counted in matmul_bytes (gathered, not streamed), the lm_head is. */
 void nn_bind_vocab(nn_binder *b, const char *embed_name, int32_t vocab, int32_t hidden, bool tied, nn_vocab *out);
-/* Packs the lm_head, then lins[0..n) (nn_pack_linears; `layout` names the model's packing). */
-int nn_pack_model(cv_threadpool *pool, cv_weight_source *src, const char *layout, nn_vocab *v, nn_linear *const *lins,
-                  int n);
+/* Packs the lm_head, then lins (nn_pack_linears; `layout` names the model's packing). */
+int nn_pack_model(cv_threadpool *pool, cv_weight_source *src, const char *layout, nn_vocab *v,
+                  const nn_linear_list *lins);
 void nn_embed(const nn_vocab *v, const int32_t *ids, int32_t n, float *out);
 /* logits [n][vocab] of the final-normed hidden rows x [n][hidden]. */
 void nn_logits(cv_threadpool *pool, const nn_vocab *v, const float *x, int32_t n, float *logits);
