@@ -585,6 +585,10 @@ static void test_fp8_errors(void) {
     CHECK_CONTAINS(cv_error_message(), "part 1 of a packed fp8_panels weight: row 5 holds an e4m3 NaN code");
     CHECK(w.data == NULL);
     codes[32 * 8 + 5 * 8 + 3] = 0x38;
+    codes[2 * 8] = 0x7f;
+    CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), CVLLM_ERR_FORMAT);
+    CHECK_CONTAINS(cv_error_message(), "part 0 of a packed fp8_panels weight: row 2 holds an e4m3 NaN code");
+    codes[2 * 8] = 0x38;
     p[1].block = 64;
     CHECK_EQ_INT(cv_weight_pack(NULL, p, 2, &w), CVLLM_ERR_UNSUPPORTED);
     CHECK_CONTAINS(cv_error_message(), "multiple of 128");
