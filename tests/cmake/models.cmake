@@ -9,3 +9,8 @@ cv_add_test(test_pack_cache SOURCES test_pack_cache.c LIBS cv_models TIMEOUT 120
 # The calibration observer: every linear of every family reports its name and input rows, and the
 # rows are the layer inputs (followed through the residual stream from the checkpoint's weights).
 cv_add_test(test_model_observer SOURCES test_model_observer.c LIBS cv_models TIMEOUT 120)
+
+# Quantized checkpoints (msModelSlim W8A8, W8A8_DYNAMIC, FP8) against Hugging Face's logits on the
+# dequantized weights, under the folders' log-prob bounds, on every kernel path (scalar, AVX2,
+# AVX-512 with and without VNNI); int8 kernels bit-identical with and without VNNI end to end.
+cv_add_test(test_quant_ref SOURCES test_quant_ref.c LIBS cv_models TIMEOUT 600)
