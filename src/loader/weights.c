@@ -349,7 +349,8 @@ static int lookup(cv_weight_source *src, const char *name, int ndim, const int64
     int rc = check_request(name, ndim, shape);
     if (rc) return rc;
     if (src->dummy) {
-        if (!dummy_makes_it) return 0;
+        /* An msModelSlim description lists every tensor its export holds: those exist. */
+        if (!dummy_makes_it && !cv_quant_config_tensor_type(src->quant, name)) return 0;
         if ((rc = refuse_quantized(src, name, NULL))) return rc;
         rc = cv_weights_make_dummy(src, name, src->dtype, ndim, shape, out);
         return rc ? rc : 1;
@@ -368,8 +369,9 @@ int cv_weights_get(cv_weight_source *src, const char *name, int ndim, const int6
     return rc < 0 ? rc : 0;
 }
 
-/* Dummy sources report optional tensors absent: whether a checkpoint carries one (a bias, an untied
- * lm_head) is not something config.json decides, and absent is the choice every model must handle. */
+/* Dummy sources report optional tensors absent — whether a checkpoint carries one (a bias, an untied
+ * lm_head, fused experts) is not something config.json decides, and absent is the choice every model
+ * must handle — unless an msModelSlim description lists the tensor: then it is made. */
 int cv_weights_get_optional(cv_weight_source *src, const char *name, int ndim, const int64_t *shape,
                             const char *config_hint, cv_tensor *out) {
     return lookup(src, name, ndim, shape, config_hint, false, out);

@@ -5,6 +5,6 @@ if(Python3_Interpreter_FOUND)
   add_test(NAME test_tutorials
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_SOURCE_DIR}/tests/tutorials/test_tutorials.py
                    $<TARGET_FILE:cvllm> ${CMAKE_SOURCE_DIR})
-  set_tests_properties(test_tutorials PROPERTIES TIMEOUT 600
+  set_tests_properties(test_tutorials PROPERTIES TIMEOUT 1200
                        ENVIRONMENT "CVLLM_CACHE_ROOT=${CMAKE_BINARY_DIR}/test-cache")
 endif()

@@ -10,12 +10,17 @@ fixed free port, and says so in REPLACEMENTS:
     fixture's config.json at the real Qwen vocabulary, with the tokenizer and chat template cvllm
     ships), and `--load-format dummy` is appended: the weights cannot be fetched here;
   - `--port N` becomes a free port (added to `bench serve` lines that rely on the default 8000);
-  - `--quantization ascend` needs an msModelSlim checkpoint, which the random stand-ins are not: with
-    it they are refused with vLLM's message (checked), so it is dropped from their serve lines;
+  - the stand-ins of the W8A8 models are the msModelSlim reference fixtures of their architecture
+    (quant_model_description.json: W8A8 static for Qwen3 dense, the W8A8_DYNAMIC MoE recipe for
+    Qwen3.6), so `--quantization ascend` stays and the dummy weights are int8 in those schemes; on an
+    unquantized stand-in the flag is refused with vLLM's message (checked);
   - `bench serve` keeps the tutorial's model id, whose tokenizer cvllm ships, and runs fewer prompts
     (--num-prompts 200 -> 4) at a higher --request-rate so the test takes seconds, not minutes.
 Then the tutorials' functional checks (the curl requests) are sent as written, and `bench serve` must
 complete every prompt and write its --save-result file into --result-dir.
+
+The real widths of Qwen3.6-35B-A3B cut to 4 layers (bench/configs/qwen3.6-35b-a3b-4layers) in its
+W8A8 recipe must also serve as the tutorial's command line runs it (dummy int8 weights).
 
 Each serve line is also run with its real model id, unchanged but for HF_HUB_OFFLINE=1: cvllm must
 say in one line that the weights cannot be fetched and print the same command with
@@ -143,13 +148,17 @@ BENCH = {
              "--dataset-name random --random-input 200 --num-prompts 200 --request-rate 1 --save-result --result-dir ./",
 }
 
-# The stand-in checkpoint for each tutorial model: a reference fixture of the same architecture.
+# The stand-in checkpoint for each tutorial model: a reference fixture of the same architecture and
+# quantization; UNQUANTIZED: a float fixture of the same architecture, for the refusal of the flag.
 STAND_INS = {
+    "Eco-Tech/Qwen3.6-35B-A3B-w8a8": ("qwen3.5-moe-w8a8-dynamic", "models/Qwen/Qwen3.6-35B-A3B"),
+    "vllm-ascend/Qwen3-32B-W8A8": ("qwen3-dense-w8a8", "models/qwen3-tokenizer"),
+}
+UNQUANTIZED = {
     "Eco-Tech/Qwen3.6-35B-A3B-w8a8": ("qwen3.5-moe-bf16", "models/Qwen/Qwen3.6-35B-A3B"),
     "vllm-ascend/Qwen3-32B-W8A8": ("qwen3-dense-bf16", "models/qwen3-tokenizer"),
 }
 REPLACEMENTS = ["serve MODEL -> stand-in folder + --load-format dummy", "--port -> a free port",
-                "--quantization ascend dropped for the unquantized stand-in",
                 "bench: --num-prompts 200 -> 4, --request-rate 1 -> 20"]
 
 passed = failed = 0
@@ -171,14 +180,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def stand_in(workdir, model_id):
-    fixture, tokenizer_dir = STAND_INS[model_id]
+def stand_in(workdir, model_id, table=STAND_INS):
+    fixture, tokenizer_dir = table[model_id]
     out = os.path.join(workdir, fixture)
     if os.path.isdir(out):
         return out
     os.makedirs(out)
-    with open(os.path.join(SOURCE, "tests/data/vectors", fixture, "config.json")) as f:
+    src = os.path.join(SOURCE, "tests/data/vectors", fixture)
+    with open(os.path.join(src, "config.json")) as f:
         config = json.load(f)
+    if os.path.exists(os.path.join(src, "quant_model_description.json")):
+        os.symlink(os.path.join(src, "quant_model_description.json"), os.path.join(out, "quant_model_description.json"))
     # The real tokenizer's ids reach past the fixture's 4096-token vocabulary; dummy weights at the
     # real vocabulary size take any id.
     text = config.get("text_config", config)
@@ -205,13 +217,23 @@ def replace_port(args, port):
     return args + ["--port", str(port)]
 
 
-def serve_argv(line, workdir, port):
+def four_layer_w8a8(workdir):
+    """Qwen3.6-35B-A3B's real widths cut to 4 layers, with the W8A8 description of its recipe."""
+    config_dir = os.path.join(SOURCE, "bench/configs/qwen3.6-35b-a3b-4layers")
+    out = os.path.join(workdir, "qwen3.6-35b-a3b-4layers-w8a8")
+    os.makedirs(out)
+    for name in os.listdir(config_dir):
+        os.symlink(os.path.join(config_dir, name), os.path.join(out, name))
+    subprocess.run([sys.executable, os.path.join(SOURCE, "tools/gen_quant_description.py"), "qwen3_5-moe-w8a8",
+                    os.path.join(config_dir, "config.json"), os.path.join(out, "quant_model_description.json")],
+                   check=True)
+    return out
+
+
+def serve_argv(line, workdir, port, model=None):
     args = argv_of(line)
     model_id = args[2]
-    args[2] = stand_in(workdir, model_id)
-    if "--quantization" in args:
-        i = args.index("--quantization")
-        del args[i:i + 2]
+    args[2] = model or stand_in(workdir, model_id)
     return replace_port(args, port) + ["--load-format", "dummy"]
 
 
@@ -222,8 +244,8 @@ def http(port, path, body=None, timeout=60):
         return r.status, r.read().decode()
 
 
-def wait_ready(proc, port, log_path):
-    deadline = time.time() + TIMEOUT_S
+def wait_ready(proc, port, log_path, timeout=TIMEOUT_S):
+    deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
             return False
@@ -239,7 +261,7 @@ def wait_ready(proc, port, log_path):
 def run_quantization_check(name, line, workdir):
     """`--quantization ascend` on the unquantized stand-in: vLLM's error, not a silent bf16 run."""
     args = argv_of(line)
-    args[2] = stand_in(workdir, args[2])
+    args[2] = stand_in(workdir, args[2], UNQUANTIZED)
     out = subprocess.run(replace_port(args, free_port()) + ["--load-format", "dummy"], cwd=workdir,
                          capture_output=True, text=True, timeout=TIMEOUT_S)
     last = out.stderr.strip().splitlines()[-1] if out.stderr.strip() else ""
@@ -247,14 +269,14 @@ def run_quantization_check(name, line, workdir):
           f"{name}: --quantization ascend on an unquantized checkpoint: {out.returncode} {last}")
 
 
-def run_tutorial(name, line, workdir):
+def run_tutorial(name, line, workdir, model=None, start_timeout=TIMEOUT_S):
     port = free_port()
-    args = serve_argv(line, workdir, port)
+    args = serve_argv(line, workdir, port, model)
     log_path = os.path.join(workdir, re.sub(r"\W+", "_", name) + ".log")
     env = dict(os.environ, **TUTORIAL_ENV)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
-    if not check(wait_ready(proc, port, log_path), f"{name}: server did not start:\n{open(log_path).read()}"):
+    if not check(wait_ready(proc, port, log_path, start_timeout), f"{name}: server did not start:\n{open(log_path).read()}"):
         proc.kill()
         proc.wait()
         return
@@ -340,6 +362,8 @@ def main():
             run_as_pasted(name, line, workdir)
             run_quantization_check(name, line, workdir)
             run_tutorial(name, line, workdir)
+        run_tutorial("qwen3.6 single node, 4 layers of the real widths in W8A8", TUTORIALS["qwen3.6 single node"],
+                     workdir, four_layer_w8a8(workdir), start_timeout=600)  # makes ~5 GB of dummy weights
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"test_tutorials: {passed} passed, {failed} failed")
