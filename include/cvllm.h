@@ -94,9 +94,11 @@ typedef struct cvllm_engine_options {
     uint64_t seed;              /* seeds dummy weights and requests without their own seed */
     bool enable_prefix_caching;
     const char *speculative_config; /* vLLM's JSON, e.g. {"method":"ngram","num_speculative_tokens":3}; NULL = off */
-    const char *quantization;   /* vLLM's --quantization method name (e.g. "fp8", "ascend"); NULL = as the
-                                 * checkpoint says. The CLI checks the name; the engine only checks that
-                                 * "ascend" names an msModelSlim checkpoint (quantized loading is to come). */
+    const char *quantization;   /* vLLM's --quantization method name; NULL = as the checkpoint says.
+                                 * "ascend": an msModelSlim W8A8/W8A8_DYNAMIC checkpoint (detected by its
+                                 * quant_model_description.json anyway); "fp8": a block-wise FP8 checkpoint
+                                 * (detected by config.json's quantization_config). Another method, or one
+                                 * the checkpoint does not match, fails the load in one line. */
 } cvllm_engine_options;
 
 void cvllm_engine_options_default(cvllm_engine_options *opts);
