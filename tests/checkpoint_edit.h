@@ -25,8 +25,8 @@ typedef void (*ce_edit_fn)(const cv_tensor *t, void *data, const void *ctx);
 /* The safetensors file `path`: the tensors of ck that `rename` keeps, under the names it gives, in
  * ck's order, their bytes passed through `edit` (NULL: copied as they are). Aborts when the file
  * cannot be written (a test bug). */
-__attribute__((unused)) static void ce_write_tensors(const cv_checkpoint *ck, const char *path, ce_rename_fn rename, ce_edit_fn edit,
-                             const void *ctx) {
+__attribute__((unused)) static void ce_write_tensors(const cv_checkpoint *ck, const char *path, ce_rename_fn rename,
+                                                     ce_edit_fn edit, const void *ctx) {
     const size_t n = cv_checkpoint_count(ck);
     bool *kept = cv_xcalloc(n ? n : 1, sizeof *kept);
     json_t *header = json_object();
@@ -68,7 +68,8 @@ __attribute__((unused)) static void ce_write_tensors(const cv_checkpoint *ck, co
 
 /* dir/model.safetensors: the tensors of the checkpoint in `from` that `rename` keeps, under the
  * names it gives, in the source's order. Aborts when the source cannot be read (a test bug). */
-__attribute__((unused)) static void ce_write_checkpoint(const char *from, const char *dir, ce_rename_fn rename, const void *ctx) {
+__attribute__((unused)) static void ce_write_checkpoint(const char *from, const char *dir, ce_rename_fn rename,
+                                                        const void *ctx) {
     cv_checkpoint *ck;
     if (cv_checkpoint_open(from, &ck)) abort();
     char path[1024];

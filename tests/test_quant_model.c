@@ -283,7 +283,8 @@ static cv_checkpoint *open_vector(const char *folder) {
     char *dir = vector_dir(folder);
     cv_checkpoint *ck = NULL;
     const bool msmodelslim = strstr(folder, "w8a8") != NULL;
-    CHECK_EQ_INT(msmodelslim ? cv_checkpoint_open_prefix(dir, "quant_model_weights", &ck) : cv_checkpoint_open(dir, &ck), 0);
+    const int rc = msmodelslim ? cv_checkpoint_open_prefix(dir, "quant_model_weights", &ck) : cv_checkpoint_open(dir, &ck);
+    CHECK_EQ_INT(rc, 0);
     free(dir);
     return ck;
 }
@@ -490,7 +491,8 @@ static void test_observer(const char *folder, cv_threadpool *pool) {
     CHECK_EQ_INT(load(dir, false, pool, NULL, NULL, &plain), 0);
     CHECK_EQ_INT(load(dir, false, pool, hear, &h, &observed), 0);
     h.quant = cv_weight_source_quant(observed.src);
-    float *want = run_prompt(plain.model, ref.prompt, ref.n_prompt), *got = run_prompt(observed.model, ref.prompt, ref.n_prompt);
+    float *want = run_prompt(plain.model, ref.prompt, ref.n_prompt);
+    float *got = run_prompt(observed.model, ref.prompt, ref.n_prompt);
     const size_t bytes = (size_t)ref.n_prompt * (size_t)ref.vocab * sizeof(float);
     CHECK_MSG(got && want && !memcmp(got, want, bytes), "%s: observing changed the logits", folder);
     CHECK_MSG(h.quantized_calls > 0 && h.finite, "%s: observer heard %d linears, %d quantized, finite %d", folder,

@@ -195,6 +195,11 @@ typedef struct cv_act_quant {
     float scale, offset;      /* static only */
 } cv_act_quant;
 
+/* a and b give the same codes for the same rows. */
+static inline bool cv_act_quant_same(const cv_act_quant *a, const cv_act_quant *b) {
+    return a->dynamic == b->dynamic && (a->dynamic || (a->scale == b->scale && a->offset == b->offset));
+}
+
 /* xq [m][cv_act_i8_stride(cols)], scale [m] (written for both schemes). */
 void cv_quantize_rows(const cv_act_quant *q, const float *x, int64_t ldx, int64_t m, int64_t cols, int8_t *xq,
                       float *scale);

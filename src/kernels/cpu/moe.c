@@ -132,14 +132,12 @@ typedef struct moe_job {
     size_t per_thread;
 } moe_job;
 
-static bool same_quant(const cv_act_quant *a, const cv_act_quant *b) {
-    return a->dynamic == b->dynamic && (a->dynamic || (a->scale == b->scale && a->offset == b->offset));
-}
-
 static bool int8_x(const cv_moe_expert *ex) { return cv_wformat_int8_input(ex->gate->format); }
 static bool int8_h(const cv_moe_expert *ex) { return cv_wformat_int8_input(ex->down->format); }
 /* up reads codes of its own quantization. */
-static bool own_up_codes(const cv_moe_expert *ex) { return int8_x(ex) && !same_quant(&ex->gate_quant, &ex->up_quant); }
+static bool own_up_codes(const cv_moe_expert *ex) {
+    return int8_x(ex) && !cv_act_quant_same(&ex->gate_quant, &ex->up_quant);
+}
 
 /* The quantization passes: sorted routes [r0, r1) of every expert that reads int8 codes there. */
 static void quantize_x_rows(const moe_job *job, int64_t r0, int64_t r1) {
@@ -227,8 +225,9 @@ static void down_task(void *arg, int ti, int nt) {
         int64_t m = job->offsets[e + 1] - job->offsets[e];
         if (m == 0) continue;
         const cv_moe_expert *ex = &a->experts[e];
-        const cv_act h = int8_h(ex) ? (cv_act){.i8 = job->hq + job->hq_offset[e], .i8_scale = job->h_scale + job->offsets[e]}
-                                    : (cv_act){.f32 = job->hs + job->hs_offset[e]};
+        const cv_act h = int8_h(ex)
+                             ? (cv_act){.i8 = job->hq + job->hq_offset[e], .i8_scale = job->h_scale + job->offsets[e]}
+                             : (cv_act){.f32 = job->hs + job->hs_offset[e]};
         cv_linear_rows(ex->down, &h, m, b, end, buf);
         for (int64_t i = 0; i < m; i++) {
             int32_t r = job->offsets[e] + (int32_t)i;

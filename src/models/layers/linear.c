@@ -24,10 +24,6 @@ static int packed_format(const nn_linear *l, const nn_linear_part *p) {
     return cv_wformat_for_dtype(p->w.dtype);
 }
 
-static bool same_quant(const cv_act_quant *a, const cv_act_quant *b) {
-    return a->dynamic == b->dynamic && (a->dynamic || (a->scale == b->scale && a->offset == b->offset));
-}
-
 /* Decides l's weights from its parts: one packed weight when they stack (one packed format, one
  * input quantization, every part but the last whole panels), else a weight per part — a view when
  * float. */
@@ -38,7 +34,8 @@ static void regroup(nn_linear *l) {
     for (int j = 0; j < l->n_parts; j++) {
         const nn_linear_part *p = &l->parts[j];
         stack = stack && packed_format(l, p) == f && p->w.dtype == l->parts[0].w.dtype &&
-                same_quant(&p->quant, &l->parts[0].quant) && (j == l->n_parts - 1 || p->w.rows % CV_PANEL_ROWS == 0);
+                cv_act_quant_same(&p->quant, &l->parts[0].quant) &&
+                (j == l->n_parts - 1 || p->w.rows % CV_PANEL_ROWS == 0);
         rows += p->w.rows;
     }
     const int64_t cols = l->parts[0].w.cols;
@@ -103,7 +100,8 @@ void nn_bind_linear(nn_binder *b, nn_linear *l, const char *name, int64_t rows, 
 void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w) {
     if (b->rc) return;
     const nn_linear_part part = {
-        .name = name, .scheme = CV_SCHEME_FLOAT, .w = {.dtype = w->dtype, .rows = w->rows, .cols = w->cols, .data = w->data}};
+        .name = name, .scheme = CV_SCHEME_FLOAT,
+        .w = {.dtype = w->dtype, .rows = w->rows, .cols = w->cols, .data = w->data}};
     add_part(b, l, &part);
 }
 
@@ -117,8 +115,8 @@ const cv_act_quant *nn_linear_input_quant(const nn_linear *l) {
  * *in_scratch (what the scratch holds in this call, NULL: nothing yet) is q already. */
 static cv_act int8_rows(const nn_linear *l, const cv_act_quant *q, nn_input x, int64_t T,
                         const cv_act_quant **in_scratch) {
-    if (x.i8 && same_quant(&x.quant, q)) return (cv_act){.i8 = x.i8, .i8_scale = x.i8_scale};
-    if (!*in_scratch || !same_quant(*in_scratch, q)) {
+    if (x.i8 && cv_act_quant_same(&x.quant, q)) return (cv_act){.i8 = x.i8, .i8_scale = x.i8_scale};
+    if (!*in_scratch || !cv_act_quant_same(*in_scratch, q)) {
         assert(x.f32);
         const int64_t cols = l->parts[0].w.cols;
         cv_quantize_rows(q, x.f32, cols, T, cols, l->scratch->codes, l->scratch->scale);

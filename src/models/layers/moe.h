@@ -12,9 +12,9 @@
  * few tokens, and packing them all would double the load time of the largest part of the model.
  * Then, when there is one, the shared expert (an ffn.h block, packed like every weight read by all
  * tokens) added with weight σ(shared_expert_gate · x); the router and that gate are one stacked
- * linear. A layer that the config makes dense (mlp_only_layers,
- * decoder_sparse_step, or the dense Qwen3.5) is the same block with no router: its ffn alone, so a
- * model's layers are one type whatever their MLP.
+ * linear. A layer that the config makes dense (mlp_only_layers, decoder_sparse_step, or the dense
+ * Qwen3.5) is the same block with no router: its ffn alone, so a model's layers are one type
+ * whatever their MLP.
  *
  * Checkpoints store routed experts fused (experts.gate_up_proj [E][2I][H], experts.down_proj
  * [E][H][I], gate rows first) or per expert (experts.{e}.{gate,up,down}_proj.weight); both bind
