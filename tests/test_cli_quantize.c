@@ -12,8 +12,10 @@
  * expert that no token reached: the union over its layer's experts), and the stored input_scale /
  * input_offset must map min to −128, max to 127 and 0 to the offset under the runtime's formula,
  * with input_scale (max − min) / 255 up to a few ulps; deq_scale and quant_bias follow from them and
- * the recomputed codes. Each error path: one line on stderr, the exit status, and no OUT left
- * behind.
+ * the recomputed codes. The outputs load through the engine (`cvllm generate --quantization
+ * ascend`): a W8A8_DYNAMIC one generates what its reference folder generates, and every one predicts
+ * the reference's token after the long prompt. Each error path: one line on stderr, the exit
+ * status, and no OUT left behind.
  */
 #include <dirent.h>
 #include <jansson.h>
@@ -423,7 +425,7 @@ static void test_dynamic_dense(void) {
  * out of the fused tensors; o_proj, the Gated DeltaNet, router, shared expert, mtp.* (still fused)
  * and model.visual.* stay FLOAT. */
 static void test_dynamic_moe(void) {
-    char *model = model_dir("qwen3.5-moe-bf16", false), *out = tmp_path("moe-dynamic");
+    char *model = model_dir("qwen3.5-moe-bf16", true), *out = tmp_path("moe-dynamic");
     tu_run r = quantize((const char *[]){model, out, "--scheme", "W8A8_DYNAMIC", "--max-shard-size", "1000000", NULL});
     CHECK_MSG(r.status == 0, "exit %d: %s", r.status, r.err);
     CHECK_CONTAINS(r.out, "99 linears quantized to W8A8_DYNAMIC (moe recipe)"); /* 4 layers × 8 experts × 3 + q, k, v */
@@ -727,6 +729,75 @@ static void test_static_moe(void) {
     free(model), free(out), free(cal);
 }
 
+/* ---- through the engine -------------------------------------------------------------------------- */
+
+/* `cvllm generate DIR --quantization ascend` greedily from the prompt of VEC/REF/ref.long150.json:
+ * the generated ids as JSON text ("" when it failed). */
+static char *generate(const char *dir, const char *ref, int max_tokens) {
+    char *path = cv_xasprintf(VEC "%s/ref.long150.json", ref);
+    json_t *j = json_load_file(path, 0, NULL);
+    free(path);
+    char ids[4096] = "", max[16];
+    size_t i, n = 0;
+    json_t *v;
+    json_array_foreach(json_object_get(j, "prompt"), i, v) n += (size_t)snprintf(ids + n, sizeof ids - n, "%s%lld", i ? "," : "",
+                                                                                   (long long)json_integer_value(v));
+    json_decref(j);
+    snprintf(max, sizeof max, "%d", max_tokens);
+    /* A small KV cache: the engine's default budget takes seconds to touch under the sanitizers. */
+    const char *argv[] = {"generate", dir, "--prompt-token-ids", ids, "--max-tokens", max, "--temperature", "0",
+                          "--quantization", "ascend", "--output", "json", "--max-model-len", "512",
+                          "--kv-cache-memory-bytes", "16M", NULL};
+    tu_run r = tu_run_exec(tmp, NULL, NULL, CVLLM_BINARY, argv);
+    CHECK_MSG(r.status == 0, "generate %s: exit %d: %s", dir, r.status, tu_last_line(r.err));
+    json_t *o = r.status == 0 ? json_loads(r.out, 0, NULL) : NULL;
+    char *got = o ? json_dumps(json_object_get(json_array_get(json_object_get(o, "outputs"), 0), "token_ids"), JSON_COMPACT)
+                  : NULL;
+    json_decref(o);
+    tu_run_free(&r);
+    return got ? got : cv_xstrdup("");
+}
+
+/* The outputs load through the engine with --quantization ascend. A W8A8_DYNAMIC output generates
+ * what its quantized reference folder generates (the same bytes in another file layout); every
+ * output, W8A8 static included, predicts the reference's token after the long prompt, whose margin
+ * (0.07 dense, 0.22 MoE) int8 quantization keeps. */
+static void test_engine_loads(void) {
+    const struct { const char *out, *reference; bool same_as_reference; } cases[] = {
+        {"dense-dynamic", "qwen3-dense-w8a8-dynamic", true}, {"moe-dynamic", "qwen3.5-moe-w8a8-dynamic", true},
+        {"dense-static", "qwen3-dense-bf16", false},         {"f16-static", "qwen3-dense-bf16", false},
+        {"moe-static", "qwen3.5-moe-bf16", false},
+    };
+    for (size_t i = 0; i < CV_ARRAY_LEN(cases); i++) {
+        char *out = tmp_path(cases[i].out), *ref_path = cv_xasprintf(VEC "%s/ref.long150.json", cases[i].reference);
+        json_t *ref = json_load_file(ref_path, 0, NULL);
+        char want[32];
+        snprintf(want, sizeof want, "[%lld", (long long)json_integer_value(json_object_get(ref, "prefill_last_argmax")));
+        char *a = generate(out, cases[i].reference, cases[i].same_as_reference ? 8 : 1);
+        CHECK_MSG(!strncmp(a, want, strlen(want)) && strchr(",]", a[strlen(want)]), "%s: generated %s, reference first %s]",
+                  cases[i].out, a, want);
+        if (cases[i].same_as_reference) {
+            /* The reference folder with the tokenizer beside it. */
+            char *ref_dir = tu_make_temp_dir(), *from = cv_xasprintf(VEC "%s", cases[i].reference);
+            DIR *d = opendir(from);
+            for (struct dirent *e; d && (e = readdir(d));) {
+                if (e->d_name[0] == '.') continue;
+                char *t = cv_xasprintf("%s/%s", from, e->d_name);
+                tu_link(t, ref_dir, e->d_name);
+                free(t);
+            }
+            if (d) closedir(d);
+            tu_link(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer/tokenizer.json", ref_dir, "tokenizer.json");
+            char *b = generate(ref_dir, cases[i].reference, 8);
+            CHECK_MSG(a[0] && !strcmp(a, b), "%s generates %s, %s generates %s", cases[i].out, a, cases[i].reference, b);
+            tu_remove_tree(ref_dir);
+            free(b), free(ref_dir), free(from);
+        }
+        free(a), free(out), free(ref_path);
+        json_decref(ref);
+    }
+}
+
 /* ---- errors ------------------------------------------------------------------------------------- */
 
 /* Exit status and the last stderr line; OUT must not have been created. */
@@ -899,6 +970,7 @@ int main(void) {
     test_static_dense();
     test_static_f16();
     test_static_moe();
+    test_engine_loads();
     test_errors();
     test_failed_write();
     tu_remove_tree(tmp);
