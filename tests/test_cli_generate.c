@@ -125,7 +125,7 @@ static void test_errors(const char *tmp, const char *model) {
     expect_error(tmp, "", a, 1, "invalid load format 'pt'");
     free(a);
     a = tu_strdupf("generate %s --prompts-file /nonexistent/prompts%s", model, "");
-    expect_error(tmp, "", a, 2, "cannot open --prompts-file /nonexistent/prompts");
+    expect_error(tmp, "", a, 2, "--prompts-file: cannot read /nonexistent/prompts");
     free(a);
     /* A hub id that is not cached, with no reachable hub: one line that names the offline command. */
     char *env = tu_strdupf("HF_HUB_CACHE=%s/hub HF_ENDPOINT=http://127.0.0.1:9%s", tmp, "");

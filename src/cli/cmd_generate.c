@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/prompts_file.h"
 #include "cvllm.h"
 
 typedef struct prompt_list {
@@ -91,37 +92,17 @@ static bool parse_id_list(cv_args *a, const char *flag, const char *s, int32_t *
     return ok;
 }
 
-/* One prompt per non-empty line; a line that starts with '"' is a JSON string (for newlines). */
+/* The prompts of a prompts file (cli/prompts_file.h), owned by the list. */
 static bool read_prompts_file(cv_args *a, const char *path, prompt_list *l) {
-    FILE *f = fopen(path, "r");
-    if (!f) return !cv_args_error(a, "cannot open --prompts-file %s", path);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    bool ok = true;
-    for (int lineno = 1; ok && (len = getline(&line, &cap, f)) >= 0; lineno++) {
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
-        if (len == 0) continue;
-        char *text;
-        if (line[0] == '"') {
-            json_error_t err;
-            json_t *j = json_loadb(line, (size_t)len, JSON_DECODE_ANY, &err);
-            if (!j || !json_is_string(j)) {
-                json_decref(j);
-                ok = !cv_args_error(a, "%s:%d: not a JSON string", path, lineno);
-                break;
-            }
-            text = cv_xstrndup(json_string_value(j), json_string_length(j));
-            json_decref(j);
-        } else {
-            text = cv_xstrndup(line, (size_t)len);
-        }
-        own(l, text);
-        add_prompt(l, (cvllm_prompt){.text = text, .text_len = strlen(text)});
+    char **texts;
+    size_t n;
+    if (cv_read_prompts_file(path, &texts, &n)) return !cv_args_error(a, "--prompts-file: %s", cv_error_message());
+    for (size_t i = 0; i < n; i++) {
+        own(l, texts[i]);
+        add_prompt(l, (cvllm_prompt){.text = texts[i], .text_len = strlen(texts[i])});
     }
-    free(line);
-    fclose(f);
-    return ok;
+    free(texts);
+    return true;
 }
 
 static bool parse_logit_bias(cv_args *a, const char *s, generate_args *g) {
