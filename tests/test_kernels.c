@@ -129,8 +129,8 @@ static void free_weights(test_weights *w) {
 static void check_matmul(cv_threadpool *pool, cv_dtype dtype, int64_t m, int64_t n, int64_t k) {
     test_weights w = make_weights(dtype, n * k);
     float *x = rand_vec(m * k), *y = rand_vec(m * n);
-    cv_matrix mat = {w.data, dtype, n, k};
-    cv_matmul(pool, &mat, x, m, y);
+    const cv_weight view = cv_weight_view(&(cv_matrix){w.data, dtype, n, k});
+    cv_linear(pool, &view, &(cv_act){.f32 = x}, m, 1, &view.rows, &y);
     int bad = 0;
     double worst = 0;
     for (int64_t i = 0; i < m; i++)
@@ -167,9 +167,9 @@ static void test_embed(void) {
     const int32_t ids[] = {10, 0, 3, 3};
     for (size_t d = 0; d < CV_ARRAY_LEN(dtypes); d++) {
         test_weights w = make_weights(dtypes[d], rows * cols);
-        cv_matrix table = {w.data, dtypes[d], rows, cols};
+        const cv_weight table = cv_weight_view(&(cv_matrix){w.data, dtypes[d], rows, cols});
         float out[4 * 13];
-        cv_embed(&table, ids, 4, out);
+        cv_embed_weight(&table, ids, 4, out);
         int bad = 0;
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < cols; j++) bad += out[i * cols + j] != w.exact[ids[i] * cols + j];
@@ -370,19 +370,22 @@ static void test_format(cv_threadpool *pool, cv_dtype dtype) {
     }
 }
 
-/* The row-major views through cv_linear, split into parts as a fused projection would be. */
+/* The row-major views through cv_linear, split into parts as a fused projection would be: the same
+ * bits as the whole matrix in one part. */
 static void test_views(cv_threadpool *pool) {
     static const cv_dtype dtypes[] = {CV_DTYPE_F32, CV_DTYPE_BF16, CV_DTYPE_F16};
+    static const cv_wformat formats[] = {CV_WFORMAT_F32, CV_WFORMAT_BF16, CV_WFORMAT_F16};
     const int64_t part_rows[] = {32, 16, 19}, rows = 67, cols = 37, m = 9;
     for (size_t d = 0; d < CV_ARRAY_LEN(dtypes); d++) {
         test_weights w = make_weights(dtypes[d], rows * cols);
         const cv_matrix mat = {w.data, dtypes[d], rows, cols};
         const cv_weight view = cv_weight_view(&mat);
-        CHECK(!view.owned && view.data == w.data);
+        CHECK(view.format == formats[d] && !view.owned && view.data == w.data);
+        CHECK(view.rows == rows && view.cols == cols);
         CHECK_EQ_INT(cv_weight_packed_bytes(view.format, rows, cols), rows * cols * cv_dtype_size(dtypes[d]));
         float *x = rand_vec(m * cols), *whole = rand_vec(m * rows), *split = rand_vec(m * rows);
         float *ys[] = {split, split + m * 32, split + m * 48};
-        cv_matmul(pool, &mat, x, m, whole);
+        cv_linear(pool, &view, &(cv_act){.f32 = x}, m, 1, &view.rows, &whole);
         cv_linear(pool, &view, &(cv_act){.f32 = x}, m, 3, part_rows, ys);
         int bad = 0;
         for (int64_t t = 0; t < m; t++)
@@ -390,7 +393,7 @@ static void test_views(cv_threadpool *pool) {
                 if (lr == part_rows[j]) j++, lr = 0;
                 bad += ys[j][t * part_rows[j] + lr] != whole[t * rows + r];
             }
-        CHECK_MSG(bad == 0, "%s view in parts differs from cv_matmul: %d", cv_wformat_name(view.format), bad);
+        CHECK_MSG(bad == 0, "%s view in parts differs from the whole: %d", cv_wformat_name(view.format), bad);
         free(x);
         free(whole);
         free(split);
@@ -457,8 +460,8 @@ static void test_i8_extremes(cv_threadpool *pool) {
     free(x);
 }
 
-/* Packing does not depend on the pool, pack_into writes what pack maps, and the old cv_panels API
- * is the same code: same bytes, same results, same rows. */
+/* Packing does not depend on the pool, pack_into writes what pack maps, and bf16 panels give back
+ * their rows exactly (a tied embedding read from the packed lm_head). */
 static void test_packing(cv_threadpool *pool) {
     static const cv_dtype dtypes[] = {CV_DTYPE_BF16, CV_DTYPE_I8};
     const int64_t part_rows[] = {32, 23}, cols = 45;
@@ -473,32 +476,14 @@ static void test_packing(cv_threadpool *pool) {
         CHECK_MSG(memcmp(a.data, b.data, bytes) == 0, "%s: pack with %d threads and pack_into differ",
                   cv_wformat_name(a.format), cv_threadpool_size(pool));
         if (dtypes[d] == CV_DTYPE_BF16) {
-            const cv_matrix mats[] = {{s.parts[0].data, CV_DTYPE_BF16, 32, cols}, {s.parts[1].data, CV_DTYPE_BF16, 23, cols}};
-            cv_panels old;
-            CHECK_EQ_INT(cv_panels_pack(pool, mats, 2, &old), 0);
-            CHECK_EQ_INT(cv_panels_bytes(s.rows, cols), bytes);
-            CHECK(memcmp(old.data, a.data, bytes) == 0);
-            float *x = rand_vec(5 * cols), *y_old = rand_vec(5 * s.rows), *y_new = rand_vec(5 * s.rows);
-            cv_matmul_panels_parts(pool, &old, x, 5, 2, part_rows, (float *[]){y_old, y_old + 5 * 32});
-            cv_linear(pool, &a, &(cv_act){.f32 = x}, 5, 2, part_rows, (float *[]){y_new, y_new + 5 * 32});
-            CHECK(memcmp(y_old, y_new, (size_t)(5 * s.rows) * sizeof(float)) == 0);
-            /* rows back as f32, from the panels (a tied embedding) */
             const int32_t ids[] = {0, (int32_t)s.rows - 1, 33};
-            float *row_old = rand_vec(3 * cols), *row_new = rand_vec(3 * cols);
-            cv_embed_panels(&old, ids, 3, row_old);
-            cv_embed_weight(&a, ids, 3, row_new);
+            float *rows = rand_vec(3 * cols);
+            cv_embed_weight(&b, ids, 3, rows);
             int wrong = 0;
             for (int i = 0; i < 3; i++)
-                for (int64_t c = 0; c < cols; c++)
-                    wrong += row_old[i * cols + c] != s.w.exact[ids[i] * cols + c] || row_new[i * cols + c] != row_old[i * cols + c];
+                for (int64_t c = 0; c < cols; c++) wrong += rows[i * cols + c] != s.w.exact[ids[i] * cols + c];
             CHECK_MSG(wrong == 0, "rows from bf16 panels: %d wrong", wrong);
-            cv_panels_release(&old);
-            CHECK(old.data == NULL);
-            free(x);
-            free(y_old);
-            free(y_new);
-            free(row_old);
-            free(row_new);
+            free(rows);
         }
         free(dst);
         cv_weight_release(&a);
@@ -639,11 +624,6 @@ static void test_pack_errors(void) {
     CHECK_EQ_INT(cv_weight_pack(NULL, p, 1, &w), CVLLM_ERR_UNSUPPORTED);
     CHECK_CONTAINS(cv_error_message(), "F32 weights have no packed format");
     CHECK(w.data == NULL);
-    /* the old API only ever packed bf16 */
-    cv_matrix f32 = {f, CV_DTYPE_F32, 2, 2};
-    cv_panels out;
-    CHECK_EQ_INT(cv_panels_pack(NULL, &f32, 1, &out), CVLLM_ERR_UNSUPPORTED);
-    CHECK_CONTAINS(cv_error_message(), "bf16");
 }
 
 static void test_format_names(void) {
@@ -1094,8 +1074,6 @@ static void test_isa_selection(void) {
             CHECK_EQ_INT(cv_isa_force((cv_isa)i), CVLLM_ERR_UNSUPPORTED);
             CHECK_CONTAINS(cv_error_message(), cv_isa_name((cv_isa)i));
         }
-    CHECK(cv_matrix_dtype_supported(CV_DTYPE_BF16));
-    CHECK(!cv_matrix_dtype_supported(CV_DTYPE_I8));
 }
 
 int main(void) {

@@ -36,63 +36,15 @@ const char *cv_isa_name(cv_isa isa);    /* "scalar", "avx2", "avx512" */
 /* Parses a name as cv_isa_name spells it; -1 when unknown. */
 int cv_isa_from_name(const char *name);
 
-/* ---- linear layers ---------------------------------------------------------------------------- */
+/* ---- weights in kernel formats (the format traits table, kernels/cpu/formats.c) -------------- */
 
-/* A weight matrix [rows][cols] (rows = output features) of dtype f32, bf16 or f16, row-major as
- * stored in the checkpoint. */
+/* A checkpoint matrix [rows][cols] (rows = output features) of dtype f32, bf16 or f16, row-major as
+ * stored (what cv_weight_view wraps). */
 typedef struct cv_matrix {
     const void *data;
     cv_dtype dtype;
     int64_t rows, cols;
 } cv_matrix;
-
-bool cv_matrix_dtype_supported(cv_dtype t);
-
-/* y[m][w.rows] = x[m][w.cols] · wᵀ. Weight rows are split across the pool; each block of weight
- * rows is reused for a run of tokens while it is in cache, so prefill reads the weights about once
- * per 64 tokens rather than once per token. */
-void cv_matmul(cv_threadpool *pool, const cv_matrix *w, const float *x, int64_t m, float *y);
-
-/*
- * bf16 weights repacked once at load for the fast matmul: rows in panels of CV_PANEL_ROWS, each
- * panel [ceil(cols/2)][CV_PANEL_ROWS][2] — element (r, c) at panel r/16, offset
- * ((c/2)·16 + r%16)·2 + c%2, zero-padded past the last row and column — so that one 64-byte load
- * holds 16 outputs × 2 inputs, widened in registers for lane-wise f32 FMA: outputs accumulate
- * lane-wise with no horizontal sums (cpu_ops.h, cpu/avx512/ops.c).
- */
-enum { CV_PANEL_ROWS = 16 };
-typedef struct cv_panels {
-    const uint16_t *data;
-    int64_t rows, cols;
-    bool owned; /* data is this struct's own mapping (cv_panels_pack), not the caller's memory */
-} cv_panels;
-
-/* Packs bf16 row-major parts[0..n_parts) (n_parts ≤ 4, equal cols, every part but the last with
- * rows % CV_PANEL_ROWS == 0) stacked by rows, on the pool. *out owns its memory (cv_panels_release);
- * the parts are only read. Other dtypes: CVLLM_ERR_UNSUPPORTED; out of memory: CVLLM_ERR_NO_MEMORY. */
-int cv_panels_pack(cv_threadpool *pool, const cv_matrix *parts, int n_parts, cv_panels *out);
-/* The same into the caller's dst of cv_panels_bytes(total rows, cols) bytes (e.g. a file mapping
- * that persists the packing); *out borrows dst. */
-int cv_panels_pack_into(cv_threadpool *pool, const cv_matrix *parts, int n_parts, void *dst, cv_panels *out);
-/* Total rows of the stacked parts (what cv_panels_bytes needs). */
-int64_t cv_panels_stacked_rows(const cv_matrix *parts, int n_parts);
-/* Unmaps owned memory; either way *w is cleared. */
-void cv_panels_release(cv_panels *w);
-size_t cv_panels_bytes(int64_t rows, int64_t cols);
-
-/* y[m][w.rows] = x[m][w.cols] · wᵀ, f32 activations and accumulation (products are exact). */
-void cv_matmul_panels(cv_threadpool *pool, const cv_panels *w, const float *x, int64_t m, float *y);
-/* The same over a stack of parts (as packed): part j's outputs go to ys[j] ([m][part_rows[j]]), so
- * one call — one pass over x, one wake of the pool — computes e.g. q, k and v. */
-void cv_matmul_panels_parts(cv_threadpool *pool, const cv_panels *w, const float *x, int64_t m, int n_parts,
-                            const int64_t *part_rows, float *const *ys);
-/* out[i][:] = row ids[i] of w, widened to f32 (a tied embedding read from the packed lm_head). */
-void cv_embed_panels(const cv_panels *w, const int32_t *ids, int64_t n, float *out);
-
-/* out[i][:] = table[ids[i]][:] widened to f32. Every id must be < table->rows. */
-void cv_embed(const cv_matrix *table, const int32_t *ids, int64_t n, float *out);
-
-/* ---- weights in kernel formats (the format traits table, kernels/cpu/formats.c) -------------- */
 
 /*
  * A linear layer's weight as the kernels stream it. Every format has one entry in a traits table:
@@ -102,7 +54,10 @@ void cv_embed(const cv_matrix *table, const int32_t *ids, int64_t n, float *out)
  * mapping (or one packed-weight cache file) holds the whole weight.
  *
  *   F32, BF16, F16   row-major, a view of the checkpoint (not packed)
- *   BF16_PANELS      bf16, panels of k pairs (see cv_panels above)
+ *   BF16_PANELS      bf16, panels of k pairs ([ceil(K/2)][16 rows][2 k]: element (r, c) at panel
+ *                    r/16, offset ((c/2)·16 + r%16)·2 + c%2, zero-padded past the last row and
+ *                    column), so one 64-byte load holds 16 outputs × 2 inputs, widened in registers
+ *                    for lane-wise f32 FMA with no horizontal sums
  *   I8_PANELS        int8 codes, panels of k quads ([ceil(K/4)][16 rows][4 k], VNNI order), then per
  *                    row an f32 scale, an int32 bias (0 when none) and the int32 sum of the row's
  *                    codes: y[t][n] = (Σ_k xq[t][k]·w[n][k] + bias[n]) · row_scale[n] · x_scale[t],
@@ -112,6 +67,8 @@ void cv_embed(const cv_matrix *table, const int32_t *ids, int64_t n, float *out)
  *                    128-column block: y = Σ_k x[k] · e4m3(w[n][k]) · scale(n, k); activations f32;
  *                    the scale is applied per 128-column block sum
  */
+enum { CV_PANEL_ROWS = 16 };
+
 typedef enum cv_wformat {
     CV_WFORMAT_F32 = 0,
     CV_WFORMAT_BF16,
