@@ -38,6 +38,7 @@
 #include "models/layers/config.h"
 #include "models/layers/ffn.h"
 #include "models/layers/timed.h"
+#include "models/layers/stream.h"
 #include "models/layers/vocab.h"
 
 typedef struct qwen3_layer {
@@ -48,11 +49,7 @@ typedef struct qwen3_layer {
 
 /* Activations for up to the scratch's capacity of tokens. */
 typedef struct qwen3_scratch {
-    float *x;          /* residual stream [H] */
-    float *a;          /* normed input [H] */
-    float *o;          /* block output, added to x by the next norm [H] */
-    nn_qrows aq;       /* a quantized for an int8 q|k|v or gate|up */
-    float *cos, *sin;  /* [rot_dim/2] */
+    nn_stream st;      /* x, a, o, cos, sin, aq */
     nn_attention_scratch attn;
     nn_ffn_scratch mlp;
 } qwen3_scratch;
@@ -122,14 +119,7 @@ static int check_config(const cv_model_config *cfg) {
 static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     qwen3_model *m = model;
     qwen3_scratch *s = &m->s;
-    const size_t T = (size_t)tokens, row = (size_t)m->hidden * sizeof(float);
-    const size_t half_rot = (size_t)(m->rope.rot_dim / 2) * sizeof(float);
-    s->x = nn_take(ar, T * row);
-    s->a = nn_take(ar, T * row);
-    s->o = nn_take(ar, T * row);
-    s->cos = nn_take(ar, T * half_rot);
-    s->sin = nn_take(ar, T * half_rot);
-    nn_qrows_take(&s->aq, ar, tokens, m->bound.act_cols ? m->hidden : 0);
+    nn_stream_take(&s->st, ar, tokens, m->hidden, m->rope.rot_dim, m->bound.act_cols > 0);
     nn_linear_scratch_take(&m->bound, ar, tokens);
     nn_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
     nn_ffn_scratch_take(&s->mlp, m->intermediate, ar, tokens);
@@ -159,27 +149,27 @@ static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_
     const int32_t T = b->n_tokens;
     const int64_t H = m->hidden;
     cv_threadpool *pool = base->pool;
-    nn_embed(&m->vocab_w, b->token_ids, T, s->x);
-    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b->positions, T, s->cos, s->sin));
+    nn_embed(&m->vocab_w, b->token_ids, T, s->st.x);
+    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b->positions, T, s->st.cos, s->st.sin));
     for (int l = 0; l < m->n_layers; l++) {
         const qwen3_layer *ly = &m->layers[l];
         /* Layer input: x += the previous block's output (none before layer 0), a = input_norm(x). */
         nn_input in;
-        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->x, l ? s->o : NULL, s->a, ly->input_norm, T, H, m->eps,
-                                                     &ly->attn.qkv, &s->aq));
-        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, l, in, &s->attn, s->o);
-        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->x, s->o, s->a, ly->post_attention_norm, T, H, m->eps,
-                                                     &ly->mlp.gate_up, &s->aq));
-        nn_ffn_forward(pool, &ly->mlp, in, T, &s->mlp, s->o);
+        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, l ? s->st.o : NULL, s->st.a, ly->input_norm, T, H, m->eps,
+                                                     &ly->attn.qkv, &s->st.aq));
+        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->st.cos, s->st.sin, b, kv, l, in, &s->attn, s->st.o);
+        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, s->st.o, s->st.a, ly->post_attention_norm, T, H, m->eps,
+                                                     &ly->mlp.gate_up, &s->st.aq));
+        nn_ffn_forward(pool, &ly->mlp, in, T, &s->mlp, s->st.o);
     }
     /* The last residual add and the final norm, for the rows whose logits are wanted only. */
     NN_TIMED(CV_OP_NORM, for (int32_t i = 0; i < b->n_logits; i++) {
         const int64_t r = b->logit_rows[i];
-        float *row = s->a + (int64_t)i * H; /* x itself stays: a row may be asked for twice */
-        memcpy(row, s->x + r * H, (size_t)H * sizeof *row);
-        cv_add_rmsnorm(NULL, row, s->o + r * H, row, m->final_norm, 1, H, m->eps);
+        float *row = s->st.a + (int64_t)i * H; /* x itself stays: a row may be asked for twice */
+        memcpy(row, s->st.x + r * H, (size_t)H * sizeof *row);
+        cv_add_rmsnorm(NULL, row, s->st.o + r * H, row, m->final_norm, 1, H, m->eps);
     });
-    nn_logits(pool, &m->vocab_w, s->a, b->n_logits, logits);
+    nn_logits(pool, &m->vocab_w, s->st.a, b->n_logits, logits);
     return 0;
 }
 

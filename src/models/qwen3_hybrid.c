@@ -55,6 +55,7 @@
 #include "models/layers/gdn.h"
 #include "models/layers/moe.h"
 #include "models/layers/timed.h"
+#include "models/layers/stream.h"
 #include "models/layers/vocab.h"
 
 typedef enum hybrid_family { FAMILY_NEXT, FAMILY_QWEN3_5 } hybrid_family;
@@ -78,8 +79,7 @@ typedef struct mtp_module {
 } mtp_module;
 
 typedef struct hybrid_scratch {
-    float *x, *a, *o, *cos, *sin;           /* residual stream, normed input, block output (added by the next norm) */
-    nn_qrows aq;                            /* a quantized for an int8 linear reading it */
+    nn_stream st;                 /* x, a, o, cos, sin, aq */
     float *pair;                            /* [capacity][2·hidden] MTP fc input; NULL without MTP */
     nn_gdn_batch gdn_batch;
     nn_attention_scratch attn;
@@ -310,15 +310,8 @@ static void bind_mtp(hybrid_model *m, const cv_model_config *cfg, const hybrid_p
 static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     hybrid_model *m = model;
     hybrid_scratch *s = &m->s;
-    const size_t T = (size_t)tokens, row = (size_t)m->hidden * sizeof(float);
-    const size_t half_rot = (size_t)(m->rope.rot_dim / 2) * sizeof(float);
-    s->x = nn_take(ar, T * row);
-    s->a = nn_take(ar, T * row);
-    s->o = nn_take(ar, T * row);
-    s->cos = nn_take(ar, T * half_rot);
-    s->sin = nn_take(ar, T * half_rot);
-    s->pair = m->mtp ? nn_take(ar, 2 * T * row) : NULL;
-    nn_qrows_take(&s->aq, ar, tokens, m->bound.act_cols ? m->hidden : 0);
+    nn_stream_take(&s->st, ar, tokens, m->hidden, m->rope.rot_dim, m->bound.act_cols > 0);
+    s->pair = m->mtp ? nn_take(ar, 2 * (size_t)tokens * (size_t)m->hidden * sizeof(float)) : NULL;
     nn_linear_scratch_take(&m->bound, ar, tokens);
     nn_gdn_batch_take(&s->gdn_batch, ar, tokens);
     nn_moe_scratch_take(&s->moe, &m->moe_sizes, m->base.pool, m->hidden, ar, tokens);
@@ -381,7 +374,7 @@ static void clear_new_states(const hybrid_model *m, const cv_batch *b, const cv_
             memset(st->data + (size_t)b->state_slots[q] * st->slot_bytes, 0, m->base.state_bytes_per_seq);
 }
 
-/* One decoder layer on the residual stream s->x, to which the previous layer's output s->o is added
+/* One decoder layer on the residual stream s->st.x, to which the previous layer's output s->st.o is added
  * first unless this is the first layer (cos/sin already filled for the batch). */
 static void run_layer(hybrid_model *m, const hybrid_layer *ly, bool first, const cv_batch *b, cv_kv_cache *kv,
                       const cv_state_cache *st) {
@@ -390,17 +383,17 @@ static void run_layer(hybrid_model *m, const hybrid_layer *ly, bool first, const
     cv_threadpool *pool = m->base.pool;
     const nn_linear *mixer_input = ly->linear ? &ly->gdn.in_proj : &ly->attn.qkv;
     nn_input in;
-    NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->x, first ? NULL : s->o, s->a, ly->input_norm, T, H, m->eps,
-                                                 mixer_input, &s->aq));
+    NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, first ? NULL : s->st.o, s->st.a, ly->input_norm, T, H, m->eps,
+                                                 mixer_input, &s->st.aq));
     if (ly->linear)
         nn_gdn_forward(pool, &ly->gdn, &m->gd, b, st, (size_t)ly->index * nn_gdn_state_bytes(&m->gd), &s->gdn_batch,
-                       in, &s->gdn, s->o);
+                       in, &s->gdn, s->st.o);
     else
-        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->cos, s->sin, b, kv, ly->index, in, &s->attn,
-                             s->o);
-    NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->x, s->o, s->a, ly->post_attention_norm, T, H, m->eps,
-                                                 nn_moe_input_linear(&ly->mlp), &s->aq));
-    nn_moe_forward(pool, &ly->mlp, H, in, T, &s->moe, s->o);
+        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->st.cos, s->st.sin, b, kv, ly->index, in, &s->attn,
+                             s->st.o);
+    NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, s->st.o, s->st.a, ly->post_attention_norm, T, H, m->eps,
+                                                 nn_moe_input_linear(&ly->mlp), &s->st.aq));
+    nn_moe_forward(pool, &ly->mlp, H, in, T, &s->moe, s->st.o);
 }
 
 /* The last residual add and the final norm with `gain`: of every token into batch->hidden_out when
@@ -411,19 +404,19 @@ static void emit_outputs(hybrid_model *m, const cv_batch *b, const float *gain, 
     const size_t row = (size_t)H * sizeof(float);
     NN_TIMED(CV_OP_NORM, {
         if (b->hidden_out) {
-            cv_add_rmsnorm(m->base.pool, s->x, s->o, b->hidden_out, gain, b->n_tokens, H, m->eps);
+            cv_add_rmsnorm(m->base.pool, s->st.x, s->st.o, b->hidden_out, gain, b->n_tokens, H, m->eps);
             for (int32_t i = 0; i < b->n_logits; i++)
-                memcpy(s->a + (int64_t)i * H, b->hidden_out + (int64_t)b->logit_rows[i] * H, row);
+                memcpy(s->st.a + (int64_t)i * H, b->hidden_out + (int64_t)b->logit_rows[i] * H, row);
         } else {
             for (int32_t i = 0; i < b->n_logits; i++) {
                 const int64_t r = b->logit_rows[i];
-                float *out = s->a + (int64_t)i * H; /* x itself stays: a row may be asked for twice */
-                memcpy(out, s->x + r * H, row);
-                cv_add_rmsnorm(NULL, out, s->o + r * H, out, gain, 1, H, m->eps);
+                float *out = s->st.a + (int64_t)i * H; /* x itself stays: a row may be asked for twice */
+                memcpy(out, s->st.x + r * H, row);
+                cv_add_rmsnorm(NULL, out, s->st.o + r * H, out, gain, 1, H, m->eps);
             }
         }
     });
-    nn_logits(m->base.pool, &m->vocab_w, s->a, b->n_logits, logits);
+    nn_logits(m->base.pool, &m->vocab_w, s->st.a, b->n_logits, logits);
 }
 
 static int32_t rows_needed(const cv_batch *b) {
@@ -440,8 +433,8 @@ static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv
     hybrid_scratch *s = &m->s;
     clear_new_states(m, b, st);
     nn_gdn_batch_index(&s->gdn_batch, b);
-    nn_embed(&m->vocab_w, b->token_ids, b->n_tokens, s->x);
-    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b->positions, b->n_tokens, s->cos, s->sin));
+    nn_embed(&m->vocab_w, b->token_ids, b->n_tokens, s->st.x);
+    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b->positions, b->n_tokens, s->st.cos, s->st.sin));
     for (int32_t l = 0; l < m->n_layers; l++) run_layer(m, &m->layers[l], l == 0, b, kv, st);
     emit_outputs(m, b, m->final_norm, logits);
     return 0;
@@ -465,13 +458,13 @@ static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float
     if (rc || b.n_tokens == 0) return rc;
     hybrid_scratch *s = &m->s;
     const int32_t T = b.n_tokens, H = m->hidden;
-    nn_embed(&m->vocab_w, b.token_ids, T, s->a);
+    nn_embed(&m->vocab_w, b.token_ids, T, s->st.a);
     NN_TIMED(CV_OP_NORM, for (int64_t t = 0; t < T; t++) {
-        cv_rmsnorm(s->pair + t * 2 * H, s->a + t * H, mtp->norm_embedding, 1, H, m->eps);
+        cv_rmsnorm(s->pair + t * 2 * H, s->st.a + t * H, mtp->norm_embedding, 1, H, m->eps);
         cv_rmsnorm(s->pair + t * 2 * H + H, hidden + t * H, mtp->norm_hidden, 1, H, m->eps);
     });
-    nn_linear_forward(base->pool, &mtp->fc, nn_f32(s->pair), T, &s->x);
-    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b.positions, T, s->cos, s->sin));
+    nn_linear_forward(base->pool, &mtp->fc, nn_f32(s->pair), T, &s->st.x);
+    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b.positions, T, s->st.cos, s->st.sin));
     run_layer(m, &mtp->layer, true, &b, kv, NULL);
     emit_outputs(m, &b, mtp->final_norm, logits);
     return 0;
