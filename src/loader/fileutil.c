@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #include "base/error.h"
 
 char *cv_read_file(const char *path, size_t *len) {
@@ -85,4 +87,9 @@ int cv_mkdirs(const char *path) {
     }
     free(p);
     return rc;
+}
+
+int cv_write_json_file(const json_t *j, const char *path, size_t flags) {
+    if (json_dump_file(j, path, flags) == 0) return 0;
+    return cv_fail(CVLLM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
 }

@@ -18,5 +18,8 @@ char **cv_list_names(const char *dir, const char *prefix, const char *suffix, si
 void cv_free_names(char **names);
 /* mkdir -p; 0 or -1 with errno set. */
 int cv_mkdirs(const char *path);
+/* j written to path with jansson's dump flags; CVLLM_ERR_IO "cannot write PATH: reason". */
+typedef struct json_t json_t;
+int cv_write_json_file(const json_t *j, const char *path, size_t flags);
 
 #endif

@@ -261,9 +261,7 @@ static int write_description(const qx_plan *p, const char *dir) {
     json_object_set_new(d, "metadata", json_object());
     json_object_set_new(d, "optional", json_object());
     char *path = cv_xasprintf("%s/%s", dir, CV_QUANT_DESCRIPTION_FILE);
-    int rc = json_dump_file(d, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0
-                 ? 0
-                 : cv_fail(CVLLM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    int rc = cv_write_json_file(d, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     free(path);
     json_decref(d);
     return rc;

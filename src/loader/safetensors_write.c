@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "loader/fileutil.h"
 #include "loader/safetensors.h"
 
 typedef struct st_entry {
@@ -170,9 +171,7 @@ static int write_index(const cv_st_writer *w, const char *dir, const char *prefi
     }
     json_t *root = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)w->total, "weight_map", map);
     char *path = cv_xasprintf("%s/%s.safetensors.index.json", dir, prefix);
-    int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS) == 0
-                 ? 0
-                 : cv_fail(CVLLM_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    int rc = cv_write_json_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS);
     free(path);
     json_decref(root);
     return rc;
