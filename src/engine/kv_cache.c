@@ -12,14 +12,16 @@
  * The plan is made twice from the same function. First from config.json alone (models/footprint.c),
  * before any weight is allocated, so that a model that cannot fit is refused at once with vLLM's
  * message and the numbers instead of after a minute of filling memory; then, once the model is
- * loaded, with its own KV and state sizes, to allocate. The memory is calloc'd: the kernel hands out
- * zero pages lazily, so resident memory grows with the tokens actually cached.
+ * loaded, with its own KV and state sizes, to allocate. The memory comes from cv_big_alloc: the kernel
+ * hands out zeroed huge pages lazily, so resident memory grows with the tokens actually cached, and
+ * a token's first KV write does not fault once per layer.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "base/bigmem.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/engine.h"
@@ -148,6 +150,13 @@ int cv_kv_cache_check_fit(const cvllm_engine *e, const cv_footprint *estimate) {
     return make_plan(e, estimate, e->opts.enable_prefix_caching, &plan);
 }
 
+/* One layer's K (or V) array: every block, including the pool's reserved block 0. */
+static size_t kv_layer_bytes(const cvllm_engine *e) {
+    const cv_kv_spec *spec = &e->model->kv_spec;
+    return (size_t)e->kv.num_blocks * (size_t)e->kv.block_size * (size_t)spec->num_kv_heads *
+           (size_t)spec->head_dim * sizeof(float);
+}
+
 int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate) {
     const cv_kv_spec *spec = &e->model->kv_spec;
     cv_footprint fp = *estimate;
@@ -170,13 +179,13 @@ int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate) {
     e->kv.block_size = bs;
     e->kv.k = cv_xcalloc((size_t)spec->num_layers, sizeof(float *));
     e->kv.v = cv_xcalloc((size_t)spec->num_layers, sizeof(float *));
-    size_t floats = (size_t)e->kv.num_blocks * (size_t)bs * (size_t)spec->num_kv_heads * (size_t)spec->head_dim;
+    const size_t bytes = kv_layer_bytes(e);
     for (int32_t l = 0; l < spec->num_layers; l++) {
-        e->kv.k[l] = calloc(floats, sizeof(float));
-        e->kv.v[l] = calloc(floats, sizeof(float));
+        e->kv.k[l] = cv_big_alloc(bytes);
+        e->kv.v[l] = cv_big_alloc(bytes);
         if (!e->kv.k[l] || !e->kv.v[l])
             return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate the KV cache (%.2f GiB)",
-                           (double)floats * 2 * sizeof(float) * spec->num_layers / GIB);
+                           (double)bytes * 2 * spec->num_layers / GIB);
     }
     cv_block_pool_init(&e->blocks, e->kv.num_blocks);
     int64_t tokens = plan.kv_blocks * bs;
@@ -189,9 +198,10 @@ int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate) {
 
 void cv_kv_cache_destroy(cvllm_engine *e) {
     if (e->kv.k) {
+        const size_t kv_bytes = kv_layer_bytes(e);
         for (int32_t l = 0; l < e->model->kv_spec.num_layers; l++) {
-            free(e->kv.k[l]);
-            free(e->kv.v[l]);
+            cv_big_free(e->kv.k[l], kv_bytes);
+            cv_big_free(e->kv.v[l], kv_bytes);
         }
     }
     free(e->kv.k);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bigmem.h"
 #include "base/error.h"
 
 static size_t slot_stride(size_t state_bytes) { return (state_bytes + 63) / 64 * 64; }
@@ -25,7 +26,7 @@ int cv_state_pool_init(cv_state_pool *p, size_t state_bytes, int32_t n_running, 
     p->n_ckpt = n_ckpt;
     p->cache.slot_bytes = slot_stride(state_bytes);
     p->cache.num_slots = p->ckpt_base + n_ckpt;
-    p->cache.data = cv_aligned_alloc((size_t)p->cache.num_slots * p->cache.slot_bytes);
+    p->cache.data = cv_big_alloc((size_t)p->cache.num_slots * p->cache.slot_bytes);
     if (!p->cache.data)
         return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %d recurrent-state slots of %zu bytes", p->cache.num_slots,
                        state_bytes);
@@ -41,7 +42,7 @@ int cv_state_pool_init(cv_state_pool *p, size_t state_bytes, int32_t n_running, 
 }
 
 void cv_state_pool_free(cv_state_pool *p) {
-    free(p->cache.data);
+    cv_big_free(p->cache.data, (size_t)p->cache.num_slots * p->cache.slot_bytes);
     free(p->free_running);
     cv_hash_index_free(&p->ckpt_index);
     free(p->ckpt_hash);

@@ -8,8 +8,8 @@
  */
 #include <assert.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 
+#include "base/bigmem.h"
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "kernels/cpu/formats.h"
@@ -155,14 +155,13 @@ int cv_weight_pack(cv_threadpool *pool, const cv_weight_part *parts, int n_parts
     int64_t rows = 0;
     for (int j = 0; j < n_parts; j++) rows += parts[j].rows;
     const size_t bytes = cv_weight_packed_bytes(f, rows, parts[0].cols);
-    void *mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED)
+    void *mem = cv_big_alloc(bytes);
+    if (!mem)
         return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %zu bytes for a packed %lldx%lld %s weight", bytes,
                        (long long)rows, (long long)parts[0].cols, cv_formats[f]->name);
-    madvise(mem, bytes, MADV_HUGEPAGE); /* fewer TLB misses while streaming; best effort */
     rc = cv_weight_pack_into(pool, parts, n_parts, mem, out);
     if (rc) {
-        munmap(mem, bytes);
+        cv_big_free(mem, bytes);
         return rc;
     }
     out->owned = true;
@@ -170,7 +169,7 @@ int cv_weight_pack(cv_threadpool *pool, const cv_weight_part *parts, int n_parts
 }
 
 void cv_weight_release(cv_weight *w) {
-    if (w->data && w->owned) munmap((void *)w->data, cv_weight_packed_bytes(w->format, w->rows, w->cols));
+    if (w->data && w->owned) cv_big_free((void *)w->data, cv_weight_packed_bytes(w->format, w->rows, w->cols));
     *w = (cv_weight){0};
 }
 
