@@ -81,7 +81,12 @@ typedef struct cvllm_engine_options {
     const char *tokenizer;      /* folder or hub id of the tokenizer; NULL = model */
     const char *revision;       /* hub revision for downloads; NULL = "main" */
     const char *load_format;    /* "auto" (safetensors) or "dummy" (random weights); NULL = auto */
-    const char *dtype;          /* "auto", "bfloat16", "float16", "float32": weight storage; NULL = auto */
+    const char *dtype;          /* the compute dtype, vLLM's --dtype: "auto" (the checkpoint's torch_dtype),
+                                 * "bfloat16" (GEMM inputs bf16, accumulation, norms, softmax, RoPE and the
+                                 * residual stream f32), "float16" (runs as bfloat16: the CPU kernels have no
+                                 * f16 arithmetic), "float32" (exact f32 on the stored weights); also the
+                                 * storage of --load-format dummy weights; NULL = auto */
+    const char *kv_cache_dtype; /* "auto" (the compute dtype), "bfloat16", "float32"; NULL = auto */
     const char *generation_config; /* "auto" (model folder), "vllm" (none), or a folder; NULL = auto */
     int32_t max_model_len;      /* 0 = max_position_embeddings from config.json */
     int32_t max_num_seqs;       /* 0 = default (256) */

@@ -52,7 +52,6 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     {"--disable-custom-all-reduce", CV_IGNORED_BOOL, NULL},
     {"--enable-chunked-prefill", CV_IGNORED_BOOL, NULL},
     {"--optimization-level", CV_IGNORED_CHOICE, (const char *const[]){"0", "1", "2", "3", NULL}},
-    {"--kv-cache-dtype", CV_IGNORED_STRING, NULL},
     {"--scheduling-policy", CV_IGNORED_CHOICE, (const char *const[]){"fcfs", "priority", NULL}},
     {"--swap-space", CV_IGNORED_FLOAT, NULL},
     {"--max-seq-len-to-capture", CV_IGNORED_INT, NULL},
@@ -224,6 +223,7 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (cv_args_value(a, "--gpu-memory-utilization", &v)) {
         if (cv_args_float(a, "--gpu-memory-utilization", v, 1e-6, 1.0, &d)) o->gpu_memory_utilization = d;
     } else if (cv_args_value(a, "--dtype", &v)) o->dtype = v;
+    else if (cv_args_value(a, "--kv-cache-dtype", &v)) o->kv_cache_dtype = v;
     else if (cv_args_value(a, "--load-format", &v)) o->load_format = v;
     else if (cv_args_value(a, "--generation-config", &v)) o->generation_config = v;
     else if (cv_args_value(a, "--tokenizer", &v)) o->tokenizer = v;
@@ -250,7 +250,8 @@ const char cv_args_engine_help[] =
     "  --block-size N               KV cache block size in tokens (16)\n"
     "  --kv-cache-memory-bytes N    KV cache size (else --gpu-memory-utilization of RAM)\n"
     "  --gpu-memory-utilization F   fraction of RAM for weights + KV cache (0.9)\n"
-    "  --dtype auto|bfloat16|float16|float32\n"
+    "  --dtype auto|bfloat16|float16|float32  compute dtype (auto: the checkpoint's; float16 runs as bfloat16)\n"
+    "  --kv-cache-dtype auto|bfloat16|float32  KV cache storage (auto: the compute dtype)\n"
     "  --load-format auto|safetensors|dummy\n"
     "  --generation-config auto|vllm|FOLDER\n"
     "  --tokenizer MODEL  --revision REV  --seed N  --max-logprobs N\n"
@@ -263,7 +264,7 @@ const char cv_args_engine_help[] =
     "accepted, checked and ignored (one process, no CUDA graphs): -tp/-pp/-dp N,\n"
     "  --[no-]enable-expert-parallel, --distributed-executor-backend ray|mp|uni|external_launcher,\n"
     "  --compilation-config/-cc JSON, -O0..-O3, --additional-config JSON, --[no-]trust-remote-code,\n"
-    "  --[no-]enforce-eager, --[no-]enable-chunked-prefill, --kv-cache-dtype, --scheduling-policy,\n"
+    "  --[no-]enforce-eager, --[no-]enable-chunked-prefill, --scheduling-policy,\n"
     "  --swap-space, --disable-custom-all-reduce, --max-seq-len-to-capture, --[no-]enable-log-requests\n";
 
 /* ---- the offline hint ------------------------------------------------------------------------ */

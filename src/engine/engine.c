@@ -84,6 +84,28 @@ static int weight_dtype(const char *dtype, cv_dtype config_dtype, cv_dtype *out)
     return 0;
 }
 
+/* The compute dtype (--dtype): the checkpoint's for auto; bf16 for float16, since the CPU kernels
+ * have no f16 arithmetic (the nearest 16-bit mode, with f32's range); and the KV cache's
+ * (--kv-cache-dtype), the compute dtype's for auto. Quantized checkpoints say their float dtype in
+ * torch_dtype too: their float layers follow it, their int8 ones are int8 × int8 in every mode. */
+static int resolve_dtypes(cvllm_engine *e) {
+    cv_dtype t;
+    int rc = weight_dtype(e->opts.dtype, e->config.torch_dtype, &t);
+    if (rc) return rc;
+    e->compute_dtype = t == CV_DTYPE_F32 ? CV_DTYPE_F32 : CV_DTYPE_BF16;
+    if (t == CV_DTYPE_F16) cv_info("engine", "float16 compute runs as bfloat16 on the CPU kernels");
+    const char *kv = e->opts.kv_cache_dtype;
+    if (!kv || !strcmp(kv, "auto")) e->kv_dtype = e->compute_dtype;
+    else if (!strcmp(kv, "bfloat16")) e->kv_dtype = CV_DTYPE_BF16;
+    else if (!strcmp(kv, "float32") || !strcmp(kv, "float")) e->kv_dtype = CV_DTYPE_F32;
+    else if (!strncmp(kv, "fp8", 3))
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "kv_cache_dtype '%s' is not supported on the CPU backend; choose from "
+                                              "auto, bfloat16, float32", kv);
+    else
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid kv_cache_dtype '%s'; choose from auto, bfloat16, float32", kv);
+    return 0;
+}
+
 static int load_generation_config(cvllm_engine *e) {
     const char *which = e->opts.generation_config;
     memset(&e->gen, 0, sizeof e->gen);
@@ -184,6 +206,7 @@ static int load_model(cvllm_engine *e) {
         .pool = e->pool,
         .max_num_batched_tokens = e->opts.max_num_batched_tokens,
         .load_mtp = e->spec.method == CV_SPEC_MTP,
+        .bf16_compute = e->compute_dtype == CV_DTYPE_BF16,
     };
     int rc = cv_model_load(&p, &e->model);
     if (rc) return rc;
@@ -228,6 +251,7 @@ static int create_engine(cvllm_engine *e) {
     if ((rc = cv_model_config_load(e->model_dir, &e->config))) return rc;
     if ((rc = load_generation_config(e))) return rc;
     if ((rc = resolve_max_model_len(e))) return rc;
+    if ((rc = resolve_dtypes(e))) return rc;
     if ((rc = open_weights(e, dummy))) return rc;
     cv_footprint fp;
     bool known;

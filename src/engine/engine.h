@@ -63,6 +63,8 @@ struct cvllm_engine {
     cv_weight_source *weights;
     cv_threadpool *pool;
     cv_model *model;
+    cv_dtype compute_dtype;        /* F32, or BF16 (GEMM inputs bf16): --dtype resolved against the checkpoint */
+    cv_dtype kv_dtype;             /* F32 or BF16: --kv-cache-dtype resolved against compute_dtype */
     cv_kv_cache kv;
     cv_block_pool blocks;
     cv_scheduler sched;

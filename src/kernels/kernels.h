@@ -124,14 +124,30 @@ void cv_embed_weight(const cv_weight *w, const int32_t *ids, int64_t n, float *o
 
 /* The input of a linear, in the form its weight's format reads: f32 rows, or int8 codes rows
  * cv_act_i8_stride(cols) bytes apart (zero past cols: the kernels read whole groups of 4) with a
- * per-row scale (NULL: 1). */
+ * per-row scale (NULL: 1); for BF16_PANELS in bf16 compute, the f32 rows rounded to bf16. */
 typedef struct cv_act {
     const float *f32;         /* [m][cols] */
     const int8_t *i8;         /* [m][cv_act_i8_stride(cols)] */
     const float *i8_scale;    /* [m] or NULL */
+    const uint16_t *bf16;     /* [m][cv_act_bf16_stride(cols)], zero past cols, or NULL: BF16_PANELS then
+                               * reads f32 (exact f32 FMA on the widened weights) */
 } cv_act;
 
-int64_t cv_act_i8_stride(int64_t cols); /* cols rounded up to a multiple of 64 */
+int64_t cv_act_i8_stride(int64_t cols);   /* cols rounded up to a multiple of 64 */
+int64_t cv_act_bf16_stride(int64_t cols); /* cols rounded up to a multiple of 32 (one 64-byte row of k pairs) */
+
+/* out [m][cv_act_bf16_stride(cols)] = x rows rounded to bf16 (nearest even; NaN stays NaN), zero
+ * past cols; on the pool. */
+void cv_round_bf16_rows(cv_threadpool *pool, const float *x, int64_t ldx, int64_t m, int64_t cols, uint16_t *out);
+
+/* bf16 compute: true when this CPU has a bf16 dot-product kernel for BF16_PANELS that beats f32 FMA
+ * on widened weights (AVX512-BF16 vdpbf16ps where a start-up measurement says so), so that bf16
+ * layers should pass cv_act.bf16; false: they pass f32 rows, computed exactly. Decided once and
+ * logged with the reason. */
+bool cv_linear_bf16_input(void);
+/* Tests: force the bf16-input kernels on (CVLLM_ERR_UNSUPPORTED on a CPU without them) or off; not
+ * while kernels run. */
+int cv_cpu_bf16_dot_enable(bool on);
 
 /* ys[j] [m][part_rows[j]] = x · part jᵀ for every stacked part of w (part_rows as packed; one part:
  * n_parts 1, part_rows &w->rows). One pass over x, one wake of the pool. */

@@ -122,6 +122,7 @@ typedef struct cv_model_load_params {
     cv_threadpool *pool;
     int32_t max_num_batched_tokens; /* largest n_tokens a forward call will get (scratch sizing) */
     bool load_mtp;                  /* bind mtp.* and provide ops->mtp_forward (when the model has one) */
+    bool bf16_compute;              /* bf16 GEMM inputs for bf16 weights (where cv_linear_bf16_input) */
     cv_linear_observer observe;     /* NULL: none */
     void *observe_ctx;
 } cv_model_load_params;
