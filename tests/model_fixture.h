@@ -204,9 +204,12 @@ typedef struct mf_cache {
 /* Fresh KV blocks, all NaN, handed out from a fixed shuffle: block ids come out scattered and
  * sequences interleave. The state slots keep whatever the last scenario left in them. */
 static void mf_cache_reset_blocks(mf_cache *c, const cv_kv_spec *spec) {
-    size_t floats = (size_t)MF_NUM_BLOCKS * MF_BLOCK_SIZE * (size_t)spec->num_kv_heads * (size_t)spec->head_dim;
-    for (int l = 0; l < spec->num_layers; l++)
-        for (size_t i = 0; i < floats; i++) c->kv.k[l][i] = c->kv.v[l][i] = NAN;
+    size_t bytes = (size_t)MF_NUM_BLOCKS * MF_BLOCK_SIZE * (size_t)spec->num_kv_heads * (size_t)spec->head_dim *
+                   cv_dtype_size(c->kv.dtype);
+    for (int l = 0; l < spec->num_layers; l++) {
+        memset(c->kv.k[l], 0xff, bytes); /* NaN in every element, f32 or bf16 */
+        memset(c->kv.v[l], 0xff, bytes);
+    }
     for (int i = 0; i < MF_NUM_BLOCKS; i++) c->free_blocks[i] = (i * 29 + 7) % MF_NUM_BLOCKS;
     c->n_free = MF_NUM_BLOCKS;
 }
@@ -534,9 +537,11 @@ static void mf_poison_kv(mf_fixture *fx, const mf_sequence *s, int32_t from, int
     const int64_t width = (int64_t)spec->num_kv_heads * spec->head_dim;
     for (int32_t p = from; p < to && p < s->n_blocks * MF_BLOCK_SIZE; p++) {
         int64_t slot = (int64_t)s->block_table[p / MF_BLOCK_SIZE] * MF_BLOCK_SIZE + p % MF_BLOCK_SIZE;
-        for (int l = 0; l < spec->num_layers; l++)
-            for (int64_t i = 0; i < width; i++)
-                fx->cache.kv.k[l][slot * width + i] = fx->cache.kv.v[l][slot * width + i] = NAN;
+        const size_t bytes = (size_t)width * cv_dtype_size(fx->cache.kv.dtype);
+        for (int l = 0; l < spec->num_layers; l++) {
+            memset((char *)fx->cache.kv.k[l] + (size_t)slot * bytes, 0xff, bytes); /* NaN, f32 or bf16 */
+            memset((char *)fx->cache.kv.v[l] + (size_t)slot * bytes, 0xff, bytes);
+        }
     }
 }
 

@@ -982,30 +982,36 @@ static void test_rope(void) {
 
 enum { NH = 4, NKV = 2, HD = 19, BS = 5, NBLOCKS = 40 };
 
+/* Element i of a cache of a->kv_dtype, widened. */
+static double cache_at(const cv_attention_args *a, const void *cache, int64_t i) {
+    return a->kv_dtype == CV_DTYPE_BF16 ? cv_bf16_to_f32(((const uint16_t *)cache)[i]) : ((const float *)cache)[i];
+}
+
 /* Reference: gather the sequence's context in order, then a two-pass softmax in double. */
 static void ref_attention(const cv_attention_args *a, int32_t t, int32_t s, double *out) {
-    const int group = NH / NKV, n_ctx = a->positions[t] + 1;
+    const int nh = a->n_heads, hd = a->head_dim, bs = a->block_size, group = nh / a->n_kv_heads;
+    const int n_ctx = a->positions[t] + 1;
+    const int64_t width = (int64_t)a->n_kv_heads * hd;
     double *score = cv_xmalloc((size_t)n_ctx * sizeof *score);
-    for (int h = 0; h < NH; h++) {
-        const float *q = a->q + ((int64_t)t * NH + h) * HD;
+    for (int h = 0; h < nh; h++) {
+        const float *q = a->q + ((int64_t)t * nh + h) * hd;
         int g = h / group;
         double mx = -INFINITY, sum = 0;
         for (int j = 0; j < n_ctx; j++) {
-            int64_t slot = (int64_t)a->block_tables[s][j / BS] * BS + j % BS;
-            const float *k = a->k_cache + slot * NKV * HD + g * HD;
+            int64_t slot = (int64_t)a->block_tables[s][j / bs] * bs + j % bs;
             double d = 0;
-            for (int e = 0; e < HD; e++) d += (double)q[e] * k[e];
+            for (int e = 0; e < hd; e++) d += (double)q[e] * cache_at(a, a->k_cache, slot * width + g * hd + e);
             score[j] = d * a->scale;
             mx = fmax(mx, score[j]);
         }
         for (int j = 0; j < n_ctx; j++) sum += score[j] = exp(score[j] - mx);
-        for (int e = 0; e < HD; e++) {
+        for (int e = 0; e < hd; e++) {
             double o = 0;
             for (int j = 0; j < n_ctx; j++) {
-                int64_t slot = (int64_t)a->block_tables[s][j / BS] * BS + j % BS;
-                o += score[j] / sum * a->v_cache[slot * NKV * HD + g * HD + e];
+                int64_t slot = (int64_t)a->block_tables[s][j / bs] * bs + j % bs;
+                o += score[j] / sum * cache_at(a, a->v_cache, slot * width + g * hd + e);
             }
-            out[h * HD + e] = o;
+            out[h * hd + e] = o;
         }
     }
     free(score);
@@ -1047,17 +1053,105 @@ static void test_attention(cv_threadpool *pool) {
     free(out);
 }
 
+/* A bf16 KV cache: attention is bit for bit the f32 attention over an f32 cache holding the widened
+ * bf16 values, for GQA groups of 1, 3, 7 and 2 (odd head_dim too), contexts of several 64-position
+ * tiles in 7-slot blocks (partial blocks and tiles), and the batch split per sequence and in chunks;
+ * and it is attention: within 1e-5 of the double reference on those values. */
+static void test_attention_bf16_cache(cv_threadpool *pool) {
+    static const int shapes[][3] = {{3, 1, 19}, {9, 3, 40}, {7, 7, 32}, {14, 2, 128}}; /* heads, KV heads, head_dim */
+    enum { BS7 = 7, BLOCKS = 64, SLOTS = BS7 * BLOCKS, T = 45, SEQS = 4 };
+    /* 37 tokens at 100..136 (three context tiles, several query blocks); one decode token at 200 (four
+     * tiles); position 0 alone; 6 tokens at 60..65 (across the first tile's edge). */
+    const int32_t seq_start[SEQS + 1] = {0, 37, 38, 39, T}, first_pos[SEQS] = {100, 200, 0, 60};
+    int32_t positions[T], tables[SEQS][32], next_block = 0;
+    for (int s = 0; s < SEQS; s++) {
+        for (int32_t t = seq_start[s]; t < seq_start[s + 1]; t++) positions[t] = first_pos[s] + t - seq_start[s];
+        for (int b = 0; b * BS7 <= positions[seq_start[s + 1] - 1]; b++) tables[s][b] = (next_block++ * 37 + 5) % BLOCKS;
+    }
+    CHECK(next_block <= BLOCKS);
+    const int32_t *table_rows[SEQS] = {tables[0], tables[1], tables[2], tables[3]};
+    int64_t identity[SLOTS];
+    for (int i = 0; i < SLOTS; i++) identity[i] = i;
+    for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
+        const int nh = shapes[sh][0], nkv = shapes[sh][1], hd = shapes[sh][2];
+        const int64_t width = (int64_t)nkv * hd, cache = SLOTS * width, rows = (int64_t)T * nh * hd;
+        float *k = rand_vec(cache), *v = rand_vec(cache), *q = rand_vec(rows);
+        for (int64_t i = 0; i < rows; i++) q[i] *= 3.0f; /* peaky softmax */
+        uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
+        cv_kv_write(kb, vb, CV_DTYPE_BF16, k, v, identity, SLOTS, width);
+        for (int64_t i = 0; i < cache; i++) k[i] = cv_bf16_to_f32(kb[i]), v[i] = cv_bf16_to_f32(vb[i]);
+        float *out_f = rand_vec(rows), *out_b = rand_vec(rows), *out_split = rand_vec(rows);
+        cv_attention_args a = {.n_tokens = T, .n_seqs = SEQS, .seq_start = seq_start, .positions = positions,
+                               .block_tables = table_rows, .block_size = BS7, .n_heads = nh, .n_kv_heads = nkv,
+                               .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = q,
+                               .kv_dtype = CV_DTYPE_F32, .k_cache = k, .v_cache = v, .out = out_f};
+        cv_attention(pool, &a);
+        cv_attention_args ab = a;
+        ab.kv_dtype = CV_DTYPE_BF16, ab.k_cache = kb, ab.v_cache = vb, ab.out = out_b;
+        cv_attention(pool, &ab);
+        /* Each sequence alone, the first one in chunks of 5. */
+        for (int s = 0; s < SEQS; s++)
+            for (int32_t t0 = seq_start[s]; t0 < seq_start[s + 1]; t0 += 5) {
+                const int32_t n = seq_start[s + 1] - t0 < 5 ? seq_start[s + 1] - t0 : 5, one[2] = {0, n};
+                cv_attention_args c = ab;
+                c.n_tokens = n, c.n_seqs = 1, c.seq_start = one, c.positions = positions + t0;
+                c.block_tables = table_rows + s, c.q = q + (int64_t)t0 * nh * hd, c.out = out_split + (int64_t)t0 * nh * hd;
+                cv_attention(pool, &c);
+            }
+        CHECK_MSG(memcmp(out_b, out_f, (size_t)rows * sizeof *out_b) == 0 &&
+                      memcmp(out_split, out_b, (size_t)rows * sizeof *out_b) == 0,
+                  "bf16 KV attention %d/%d heads, head_dim %d (%s, %d threads): not the f32 bits (batched %d, split %d)",
+                  nh, nkv, hd, cv_isa_name(cv_isa_active()), cv_threadpool_size(pool),
+                  memcmp(out_b, out_f, (size_t)rows * sizeof *out_b) != 0,
+                  memcmp(out_split, out_b, (size_t)rows * sizeof *out_b) != 0);
+        double *ref = cv_xmalloc((size_t)nh * hd * sizeof *ref), worst = 0;
+        for (int s = 0; s < SEQS; s++)
+            for (int32_t t = seq_start[s]; t < seq_start[s + 1]; t++) {
+                ref_attention(&ab, t, s, ref);
+                for (int i = 0; i < nh * hd; i++) worst = fmax(worst, fabs(out_b[(int64_t)t * nh * hd + i] - ref[i]));
+            }
+        CHECK_MSG(worst <= 1e-5, "bf16 KV attention %d/%d heads, head_dim %d: %g from the reference", nh, nkv, hd,
+                  worst);
+        free(ref);
+        free(k), free(v), free(q), free(kb), free(vb), free(out_f), free(out_b), free(out_split);
+    }
+}
+
 static void test_kv_write(void) {
     const int64_t width = 6, slots[] = {7, 2, 4};
     float kc[8 * 6] = {0}, vc[8 * 6] = {0}, k[3 * 6], v[3 * 6];
     for (int i = 0; i < 18; i++) k[i] = (float)i, v[i] = (float)-i;
-    cv_kv_write(kc, vc, k, v, slots, 3, width);
+    cv_kv_write(kc, vc, CV_DTYPE_F32, k, v, slots, 3, width);
     int bad = 0;
     for (int t = 0; t < 3; t++)
         for (int e = 0; e < width; e++)
             bad += kc[slots[t] * width + e] != k[t * width + e] || vc[slots[t] * width + e] != v[t * width + e];
     CHECK_EQ_INT(bad, 0);
     CHECK(kc[0] == 0.0f && vc[6 * 6] == 0.0f); /* untouched slots stay */
+}
+
+/* Into a bf16 cache, K and V are rounded to nearest even: ties to the even neighbour, above a tie
+ * up, overflow past bf16's largest to infinity; infinities, signed zero and NaN kept. */
+static void test_kv_write_bf16(void) {
+    enum { W = 8 };
+    const float in[W] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f, -2.5f, INFINITY, -0.0f, NAN,
+                         0x1.fffffep127f};
+    const float want[W] = {1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f, -2.5f, INFINITY, -0.0f, NAN, INFINITY};
+    float k[2 * W], v[2 * W];
+    for (int i = 0; i < W; i++) k[i] = v[W + i] = in[i], k[W + i] = v[i] = -in[i];
+    const int64_t slots[] = {3, 0};
+    uint16_t kc[4 * W] = {0}, vc[4 * W] = {0};
+    cv_kv_write(kc, vc, CV_DTYPE_BF16, k, v, slots, 2, W);
+    int bad = 0;
+    for (int i = 0; i < W; i++) {
+        const float got[4] = {cv_bf16_to_f32(kc[3 * W + i]), cv_bf16_to_f32(vc[i]), -cv_bf16_to_f32(kc[i]),
+                              -cv_bf16_to_f32(vc[3 * W + i])};
+        for (int j = 0; j < 4; j++)
+            bad += isnan(want[i]) ? !isnan(got[j]) : got[j] != want[i] || signbit(got[j]) != signbit(want[i]);
+    }
+    CHECK_MSG(bad == 0, "%d bf16 KV values not rounded to nearest even", bad);
+    for (int i = W; i < 3 * W; i++) bad += kc[i] != 0 || vc[i] != 0; /* untouched slots stay */
+    CHECK_EQ_INT(bad, 0);
 }
 
 /* ---- ISA selection -------------------------------------------------------------------------- */
@@ -1098,6 +1192,7 @@ int main(void) {
             test_packing(pools[p]);
             test_matmul(pools[p]);
             test_attention(pools[p]);
+            test_attention_bf16_cache(pools[p]);
             test_add_rmsnorm(pools[p]);
             test_swiglu(pools[p]);
             test_fused_quant(pools[p]);
@@ -1111,6 +1206,7 @@ int main(void) {
         test_embed();
         test_rope();
         test_kv_write();
+        test_kv_write_bf16();
     }
     test_i8_paths_agree(pools[1]);
     cv_threadpool_free(pools[1]);

@@ -246,10 +246,12 @@ void cv_rmsnorm_rope(cv_threadpool *pool, const cv_rope *r, float *dst, int64_t 
 /* ---- attention over a paged KV cache ---------------------------------------------------------- */
 
 /*
- * Cache layout: slot = block_id·block_size + offset, each slot holding [n_kv_heads·head_dim] floats.
- * Token t (of sequence s, at position positions[t]) attends causally over positions
- * [0, positions[t]] of s, read through block_tables[s]; its own K/V must already be in the cache.
- * Query head h uses KV head h / (n_heads / n_kv_heads).
+ * Cache layout: slot = block_id·block_size + offset, each slot holding [n_kv_heads·head_dim] elements
+ * of kv_dtype: f32, or bf16 (what cv_kv_write rounds to). Token t (of sequence s, at position
+ * positions[t]) attends causally over positions [0, positions[t]] of s, read through
+ * block_tables[s]; its own K/V must already be in the cache. Query head h uses KV head
+ * h / (n_heads / n_kv_heads). A bf16 cache is widened as it is read and everything else is the f32
+ * computation: the output is bit for bit that of an f32 cache holding the same (bf16) values.
  */
 typedef struct cv_attention_args {
     int32_t n_tokens;
@@ -261,15 +263,17 @@ typedef struct cv_attention_args {
     int32_t n_heads, n_kv_heads, head_dim;
     float scale;
     const float *q;                     /* [n_tokens][n_heads·head_dim] */
-    const float *k_cache, *v_cache;
+    cv_dtype kv_dtype;                  /* CV_DTYPE_F32 (0) or CV_DTYPE_BF16: the elements of k_cache, v_cache */
+    const void *k_cache, *v_cache;
     float *out;                         /* [n_tokens][n_heads·head_dim] */
 } cv_attention_args;
 
 void cv_attention(cv_threadpool *pool, const cv_attention_args *a);
 
-/* Copies k and v rows [n][width] into the cache slots slot_mapping[0..n). */
-void cv_kv_write(float *k_cache, float *v_cache, const float *k, const float *v, const int64_t *slot_mapping,
-                 int64_t n, int64_t width);
+/* Stores k and v rows [n][width] into the cache slots slot_mapping[0..n) of a cache of `dtype`
+ * (F32: copied; BF16: rounded to nearest even, NaN kept). */
+void cv_kv_write(void *k_cache, void *v_cache, cv_dtype dtype, const float *k, const float *v,
+                 const int64_t *slot_mapping, int64_t n, int64_t width);
 
 /* ---- mixture of experts (moe.c) --------------------------------------------------------------- */
 

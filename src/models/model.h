@@ -7,7 +7,8 @@
  * scheduling; all per-request state lives in the paged KV cache the engine hands in.
  *
  * Paged KV cache (vLLM's layout): for every attention layer l, K and V are arrays of
- * num_blocks × block_size slots of [num_kv_heads × head_dim] floats. A token's K/V go to slot
+ * num_blocks × block_size slots of [num_kv_heads × head_dim] elements of the cache's dtype (f32, or
+ * bf16 rounded to nearest even when written: half the bytes a token). A token's K/V go to slot
  * `slot_mapping[t]` (= block_id·block_size + offset); sequence s reads its context through
  * block_tables[s][0 .. ceil(context_len/block_size)).
  *
@@ -37,6 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/dtype.h"
 #include "loader/config.h"
 #include "loader/weights.h"
 
@@ -58,8 +60,9 @@ typedef struct cv_state_cache {
 typedef struct cv_kv_cache {
     int32_t num_blocks;
     int32_t block_size;
-    float **k;               /* [num_layers] → [num_blocks·block_size][num_kv_heads·head_dim] */
-    float **v;
+    cv_dtype dtype;          /* of k and v: CV_DTYPE_F32 (0, the default) or CV_DTYPE_BF16 */
+    void **k;                /* [num_layers] → [num_blocks·block_size][num_kv_heads·head_dim] of dtype */
+    void **v;
 } cv_kv_cache;
 
 typedef struct cv_state_checkpoint {

@@ -15,6 +15,12 @@
  * sits in, so a sequence gets bit-identical results alone, chunked, or batched with others — the
  * engine's batch-invariance contract.
  *
+ * A bf16 KV cache (half the bytes a token, so half the traffic of decode attention) changes only
+ * where the rows come from: K rows are widened while they are transposed into the f32 tile and V
+ * rows inside the P·V tile product (the cpu_ops.h _bf16 variants), widening being exact. Scores,
+ * softmax and accumulation are the same f32 code in the same order, so attention over a bf16 cache
+ * is bit for bit attention over an f32 cache holding the same rounded values.
+ *
  * An online softmax (running max m, running sum l, output rescaled when m grows) keeps memory per
  * unit constant in the context length; with the whole context in one tile (≤ 64) it is the
  * textbook f32 softmax exactly.
@@ -40,6 +46,7 @@ typedef struct attention_job {
     const cv_attention_args *a;
     const cv_cpu_ops *ops;
     int group, block_tokens;
+    bool bf16;           /* the cache holds bf16 */
     int64_t kv_width;
     int32_t *unit_start; /* [n_seqs+1]: first unit of sequence s (in KV-head-major blocks) */
 } attention_job;
@@ -48,10 +55,23 @@ typedef struct head_state {
     float max, sum;
 } head_state;
 
-static const float *cache_row(const attention_job *job, const float *cache, const int32_t *table, int32_t pos, int g) {
+/* The K or V rows of one context tile, in the cache's element type. */
+typedef union tile_rows {
+    const float *f32[CONTEXT_TILE];
+    const uint16_t *bf16[CONTEXT_TILE];
+} tile_rows;
+
+/* Rows of KV head g at positions [j0, j0 + n) of the sequence whose block table is `table`. */
+static void cache_rows(const attention_job *job, const void *cache, const int32_t *table, int32_t j0, int n, int g,
+                       tile_rows *out) {
     const cv_attention_args *a = job->a;
-    int64_t slot = (int64_t)table[pos / a->block_size] * a->block_size + pos % a->block_size;
-    return cache + slot * job->kv_width + (int64_t)g * a->head_dim;
+    for (int j = 0; j < n; j++) {
+        const int32_t pos = j0 + j;
+        const int64_t slot = (int64_t)table[pos / a->block_size] * a->block_size + pos % a->block_size;
+        const int64_t at = slot * job->kv_width + (int64_t)g * a->head_dim;
+        if (job->bf16) out->bf16[j] = (const uint16_t *)cache + at;
+        else out->f32[j] = (const float *)cache + at;
+    }
 }
 
 /* ---- prefill: a block of tokens --------------------------------------------------------------- */
@@ -80,16 +100,16 @@ static void attend_block(const attention_job *job, block_scratch *w, int32_t s, 
         }
     memset(w->o, 0, (size_t)rows * (size_t)hd * sizeof(float));
     const int32_t n_ctx = a->positions[t1 - 1] + 1; /* positions ascend within a sequence */
-    const float *kt_rows[1024], *krow[CONTEXT_TILE], *vrow[CONTEXT_TILE];
+    const float *kt_rows[1024];
+    tile_rows krow, vrow;
     assert(hd <= 1024);
     for (int d = 0; d < hd; d++) kt_rows[d] = w->kt + (int64_t)d * CONTEXT_TILE;
     for (int32_t j0 = 0; j0 < n_ctx; j0 += CONTEXT_TILE) {
         const int n = n_ctx - j0 < CONTEXT_TILE ? n_ctx - j0 : CONTEXT_TILE;
-        for (int j = 0; j < n; j++) {
-            krow[j] = cache_row(job, a->k_cache, table, j0 + j, g);
-            vrow[j] = cache_row(job, a->v_cache, table, j0 + j, g);
-        }
-        ops->transpose_rows(w->kt, CONTEXT_TILE, krow, n, hd);
+        cache_rows(job, a->k_cache, table, j0, n, g, &krow);
+        cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
+        if (job->bf16) ops->transpose_rows_bf16(w->kt, CONTEXT_TILE, krow.bf16, n, hd);
+        else ops->transpose_rows(w->kt, CONTEXT_TILE, krow.f32, n, hd);
         ops->gemm_rows(w->s, CONTEXT_TILE, w->q, hd, kt_rows, rows, n, hd, false);
         for (int r = 0; r < rows; r++) {
             const int valid = a->positions[t0 + r / group] + 1 - j0; /* causal: keys up to the row's position */
@@ -111,7 +131,8 @@ static void attend_block(const attention_job *job, block_scratch *w, int32_t s, 
             st->sum += ops->exp_sum(sr, sr, st->max, nv);
             if (nv < n) memset(sr + nv, 0, (size_t)(n - nv) * sizeof *sr);
         }
-        ops->gemm_rows(w->o, hd, w->s, CONTEXT_TILE, vrow, rows, hd, n, true);
+        if (job->bf16) ops->gemm_rows_bf16(w->o, hd, w->s, CONTEXT_TILE, vrow.bf16, rows, hd, n, true);
+        else ops->gemm_rows(w->o, hd, w->s, CONTEXT_TILE, vrow.f32, rows, hd, n, true);
     }
     for (int32_t t = t0; t < t1; t++)
         for (int h = 0; h < group; h++) {
@@ -162,9 +183,10 @@ static void attention_task(void *arg, int ti, int nt) {
 
 void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
     assert(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && a->block_size > 0);
+    assert(a->kv_dtype == CV_DTYPE_F32 || a->kv_dtype == CV_DTYPE_BF16);
     if (a->n_tokens <= 0) return;
     attention_job job = {.a = a, .ops = cv_cpu_ops_active(), .group = a->n_heads / a->n_kv_heads,
-                         .kv_width = (int64_t)a->n_kv_heads * a->head_dim};
+                         .bf16 = a->kv_dtype == CV_DTYPE_BF16, .kv_width = (int64_t)a->n_kv_heads * a->head_dim};
     job.block_tokens = BLOCK_ROWS / job.group > 1 ? BLOCK_ROWS / job.group : 1;
     job.unit_start = cv_xmalloc(((size_t)a->n_seqs + 1) * sizeof *job.unit_start);
     job.unit_start[0] = 0;

@@ -2,11 +2,11 @@
  * cpu_ops.h — the per-instruction-set primitives behind kernels.h (internal to src/kernels).
  *
  * Only the loops that dominate run time differ per ISA: the f32 dot/axpy used by attention and
- * the delta rule, the attention tiles, and the vector exp behind softmax and SiLU. Everything
- * above them (softmax bookkeeping, threading) is written once in plain C and calls through the
- * active table, so the paths cannot drift apart in anything but the arithmetic order. The matmul
- * micro-kernels are per weight format as well as per ISA and live in the format traits table
- * (formats.h). Each ISA's table is in its folder: ref/ops.c, avx2/ops.c, avx512/ops.c.
+ * the delta rule, the attention tiles (on f32 or bf16 KV rows), and the vector exp behind softmax
+ * and SiLU. Everything above them (softmax bookkeeping, threading) is written once in plain C and
+ * calls through the active table, so the paths cannot drift apart in anything but the arithmetic
+ * order. The matmul micro-kernels are per weight format as well as per ISA and live in the format
+ * traits table (formats.h). Each ISA's table is in its folder: ref/ops.c, avx2/ops.c, avx512/ops.c.
  */
 #ifndef CV_CPU_OPS_H
 #define CV_CPU_OPS_H
@@ -27,6 +27,11 @@ typedef struct cv_cpu_ops {
                       bool accumulate);
     /* dst[c·ld + r] = rows[r][c] for r < n_rows, c < n_cols (K tile → [head_dim][positions]). */
     void (*transpose_rows)(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols);
+    /* The two above on bf16 rows (a bf16 KV cache), widened as they are read: the same FMAs in the
+     * same order as on the widened rows, so the same bits. */
+    void (*gemm_rows_bf16)(float *c, int64_t ldc, const float *a, int64_t lda, const uint16_t *const *b, int m, int n,
+                           int k, bool accumulate);
+    void (*transpose_rows_bf16)(float *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols);
     /* out[i] = silu(gate[i]) · up[i]. */
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
     /* Σ x[i]² accumulated in f32 over 16 (or 8) lanes. */

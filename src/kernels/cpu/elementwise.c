@@ -1,6 +1,6 @@
 /*
  * elementwise.c — the row-wise and element-wise kernels: RMSNorm (alone and fused with the residual
- * add), SwiGLU, residual add, softmax and the KV cache write.
+ * add), SwiGLU, residual add, softmax and the KV cache write (f32, or rounded to bf16 for a bf16 cache).
  *
  * These touch each activation once. For one decode token that is a few microseconds and they run
  * on the caller; for a prefill batch (512 tokens × 3072 SwiGLU inputs, each needing an exp) they
@@ -11,6 +11,7 @@
  * (quantize.c) uses the same two steps (cv_rms_inverse, cv_rms_apply), so it normalises to the
  * same bits.
  */
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -117,11 +118,20 @@ void cv_softmax(float *x, int64_t n) {
     ops->scale(x, 1.0f / sum, n);
 }
 
-void cv_kv_write(float *k_cache, float *v_cache, const float *k, const float *v, const int64_t *slot_mapping,
-                 int64_t n, int64_t width) {
-    const size_t bytes = (size_t)width * sizeof(float);
+static void store_row(void *cache, cv_dtype dtype, int64_t slot, const float *x, int64_t width) {
+    if (dtype == CV_DTYPE_BF16) {
+        uint16_t *dst = (uint16_t *)cache + slot * width;
+        for (int64_t i = 0; i < width; i++) dst[i] = cv_f32_to_bf16(x[i]);
+    } else {
+        memcpy((float *)cache + slot * width, x, (size_t)width * sizeof(float));
+    }
+}
+
+void cv_kv_write(void *k_cache, void *v_cache, cv_dtype dtype, const float *k, const float *v,
+                 const int64_t *slot_mapping, int64_t n, int64_t width) {
+    assert(dtype == CV_DTYPE_F32 || dtype == CV_DTYPE_BF16);
     for (int64_t t = 0; t < n; t++) {
-        memcpy(k_cache + slot_mapping[t] * width, k + t * width, bytes);
-        memcpy(v_cache + slot_mapping[t] * width, v + t * width, bytes);
+        store_row(k_cache, dtype, slot_mapping[t], k + t * width, width);
+        store_row(v_cache, dtype, slot_mapping[t], v + t * width, width);
     }
 }

@@ -95,12 +95,13 @@ void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_a
         cv_rmsnorm_rope(pool, rope, s->q, q_dim, s->q, q_dim, T, d->n_heads, hd, w->q_norm, d->eps, cos, sin);
         cv_rmsnorm_rope(pool, rope, s->k, kv_dim, s->k, kv_dim, T, d->n_kv_heads, hd, w->k_norm, d->eps, cos, sin);
     });
-    NN_TIMED(CV_OP_KV_WRITE, cv_kv_write(kv->k[kv_layer], kv->v[kv_layer], s->k, s->v, b->slot_mapping, T, kv_dim));
+    NN_TIMED(CV_OP_KV_WRITE,
+             cv_kv_write(kv->k[kv_layer], kv->v[kv_layer], kv->dtype, s->k, s->v, b->slot_mapping, T, kv_dim));
     cv_attention_args args = {
         .n_tokens = T, .n_seqs = b->n_seqs, .seq_start = b->seq_start, .positions = b->positions,
         .block_tables = b->block_tables, .block_size = kv->block_size, .n_heads = d->n_heads,
         .n_kv_heads = d->n_kv_heads, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = s->q,
-        .k_cache = kv->k[kv_layer], .v_cache = kv->v[kv_layer], .out = s->attn,
+        .kv_dtype = kv->dtype, .k_cache = kv->k[kv_layer], .v_cache = kv->v[kv_layer], .out = s->attn,
     };
     NN_TIMED(CV_OP_ATTENTION, {
         cv_attention(pool, &args);

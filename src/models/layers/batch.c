@@ -100,6 +100,9 @@ int nn_check_batch(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int3
     if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || (b->n_tokens > 0 && b->n_seqs == 0))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: negative counts or tokens without sequences");
     if (kv->block_size <= 0 || kv->num_blocks <= 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "KV cache has no blocks");
+    if (kv->dtype != CV_DTYPE_F32 && kv->dtype != CV_DTYPE_BF16)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "KV cache dtype %s: the kernels keep K and V in F32 or BF16",
+                       cv_dtype_name(kv->dtype));
     for (int l = 0; l < kv_layers; l++)
         if (!kv->k[l] || !kv->v[l]) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "KV cache layer %d is missing", l);
     if (b->n_seqs > 0 && (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens))

@@ -48,10 +48,17 @@ static void scale_avx512(float *y, float a, int64_t n) {
 
 /* ---- attention tiles --------------------------------------------------------------------------- */
 
-/* MR rows × up to 64 columns (4 vectors, the last ones masked): the row of a broadcasts against
- * four vectors of b's row per step, so each b load feeds MR FMAs. */
-INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int n, int k,
-                       bool accumulate, const int MR) {
+/* The masked lanes from col of row p of b: f32 (bf) or bf16 (bh, widened exactly); the other is
+ * NULL, a constant in each caller, so each gets its own straight-line code. */
+INLINE __m512 load_b(const float *const *bf, const uint16_t *const *bh, int p, int col, __mmask16 m) {
+    if (!bh) return _mm512_maskz_loadu_ps(m, bf[p] + col);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, bh[p] + col)), 16));
+}
+
+/* MR rows × up to 64 columns from col (4 vectors, the last ones masked): the row of a broadcasts
+ * against four vectors of b's row per step, so each b load feeds MR FMAs. */
+INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *bf,
+                       const uint16_t *const *bh, int col, int n, int k, bool accumulate, const int MR) {
     __mmask16 m[4];
     for (int v = 0; v < 4; v++) m[v] = n - 16 * v >= 16 ? (__mmask16)0xffff : n - 16 * v > 0 ? tail_mask(n - 16 * v) : 0;
     __m512 acc[4][4];
@@ -60,7 +67,7 @@ INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const
             acc[i][v] = accumulate ? _mm512_maskz_loadu_ps(m[v], c + i * ldc + 16 * v) : _mm512_setzero_ps();
     for (int p = 0; p < k; p++) {
         __m512 bv[4];
-        for (int v = 0; v < 4; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], b[p] + 16 * v);
+        for (int v = 0; v < 4; v++) bv[v] = load_b(bf, bh, p, col + 16 * v, m[v]);
         for (int i = 0; i < MR; i++) {
             __m512 av = _mm512_set1_ps(a[i * lda + p]);
             for (int v = 0; v < 4; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
@@ -70,21 +77,29 @@ INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const
         for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, m[v], acc[i][v]);
 }
 
-static void gemm_rows_avx512(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
-                             int k, bool accumulate) {
-    const float *shifted[k > 0 ? k : 1];
+INLINE void gemm_any(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *bf,
+                     const uint16_t *const *bh, int m, int n, int k, bool accumulate) {
     for (int j = 0; j < n; j += 64) {
-        for (int p = 0; p < k; p++) shifted[p] = b[p] + j;
         int nj = n - j < 64 ? n - j : 64;
         int i = 0;
-        for (; i + 4 <= m; i += 4) gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 4);
+        for (; i + 4 <= m; i += 4) gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 4);
         switch (m - i) {
-        case 3: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 3); break;
-        case 2: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 2); break;
-        case 1: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, shifted, nj, k, accumulate, 1); break;
+        case 3: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 3); break;
+        case 2: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 2); break;
+        case 1: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 1); break;
         default: break;
         }
     }
+}
+
+static void gemm_rows_avx512(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
+                             int k, bool accumulate) {
+    gemm_any(c, ldc, a, lda, b, NULL, m, n, k, accumulate);
+}
+
+static void gemm_rows_bf16_avx512(float *c, int64_t ldc, const float *a, int64_t lda, const uint16_t *const *b, int m,
+                                  int n, int k, bool accumulate) {
+    gemm_any(c, ldc, a, lda, NULL, b, m, n, k, accumulate);
 }
 
 /* 16 rows × 16 columns in registers (r[i] = row i in, column i out): 32-bit, 64-bit and two 128-bit
@@ -112,18 +127,26 @@ INLINE void transpose16(__m512 r[16]) {
     }
 }
 
-static void transpose_rows_avx512(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols) {
+INLINE void transpose_any(float *dst, int64_t ld, const float *const *rf, const uint16_t *const *rh, int n_rows,
+                          int n_cols) {
     for (int r0 = 0; r0 < n_rows; r0 += 16) {
         const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
         for (int c0 = 0; c0 < n_cols; c0 += 16) {
             const int nc = n_cols - c0 < 16 ? n_cols - c0 : 16;
             __m512 v[16];
-            for (int i = 0; i < 16; i++)
-                v[i] = i < nr ? _mm512_maskz_loadu_ps(tail_mask(nc), rows[r0 + i] + c0) : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i++) v[i] = i < nr ? load_b(rf, rh, r0 + i, c0, tail_mask(nc)) : _mm512_setzero_ps();
             transpose16(v);
             for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(dst + (int64_t)(c0 + c) * ld + r0, tail_mask(nr), v[c]);
         }
     }
+}
+
+static void transpose_rows_avx512(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols) {
+    transpose_any(dst, ld, rows, NULL, n_rows, n_cols);
+}
+
+static void transpose_rows_bf16_avx512(float *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols) {
+    transpose_any(dst, ld, NULL, rows, n_rows, n_cols);
 }
 
 /* ---- element-wise ------------------------------------------------------------------------------ */
@@ -190,6 +213,8 @@ const cv_cpu_ops cv_cpu_ops_avx512 = {
     .scale = scale_avx512,
     .gemm_rows = gemm_rows_avx512,
     .transpose_rows = transpose_rows_avx512,
+    .gemm_rows_bf16 = gemm_rows_bf16_avx512,
+    .transpose_rows_bf16 = transpose_rows_bf16_avx512,
     .exp_sum = exp_sum_avx512,
     .silu_mul = silu_mul_avx512,
     .sum_sq = sum_sq_avx512,
