@@ -120,12 +120,14 @@ static void test_not_fetchable(void) {
 
 /* ---- the memory fit --------------------------------------------------------------------------- */
 
-/* KV bytes per token (f32 K and V of every layer) of a shipped dense config. */
+/* KV bytes per token of a shipped dense config: K and V of every layer in bf16, the KV cache dtype
+ * of --kv-cache-dtype auto for these bfloat16 checkpoints (auto follows the compute dtype, theirs). */
 static long long shipped_kv_bytes_per_token(const char *id) {
     char *path = tu_strdupf("%s/models/%s/config.json", CVLLM_SOURCE_DIR, id);
     json_t *c = json_load_file(path, 0, NULL);
     free(path);
-    long long n = 2 * 4 * json_integer_value(json_object_get(c, "num_hidden_layers")) *
+    CHECK_STR_EQ(json_string_value(json_object_get(c, "torch_dtype")), "bfloat16");
+    long long n = 2 * 2 * json_integer_value(json_object_get(c, "num_hidden_layers")) *
                   json_integer_value(json_object_get(c, "num_key_value_heads")) *
                   json_integer_value(json_object_get(c, "head_dim"));
     json_decref(c);

@@ -3,14 +3,15 @@
  *
  * For every reference checkpoint in tests/data/vectors (dense, MoE, Qwen3-Next, Qwen3.5 dense and
  * MoE): the weight bytes estimated from config.json equal the bytes of the checkpoint's text-model
- * tensors, with and without the MTP module; the KV bytes per token and the recurrent-state bytes
- * equal those of the model the registry loads. The quantized ones (msModelSlim W8A8 and
- * W8A8_DYNAMIC, FP8) count as loaded: their bytes with every scale at f32. Then the fit check at its
- * boundary, through the public API: a KV budget of exactly one max_model_len request (plus the state
- * slots of a hybrid) is accepted, one byte less is refused with vLLM's message and the estimated
- * maximum length. Last the tutorials' W8A8 checkpoints: the estimate of their shipped descriptions
- * (and of the 4-layer Qwen3.6 shape under the same recipe) against the shapes of the linears each
- * description quantizes, and the engine's refusal of the full-size ones quoting those numbers.
+ * tensors, with and without the MTP module; the KV bytes per token (of an f32 and of a bf16 KV
+ * cache) and the recurrent-state bytes equal those of the model the registry loads. The quantized
+ * ones (msModelSlim W8A8 and W8A8_DYNAMIC, FP8) count as loaded: their bytes with every scale at
+ * f32. Then the fit check at its boundary, through the public API, for an f32 and a bf16 KV cache:
+ * a KV budget of exactly one max_model_len request (plus the state slots of a hybrid) is accepted,
+ * one byte less is refused with vLLM's message and the estimated maximum length. Last the
+ * tutorials' W8A8 checkpoints: the estimate of their shipped descriptions (and of the 4-layer
+ * Qwen3.6 shape under the same recipe) against the shapes of the linears each description
+ * quantizes, and the engine's refusal of the full-size ones quoting those numbers.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -79,9 +80,10 @@ static cv_model *load_model(const cv_model_config *cfg, cv_weight_source *w, cv_
     return m;
 }
 
-static uint64_t model_kv_bytes_per_token(const cv_model *m) {
+/* K and V of every KV layer of the loaded model, in a cache of `kv`. */
+static uint64_t model_kv_bytes_per_token(const cv_model *m, cv_dtype kv) {
     return (uint64_t)m->kv_spec.num_layers * 2 * (uint64_t)m->kv_spec.num_kv_heads * (uint64_t)m->kv_spec.head_dim *
-           sizeof(float);
+           cv_dtype_size(kv);
 }
 
 static void check_fixture(const char *name, cv_threadpool *pool) {
@@ -105,10 +107,15 @@ static void check_fixture(const char *name, cv_threadpool *pool) {
         cv_weight_source *w = NULL;
         CHECK_EQ_INT(cv_weight_source_checkpoint(dir, &w), 0);
         cv_model *m = w ? load_model(&cfg, w, pool, mtp) : NULL;
+        for (int bf16 = 0; m && bf16 <= 1; bf16++) {
+            p.kv_dtype = bf16 ? CV_DTYPE_BF16 : CV_DTYPE_F32;
+            CHECK(cv_model_footprint(&cfg, &p, &fp));
+            CHECK_MSG(fp.kv_bytes_per_token == model_kv_bytes_per_token(m, p.kv_dtype),
+                      "%s (mtp %d): %s KV %llu bytes/token, model %llu", name, mtp, cv_dtype_name(p.kv_dtype),
+                      (unsigned long long)fp.kv_bytes_per_token,
+                      (unsigned long long)model_kv_bytes_per_token(m, p.kv_dtype));
+        }
         if (m) {
-            CHECK_MSG(fp.kv_bytes_per_token == model_kv_bytes_per_token(m), "%s (mtp %d): KV %llu bytes/token, model %llu",
-                      name, mtp, (unsigned long long)fp.kv_bytes_per_token,
-                      (unsigned long long)model_kv_bytes_per_token(m));
             CHECK_MSG(fp.state_bytes_per_seq == m->state_bytes_per_seq, "%s: state %llu bytes/sequence, model %zu", name,
                       (unsigned long long)fp.state_bytes_per_seq, m->state_bytes_per_seq);
         }
@@ -141,10 +148,11 @@ static void test_every_fixture(void) {
 #define MAX_MODEL_LEN 64
 #define MAX_NUM_SEQS 2
 
-static int create_with_budget(const char *dir, uint64_t kv_bytes) {
+static int create_with_budget(const char *dir, uint64_t kv_bytes, cv_dtype kv) {
     cvllm_engine_options o;
     cvllm_engine_options_default(&o);
     o.model = dir;
+    o.kv_cache_dtype = kv == CV_DTYPE_BF16 ? "bfloat16" : "float32";
     o.max_model_len = MAX_MODEL_LEN;
     o.max_num_seqs = MAX_NUM_SEQS;
     o.max_num_batched_tokens = 64;
@@ -155,8 +163,9 @@ static int create_with_budget(const char *dir, uint64_t kv_bytes) {
     return rc;
 }
 
-/* KV bytes per token and state bytes per sequence of the fixture, from the model the registry loads. */
-static void model_sizes(const char *vector, uint64_t *kv_per_token, size_t *state_per_seq) {
+/* KV bytes per token (in a cache of `kv`) and state bytes per sequence of the fixture, from the model
+ * the registry loads. */
+static void model_sizes(const char *vector, cv_dtype kv, uint64_t *kv_per_token, size_t *state_per_seq) {
     char *dir = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector);
     cv_model_config cfg;
     cv_weight_source *w = NULL;
@@ -164,7 +173,7 @@ static void model_sizes(const char *vector, uint64_t *kv_per_token, size_t *stat
     CHECK_EQ_INT(cv_model_config_load(dir, &cfg), 0);
     CHECK_EQ_INT(cv_weight_source_checkpoint(dir, &w), 0);
     cv_model *m = load_model(&cfg, w, pool, false);
-    *kv_per_token = m ? model_kv_bytes_per_token(m) : 0;
+    *kv_per_token = m ? model_kv_bytes_per_token(m, kv) : 0;
     *state_per_seq = m ? m->state_bytes_per_seq : 0;
     cv_model_free(m);
     cv_weight_source_free(w);
@@ -173,16 +182,16 @@ static void model_sizes(const char *vector, uint64_t *kv_per_token, size_t *stat
     free(dir);
 }
 
-static void check_boundary(const char *vector) {
+static void check_boundary(const char *vector, cv_dtype kv) {
     uint64_t kv_per_token;
     size_t state;
-    model_sizes(vector, &kv_per_token, &state);
+    model_sizes(vector, kv, &kv_per_token, &state);
     const uint64_t blocks = (MAX_MODEL_LEN + 15) / 16; /* the default 16-token blocks */
     const uint64_t need = blocks * 16 * kv_per_token + (state ? cv_state_pool_bytes(state, MAX_NUM_SEQS, 0, 0) : 0);
     char *dir = tu_model_dir(vector);
-    CHECK_MSG(create_with_budget(dir, need) == CVLLM_OK, "%s with %llu bytes: %s", vector, (unsigned long long)need,
-              cvllm_last_error());
-    CHECK_EQ_INT(create_with_budget(dir, need - 1), CVLLM_ERR_CAPACITY);
+    CHECK_MSG(create_with_budget(dir, need, kv) == CVLLM_OK, "%s, %s KV with %llu bytes: %s", vector, cv_dtype_name(kv),
+              (unsigned long long)need, cvllm_last_error());
+    CHECK_EQ_INT(create_with_budget(dir, need - 1, kv), CVLLM_ERR_CAPACITY);
     char want[160];
     snprintf(want, sizeof want, "To serve at least one request with the models's max seq len (%d), (", MAX_MODEL_LEN);
     CHECK_CONTAINS(cvllm_last_error(), want);
@@ -295,8 +304,11 @@ static void test_tutorial_checkpoints(void) {
 int main(void) {
     test_every_fixture();
     test_tutorial_checkpoints();
-    check_boundary("qwen3-dense-f32");
-    check_boundary("qwen3-moe-bf16");
-    check_boundary("qwen3.5-moe-f32"); /* hybrid: the state slots of max_num_seqs come first */
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        const cv_dtype kv = bf16 ? CV_DTYPE_BF16 : CV_DTYPE_F32;
+        check_boundary("qwen3-dense-f32", kv);
+        check_boundary("qwen3-moe-bf16", kv);
+        check_boundary("qwen3.5-moe-f32", kv); /* hybrid: the state slots of max_num_seqs come first */
+    }
     return cv_check_summary("test_footprint");
 }

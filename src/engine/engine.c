@@ -178,6 +178,7 @@ static int open_weights(cvllm_engine *e, bool dummy) {
  * checkpoint; quantized linears count in their scheme. */
 static int check_memory_fit(cvllm_engine *e, bool dummy, cv_footprint *fp, bool *known) {
     cv_footprint_params p = {.weight_dtype = e->config.torch_dtype,
+                             .kv_dtype = e->kv_dtype,
                              .quant = cv_weight_source_quant(e->weights),
                              .with_mtp = e->spec.method == CV_SPEC_MTP,
                              .max_num_batched_tokens = e->opts.max_num_batched_tokens,

@@ -8,6 +8,8 @@
  * speculative-decoding scratch, and, for prefix caching, checkpoints worth up to a quarter of what
  * one max_model_len request leaves over. What is left becomes whole blocks, capped at what max_num_seqs requests of max_model_len
  * tokens could ever use, so a small model on a big machine does not reserve RAM it cannot use.
+ * A block's bytes are those of its dtype (--kv-cache-dtype, resolved by the engine): a bf16 cache
+ * holds twice the tokens of an f32 one in the same budget.
  *
  * The plan is made twice from the same function. First from config.json alone (models/footprint.c),
  * before any weight is allocated, so that a model that cannot fit is refused at once with vLLM's
@@ -16,6 +18,7 @@
  * hands out zeroed huge pages lazily, so resident memory grows with the tokens actually cached, and
  * a token's first KV write does not fault once per layer.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,13 +157,15 @@ int cv_kv_cache_check_fit(const cvllm_engine *e, const cv_footprint *estimate) {
 static size_t kv_layer_bytes(const cvllm_engine *e) {
     const cv_kv_spec *spec = &e->model->kv_spec;
     return (size_t)e->kv.num_blocks * (size_t)e->kv.block_size * (size_t)spec->num_kv_heads *
-           (size_t)spec->head_dim * sizeof(float);
+           (size_t)spec->head_dim * cv_dtype_size(e->kv.dtype);
 }
 
 int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate) {
     const cv_kv_spec *spec = &e->model->kv_spec;
+    assert(e->kv_dtype == CV_DTYPE_F32 || e->kv_dtype == CV_DTYPE_BF16);
     cv_footprint fp = *estimate;
-    fp.kv_bytes_per_token = (size_t)spec->num_layers * 2 * (size_t)spec->num_kv_heads * (size_t)spec->head_dim * sizeof(float);
+    fp.kv_bytes_per_token = (size_t)spec->num_layers * 2 * (size_t)spec->num_kv_heads * (size_t)spec->head_dim *
+                            cv_dtype_size(e->kv_dtype);
     fp.state_bytes_per_seq = e->model->state_bytes_per_seq;
     memory_plan plan;
     int rc = make_plan(e, &fp, e->state_prefix_caching, &plan);
@@ -177,8 +182,9 @@ int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate) {
     const int32_t bs = e->opts.block_size;
     e->kv.num_blocks = (int32_t)plan.kv_blocks + 1; /* block 0 is reserved by the pool */
     e->kv.block_size = bs;
-    e->kv.k = cv_xcalloc((size_t)spec->num_layers, sizeof(float *));
-    e->kv.v = cv_xcalloc((size_t)spec->num_layers, sizeof(float *));
+    e->kv.dtype = e->kv_dtype;
+    e->kv.k = cv_xcalloc((size_t)spec->num_layers, sizeof(void *));
+    e->kv.v = cv_xcalloc((size_t)spec->num_layers, sizeof(void *));
     const size_t bytes = kv_layer_bytes(e);
     for (int32_t l = 0; l < spec->num_layers; l++) {
         e->kv.k[l] = cv_big_alloc(bytes);
@@ -189,6 +195,7 @@ int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate) {
     }
     cv_block_pool_init(&e->blocks, e->kv.num_blocks);
     int64_t tokens = plan.kv_blocks * bs;
+    cv_info("kv_cache", "KV cache dtype: %s", e->kv.dtype == CV_DTYPE_BF16 ? "bfloat16" : "float32");
     cv_info("kv_cache", "Available KV cache memory: %.2f GiB", (double)plan.kv_blocks * (double)plan.block_bytes / GIB);
     cv_info("kv_cache", "KV cache size: %lld tokens", (long long)tokens);
     cv_info("kv_cache", "Maximum concurrency for %d tokens per request: %.2fx", e->max_model_len,

@@ -236,7 +236,7 @@ bool cv_model_footprint(const cv_model_config *cfg, const cv_footprint_params *p
     out->weight_bytes = t.float_params * cv_dtype_size(p->weight_dtype) + t.quant_bytes;
     out->activation_bytes = (uint64_t)p->max_num_batched_tokens * activation_floats_per_token(&d, any_dense, with_mtp) * f32 +
                             (uint64_t)p->max_num_seqs * (uint64_t)d.V * f32;
-    out->kv_bytes_per_token = (uint64_t)attention_layers * 2 * (uint64_t)d.kv * f32;
+    out->kv_bytes_per_token = (uint64_t)attention_layers * 2 * (uint64_t)d.kv * cv_dtype_size(p->kv_dtype);
     if (linear_layers)
         out->state_bytes_per_seq =
             (uint64_t)linear_layers * (align64((uint64_t)((d.kernel - 1) * d.conv_dim) * f32) +

@@ -24,12 +24,13 @@ typedef struct cv_footprint {
     uint64_t weight_bytes;        /* every parameter the model loads, at the weight dtype; a quantized
                                    * linear at 1 byte per weight plus its scales */
     uint64_t activation_bytes;    /* forward scratch for max_num_batched_tokens tokens, plus the logits */
-    uint64_t kv_bytes_per_token;  /* K and V of every attention layer, f32 */
+    uint64_t kv_bytes_per_token;  /* K and V of every attention layer, at the KV cache dtype */
     uint64_t state_bytes_per_seq; /* recurrent state of the linear-attention layers; 0 without */
 } cv_footprint;
 
 typedef struct cv_footprint_params {
     cv_dtype weight_dtype;        /* of the float tensors */
+    cv_dtype kv_dtype;            /* of the KV cache: CV_DTYPE_F32 (0) or CV_DTYPE_BF16 */
     const cv_quant_config *quant; /* the checkpoint's quantization; NULL: none */
     bool with_mtp;                /* the MTP module is loaded (MTP speculative decoding) */
     int32_t max_num_batched_tokens;
