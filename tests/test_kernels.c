@@ -5,7 +5,8 @@
  * Sizes are deliberately odd (not multiples of 8 or 16) so that vector tails and partial register
  * tiles are exercised, and large enough in places (M > 64, contexts > 64) to cross the matmul token
  * block and the attention context tile. Tolerances are relative to Σ|terms|, the natural error
- * scale of an f32 sum, so they hold for any summation order but catch any wrong term.
+ * scale of an f32 sum, so they hold for any summation order but catch any wrong term. The
+ * bf16-input kernel (vdpbf16ps) is checked bit for bit against a per-lane model of the instruction.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -642,6 +643,224 @@ static void test_format_names(void) {
     CHECK_EQ_INT(cv_weight_packed_bytes(CV_WFORMAT_FP8_PANELS, 17, 129), 2 * (129 * 16 + 2 * 4));
 }
 
+/* ---- bf16 compute: bf16 rows and the vdpbf16ps kernel --------------------------------------- */
+
+/* Round to nearest even at bf16's precision, in double: 8 significant bits, quantum 2^-133 below
+ * the smallest normal (bf16 has f32's exponent range), infinity past the largest finite bf16. */
+static float bf16_round_ref(float v) {
+    if (!isfinite(v) || v == 0.0f) return v;
+    int e;
+    frexp(v, &e); /* |v| in [2^(e-1), 2^e) */
+    const double quantum = ldexp(1.0, e - 8 > -133 ? e - 8 : -133);
+    const double r = nearbyint((double)v / quantum) * quantum;
+    return fabs(r) >= 0x1p128 ? copysignf(INFINITY, v) : (float)r;
+}
+
+static uint32_t f32_bits(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+static float f32_of(uint32_t u) {
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+static void test_round_bf16_rows(cv_threadpool *pool) {
+    CHECK_EQ_INT(cv_act_bf16_stride(0), 0);
+    CHECK_EQ_INT(cv_act_bf16_stride(1), 32);
+    CHECK_EQ_INT(cv_act_bf16_stride(32), 32);
+    CHECK_EQ_INT(cv_act_bf16_stride(33), 64);
+    /* the edges, by bit pattern: the expected bf16 of each f32 */
+    static const uint32_t edge_in[] = {
+        0x3f808000u, /* 1 + 2^-8: a tie, the even neighbour (down) */
+        0x3f818000u, /* a tie whose lower neighbour is odd: up */
+        0x3f808001u, /* just above a tie: up */
+        0x3f80ffffu, /* carries into the next bf16 */
+        0x7f7fffffu, /* the largest float: rounds to infinity */
+        0x7f800000u, 0xff800000u, /* ±inf */
+        0x80000000u, /* -0 */
+        0x00018000u, /* a subnormal tie: rounds to even (2 quanta), not flushed */
+        0x807fffffu, /* the largest negative subnormal: rounds to -2^-126 */
+        0x7f800001u, /* a signalling NaN: quieted, still NaN */
+        0xffc12345u, /* a quiet NaN with payload and sign */
+    };
+    static const uint16_t edge_out[] = {0x3f80, 0x3f82, 0x3f81, 0x3f81, 0x7f80, 0x7f80, 0xff80,
+                                        0x8000, 0x0002, 0x8080, 0x7fc0, 0xffc1};
+    enum { N_EDGE = (int)CV_ARRAY_LEN(edge_in) };
+    float edge[N_EDGE];
+    for (int i = 0; i < N_EDGE; i++) edge[i] = f32_of(edge_in[i]);
+    uint16_t out[2 * 32];
+    for (int i = 0; i < 2 * 32; i++) out[i] = 0xaaaa; /* the padding must be written */
+    cv_round_bf16_rows(NULL, edge, 6, 2, 6, out);     /* two rows of 6 */
+    for (int i = 0; i < N_EDGE; i++) {
+        const uint16_t got = out[(i / 6) * 32 + i % 6];
+        CHECK_MSG(got == edge_out[i], "bf16 of 0x%08x: 0x%04x, not 0x%04x", edge_in[i], got, edge_out[i]);
+        CHECK(isnan(edge[i]) == isnan(cv_bf16_to_f32(got)));
+    }
+    int bad_pad = 0;
+    for (int r = 0; r < 2; r++)
+        for (int c = 6; c < 32; c++) bad_pad += out[r * 32 + c] != 0;
+    CHECK_MSG(bad_pad == 0, "bf16 rows: %d padding elements not zero", bad_pad);
+
+    /* random rows of every magnitude, strided input, on the pool (large enough to split) and not */
+    const int64_t m = 300, cols = 301, ldx = 307, stride = cv_act_bf16_stride(cols);
+    float *x = cv_xmalloc((size_t)(m * ldx) * sizeof *x);
+    for (int64_t i = 0; i < m * ldx; i++) x[i] = ldexpf(frand(), (int)(frand() * 140.0f));
+    uint16_t *a = cv_xmalloc((size_t)(m * stride) * sizeof *a), *b = cv_xmalloc((size_t)(m * stride) * sizeof *b);
+    memset(a, 0x55, (size_t)(m * stride) * sizeof *a);
+    cv_round_bf16_rows(pool, x, ldx, m, cols, a);
+    cv_round_bf16_rows(NULL, x, ldx, m, cols, b);
+    int bad = 0;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t c = 0; c < stride; c++) {
+            const float want = c < cols ? bf16_round_ref(x[r * ldx + c]) : 0.0f;
+            const uint16_t got = a[r * stride + c];
+            bad += f32_bits(cv_bf16_to_f32(got)) != f32_bits(want) || got != b[r * stride + c];
+        }
+    CHECK_MSG(bad == 0, "bf16 rows threads=%d: %d of %lld elements wrong", cv_threadpool_size(pool), bad,
+              (long long)(m * stride));
+    free(x);
+    free(a);
+    free(b);
+}
+
+/* One lane of vdpbf16ps as AMD Zen computes it, checked bit for bit against the instruction over
+ * millions of random lanes (normal, subnormal, overflowing and cancelling): bf16 inputs and the
+ * incoming sum read as zero when subnormal, the odd member's product added first, each add a fused
+ * multiply-add rounded to nearest even (the product of two bf16 is exact in f32, so this is also
+ * Intel's documented product-then-add), a subnormal result flushed to zero with its sign. The
+ * kernel's outputs must equal this chain bit for bit. */
+static float flush(float v) { return fpclassify(v) == FP_SUBNORMAL ? copysignf(0.0f, v) : v; }
+
+static float dpbf16_lane(float acc, const uint16_t x[2], const uint16_t w[2]) {
+    acc = flush(fmaf(flush(cv_bf16_to_f32(x[1])), flush(cv_bf16_to_f32(w[1])), flush(acc)));
+    return flush(fmaf(flush(cv_bf16_to_f32(x[0])), flush(cv_bf16_to_f32(w[0])), acc));
+}
+
+/* The bf16-input product of the stack's row r for the token's bf16 row: one chain over the pairs
+ * (zero past cols in both operands). */
+static float dot_reference(const test_stack *s, const uint16_t *xb, int64_t r) {
+    const uint16_t *w = (const uint16_t *)s->w.data + r * s->cols;
+    float acc = 0.0f;
+    for (int64_t c = 0; c < s->cols; c += 2) {
+        const uint16_t wp[2] = {w[c], c + 1 < s->cols ? w[c + 1] : 0};
+        acc = dpbf16_lane(acc, xb + c, wp);
+    }
+    return acc;
+}
+
+/* cv_linear on bf16 rows of the first m tokens of xb against want [m][rows] (the reference),
+ * bit for bit; y starts as garbage. */
+static void check_dot(cv_threadpool *pool, const test_stack *s, const cv_weight *w, const float *x32,
+                      const uint16_t *xb, int64_t m, const float *want, const char *what) {
+    float *out = rand_vec(m * s->rows), *ys[4];
+    for (int j = 0, r0 = 0; j < s->n_parts; r0 += (int)s->part_rows[j], j++) ys[j] = out + m * r0;
+    /* f32 rows too: BF16_PANELS must read the bf16 ones */
+    cv_linear(pool, w, &(cv_act){.f32 = x32, .bf16 = xb}, m, s->n_parts, s->part_rows, ys);
+    int bad = 0;
+    for (int j = 0, r0 = 0; j < s->n_parts; r0 += (int)s->part_rows[j], j++)
+        for (int64_t t = 0; t < m; t++)
+            for (int64_t c = 0; c < s->part_rows[j]; c++)
+                bad += f32_bits(ys[j][t * s->part_rows[j] + c]) != f32_bits(want[t * s->rows + r0 + c]);
+    CHECK_MSG(bad == 0, "bf16 dot %s M=%lld rows=%lld (%d parts) cols=%lld threads=%d: %d of %lld differ", what,
+              (long long)m, (long long)s->rows, s->n_parts, (long long)s->cols, cv_threadpool_size(pool), bad,
+              (long long)(m * s->rows));
+    free(out);
+}
+
+/* The oracle's outputs [m][rows] for the stack on xb rows, and the rows from f32 input. */
+static float *dot_want(const test_stack *s, const uint16_t *xb, int64_t m) {
+    const int64_t stride = cv_act_bf16_stride(s->cols);
+    float *want = cv_xmalloc((size_t)(m * s->rows) * sizeof *want);
+    for (int64_t t = 0; t < m; t++)
+        for (int64_t r = 0; r < s->rows; r++) want[t * s->rows + r] = dot_reference(s, xb + t * stride, r);
+    return want;
+}
+
+static uint16_t *bf16_rows_of(cv_threadpool *pool, const float *x, int64_t m, int64_t cols) {
+    uint16_t *xb = cv_xmalloc((size_t)(m * cv_act_bf16_stride(cols)) * sizeof *xb);
+    cv_round_bf16_rows(pool, x, cols, m, cols, xb);
+    return xb;
+}
+
+static void test_bf16_dot(cv_threadpool *pool) {
+    /* the odd shapes of the f32 kernels */
+    for (size_t i = 0; i < CV_ARRAY_LEN(linear_cases); i++) {
+        const struct linear_case *lc = &linear_cases[i];
+        test_stack s = make_stack(CV_DTYPE_BF16, lc->part_rows, lc->n_parts, lc->cols, 128);
+        cv_weight w;
+        CHECK_EQ_INT(cv_weight_pack(pool, s.parts, s.n_parts, &w), 0);
+        float *x = rand_vec(lc->m * lc->cols);
+        uint16_t *xb = bf16_rows_of(pool, x, lc->m, lc->cols);
+        float *want = dot_want(&s, xb, lc->m);
+        check_dot(pool, &s, &w, x, xb, lc->m, want, "odd shape");
+        free(want);
+        free(xb);
+        free(x);
+        cv_weight_release(&w);
+        free_stack(&s);
+    }
+    /* three stacked parts (the last not whole panels), odd K over three k blocks of 512 pairs;
+     * every M of 1..13 and 70, each against the same per-token reference rows: a token's row is
+     * the same bits whatever it is batched with */
+    const int64_t part_rows[] = {48, 16, 21}, cols = 2061, M = 70;
+    test_stack s = make_stack(CV_DTYPE_BF16, part_rows, 3, cols, 128);
+    cv_weight w;
+    CHECK_EQ_INT(cv_weight_pack(pool, s.parts, 3, &w), 0);
+    float *x = rand_vec(M * cols);
+    uint16_t *xb = bf16_rows_of(pool, x, M, cols);
+    float *want = dot_want(&s, xb, M);
+    for (int64_t m = 1; m <= 13; m++) check_dot(pool, &s, &w, x, xb, m, want, "batch");
+    check_dot(pool, &s, &w, x, xb, M, want, "batch");
+    /* batch invariance directly: M = 1 rows (no k blocks) against the same rows inside M = 37 (k
+     * blocks, split over tokens on a pool) */
+    enum { M_BIG = 37 };
+    float *big = cv_xmalloc((size_t)(M_BIG * s.rows) * sizeof *big), *one = cv_xmalloc((size_t)s.rows * sizeof *one);
+    cv_linear(pool, &w, &(cv_act){.bf16 = xb}, M_BIG, 1, &w.rows, (float *[]){big});
+    int differ = 0;
+    const int64_t stride = cv_act_bf16_stride(cols);
+    for (int64_t t = 0; t < M_BIG; t++) {
+        cv_linear(pool, &w, &(cv_act){.bf16 = xb + t * stride}, 1, 1, &w.rows, (float *[]){one});
+        differ += memcmp(one, big + t * s.rows, (size_t)s.rows * sizeof *one) != 0;
+    }
+    CHECK_MSG(differ == 0, "bf16 dot: %d of %d tokens differ between M=1 and M=%d (threads=%d)", differ, M_BIG, M_BIG,
+              cv_threadpool_size(pool));
+    free(big);
+    free(one);
+    free(want);
+    free(xb);
+    free(x);
+    cv_weight_release(&w);
+    free_stack(&s);
+}
+
+/* The bf16-input path on every pool, where the CPU has AVX512-BF16 (else skipped with the reason);
+ * it is never taken off the AVX-512 path or when switched off. */
+static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
+    for (size_t p = 0; p < n_pools; p++) test_round_bf16_rows(pools[p]);
+    if (!use_path((kernel_path){CV_ISA_AVX512, false}, false) || cv_cpu_bf16_dot_enable(true)) {
+        printf("test_kernels: bf16 dot (AVX512-BF16 vdpbf16ps) skipped: %s\n", cv_error_message());
+        return;
+    }
+    CHECK(cv_linear_bf16_input());
+    CHECK(cv_format_gemm_bf16(CV_WFORMAT_BF16_PANELS) != NULL);
+    CHECK(cv_format_gemm_bf16(CV_WFORMAT_I8_PANELS) == NULL && cv_format_gemm_bf16(CV_WFORMAT_BF16) == NULL);
+    for (size_t p = 0; p < n_pools; p++) {
+        test_bf16_dot(pools[p]);
+    }
+    if (cv_isa_force(CV_ISA_AVX2) == 0) {
+        CHECK(!cv_linear_bf16_input());
+        CHECK(cv_format_gemm_bf16(CV_WFORMAT_BF16_PANELS) == NULL);
+        CHECK_EQ_INT(cv_isa_force(CV_ISA_AVX512), 0);
+    }
+    CHECK_EQ_INT(cv_cpu_bf16_dot_enable(false), 0);
+    CHECK(!cv_linear_bf16_input());
+    CHECK(cv_format_gemm_bf16(CV_WFORMAT_BF16_PANELS) == NULL);
+}
+
 /* ---- row-wise kernels ----------------------------------------------------------------------- */
 
 static void test_rmsnorm(void) {
@@ -1171,6 +1390,11 @@ static void test_isa_selection(void) {
 }
 
 int main(void) {
+    /* the start-up choice of bf16 compute (timed, so its answer is not checked; a CPU without the
+     * instructions never says yes); the tests below switch it as they need */
+    const bool bf16_dot = cv_linear_bf16_input();
+    CHECK(bf16_dot == cv_linear_bf16_input());
+    CHECK(!bf16_dot || cv_cpu_bf16_dot_enable(true) == 0);
     test_threadpool_null_and_split();
     for (int n = 1; n <= 3; n++) test_threadpool(n);
     test_isa_selection();
@@ -1209,6 +1433,7 @@ int main(void) {
         test_kv_write_bf16();
     }
     test_i8_paths_agree(pools[1]);
+    test_bf16_compute(pools, CV_ARRAY_LEN(pools));
     cv_threadpool_free(pools[1]);
     return cv_check_summary("test_kernels");
 }

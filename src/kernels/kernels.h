@@ -150,7 +150,11 @@ bool cv_linear_bf16_input(void);
 int cv_cpu_bf16_dot_enable(bool on);
 
 /* ys[j] [m][part_rows[j]] = x · part jᵀ for every stacked part of w (part_rows as packed; one part:
- * n_parts 1, part_rows &w->rows). One pass over x, one wake of the pool. */
+ * n_parts 1, part_rows &w->rows). One pass over x, one wake of the pool. x is read in the form w's
+ * format takes: int8 codes for I8_PANELS; for BF16_PANELS the bf16 rows when x->bf16 is given
+ * (vdpbf16ps: products of bf16 pairs accumulated in f32), else the f32 rows (f32 FMA, exact); f32
+ * otherwise. Every output is one accumulation chain in k order whatever m, the tile or the thread
+ * split, so a token's row does not depend on the tokens computed with it (batch invariance). */
 void cv_linear(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, int n_parts,
                const int64_t *part_rows, float *const *ys);
 /* y [m][row1 − row0] = x · rows [row0, row1) of wᵀ, on the calling thread (a thread's share of a

@@ -11,6 +11,13 @@
  * AVX512-VNNI is an extension on top of the AVX-512 path, not an ISA of its own: the int8 kernels
  * use it when the CPU has it (formats.h, cv_format_gemm), and tests switch it off to run the plain
  * AVX-512 int8 kernel, which every AVX-512 CPU must still get exactly right.
+ *
+ * AVX512-BF16 is such an extension too, but using it changes the numbers (bf16 activations), so it
+ * is a choice the models make (cv_linear_bf16_input) and it is made on speed: vdpbf16ps does twice
+ * the multiply-adds of an f32 FMA per instruction, but some cores issue it at half the FMA rate,
+ * where it gains nothing. The first question times both instructions (register-only loops, under 2 ms,
+ * avx512/panels_bf16_dot.c) and answers yes from 1.3× the f32 FMA rate (AMD Zen 4/5: ~2×); the
+ * answer and the measured ratio are logged once. It needs the AVX-512 path to be the active one.
  */
 #include <cpuid.h>
 #include <stdlib.h>
@@ -129,5 +136,49 @@ bool cv_cpu_vnni(void) {
 int cv_cpu_vnni_enable(bool on) {
     if (on && !cpu_has_vnni()) return cv_fail(CVLLM_ERR_UNSUPPORTED, "this CPU has no AVX512-VNNI");
     __atomic_store_n(&vnni_state, on ? 1 : -1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* AVX512-BF16: CPUID leaf 7 subleaf 1, EAX bit 5 (clang 14's __builtin_cpu_supports lacks the name). */
+static bool cpu_has_bf16_dot(void) {
+    unsigned a, b, c, d;
+    return cv_isa_supported(CV_ISA_AVX512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+}
+
+/* From this speed-up of the multiply-add rate on, bf16 inputs are worth their rounding. */
+#define BF16_DOT_MIN_SPEEDUP 1.3
+
+static int bf16_dot_state; /* 0: not decided yet, 1: used, -1: not used */
+
+static int decide_bf16_dot(void) {
+    if (!cpu_has_bf16_dot()) {
+        cv_info("kernels", "bf16 compute: f32 FMA on widened bf16 weights (this CPU has no AVX512-BF16)");
+        return -1;
+    }
+    const double speedup = cv_avx512_bf16_dot_speedup();
+    const bool use = speedup >= BF16_DOT_MIN_SPEEDUP;
+    cv_info("kernels", "bf16 compute: %s (vdpbf16ps measured at %.2fx the multiply-adds per second of f32 FMA; "
+            "used from %.1fx)", use ? "bf16 inputs through AVX512-BF16 vdpbf16ps" : "f32 FMA on widened bf16 weights",
+            speedup, BF16_DOT_MIN_SPEEDUP);
+    return use ? 1 : -1;
+}
+
+bool cv_cpu_bf16_dot(void) {
+    return __atomic_load_n(&bf16_dot_state, __ATOMIC_ACQUIRE) > 0 && cv_isa_active() == CV_ISA_AVX512;
+}
+
+bool cv_linear_bf16_input(void) {
+    if (cv_isa_active() != CV_ISA_AVX512) return false;
+    int s = __atomic_load_n(&bf16_dot_state, __ATOMIC_ACQUIRE);
+    if (!s) {
+        s = decide_bf16_dot();
+        __atomic_store_n(&bf16_dot_state, s, __ATOMIC_RELEASE);
+    }
+    return s > 0;
+}
+
+int cv_cpu_bf16_dot_enable(bool on) {
+    if (on && !cpu_has_bf16_dot()) return cv_fail(CVLLM_ERR_UNSUPPORTED, "this CPU has no AVX512-BF16");
+    __atomic_store_n(&bf16_dot_state, on ? 1 : -1, __ATOMIC_RELEASE);
     return 0;
 }

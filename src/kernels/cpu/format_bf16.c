@@ -5,6 +5,10 @@
  * Element (r, c) of the stack lies in panel r/16 at 32-bit word (c/2)·16 + r%16, half c%2: a panel
  * is its 16 rows' pairs transposed. Rows past the last part and the high half of an odd K's last
  * pair are zero.
+ *
+ * The kernels read f32 activations and widen the weights (exact), or, in bf16 compute on CPUs
+ * where it pays, bf16 activations through vdpbf16ps, whose second operand is this layout as is
+ * (avx512/panels_bf16_dot.c).
  */
 #include <string.h>
 
@@ -48,4 +52,5 @@ const cv_format_traits cv_format_bf16_panels = {
     .row = panel_row,
     .gemm = {[CV_ISA_SCALAR] = &cv_ref_panels_bf16, [CV_ISA_AVX2] = &cv_avx2_panels_bf16,
              [CV_ISA_AVX512] = &cv_avx512_panels_bf16},
+    .gemm_bf16_dot = &cv_avx512_panels_bf16_dot,
 };

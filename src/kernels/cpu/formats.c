@@ -32,6 +32,11 @@ const cv_gemm_kernel *cv_format_gemm(cv_wformat f) {
     return t->gemm[isa];
 }
 
+const cv_gemm_kernel *cv_format_gemm_bf16(cv_wformat f) {
+    const cv_format_traits *t = cv_formats[f];
+    return t->gemm_bf16_dot && cv_cpu_bf16_dot() ? t->gemm_bf16_dot : NULL;
+}
+
 const char *cv_wformat_name(cv_wformat f) { return (unsigned)f < CV_WFORMAT_COUNT ? cv_formats[f]->name : "unknown"; }
 
 int cv_wformat_for_dtype(cv_dtype t) {

@@ -13,8 +13,13 @@
  * horizontal sums; a tile is up to mr tokens × nr panels of accumulators.
  *
  * The kernels of each ISA live in its folder (ref/, avx2/, avx512/) and are named
- * cv_<isa>_<kernel>; one for the AVX512-VNNI extension sits in avx512/ with the function-level
- * target attribute, chosen at run time when the CPU has it (cv_format_gemm).
+ * cv_<isa>_<kernel>; those for the AVX512-VNNI and AVX512-BF16 extensions sit in avx512/ with the
+ * function-level target attribute, chosen at run time when the CPU has them (cv_format_gemm,
+ * cv_format_gemm_bf16).
+ *
+ * A format may also read bf16 activations (cv_act.bf16) with a kernel of its own: BF16_PANELS in
+ * bf16 compute, through vdpbf16ps. Its layout is already the one an AMX tdpbf16ps B tile reads, so
+ * an AMX kernel would be one more entry chosen before it in cv_format_gemm_bf16.
  */
 #ifndef CV_FORMATS_H
 #define CV_FORMATS_H
@@ -32,10 +37,11 @@ typedef void (*cv_rows_fn)(const void *w, int64_t ldw, const float *x, int64_t l
 /*
  * One panel micro-tile over one k block: tokens i < mr, outputs c < n_out (≤ 16·np) of panels
  * 0..np-1 (the panel of output c is c/16), columns [k0, k0 + k) of the weight.
- *   f32-input formats:  y[i·ldy + c] (+)= Σ_kk x_i[kk] · w(c, k0 + kk)
+ *   float inputs:       y[i·ldy + c] (+)= Σ_kk x_i[kk] · w(c, k0 + kk)
  *   int8-input formats: the int32 dot product; partial sums of earlier k blocks are kept in y as
  *                       int32 bits, and the last block applies the format's epilogue.
- * k0 is a multiple of the format's kblock·k_group, so every block but the last is whole groups.
+ * k0 is a multiple of the k block (kblock groups of k_group columns), so every block but the last
+ * is whole groups.
  */
 typedef struct cv_panel_tile {
     const uint8_t *w;     /* panel 0's codes, at k0's group */
@@ -43,8 +49,9 @@ typedef struct cv_panel_tile {
     const uint8_t *aux;   /* panel 0's aux data */
     int64_t aux_stride;   /* bytes from one panel's aux to the next's */
     int64_t k0, k;
-    const void *x;        /* token 0's input at column k0: f32 values or int8 codes (zero past cols) */
-    int64_t ldx;          /* between token rows: f32 elements or bytes */
+    const void *x;        /* token 0's input at column k0: f32 values, bf16 values or int8 codes
+                           * (bf16 and int8 rows zero past cols) */
+    int64_t ldx;          /* between token rows, in elements of x */
     const float *x_scale; /* int8 input: token 0's scale, per token; NULL: 1 */
     bool first, last;     /* the first k block (else continue from y); the last one */
     float *y;
@@ -59,6 +66,8 @@ typedef struct cv_gemm_kernel {
     cv_rows_fn rows;   /* row-major formats */
     cv_panel_fn panel; /* packed formats */
     int mr, nr;        /* tokens × weight rows (row-major) or tokens × panels (packed) */
+    int kblock;        /* packed: groups per prefill k block where the format's kblock does not suit
+                        * this kernel; 0: the format's */
 } cv_gemm_kernel;
 
 /* Packing: the stacked parts and the destination, for a format's pack_panel. */
@@ -91,12 +100,25 @@ typedef struct cv_format_traits {
     void (*row)(const cv_weight *w, int64_t r, float *out);        /* row r as f32; NULL: not defined */
     const cv_gemm_kernel *gemm[CV_ISA_COUNT];
     const cv_gemm_kernel *gemm_vnni; /* replaces gemm[CV_ISA_AVX512] on CPUs with AVX512-VNNI */
+    /* reads bf16 rows (cv_act.bf16) instead of f32: AVX-512 with AVX512-BF16, where
+     * cv_linear_bf16_input(); NULL: the format has none */
+    const cv_gemm_kernel *gemm_bf16_dot;
 } cv_format_traits;
 
 extern const cv_format_traits *const cv_formats[CV_WFORMAT_COUNT];
 
 /* The micro-kernel of format f on the active ISA. */
 const cv_gemm_kernel *cv_format_gemm(cv_wformat f);
+
+/* The micro-kernel of format f for bf16 activations on this CPU, or NULL: none, or
+ * cv_linear_bf16_input() is false (not decided yet counts as false, so kernels never time the CPU). */
+const cv_gemm_kernel *cv_format_gemm_bf16(cv_wformat f);
+
+/* cv_linear_bf16_input() as decided, without deciding: false until it has been asked. */
+bool cv_cpu_bf16_dot(void);
+/* vdpbf16ps multiply-adds per second over vfmadd231ps's on this core (register-only loops, under 2 ms;
+ * avx512/panels_bf16_dot.c). Only on CPUs with AVX512-BF16. */
+double cv_avx512_bf16_dot_speedup(void);
 
 /* The CPU has AVX512-VNNI and its use is not switched off (cv_cpu_vnni_enable). */
 bool cv_cpu_vnni(void);
@@ -113,7 +135,7 @@ extern const cv_gemm_kernel cv_ref_rows_f32, cv_ref_rows_bf16, cv_ref_rows_f16, 
 extern const cv_gemm_kernel cv_avx2_rows_f32, cv_avx2_rows_bf16, cv_avx2_rows_f16, cv_avx2_panels_bf16,
     cv_avx2_panels_i8, cv_avx2_panels_fp8;
 extern const cv_gemm_kernel cv_avx512_rows_f32, cv_avx512_rows_bf16, cv_avx512_rows_f16, cv_avx512_panels_bf16,
-    cv_avx512_panels_i8, cv_avx512_panels_i8_vnni, cv_avx512_panels_fp8;
+    cv_avx512_panels_i8, cv_avx512_panels_i8_vnni, cv_avx512_panels_fp8, cv_avx512_panels_bf16_dot;
 
 /* ---- per-format layout details shared by packing and the kernels ---------------------------- */
 

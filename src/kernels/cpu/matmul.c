@@ -10,11 +10,16 @@
  *
  * Panels (packed formats). A micro-tile is mr tokens × np panels (np·16 outputs); its accumulators
  * are the outputs themselves, so K can be split into blocks: a block of np panels × kblock groups
- * (≈ 24 KiB) stays in L1 while every token tile of a 64-token block runs over it, and the token
- * block's activations stay in L2. The k blocks of one output run in order, each continuing from
+ * (≈ 24 KiB; a kernel may ask for larger ones) stays in L1 while every token tile of a 64-token
+ * block runs over it, and the token block's activations stay in L2. The k blocks of one output run in order, each continuing from
  * the previous one's partial sums in y (f32 values, or int32 bits for int8 formats, whose last
  * block applies the dequantizing epilogue). One token (decode) skips the k blocking and streams
  * each panel once from memory.
+ *
+ * bf16 compute: a format with a bf16-input kernel (BF16_PANELS) reads cv_act.bf16 when it is given,
+ * with the same blocking and k-block continuation (f32 partial sums in y), so an output is one
+ * chain whatever M and the split; x->bf16 is only given where cv_linear_bf16_input() said yes,
+ * which is asserted. Other formats read their own input from the same cv_act.
  *
  * Work is split over panels (or rows, in multiples of 16: whole cache lines of y per thread, no
  * false sharing); when there are too few to go around but many tokens, over tokens instead. Tiny
@@ -37,7 +42,7 @@ typedef struct linear_job {
     const cv_weight *w;
     const cv_format_traits *f;
     const cv_gemm_kernel *kern;
-    const char *x;            /* f32 rows or int8 rows */
+    const char *x;            /* f32, bf16 or int8 rows */
     int64_t ldx;              /* elements between rows */
     int x_size;               /* bytes per element */
     const float *x_scale;
@@ -115,7 +120,7 @@ static void panel_range(const linear_job *job, int part, int64_t p0, int64_t p1,
 /* Panels [p0, p1) (any parts) × tokens [m0, m1), blocked for the caches. */
 static void panel_block(const linear_job *job, int64_t p0, int64_t p1, int64_t m0, int64_t m1) {
     const int mr = job->kern->mr, np = job->kern->nr;
-    const int64_t kblock = m1 - m0 == 1 ? job->groups : job->f->kblock;
+    const int64_t kblock = m1 - m0 == 1 ? job->groups : job->kern->kblock ? job->kern->kblock : job->f->kblock;
     const int64_t token_block = TOKEN_BLOCK / mr * mr; /* whole register tiles */
     for (int64_t mb = m0; mb < m1; mb += token_block) {
         const int64_t me = min64(mb + token_block, m1);
@@ -155,7 +160,13 @@ static void job_init(linear_job *job, const cv_weight *w, const cv_act *x, int64
     assert((unsigned)w->format < CV_WFORMAT_COUNT);
     const cv_format_traits *f = cv_formats[w->format];
     *job = (linear_job){.w = w, .f = f, .kern = cv_format_gemm(w->format), .m = m};
-    if (f->int8_input) {
+    if (x->bf16 && f->gemm_bf16_dot) {
+        job->kern = cv_format_gemm_bf16(w->format);
+        assert(job->kern && "cv_act.bf16 is given only where cv_linear_bf16_input()");
+        job->x = (const char *)x->bf16;
+        job->ldx = cv_act_bf16_stride(w->cols);
+        job->x_size = sizeof *x->bf16;
+    } else if (f->int8_input) {
         assert(x->i8);
         job->x = (const char *)x->i8;
         job->ldx = cv_act_i8_stride(w->cols);

@@ -33,9 +33,10 @@ INLINE __mmask16 panel_mask(const cv_panel_tile *t, int j) {
 #define PANEL_ROW3(KERNEL, MR) PANEL_CASE(KERNEL, MR, 1) PANEL_CASE(KERNEL, MR, 2) PANEL_CASE(KERNEL, MR, 3)
 #define PANEL_ROWS_4(R, KERNEL) R(KERNEL, 1) R(KERNEL, 2) R(KERNEL, 3) R(KERNEL, 4)
 #define PANEL_ROWS_6(R, KERNEL) PANEL_ROWS_4(R, KERNEL) R(KERNEL, 5) R(KERNEL, 6)
+#define PANEL_ROWS_8(R, KERNEL) PANEL_ROWS_6(R, KERNEL) R(KERNEL, 7) R(KERNEL, 8)
 
 /* static void NAME(const cv_panel_tile *t) running KERNEL at the tile's shape, for shapes up to
- * MR_MAX (4 or 6) tokens × NP_MAX (1 to 3) panels. */
+ * MR_MAX (4, 6 or 8) tokens × NP_MAX (1 to 3) panels. */
 #define PANEL_DISPATCH(NAME, KERNEL, MR_MAX, NP_MAX)                    \
     static void NAME(const cv_panel_tile *t) {                          \
         switch (t->mr * 4 + t->np) {                                    \

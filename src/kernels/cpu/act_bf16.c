@@ -1,0 +1,51 @@
+/*
+ * act_bf16.c — bf16 activations for the bf16-input GEMM (BF16_PANELS weights in bf16 compute): f32
+ * rows rounded to bf16 rows of k pairs, the operand vdpbf16ps (and an AMX B tile) reads.
+ *
+ * A row is cv_act_bf16_stride(cols) elements, a multiple of 32 (whole 64-byte lines of pairs), and is
+ * zero past cols: a kernel reads the pair that holds an odd K's last column whole, and the weight's
+ * padding is zero too, so padded columns add exact zeros.
+ *
+ * Rounding is cv_f32_to_bf16's, what PyTorch's .to(torch.bfloat16) gives: nearest even, NaN kept
+ * (quieted), subnormals rounded like any other value. vcvtneps2bf16 flushes f32 subnormals to zero
+ * (checked on AMD Zen), so it is not used: the loop is branch-free integer arithmetic that the
+ * compiler vectorizes at the baseline ISA. It is one pass over m·cols elements against the m·n·cols
+ * multiply-adds of the GEMM that reads the rows; large inputs split their rows over the pool.
+ */
+#include <string.h>
+
+#include "base/threadpool.h"
+#include "kernels/kernels.h"
+
+enum { BF16_ROW_ALIGN = 32, PARALLEL_ELEMENTS = 1 << 15 };
+
+int64_t cv_act_bf16_stride(int64_t cols) { return (cols + BF16_ROW_ALIGN - 1) / BF16_ROW_ALIGN * BF16_ROW_ALIGN; }
+
+typedef struct round_job {
+    const float *x;
+    int64_t ldx, m, cols;
+    uint16_t *out;
+} round_job;
+
+static void round_rows(const round_job *j, int64_t r0, int64_t r1) {
+    const int64_t stride = cv_act_bf16_stride(j->cols);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->x + r * j->ldx;
+        uint16_t *o = j->out + r * stride;
+        for (int64_t c = 0; c < j->cols; c++) o[c] = cv_f32_to_bf16(x[c]);
+        memset(o + j->cols, 0, (size_t)(stride - j->cols) * sizeof *o);
+    }
+}
+
+static void round_task(void *arg, int ti, int nt) {
+    const round_job *j = arg;
+    int64_t b, e;
+    cv_split(j->m, 1, ti, nt, &b, &e);
+    round_rows(j, b, e);
+}
+
+void cv_round_bf16_rows(cv_threadpool *pool, const float *x, int64_t ldx, int64_t m, int64_t cols, uint16_t *out) {
+    round_job j = {x, ldx, m, cols, out};
+    if (m > 1 && m * cols >= PARALLEL_ELEMENTS && cv_threadpool_size(pool) > 1) cv_threadpool_run(pool, round_task, &j);
+    else round_rows(&j, 0, m);
+}
