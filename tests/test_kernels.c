@@ -837,6 +837,95 @@ static void test_bf16_dot(cv_threadpool *pool) {
     free_stack(&s);
 }
 
+/* cv_moe in bf16 compute against the definition built from cv_linear on bf16 rows, expert by
+ * expert in id order: BF16_PANELS experts with gate|up stacked (e0, e2) or packed apart (e1), one
+ * whose down is an f32 view (e2: it reads the f32 SwiGLU rows), one whose gate and up are f32
+ * views before a BF16_PANELS down (e3); hidden and widths not multiples of 16 or 32. The same
+ * bits: the rows are rounded as cv_round_bf16_rows rounds them, and each product is one chain. */
+static void test_moe_bf16(cv_threadpool *pool) {
+    enum { T = 29, H = 70, R = 2, E = 4 };
+    static const int64_t inter[E] = {48, 37, 32, 20};
+    test_stack gu[E], down[E];
+    test_weights views[E][3];
+    cv_weight wgu[E], wup[E], wdown[E], vgate[E], vup[E], vdown[E];
+    cv_moe_expert ex[E];
+    for (int e = 0; e < E; e++) {
+        const int64_t two[] = {inter[e], inter[e]}, hidden[] = {H};
+        gu[e] = make_stack(CV_DTYPE_BF16, two, 2, H, 128);
+        down[e] = make_stack(CV_DTYPE_BF16, hidden, 1, inter[e], 128);
+        for (int j = 0; j < 3; j++) views[e][j] = make_weights(CV_DTYPE_F32, inter[e] * H);
+        vgate[e] = cv_weight_view(&(cv_matrix){views[e][0].data, CV_DTYPE_F32, inter[e], H});
+        vup[e] = cv_weight_view(&(cv_matrix){views[e][1].data, CV_DTYPE_F32, inter[e], H});
+        vdown[e] = cv_weight_view(&(cv_matrix){views[e][2].data, CV_DTYPE_F32, H, inter[e]});
+        wgu[e] = wup[e] = (cv_weight){0};
+        if (e == 0 || e == 2) CHECK_EQ_INT(cv_weight_pack(pool, gu[e].parts, 2, &wgu[e]), 0);
+        if (e == 1) {
+            CHECK_EQ_INT(cv_weight_pack(pool, &gu[e].parts[0], 1, &wgu[e]), 0);
+            CHECK_EQ_INT(cv_weight_pack(pool, &gu[e].parts[1], 1, &wup[e]), 0);
+        }
+        CHECK_EQ_INT(cv_weight_pack(pool, down[e].parts, 1, &wdown[e]), 0);
+        ex[e] = (cv_moe_expert){.inter = inter[e], .down = e == 2 ? &vdown[e] : &wdown[e]};
+        if (e == 3) ex[e].gate = &vgate[e], ex[e].up = &vup[e];
+        else ex[e].gate = &wgu[e], ex[e].up = e == 1 ? &wup[e] : &wgu[e], ex[e].up_row = e == 1 ? 0 : inter[e];
+    }
+    float *x = rand_vec(T * H), *weights = rand_vec(T * R), *y = rand_vec(T * H);
+    float *want = cv_xmalloc(sizeof(float) * T * H);
+    memcpy(want, y, sizeof(float) * T * H);
+    int32_t ids[T * R];
+    for (int t = 0; t < T; t++) ids[t * R] = t % E, ids[t * R + 1] = (t + 1 + t % 3 % 2) % E;
+    /* the definition: per expert, its tokens in order, through cv_linear on bf16 rows */
+    float *xs = cv_xmalloc(sizeof(float) * T * H), *g = cv_xmalloc(sizeof(float) * T * 48),
+          *u = cv_xmalloc(sizeof(float) * T * 48), *o = cv_xmalloc(sizeof(float) * T * H);
+    int32_t tok[T];
+    float wt[T];
+    for (int e = 0; e < E; e++) {
+        int m = 0;
+        for (int t = 0; t < T; t++)
+            for (int r = 0; r < R; r++)
+                if (ids[t * R + r] == e) {
+                    tok[m] = t, wt[m] = weights[t * R + r];
+                    memcpy(xs + m * H, x + t * H, sizeof(float) * H);
+                    m++;
+                }
+        if (!m) continue;
+        uint16_t *xb = bf16_rows_of(NULL, xs, m, H);
+        const cv_act xa = {.f32 = xs, .bf16 = xb};
+        cv_linear_rows(ex[e].gate, &xa, m, 0, inter[e], g);
+        cv_linear_rows(ex[e].up, &xa, m, ex[e].up_row, ex[e].up_row + inter[e], u);
+        for (int i = 0; i < m; i++) cv_silu_mul(g + i * inter[e], g + i * inter[e], u + i * inter[e], inter[e]);
+        uint16_t *hb = bf16_rows_of(NULL, g, m, inter[e]);
+        cv_linear(NULL, ex[e].down, &(cv_act){.f32 = g, .bf16 = hb}, m, 1, &ex[e].down->rows, (float *[]){o});
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < H; j++) want[tok[i] * H + j] += wt[i] * o[i * H + j];
+        free(xb);
+        free(hb);
+    }
+    void *ws = cv_aligned_alloc(cv_moe_workspace_bytes(pool, T, R, H, 48, E, false, true));
+    cv_moe(pool, &(cv_moe_args){.n_tokens = T, .hidden = H, .n_experts = E, .experts = ex, .routes = R, .ids = ids,
+                                 .weights = weights, .x = x, .y = y, .workspace = ws, .bf16_input = true});
+    int bad = 0;
+    for (int i = 0; i < T * H; i++) bad += f32_bits(y[i]) != f32_bits(want[i]);
+    CHECK_MSG(bad == 0, "cv_moe bf16 input threads=%d: %d of %d outputs differ from per-expert cv_linear",
+              cv_threadpool_size(pool), bad, T * H);
+    free(ws);
+    free(x);
+    free(weights);
+    free(y);
+    free(want);
+    free(xs);
+    free(g);
+    free(u);
+    free(o);
+    for (int e = 0; e < E; e++) {
+        cv_weight_release(&wgu[e]);
+        cv_weight_release(&wup[e]);
+        cv_weight_release(&wdown[e]);
+        free_stack(&gu[e]);
+        free_stack(&down[e]);
+        for (int j = 0; j < 3; j++) free_weights(&views[e][j]);
+    }
+}
+
 /* The bf16-input path on every pool, where the CPU has AVX512-BF16 (else skipped with the reason);
  * it is never taken off the AVX-512 path or when switched off. */
 static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
@@ -850,6 +939,7 @@ static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
     CHECK(cv_format_gemm_bf16(CV_WFORMAT_I8_PANELS) == NULL && cv_format_gemm_bf16(CV_WFORMAT_BF16) == NULL);
     for (size_t p = 0; p < n_pools; p++) {
         test_bf16_dot(pools[p]);
+        test_moe_bf16(pools[p]);
     }
     if (cv_isa_force(CV_ISA_AVX2) == 0) {
         CHECK(!cv_linear_bf16_input());

@@ -119,7 +119,7 @@ static void test_grouped_experts(cv_threadpool *pool) {
             }
         }
     }
-    void *ws = cv_aligned_alloc(cv_moe_workspace_bytes(pool, T, R, H, 2 * I, E + 1, false));
+    void *ws = cv_aligned_alloc(cv_moe_workspace_bytes(pool, T, R, H, 2 * I, E + 1, false, false));
     cv_moe_args a = {.n_tokens = T, .hidden = H, .n_experts = E + 1, .experts = ex, .routes = R, .ids = ids,
                      .weights = weights, .x = x, .y = y, .workspace = ws};
     cv_moe(pool, &a);
@@ -290,7 +290,7 @@ static void test_grouped_int8_experts(cv_threadpool *pool) {
                 ref_project(q, 2, &q->ex.down_quant, h, H, q->inter, o);
                 for (int j = 0; j < H; j++) want[t * H + j] += weights[t * R + r] * o[j];
             }
-    void *ws = cv_aligned_alloc(cv_moe_workspace_bytes(pool, T, R, H, 48, E, true));
+    void *ws = cv_aligned_alloc(cv_moe_workspace_bytes(pool, T, R, H, 48, E, true, false));
     cv_moe_args a = {.n_tokens = T, .hidden = H, .n_experts = E, .experts = ex, .routes = R, .ids = ids,
                      .weights = weights, .x = x, .y = y, .workspace = ws};
     cv_moe(pool, &a);

@@ -312,12 +312,15 @@ typedef struct cv_moe_args {
     const float *x;                 /* [n_tokens][hidden] */
     float *y;                       /* [n_tokens][hidden]: y += Σ_r weight·expert_r(x), experts in id order */
     void *workspace;                /* cv_moe_workspace_bytes(...) bytes, 64-byte aligned */
+    bool bf16_input;                /* bf16 compute (only where cv_linear_bf16_input()): BF16_PANELS weights
+                                     * read bf16 rows — each expert's gathered x rows and its SwiGLU rows
+                                     * rounded to bf16 (nearest even) before gate|up and before down */
 } cv_moe_args;
 
 /* Workspace for cv_moe with at most these sizes on this pool (max_inter: the widest expert; int8:
- * some expert's weights read int8). */
+ * some expert's weights read int8; bf16: bf16_input with some BF16_PANELS expert weight). */
 size_t cv_moe_workspace_bytes(const cv_threadpool *pool, int64_t n_tokens, int32_t routes, int32_t hidden,
-                              int32_t max_inter, int32_t n_experts, bool int8);
+                              int32_t max_inter, int32_t n_experts, bool int8, bool bf16);
 /* Routed SwiGLU experts, grouped: the tokens of each expert are gathered and each selected expert's
  * weights are streamed once per call, whatever the number of tokens routed to it. */
 void cv_moe(cv_threadpool *pool, const cv_moe_args *a);

@@ -130,7 +130,7 @@ void nn_moe_scratch_take(nn_moe_scratch *s, const nn_moe_sizes *z, cv_threadpool
     s->weights = nn_take(a, T * (size_t)z->top_k * f);
     s->ids = nn_take(a, T * (size_t)z->top_k * sizeof(int32_t));
     s->workspace = z->n_routed ? nn_take(a, cv_moe_workspace_bytes(pool, tokens, z->top_k, hidden, z->max_inter,
-                                                                   z->n_routed, z->int8))
+                                                                   z->n_routed, z->int8, false))
                                : NULL;
     nn_ffn_scratch_take(&s->ffn, z->ffn_inter, a, tokens);
     s->shared = nn_take(a, T * (size_t)hidden * f);
