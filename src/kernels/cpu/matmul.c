@@ -11,9 +11,9 @@
  * Panels (packed formats). A micro-tile is mr tokens × np panels (np·16 outputs); its accumulators
  * are the outputs themselves, so K can be split into blocks: a block of np panels × kblock groups
  * (≈ 24 KiB; a kernel may ask for larger ones) stays in L1 while every token tile of a 64-token
- * block runs over it, and the token block's activations stay in L2. The k blocks of one output run in order, each continuing from
- * the previous one's partial sums in y (f32 values, or int32 bits for int8 formats, whose last
- * block applies the dequantizing epilogue). One token (decode) skips the k blocking and streams
+ * block runs over it, and the token block's activations stay in L2. The k blocks of one output
+ * run in order, each continuing from the previous one's partial sums in y (f32 values, or int32
+ * bits for int8 formats, whose last block applies the dequantizing epilogue). One token (decode) skips the k blocking and streams
  * each panel once from memory.
  *
  * bf16 compute: a format with a bf16-input kernel (BF16_PANELS) reads cv_act.bf16 when it is given,

@@ -46,8 +46,9 @@ INLINE int x_pair(const cv_panel_tile *t, int i, int64_t p) {
 BF16 INLINE void dot_tile(const cv_panel_tile *t, const int MR, const int NP) {
     __m512 acc[8][3];
     for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NP; j++)
-            acc[i][j] = t->first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(panel_mask(t, j), t->y + i * t->ldy + 16 * j);
+        for (int j = 0; j < NP; j++) /* a later k block continues the chain from y */
+            acc[i][j] = t->first ? _mm512_setzero_ps()
+                                 : _mm512_maskz_loadu_ps(panel_mask(t, j), t->y + i * t->ldy + 16 * j);
     const int64_t pairs = (t->k + 1) / 2;
     for (int64_t p = 0; p < pairs; p++) {
         __m512bh w[3];
