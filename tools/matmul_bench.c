@@ -2,6 +2,9 @@
  * matmul_bench.c — times cv_linear for every weight format on the Qwen3 projection shapes, for
  * kernel tuning and to compare formats (never run in CI): the checkpoint's row-major bf16, and the
  * packed BF16_PANELS, I8_PANELS (int8 activations, quantized once before timing) and FP8_PANELS.
+ * BF16_PANELS runs twice where the CPU has AVX512-BF16: on f32 activations (f32 FMA, exact), and on
+ * bf16 activations (vdpbf16ps, bf16 compute; rounded once before timing), whatever the start-up
+ * measurement of cv_linear_bf16_input() decided — its verdict is printed in the header.
  *
  * Decode (M = 1) is bound by memory bandwidth, so its figure of merit is GB/s of weight bytes
  * streamed (the packed bytes, scales included); prefill is bound by arithmetic (GFLOP/s, 2·M·N·K).
@@ -14,6 +17,7 @@
  *   cc -O2 -Isrc -Iinclude tools/matmul_bench.c build/libcv_kernels.a build/libcv_base.a -lm -lpthread -o /tmp/mmb
  * Usage: mmb [threads] [isa] [decode|prefill|all]
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +34,8 @@ static double clock_s(clockid_t c) {
 }
 
 /* Times `reps` products of one weight; prints one line. */
-static void time_format(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, float *y) {
+static void time_format(cv_threadpool *pool, const char *name, const cv_weight *w, const cv_act *x, int64_t m,
+                        float *y) {
     const double flops = 2.0 * (double)m * (double)w->rows * (double)w->cols;
     const double bytes = (double)cv_weight_packed_bytes(w->format, w->rows, w->cols);
     int reps = (int)(2e10 / flops) + 1;
@@ -39,10 +44,13 @@ static void time_format(cv_threadpool *pool, const cv_weight *w, const cv_act *x
     double w0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
     for (int r = 0; r < reps; r++) cv_linear(pool, w, x, m, 1, &w->rows, &y);
     double wall = clock_s(CLOCK_MONOTONIC) - w0, cpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
-    printf("%-12s M=%-4lld N=%-6lld K=%-5lld  %7.1f GFLOP/s wall  %7.1f GFLOP/s per thread-cpu-s  %6.1f GB/s weights\n",
-           cv_wformat_name(w->format), (long long)m, (long long)w->rows, (long long)w->cols, flops * reps / wall * 1e-9,
+    printf("%-17s M=%-4lld N=%-6lld K=%-5lld  %7.1f GFLOP/s wall  %7.1f GFLOP/s per thread-cpu-s  %6.1f GB/s weights\n",
+           name, (long long)m, (long long)w->rows, (long long)w->cols, flops * reps / wall * 1e-9,
            flops * reps / cpu * 1e-9, bytes * reps / wall * 1e-9);
 }
+
+/* The CPU has the bf16-input kernel (switched on for the bench where the start-up measurement said no). */
+static bool bf16_dot;
 
 /* One shape in every format, back to back, on random weights (the values do not change the time). */
 static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
@@ -52,7 +60,8 @@ static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
     float *row_scale = malloc((size_t)n * 4), *block_scale = malloc((size_t)((n + 127) / 128 * ((k + 127) / 128)) * 4);
     float *x = malloc((size_t)(m * k) * 4), *y = malloc((size_t)(m * n) * 4), *x_scale = malloc((size_t)m * 4);
     int8_t *xq = malloc((size_t)(m * cv_act_i8_stride(k)));
-    if (!bf16 || !i8 || !e4m3 || !row_scale || !block_scale || !x || !y || !x_scale || !xq) abort();
+    uint16_t *xb = malloc((size_t)(m * cv_act_bf16_stride(k)) * 2);
+    if (!bf16 || !i8 || !e4m3 || !row_scale || !block_scale || !x || !y || !x_scale || !xq || !xb) abort();
     for (int64_t i = 0; i < n * k; i++) {
         bf16[i] = cv_f32_to_bf16((float)((i * 7919) % 1000) * 1e-3f - 0.5f);
         i8[i] = (int8_t)((i * 7919) % 255 - 127);
@@ -63,6 +72,7 @@ static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
     for (int64_t i = 0; i < m * k; i++) x[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
     const cv_act_quant dynamic = {.dynamic = true};
     cv_quantize_rows(&dynamic, x, k, m, k, xq, x_scale);
+    cv_round_bf16_rows(pool, x, k, m, k, xb);
     const cv_matrix rows = {bf16, CV_DTYPE_BF16, n, k};
     const cv_weight_part parts[] = {
         {.dtype = CV_DTYPE_BF16, .rows = n, .cols = k, .data = bf16},
@@ -71,11 +81,13 @@ static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
     };
     const cv_act act = {.f32 = x, .i8 = xq, .i8_scale = x_scale};
     const cv_weight view = cv_weight_view(&rows);
-    time_format(pool, &view, &act, m, y);
+    time_format(pool, cv_wformat_name(view.format), &view, &act, m, y);
     for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) {
         cv_weight w;
         if (cv_weight_pack(pool, &parts[p], 1, &w)) abort();
-        time_format(pool, &w, &act, m, y);
+        time_format(pool, cv_wformat_name(w.format), &w, &act, m, y);
+        if (w.format == CV_WFORMAT_BF16_PANELS && bf16_dot)
+            time_format(pool, "bf16_panels bf16x", &w, &(cv_act){.bf16 = xb}, m, y);
         cv_weight_release(&w);
     }
     free(bf16);
@@ -87,6 +99,7 @@ static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
     free(y);
     free(x_scale);
     free(xq);
+    free(xb);
 }
 
 int main(int argc, char **argv) {
@@ -97,8 +110,11 @@ int main(int argc, char **argv) {
     }
     const char *which = argc > 3 ? argv[3] : "all";
     cv_threadpool *pool = cv_threadpool_create(threads);
-    printf("%s, %d thread(s), f32 activations (int8 for i8_panels), weights as named\n", cv_isa_name(cv_isa_active()),
-           threads);
+    const bool chosen = cv_linear_bf16_input();
+    bf16_dot = chosen || (cv_isa_active() == CV_ISA_AVX512 && cv_cpu_bf16_dot_enable(true) == 0);
+    printf("%s, %d thread(s), f32 activations (int8 for i8_panels, bf16 for bf16x), weights as named; bf16 compute "
+           "would use %s\n", cv_isa_name(cv_isa_active()), threads,
+           chosen ? "bf16 inputs (vdpbf16ps)" : bf16_dot ? "f32 inputs (vdpbf16ps measured too slow)" : "f32 inputs");
     static const int64_t prefill[][3] = {{512, 2048, 1024}, {512, 3072, 1024}, {512, 1024, 3072}};
     static const int64_t decode[][3] = {{1, 2048, 1024}, {1, 3072, 1024}, {1, 1024, 3072}, {1, 151936, 1024}};
     if (strcmp(which, "decode") != 0)
