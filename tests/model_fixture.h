@@ -214,16 +214,18 @@ static void mf_cache_reset_blocks(mf_cache *c, const cv_kv_spec *spec) {
     c->n_free = MF_NUM_BLOCKS;
 }
 
-static void mf_cache_init(mf_cache *c, const cv_model *m) {
+/* A cache of K/V elements of `dtype` (F32 or BF16) for m. */
+static void mf_cache_init_as(mf_cache *c, const cv_model *m, cv_dtype dtype) {
     const cv_kv_spec *spec = &m->kv_spec;
-    size_t floats = (size_t)MF_NUM_BLOCKS * MF_BLOCK_SIZE * (size_t)spec->num_kv_heads * (size_t)spec->head_dim;
-    c->kv = (cv_kv_cache){.num_blocks = MF_NUM_BLOCKS, .block_size = MF_BLOCK_SIZE};
+    size_t kv_bytes = (size_t)MF_NUM_BLOCKS * MF_BLOCK_SIZE * (size_t)spec->num_kv_heads * (size_t)spec->head_dim *
+                      cv_dtype_size(dtype);
+    c->kv = (cv_kv_cache){.num_blocks = MF_NUM_BLOCKS, .block_size = MF_BLOCK_SIZE, .dtype = dtype};
     c->n_layers = spec->num_layers;
-    c->kv.k = cv_xcalloc((size_t)spec->num_layers + 1, sizeof(float *));
-    c->kv.v = cv_xcalloc((size_t)spec->num_layers + 1, sizeof(float *));
+    c->kv.k = cv_xcalloc((size_t)spec->num_layers + 1, sizeof(void *));
+    c->kv.v = cv_xcalloc((size_t)spec->num_layers + 1, sizeof(void *));
     for (int l = 0; l < spec->num_layers; l++) {
-        c->kv.k[l] = cv_xmalloc(floats * sizeof(float));
-        c->kv.v[l] = cv_xmalloc(floats * sizeof(float));
+        c->kv.k[l] = cv_xmalloc(kv_bytes);
+        c->kv.v[l] = cv_xmalloc(kv_bytes);
     }
     mf_cache_reset_blocks(c, spec);
     c->state = (cv_state_cache){0};
@@ -234,6 +236,8 @@ static void mf_cache_init(mf_cache *c, const cv_model *m) {
         memset(c->state.data, 0xff, bytes); /* NaN in every float */
     }
 }
+
+__attribute__((unused)) static void mf_cache_init(mf_cache *c, const cv_model *m) { mf_cache_init_as(c, m, CV_DTYPE_F32); }
 
 static void mf_cache_free(mf_cache *c) {
     for (int l = 0; l < c->n_layers; l++) {
@@ -631,8 +635,9 @@ static void mf_run_verify(mf_fixture *fx, const mf_reference *ref) {
     }
 }
 
-static int mf_load_model(const char *dir, cv_model_config *cfg, cv_weight_source **src, cv_threadpool *pool,
-                         cv_model **model) {
+/* Loads the checkpoint in dir, computing in bf16 (cv_model_load_params.bf16_compute) or f32. */
+static int mf_load_model_as(const char *dir, bool bf16_compute, cv_model_config *cfg, cv_weight_source **src,
+                            cv_threadpool *pool, cv_model **model) {
     int rc = cv_model_config_load(dir, cfg);
     if (rc) return rc;
     rc = cv_weight_source_checkpoint(dir, src);
@@ -640,13 +645,19 @@ static int mf_load_model(const char *dir, cv_model_config *cfg, cv_weight_source
         cv_model_config_free(cfg);
         return rc;
     }
-    cv_model_load_params p = {.config = cfg, .weights = *src, .pool = pool, .max_num_batched_tokens = 64};
+    cv_model_load_params p = {
+        .config = cfg, .weights = *src, .pool = pool, .max_num_batched_tokens = 64, .bf16_compute = bf16_compute};
     rc = cv_model_load(&p, model);
     if (rc) {
         cv_weight_source_free(*src);
         cv_model_config_free(cfg);
     }
     return rc;
+}
+
+__attribute__((unused)) static int mf_load_model(const char *dir, cv_model_config *cfg, cv_weight_source **src, cv_threadpool *pool,
+                         cv_model **model) {
+    return mf_load_model_as(dir, false, cfg, src, pool, model);
 }
 
 static const char *const MF_PROMPTS[] = {"short", "long150"};
@@ -657,10 +668,11 @@ typedef struct mf_result {
 } mf_result;
 
 /* Every scenario on one reference folder under `metric`, prefill chunked in each of
- * chunks[0..n_chunks); `path` names the kernel path in messages (NULL: the active ISA). The median
- * row of every scenario is checked at the end. *out (when not NULL) gets what was measured. */
-static void mf_test_folder_with(const char *folder, const mf_metric *metric, const char *path, cv_threadpool *pool,
-                                const int32_t *chunks, int n_chunks, mf_result *out) {
+ * chunks[0..n_chunks), computed in bf16 (with a bf16 KV cache) or f32; `path` names the kernel path in messages (NULL: the
+ * active ISA). The median row of every scenario is checked at the end. *out (when not NULL) gets
+ * what was measured. */
+static void mf_test_folder_with(const char *folder, const mf_metric *metric, const char *path, bool bf16_compute,
+                                cv_threadpool *pool, const int32_t *chunks, int n_chunks, mf_result *out) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
     mf_reference refs[2] = {0};
@@ -673,14 +685,15 @@ static void mf_test_folder_with(const char *folder, const mf_metric *metric, con
     cv_model_config cfg;
     cv_weight_source *src;
     mf_fixture fx = {.name = folder, .path = path, .metric = metric};
-    int rc = mf_load_model(dir, &cfg, &src, pool, &fx.model);
+    int rc = mf_load_model_as(dir, bf16_compute, &cfg, &src, pool, &fx.model);
     CHECK_MSG(rc == 0, "loading %s: %s", dir, cv_error_message());
     if (rc == 0) {
         fx.vocab = fx.model->vocab_size;
         CHECK_EQ_INT(fx.vocab, refs[0].vocab);
         CHECK_EQ_INT(fx.model->kv_spec.head_dim, cfg.head_dim);
         fx.logits = cv_xmalloc((size_t)3 * MF_MAX_TOKENS * (size_t)fx.vocab * sizeof(float));
-        mf_cache_init(&fx.cache, fx.model);
+        /* bf16 compute keeps K and V in bf16, as --kv-cache-dtype auto does */
+        mf_cache_init_as(&fx.cache, fx.model, bf16_compute ? CV_DTYPE_BF16 : CV_DTYPE_F32);
         for (int p = 0; p < 2; p++) {
             mf_run_chunked(&fx, &refs[p], MF_MAX_TOKENS, 1);
             for (int c = 0; c < n_chunks; c++) mf_run_chunked(&fx, &refs[p], chunks[c], c % MF_STATE_SLOTS);
@@ -717,7 +730,7 @@ static void mf_test_folder_with(const char *folder, const mf_metric *metric, con
 
 /* mf_test_folder_with for f32 activations on the active ISA. */
 static void mf_test_folder(const char *folder, cv_threadpool *pool, const int32_t *chunks, int n_chunks) {
-    mf_test_folder_with(folder, &MF_REL_ERROR, NULL, pool, chunks, n_chunks, NULL);
+    mf_test_folder_with(folder, &MF_REL_ERROR, NULL, false, pool, chunks, n_chunks, NULL);
 }
 
 /* Runs mf_test_folder over `folders` on the AVX-512 and the AVX2 path (those the CPU has). */

@@ -35,6 +35,7 @@ static cvllm_engine *make_engine(const char *dir, int32_t budget, uint64_t kv_by
     o.max_model_len = max_model_len;
     o.num_threads = 2;
     o.block_size = 16;
+    o.dtype = "float32"; /* the exact path: greedy ids and logprobs are held to the f32 reference */
     cvllm_engine *e = NULL;
     int rc = cvllm_engine_create(&o, &e);
     CHECK_MSG(rc == 0, "engine create: %s", cvllm_last_error());

@@ -34,6 +34,7 @@ static cvllm_engine *engine_for(const char *dir, int32_t budget, uint64_t kv_byt
     o.max_model_len = 256;
     o.max_num_seqs = 8;
     o.speculative_config = spec;
+    o.dtype = "float32"; /* the exact path: greedy ids are held to the f32 reference, speculation to 1e-4 */
     cvllm_engine *e = NULL;
     CHECK_MSG(cvllm_engine_create(&o, &e) == 0, "%s: %s", dir, cvllm_last_error());
     return e;

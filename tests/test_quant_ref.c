@@ -211,7 +211,7 @@ int main(void) {
         for (int f = 0; f < N_FOLDERS; f++) {
             const mf_metric metric = folder_metric(f);
             results[f][p] = (mf_result){NAN, NAN};
-            mf_test_folder_with(BOUNDS[f].folder, &metric, PATHS[p].name, pool, CHUNKS, (int)CV_ARRAY_LEN(CHUNKS),
+            mf_test_folder_with(BOUNDS[f].folder, &metric, PATHS[p].name, false, pool, CHUNKS, (int)CV_ARRAY_LEN(CHUNKS),
                                 &results[f][p]);
         }
     }

@@ -14,3 +14,7 @@ cv_add_test(test_model_observer SOURCES test_model_observer.c LIBS cv_models TIM
 # dequantized weights, under the folders' log-prob bounds, on every kernel path (scalar, AVX2,
 # AVX-512 with and without VNNI); int8 kernels bit-identical with and without VNNI end to end.
 cv_add_test(test_quant_ref SOURCES test_quant_ref.c LIBS cv_models TIMEOUT 600)
+
+# The bf16 compute mode against Hugging Face's f32 logits, within Hugging Face's own bf16 run's error,
+# with the bf16 dot-product kernels and without; prefill and decode rows bit-identical.
+cv_add_test(test_bf16_ref SOURCES test_bf16_ref.c LIBS cv_models TIMEOUT 600)

@@ -12,7 +12,8 @@
 #include "base/error.h"
 
 nn_binder nn_binder_for(const cv_model_load_params *p) {
-    return (nn_binder){.src = p->weights, .observe = {p->observe, p->observe_ctx}};
+    return (nn_binder){.src = p->weights, .observe = {p->observe, p->observe_ctx},
+                       .bf16_input = p->bf16_compute && cv_linear_bf16_input()};
 }
 
 const char *nn_name(nn_binder *b, const char *fmt, ...) {

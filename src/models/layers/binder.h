@@ -8,8 +8,9 @@
  * names of its linears — is owned by the binder and freed by nn_binder_free, so a model keeps its
  * binder for its lifetime. The binder also carries the calibration observer (model.h) from the load
  * parameters to every linear it binds, and the one int8 scratch that the model's int8-input linears
- * quantize their inputs into (layers/linear.h): they run one after another, so one buffer as wide
- * as the widest of them serves all.
+ * quantize their inputs into (layers/linear.h) — and likewise the one bf16 scratch that bf16 weights
+ * round their inputs into in bf16 compute: linears run one after another, so one buffer as wide as
+ * the widest of them serves all.
  */
 #ifndef CV_LAYERS_BINDER_H
 #define CV_LAYERS_BINDER_H
@@ -32,11 +33,19 @@ typedef struct nn_qrows {
     float *scale;
 } nn_qrows;
 
+/* bf16 rows [T][cv_act_bf16_stride(cols)]. */
+typedef struct nn_brows {
+    uint16_t *rows;
+} nn_brows;
+
 typedef struct nn_binder {
     cv_weight_source *src;
     nn_observer observe;
     nn_qrows *act_rows;       /* the int8 scratch of the linears bound so far (NULL: none reads int8) */
     int64_t act_cols;         /* the widest input of those linears */
+    bool bf16_input;          /* bf16 weights read bf16 rows: bf16 compute on a CPU with a bf16 dot kernel */
+    nn_brows *bf16_rows;      /* the bf16 scratch of the linears bound so far (NULL: none reads bf16) */
+    int64_t bf16_cols;        /* the widest input of those linears */
     size_t matmul_bytes;      /* weight bytes streamed per token */
     int rc;
     char name[256];

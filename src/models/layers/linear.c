@@ -64,6 +64,12 @@ static int check_stack(nn_binder *b, const nn_linear *l, const nn_linear_part *p
                    cv_linear_scheme_name(part->scheme), cv_quant_config_origin(cv_weight_source_quant(b->src)));
 }
 
+static bool reads_bf16_panels(const nn_linear *l) {
+    for (int g = 0; g < l->n_weights; g++)
+        if (l->w[g].format == CV_WFORMAT_BF16_PANELS) return true;
+    return false;
+}
+
 static void add_part(nn_binder *b, nn_linear *l, const nn_linear_part *part) {
     assert(l->n_parts < NN_MAX_PARTS);
     if ((b->rc = check_stack(b, l, part))) return;
@@ -72,6 +78,11 @@ static void add_part(nn_binder *b, nn_linear *l, const nn_linear_part *part) {
     p->name = nn_own_string(b, part->name);
     l->observe = b->observe;
     regroup(l);
+    if (b->bf16_input && reads_bf16_panels(l)) {
+        if (!b->bf16_rows) b->bf16_rows = nn_own(b, sizeof *b->bf16_rows);
+        if (part->w.cols > b->bf16_cols) b->bf16_cols = part->w.cols;
+        l->bf16_scratch = b->bf16_rows;
+    }
     if (part->scheme != CV_SCHEME_W8A8 && part->scheme != CV_SCHEME_W8A8_DYNAMIC) return;
     if (!b->act_rows) b->act_rows = nn_own(b, sizeof *b->act_rows);
     if (part->w.cols > b->act_cols) b->act_cols = part->w.cols;
@@ -132,11 +143,21 @@ void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int6
             l->observe.fn(l->observe.ctx, l->parts[j].name, x.f32, T, l->parts[j].w.cols);
     }
     const cv_act_quant *in_scratch = NULL;
+    const uint16_t *bf16 = NULL; /* x rounded, once for every bf16 weight of l */
     for (int g = 0; g < l->n_weights; g++) {
         assert(l->w[g].data);
         const nn_linear_part *first = &l->parts[l->first[g]];
-        const cv_act act = cv_wformat_int8_input(l->w[g].format) ? int8_rows(l, &first->quant, x, T, &in_scratch)
-                                                                : (cv_act){.f32 = x.f32};
+        cv_act act = {.f32 = x.f32};
+        if (cv_wformat_int8_input(l->w[g].format)) act = int8_rows(l, &first->quant, x, T, &in_scratch);
+        else if (l->bf16_scratch && l->w[g].format == CV_WFORMAT_BF16_PANELS) {
+            if (!bf16) {
+                assert(x.f32);
+                const int64_t cols = l->parts[0].w.cols;
+                cv_round_bf16_rows(pool, x.f32, cols, T, cols, l->bf16_scratch->rows);
+                bf16 = l->bf16_scratch->rows;
+            }
+            act.bf16 = bf16;
+        }
         int64_t rows[NN_MAX_PARTS];
         const int n = l->first[g + 1] - l->first[g];
         for (int j = 0; j < n; j++) rows[j] = first[j].w.rows;
@@ -163,6 +184,7 @@ void nn_qrows_take(nn_qrows *q, nn_arena *a, int32_t tokens, int64_t cols) {
 
 void nn_linear_scratch_take(const nn_binder *b, nn_arena *a, int32_t tokens) {
     if (b->act_rows) nn_qrows_take(b->act_rows, a, tokens, b->act_cols);
+    if (b->bf16_rows) b->bf16_rows->rows = nn_take(a, (size_t)tokens * (size_t)cv_act_bf16_stride(b->bf16_cols) * 2);
 }
 
 void nn_linear_list_add(nn_linear_list *list, nn_linear *l) {

@@ -28,6 +28,12 @@
  * nn_input; otherwise nn_linear_forward quantizes the f32 rows itself into the binder's shared int8
  * scratch.
  *
+ * In bf16 compute (cv_model_load_params.bf16_compute) on a CPU whose kernels have a bf16 dot product
+ * (cv_linear_bf16_input), bf16 weights read their input rounded to bf16, once per call into the
+ * binder's shared bf16 scratch; the output, and everything around the linear, stays f32. Elsewhere
+ * bf16 weights read f32 rows, widened exactly. Row-major views (f32 and f16 checkpoints, float
+ * routed experts) always read f32.
+ *
  * Each part knows its name, the weight's prefix ("model.layers.0.self_attn.q_proj"), so the
  * calibration observer (model.h) hears every part before the layer runs, each with the same f32
  * input rows.
@@ -63,6 +69,7 @@ typedef struct nn_linear {
     int first[NN_MAX_PARTS + 1];
     cv_weight w[NN_MAX_PARTS];
     const nn_qrows *scratch;  /* where an int8-input linear quantizes its input (the binder's) */
+    const nn_brows *bf16_scratch; /* where its BF16_PANELS weights' input is rounded (NULL: they read f32) */
     nn_observer observe;
 } nn_linear;
 
@@ -99,7 +106,7 @@ nn_input nn_add_rmsnorm_for(cv_threadpool *pool, float *x, const float *delta, f
 
 /* int8 rows for `tokens` rows of `cols` columns from the arena (nothing when cols is 0). */
 void nn_qrows_take(nn_qrows *q, nn_arena *a, int32_t tokens, int64_t cols);
-/* The shared int8 scratch of every linear b bound (nothing when none reads int8). */
+/* The shared int8 and bf16 scratch of every linear b bound (nothing when none reads them). */
 void nn_linear_scratch_take(const nn_binder *b, nn_arena *a, int32_t tokens);
 
 /* A model's linears, in packing order. */

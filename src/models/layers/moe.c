@@ -72,12 +72,14 @@ void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_
     snprintf(p, sizeof p, "%s", prefix);
     const size_t E = (size_t)c->n_experts;
     *out = (nn_moe){.n_routed = c->n_experts, .top_k = c->top_k, .renormalize = c->renormalize,
-                    .has_shared = c->shared_inter > 0, .observe = b->observe};
+                    .has_shared = c->shared_inter > 0, .observe = b->observe, .bf16_input = b->bf16_input};
     out->experts = nn_own(b, E * sizeof *out->experts);
     out->gate_up = nn_own(b, E * sizeof *out->gate_up);
     out->down = nn_own(b, E * sizeof *out->down);
     if (b->rc) return;
-    for (size_t e = 0; e < E; e++) out->gate_up[e].float_views = out->down[e].float_views = true;
+    /* Float experts stay views of the checkpoint, except where bf16 compute runs the bf16 dot-product
+     * kernel, which reads panels. */
+    for (size_t e = 0; e < E; e++) out->gate_up[e].float_views = out->down[e].float_views = !b->bf16_input;
     nn_bind_linear(b, &out->route, nn_name(b, "%sgate", p), c->n_experts, hidden, "num_experts, hidden_size");
     const size_t before = b->matmul_bytes;
     if (!b->rc && !bind_fused_experts(b, p, hidden, c, out))
@@ -115,6 +117,8 @@ void nn_moe_sizes_add(nn_moe_sizes *z, const nn_moe *m) {
         const cv_moe_expert *x = &m->experts[e];
         if (x->inter > z->max_inter) z->max_inter = (int32_t)x->inter;
         z->int8 = z->int8 || cv_wformat_int8_input(x->gate->format) || cv_wformat_int8_input(x->down->format);
+        z->bf16 = z->bf16 || (m->bf16_input && (x->gate->format == CV_WFORMAT_BF16_PANELS ||
+                                                x->down->format == CV_WFORMAT_BF16_PANELS));
     }
     if (m->n_routed > 0 && m->top_k > z->top_k) z->top_k = m->top_k;
     if (m->n_routed > z->n_routed) z->n_routed = m->n_routed;
@@ -130,7 +134,7 @@ void nn_moe_scratch_take(nn_moe_scratch *s, const nn_moe_sizes *z, cv_threadpool
     s->weights = nn_take(a, T * (size_t)z->top_k * f);
     s->ids = nn_take(a, T * (size_t)z->top_k * sizeof(int32_t));
     s->workspace = z->n_routed ? nn_take(a, cv_moe_workspace_bytes(pool, tokens, z->top_k, hidden, z->max_inter,
-                                                                   z->n_routed, z->int8, false))
+                                                                   z->n_routed, z->int8, z->bf16))
                                : NULL;
     nn_ffn_scratch_take(&s->ffn, z->ffn_inter, a, tokens);
     s->shared = nn_take(a, T * (size_t)hidden * f);
@@ -176,6 +180,7 @@ void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, nn_inp
         cv_moe_args a = {
             .n_tokens = T, .hidden = hidden, .n_experts = m->n_routed, .experts = m->experts, .routes = m->top_k,
             .ids = s->ids, .weights = s->weights, .x = in.f32, .y = out, .workspace = s->workspace,
+            .bf16_input = m->bf16_input,
         };
         cv_moe(pool, &a);
     });

@@ -44,6 +44,7 @@ typedef struct nn_moe {
     nn_linear *gate_up, *down; /* [n_routed]: routed expert e's gate_proj | up_proj and down_proj */
     cv_moe_expert *experts;   /* [n_routed]: the same weights as the kernel takes them; owned by the binder */
     nn_observer observe;
+    bool bf16_input;          /* bf16 compute with the bf16 dot product: BF16_PANELS experts read bf16 rows */
     nn_ffn ffn;               /* the shared expert, or the dense MLP */
 } nn_moe;
 
@@ -61,6 +62,7 @@ const nn_linear *nn_moe_input_linear(const nn_moe *m);
 typedef struct nn_moe_sizes {
     int32_t top_k, max_inter, n_routed;  /* routed experts */
     bool int8;                           /* some routed expert reads int8 */
+    bool bf16;                           /* some routed expert reads bf16 rows */
     int32_t ffn_inter;                   /* the shared expert or dense MLP */
     bool observed;                       /* routed experts report their inputs (scratch to gather them) */
 } nn_moe_sizes;
