@@ -7,6 +7,11 @@ Rows (the issues' targets):
            streams per second and their share of the same repetition's STREAM triad bandwidth on the
            same threads (bench/triad.c).
   prefill  512-token prompt tok/s: `cvllm bench latency --input-len 512 --output-len 1` vs pp512.
+  ttft     the same for a 3,500-token prompt (the Qwen3 tutorial's input length): its TTFT is 3500 / tok/s.
+  f32-decode, f32-prefill, f32-ttft
+           the bf16 rows with cvllm computing in f32 (--dtype float32: exact f32 FMA on the bf16 weights)
+           where the unprefixed rows run cvllm's default for a bf16 checkpoint, bf16 compute (bf16 GEMM
+           inputs where the CPU's bf16 dot product beats f32 FMA).
   serve    `cvllm bench serve` (random 512 in / 128 out, max concurrency 16, 64 prompts) against
            `cvllm serve` and against `llama-server --parallel 16 --cont-batching`: output tok/s and
            p99 TPOT; also cvllm's start-to-ready time and peak resident memory.
@@ -39,7 +44,8 @@ ggml was built for.
 Usage: bench/compare.py [--threads 2] [--reps 5] [--work DIR] [--llama-dir DIR] [--cvllm BIN]
                         [--serve-prompts 64] [--serve-reps 1] [--tokens 128] [--prompt-len 512]
                         [--eight-b-tokens 16]
-                        [--rows decode,prefill,serve,8b,w8a8-decode,w8a8-prefill,w8a8-8b,fp8-decode]
+                        [--rows decode,prefill,ttft,serve,8b,f32-decode,f32-prefill,f32-ttft,
+                                w8a8-decode,w8a8-prefill,w8a8-8b,fp8-decode]
 Stdlib only; the checkpoint tools need a python3 with numpy (found automatically).
 """
 import argparse
@@ -328,7 +334,7 @@ def cvllm_latency(args, model, input_len, output_len, extra=()):
     with tempfile.NamedTemporaryFile(suffix=".json", dir=args.work) as out:
         r = run([args.cvllm, "bench", "latency", "--model", model, "--input-len", input_len, "--output-len",
                  output_len, "--batch-size", 1, "--num-iters-warmup", 1, "--num-iters", 3, "--num-threads",
-                 args.threads, "--max-model-len", 2048, "--kv-cache-memory-bytes", 1 << 30, "--output-json", out.name,
+                 args.threads, "--max-model-len", 4096, "--kv-cache-memory-bytes", 1 << 30, "--output-json", out.name,
                  *extra], quiet=True)
         with open(out.name) as f:
             j = json.load(f)
@@ -463,8 +469,10 @@ def serve_row(args, folder, gguf):
 
 # ---- rows -------------------------------------------------------------------------------------
 
-ROWS = ("decode", "w8a8-decode", "fp8-decode", "prefill", "w8a8-prefill", "8b", "w8a8-8b", "serve")
-DUMMY, ASCEND = ("--load-format", "dummy"), ("--quantization", "ascend")
+ROWS = ("decode", "f32-decode", "w8a8-decode", "fp8-decode", "prefill", "f32-prefill", "w8a8-prefill", "ttft",
+        "f32-ttft", "8b", "w8a8-8b", "serve")
+DUMMY, ASCEND, F32 = ("--load-format", "dummy"), ("--quantization", "ascend"), ("--dtype", "float32")
+TTFT_TOKENS = 3500  # the Qwen3 tutorial's workload: 3.5K in
 
 
 class Row:
@@ -480,13 +488,16 @@ class Row:
 
 
 def plan_row(args, name, small):
-    """The Row of a --rows name (quantization-what, bf16 when unprefixed); small: the 0.6B checkpoint
-    and its GGUF."""
+    """The Row of a --rows name (quantization-what, bf16 when unprefixed: cvllm's default compute
+    dtype for a bf16 checkpoint; f32: cvllm --dtype float32 on the same bf16 weights); small: the 0.6B
+    checkpoint and its GGUF."""
     quant, _, what = name.rpartition("-")
     quant = quant or "bf16"
     n = args.eight_b_tokens if what == "8b" else args.tokens
     if what == "prefill":
         cv_io, ll_io, kind = (args.prompt_len, 1), (args.prompt_len, 0), f"pp{args.prompt_len}"
+    elif what == "ttft":  # a prompt's prefill tok/s; its time to first token is TTFT_TOKENS / that
+        cv_io, ll_io, kind = (TTFT_TOKENS, 1), (TTFT_TOKENS, 0), f"pp{TTFT_TOKENS}; TTFT = {TTFT_TOKENS} / tok/s"
     else:
         cv_io, ll_io, kind = (1, n + 1), (0, n), f"tg{n}"
     if quant == "fp8":
@@ -506,9 +517,13 @@ def plan_row(args, name, small):
         model = model if what == "8b" else quantized(args, model, "dense")
         extra += ASCEND
         gguf = gguf and q8_0(args, gguf)
-    title = f"{shape}{' W8A8_DYNAMIC vs Q8_0' if quant == 'w8a8' else ''} {step}"
-    targets = {"decode": ("≥ 1.2×", "reported"), "prefill": ("≥ 1.2×", "≥ 2×"), "8b": ("≥ 1.1×", "≥ 1.2×")}
-    target = targets[what][quant == "w8a8"]  # the tok/s ratio's: (bf16, w8a8)
+    if quant == "f32":
+        extra += F32
+    label = {"bf16": "", "f32": " (cvllm --dtype float32)", "w8a8": " W8A8_DYNAMIC vs Q8_0"}[quant]
+    title = f"{shape}{label} {step}"
+    targets = {"decode": ("≥ 1.2×", "reported"), "prefill": ("≥ 1.3× (AVX512-BF16), ≥ 8× (AMX)", "≥ 2×"),
+               "ttft": ("reported", "reported"), "8b": ("≥ 1.1×", "≥ 1.2×")}
+    target = "reported" if quant == "f32" else targets[what][quant == "w8a8"]  # the tok/s ratio's: (bf16, w8a8)
     return Row(title, f"{title} tok/s ({kind}{note})", target,
                lambda: cvllm_latency(args, model, *cv_io, extra),
                gguf and (lambda: (llama_bench(args, gguf, *ll_io), None)), every=2 if what == "8b" else 1,
@@ -628,7 +643,7 @@ def main():
         cv, ll, ready, rss = serve
         path = llama_path(args, small[1]) if ll else ""
         print(f"| serve output tok/s (512/128, conc. 16, {args.serve_prompts} prompts) | {fmt(cv[0])} | "
-              f"{fmt(ll[0] if ll else None)} | {fmt(ratio(cv[0], ll[0]) if ll else None)}× | ≥ 2× | {path} |")
+              f"{fmt(ll[0] if ll else None)} | {fmt(ratio(cv[0], ll[0]) if ll else None)}× | ≥ 4× | {path} |")
         print(f"| serve p99 TPOT ms | {fmt(cv[1])} | {fmt(ll[1] if ll else None)} | | reported | {path} |")
         print(f"| serve start to ready s: packed-weight cache cold / warm | {fmt(ready[0])} / {fmt(ready[1])} | "
               f"{fmt(ready[2])} | | ≤ 2 s | {path} |")
