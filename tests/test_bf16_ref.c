@@ -2,9 +2,11 @@
  * test_bf16_ref.c — the bf16 compute mode (--dtype bfloat16, the default for bf16 checkpoints)
  * against Hugging Face's f32 logits, within what Hugging Face's own bf16 run gets.
  *
- * In bf16 compute the inputs of every GEMM on bf16 weights are rounded to bf16 (where the CPU has a
- * bf16 dot product that is faster than f32 FMA; elsewhere they stay f32), while accumulation, norms,
- * softmax, RoPE, the router, the Gated DeltaNet state and the residual stream stay f32. The bound
+ * In bf16 compute the inputs of every GEMM on bf16 weights are rounded to bf16, and so are the query
+ * and the softmax numerators of attention's two tile products over the bf16 KV cache (where the CPU
+ * has a bf16 dot product that is faster than f32 FMA; elsewhere they stay f32), while accumulation,
+ * norms, the softmax itself, RoPE, the router, the Gated DeltaNet state and the residual stream stay
+ * f32. The bound
  * per folder is Hugging Face's model code run end to end in torch.bfloat16 against its f32
  * reference (max |Δ log-prob| over the reference's top-5 ids: every row, and the median row of
  * each scenario); an engine that rounds only the GEMM inputs must be no worse. Greedy ids are

@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "base/threadpool.h"
 #include "check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/formats.h"
 #include "kernels/kernels.h"
 
@@ -1426,6 +1427,76 @@ static void test_attention_bf16_cache(cv_threadpool *pool) {
     }
 }
 
+/* Attention with bf16 dot products (bf16 compute over a bf16 cache): within bf16's rounding of the
+ * scaled query and of the softmax numerators from a double reference that rounds the query the same
+ * way (numerators are rounded against the running max of the online softmax, the reference's
+ * against the final one, so only the size of that error can be bounded: 2⁻⁸ of max |V| = 1);
+ * not the f32 tile products' bits; and the same bits batched, per sequence and in chunks of 5.
+ * Skipped where the ISA has no bf16 dot product. */
+static void test_attention_bf16_dot(cv_threadpool *pool) {
+    if (!cv_cpu_ops_active()->gemm_rows_dot || !cv_linear_bf16_input()) {
+        printf("test_kernels: bf16-dot attention skipped on %s: no faster bf16 dot product there\n",
+               cv_isa_name(cv_isa_active()));
+        return;
+    }
+    static const int shapes[][3] = {{9, 3, 40}, {7, 7, 32}, {14, 2, 128}, {16, 2, 256}}; /* heads, KV heads, head_dim */
+    enum { BS7 = 7, BLOCKS = 64, SLOTS = BS7 * BLOCKS, T = 45, SEQS = 4 };
+    const int32_t seq_start[SEQS + 1] = {0, 37, 38, 39, T}, first_pos[SEQS] = {100, 200, 0, 60};
+    int32_t positions[T], tables[SEQS][32], next_block = 0;
+    for (int s = 0; s < SEQS; s++) {
+        for (int32_t t = seq_start[s]; t < seq_start[s + 1]; t++) positions[t] = first_pos[s] + t - seq_start[s];
+        for (int b = 0; b * BS7 <= positions[seq_start[s + 1] - 1]; b++) tables[s][b] = (next_block++ * 37 + 5) % BLOCKS;
+    }
+    const int32_t *table_rows[SEQS] = {tables[0], tables[1], tables[2], tables[3]};
+    int64_t identity[SLOTS];
+    for (int i = 0; i < SLOTS; i++) identity[i] = i;
+    for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
+        const int nh = shapes[sh][0], nkv = shapes[sh][1], hd = shapes[sh][2];
+        const int64_t width = (int64_t)nkv * hd, cache = SLOTS * width, rows = (int64_t)T * nh * hd;
+        float *k = rand_vec(cache), *v = rand_vec(cache), *q = rand_vec(rows), *q_rounded = rand_vec(rows);
+        for (int64_t i = 0; i < rows; i++) q[i] *= 3.0f; /* peaky softmax */
+        const float scale = 1.0f / sqrtf((float)hd);
+        /* the reference's query: what the kernel rounds (q · scale), divided back by the scale */
+        for (int64_t i = 0; i < rows; i++) q_rounded[i] = (float)((double)cv_bf16_to_f32(cv_f32_to_bf16(q[i] * scale)) / scale);
+        uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
+        cv_kv_write(kb, vb, CV_DTYPE_BF16, k, v, identity, SLOTS, width);
+        float *out_f = rand_vec(rows), *out_d = rand_vec(rows), *out_split = rand_vec(rows);
+        cv_attention_args a = {.n_tokens = T, .n_seqs = SEQS, .seq_start = seq_start, .positions = positions,
+                               .block_tables = table_rows, .block_size = BS7, .n_heads = nh, .n_kv_heads = nkv,
+                               .head_dim = hd, .scale = scale, .q = q, .kv_dtype = CV_DTYPE_BF16, .k_cache = kb,
+                               .v_cache = vb, .out = out_f};
+        cv_attention(pool, &a);
+        cv_attention_args ad = a;
+        ad.bf16_dot = true, ad.out = out_d;
+        cv_attention(pool, &ad);
+        for (int s = 0; s < SEQS; s++)
+            for (int32_t t0 = seq_start[s]; t0 < seq_start[s + 1]; t0 += 5) {
+                const int32_t n = seq_start[s + 1] - t0 < 5 ? seq_start[s + 1] - t0 : 5, one[2] = {0, n};
+                cv_attention_args c = ad;
+                c.n_tokens = n, c.n_seqs = 1, c.seq_start = one, c.positions = positions + t0;
+                c.block_tables = table_rows + s, c.q = q + (int64_t)t0 * nh * hd, c.out = out_split + (int64_t)t0 * nh * hd;
+                cv_attention(pool, &c);
+            }
+        CHECK_MSG(memcmp(out_split, out_d, (size_t)rows * sizeof *out_d) == 0,
+                  "bf16-dot attention %d/%d heads, head_dim %d (%d threads): batched and split differ", nh, nkv, hd,
+                  cv_threadpool_size(pool));
+        CHECK_MSG(memcmp(out_f, out_d, (size_t)rows * sizeof *out_d) != 0,
+                  "bf16-dot attention %d/%d heads, head_dim %d: the f32 tile products' bits", nh, nkv, hd);
+        cv_attention_args r = ad;
+        r.q = q_rounded;
+        double *ref = cv_xmalloc((size_t)nh * hd * sizeof *ref), worst = 0;
+        for (int s = 0; s < SEQS; s++)
+            for (int32_t t = seq_start[s]; t < seq_start[s + 1]; t++) {
+                ref_attention(&r, t, s, ref);
+                for (int i = 0; i < nh * hd; i++) worst = fmax(worst, fabs(out_d[(int64_t)t * nh * hd + i] - ref[i]));
+            }
+        CHECK_MSG(worst <= 0x1p-8, "bf16-dot attention %d/%d heads, head_dim %d: %g from the reference", nh, nkv, hd,
+                  worst);
+        free(ref);
+        free(k), free(v), free(q), free(q_rounded), free(kb), free(vb), free(out_f), free(out_d), free(out_split);
+    }
+}
+
 static void test_kv_write(void) {
     const int64_t width = 6, slots[] = {7, 2, 4};
     float kc[8 * 6] = {0}, vc[8 * 6] = {0}, k[3 * 6], v[3 * 6];
@@ -1507,6 +1578,7 @@ int main(void) {
             test_matmul(pools[p]);
             test_attention(pools[p]);
             test_attention_bf16_cache(pools[p]);
+            test_attention_bf16_dot(pools[p]);
             test_add_rmsnorm(pools[p]);
             test_swiglu(pools[p]);
             test_fused_quant(pools[p]);

@@ -256,6 +256,9 @@ void cv_rmsnorm_rope(cv_threadpool *pool, const cv_rope *r, float *dst, int64_t 
  * block_tables[s]; its own K/V must already be in the cache. Query head h uses KV head
  * h / (n_heads / n_kv_heads). A bf16 cache is widened as it is read and everything else is the f32
  * computation: the output is bit for bit that of an f32 cache holding the same (bf16) values.
+ * With bf16_dot (bf16 compute, a bf16 cache, and cv_linear_bf16_input()) the two tile products run
+ * as bf16 dot products instead: the scaled query and the softmax numerators are rounded to bf16,
+ * accumulation, the online softmax and the final division stay f32.
  */
 typedef struct cv_attention_args {
     int32_t n_tokens;
@@ -269,6 +272,7 @@ typedef struct cv_attention_args {
     const float *q;                     /* [n_tokens][n_heads·head_dim] */
     cv_dtype kv_dtype;                  /* CV_DTYPE_F32 (0) or CV_DTYPE_BF16: the elements of k_cache, v_cache */
     const void *k_cache, *v_cache;
+    bool bf16_dot;                      /* Q·Kᵀ and P·V as bf16 dot products (see above) */
     float *out;                         /* [n_tokens][n_heads·head_dim] */
 } cv_attention_args;
 

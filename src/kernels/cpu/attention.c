@@ -21,6 +21,15 @@
  * softmax and accumulation are the same f32 code in the same order, so attention over a bf16 cache
  * is bit for bit attention over an f32 cache holding the same rounded values.
  *
+ * In bf16 compute with a bf16 cache, on a CPU whose bf16 dot product beats f32 FMA (bf16_dot), the
+ * two tile products run on bf16 pairs instead (cpu_ops.h gemm_rows_dot, twice the multiply-adds per
+ * instruction): the scaled query rows are rounded to bf16 once per block, the K tile is transposed
+ * as 32-bit words — a pair of adjacent head_dim elements stays together, which is what Q·Kᵀ pairs
+ * over — and for P·V the softmax numerators of each row are rounded to bf16 and paired over
+ * adjacent positions, against V rows interleaved in the same position pairs. The running max and
+ * sum, the rescaling and the final division stay f32 and unchanged; still one accumulation chain
+ * per element whatever the block, so batch invariance holds in this mode too.
+ *
  * An online softmax (running max m, running sum l, output rescaled when m grows) keeps memory per
  * unit constant in the context length; with the whole context in one tile (≤ 64) it is the
  * textbook f32 softmax exactly.
@@ -40,7 +49,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
 
-enum { CONTEXT_TILE = 64, BLOCK_ROWS = 32 };
+enum { CONTEXT_TILE = 64, BLOCK_ROWS = 64 };
 
 typedef struct attention_job {
     const cv_attention_args *a;
@@ -80,10 +89,26 @@ static void cache_rows(const attention_job *job, const void *cache, const int32_
 typedef struct block_scratch {
     float *q;      /* [rows][hd], pre-scaled */
     float *o;      /* [rows][hd] */
-    float *kt;     /* [hd][CONTEXT_TILE] */
+    float *kt;     /* [hd][CONTEXT_TILE]; bf16_dot: [hd/2][CONTEXT_TILE] pairs */
     float *s;      /* [rows][CONTEXT_TILE] */
     head_state *st;
+    /* bf16_dot only: the scaled query [rows][hd/2], the numerators [rows][CONTEXT_TILE/2] and the
+     * V tile [CONTEXT_TILE/2][hd] as bf16 pairs */
+    uint32_t *qp, *pp, *vp;
 } block_scratch;
+
+/* O += P·V of one tile on bf16 pairs: the rows' numerators s (f32, zero past each row's causal end)
+ * rounded and paired over adjacent positions, V rows of the tile interleaved in the same pairs (an
+ * odd last position pairs with zero). */
+static void pv_dot(const attention_job *job, block_scratch *w, const tile_rows *vrow, int rows, int n) {
+    const int hd = job->a->head_dim, pairs = (n + 1) / 2;
+    const int64_t lda = cv_act_bf16_stride(n) / 2; /* ≤ CONTEXT_TILE / 2 pairs a row, zero past n */
+    cv_round_bf16_rows(NULL, w->s, CONTEXT_TILE, rows, n, (uint16_t *)w->pp);
+    job->ops->pair_rows_bf16(w->vp, hd, vrow->bf16, n, hd);
+    const uint32_t *v_pairs[CONTEXT_TILE / 2];
+    for (int p = 0; p < pairs; p++) v_pairs[p] = w->vp + (int64_t)p * hd;
+    job->ops->gemm_rows_dot(w->o, hd, w->pp, lda, v_pairs, rows, hd, pairs, true);
+}
 
 /* Rows r = token·group + head of the block [t0, t1) attend over their contexts. */
 static void attend_block(const attention_job *job, block_scratch *w, int32_t s, int32_t t0, int32_t t1, int32_t g) {
@@ -91,6 +116,7 @@ static void attend_block(const attention_job *job, block_scratch *w, int32_t s, 
     const cv_cpu_ops *ops = job->ops;
     const int hd = a->head_dim, group = job->group, rows = (t1 - t0) * group;
     const int32_t *table = a->block_tables[s];
+    const bool dot = a->bf16_dot;
     for (int32_t t = t0; t < t1; t++)
         for (int h = 0; h < group; h++) {
             int r = (t - t0) * group + h;
@@ -98,19 +124,29 @@ static void attend_block(const attention_job *job, block_scratch *w, int32_t s, 
             for (int d = 0; d < hd; d++) w->q[(int64_t)r * hd + d] = q[d] * a->scale;
             w->st[r] = (head_state){-INFINITY, 0.0f};
         }
+    const int64_t q_pairs = cv_act_bf16_stride(hd) / 2; /* between rows of qp */
+    if (dot) cv_round_bf16_rows(NULL, w->q, hd, rows, hd, (uint16_t *)w->qp);
     memset(w->o, 0, (size_t)rows * (size_t)hd * sizeof(float));
     const int32_t n_ctx = a->positions[t1 - 1] + 1; /* positions ascend within a sequence */
     const float *kt_rows[1024];
+    const uint32_t *kt_pairs[512];
     tile_rows krow, vrow;
     assert(hd <= 1024);
     for (int d = 0; d < hd; d++) kt_rows[d] = w->kt + (int64_t)d * CONTEXT_TILE;
+    for (int d = 0; d < hd / 2; d++) kt_pairs[d] = (const uint32_t *)w->kt + (int64_t)d * CONTEXT_TILE;
     for (int32_t j0 = 0; j0 < n_ctx; j0 += CONTEXT_TILE) {
         const int n = n_ctx - j0 < CONTEXT_TILE ? n_ctx - j0 : CONTEXT_TILE;
         cache_rows(job, a->k_cache, table, j0, n, g, &krow);
         cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
-        if (job->bf16) ops->transpose_rows_bf16(w->kt, CONTEXT_TILE, krow.bf16, n, hd);
-        else ops->transpose_rows(w->kt, CONTEXT_TILE, krow.f32, n, hd);
-        ops->gemm_rows(w->s, CONTEXT_TILE, w->q, hd, kt_rows, rows, n, hd, false);
+        if (dot) {
+            /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
+            ops->transpose_rows(w->kt, CONTEXT_TILE, (const float *const *)krow.bf16, n, hd / 2);
+            ops->gemm_rows_dot(w->s, CONTEXT_TILE, w->qp, q_pairs, kt_pairs, rows, n, hd / 2, false);
+        } else {
+            if (job->bf16) ops->transpose_rows_bf16(w->kt, CONTEXT_TILE, krow.bf16, n, hd);
+            else ops->transpose_rows(w->kt, CONTEXT_TILE, krow.f32, n, hd);
+            ops->gemm_rows(w->s, CONTEXT_TILE, w->q, hd, kt_rows, rows, n, hd, false);
+        }
         for (int r = 0; r < rows; r++) {
             const int valid = a->positions[t0 + r / group] + 1 - j0; /* causal: keys up to the row's position */
             float *sr = w->s + (int64_t)r * CONTEXT_TILE;
@@ -131,7 +167,8 @@ static void attend_block(const attention_job *job, block_scratch *w, int32_t s, 
             st->sum += ops->exp_sum(sr, sr, st->max, nv);
             if (nv < n) memset(sr + nv, 0, (size_t)(n - nv) * sizeof *sr);
         }
-        if (job->bf16) ops->gemm_rows_bf16(w->o, hd, w->s, CONTEXT_TILE, vrow.bf16, rows, hd, n, true);
+        if (dot) pv_dot(job, w, &vrow, rows, n);
+        else if (job->bf16) ops->gemm_rows_bf16(w->o, hd, w->s, CONTEXT_TILE, vrow.bf16, rows, hd, n, true);
         else ops->gemm_rows(w->o, hd, w->s, CONTEXT_TILE, vrow.f32, rows, hd, n, true);
     }
     for (int32_t t = t0; t < t1; t++)
@@ -175,15 +212,24 @@ static void attention_task(void *arg, int ti, int nt) {
     block_scratch w = {.q = buf, .o = buf + rows * hd, .kt = buf + 2 * rows * hd,
                        .s = buf + 2 * rows * hd + hd * CONTEXT_TILE,
                        .st = cv_xmalloc((size_t)rows * sizeof(head_state))};
+    if (a->bf16_dot) {
+        const int64_t q_words = rows * (cv_act_bf16_stride(hd) / 2);
+        w.qp = cv_xmalloc((size_t)(q_words + rows * CONTEXT_TILE / 2 + CONTEXT_TILE / 2 * hd) * sizeof(uint32_t));
+        w.pp = w.qp + q_words;
+        w.vp = w.pp + rows * CONTEXT_TILE / 2;
+    }
     const int64_t units = job->unit_start[a->n_seqs];
     for (int64_t u = ti; u < units; u += nt) run_unit(job, &w, u);
     free(w.st);
+    free(w.qp);
     free(buf);
 }
 
 void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
     assert(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && a->block_size > 0);
     assert(a->kv_dtype == CV_DTYPE_F32 || a->kv_dtype == CV_DTYPE_BF16);
+    assert(!a->bf16_dot || (a->kv_dtype == CV_DTYPE_BF16 && a->head_dim % 2 == 0 && cv_cpu_ops_active()->gemm_rows_dot &&
+                            cv_cpu_ops_active()->pair_rows_bf16));
     if (a->n_tokens <= 0) return;
     attention_job job = {.a = a, .ops = cv_cpu_ops_active(), .group = a->n_heads / a->n_kv_heads,
                          .bf16 = a->kv_dtype == CV_DTYPE_BF16, .kv_width = (int64_t)a->n_kv_heads * a->head_dim};

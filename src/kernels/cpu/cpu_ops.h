@@ -32,6 +32,15 @@ typedef struct cv_cpu_ops {
     void (*gemm_rows_bf16)(float *c, int64_t ldc, const float *a, int64_t lda, const uint16_t *const *b, int m, int n,
                            int k, bool accumulate);
     void (*transpose_rows_bf16)(float *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols);
+    /* gemm_rows on bf16 pairs (32-bit words, the even element in the low half): c[i·ldc + j] (+)=
+     * Σ_p a[i·lda + p] ·· b[p][j], where ·· is the bf16 dot product of AVX512-BF16 (vdpbf16ps: per
+     * lane acc + odd·odd, then + even·even, each rounded to nearest even, subnormals flushed). NULL
+     * on an ISA without it. */
+    void (*gemm_rows_dot)(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *const *b, int m,
+                          int n, int k, bool accumulate);
+    /* Its b operand from pairs of bf16 rows: dst[p·ld + c] = rows[2p][c] | rows[2p+1][c] << 16 for
+     * c < n_cols, an odd last row paired with zeros. NULL with gemm_rows_dot. */
+    void (*pair_rows_bf16)(uint32_t *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols);
     /* out[i] = silu(gate[i]) · up[i]. */
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
     /* Σ x[i]² accumulated in f32 over 16 (or 8) lanes. */

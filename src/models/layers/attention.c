@@ -49,6 +49,7 @@ void nn_attention_scratch_take(nn_attention_scratch *s, const nn_attention_dims 
 
 void nn_bind_attention(nn_binder *b, const char *prefix, const nn_attention_dims *d, nn_attention *out) {
     const int64_t H = d->hidden, q_dim = (int64_t)d->n_heads * d->head_dim, kv_dim = (int64_t)d->n_kv_heads * d->head_dim;
+    out->bf16_dot = b->bf16_input && d->head_dim % 2 == 0;
     char p[200];
     snprintf(p, sizeof p, "%s", prefix);
     nn_bind_linear(b, &out->qkv, nn_name(b, "%sq_proj", p), d->gated ? 2 * q_dim : q_dim, H,
@@ -102,6 +103,7 @@ void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_a
         .block_tables = b->block_tables, .block_size = kv->block_size, .n_heads = d->n_heads,
         .n_kv_heads = d->n_kv_heads, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = s->q,
         .kv_dtype = kv->dtype, .k_cache = kv->k[kv_layer], .v_cache = kv->v[kv_layer], .out = s->attn,
+        .bf16_dot = w->bf16_dot && kv->dtype == CV_DTYPE_BF16,
     };
     NN_TIMED(CV_OP_ATTENTION, {
         cv_attention(pool, &args);

@@ -35,6 +35,7 @@ typedef struct nn_attention {
     nn_linear qkv;                 /* q_proj (query and gate rows when gated) | k_proj | v_proj */
     nn_linear o_proj;
     const float *q_norm, *k_norm;  /* effective gains */
+    bool bf16_dot;                 /* bf16 compute with the bf16 dot product: so is attention over a bf16 cache */
 } nn_attention;
 
 /* Activations for T tokens: qg [T][n_heads·head_dim·(gated ? 2 : 1)], q, gate, attn

@@ -102,6 +102,56 @@ static void gemm_rows_bf16_avx512(float *c, int64_t ldc, const float *a, int64_t
     gemm_any(c, ldc, a, lda, NULL, b, m, n, k, accumulate);
 }
 
+/* gemm_block on bf16 pairs with vdpbf16ps: MR rows × up to 64 columns, each pair of a broadcast
+ * against four vectors of pairs of b's row. */
+#define BF16_DOT __attribute__((target("avx512bf16")))
+BF16_DOT INLINE void dot_block(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *const *b,
+                               int col, int n, int k, bool accumulate, const int MR) {
+    __mmask16 m[4];
+    for (int v = 0; v < 4; v++) m[v] = n - 16 * v >= 16 ? (__mmask16)0xffff : n - 16 * v > 0 ? tail_mask(n - 16 * v) : 0;
+    __m512 acc[4][4];
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < 4; v++)
+            acc[i][v] = accumulate ? _mm512_maskz_loadu_ps(m[v], c + i * ldc + 16 * v) : _mm512_setzero_ps();
+    for (int p = 0; p < k; p++) {
+        __m512bh bv[4];
+        for (int v = 0; v < 4; v++) bv[v] = (__m512bh)_mm512_maskz_loadu_epi32(m[v], b[p] + col + 16 * v);
+        for (int i = 0; i < MR; i++) {
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[i * lda + p]);
+            for (int v = 0; v < 4; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, m[v], acc[i][v]);
+}
+
+BF16_DOT static void gemm_rows_dot_avx512(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
+                                          const uint32_t *const *b, int m, int n, int k, bool accumulate) {
+    for (int j = 0; j < n; j += 64) {
+        int nj = n - j < 64 ? n - j : 64;
+        int i = 0;
+        for (; i + 4 <= m; i += 4) dot_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 4);
+        switch (m - i) {
+        case 3: dot_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 3); break;
+        case 2: dot_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 2); break;
+        case 1: dot_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 1); break;
+        default: break;
+        }
+    }
+}
+
+static void pair_rows_bf16_avx512(uint32_t *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols) {
+    for (int p = 0; 2 * p < n_rows; p++) {
+        const uint16_t *lo = rows[2 * p], *hi = 2 * p + 1 < n_rows ? rows[2 * p + 1] : NULL;
+        for (int c = 0; c < n_cols; c += 16) {
+            const __mmask16 m = n_cols - c >= 16 ? (__mmask16)0xffff : tail_mask(n_cols - c);
+            __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo + c));
+            if (hi) v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi + c)), 16));
+            _mm512_mask_storeu_epi32(dst + (int64_t)p * ld + c, m, v);
+        }
+    }
+}
+
 /* 16 rows × 16 columns in registers (r[i] = row i in, column i out): 32-bit, 64-bit and two 128-bit
  * interleave stages, 64 shuffles for 256 elements instead of 256 scattered scalar stores. */
 INLINE void transpose16(__m512 r[16]) {
@@ -215,6 +265,8 @@ const cv_cpu_ops cv_cpu_ops_avx512 = {
     .transpose_rows = transpose_rows_avx512,
     .gemm_rows_bf16 = gemm_rows_bf16_avx512,
     .transpose_rows_bf16 = transpose_rows_bf16_avx512,
+    .gemm_rows_dot = gemm_rows_dot_avx512,
+    .pair_rows_bf16 = pair_rows_bf16_avx512,
     .exp_sum = exp_sum_avx512,
     .silu_mul = silu_mul_avx512,
     .sum_sq = sum_sq_avx512,
