@@ -2,7 +2,7 @@
  * attention.c — causal grouped-query attention over a paged KV cache, flash-style.
  *
  * A unit of work is (a block of consecutive tokens of one sequence, KV head): the block's query
- * rows — tokens × the query heads sharing that KV head (the GQA group), ~32 rows — meet the
+ * rows — tokens × the query heads sharing that KV head (the GQA group), ~64 rows — meet the
  * context in tiles of 64 positions read straight from the cache through the block table. Per tile
  * K is transposed once into a [head_dim][64] buffer so that S = Q·Kᵀ and then O += P·V are both
  * small lane-wise GEMMs (cpu_ops.h gemm_rows: broadcast one operand, FMA against vectors of the
