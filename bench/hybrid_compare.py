@@ -6,7 +6,8 @@ to 4 layers (bench/configs/qwen3.6-35b-a3b-4layers: 3 Gated-DeltaNet layers + 1 
 layer, 256 experts top-8 + shared expert, vocabulary 248320). tools/make_random_checkpoint.py
 writes the checkpoint once under --work (8.8 GB), bench/hf_to_gguf.py converts it (another
 8.8 GB). Batch-1 decode: `cvllm bench latency` (1-token prompt, 129 tokens: 128 decode steps) vs
-`llama-bench -p 0 -n 128` (tg128), interleaved --reps times, medians reported with the ratio, and
+`llama-bench -p 0 -n 128` (tg128), and prefill of a --prompt-len prompt (pp512 by default; cvllm
+`--input-len 512 --output-len 1`), interleaved --reps times, medians reported with the ratio, and
 each engine's weight bytes streamed per second (from its own files: every projection, the router,
 top-k of the routed experts, the shared expert and the lm_head) with their share of the STREAM
 triad bandwidth measured in the same repetitions (bench/triad.c).
@@ -88,7 +89,7 @@ def bench(args):
         folder, gguf = compare.quantized(args, folder, "moe"), compare.q8_0(args, gguf)
         cv_extra += compare.ASCEND
     path = compare.llama_path(args, gguf)
-    res = {"cv": [], "ll": [], "triad": [], "cv_rss": []}
+    res = {"cv": [], "ll": [], "triad": [], "cv_rss": [], "cv_pp": [], "ll_pp": []}
     triad_exe = compare.build_triad(args)
     for rep in range(args.reps):
         compare.log(f"repetition {rep + 1}/{args.reps}")
@@ -97,6 +98,8 @@ def bench(args):
         res["cv"].append(tok_s)
         res["cv_rss"].append(rss)
         res["ll"].append(compare.llama_bench(args, gguf, 0, 128))
+        res["cv_pp"].append(compare.cvllm_latency(args, folder, args.prompt_len, 1, cv_extra)[0])
+        res["ll_pp"].append(compare.llama_bench(args, gguf, args.prompt_len, 0))
     m = {k: compare.med(v) for k, v in res.items()}
     share = expert_share(folder)
     nbytes = (compare.streamed_bytes(folder, share), compare.streamed_bytes(gguf, share))
@@ -108,6 +111,8 @@ def bench(args):
     print(f"| {title} batch-1 decode tok/s (tg128) | {compare.fmt(m['cv'])} | {compare.fmt(m['ll'])} | "
           f"{compare.fmt(compare.ratio(m['cv'], m['ll']))}× | reported | {path} |")
     print(compare.bandwidth_line(f"{title} decode", (m["cv"], m["ll"]), nbytes, m["triad"], "reported", path))
+    print(f"| {title} prefill tok/s (pp{args.prompt_len}) | {compare.fmt(m['cv_pp'])} | {compare.fmt(m['ll_pp'])} | "
+          f"{compare.fmt(compare.ratio(m['cv_pp'], m['ll_pp']))}× | reported | {path} |")
     print(f"cvllm peak RSS MiB (median): {compare.fmt(m['cv_rss'], 0)}")
     print("raw:", json.dumps(res))
 
@@ -252,6 +257,7 @@ def main():
     ap.add_argument("--tokenizer", default=os.path.join(REPO, "models", "qwen3-tokenizer"))
     ap.add_argument("--quant", choices=("bf16", "w8a8"), default="bf16",
                     help="the benchmark's weights: bf16 as made, or W8A8_DYNAMIC (cvllm quantize) vs Q8_0")
+    ap.add_argument("--prompt-len", type=int, default=512, help="prompt tokens of the prefill row")
     ap.add_argument("--check", action="store_true", help="the tiny-model agreement check instead of the benchmark")
     ap.add_argument("--scale", type=float, default=4, help="--check: weight magnitude multiplier (power of two)")
     ap.add_argument("--experts-per-token", type=int, default=8, choices=range(1, 9), metavar="1..8",
