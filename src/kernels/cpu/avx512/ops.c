@@ -55,16 +55,47 @@ INLINE __m512 load_b(const float *const *bf, const uint16_t *const *bh, int p, i
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, bh[p] + col)), 16));
 }
 
-/* MR rows × up to 64 columns from col (4 vectors, the last ones masked): the row of a broadcasts
- * against four vectors of b's row per step, so each b load feeds MR FMAs. */
-INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *bf,
-                       const uint16_t *const *bh, int col, int n, int k, bool accumulate, const int MR) {
-    __mmask16 m[4];
+/* What the attention tile products share: the masks of up to 64 columns as 4 vectors (the last ones
+ * partial or empty), and the MR × 4 accumulators loaded from c (accumulate) or zeroed, and stored. */
+INLINE void column_masks(int n, __mmask16 m[4]) {
     for (int v = 0; v < 4; v++) m[v] = n - 16 * v >= 16 ? (__mmask16)0xffff : n - 16 * v > 0 ? tail_mask(n - 16 * v) : 0;
-    __m512 acc[4][4];
+}
+
+INLINE void acc_load(__m512 acc[4][4], const float *c, int64_t ldc, const __mmask16 m[4], bool accumulate, const int MR) {
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < 4; v++)
             acc[i][v] = accumulate ? _mm512_maskz_loadu_ps(m[v], c + i * ldc + 16 * v) : _mm512_setzero_ps();
+}
+
+INLINE void acc_store(float *c, int64_t ldc, __m512 acc[4][4], const __mmask16 m[4], const int MR) {
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, m[v], acc[i][v]);
+}
+
+/* The tile product over row blocks of 4 and column blocks of 64: BLOCK(c, ldc, a, lda, col, n, k,
+ * accumulate, MR, operands of b...) for every block, MR a constant in each call. */
+#define TILE_ROWS(BLOCK, c, ldc, a, lda, m, n, k, accumulate, ...)                                          \
+    for (int j_ = 0; j_ < (n); j_ += 64) {                                                                   \
+        const int nj_ = (n) - j_ < 64 ? (n) - j_ : 64;                                                       \
+        int i_ = 0;                                                                                          \
+        for (; i_ + 4 <= (m); i_ += 4)                                                                       \
+            BLOCK((c) + i_ * (ldc) + j_, ldc, (a) + i_ * (lda), lda, j_, nj_, k, accumulate, 4, __VA_ARGS__); \
+        switch ((m) - i_) {                                                                                  \
+        case 3: BLOCK((c) + i_ * (ldc) + j_, ldc, (a) + i_ * (lda), lda, j_, nj_, k, accumulate, 3, __VA_ARGS__); break; \
+        case 2: BLOCK((c) + i_ * (ldc) + j_, ldc, (a) + i_ * (lda), lda, j_, nj_, k, accumulate, 2, __VA_ARGS__); break; \
+        case 1: BLOCK((c) + i_ * (ldc) + j_, ldc, (a) + i_ * (lda), lda, j_, nj_, k, accumulate, 1, __VA_ARGS__); break; \
+        default: break;                                                                                      \
+        }                                                                                                    \
+    }
+
+/* MR rows × up to 64 columns from col (4 vectors, the last ones masked): the row of a broadcasts
+ * against four vectors of b's row per step, so each b load feeds MR FMAs. */
+INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, int col, int n, int k, bool accumulate,
+                       const int MR, const float *const *bf, const uint16_t *const *bh) {
+    __mmask16 m[4];
+    column_masks(n, m);
+    __m512 acc[4][4];
+    acc_load(acc, c, ldc, m, accumulate, MR);
     for (int p = 0; p < k; p++) {
         __m512 bv[4];
         for (int v = 0; v < 4; v++) bv[v] = load_b(bf, bh, p, col + 16 * v, m[v]);
@@ -73,46 +104,28 @@ INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const
             for (int v = 0; v < 4; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
         }
     }
-    for (int i = 0; i < MR; i++)
-        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, m[v], acc[i][v]);
-}
-
-INLINE void gemm_any(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *bf,
-                     const uint16_t *const *bh, int m, int n, int k, bool accumulate) {
-    for (int j = 0; j < n; j += 64) {
-        int nj = n - j < 64 ? n - j : 64;
-        int i = 0;
-        for (; i + 4 <= m; i += 4) gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 4);
-        switch (m - i) {
-        case 3: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 3); break;
-        case 2: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 2); break;
-        case 1: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 1); break;
-        default: break;
-        }
-    }
+    acc_store(c, ldc, acc, m, MR);
 }
 
 static void gemm_rows_avx512(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
                              int k, bool accumulate) {
-    gemm_any(c, ldc, a, lda, b, NULL, m, n, k, accumulate);
+    TILE_ROWS(gemm_block, c, ldc, a, lda, m, n, k, accumulate, b, NULL)
 }
 
 static void gemm_rows_bf16_avx512(float *c, int64_t ldc, const float *a, int64_t lda, const uint16_t *const *b, int m,
                                   int n, int k, bool accumulate) {
-    gemm_any(c, ldc, a, lda, NULL, b, m, n, k, accumulate);
+    TILE_ROWS(gemm_block, c, ldc, a, lda, m, n, k, accumulate, NULL, b)
 }
 
 /* gemm_block on bf16 pairs with vdpbf16ps: MR rows × up to 64 columns, each pair of a broadcast
  * against four vectors of pairs of b's row. */
 #define BF16_DOT __attribute__((target("avx512bf16")))
-BF16_DOT INLINE void dot_block(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *const *b,
-                               int col, int n, int k, bool accumulate, const int MR) {
+BF16_DOT INLINE void dot_block(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int col, int n, int k,
+                               bool accumulate, const int MR, const uint32_t *const *b) {
     __mmask16 m[4];
-    for (int v = 0; v < 4; v++) m[v] = n - 16 * v >= 16 ? (__mmask16)0xffff : n - 16 * v > 0 ? tail_mask(n - 16 * v) : 0;
+    column_masks(n, m);
     __m512 acc[4][4];
-    for (int i = 0; i < MR; i++)
-        for (int v = 0; v < 4; v++)
-            acc[i][v] = accumulate ? _mm512_maskz_loadu_ps(m[v], c + i * ldc + 16 * v) : _mm512_setzero_ps();
+    acc_load(acc, c, ldc, m, accumulate, MR);
     for (int p = 0; p < k; p++) {
         __m512bh bv[4];
         for (int v = 0; v < 4; v++) bv[v] = (__m512bh)_mm512_maskz_loadu_epi32(m[v], b[p] + col + 16 * v);
@@ -121,23 +134,12 @@ BF16_DOT INLINE void dot_block(float *c, int64_t ldc, const uint32_t *a, int64_t
             for (int v = 0; v < 4; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
         }
     }
-    for (int i = 0; i < MR; i++)
-        for (int v = 0; v < 4; v++) _mm512_mask_storeu_ps(c + i * ldc + 16 * v, m[v], acc[i][v]);
+    acc_store(c, ldc, acc, m, MR);
 }
 
 BF16_DOT static void gemm_rows_dot_avx512(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
                                           const uint32_t *const *b, int m, int n, int k, bool accumulate) {
-    for (int j = 0; j < n; j += 64) {
-        int nj = n - j < 64 ? n - j : 64;
-        int i = 0;
-        for (; i + 4 <= m; i += 4) dot_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 4);
-        switch (m - i) {
-        case 3: dot_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 3); break;
-        case 2: dot_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 2); break;
-        case 1: dot_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 1); break;
-        default: break;
-        }
-    }
+    TILE_ROWS(dot_block, c, ldc, a, lda, m, n, k, accumulate, b)
 }
 
 static void pair_rows_bf16_avx512(uint32_t *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols) {
