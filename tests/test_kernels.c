@@ -1363,51 +1363,76 @@ static void test_attention(cv_threadpool *pool) {
     free(out);
 }
 
+/* The batch of the bf16 attention tests: 37 tokens at 100..136 (three context tiles, several query
+ * blocks); one decode token at 200 (four tiles); position 0 alone; 6 tokens at 60..65 (across the
+ * first tile's edge); in 7-slot blocks scattered over the cache. */
+enum { ATT_BS = 7, ATT_BLOCKS = 64, ATT_SLOTS = ATT_BS * ATT_BLOCKS, ATT_T = 45, ATT_SEQS = 4 };
+typedef struct attention_batch {
+    int32_t seq_start[ATT_SEQS + 1], positions[ATT_T], tables[ATT_SEQS][32];
+    const int32_t *table_rows[ATT_SEQS];
+    int64_t identity[ATT_SLOTS]; /* slot i for row i: cv_kv_write of the whole cache */
+} attention_batch;
+
+static void attention_batch_init(attention_batch *b) {
+    static const int32_t seq_start[ATT_SEQS + 1] = {0, 37, 38, 39, ATT_T}, first_pos[ATT_SEQS] = {100, 200, 0, 60};
+    memcpy(b->seq_start, seq_start, sizeof seq_start);
+    int next_block = 0;
+    for (int s = 0; s < ATT_SEQS; s++) {
+        for (int32_t t = seq_start[s]; t < seq_start[s + 1]; t++) b->positions[t] = first_pos[s] + t - seq_start[s];
+        for (int k = 0; k * ATT_BS <= b->positions[seq_start[s + 1] - 1]; k++)
+            b->tables[s][k] = (next_block++ * 37 + 5) % ATT_BLOCKS;
+        b->table_rows[s] = b->tables[s];
+    }
+    CHECK(next_block <= ATT_BLOCKS);
+    for (int i = 0; i < ATT_SLOTS; i++) b->identity[i] = i;
+}
+
+/* The args of the whole batch (f32 cache, no output yet). */
+static cv_attention_args attention_batch_args(const attention_batch *b, int nh, int nkv, int hd, const float *q) {
+    return (cv_attention_args){.n_tokens = ATT_T, .n_seqs = ATT_SEQS, .seq_start = b->seq_start,
+                               .positions = b->positions, .block_tables = b->table_rows, .block_size = ATT_BS,
+                               .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
+                               .scale = 1.0f / sqrtf((float)hd), .q = q};
+}
+
+/* a's batch again, each sequence alone and in chunks of 5, into out. */
+static void attention_batch_split(cv_threadpool *pool, const attention_batch *b, const cv_attention_args *a,
+                                  float *out) {
+    const int64_t row = (int64_t)a->n_heads * a->head_dim;
+    for (int s = 0; s < ATT_SEQS; s++)
+        for (int32_t t0 = b->seq_start[s]; t0 < b->seq_start[s + 1]; t0 += 5) {
+            const int32_t n = b->seq_start[s + 1] - t0 < 5 ? b->seq_start[s + 1] - t0 : 5, one[2] = {0, n};
+            cv_attention_args c = *a;
+            c.n_tokens = n, c.n_seqs = 1, c.seq_start = one, c.positions = b->positions + t0;
+            c.block_tables = b->table_rows + s, c.q = a->q + t0 * row, c.out = out + t0 * row;
+            cv_attention(pool, &c);
+        }
+}
+
 /* A bf16 KV cache: attention is bit for bit the f32 attention over an f32 cache holding the widened
  * bf16 values, for GQA groups of 1, 3, 7 and 2 (odd head_dim too), contexts of several 64-position
  * tiles in 7-slot blocks (partial blocks and tiles), and the batch split per sequence and in chunks;
  * and it is attention: within 1e-5 of the double reference on those values. */
 static void test_attention_bf16_cache(cv_threadpool *pool) {
     static const int shapes[][3] = {{3, 1, 19}, {9, 3, 40}, {7, 7, 32}, {14, 2, 128}}; /* heads, KV heads, head_dim */
-    enum { BS7 = 7, BLOCKS = 64, SLOTS = BS7 * BLOCKS, T = 45, SEQS = 4 };
-    /* 37 tokens at 100..136 (three context tiles, several query blocks); one decode token at 200 (four
-     * tiles); position 0 alone; 6 tokens at 60..65 (across the first tile's edge). */
-    const int32_t seq_start[SEQS + 1] = {0, 37, 38, 39, T}, first_pos[SEQS] = {100, 200, 0, 60};
-    int32_t positions[T], tables[SEQS][32], next_block = 0;
-    for (int s = 0; s < SEQS; s++) {
-        for (int32_t t = seq_start[s]; t < seq_start[s + 1]; t++) positions[t] = first_pos[s] + t - seq_start[s];
-        for (int b = 0; b * BS7 <= positions[seq_start[s + 1] - 1]; b++) tables[s][b] = (next_block++ * 37 + 5) % BLOCKS;
-    }
-    CHECK(next_block <= BLOCKS);
-    const int32_t *table_rows[SEQS] = {tables[0], tables[1], tables[2], tables[3]};
-    int64_t identity[SLOTS];
-    for (int i = 0; i < SLOTS; i++) identity[i] = i;
+    attention_batch batch;
+    attention_batch_init(&batch);
     for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
         const int nh = shapes[sh][0], nkv = shapes[sh][1], hd = shapes[sh][2];
-        const int64_t width = (int64_t)nkv * hd, cache = SLOTS * width, rows = (int64_t)T * nh * hd;
+        const int64_t width = (int64_t)nkv * hd, cache = ATT_SLOTS * width, rows = (int64_t)ATT_T * nh * hd;
         float *k = rand_vec(cache), *v = rand_vec(cache), *q = rand_vec(rows);
         for (int64_t i = 0; i < rows; i++) q[i] *= 3.0f; /* peaky softmax */
         uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
-        cv_kv_write(kb, vb, CV_DTYPE_BF16, k, v, identity, SLOTS, width);
+        cv_kv_write(kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, width);
         for (int64_t i = 0; i < cache; i++) k[i] = cv_bf16_to_f32(kb[i]), v[i] = cv_bf16_to_f32(vb[i]);
         float *out_f = rand_vec(rows), *out_b = rand_vec(rows), *out_split = rand_vec(rows);
-        cv_attention_args a = {.n_tokens = T, .n_seqs = SEQS, .seq_start = seq_start, .positions = positions,
-                               .block_tables = table_rows, .block_size = BS7, .n_heads = nh, .n_kv_heads = nkv,
-                               .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = q,
-                               .kv_dtype = CV_DTYPE_F32, .k_cache = k, .v_cache = v, .out = out_f};
+        cv_attention_args a = attention_batch_args(&batch, nh, nkv, hd, q);
+        a.kv_dtype = CV_DTYPE_F32, a.k_cache = k, a.v_cache = v, a.out = out_f;
         cv_attention(pool, &a);
         cv_attention_args ab = a;
         ab.kv_dtype = CV_DTYPE_BF16, ab.k_cache = kb, ab.v_cache = vb, ab.out = out_b;
         cv_attention(pool, &ab);
-        /* Each sequence alone, the first one in chunks of 5. */
-        for (int s = 0; s < SEQS; s++)
-            for (int32_t t0 = seq_start[s]; t0 < seq_start[s + 1]; t0 += 5) {
-                const int32_t n = seq_start[s + 1] - t0 < 5 ? seq_start[s + 1] - t0 : 5, one[2] = {0, n};
-                cv_attention_args c = ab;
-                c.n_tokens = n, c.n_seqs = 1, c.seq_start = one, c.positions = positions + t0;
-                c.block_tables = table_rows + s, c.q = q + (int64_t)t0 * nh * hd, c.out = out_split + (int64_t)t0 * nh * hd;
-                cv_attention(pool, &c);
-            }
+        attention_batch_split(pool, &batch, &ab, out_split);
         CHECK_MSG(memcmp(out_b, out_f, (size_t)rows * sizeof *out_b) == 0 &&
                       memcmp(out_split, out_b, (size_t)rows * sizeof *out_b) == 0,
                   "bf16 KV attention %d/%d heads, head_dim %d (%s, %d threads): not the f32 bits (batched %d, split %d)",
@@ -1415,8 +1440,8 @@ static void test_attention_bf16_cache(cv_threadpool *pool) {
                   memcmp(out_b, out_f, (size_t)rows * sizeof *out_b) != 0,
                   memcmp(out_split, out_b, (size_t)rows * sizeof *out_b) != 0);
         double *ref = cv_xmalloc((size_t)nh * hd * sizeof *ref), worst = 0;
-        for (int s = 0; s < SEQS; s++)
-            for (int32_t t = seq_start[s]; t < seq_start[s + 1]; t++) {
+        for (int s = 0; s < ATT_SEQS; s++)
+            for (int32_t t = batch.seq_start[s]; t < batch.seq_start[s + 1]; t++) {
                 ref_attention(&ab, t, s, ref);
                 for (int i = 0; i < nh * hd; i++) worst = fmax(worst, fabs(out_b[(int64_t)t * nh * hd + i] - ref[i]));
             }
@@ -1440,43 +1465,26 @@ static void test_attention_bf16_dot(cv_threadpool *pool) {
         return;
     }
     static const int shapes[][3] = {{9, 3, 40}, {7, 7, 32}, {14, 2, 128}, {16, 2, 256}}; /* heads, KV heads, head_dim */
-    enum { BS7 = 7, BLOCKS = 64, SLOTS = BS7 * BLOCKS, T = 45, SEQS = 4 };
-    const int32_t seq_start[SEQS + 1] = {0, 37, 38, 39, T}, first_pos[SEQS] = {100, 200, 0, 60};
-    int32_t positions[T], tables[SEQS][32], next_block = 0;
-    for (int s = 0; s < SEQS; s++) {
-        for (int32_t t = seq_start[s]; t < seq_start[s + 1]; t++) positions[t] = first_pos[s] + t - seq_start[s];
-        for (int b = 0; b * BS7 <= positions[seq_start[s + 1] - 1]; b++) tables[s][b] = (next_block++ * 37 + 5) % BLOCKS;
-    }
-    const int32_t *table_rows[SEQS] = {tables[0], tables[1], tables[2], tables[3]};
-    int64_t identity[SLOTS];
-    for (int i = 0; i < SLOTS; i++) identity[i] = i;
+    attention_batch batch;
+    attention_batch_init(&batch);
     for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
         const int nh = shapes[sh][0], nkv = shapes[sh][1], hd = shapes[sh][2];
-        const int64_t width = (int64_t)nkv * hd, cache = SLOTS * width, rows = (int64_t)T * nh * hd;
+        const int64_t width = (int64_t)nkv * hd, cache = ATT_SLOTS * width, rows = (int64_t)ATT_T * nh * hd;
         float *k = rand_vec(cache), *v = rand_vec(cache), *q = rand_vec(rows), *q_rounded = rand_vec(rows);
         for (int64_t i = 0; i < rows; i++) q[i] *= 3.0f; /* peaky softmax */
         const float scale = 1.0f / sqrtf((float)hd);
         /* the reference's query: what the kernel rounds (q · scale), divided back by the scale */
         for (int64_t i = 0; i < rows; i++) q_rounded[i] = (float)((double)cv_bf16_to_f32(cv_f32_to_bf16(q[i] * scale)) / scale);
         uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
-        cv_kv_write(kb, vb, CV_DTYPE_BF16, k, v, identity, SLOTS, width);
+        cv_kv_write(kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, width);
         float *out_f = rand_vec(rows), *out_d = rand_vec(rows), *out_split = rand_vec(rows);
-        cv_attention_args a = {.n_tokens = T, .n_seqs = SEQS, .seq_start = seq_start, .positions = positions,
-                               .block_tables = table_rows, .block_size = BS7, .n_heads = nh, .n_kv_heads = nkv,
-                               .head_dim = hd, .scale = scale, .q = q, .kv_dtype = CV_DTYPE_BF16, .k_cache = kb,
-                               .v_cache = vb, .out = out_f};
+        cv_attention_args a = attention_batch_args(&batch, nh, nkv, hd, q);
+        a.kv_dtype = CV_DTYPE_BF16, a.k_cache = kb, a.v_cache = vb, a.out = out_f;
         cv_attention(pool, &a);
         cv_attention_args ad = a;
         ad.bf16_dot = true, ad.out = out_d;
         cv_attention(pool, &ad);
-        for (int s = 0; s < SEQS; s++)
-            for (int32_t t0 = seq_start[s]; t0 < seq_start[s + 1]; t0 += 5) {
-                const int32_t n = seq_start[s + 1] - t0 < 5 ? seq_start[s + 1] - t0 : 5, one[2] = {0, n};
-                cv_attention_args c = ad;
-                c.n_tokens = n, c.n_seqs = 1, c.seq_start = one, c.positions = positions + t0;
-                c.block_tables = table_rows + s, c.q = q + (int64_t)t0 * nh * hd, c.out = out_split + (int64_t)t0 * nh * hd;
-                cv_attention(pool, &c);
-            }
+        attention_batch_split(pool, &batch, &ad, out_split);
         CHECK_MSG(memcmp(out_split, out_d, (size_t)rows * sizeof *out_d) == 0,
                   "bf16-dot attention %d/%d heads, head_dim %d (%d threads): batched and split differ", nh, nkv, hd,
                   cv_threadpool_size(pool));
@@ -1485,8 +1493,8 @@ static void test_attention_bf16_dot(cv_threadpool *pool) {
         cv_attention_args r = ad;
         r.q = q_rounded;
         double *ref = cv_xmalloc((size_t)nh * hd * sizeof *ref), worst = 0;
-        for (int s = 0; s < SEQS; s++)
-            for (int32_t t = seq_start[s]; t < seq_start[s + 1]; t++) {
+        for (int s = 0; s < ATT_SEQS; s++)
+            for (int32_t t = batch.seq_start[s]; t < batch.seq_start[s + 1]; t++) {
                 ref_attention(&r, t, s, ref);
                 for (int i = 0; i < nh * hd; i++) worst = fmax(worst, fabs(out_d[(int64_t)t * nh * hd + i] - ref[i]));
             }
