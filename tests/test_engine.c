@@ -10,6 +10,7 @@
 #include "check.h"
 #include "cvllm.h"
 #include "engine/engine.h"
+#include "engine_drain.h"
 #include "testutil.h"
 
 typedef struct result {
@@ -76,20 +77,21 @@ static void copy_output(result *r, const cvllm_request_output *o) {
         }
 }
 
+typedef struct results {
+    result *at;
+    size_t n;
+} results;
+
+static void collect(void *ctx, const cvllm_request_output *o) {
+    const results *rs = ctx;
+    for (size_t i = 0; i < rs->n; i++)
+        if (rs->at[i].id == o->request_id) copy_output(&rs->at[i], o);
+}
+
 /* Steps until all requests finish; results[i] collects request ids[i]. */
-static void run_all(cvllm_engine *e, result *results, size_t n) {
-    int guard = 0;
-    while (cvllm_engine_has_unfinished(e) && guard++ < 100000) {
-        const cvllm_request_output *const *outs;
-        size_t n_outs;
-        int rc = cvllm_engine_step(e, &outs, &n_outs);
-        CHECK_MSG(rc == 0, "step: %s", cvllm_last_error());
-        if (rc) return;
-        for (size_t k = 0; k < n_outs; k++)
-            for (size_t i = 0; i < n; i++)
-                if (results[i].id == outs[k]->request_id) copy_output(&results[i], outs[k]);
-    }
-    CHECK(!cvllm_engine_has_unfinished(e));
+static void run_all(cvllm_engine *e, result *r, size_t n) {
+    results rs = {r, n};
+    tu_engine_drain(e, collect, &rs);
 }
 
 static void free_results(result *r, size_t n) {

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "cvllm.h"
 #include "engine/engine.h"
+#include "engine_drain.h"
 #include "testutil.h"
 
 static const char *const models[] = {"qwen3-moe-f32", "qwen3.5-moe-f32", "qwen3-next-bf16", "qwen3.5-dense-f32"};
@@ -44,6 +45,27 @@ static const int32_t *bias_id; /* optional logit bias for run(), see test_spec_d
 static float bias_value;
 static int32_t prompt_lp_k = -1; /* prompt logprobs for run(), see test_loglikelihood_hits */
 
+typedef struct run_outcomes {
+    const uint64_t *ids; /* out[i] is request ids[i]'s */
+    outcome *out;
+} run_outcomes;
+
+static void record(void *ctx, const cvllm_request_output *o) {
+    const run_outcomes *ro = ctx;
+    size_t i = 0;
+    while (ro->ids[i] != o->request_id) i++;
+    outcome *r = &ro->out[i];
+    const cvllm_completion_output *c = &o->outputs[0];
+    r->n = c->n_token_ids;
+    r->cached = o->n_cached_tokens;
+    memcpy(r->ids, c->token_ids, c->n_token_ids * sizeof(int32_t));
+    for (size_t t = 0; t < c->n_token_ids; t++) r->lp[t] = c->logprobs[t].chosen.logprob;
+    for (size_t t = 1; o->prompt_logprobs && t < o->n_prompt_token_ids && t < 80; t++) {
+        r->prompt_lp[t] = o->prompt_logprobs[t].chosen.logprob;
+        r->prompt_top[t] = o->prompt_logprobs[t].n_top ? o->prompt_logprobs[t].top[0].token_id : -1;
+    }
+}
+
 /* Runs the prompts (greedy, logprobs of the chosen tokens) together to completion. */
 static void run(cvllm_engine *e, int32_t *const *prompts, const size_t *lens, size_t n, int32_t max_tokens,
                 outcome *out) {
@@ -63,24 +85,8 @@ static void run(cvllm_engine *e, int32_t *const *prompts, const size_t *lens, si
         cvllm_prompt pr = {.token_ids = prompts[i], .n_token_ids = lens[i]};
         CHECK(cvllm_engine_add_request(e, &pr, &p, &ids[i]) == 0);
     }
-    while (cvllm_engine_has_unfinished(e)) {
-        const cvllm_request_output *const *outs;
-        size_t k;
-        CHECK(cvllm_engine_step(e, &outs, &k) == 0);
-        for (size_t j = 0; j < k; j++) {
-            size_t i = 0;
-            while (ids[i] != outs[j]->request_id) i++;
-            const cvllm_completion_output *c = &outs[j]->outputs[0];
-            out[i].n = c->n_token_ids;
-            out[i].cached = outs[j]->n_cached_tokens;
-            memcpy(out[i].ids, c->token_ids, c->n_token_ids * sizeof(int32_t));
-            for (size_t t = 0; t < c->n_token_ids; t++) out[i].lp[t] = c->logprobs[t].chosen.logprob;
-            for (size_t t = 1; outs[j]->prompt_logprobs && t < outs[j]->n_prompt_token_ids && t < 80; t++) {
-                out[i].prompt_lp[t] = outs[j]->prompt_logprobs[t].chosen.logprob;
-                out[i].prompt_top[t] = outs[j]->prompt_logprobs[t].n_top ? outs[j]->prompt_logprobs[t].top[0].token_id : -1;
-            }
-        }
-    }
+    run_outcomes ro = {ids, out};
+    tu_engine_drain(e, record, &ro);
     free(ids);
 }
 

@@ -24,6 +24,7 @@
 #include "check.h"
 #include "cvllm.h"
 #include "engine/engine.h"
+#include "engine_drain.h"
 #include "testutil.h"
 
 /* A bf16 cache rounds K and V to 8 significant bits (relative error ≤ 2^-9), a small part of what a
@@ -96,6 +97,17 @@ static void copy_outcome(outcome *o, const cvllm_request_output *out) {
         copy_row(&o->rows[out->n_prompt_token_ids], &c->logprobs[0]);
 }
 
+typedef struct outcomes {
+    outcome *at;
+    size_t n;
+} outcomes;
+
+static void collect(void *ctx, const cvllm_request_output *o) {
+    const outcomes *os = ctx;
+    for (size_t i = 0; i < os->n; i++)
+        if (os->at[i].id == o->request_id) copy_outcome(&os->at[i], o);
+}
+
 /* Runs the prompts together (greedy, max_tokens each, the log-probs of the generated ids; with `top`,
  * the TOP most likely at every prompt position and generated token) to completion. */
 static void run(cvllm_engine *e, int32_t *const *prompts, const size_t *lens, size_t n, int32_t max_tokens, bool top,
@@ -110,17 +122,8 @@ static void run(cvllm_engine *e, int32_t *const *prompts, const size_t *lens, si
         cvllm_prompt pr = {.token_ids = prompts[i], .n_token_ids = lens[i]};
         CHECK_MSG(cvllm_engine_add_request(e, &pr, &p, &out[i].id) == 0, "add_request: %s", cvllm_last_error());
     }
-    for (int guard = 0; cvllm_engine_has_unfinished(e) && guard < 100000; guard++) {
-        const cvllm_request_output *const *outs;
-        size_t n_outs;
-        int rc = cvllm_engine_step(e, &outs, &n_outs);
-        CHECK_MSG(rc == 0, "step: %s", cvllm_last_error());
-        if (rc) return;
-        for (size_t k = 0; k < n_outs; k++)
-            for (size_t i = 0; i < n; i++)
-                if (out[i].id == outs[k]->request_id) copy_outcome(&out[i], outs[k]);
-    }
-    CHECK(!cvllm_engine_has_unfinished(e));
+    outcomes os = {out, n};
+    tu_engine_drain(e, collect, &os);
 }
 
 /* ---- the references --------------------------------------------------------------------------- */
