@@ -20,7 +20,6 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/engine.h"
-#include "kernels/kernels.h"
 #include "loader/quant.h"
 #include "loader/resolve.h"
 
@@ -274,11 +273,8 @@ static int create_engine(cvllm_engine *e) {
     cv_info("engine", "%s: %d layers, hidden %d, vocab %d, max_model_len %d, %d threads, weights %.2f GiB",
             e->config.architecture, e->config.num_hidden_layers, e->config.hidden_size, e->vocab_size,
             e->max_model_len, cv_threadpool_size(e->pool), (double)e->model->weight_bytes / (1 << 30));
-    cv_info("engine", "compute dtype %s (%s), KV cache %s", cv_dtype_name(e->compute_dtype),
-            e->compute_dtype == CV_DTYPE_F32   ? "f32 GEMM inputs"
-            : cv_linear_bf16_input()           ? "bf16 GEMM inputs on bf16 weights, f32 accumulation"
-                                               : "f32 GEMM inputs: this CPU has no faster bf16 dot product",
-            cv_dtype_name(e->kv_dtype));
+    /* which kernels bf16 compute runs on, and why, the kernels log when the model first asks */
+    cv_info("engine", "compute dtype %s, KV cache %s", cv_dtype_name(e->compute_dtype), cv_dtype_name(e->kv_dtype));
     return 0;
 }
 
