@@ -98,6 +98,7 @@ typedef struct cvllm_engine_options {
     int32_t max_logprobs;       /* largest logprobs / prompt_logprobs a request may ask for, 0 = 20 */
     uint64_t seed;              /* seeds dummy weights and requests without their own seed */
     bool enable_prefix_caching;
+    const char *scheduling_policy; /* vLLM's --scheduling-policy: "fcfs" or "priority"; NULL = fcfs */
     const char *speculative_config; /* vLLM's JSON, e.g. {"method":"ngram","num_speculative_tokens":3}; NULL = off */
     const char *quantization;   /* vLLM's --quantization method name; NULL = as the checkpoint says.
                                  * "ascend": an msModelSlim W8A8/W8A8_DYNAMIC checkpoint (detected by its
@@ -158,6 +159,13 @@ typedef struct cvllm_sampling_params {
     const int32_t *logit_bias_ids;
     const float *logit_bias_values;
     size_t n_logit_bias;
+    const int32_t *allowed_token_ids; /* vLLM's allowed_token_ids: only these ids can be sampled; NULL = any */
+    size_t n_allowed_token_ids;
+    const char *const *bad_words; /* vLLM's bad_words: token sequences that are never generated (each word
+                                   * tokenized as given and with a leading space, as vLLM does) */
+    size_t n_bad_words;
+    int32_t priority;            /* vLLM's priority: with scheduling policy "priority" a lower value is
+                                  * scheduled first (ties by arrival); must be 0 under "fcfs" */
 } cvllm_sampling_params;
 
 /* vLLM's neutral defaults, overridden by the model's generation_config.json (temperature, top_k,
