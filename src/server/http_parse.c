@@ -393,3 +393,144 @@ long cv_http_decode_path(const char *target, size_t target_len, char *out, size_
     out[o] = '\0';
     return (long)o;
 }
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Chunked body                                                                                      */
+
+enum {
+    C_SIZE,      /* the chunk size's hex digits; zeroed state starts here */
+    C_EXT,       /* ";name=value" extensions up to the CR */
+    C_SIZE_LF,
+    C_DATA,
+    C_DATA_CR,
+    C_DATA_LF,
+    C_TRAILER,   /* at the start of a trailer line, or of the final empty line */
+    C_TR_NAME,
+    C_TR_VALUE,
+    C_TR_LF,
+    C_END_LF,
+    C_DONE,
+};
+
+/* Room for need bytes; doubling, but never past what max_body can use. */
+static void reserve(char **body, size_t *cap, size_t need, size_t max_body) {
+    if (need <= *cap) return;
+    size_t most = max_body < SIZE_MAX ? max_body + 1 : SIZE_MAX;
+    size_t c = *cap <= most / 2 ? *cap * 2 : most;
+    if (c < need) c = need;
+    *body = cv_xrealloc(*body, c);
+    *cap = c;
+}
+
+int cv_http_chunked_feed(cv_http_chunked *st, const char *in, size_t len, size_t max_body, char **body,
+                         size_t *body_len, size_t *body_cap, size_t *consumed, cv_http_error *err) {
+    const unsigned char *b = (const unsigned char *)in;
+    size_t i = 0;
+    for (; i < len; i++) {
+        unsigned char c = b[i];
+        if (st->state >= C_TRAILER && st->state <= C_END_LF && ++st->trailer_len > CV_HTTP_MAX_TRAILERS) {
+            *consumed = i;
+            return fail(err, 431, "Trailer section too large");
+        }
+        const char *bad = NULL;
+        int bad_status = 400;
+        if ((st->state == C_SIZE || st->state == C_EXT) && c != '\r' && ++st->line_len > CV_HTTP_MAX_CHUNK_LINE) {
+            *consumed = i;
+            return fail(err, 400, "Chunk size line too long");
+        }
+        switch (st->state) {
+        case C_SIZE: {
+            int d = hex_value(c);
+            if (d >= 0) {
+                if (st->line_len > 16 || st->left > (uint64_t)INT64_MAX >> 4) {
+                    bad = "Chunk size overflow";
+                    break;
+                }
+                st->left = st->left << 4 | (uint64_t)d;
+                st->any_digit = true;
+            } else if (!st->any_digit || (c != ';' && c != '\r')) {
+                bad = "Invalid character in chunk size";
+            } else {
+                st->state = c == ';' ? C_EXT : C_SIZE_LF;
+            }
+            break;
+        }
+        case C_EXT:
+            if (c == '\r') st->state = C_SIZE_LF;
+            else if (!is_value_byte(c)) bad = "Invalid character in chunk extensions";
+            break;
+        case C_SIZE_LF:
+            if (c != '\n') {
+                bad = "Expected LF after chunk size";
+            } else if (st->left == 0) {
+                st->state = C_TRAILER;
+                st->trailer_len = 0;
+            } else if (*body_len > max_body || st->left > max_body - *body_len) {
+                bad = "Request body too large";
+                bad_status = 413;
+            } else {
+                st->state = C_DATA;
+            }
+            st->line_len = 0;
+            break;
+        case C_DATA: {
+            size_t n = len - i < st->left ? len - i : (size_t)st->left;
+            reserve(body, body_cap, *body_len + n + 1, max_body);
+            memcpy(*body + *body_len, in + i, n);
+            *body_len += n;
+            (*body)[*body_len] = '\0';
+            st->left -= n;
+            i += n - 1;
+            if (st->left == 0) st->state = C_DATA_CR;
+            break;
+        }
+        case C_DATA_CR:
+            if (c != '\r') bad = "Expected CRLF after chunk data";
+            st->state = C_DATA_LF;
+            break;
+        case C_DATA_LF:
+            if (c != '\n') bad = "Expected CRLF after chunk data";
+            st->state = C_SIZE;
+            st->any_digit = false;
+            break;
+        case C_TRAILER:
+            if (c == '\r') st->state = C_END_LF;
+            else if (is_tchar(c)) st->state = C_TR_NAME;
+            else bad = is_ows(c) ? "Unexpected whitespace after header value" : "Invalid header token";
+            break;
+        case C_TR_NAME:
+            if (c == ':') st->state = C_TR_VALUE;
+            else if (!is_tchar(c)) bad = is_ows(c) ? "Invalid header field char" : "Invalid header token";
+            break;
+        case C_TR_VALUE:
+            if (c == '\r') st->state = C_TR_LF;
+            else if (c == '\n') bad = "Missing expected CR after header value";
+            else if (!is_value_byte(c)) bad = "Invalid header value char";
+            break;
+        case C_TR_LF:
+            if (c != '\n') bad = "Missing expected LF after header value";
+            st->state = C_TRAILER;
+            break;
+        case C_END_LF:
+            if (c != '\n') {
+                bad = "Expected LF after trailers";
+                break;
+            }
+            st->state = C_DONE;
+            /* a complete body is always a string, even an empty one */
+            reserve(body, body_cap, *body_len + 1, max_body);
+            (*body)[*body_len] = '\0';
+            *consumed = i + 1;
+            return 1;
+        case C_DONE:
+            *consumed = 0;
+            return 1;
+        }
+        if (bad) {
+            *consumed = i;
+            return fail(err, bad_status, bad);
+        }
+    }
+    *consumed = i;
+    return st->state == C_DONE ? 1 : 0;
+}
