@@ -55,6 +55,13 @@ static const char usage[] =
     "  --disable-log-stats               no periodic throughput / KV-cache log line\n"
     "  --[no-]async-scheduling           overlap output processing with the next step (on)\n"
     "  --max-body-bytes N                larger request bodies get 413 (32M)\n"
+    "connection limits (uvicorn's names, cvllm's own where uvicorn has none):\n"
+    "  --timeout-keep-alive S            close a connection idle for S seconds between requests (5)\n"
+    "  --limit-concurrency N             open connections at most; at the cap the longest-idle one is\n"
+    "                                    closed, with none idle newcomers get 503 (4096)\n"
+    "  --limit-concurrency-per-client N  (cvllm) open connections per client address; beyond: 503 (1024)\n"
+    "  --timeout-request-header S        (cvllm) a request's headers must arrive within S seconds, else\n"
+    "                                    408 and the connection is closed (10)\n"
     "chat options (vLLM's names):\n"
     "  --chat-template FILE              Jinja chat template (default: the model's chat_template.jinja,\n"
     "                                    else tokenizer_config.json's chat_template)\n"
@@ -119,6 +126,15 @@ static bool server_flag(cv_args *a, serve_args *g) {
     else if (cv_args_flag(a, "--no-async-scheduling")) g->async_scheduling = false;
     else if (cv_args_value(a, "--max-body-bytes", &v)) {
         if (cv_args_int(a, "--max-body-bytes", v, 1024, INT64_MAX, &n)) g->server.max_body_bytes = (size_t)n;
+    } else if (cv_args_value(a, "--timeout-keep-alive", &v)) {
+        cv_args_float(a, "--timeout-keep-alive", v, 0.001, 1e6, &g->server.timeout_keep_alive);
+    } else if (cv_args_value(a, "--timeout-request-header", &v)) {
+        cv_args_float(a, "--timeout-request-header", v, 0.001, 1e6, &g->server.timeout_request_header);
+    } else if (cv_args_value(a, "--limit-concurrency", &v)) {
+        if (cv_args_int(a, "--limit-concurrency", v, 1, 1 << 20, &n)) g->server.limit_concurrency = (int)n;
+    } else if (cv_args_value(a, "--limit-concurrency-per-client", &v)) {
+        if (cv_args_int(a, "--limit-concurrency-per-client", v, 1, 1 << 20, &n))
+            g->server.limit_concurrency_per_client = (int)n;
     } else return chat_flag(a, g) || cv_args_ignored(a, ignored_serve_flags, CV_ARRAY_LEN(ignored_serve_flags));
     return true;
 }

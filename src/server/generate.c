@@ -2,33 +2,31 @@
  * generate.c — /v1/completions and /v1/chat/completions over the engine loop.
  *
  * One HTTP request becomes a session: one engine request per prompt (n choices each), all feeding
- * one cv_api_response under the session's mutex. Engine events arrive on the loop's output thread;
- * the HTTP side waits on the session's condition variable, in its own connection thread.
+ * one cv_api_response under the session's mutex. A worker thread parses, tokenizes and submits,
+ * then returns; engine events arrive on the loop's output thread, which folds them into the
+ * response and, for a stream, pushes each new SSE chunk straight to the client. Whoever sees the
+ * last prompt finish writes the end of the reply, so no thread ever waits for a generation.
  *
- * Lifetime is a reference count: one reference for the HTTP side (dropped when the reply is sent,
- * or when libmicrohttpd frees a stream's response) and one per engine request that has not had its
- * final event yet. The engine loop guarantees that final event for every submitted request, also
- * after an abort, so the session is freed exactly once, by whichever side lets go last.
+ * Lifetime is a reference count: one for the HTTP reply (dropped by the thread that finishes it)
+ * and one per engine request that has not had its final event yet. The engine loop guarantees
+ * that final event for every submitted request, also after an abort, so the session is freed
+ * exactly once, by whichever side lets go last.
  *
- * Disconnects: while a client waits, every 50 ms its socket is polled for hang-up; a streaming
- * client is also caught when a write fails (libmicrohttpd then frees the response). Either way
- * every engine request of the session is aborted at once, which frees its KV blocks in the next
- * engine step.
+ * Aborts come from the HTTP layer (the client hung up: on_gone, on the HTTP loop thread) or from
+ * shutdown (cv_generate_abort_all). They must not take the session's mutex, which the output
+ * thread holds while it writes to the connection (the HTTP layer calls on_gone under the
+ * connection's lock), so they only raise `aborted` and abort the ids published so far; the
+ * submitter publishes each id before it looks at `aborted`, so between the two every id is
+ * aborted (twice at worst, which the loop ignores).
  */
 #include <assert.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/error.h"
-#include "base/timeutil.h"
 #include "base/log.h"
+#include "base/timeutil.h"
 #include "server/server_internal.h"
-
-enum { WAIT_SLICE_MS = 50, STREAM_BLOCK = 16 * 1024 };
-
-typedef struct gen_session gen_session;
 
 typedef struct gen_slot {
     gen_session *g;
@@ -37,32 +35,28 @@ typedef struct gen_slot {
 
 struct gen_session {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     int refs;
     cv_server *s;
-    struct MHD_Connection *conn;
+    cv_http_req *http;          /* until `replied` */
     cv_api_request req;
     cv_api_response resp;
     gen_slot *slots;
-    uint64_t *ids;              /* engine request ids of the submitted prompts */
-    size_t n_submitted;
+    uint64_t *ids;              /* engine request ids; the first n_submitted are valid */
+    atomic_size_t n_submitted;
     size_t n_open;              /* prompts without their final event (or never submitted) */
     double arrival;             /* when the body was complete, before tokenization (TTFT start) */
-    bool aborted, client_gone;
-    char *sse;                  /* stream bytes not yet handed to libmicrohttpd */
-    size_t sse_len, sse_cap, sse_sent;
+    atomic_bool aborted;
+    bool replied;               /* the HTTP reply is finished */
+    char *sse;                  /* a stream's bytes not yet pushed */
+    size_t sse_len, sse_cap;
+    gen_session *prev, *next;   /* cv_server.sessions */
 };
 
-static gen_session *session_new(cv_server *s, struct MHD_Connection *c, cv_api_request *req, double arrival) {
+static gen_session *session_new(cv_server *s, cv_http_req *r, cv_api_request *req, double arrival) {
     gen_session *g = cv_xcalloc(1, sizeof *g);
     pthread_mutex_init(&g->mu, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &attr);
-    pthread_condattr_destroy(&attr);
     g->s = s;
-    g->conn = c;
+    g->http = r;
     g->arrival = arrival;
     g->req = *req;
     memset(req, 0, sizeof *req);
@@ -71,30 +65,61 @@ static gen_session *session_new(cv_server *s, struct MHD_Connection *c, cv_api_r
     g->slots = cv_xcalloc(g->req.n_prompts, sizeof *g->slots);
     g->ids = cv_xcalloc(g->req.n_prompts, sizeof *g->ids);
     cv_api_response_init(&g->resp, &g->req, s->tok, s->names[0], s->cached_details);
-    atomic_fetch_add(&s->sessions, 1);
+    pthread_mutex_lock(&s->sessions_mu);
+    g->next = s->sessions;
+    if (s->sessions) s->sessions->prev = g;
+    s->sessions = g;
+    if (s->stopping) atomic_store(&g->aborted, true);
+    pthread_mutex_unlock(&s->sessions_mu);
     return g;
 }
 
 static void release(gen_session *g, int n) {
+    if (n == 0) return;
     pthread_mutex_lock(&g->mu);
     g->refs -= n;
     int left = g->refs;
     pthread_mutex_unlock(&g->mu);
     assert(left >= 0);
     if (left > 0) return;
-    atomic_fetch_sub(&g->s->sessions, 1);
+    cv_server *s = g->s;
+    pthread_mutex_lock(&s->sessions_mu);
+    if (g->prev) g->prev->next = g->next;
+    else s->sessions = g->next;
+    if (g->next) g->next->prev = g->prev;
+    pthread_cond_broadcast(&s->sessions_cv);
+    pthread_mutex_unlock(&s->sessions_mu);
     cv_api_response_free(&g->resp);
     cv_api_request_free(&g->req);
     free(g->slots);
     free(g->ids);
     free(g->sse);
-    pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
 
-static void abort_all(gen_session *g) {
-    for (size_t i = 0; i < g->n_submitted; i++) cv_engine_loop_abort(g->s->loop, g->ids[i]);
+/* Aborts every engine request of the session once; see the top for why no lock is taken. */
+static void abort_session(gen_session *g, const char *why) {
+    if (atomic_exchange(&g->aborted, true)) return;
+    cv_info("server", "aborted request %s (%s)", g->resp.id, why);
+    size_t n = atomic_load(&g->n_submitted);
+    for (size_t i = 0; i < n; i++) cv_engine_loop_abort(g->s->loop, g->ids[i]);
+}
+
+static void on_gone(void *arg) { abort_session(arg, "client disconnected"); }
+
+void cv_generate_abort_all(cv_server *s) {
+    pthread_mutex_lock(&s->sessions_mu);
+    s->stopping = true;
+    for (gen_session *g = s->sessions; g; g = g->next) abort_session(g, "server shutting down");
+    pthread_mutex_unlock(&s->sessions_mu);
+}
+
+/* Hands the stream bytes gathered so far to the connection; the caller holds g->mu. */
+static void push_sse(gen_session *g) {
+    if (g->sse_len == 0) return;
+    cv_http_stream_push(g->http, g->sse, g->sse_len);
+    g->sse_len = 0;
 }
 
 /* The loop's callback, on its output thread. */
@@ -102,46 +127,35 @@ static void on_event(void *user, cv_request_event *ev) {
     gen_slot *slot = user;
     gen_session *g = slot->g;
     bool finished = ev->finished;
+    int drop = finished ? 1 : 0;
     pthread_mutex_lock(&g->mu);
-    bool stream = g->req.stream;
-    cv_api_response_apply(&g->resp, slot->prompt, ev, stream ? &g->sse : NULL, &g->sse_len, &g->sse_cap);
-    if (finished && --g->n_open == 0 && stream) cv_api_response_stream_end(&g->resp, &g->sse, &g->sse_len, &g->sse_cap);
-    pthread_cond_broadcast(&g->cv);
+    if (!g->replied) {
+        bool stream = g->req.stream;
+        cv_api_response_apply(&g->resp, slot->prompt, ev, stream ? &g->sse : NULL, &g->sse_len, &g->sse_cap);
+        bool last = finished && --g->n_open == 0;
+        if (stream) {
+            if (last) cv_api_response_stream_end(&g->resp, &g->sse, &g->sse_len, &g->sse_cap);
+            push_sse(g);
+            if (last) cv_http_stream_end(g->http);
+        } else if (last) {
+            /* Sent even to a client that left: the HTTP layer drops it, and the request is over. */
+            char *json = cv_api_response_json(&g->resp);
+            cv_http_respond(g->http, 200, "application/json", json, strlen(json));
+            free(json);
+        }
+        if (last) {
+            g->replied = true;
+            drop++;
+        }
+    }
     pthread_mutex_unlock(&g->mu);
     cv_request_event_free(ev);
-    if (finished) release(g, 1);
+    release(g, drop);
 }
 
-/* A timed wait on the session; the caller holds g->mu. */
-static void wait_slice(gen_session *g) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    int rc = pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-    assert(rc == 0 || rc == ETIMEDOUT);
-    (void)rc;
-}
-
-/* Called with g->mu held while waiting: aborts the session once when the client left or the server
- * is stopping. Returns with g->mu held. */
-static void check_abandoned(gen_session *g) {
-    if (g->aborted || g->n_open == 0) return;
-    bool gone = cv_http_peer_gone(g->conn);
-    if (!gone && !atomic_load(&g->s->stopping)) return;
-    g->aborted = true;
-    g->client_gone = gone;
-    pthread_mutex_unlock(&g->mu);
-    cv_info("server", "aborted request %s (%s)", g->resp.id, gone ? "client disconnected" : "server shutting down");
-    abort_all(g);
-    pthread_mutex_lock(&g->mu);
-}
-
-/* Submits one engine request per prompt. On failure the ones already in are aborted, the rest are
- * written off, and *err says why. */
+/* Submits one engine request per prompt, publishing each id before checking for an abort. On
+ * failure the ones already in are aborted, the rest are written off, and *err says why. The
+ * caller holds g->mu, so no event is folded before the reply has begun. */
 static int submit_all(gen_session *g, cv_api_error *err) {
     const cv_api_request *req = &g->req;
     for (size_t i = 0; i < req->n_prompts; i++) {
@@ -156,7 +170,8 @@ static int submit_all(gen_session *g, cv_api_error *err) {
                          .arrival_time = g->arrival};
         int rc = cv_engine_loop_submit(g->s->loop, &sub, &g->ids[i]);
         if (rc == 0) {
-            g->n_submitted++;
+            atomic_fetch_add(&g->n_submitted, 1);
+            if (atomic_load(&g->aborted)) cv_engine_loop_abort(g->s->loop, g->ids[i]);
             continue;
         }
         int status = rc == CVLLM_ERR_INVALID_ARGUMENT || rc == CVLLM_ERR_CAPACITY ? 400
@@ -164,83 +179,14 @@ static int submit_all(gen_session *g, cv_api_error *err) {
                                                                                   : 500;
         cv_api_fail(err, status, NULL, "%s", cvllm_last_error());
         size_t unsent = req->n_prompts - i;
-        pthread_mutex_lock(&g->mu);
         g->n_open -= unsent;
-        g->aborted = true;
-        pthread_mutex_unlock(&g->mu);
-        release(g, (int)unsent);
-        abort_all(g);
+        g->refs -= (int)unsent; /* the HTTP reference keeps refs above zero */
+        size_t n = atomic_load(&g->n_submitted);
+        for (size_t k = 0; k < n; k++) cv_engine_loop_abort(g->s->loop, g->ids[k]);
         return -1;
     }
     return 0;
 }
-
-static void wait_until_finished(gen_session *g) {
-    pthread_mutex_lock(&g->mu);
-    while (g->n_open > 0) {
-        wait_slice(g);
-        check_abandoned(g);
-    }
-    pthread_mutex_unlock(&g->mu);
-}
-
-/* ------------------------------------------------------------------------------------------------ */
-/* Streaming                                                                                         */
-
-static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
-    gen_session *g = cls;
-    (void)pos;
-    pthread_mutex_lock(&g->mu);
-    for (;;) {
-        if (g->sse_sent < g->sse_len) {
-            size_t n = g->sse_len - g->sse_sent < max ? g->sse_len - g->sse_sent : max;
-            memcpy(buf, g->sse + g->sse_sent, n);
-            g->sse_sent += n;
-            if (g->sse_sent == g->sse_len) g->sse_sent = g->sse_len = 0;
-            pthread_mutex_unlock(&g->mu);
-            return (ssize_t)n;
-        }
-        if (g->n_open == 0) break;
-        wait_slice(g);
-        check_abandoned(g);
-        if (g->client_gone) {
-            pthread_mutex_unlock(&g->mu);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
-        }
-    }
-    pthread_mutex_unlock(&g->mu);
-    return MHD_CONTENT_READER_END_OF_STREAM;
-}
-
-/* libmicrohttpd is done with the stream: finished, or the connection broke mid-way. */
-static void stream_free(void *cls) {
-    gen_session *g = cls;
-    pthread_mutex_lock(&g->mu);
-    bool abort_now = g->n_open > 0 && !g->aborted;
-    g->aborted = true;
-    pthread_mutex_unlock(&g->mu);
-    if (abort_now) {
-        cv_info("server", "aborted request %s (client disconnected)", g->resp.id);
-        abort_all(g);
-    }
-    release(g, 1);
-}
-
-static enum MHD_Result start_stream(gen_session *g, struct MHD_Connection *c) {
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, g, stream_free);
-    if (!resp) {
-        stream_free(g);
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    return rc;
-}
-
-/* ------------------------------------------------------------------------------------------------ */
-/* The endpoint                                                                                      */
 
 static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, size_t len, cv_api_request *req,
                              cv_api_error *err) {
@@ -253,28 +199,26 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
     return cv_api_prepare(req, s->tok, &s->limits, err);
 }
 
-enum MHD_Result cv_generate(cv_server *s, struct MHD_Connection *c, cv_api_kind kind, const char *body, size_t len) {
+void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind) {
     cv_api_request req;
     cv_api_error err;
     double arrival = cv_now();
-    if (parse_and_prepare(s, kind, body, len, &req, &err)) {
+    if (parse_and_prepare(s, kind, cv_http_body(r), cv_http_body_len(r), &req, &err)) {
         cv_api_request_free(&req);
-        return cv_http_send_error(c, &err);
+        cv_server_reply_error(r, &err);
+        return;
     }
-    gen_session *g = session_new(s, c, &req, arrival);
+    gen_session *g = session_new(s, r, &req, arrival);
+    cv_http_on_gone(r, on_gone, g);
+    pthread_mutex_lock(&g->mu);
     if (submit_all(g, &err)) {
-        wait_until_finished(g); /* the aborted ones still report, and may touch g until then */
+        g->replied = true;
+        cv_server_reply_error(r, &err);
+        pthread_mutex_unlock(&g->mu);
         release(g, 1);
-        return cv_http_send_error(c, &err);
+        return;
     }
-    if (g->req.stream) return start_stream(g, c);
-    wait_until_finished(g);
-    enum MHD_Result rc = MHD_NO; /* a client that left gets no reply: the connection is closed */
-    if (!g->client_gone) {
-        char *json = cv_api_response_json(&g->resp);
-        rc = cv_http_send(c, MHD_HTTP_OK, "application/json", json, strlen(json));
-        free(json);
-    }
-    release(g, 1);
-    return rc;
+    if (g->req.stream) cv_http_stream_begin(r, 200, "text/event-stream; charset=utf-8");
+    pthread_mutex_unlock(&g->mu);
+    /* The HTTP reference now belongs to whichever event finishes the reply. */
 }

@@ -69,7 +69,7 @@ void cv_http_stop(cv_http *h);
 /* The request. Strings stay valid until the finish call. */
 const char *cv_http_method(const cv_http_req *r);
 const char *cv_http_path(const cv_http_req *r);      /* percent-decoded, without the query */
-const char *cv_http_header(const cv_http_req *r, const char *name); /* case-insensitive; NULL if absent */
+const char *cv_http_get_header(const cv_http_req *r, const char *name); /* case-insensitive; NULL if absent */
 const char *cv_http_body(const cv_http_req *r);      /* NUL-terminated; "" before on_request */
 size_t cv_http_body_len(const cv_http_req *r);
 /* One pointer of application state per request. */

@@ -1,29 +1,21 @@
 /*
- * server.c — the HTTP side of `cvllm serve`: libmicrohttpd daemon, request bodies, API keys,
- * routing, and the small endpoints (/health, /ping, /version, /v1/models, /metrics, /tokenize,
+ * server.c — `cvllm serve`'s API on top of the HTTP layer (http.h): API keys, routing, request
+ * metrics, and the small endpoints (/health, /ping, /version, /v1/models, /metrics, /tokenize,
  * /detokenize, /v1/chat/completions/render). Completions and chat live in generate.c.
  *
- * libmicrohttpd runs one thread per connection (see server_internal.h for why blocking is fine).
- * That costs a thread per open connection — acceptable for a CPU engine whose concurrency is bound
- * by max_num_seqs anyway — and buys straight-line handlers with no suspend/resume state machine.
- *
- * Checks run in vLLM's order: API key (paths under /v1 only), route, method, content type (415),
- * body size (413), then the endpoint's own validation (400/404). A body over the limit is read and
- * dropped rather than cut off mid-upload, so the client reliably sees the 413; with
- * "Expect: 100-continue" and a declared length the 413 goes out before the body is sent at all.
+ * Checks run in vLLM's order: API key (paths under /v1 only), route, method, content type (415) —
+ * all on the head, before any body is read — then body size (413, by the HTTP layer, which also
+ * answers an announced oversized body before it is sent), then the endpoint's own validation
+ * (400/404). Every reply is vLLM's JSON error shape, the HTTP layer's own ones included.
  */
 #define _GNU_SOURCE
 #include <jansson.h>
-#include <netdb.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -31,47 +23,45 @@
 #include "server/metrics.h"
 #include "server/server_internal.h"
 
-enum { DEFAULT_MAX_BODY = 32 << 20, DEFAULT_MAX_N = 128, MAX_PROMPTS = 1024, IDLE_TIMEOUT_S = 60 };
+enum {
+    DEFAULT_MAX_BODY = 32 << 20,
+    DEFAULT_MAX_N = 128,
+    MAX_PROMPTS = 1024,
+    IO_TIMEOUT_S = 60,                  /* a body or a reply that makes no progress for this long */
+    DEFAULT_LIMIT_CONCURRENCY = 4096,
+    DEFAULT_LIMIT_PER_CLIENT = 1024,
+};
+static const double DEFAULT_KEEP_ALIVE_S = 5;      /* uvicorn's --timeout-keep-alive */
+static const double DEFAULT_HEADER_TIMEOUT_S = 10;
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Replies                                                                                           */
 
-enum MHD_Result cv_http_send(struct MHD_Connection *c, unsigned status, const char *content_type, const char *body,
-                             size_t len) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!r) return MHD_NO;
-    if (content_type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    enum MHD_Result rc = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return rc;
-}
-
-enum MHD_Result cv_http_send_error(struct MHD_Connection *c, const cv_api_error *err) {
+void cv_server_reply_error(cv_http_req *r, const cv_api_error *err) {
     char *json = cv_api_error_json(err);
-    enum MHD_Result rc = cv_http_send(c, (unsigned)err->status, "application/json", json, strlen(json));
+    cv_http_respond(r, err->status, "application/json", json, strlen(json));
     free(json);
-    return rc;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, json_t *o) {
+static void send_json(cv_http_req *r, json_t *o) {
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    enum MHD_Result rc = cv_http_send(c, MHD_HTTP_OK, "application/json", s, strlen(s));
+    cv_http_respond(r, 200, "application/json", s, strlen(s));
     free(s);
-    return rc;
 }
 
-static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *message) {
+static void fail(cv_http_req *r, int status, const char *message) {
     cv_api_error err;
     cv_api_fail(&err, status, NULL, "%s", message);
-    return cv_http_send_error(c, &err);
+    cv_server_reply_error(r, &err);
 }
 
-bool cv_http_peer_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!info) return true;
-    struct pollfd p = {.fd = info->connect_fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+/* The HTTP layer's own refusals (malformed requests, 413, timeouts, connection limits). */
+static char *error_body(void *user, int status, const char *message) {
+    (void)user;
+    cv_api_error err;
+    cv_api_fail(&err, status, NULL, "%s", message);
+    return cv_api_error_json(&err);
 }
 
 const char *cv_server_model_name(const cv_server *s, const char *requested, cv_api_error *err) {
@@ -85,7 +75,7 @@ const char *cv_server_model_name(const cv_server *s, const char *requested, cv_a
 /* ------------------------------------------------------------------------------------------------ */
 /* Small endpoints                                                                                   */
 
-static enum MHD_Result handle_models(cv_server *s, struct MHD_Connection *c) {
+static void handle_models(cv_server *s, cv_http_req *c) {
     json_t *data = json_array();
     for (size_t i = 0; i < s->n_names; i++) {
         char *perm = cv_xasprintf("modelperm-%s-%zu", s->names[0], i);
@@ -100,16 +90,15 @@ static enum MHD_Result handle_models(cv_server *s, struct MHD_Connection *c) {
                                               s->root, "parent", "max_model_len", s->limits.max_model_len,
                                               "permission", permission));
     }
-    return send_json(c, json_pack("{s:s, s:o}", "object", "list", "data", data));
+    send_json(c, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
-static enum MHD_Result handle_metrics(cv_server *s, struct MHD_Connection *c) {
+static void handle_metrics(cv_server *s, cv_http_req *c) {
     cv_engine_stats st;
     cv_engine_loop_stats(s->loop, &st);
     char *text = cv_metrics_render(&st, s->names[0], s->http_metrics);
-    enum MHD_Result rc = cv_http_send(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
+    cv_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
     free(text);
-    return rc;
 }
 
 static json_t *ids_array(const int32_t *ids, size_t n) {
@@ -118,7 +107,7 @@ static json_t *ids_array(const int32_t *ids, size_t n) {
     return a;
 }
 
-static enum MHD_Result handle_tokenize(cv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+static void handle_tokenize(cv_server *s, cv_http_req *c, const char *body, size_t len) {
     cv_api_request req;
     cv_api_error err;
     int rc = cv_api_parse_tokenize(body, len, &s->limits, &req, &err);
@@ -128,34 +117,36 @@ static enum MHD_Result handle_tokenize(cv_server *s, struct MHD_Connection *c, c
         rc = cv_api_fail(&err, 400, "prompt", "%s", cvllm_last_error());
     if (rc) {
         cv_api_request_free(&req);
-        return cv_http_send_error(c, &err);
+        cv_server_reply_error(c, &err);
+        return;
     }
     json_t *strs = req.return_token_strs ? cv_api_token_strs(s->tok, p->ids, p->n_ids) : json_null();
     json_t *o = json_pack("{s:I, s:i, s:o, s:o}", "count", (json_int_t)p->n_ids, "max_model_len", s->limits.max_model_len,
                           "tokens", ids_array(p->ids, p->n_ids), "token_strs", strs);
     cv_api_request_free(&req);
-    return send_json(c, o);
+    send_json(c, o);
 }
 
 /* /v1/chat/completions/render: the request goes through every check of a chat completion (template,
  * tools, context length), and the prompt it would generate from comes back instead. */
-static enum MHD_Result handle_render(cv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+static void handle_render(cv_server *s, cv_http_req *c, const char *body, size_t len) {
     cv_api_request req;
     cv_api_error err;
     int rc = cv_api_parse_chat(body, len, &s->limits, &req, &err);
     const char *model = rc ? NULL : cv_server_model_name(s, req.model, &err);
     if (!model || cv_api_prepare(&req, s->tok, &s->limits, &err)) {
         cv_api_request_free(&req);
-        return cv_http_send_error(c, &err);
+        cv_server_reply_error(c, &err);
+        return;
     }
     const cv_api_prompt *p = &req.prompts[0];
     json_t *o = json_pack("{s:s, s:s%, s:o, s:I, s:i}", "model", model, "prompt", p->text, p->text_len, "token_ids",
                           ids_array(p->ids, p->n_ids), "count", (json_int_t)p->n_ids, "max_tokens", p->max_tokens);
     cv_api_request_free(&req);
-    return send_json(c, o);
+    send_json(c, o);
 }
 
-static enum MHD_Result handle_detokenize(cv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, size_t len) {
     cv_api_request req;
     cv_api_error err;
     char *text = NULL;
@@ -167,10 +158,12 @@ static enum MHD_Result handle_detokenize(cv_server *s, struct MHD_Connection *c,
     if (!rc && cvllm_detokenize(s->tok, req.prompts[0].ids, req.prompts[0].n_ids, false, &text) != CVLLM_OK)
         rc = cv_api_fail(&err, 400, "tokens", "%s", cvllm_last_error());
     cv_api_request_free(&req);
-    if (rc) return cv_http_send_error(c, &err);
-    enum MHD_Result r = send_json(c, json_pack("{s:s}", "prompt", text));
+    if (rc) {
+        cv_server_reply_error(c, &err);
+        return;
+    }
+    send_json(c, json_pack("{s:s}", "prompt", text));
     cvllm_free(text);
-    return r;
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -202,7 +195,7 @@ static const route routes[] = {
 
 static bool method_allowed(const route *r, const char *method) {
     if (!r->methods) return true;
-    if (!strcmp(method, "HEAD")) method = "GET"; /* libmicrohttpd sends the headers only */
+    if (!strcmp(method, "HEAD")) method = "GET"; /* the HTTP layer sends the headers only */
     size_t n = strlen(method);
     for (const char *m = r->methods; *m;) {
         size_t k = strcspn(m, " ");
@@ -224,9 +217,9 @@ static bool same_secret(const char *a, const char *b) {
     return diff == 0;
 }
 
-static bool authorized(const cv_server *s, struct MHD_Connection *c) {
+static bool authorized(const cv_server *s, const cv_http_req *r) {
     if (s->n_keys == 0) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *h = cv_http_get_header(r, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
     bool ok = false;
     for (size_t i = 0; i < s->n_keys; i++) ok |= same_secret(h + 7, s->keys[i]);
@@ -240,115 +233,72 @@ static bool is_json_type(const char *ct) {
     return !strncasecmp(ct, "application/json", n) && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
 }
 
-static enum MHD_Result too_large(const cv_server *s, struct MHD_Connection *c) {
-    cv_api_error err;
-    cv_api_fail(&err, 413, NULL, "Request body too large: the limit is %zu bytes", s->max_body);
-    return cv_http_send_error(c, &err);
-}
-
 static const route *find_route(const char *url) {
     for (size_t i = 0; i < CV_ARRAY_LEN(routes); i++)
         if (!strcmp(url, routes[i].path)) return &routes[i];
     return NULL;
 }
 
-static enum MHD_Result dispatch(cv_server *s, struct MHD_Connection *c, const char *url, const char *method,
-                                http_request *hr) {
-    if (needs_key(url) && !authorized(s, c)) {
+/* Per request: what its metrics need, and the route its head matched. */
+typedef struct request_meta {
+    const route *route;
+    double started;               /* cv_now() when its head arrived */
+    const char *handler;          /* its http_* metrics handler label; NULL: not recorded */
+    char method[16];
+} request_meta;
+
+/* The head is in (HTTP loop thread): everything that can be refused without the body is. The
+ * request's HTTP metrics start here, as the instrumentator's middleware starts its clock when the
+ * request reaches the app. */
+static void on_head(void *user, cv_http_req *r) {
+    cv_server *s = user;
+    const char *path = cv_http_path(r), *method = cv_http_method(r);
+    request_meta *m = cv_xcalloc(1, sizeof *m);
+    m->started = cv_now();
+    m->route = find_route(path);
+    m->handler = cv_http_metrics_handler(m->route ? m->route->path : NULL, path);
+    snprintf(m->method, sizeof m->method, "%s", method);
+    cv_http_set_data(r, m);
+    if (needs_key(path) && !authorized(s, r)) {
         /* vLLM's authentication middleware wraps the metrics one: a 401 never reaches the counts. */
-        hr->handler = NULL;
-        return fail(c, 401, "Unauthorized");
+        m->handler = NULL;
+        fail(r, 401, "Unauthorized");
+    } else if (!m->route) {
+        fail(r, 404, "Not Found");
+    } else if (!method_allowed(m->route, method)) {
+        fail(r, 405, "Method Not Allowed");
+    } else if (m->route->json_body && !is_json_type(cv_http_get_header(r, "Content-Type"))) {
+        fail(r, 415, "Unsupported Media Type: Only 'application/json' is allowed");
     }
-    const route *r = find_route(url);
-    if (!r) return fail(c, 404, "Not Found");
-    if (!method_allowed(r, method)) return fail(c, 405, "Method Not Allowed");
-    if (r->json_body && !hr->json) return fail(c, 415, "Unsupported Media Type: Only 'application/json' is allowed");
-    if (hr->too_large) return too_large(s, c);
-    const char *body = hr->body ? hr->body : "";
-    switch (r->id) {
+}
+
+/* The body is in (a worker thread). */
+static void on_request(void *user, cv_http_req *r) {
+    cv_server *s = user;
+    const request_meta *m = cv_http_data(r);
+    const char *body = cv_http_body(r);
+    size_t len = cv_http_body_len(r);
+    switch (m->route->id) {
     case R_HEALTH:
-    case R_PING: return cv_http_send(c, MHD_HTTP_OK, NULL, "", 0);
-    case R_VERSION: return send_json(c, json_pack("{s:s}", "version", CVLLM_VERSION));
-    case R_MODELS: return handle_models(s, c);
-    case R_METRICS: return handle_metrics(s, c);
-    case R_TOKENIZE: return handle_tokenize(s, c, body, hr->len);
-    case R_DETOKENIZE: return handle_detokenize(s, c, body, hr->len);
-    case R_COMPLETIONS: return cv_generate(s, c, CV_API_COMPLETION, body, hr->len);
-    case R_CHAT: return cv_generate(s, c, CV_API_CHAT, body, hr->len);
-    case R_CHAT_RENDER: return handle_render(s, c, body, hr->len);
+    case R_PING: cv_http_respond(r, 200, NULL, "", 0); return;
+    case R_VERSION: send_json(r, json_pack("{s:s}", "version", CVLLM_VERSION)); return;
+    case R_MODELS: handle_models(s, r); return;
+    case R_METRICS: handle_metrics(s, r); return;
+    case R_TOKENIZE: handle_tokenize(s, r, body, len); return;
+    case R_DETOKENIZE: handle_detokenize(s, r, body, len); return;
+    case R_COMPLETIONS: cv_generate(s, r, CV_API_COMPLETION); return;
+    case R_CHAT: cv_generate(s, r, CV_API_CHAT); return;
+    case R_CHAT_RENDER: handle_render(s, r, body, len); return;
     }
-    return MHD_NO;
 }
 
-/* First call: headers only. An announced oversized body is refused before it is sent. The request's
- * HTTP metrics start here, as the instrumentator's middleware starts its clock when the request
- * reaches the app. */
-static enum MHD_Result begin_request(cv_server *s, struct MHD_Connection *c, const char *url, const char *method,
-                                     void **con_cls) {
-    http_request *hr = cv_xcalloc(1, sizeof *hr);
-    hr->s = s;
-    hr->started = cv_now();
-    const route *r = find_route(url);
-    hr->handler = cv_http_metrics_handler(r ? r->path : NULL, url);
-    snprintf(hr->method, sizeof hr->method, "%s", method);
-    hr->json = is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE));
-    *con_cls = hr;
-    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
-    const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (expect && length && strtoull(length, NULL, 10) > s->max_body) return too_large(s, c);
-    return MHD_YES;
-}
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
-    cv_server *s = cls;
-    (void)version;
-    http_request *hr = *con_cls;
-    if (!hr) return begin_request(s, c, url, method, con_cls);
-    if (*upload_data_size) {
-        if (hr->len + *upload_data_size > s->max_body) {
-            hr->too_large = true;
-        } else if (!hr->too_large) {
-            if (hr->len + *upload_data_size + 1 > hr->cap) {
-                hr->cap = (hr->len + *upload_data_size + 1) * 2;
-                if (hr->cap > s->max_body + 1) hr->cap = s->max_body + 1;
-                hr->body = cv_xrealloc(hr->body, hr->cap);
-            }
-            memcpy(hr->body + hr->len, upload_data, *upload_data_size);
-            hr->len += *upload_data_size;
-            hr->body[hr->len] = '\0';
-        }
-        *upload_data_size = 0;
-        return MHD_YES;
-    }
-    return dispatch(s, c, url, method, hr);
-}
-
-/* The request is over (its response sent, or the connection gone): it counts now. */
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    cv_server *s = cls;
-    (void)toe;
-    http_request *hr = *con_cls;
-    if (!hr) return;
-    if (hr->handler) {
-        const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_HTTP_STATUS);
-        cv_http_metrics_observe(s->http_metrics, hr->handler, hr->method, info ? info->http_status : 0,
-                                cv_now() - hr->started);
-    }
-    free(hr->body);
-    free(hr);
-    *con_cls = NULL;
-}
-
-/* libmicrohttpd reports a connection closed on purpose (a client that left) as an "application
- * error"; generate.c logs those aborts itself, so they are only debug noise here. */
-static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
-    char line[512];
-    vsnprintf(line, sizeof line, fmt, ap);
-    line[strcspn(line, "\n")] = '\0';
-    cv_log(strstr(line, "pplication") ? CV_LOG_DEBUG : CV_LOG_WARNING, "http", "%s", line);
+/* The request is over (its reply written, or the connection gone): it counts now. */
+static void on_complete(void *user, cv_http_req *r, int status) {
+    cv_server *s = user;
+    request_meta *m = cv_http_data(r);
+    if (!m) return;
+    if (m->handler) cv_http_metrics_observe(s->http_metrics, m->handler, m->method, (unsigned)status, cv_now() - m->started);
+    free(m);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -412,35 +362,23 @@ static int setup_chat(cv_server *s, const cv_server_options *o) {
     return 0;
 }
 
-static int bind_address(const cv_server_options *o, struct sockaddr_storage *addr, bool *ipv6) {
-    char port[16];
-    snprintf(port, sizeof port, "%d", o->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *res;
-    int rc = getaddrinfo(o->host && *o->host ? o->host : "0.0.0.0", port, &hints, &res);
-    if (rc) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "cannot resolve host '%s': %s", o->host, gai_strerror(rc));
-    memcpy(addr, res->ai_addr, res->ai_addrlen);
-    *ipv6 = res->ai_family == AF_INET6;
-    freeaddrinfo(res);
-    return 0;
-}
-
 static void free_server(cv_server *s) {
     cv_http_metrics_free(s->http_metrics);
     free_strings(s->names, s->n_names);
     free_strings(s->keys, s->n_keys);
     free(s->root);
     json_decref(s->default_kwargs);
+    pthread_cond_destroy(&s->sessions_cv);
+    pthread_mutex_destroy(&s->sessions_mu);
     free(s);
 }
 
 int cv_server_start(cv_engine_loop *loop, const cv_server_options *o, cv_server **out) {
     if (o->port < 0 || o->port > 65535) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "port must be in [0, 65535], got %d", o->port);
     if (!o->model_root) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "no model name for the server");
-    struct sockaddr_storage addr;
-    bool ipv6 = false;
-    int rc = bind_address(o, &addr, &ipv6);
-    if (rc) return rc;
     cv_server *s = cv_xcalloc(1, sizeof *s);
+    pthread_mutex_init(&s->sessions_mu, NULL);
+    pthread_cond_init(&s->sessions_cv, NULL);
     s->loop = loop;
     s->tok = cvllm_engine_tokenizer(cv_engine_loop_engine(loop));
     s->root = cv_xstrdup(o->model_root);
@@ -455,39 +393,46 @@ int cv_server_start(cv_engine_loop *loop, const cv_server_options *o, cv_server 
     s->started = (int64_t)time(NULL);
     s->http_metrics = cv_http_metrics_create();
     fill_limits(s, o);
-    if ((rc = setup_chat(s, o))) {
+    int rc = setup_chat(s, o);
+    if (rc) {
         free_server(s);
         return rc;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
-                     MHD_USE_ERROR_LOG | (ipv6 ? MHD_USE_IPv6 : 0);
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_TIMEOUT_S, MHD_OPTION_NOTIFY_COMPLETED,
-                                 on_completed, s, MHD_OPTION_END);
-    if (!s->daemon) {
+    cv_http_options ho = {
+        .host = o->host,
+        .port = o->port,
+        .max_body = s->max_body,
+        .max_connections = o->limit_concurrency > 0 ? o->limit_concurrency : DEFAULT_LIMIT_CONCURRENCY,
+        .max_connections_per_client = o->limit_concurrency_per_client > 0 ? o->limit_concurrency_per_client
+                                                                          : DEFAULT_LIMIT_PER_CLIENT,
+        .timeout_keep_alive = o->timeout_keep_alive > 0 ? o->timeout_keep_alive : DEFAULT_KEEP_ALIVE_S,
+        .timeout_request_header = o->timeout_request_header > 0 ? o->timeout_request_header : DEFAULT_HEADER_TIMEOUT_S,
+        .timeout_io = IO_TIMEOUT_S,
+    };
+    cv_http_callbacks cb = {.user = s, .on_head = on_head, .on_request = on_request, .on_complete = on_complete,
+                            .error_body = error_body};
+    if ((rc = cv_http_start(&ho, &cb, &s->http))) {
         free_server(s);
-        return cv_fail(CVLLM_ERR_IO, "cannot listen on %s:%d (address in use or not available)",
-                       o->host && *o->host ? o->host : "0.0.0.0", o->port);
+        return rc;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : o->port;
     *out = s;
     return 0;
 }
 
-int cv_server_port(const cv_server *s) { return s->port; }
+int cv_server_port(const cv_server *s) { return cv_http_port(s->http); }
 
 void cv_server_stop(cv_server *s, double drain_seconds) {
     if (!s) return;
     atomic_store(&s->draining, true);
-    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
-    if (fd != MHD_INVALID_SOCKET) close(fd);
+    cv_http_quiesce(s->http);
     if (drain_seconds > 0 && !cv_engine_loop_drain(s->loop, drain_seconds))
         cv_warn("server", "requests still running after --shutdown-timeout %g s are aborted", drain_seconds);
-    atomic_store(&s->stopping, true);
-    /* Sessions abort themselves within a wait slice; give their final chunks (finish_reason
-     * "abort", [DONE]) time to reach the clients before the connections are closed. */
-    for (int i = 0; i < 200 && atomic_load(&s->sessions) > 0; i++) usleep(10000);
-    MHD_stop_daemon(s->daemon);
+    cv_generate_abort_all(s);
+    /* Each aborted generation still gets its final event (finish_reason "abort", [DONE]), and the
+     * HTTP layer writes those replies out before it closes the connections. */
+    cv_http_stop(s->http);
+    pthread_mutex_lock(&s->sessions_mu);
+    while (s->sessions) pthread_cond_wait(&s->sessions_cv, &s->sessions_mu);
+    pthread_mutex_unlock(&s->sessions_mu);
     free_server(s);
 }

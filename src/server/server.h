@@ -27,6 +27,11 @@ typedef struct cv_server_options {
     bool enable_prompt_tokens_details; /* usage.prompt_tokens_details.cached_tokens */
     bool enable_force_include_usage;   /* usage chunk on every stream */
     size_t max_body_bytes;             /* larger bodies get 413; 0 = 32 MiB */
+    /* Connection limits (uvicorn's names where it has them). */
+    double timeout_keep_alive;         /* idle seconds allowed between requests; 0 = 5 */
+    double timeout_request_header;     /* a request head must arrive within this; 0 = 10 s */
+    int limit_concurrency;             /* open connections; 0 = 4096 */
+    int limit_concurrency_per_client;  /* open connections per client address; 0 = 1024 */
     int max_n;                         /* most choices per prompt; 0 = 128 */
     /* Chat (vLLM's flags). The template is borrowed and must outlive the server; NULL = the model
      * has none, and chat requests get vLLM's 400 for that. */

@@ -1,26 +1,26 @@
 /*
- * server_internal.h — what server.c (HTTP plumbing, routing, small endpoints) and generate.c
- * (completions and chat over the engine loop) share.
+ * server_internal.h — what server.c (routing, auth, small endpoints) and generate.c (completions
+ * and chat over the engine loop) share. Both sit on http.h and never see sockets.
  *
- * Threading: libmicrohttpd runs one thread per connection, so a handler may block: a non-streaming
- * generation waits in its handler and a stream's content reader waits for the next chunk. Every
- * wait is a short timed wait that also polls the client socket, so a client that hangs up has its
- * request aborted within ~50 ms even while nothing is being written to it.
+ * Nothing here blocks a thread for the length of a generation: a handler parses, submits to the
+ * engine loop and returns; the engine's output thread finishes the reply (see generate.c).
  */
 #ifndef CV_SERVER_INTERNAL_H
 #define CV_SERVER_INTERNAL_H
 
-#include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
 #include "server/api.h"
+#include "server/http.h"
 #include "server/metrics.h"
 #include "server/server.h"
 
+typedef struct gen_session gen_session;
+
 struct cv_server {
-    struct MHD_Daemon *daemon;
+    cv_http *http;
     cv_engine_loop *loop;
     const cvllm_tokenizer *tok;
     cv_api_limits limits;
@@ -33,36 +33,24 @@ struct cv_server {
     size_t n_keys;
     bool cached_details, force_usage;
     size_t max_body;
-    int port;
     int64_t started;              /* wall-clock seconds, for "created" of model cards */
     atomic_bool draining;         /* refuse new generations (503) */
-    atomic_bool stopping;         /* abort what is still running */
-    atomic_int sessions;          /* generation sessions not yet freed */
+    pthread_mutex_t sessions_mu;  /* guards the list below */
+    pthread_cond_t sessions_cv;   /* signalled when a session is freed */
+    gen_session *sessions;        /* generations in flight, to abort them at shutdown */
+    bool stopping;                /* sessions created from now on abort at once */
     cv_http_metrics *http_metrics; /* the http_* families of /metrics */
 };
 
-/* Per-HTTP-request state (MHD's con_cls). */
-typedef struct http_request {
-    cv_server *s;
-    char *body;
-    size_t len, cap;
-    bool too_large;
-    bool json;                    /* Content-Type is application/json */
-    double started;               /* cv_now() when its headers arrived */
-    const char *handler;          /* its http_* metrics handler label; NULL: not recorded */
-    char method[16];
-} http_request;
+/* Replies with vLLM's JSON error; finishes the request. */
+void cv_server_reply_error(cv_http_req *r, const cv_api_error *err);
 
-/* Queues a response with `body` (copied) and content type; returns MHD's result. */
-enum MHD_Result cv_http_send(struct MHD_Connection *c, unsigned status, const char *content_type, const char *body,
-                             size_t len);
-enum MHD_Result cv_http_send_error(struct MHD_Connection *c, const cv_api_error *err);
+/* /v1/completions and /v1/chat/completions, once the body is complete (a worker thread). Always
+ * finishes the request, now or from the engine's output thread. */
+void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind);
 
-/* True when the peer closed its side of the connection (or it broke). */
-bool cv_http_peer_gone(struct MHD_Connection *c);
-
-/* /v1/completions and /v1/chat/completions, once the body is complete. */
-enum MHD_Result cv_generate(cv_server *s, struct MHD_Connection *c, cv_api_kind kind, const char *body, size_t len);
+/* Aborts every generation in flight (server shutdown); their clients get finish_reason "abort". */
+void cv_generate_abort_all(cv_server *s);
 
 /* The served name a request's "model" field selects; NULL (with *err set to 404) when none does. */
 const char *cv_server_model_name(const cv_server *s, const char *requested, cv_api_error *err);
