@@ -631,6 +631,166 @@ static void test_min_tokens(void) {
     fixture_free(&f);
 }
 
+/* ---- allowed_token_ids, bad_words -------------------------------------------------------------- */
+
+static bool is_neg_inf(float x) { return isinf(x) && x < 0; }
+
+static void test_allowed_ids(void) {
+    const float row[8] = {7.0f, 1.0f, 6.0f, 2.0f, 3.0f, 9.0f, 0.5f, 8.0f};
+    const int32_t allowed[3] = {1, 4, 6};
+    cv_sampler_params p = neutral_params();
+    p.allowed_ids = allowed;
+    p.n_allowed = 3;
+    sampler_fixture f;
+    fixture_init(&f, &p, 8, 1, NULL, 0);
+    memcpy(f.work, row, sizeof row);
+    cv_sampler_process_logits(&p, &f.st, f.work);
+    for (int i = 0; i < 8; i++)
+        CHECK_MSG(i == 1 || i == 4 || i == 6 ? f.work[i] == row[i] : is_neg_inf(f.work[i]), "id %d: %g", i, f.work[i]);
+
+    /* the draw stays inside the set, in proportion to the allowed tokens' own weights */
+    int counts[8];
+    histogram(&f, &p, row, 6000, counts);
+    double probs[8];
+    float masked[8];
+    for (int i = 0; i < 8; i++) masked[i] = i == 1 || i == 4 || i == 6 ? row[i] : -INFINITY;
+    softmax_scaled(masked, 8, 1.0, probs);
+    CHECK_MSG(chi_square(counts, probs, 8, 6000) < chi_square_bound(2), "allowed set draw is off");
+
+    /* greedy: the best allowed logit, not the best logit; the bias cannot bring a masked id back,
+     * and min_tokens masks an allowed stop id on top of the set */
+    cv_sampler_params g = p;
+    g.temperature = 0;
+    CHECK_EQ_INT(sample_once(&f, &g, row), 4);
+    const int32_t bias_ids[2] = {5, 1};
+    const float bias[2] = {100.0f, 1.5f};
+    g.bias_ids = bias_ids;
+    g.bias_values = bias;
+    g.n_bias = 2;
+    CHECK_EQ_INT(sample_once(&f, &g, row), 4); /* 1 + 1.5 = 2.5 < 3 */
+    memcpy(f.work, row, sizeof row);
+    cv_sampler_process_logits(&g, &f.st, f.work);
+    CHECK(is_neg_inf(f.work[5]) && f.work[1] == 2.5f && f.work[4] == 3.0f);
+    fixture_free(&f);
+}
+
+static void test_allowed_ids_min_tokens(void) {
+    const float row[6] = {0.0f, 1.0f, 2.0f, 9.0f, 3.0f, 8.0f};
+    const int32_t allowed[2] = {2, 3}, stops[2] = {3, 5};
+    cv_sampler_params p = neutral_params();
+    p.temperature = 0;
+    p.allowed_ids = allowed;
+    p.n_allowed = 2;
+    p.min_tokens = 1;
+    p.stop_ids = stops;
+    p.n_stop_ids = 2;
+    sampler_fixture f;
+    fixture_init(&f, &p, 6, 1, NULL, 0);
+    CHECK_EQ_INT(sample_once(&f, &p, row), 2); /* eos 3 waits for min_tokens; 5 is not allowed */
+    cv_sampler_accept(&f.st, 2);
+    CHECK_EQ_INT(sample_once(&f, &p, row), 3);
+
+    /* only stop ids allowed while min_tokens holds: nothing survives, and the fallback is the
+     * allowed stop id, never the better one outside the set */
+    const int32_t only_eos[1] = {3};
+    cv_sampler_params q = p;
+    q.allowed_ids = only_eos;
+    q.n_allowed = 1;
+    q.min_tokens = 5;
+    CHECK_EQ_INT(sample_once(&f, &q, row), 3);
+    q.temperature = 1.0f;
+    CHECK_EQ_INT(sample_once(&f, &q, row), 3);
+    fixture_free(&f);
+}
+
+static void test_bad_words(void) {
+    /* words: [4] (one token: always banned), [1 2] (2 after a 1), [3 1 0] (0 after 3 1) */
+    int32_t ids[6] = {4, 1, 2, 3, 1, 0}, starts[4] = {0, 1, 3, 6};
+    cv_token_seqs words = {ids, starts, 3};
+    const float row[6] = {9.0f, 1.0f, 8.0f, 2.0f, 10.0f, 3.0f};
+    cv_sampler_params p = neutral_params();
+    p.temperature = 0;
+    p.bad_words = &words;
+    sampler_fixture f;
+    fixture_init(&f, &p, 6, 1, NULL, 0);
+    CHECK_EQ_INT(f.st.cap_recent, 2);
+    memcpy(f.work, row, sizeof row);
+    cv_sampler_process_logits(&p, &f.st, f.work);
+    for (int i = 0; i < 6; i++) CHECK(i == 4 ? is_neg_inf(f.work[i]) : f.work[i] == row[i]);
+    CHECK_EQ_INT(sample_once(&f, &p, row), 0);
+
+    /* output ... 3 1: both [1 2] and [3 1 0] are completed by the next token */
+    cv_sampler_accept(&f.st, 5);
+    cv_sampler_accept(&f.st, 3);
+    cv_sampler_accept(&f.st, 1);
+    memcpy(f.work, row, sizeof row);
+    cv_sampler_process_logits(&p, &f.st, f.work);
+    for (int i = 0; i < 6; i++) CHECK(i == 4 || i == 2 || i == 0 ? is_neg_inf(f.work[i]) : f.work[i] == row[i]);
+    CHECK_EQ_INT(sample_once(&f, &p, row), 5);
+    /* ... 1 1: only [1 2] (the ring has wrapped several times by now) */
+    cv_sampler_accept(&f.st, 1);
+    CHECK_EQ_INT(sample_once(&f, &p, row), 0);
+    cv_sampler_accept(&f.st, 0);
+    CHECK_EQ_INT(sample_once(&f, &p, row), 0);
+
+    /* the ban is hard: a bias cannot undo it, and sampling never draws a banned token */
+    const int32_t bias_id[1] = {4};
+    const float bias[1] = {1000.0f};
+    cv_sampler_params hot = p;
+    hot.temperature = 3.0f;
+    hot.bias_ids = bias_id;
+    hot.bias_values = bias;
+    hot.n_bias = 1;
+    cv_sampler_accept(&f.st, 1);
+    int counts[6];
+    histogram(&f, &hot, row, 2000, counts);
+    CHECK_EQ_INT(counts[4] + counts[2], 0);
+    CHECK(counts[0] > 0 && counts[1] > 0 && counts[3] > 0 && counts[5] > 0);
+    fixture_free(&f);
+
+    /* the prompt is not the output: a prompt ending in 1 bans nothing, and one-token words alone
+     * need no ring */
+    const int32_t prompt[2] = {3, 1};
+    starts[1] = 1;
+    words.n = 1;
+    fixture_init(&f, &p, 6, 1, prompt, 2);
+    CHECK(f.st.recent == NULL && f.st.cap_recent == 0);
+    fixture_free(&f);
+    words.n = 2;
+    fixture_init(&f, &p, 6, 1, prompt, 2);
+    CHECK_EQ_INT(sample_once(&f, &p, row), 0);
+    memcpy(f.work, row, sizeof row);
+    cv_sampler_process_logits(&p, &f.st, f.work);
+    CHECK(f.work[2] == row[2]);
+    fixture_free(&f);
+}
+
+/* min_tokens masks the stop ids the bad words left: the fallback is the best of those, and with
+ * everything banned it is token 0 */
+static void test_bad_words_min_tokens(void) {
+    int32_t ids[1] = {3}, starts[2] = {0, 1};
+    cv_token_seqs words = {ids, starts, 1};
+    const float only_stops[4] = {-INFINITY, 2.0f, -INFINITY, 3.0f};
+    const int32_t stops[2] = {1, 3};
+    cv_sampler_params p = neutral_params();
+    p.temperature = 0;
+    p.bad_words = &words;
+    p.min_tokens = 5;
+    p.stop_ids = stops;
+    p.n_stop_ids = 2;
+    sampler_fixture f;
+    fixture_init(&f, &p, 4, 1, NULL, 0);
+    CHECK_EQ_INT(sample_once(&f, &p, only_stops), 1);
+    ids[0] = 1;
+    const int32_t allowed[1] = {3};
+    p.allowed_ids = allowed;
+    p.n_allowed = 1;
+    CHECK_EQ_INT(sample_once(&f, &p, only_stops), 3);
+    ids[0] = 3;
+    CHECK_EQ_INT(sample_once(&f, &p, only_stops), 0);
+    fixture_free(&f);
+}
+
 /* ---- logprobs --------------------------------------------------------------------------------------- */
 
 static void reference_logprobs(const float *row, int n, double *lp) {
@@ -839,6 +999,10 @@ int main(void) {
     test_frequency_presence();
     test_logit_bias();
     test_min_tokens();
+    test_allowed_ids();
+    test_allowed_ids_min_tokens();
+    test_bad_words();
+    test_bad_words_min_tokens();
     test_logprobs_small();
     test_logprobs_wide();
     test_seeds();

@@ -11,6 +11,10 @@
  *   - Raw logprobs need the unprocessed row after the token is known (its rank counts the whole
  *     row), so the row is copied to scratch first, and only when logprobs were requested. The top-N
  *     is a size-N min-heap kept in the caller's `top` array.
+ *   - allowed_token_ids is kept as an ascending list, so masking the rest fills the runs between
+ *     allowed ids: one store per token, vectorizable, and nothing to allocate per step.
+ *   - bad_words compares each word's prefix with a ring of the last generated tokens in the state,
+ *     so a step costs the total length of the words, however long the output is.
  *   - min_tokens, logit_bias and the penalties are sparse: they touch the stop ids, the bias ids and
  *     the distinct ids seen in the prompt/output (kept as a list in the state), never the whole row.
  *   - top_k finds the k-th largest logit with a size-k heap of ids (one comparison per block) and
@@ -31,10 +35,11 @@
  * min_p is applied in logit space: p_i < min_p · p_max  <=>  l_i - l_max < log(min_p).
  *
  * NaN logits count as -inf and +inf as FLT_MAX wherever they are read, so a broken row degrades to
- * a valid token id instead of NaN arithmetic. When steps 2-4 leave no finite logit, the result is
- * the raw argmax: with finite biases and penalties only min_tokens can turn a finite logit into
- * -inf, so that argmax is the best masked stop id, or token 0 when the raw row was all -inf too
- * (torch's argmax of an all -inf row).
+ * a valid token id instead of NaN arithmetic. When steps 2-6 leave no finite logit, the result is
+ * the stop id that min_tokens masked with the best logit steps 2-3 left it (finite biases and
+ * penalties keep a finite logit finite, so that is the one soft rule to break), or token 0 when
+ * there is none (torch's argmax of an all -inf row): then allowed_token_ids and bad_words left
+ * nothing, or the raw row was all -inf.
  */
 #include "engine/sampler.h"
 
@@ -70,12 +75,24 @@ static void remember_seen(cv_sampler_state *st, int32_t id) {
     st->seen[st->n_seen++] = id;
 }
 
+static int32_t longest_bad_prefix(const cv_token_seqs *words) {
+    int32_t longest = 0;
+    for (size_t w = 0; words && w < words->n; w++) {
+        int32_t prefix = words->starts[w + 1] - words->starts[w] - 1;
+        assert(prefix >= 0);
+        if (prefix > longest) longest = prefix;
+    }
+    return longest;
+}
+
 void cv_sampler_state_init(cv_sampler_state *st, const cv_sampler_params *p, int32_t vocab_size,
                            uint64_t seed, const int32_t *prompt, size_t n_prompt) {
     assert(vocab_size > 0);
     memset(st, 0, sizeof *st);
     cv_rng_seed(&st->rng, seed);
     st->vocab_size = vocab_size;
+    st->cap_recent = longest_bad_prefix(p->bad_words);
+    if (st->cap_recent) st->recent = cv_xmalloc((size_t)st->cap_recent * sizeof *st->recent);
     bool repetition = repetition_active(p);
     if (!repetition && !output_penalties_active(p)) return;
     st->out_count = cv_xcalloc((size_t)vocab_size, sizeof *st->out_count);
@@ -95,11 +112,13 @@ void cv_sampler_state_free(cv_sampler_state *st) {
     free(st->in_prompt);
     free(st->out_count);
     free(st->seen);
+    free(st->recent);
     memset(st, 0, sizeof *st);
 }
 
 void cv_sampler_accept(cv_sampler_state *st, int32_t token_id) {
     assert(token_id >= 0 && token_id < st->vocab_size);
+    if (st->recent) st->recent[st->n_generated % st->cap_recent] = token_id;
     st->n_generated++;
     if (!st->out_count) return;
     bool known = st->out_count[token_id] > 0 || (st->in_prompt && st->in_prompt[token_id]);
@@ -107,9 +126,39 @@ void cv_sampler_accept(cv_sampler_state *st, int32_t token_id) {
     if (!known) remember_seen(st, token_id);
 }
 
-/* ---- steps 2-4: min_tokens, logit_bias, penalties ----------------------------------------------- */
+/* ---- steps 2-6: allowed_token_ids, bad_words, min_tokens, logit_bias, penalties ----------------- */
 
-/* Masks the stop ids while min_tokens is not reached and returns the best raw logit among them
+static void mask_disallowed(const cv_sampler_params *p, int32_t vocab_size, float *logits) {
+    if (!p->n_allowed) return;
+    int32_t from = 0;
+    for (size_t i = 0; i <= p->n_allowed; i++) {
+        int32_t to = i < p->n_allowed ? p->allowed_ids[i] : vocab_size;
+        assert(to >= from && to <= vocab_size); /* ascending, distinct, in the vocabulary */
+        for (int32_t t = from; t < to; t++) logits[t] = -INFINITY;
+        from = to + 1;
+    }
+}
+
+/* The token generated `back` places before the next one (back = 1: the last one). */
+static inline int32_t recent_token(const cv_sampler_state *st, int32_t back) {
+    return st->recent[(st->n_generated - back) % st->cap_recent];
+}
+
+/* vLLM's apply_bad_words: only the output counts, never the prompt. */
+static void mask_bad_words(const cv_sampler_params *p, const cv_sampler_state *st, float *logits) {
+    const cv_token_seqs *words = p->bad_words;
+    for (size_t w = 0; words && w < words->n; w++) {
+        const int32_t *ids = words->ids + words->starts[w];
+        int32_t prefix = words->starts[w + 1] - words->starts[w] - 1, last = ids[prefix];
+        if (prefix > st->n_generated || last < 0 || last >= st->vocab_size) continue;
+        assert(prefix <= st->cap_recent); /* state made with other params */
+        int32_t k = 0;
+        while (k < prefix && recent_token(st, prefix - k) == ids[k]) k++;
+        if (k == prefix) logits[last] = -INFINITY;
+    }
+}
+
+/* Masks the stop ids while min_tokens is not reached and returns the one with the best logit
  * (lowest id on ties; token 0 when none is finite): the fallback when nothing else survives. Ids
  * outside the vocabulary can never be sampled, so they are skipped rather than trusted. */
 static int32_t mask_stop_ids(const cv_sampler_params *p, const cv_sampler_state *st, float *logits) {
@@ -156,6 +205,8 @@ static void apply_penalties(const cv_sampler_params *p, const cv_sampler_state *
 
 /* Returns the token to fall back on when no logit stays finite (see mask_stop_ids). */
 static int32_t process_logits(const cv_sampler_params *p, const cv_sampler_state *st, float *logits) {
+    mask_disallowed(p, st->vocab_size, logits);
+    mask_bad_words(p, st, logits);
     int32_t fallback = mask_stop_ids(p, st, logits);
     add_logit_bias(p, st->vocab_size, logits);
     apply_penalties(p, st, logits);
@@ -288,7 +339,7 @@ static double to_weights(float *x, int32_t n, float max) {
     return total;
 }
 
-/* ---- step 5: temperature, min_p, top_k, top_p ------------------------------------------------- */
+/* ---- step 7: temperature, min_p, top_k, top_p ------------------------------------------------- */
 
 /* Divides by the temperature, cleans NaN/inf, and returns the new maximum. */
 static float scale_by_temperature(float *logits, int32_t n, float temperature) {

@@ -3,17 +3,26 @@
  * (vllm/v1/sample/sampler.py):
  *
  *   1. raw logprobs (log-softmax of the unprocessed logits) for the logprobs the request asked for;
- *   2. min_tokens: while fewer than min_tokens were generated, eos and stop token ids get -inf;
- *   3. logit_bias is added;
- *   4. penalties: repetition (prompt and output tokens), frequency and presence (output only);
- *   5. temperature < 1e-5: argmax. Otherwise divide by temperature, then min_p, top_k, top_p, and
+ *   2. allowed_token_ids: every id outside the set gets -inf;
+ *   3. bad_words: the last token of each bad word gets -inf when the output so far ends with the
+ *      word's other tokens (a one-token word always);
+ *   4. min_tokens: while fewer than min_tokens were generated, eos and stop token ids get -inf;
+ *   5. logit_bias is added;
+ *   6. penalties: repetition (prompt and output tokens), frequency and presence (output only);
+ *   7. temperature < 1e-5: argmax. Otherwise divide by temperature, then min_p, top_k, top_p, and
  *      draw with the exponential race argmax(p_i / q_i), q_i ~ Exp(1), from the request's own RNG.
+ * Steps 2-3 are hard: no later step can bring a logit back from -inf.
  *
  * Each request (each of its n completions) owns a cv_sampler_state whose RNG depends only on its
- * seed, so the same seed gives the same tokens whatever else is in the batch.
+ * seed, so the same seed gives the same tokens whatever else is in the batch. The state also keeps
+ * what steps 3, 4 and 6 look at: the count of tokens generated, the last few of them (as many as
+ * the longest bad word needs) and the penalties' counts. Each sampled token must be recorded with
+ * cv_sampler_accept before the next position is sampled; speculative decoding's verification does
+ * that for every accepted draft, so each position sees the drafts accepted before it.
  *
- * NaN logits count as -inf and +inf as FLT_MAX. When nothing survives steps 2-4 (every logit -inf),
- * the argmax of the raw logits is returned (token 0 when the raw row is all -inf too).
+ * NaN logits count as -inf and +inf as FLT_MAX. When nothing survives steps 2-6 (every logit -inf),
+ * the result is the stop id that min_tokens masked with the best logit left by steps 2-3, or token
+ * 0 when there is none (torch's argmax of an all -inf row).
  */
 #ifndef CV_SAMPLER_H
 #define CV_SAMPLER_H
@@ -24,6 +33,13 @@
 
 #include "base/rng.h"
 
+/* Token sequences back to back: sequence i is ids[starts[i] .. starts[i + 1]). */
+typedef struct cv_token_seqs {
+    int32_t *ids;
+    int32_t *starts;          /* n + 1 entries */
+    size_t n;
+} cv_token_seqs;
+
 typedef struct cv_sampler_params {
     float temperature;        /* < 1e-5: greedy */
     float top_p;              /* >= 1: off */
@@ -32,6 +48,9 @@ typedef struct cv_sampler_params {
     float repetition_penalty; /* 1: off */
     float presence_penalty;
     float frequency_penalty;
+    const int32_t *allowed_ids; /* ascending, distinct, each < vocab; n_allowed 0: every id */
+    size_t n_allowed;
+    const cv_token_seqs *bad_words; /* each sequence >= 1 token; NULL: none */
     int32_t min_tokens;
     const int32_t *stop_ids;  /* eos ids (unless ignore_eos) + stop_token_ids, masked by min_tokens */
     size_t n_stop_ids;
@@ -48,6 +67,8 @@ typedef struct cv_sampler_state {
     int32_t *out_count;       /* [vocab] occurrences in the output so far */
     int32_t *seen;            /* distinct ids the penalties touch (prompt when tracked, output) */
     int32_t n_seen, cap_seen;
+    int32_t *recent;          /* ring of the last cap_recent generated tokens (bad words), else NULL */
+    int32_t cap_recent;       /* the longest bad word's length - 1 */
     int32_t n_generated;
 } cv_sampler_state;
 
@@ -65,11 +86,12 @@ typedef struct cv_sample_result {
 } cv_sample_result;
 
 /* Penalty bookkeeping (in_prompt, out_count, seen) is allocated only when a penalty of `p` is
- * active; `p` must be the parameters later passed to cv_sample. Prompt ids must be < vocab_size. */
+ * active, the recent tokens only when `p` has bad words of two tokens or more; `p` must be the
+ * parameters later passed to cv_sample. Prompt ids must be < vocab_size. */
 void cv_sampler_state_init(cv_sampler_state *st, const cv_sampler_params *p, int32_t vocab_size,
                            uint64_t seed, const int32_t *prompt, size_t n_prompt);
 void cv_sampler_state_free(cv_sampler_state *st);
-/* Records a generated token (penalties, min_tokens). */
+/* Records a generated token (bad words, min_tokens, penalties). */
 void cv_sampler_accept(cv_sampler_state *st, int32_t token_id);
 
 /* Samples from `logits` (vocab_size floats; modified in place). `scratch` must hold 2·vocab_size
@@ -95,10 +117,11 @@ void cv_logprobs_of(const float *logits, int32_t vocab_size, int32_t n_top, int3
 
 /* The stages of cv_sample, exposed so tests can check them exactly. */
 
-/* Steps 2-4 (min_tokens, logit_bias, penalties) in place on a row of st->vocab_size logits. */
+/* Steps 2-6 (allowed_token_ids, bad_words, min_tokens, logit_bias, penalties) in place on a row of
+ * st->vocab_size logits. */
 void cv_sampler_process_logits(const cv_sampler_params *p, const cv_sampler_state *st, float *logits);
 
-/* Step 5 up to the draw, for temperature >= 1e-5: divides by the temperature and sets every token
+/* Step 7 up to the draw, for temperature >= 1e-5: divides by the temperature and sets every token
  * removed by min_p, top_k or top_p to -inf. When top_k or top_p is active, writes the surviving
  * ids to `ids` (vocab_size entries) and returns their count; otherwise returns -1 (every token with
  * a finite logit is a candidate) and leaves `ids` alone. Returns 0 when no logit is finite. */
