@@ -344,9 +344,10 @@ int cv_http_parse_head(const char *buf, size_t len, cv_http_head *head, cv_http_
         }
     }
     /* A Content-Length value can be judged before its line ends. */
-    if (state == H_VALUE && m.special == SPECIAL_LENGTH) {
+    if ((state == H_VALUE || state == H_VALUE_LF) && m.special == SPECIAL_LENGTH) {
         uint64_t ignored;
-        if (parse_length(f->value, (size_t)(buf + n - f->value), false, &ignored, err) < 0) return -1;
+        size_t got = state == H_VALUE ? (size_t)(buf + n - f->value) : f->value_len;
+        if (parse_length(f->value, got, false, &ignored, err) < 0) return -1;
     }
     if (len > CV_HTTP_MAX_HEAD) return fail(err, 431, "Header section too large");
     return 0;
