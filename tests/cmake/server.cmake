@@ -1,6 +1,9 @@
 # The OpenAI-compatible server: the protocol layer alone, then the HTTP server in-process.
 cv_add_test(test_server_api SOURCES test_server_api.c LIBS cv_server TIMEOUT 60)
 cv_add_test(test_server SOURCES test_server.c LIBS cv_server PkgConfig::CURL TIMEOUT 180)
+# The HTTP layer on the wire: malformed requests as raw bytes, protocol features, no lock-out.
+cv_add_test(test_http_wire SOURCES test_http_wire.c LIBS cv_server TIMEOUT 180)
+set_tests_properties(test_http_wire PROPERTIES SKIP_RETURN_CODE 77)
 # `cvllm serve` as a process: the tutorial command line, bad flags, SIGTERM drain and abort.
 cv_add_test(test_server_cli SOURCES test_server_cli.c LIBS PkgConfig::CURL PkgConfig::JANSSON Threads::Threads TIMEOUT 120)
 add_dependencies(test_server_cli cvllm)
