@@ -159,10 +159,13 @@ typedef struct cvllm_sampling_params {
     const int32_t *logit_bias_ids;
     const float *logit_bias_values;
     size_t n_logit_bias;
-    const int32_t *allowed_token_ids; /* vLLM's allowed_token_ids: only these ids can be sampled; NULL = any */
+    const int32_t *allowed_token_ids; /* vLLM's allowed_token_ids: only these ids can be sampled; NULL = any
+                                       * (non-NULL with no entries is an error, as in vLLM) */
     size_t n_allowed_token_ids;
     const char *const *bad_words; /* vLLM's bad_words: token sequences that are never generated (each word
-                                   * tokenized as given and with a leading space, as vLLM does) */
+                                   * tokenized as given and with a leading space, as vLLM does); a word's
+                                   * last token is banned where the output (not the prompt) ends with its
+                                   * other tokens */
     size_t n_bad_words;
     int32_t priority;            /* vLLM's priority: with scheduling policy "priority" a lower value is
                                   * scheduled first (ties by arrival); must be 0 under "fcfs" */

@@ -19,6 +19,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/utf8.h"
 #include "engine/engine.h"
 #include "loader/quant.h"
 #include "loader/resolve.h"
@@ -27,6 +28,7 @@
 #define DEFAULT_MAX_NUM_BATCHED_TOKENS 4096
 #define DEFAULT_BLOCK_SIZE 16
 #define DEFAULT_MAX_LOGPROBS 20
+#define MAX_BAD_WORDS 128 /* vLLM's VLLM_MAX_NUM_BAD_WORDS: token sequences a request's bad_words give */
 
 void cvllm_engine_options_default(cvllm_engine_options *o) {
     memset(o, 0, sizeof *o);
@@ -53,6 +55,9 @@ static int check_options(const cvllm_engine_options *o) {
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "gpu_memory_utilization must be in (0, 1], got %g", o->gpu_memory_utilization);
     if (o->num_threads < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "num_threads must be >= 0, got %d", o->num_threads);
     if (o->max_logprobs < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_logprobs must be >= 0, got %d", o->max_logprobs);
+    const char *policy = o->scheduling_policy;
+    if (policy && strcmp(policy, "fcfs") && strcmp(policy, "priority"))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid scheduling_policy '%s'; choose from fcfs, priority", policy);
     return 0;
 }
 
@@ -264,9 +269,11 @@ static int create_engine(cvllm_engine *e) {
                        e->config.architecture);
     if ((rc = check_state_support(e))) return rc;
     if ((rc = cv_kv_cache_create(e, &fp))) return rc;
+    bool priority = e->opts.scheduling_policy && !strcmp(e->opts.scheduling_policy, "priority");
     cv_scheduler_init(&e->sched, &e->blocks, e->opts.max_num_seqs, e->opts.max_num_batched_tokens,
-                      e->opts.block_size, e->max_model_len, e->opts.enable_prefix_caching,
+                      e->opts.block_size, e->max_model_len, e->opts.enable_prefix_caching, priority,
                       e->states.cache.data ? &e->states : NULL);
+    if (priority) cv_info("engine", "scheduling policy priority: lower priority values are scheduled first");
     e->max_logprobs = e->opts.max_logprobs;
     e->sample_scratch = cv_xmalloc(2 * (size_t)e->vocab_size * sizeof(float));
     e->top_scratch = cv_xmalloc(((size_t)e->max_logprobs + 1) * sizeof *e->top_scratch);
@@ -418,6 +425,13 @@ static int check_sampling_params(const cvllm_engine *e, const cvllm_sampling_par
         if (p->logit_bias_ids[i] < 0 || p->logit_bias_ids[i] >= e->vocab_size)
             return cv_fail(bad, "token_id(s) [%d] in logit_bias contain out-of-vocab token ids. Vocabulary size: %d",
                            p->logit_bias_ids[i], e->vocab_size);
+    /* vLLM's _validate_allowed_token_ids: bounded by the logits' width, as logit_bias is */
+    if (p->allowed_token_ids && !p->n_allowed_token_ids) return cv_fail(bad, "allowed_token_ids is not None and empty!");
+    for (size_t i = 0; p->allowed_token_ids && i < p->n_allowed_token_ids; i++)
+        if (p->allowed_token_ids[i] < 0 || p->allowed_token_ids[i] >= e->vocab_size)
+            return cv_fail(bad, "allowed_token_ids contains out-of-vocab token id!");
+    if (p->priority != 0 && !e->sched.priority_policy)
+        return cv_fail(bad, "Got priority %d but Priority scheduling is not enabled.", p->priority);
     return 0;
 }
 
@@ -433,6 +447,63 @@ static int tokenize_prompt(const cvllm_engine *e, const cvllm_prompt *prompt, in
     }
     size_t len = prompt->text_len ? prompt->text_len : strlen(prompt->text);
     return cv_tokenizer_encode(e->tokenizer, prompt->text, len, ids, n);
+}
+
+/* Bytes of Python's str.lstrip() at the start of s: str.isspace() is Unicode's White_Space plus the
+ * information separators U+001C..U+001F. */
+static size_t python_leading_space(const char *s, size_t len) {
+    size_t at = 0, n;
+    uint32_t cp;
+    while (at < len && cv_utf8_decode(s + at, len - at, &cp, &n) == CV_UTF8_OK &&
+           (cv_unicode_is_white_space(cp) || (cp >= 0x1C && cp <= 0x1F)))
+        at += n;
+    return at;
+}
+
+/* Adds one tokenized bad word, counted against vLLM's limit. A sequence with an id past the logits'
+ * width (a tokenizer larger than the model's vocabulary) is counted but not kept: the model can
+ * never produce that id, so the word can never be completed, and no mask is needed for it. */
+static int keep_bad_word(const cvllm_engine *e, const int32_t *ids, size_t n, size_t *count, cv_token_seqs *out) {
+    if (++*count > MAX_BAD_WORDS)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Too many bad words after tokenization: %zu. The max number is %d.",
+                       *count, MAX_BAD_WORDS);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= e->vocab_size) return 0;
+    int32_t at = out->n ? out->starts[out->n] : 0;
+    out->ids = cv_xrealloc(out->ids, ((size_t)at + n) * sizeof *out->ids);
+    memcpy(out->ids + at, ids, n * sizeof *ids);
+    out->starts = cv_xrealloc(out->starts, (out->n + 2) * sizeof *out->starts);
+    out->starts[out->n] = at;
+    out->starts[++out->n] = at + (int32_t)n;
+    return 0;
+}
+
+/* vLLM's SamplingParams.update_from_tokenizer: each word, its leading whitespace stripped, is
+ * tokenized as it is and with one space in front (the form it takes inside a text, where the space
+ * is part of the word's first token). The spaced form is kept only when it starts with another
+ * token and has as many tokens; an entry that tokenizes to nothing is an error. */
+static int tokenize_bad_words(const cvllm_engine *e, const cvllm_sampling_params *p, cv_token_seqs *out) {
+    *out = (cv_token_seqs){0};
+    size_t count = 0;
+    int rc = 0;
+    for (size_t w = 0; p->bad_words && w < p->n_bad_words && !rc; w++) {
+        const char *word = p->bad_words[w] ? p->bad_words[w] : "";
+        size_t len = strlen(word), skip = python_leading_space(word, len);
+        char *spaced_text = cv_xasprintf(" %s", word + skip);
+        int32_t *plain = NULL, *spaced = NULL;
+        size_t n_plain = 0, n_spaced = 0;
+        rc = cv_tokenizer_encode(e->tokenizer, word + skip, len - skip, &plain, &n_plain);
+        if (!rc && !n_plain)
+            rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "bad_words entries must tokenize to at least one token.");
+        if (!rc) rc = keep_bad_word(e, plain, n_plain, &count, out);
+        if (!rc) rc = cv_tokenizer_encode(e->tokenizer, spaced_text, len - skip + 1, &spaced, &n_spaced);
+        if (!rc && n_spaced == n_plain && spaced[0] != plain[0]) rc = keep_bad_word(e, spaced, n_spaced, &count, out);
+        free(spaced_text);
+        free(plain);
+        free(spaced);
+    }
+    if (rc) cv_token_seqs_free(out);
+    return rc;
 }
 
 static int check_prompt(const cvllm_engine *e, const int32_t *ids, size_t n) {
@@ -468,8 +539,10 @@ int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const
     if (rc) return rc;
     int32_t *ids = NULL;
     size_t n = 0;
+    cv_token_seqs bad_words = {0};
     rc = tokenize_prompt(e, prompt, &ids, &n);
     if (!rc) rc = check_prompt(e, ids, n);
+    if (!rc) rc = tokenize_bad_words(e, params, &bad_words);
     if (rc) {
         free(ids);
         return rc;
@@ -480,7 +553,7 @@ int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const
     const int32_t *eos = g->n_eos_token_ids ? g->eos_token_ids : e->config.eos_token_ids;
     size_t n_eos = g->n_eos_token_ids ? (size_t)g->n_eos_token_ids : (size_t)e->config.n_eos_token_ids;
     uint64_t id = ++e->next_request_id;
-    *out = cv_request_create(id, ids, n, prompt->cache_salt, params, max_tokens, eos, n_eos);
+    *out = cv_request_create(id, ids, n, prompt->cache_salt, params, max_tokens, eos, n_eos, &bad_words);
     free(ids);
     return 0;
 }

@@ -24,6 +24,23 @@ static void copy_stop_strings(cv_request *req, const cvllm_sampling_params *p) {
     req->params.stop = (const char *const *)req->stop;
 }
 
+static int compare_ids(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The sampler fills the runs between allowed ids, so it wants them ascending and once each. */
+static void copy_allowed_ids(cv_request *req, const cvllm_sampling_params *p) {
+    if (!p->allowed_token_ids) return;
+    req->allowed_ids = copy_ids(p->allowed_token_ids, p->n_allowed_token_ids);
+    qsort(req->allowed_ids, p->n_allowed_token_ids, sizeof *req->allowed_ids, compare_ids);
+    for (size_t i = 0; i < p->n_allowed_token_ids; i++)
+        if (!req->n_allowed || req->allowed_ids[req->n_allowed - 1] != req->allowed_ids[i])
+            req->allowed_ids[req->n_allowed++] = req->allowed_ids[i];
+    req->params.allowed_token_ids = req->allowed_ids;
+    req->params.n_allowed_token_ids = req->n_allowed;
+}
+
 /* min_tokens masks every id that would end the request: eos (unless ignored) and stop_token_ids. */
 static void build_stop_ids(cv_request *req, const int32_t *eos, size_t n_eos) {
     const cvllm_sampling_params *p = &req->params;
@@ -51,13 +68,16 @@ static void fill_sampler_params(cv_request *req) {
         .bias_ids = req->bias_ids,
         .bias_values = req->bias_values,
         .n_bias = p->n_logit_bias,
+        .allowed_ids = req->allowed_ids,
+        .n_allowed = req->n_allowed,
+        .bad_words = req->bad_words.n ? &req->bad_words : NULL,
         .logprobs = p->logprobs,
     };
 }
 
 cv_request *cv_request_create(uint64_t id, const int32_t *prompt, size_t n_prompt, const char *cache_salt,
                               const cvllm_sampling_params *params, int32_t max_tokens,
-                              const int32_t *eos, size_t n_eos) {
+                              const int32_t *eos, size_t n_eos, cv_token_seqs *bad_words) {
     cv_request *req = cv_xcalloc(1, sizeof *req);
     req->id = id;
     req->cache_salt = cache_salt ? cv_xstrdup(cache_salt) : NULL;
@@ -74,6 +94,13 @@ cv_request *cv_request_create(uint64_t id, const int32_t *prompt, size_t n_promp
         memcpy(req->bias_values, params->logit_bias_values, params->n_logit_bias * sizeof(float));
     req->params.logit_bias_ids = req->bias_ids;
     req->params.logit_bias_values = req->bias_values;
+    copy_allowed_ids(req, params);
+    if (bad_words) {
+        req->bad_words = *bad_words;
+        *bad_words = (cv_token_seqs){0};
+    }
+    req->params.bad_words = NULL;
+    req->params.n_bad_words = 0;
     build_stop_ids(req, eos, n_eos);
     fill_sampler_params(req);
     if (cv_request_wants_prompt_logprobs(req))
@@ -106,6 +133,12 @@ void cv_free_position_logprobs(cvllm_position_logprobs *lp, size_t n) {
     free(lp);
 }
 
+void cv_token_seqs_free(cv_token_seqs *seqs) {
+    free(seqs->ids);
+    free(seqs->starts);
+    *seqs = (cv_token_seqs){0};
+}
+
 void cv_request_free(cv_request *req) {
     if (!req) return;
     for (int32_t i = 0; i < req->n_seqs; i++) {
@@ -124,6 +157,8 @@ void cv_request_free(cv_request *req) {
     free(req->stop_token_ids);
     free(req->bias_ids);
     free(req->bias_values);
+    free(req->allowed_ids);
+    cv_token_seqs_free(&req->bad_words);
     free(req->stop_ids);
     free(req->eos_ids);
     free(req->prompt);

@@ -66,6 +66,9 @@ struct cv_request {
     size_t max_stop_len;
     int32_t *bias_ids;
     float *bias_values;
+    int32_t *allowed_ids;          /* allowed_token_ids ascending without repeats; NULL = any */
+    size_t n_allowed;
+    cv_token_seqs bad_words;       /* the bad words' token sequences (params.bad_words is not kept) */
     int32_t *stop_ids;             /* what min_tokens masks: eos ids (unless ignore_eos) + stop_token_ids */
     size_t n_stop_ids;
     int32_t *eos_ids;              /* the model's eos ids, empty when ignore_eos */
@@ -88,10 +91,12 @@ struct cv_request {
     cvllm_request_output out;
 };
 
-/* Makes a request with copies of prompt and params; `eos` are the model's eos ids. */
+/* Makes a request with copies of prompt and params; `eos` are the model's eos ids, `bad_words` the
+ * token sequences of params->bad_words (taken over; NULL = none). */
 cv_request *cv_request_create(uint64_t id, const int32_t *prompt, size_t n_prompt, const char *cache_salt,
                               const cvllm_sampling_params *params, int32_t max_tokens,
-                              const int32_t *eos, size_t n_eos);
+                              const int32_t *eos, size_t n_eos, cv_token_seqs *bad_words);
+void cv_token_seqs_free(cv_token_seqs *seqs);
 void cv_request_free(cv_request *req);
 
 void cv_seq_append_token(cv_seq *seq, int32_t token);

@@ -34,11 +34,29 @@ static int32_t list_find(const cv_seq_list *l, const cv_seq *seq) {
     return -1;
 }
 
+/* vLLM's Request ordering under the priority policy: (priority, arrival), then completion index. */
+static bool comes_before(const cv_seq *a, const cv_seq *b) {
+    int32_t pa = a->req->params.priority, pb = b->req->params.priority;
+    if (pa != pb) return pa < pb;
+    if (a->req->id != b->req->id) return a->req->id < b->req->id;
+    return a->index < b->index;
+}
+
+/* Puts seq into a list kept in comes_before order, after the sequences that come before it. */
+static void list_insert_ordered(cv_seq_list *l, cv_seq *seq) {
+    int32_t at = l->n;
+    while (at > 0 && comes_before(seq, l->items[at - 1])) at--;
+    list_push(l, seq);
+    memmove(l->items + at + 1, l->items + at, (size_t)(l->n - 1 - at) * sizeof *l->items);
+    l->items[at] = seq;
+}
+
 void cv_scheduler_init(cv_scheduler *s, cv_block_pool *pool, int32_t max_num_seqs,
                        int32_t max_num_batched_tokens, int32_t block_size, int32_t max_model_len,
-                       bool enable_prefix_caching, cv_state_pool *states) {
+                       bool enable_prefix_caching, bool priority_policy, cv_state_pool *states) {
     memset(s, 0, sizeof *s);
     s->enable_prefix_caching = enable_prefix_caching;
+    s->priority_policy = priority_policy;
     s->states = states;
     s->pool = pool;
     s->max_num_seqs = max_num_seqs;
@@ -59,7 +77,8 @@ void cv_schedule_free(cv_schedule *out) {
 
 void cv_scheduler_add(cv_scheduler *s, cv_seq *seq) {
     seq->status = CV_SEQ_WAITING;
-    list_push(&s->waiting, seq);
+    if (s->priority_policy) list_insert_ordered(&s->waiting, seq);
+    else list_push(&s->waiting, seq);
 }
 
 static void release_blocks(cv_scheduler *s, cv_seq *seq) {
@@ -197,7 +216,8 @@ static void preempt(cv_scheduler *s, cv_seq *seq) {
     seq->n_draft = 0;
     seq->num_preemptions++;
     seq->status = CV_SEQ_WAITING;
-    list_push_front(&s->waiting, seq);
+    if (s->priority_policy) list_insert_ordered(&s->waiting, seq);
+    else list_push_front(&s->waiting, seq);
     s->num_preemptions++;
 }
 
@@ -214,6 +234,24 @@ static bool grow_blocks(cv_scheduler *s, cv_seq *seq, int32_t n_tokens) {
     return cv_scheduler_reserve(s, seq, seq->num_computed + (size_t)n_tokens);
 }
 
+/* Index in s->running of the sequence to preempt (see scheduler.h). */
+static int32_t victim_index(const cv_scheduler *s) {
+    int32_t v = s->running.n - 1;
+    if (s->priority_policy)
+        for (int32_t i = 0; i < s->running.n; i++)
+            if (comes_before(s->running.items[v], s->running.items[i])) v = i;
+    return v;
+}
+
+/* Takes a sequence that was given tokens earlier in this step back out of the schedule. */
+static void unschedule(cv_schedule *out, cv_seq *seq, int32_t *budget) {
+    int32_t i = list_find(&out->seqs, seq);
+    if (i < 0) return;
+    list_remove_at(&out->seqs, i);
+    out->total_tokens -= seq->num_scheduled;
+    *budget += seq->num_scheduled;
+}
+
 static void schedule_running(cv_scheduler *s, cv_schedule *out, int32_t *budget) {
     for (int32_t i = 0; i < s->running.n && *budget > 0; i++) {
         cv_seq *seq = s->running.items[i];
@@ -225,9 +263,12 @@ static void schedule_running(cv_scheduler *s, cv_schedule *out, int32_t *budget)
                 scheduled = true;
                 break;
             }
-            /* Out of blocks: preempt the newest running sequence (possibly this one). */
-            cv_seq *victim = s->running.items[s->running.n - 1];
-            list_remove_at(&s->running, s->running.n - 1);
+            /* Out of blocks: preempt the policy's victim (possibly this one) and try again. */
+            int32_t v = victim_index(s);
+            cv_seq *victim = s->running.items[v];
+            list_remove_at(&s->running, v);
+            if (v < i) i--;
+            unschedule(out, victim, budget);
             preempt(s, victim);
             list_push(&out->preempted, victim);
             if (victim == seq) break;

@@ -3,10 +3,19 @@
  *
  * There are no prefill and decode phases: every sequence has num_computed chasing n_tokens, and a
  * step hands out at most max_num_batched_tokens tokens. Running sequences are served first, in
- * order (a decode takes one token, an unfinished prompt takes what is left of the budget: chunked
- * prefill); then, unless someone was preempted in this step, waiting sequences in FCFS order while
- * fewer than max_num_seqs run. When KV blocks run out, the newest running sequence is preempted: its
- * blocks are freed, its progress reset, and it goes back to the front of the queue to be recomputed.
+ * admission order (a decode takes one token, an unfinished prompt takes what is left of the budget:
+ * chunked prefill); then, unless someone was preempted in this step, waiting sequences in queue
+ * order while fewer than max_num_seqs run. When KV blocks run out, a running sequence is preempted:
+ * its blocks are freed, its progress reset, and it goes back to the queue to be recomputed.
+ *
+ * The policy (vLLM's --scheduling-policy) decides the queue order and the victim:
+ *   - fcfs: arrival order; the victim is the newest running sequence, and it goes back to the
+ *     front of the queue;
+ *   - priority: ascending (priority, arrival), a lower value first; the victim is the running
+ *     sequence that comes last in that order, possibly one already given tokens in this step (they
+ *     go back to the budget), and it goes back to its place in the queue. A waiting sequence never
+ *     preempts a running one, however urgent: preemption only makes room for running sequences.
+ * Arrival is the request id; the completions of one request (n > 1) follow by index.
  *
  * With prefix caching on, a sequence that is admitted first takes the longest run of cached blocks
  * that match its tokens (never the whole prompt: the last token is always computed, for its
@@ -36,6 +45,7 @@ typedef struct cv_scheduler {
     cv_block_pool *pool;
     cv_state_pool *states;         /* models with recurrent state: a hit also needs a state checkpoint */
     bool enable_prefix_caching;
+    bool priority_policy;          /* "priority", else "fcfs" */
     cv_seq_list running;           /* in admission order */
     cv_seq_list waiting;           /* front = next to admit */
     uint64_t num_preemptions;      /* total, for metrics */
@@ -51,7 +61,7 @@ typedef struct cv_schedule {
 
 void cv_scheduler_init(cv_scheduler *s, cv_block_pool *pool, int32_t max_num_seqs,
                        int32_t max_num_batched_tokens, int32_t block_size, int32_t max_model_len,
-                       bool enable_prefix_caching, cv_state_pool *states);
+                       bool enable_prefix_caching, bool priority_policy, cv_state_pool *states);
 void cv_scheduler_free(cv_scheduler *s);
 void cv_scheduler_add(cv_scheduler *s, cv_seq *seq);
 /* Fills *out (its list is reused across steps). */

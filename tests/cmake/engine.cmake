@@ -4,3 +4,4 @@ cv_add_test(test_engine_loop SOURCES test_engine_loop.c LIBS cv_engine TIMEOUT 3
 cv_add_test(test_spec_decode SOURCES test_spec_decode.c LIBS cv_engine TIMEOUT 300)
 cv_add_test(test_engine_hybrid SOURCES test_engine_hybrid.c LIBS cv_engine TIMEOUT 300)
 cv_add_test(test_kv_dtype SOURCES test_kv_dtype.c LIBS cv_engine TIMEOUT 300)
+cv_add_test(test_engine_params SOURCES test_engine_params.c LIBS cv_engine TIMEOUT 300)

@@ -1,0 +1,360 @@
+/*
+ * test_engine_params.c — the request parameters that constrain what the engine generates or when,
+ * through the public API on the tiny f32 reference checkpoint: allowed_token_ids, bad_words (also
+ * under n-gram speculative decoding, whose verification samples several positions in one step),
+ * priority under the "priority" scheduling policy (queue order and the preemption victim, against
+ * "fcfs" on the same load), and each of their validation errors in vLLM's words.
+ *
+ * The bad words are taken from the model's own unconstrained greedy output, so what must change is
+ * known exactly: the output stays the same up to the position that would complete the word and
+ * differs there, and the word never appears.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "check.h"
+#include "cvllm.h"
+#include "engine/engine.h"
+#include "testutil.h"
+
+#define MAX_OUT 224
+
+static const char *const vec = "qwen3-dense-f32";
+static char *model_dir;
+
+typedef struct engine_cfg {
+    const char *policy;
+    const char *spec;
+    int32_t max_num_seqs;
+    uint64_t kv_bytes;
+} engine_cfg;
+
+static cvllm_engine *make_engine(engine_cfg c) {
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = model_dir;
+    o.kv_cache_memory_bytes = c.kv_bytes ? c.kv_bytes : 8 << 20;
+    o.max_model_len = 256;
+    o.num_threads = 2;
+    o.block_size = 16;
+    o.dtype = "float32";
+    o.scheduling_policy = c.policy;
+    o.speculative_config = c.spec;
+    if (c.max_num_seqs) o.max_num_seqs = c.max_num_seqs;
+    cvllm_engine *e = NULL;
+    int rc = cvllm_engine_create(&o, &e);
+    CHECK_MSG(rc == 0, "engine create: %s", cvllm_last_error());
+    return e;
+}
+
+static cvllm_sampling_params greedy(const cvllm_engine *e, int32_t max_tokens) {
+    cvllm_sampling_params p;
+    cvllm_sampling_params_default(e, &p);
+    p.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+}
+
+typedef struct output {
+    int32_t ids[MAX_OUT];
+    size_t n;
+} output;
+
+/* Prompts are token ids: the checkpoint's vocabulary (4096) is much smaller than its tokenizer's. */
+typedef struct prompt_ids {
+    const int32_t *ids;
+    size_t n;
+} prompt_ids;
+
+#define PROMPT(...) ((prompt_ids){(const int32_t[]){__VA_ARGS__}, sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t)})
+
+static uint64_t add_prompt(cvllm_engine *e, prompt_ids prompt, const cvllm_sampling_params *p) {
+    cvllm_prompt pr = {.token_ids = prompt.ids, .n_token_ids = prompt.n};
+    uint64_t id = 0;
+    int rc = cvllm_engine_add_request(e, &pr, p, &id);
+    CHECK_MSG(rc == 0, "add_request: %s", cvllm_last_error());
+    return id;
+}
+
+/* Runs one request to the end; its token ids. */
+static output run_one(cvllm_engine *e, prompt_ids prompt, const cvllm_sampling_params *p) {
+    output out = {0};
+    uint64_t id = add_prompt(e, prompt, p);
+    while (cvllm_engine_has_unfinished(e)) {
+        const cvllm_request_output *const *outs;
+        size_t n;
+        if (cvllm_engine_step(e, &outs, &n) != 0) {
+            CHECK_MSG(false, "step: %s", cvllm_last_error());
+            break;
+        }
+        for (size_t k = 0; k < n; k++) {
+            if (outs[k]->request_id != id) continue;
+            out.n = outs[k]->outputs[0].n_token_ids;
+            memcpy(out.ids, outs[k]->outputs[0].token_ids, out.n * sizeof(int32_t));
+        }
+    }
+    return out;
+}
+
+/* Where `seq` first occurs in ids[0..n), or -1. */
+static ptrdiff_t find_seq(const int32_t *ids, size_t n, const int32_t *seq, size_t len) {
+    for (size_t at = 0; at + len <= n; at++)
+        if (!memcmp(ids + at, seq, len * sizeof *seq)) return (ptrdiff_t)at;
+    return -1;
+}
+
+/* "I am in the house and it is" */
+#define PROMPT_HOUSE PROMPT(40, 1079, 304, 279, 3753, 323, 432, 374)
+/* a prompt whose greedy output soon falls into cycles, which n-gram drafts predict */
+#define PROMPT_CYCLE PROMPT(7, 108, 7, 108, 7, 108, 7, 108, 7, 108)
+
+/* ---- allowed_token_ids ----------------------------------------------------------------------- */
+
+static void test_allowed_token_ids(void) {
+    cvllm_engine *e = make_engine((engine_cfg){0});
+    cvllm_sampling_params p = greedy(e, 24);
+    output base = run_one(e, PROMPT_HOUSE, &p);
+    CHECK_EQ_INT(base.n, 24);
+
+    /* a set without the unconstrained choices, repeats and disorder allowed */
+    int32_t allowed[] = {3000, 17, 911, 17, 2048, 5};
+    for (size_t i = 0; i < CV_ARRAY_LEN(allowed); i++) CHECK(find_seq(base.ids, base.n, &allowed[i], 1) < 0);
+    p.allowed_token_ids = allowed;
+    p.n_allowed_token_ids = CV_ARRAY_LEN(allowed);
+    output got = run_one(e, PROMPT_HOUSE, &p);
+    CHECK_EQ_INT(got.n, 24);
+    for (size_t t = 0; t < got.n; t++) {
+        bool in = false;
+        for (size_t i = 0; i < CV_ARRAY_LEN(allowed); i++) in |= got.ids[t] == allowed[i];
+        CHECK_MSG(in, "token %zu is %d, outside allowed_token_ids", t, got.ids[t]);
+    }
+
+    /* a set holding every unconstrained choice changes nothing */
+    p.allowed_token_ids = base.ids;
+    p.n_allowed_token_ids = base.n;
+    got = run_one(e, PROMPT_HOUSE, &p);
+    CHECK(got.n == base.n && !memcmp(got.ids, base.ids, base.n * sizeof(int32_t)));
+    cvllm_engine_destroy(e);
+}
+
+/* ---- bad_words --------------------------------------------------------------------------------- */
+
+/* A word from base.ids[at .. at+len) that bans exactly that sequence from position at + len - 1 on:
+ * its first occurrence, text without leading whitespace that tokenizes back to the same ids, and a
+ * spaced form (" " + text, the other sequence vLLM bans) that does not occur before that position.
+ * The latest such window, so that a long stretch of the output comes before it. NULL when the
+ * output has none of that length. */
+static char *pick_bad_word(const cvllm_engine *e, const output *base, size_t len, size_t *at) {
+    const cvllm_tokenizer *tok = cvllm_engine_tokenizer(e);
+    for (size_t j = base->n - len + 1; j-- > 0;) {
+        const int32_t *window = base->ids + j;
+        if (find_seq(base->ids, base->n, window, len) != (ptrdiff_t)j) continue;
+        char *text = NULL;
+        if (cvllm_detokenize(tok, window, len, false, &text) != 0) continue;
+        bool ok = text[0] && (unsigned char)text[0] < 0x80 && !isspace((unsigned char)text[0]);
+        int32_t *ids = NULL, *spaced = NULL;
+        size_t n = 0, n_spaced = 0;
+        ok = ok && cvllm_tokenize(tok, text, strlen(text), &ids, &n) == 0 && n == len &&
+             !memcmp(ids, window, len * sizeof *ids);
+        char *with_space = tu_strdupf("%s%s", " ", text);
+        ok = ok && cvllm_tokenize(tok, with_space, strlen(with_space), &spaced, &n_spaced) == 0 &&
+             find_seq(base->ids, j + len, spaced, n_spaced) < 0;
+        cvllm_free(ids);
+        cvllm_free(spaced);
+        free(with_space);
+        if (ok) {
+            *at = j;
+            return text;
+        }
+        cvllm_free(text);
+    }
+    return NULL;
+}
+
+/* The word's last token is never generated where it would complete the word: the output is the
+ * unconstrained one up to there and differs at that position; the word appears nowhere. The same
+ * with n-gram speculative decoding, where drafts accepted earlier in a verification step are the
+ * history of the positions after them. */
+static void test_bad_words(void) {
+    static const char *spec = "{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"prompt_lookup_min\": 1, "
+                              "\"prompt_lookup_max\": 3}";
+    cvllm_engine *e = make_engine((engine_cfg){0}), *es = make_engine((engine_cfg){.spec = spec});
+    cvllm_sampling_params p = greedy(e, 150);
+    output base = run_one(e, PROMPT_CYCLE, &p);
+    CHECK_EQ_INT(base.n, 150);
+    output base_spec = run_one(es, PROMPT_CYCLE, &p);
+    CHECK(!memcmp(base_spec.ids, base.ids, sizeof base.ids));
+    for (size_t len = 1; len <= 3; len++) {
+        size_t at = 0;
+        char *word = pick_bad_word(e, &base, len, &at);
+        CHECK_MSG(word, "no usable %zu-token word in the greedy output", len);
+        if (!word) continue;
+        const char *words[] = {"unused-word-xyz", word};
+        p.bad_words = words;
+        p.n_bad_words = 2;
+        size_t stop = at + len - 1;
+        output got = run_one(e, PROMPT_CYCLE, &p);
+        CHECK_MSG(!memcmp(got.ids, base.ids, stop * sizeof(int32_t)) && got.ids[stop] != base.ids[stop],
+                  "%zu-token word \"%s\" at %zu: the output must change exactly at %zu", len, word, at, stop);
+        CHECK_MSG(find_seq(got.ids, got.n, base.ids + at, len) < 0, "\"%s\" was generated", word);
+        uint64_t accepted = es->spec_stats.num_accepted_tokens;
+        output got_spec = run_one(es, PROMPT_CYCLE, &p);
+        CHECK_MSG(got_spec.n == got.n && !memcmp(got_spec.ids, got.ids, got.n * sizeof(int32_t)),
+                  "\"%s\": speculative decoding gives another output", word);
+        CHECK_MSG(es->spec_stats.num_accepted_tokens > accepted, "no draft accepted: the check proves nothing");
+        cvllm_free(word);
+    }
+    p.bad_words = NULL;
+    p.n_bad_words = 0;
+    cvllm_engine_destroy(e);
+    cvllm_engine_destroy(es);
+}
+
+/* ---- priority ---------------------------------------------------------------------------------- */
+
+/* With one sequence at a time, requests added together run in priority order, not arrival order. */
+static void test_priority_order(void) {
+    cvllm_engine *e = make_engine((engine_cfg){.policy = "priority", .max_num_seqs = 1});
+    static const int32_t priorities[3] = {2, 0, 1};
+    uint64_t ids[3];
+    for (int i = 0; i < 3; i++) {
+        cvllm_sampling_params p = greedy(e, 4);
+        p.priority = priorities[i];
+        ids[i] = add_prompt(e, PROMPT_HOUSE, &p);
+    }
+    int32_t order[3], n_done = 0;
+    while (cvllm_engine_has_unfinished(e)) {
+        const cvllm_request_output *const *outs;
+        size_t n;
+        if (cvllm_engine_step(e, &outs, &n) != 0) break;
+        for (size_t k = 0; k < n; k++)
+            for (int i = 0; i < 3; i++)
+                if (outs[k]->finished && outs[k]->request_id == ids[i] && n_done < 3) order[n_done++] = priorities[i];
+    }
+    CHECK_EQ_INT(n_done, 3);
+    for (int i = 0; i < n_done; i++) CHECK_EQ_INT(order[i], i);
+    cvllm_engine_destroy(e);
+}
+
+#define PROMPT_A PROMPT(32, 1293, 3364, 25, 220)
+#define PROMPT_B PROMPT(17, 2001, 305, 911, 264, 3283, 323, 1181, 1251, 25, 220, 44)
+
+/* Two requests that outgrow the KV cache together: A (priority 5) arrives first and runs, then B
+ * (priority 0). "fcfs" preempts the newest (B), "priority" the worst (A), and both still produce
+ * what each produces alone. Returns the preemptions A and B went through. */
+static void preemptions(const char *policy, const output want[2], int32_t got[2]) {
+    /* 2 layers × 2 (K,V) × 2 heads × 32 dims × 4 B = 1 KiB a token: 20 blocks of 16 */
+    cvllm_engine *e = make_engine((engine_cfg){.policy = policy, .kv_bytes = 320 * 1024});
+    uint64_t ids[2];
+    output out[2] = {0};
+    got[0] = got[1] = 0;
+    int32_t step = 0;
+    for (;;) {
+        if (step == 0 || step == 2) {
+            cvllm_sampling_params p = greedy(e, 200);
+            p.priority = strcmp(policy, "priority") ? 0 : step == 0 ? 5 : 0;
+            ids[step / 2] = add_prompt(e, step == 0 ? PROMPT_A : PROMPT_B, &p);
+        }
+        if (!cvllm_engine_has_unfinished(e)) break;
+        const cvllm_request_output *const *outs;
+        size_t n;
+        if (cvllm_engine_step(e, &outs, &n) != 0) break;
+        step++;
+        for (size_t k = 0; k < n; k++)
+            for (int i = 0; i < 2; i++)
+                if (outs[k]->request_id == ids[i]) {
+                    out[i].n = outs[k]->outputs[0].n_token_ids;
+                    memcpy(out[i].ids, outs[k]->outputs[0].token_ids, out[i].n * sizeof(int32_t));
+                }
+        for (size_t r = 0; r < e->n_requests; r++)
+            for (int i = 0; i < 2; i++)
+                if (e->requests[r]->id == ids[i] && e->requests[r]->seqs[0].num_preemptions > got[i])
+                    got[i] = e->requests[r]->seqs[0].num_preemptions;
+    }
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(out[i].n, 200);
+        CHECK_MSG(!memcmp(out[i].ids, want[i].ids, sizeof out[i].ids), "%s: request %d differs from its lone run",
+                  policy, i);
+    }
+    cvllm_engine_destroy(e);
+}
+
+static void test_priority_preemption(void) {
+    cvllm_engine *e = make_engine((engine_cfg){0});
+    cvllm_sampling_params p = greedy(e, 200);
+    output alone[2] = {run_one(e, PROMPT_A, &p), run_one(e, PROMPT_B, &p)};
+    cvllm_engine_destroy(e);
+    int32_t n[2];
+    preemptions("fcfs", alone, n);
+    CHECK_MSG(n[0] == 0 && n[1] > 0, "fcfs: A preempted %d times, B %d (want B only)", n[0], n[1]);
+    preemptions("priority", alone, n);
+    CHECK_MSG(n[0] > 0 && n[1] == 0, "priority: A preempted %d times, B %d (want A only)", n[0], n[1]);
+}
+
+/* ---- validation -------------------------------------------------------------------------------- */
+
+static void expect_rejected(cvllm_engine *e, const cvllm_sampling_params *p, const char *msg) {
+    cvllm_prompt pr = {.token_ids = PROMPT_HOUSE.ids, .n_token_ids = PROMPT_HOUSE.n};
+    uint64_t id;
+    int rc = cvllm_engine_add_request(e, &pr, p, &id);
+    CHECK_MSG(rc == CVLLM_ERR_INVALID_ARGUMENT, "expected INVALID_ARGUMENT, got %d for \"%s\"", rc, msg);
+    CHECK_CONTAINS(cvllm_last_error(), msg);
+}
+
+static void test_validation(void) {
+    cvllm_engine *e = make_engine((engine_cfg){0});
+    int32_t ids[2] = {5, 4096};
+    cvllm_sampling_params p = greedy(e, 4);
+    p.allowed_token_ids = ids;
+    expect_rejected(e, &p, "allowed_token_ids is not None and empty!");
+    p.n_allowed_token_ids = 2;
+    expect_rejected(e, &p, "allowed_token_ids contains out-of-vocab token id!");
+    ids[1] = -1;
+    expect_rejected(e, &p, "allowed_token_ids contains out-of-vocab token id!");
+
+    p = greedy(e, 4);
+    const char *blank[] = {"ok", " \t\u3000"};
+    p.bad_words = blank;
+    p.n_bad_words = 2;
+    expect_rejected(e, &p, "bad_words entries must tokenize to at least one token.");
+    /* "a" and " a" are two sequences a word: 65 words are one sequence too many */
+    const char *many[65];
+    for (int i = 0; i < 65; i++) many[i] = "a";
+    p.bad_words = many;
+    p.n_bad_words = 65;
+    expect_rejected(e, &p, "Too many bad words after tokenization: 129. The max number is 128.");
+    p.n_bad_words = 64;
+    output out = run_one(e, PROMPT_HOUSE, &p);
+    CHECK_EQ_INT(out.n, 4);
+
+    p = greedy(e, 4);
+    p.priority = 1;
+    expect_rejected(e, &p, "Got priority 1 but Priority scheduling is not enabled.");
+    p.priority = -3;
+    expect_rejected(e, &p, "Got priority -3 but Priority scheduling is not enabled.");
+    CHECK(!cvllm_engine_has_unfinished(e));
+    cvllm_engine_destroy(e);
+
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = model_dir;
+    o.scheduling_policy = "lifo";
+    cvllm_engine *none = (cvllm_engine *)1;
+    CHECK(cvllm_engine_create(&o, &none) == CVLLM_ERR_INVALID_ARGUMENT && none == NULL);
+    CHECK_CONTAINS(cvllm_last_error(), "invalid scheduling_policy 'lifo'; choose from fcfs, priority");
+}
+
+int main(void) {
+    model_dir = tu_model_dir(vec);
+    test_allowed_token_ids();
+    test_bad_words();
+    test_priority_order();
+    test_priority_preemption();
+    test_validation();
+    tu_remove_tree(model_dir);
+    free(model_dir);
+    return cv_check_summary("test_engine_params");
+}
