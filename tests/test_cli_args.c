@@ -286,7 +286,15 @@ static void test_engine_flags(void) {
     char *err = expect_parsed(ARGS("serve", "/nonexistent", "--compilation-config", "3", "--scheduling-policy", "priority"));
     CHECK_CONTAINS(err, "--compilation-config is accepted and ignored");
     free(err);
-    expect_usage(ARGS("serve", "/nonexistent", "--scheduling-policy", "lifo"), "invalid choice: 'lifo'");
+    expect_usage(ARGS("serve", "/nonexistent", "--scheduling-policy", "lifo"),
+                 "argument --scheduling-policy: invalid choice: 'lifo' (choose from 'fcfs', 'priority')");
+    /* --scheduling-policy reaches the engine */
+    tu_run r = run(ARGS("generate", model_dir, "--prompt-token-ids", "1,2,3", "--max-tokens", "2", "--output", "json",
+                        "--max-model-len", "64", "--scheduling-policy", "priority"));
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.err, "scheduling policy priority");
+    CHECK_EQ_INT(generated_tokens(&r), 2);
+    tu_run_free(&r);
     expect_usage(ARGS("serve", "/nonexistent", "--swap-space", "lots"), "--swap-space expects a number");
 }
 

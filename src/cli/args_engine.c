@@ -8,6 +8,7 @@
  * logged once as ignored. Parallel sizes above 1 are said to run in one process: parallelism lands
  * in a later issue. --quantization is validated against vLLM's method names and passed on in
  * cvllm_engine_options.quantization; what a checkpoint needs is the loader's to decide.
+ * --scheduling-policy is checked against argparse's choices and passed on as scheduling_policy.
  *
  * Sources of the lists below (vLLM, 2026): QuantizationMethods in
  * vllm/model_executor/layers/quantization/__init__.py (plus "ascend", which the vllm-ascend plugin
@@ -52,7 +53,6 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     {"--disable-custom-all-reduce", CV_IGNORED_BOOL, NULL},
     {"--enable-chunked-prefill", CV_IGNORED_BOOL, NULL},
     {"--optimization-level", CV_IGNORED_CHOICE, (const char *const[]){"0", "1", "2", "3", NULL}},
-    {"--scheduling-policy", CV_IGNORED_CHOICE, (const char *const[]){"fcfs", "priority", NULL}},
     {"--swap-space", CV_IGNORED_FLOAT, NULL},
     {"--max-seq-len-to-capture", CV_IGNORED_INT, NULL},
     /* AsyncEngineArgs, which `vllm bench throughput` takes as well as `vllm serve` */
@@ -199,6 +199,22 @@ static bool quantization(cv_args *a, cvllm_engine_options *o) {
     return true;
 }
 
+/* --scheduling-policy: argparse's choices, then the engine's option. */
+static bool scheduling_policy(cv_args *a, cvllm_engine_options *o) {
+    static const char *const policies[] = {"fcfs", "priority", NULL};
+    const char *v;
+    if (!cv_args_value(a, "--scheduling-policy", &v)) return false;
+    if (!v) return true;
+    if (!cv_args_in_list(policies, v)) {
+        char *list = cv_args_quoted_list(policies, ", ");
+        cv_args_error(a, "argument --scheduling-policy: invalid choice: '%s' (choose from %s)", v, list);
+        free(list);
+        return true;
+    }
+    o->scheduling_policy = v;
+    return true;
+}
+
 static bool int_option(cv_args *a, const char *name, int64_t min, int64_t max, int64_t *out) {
     const char *v;
     if (!cv_args_value(a, name, &v)) return false;
@@ -232,7 +248,7 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (json_object_flag(a, "--speculative-config|-sc", &v)) o->speculative_config = v;
     else if (cv_args_flag(a, "--enable-prefix-caching")) o->enable_prefix_caching = true;
     else if (cv_args_flag(a, "--no-enable-prefix-caching")) o->enable_prefix_caching = false;
-    else if (quantization(a, o) || compilation_config(a)) {
+    else if (quantization(a, o) || scheduling_policy(a, o) || compilation_config(a)) {
     } else if (parallel_size(a, "--tensor-parallel-size|-tp", "tensor parallelism") ||
                parallel_size(a, "--pipeline-parallel-size|-pp", "pipeline parallelism") ||
                parallel_size(a, "--data-parallel-size|-dp", "data parallelism")) {
@@ -259,13 +275,14 @@ const char cv_args_engine_help[] =
     "  --speculative-config, -sc JSON  e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'\n"
     "  --[no-]enable-prefix-caching\n"
     "  --quantization, -q METHOD    vLLM's method names (checked; the checkpoint decides)\n"
+    "  --scheduling-policy fcfs|priority  queue order: arrival, or the requests' priority (lower first)\n"
     "  --config FILE.yaml           flags from a YAML file (the command line wins)\n"
     "  JSON flags also take dotted keys: --compilation-config.cudagraph_mode FULL, -cc.mode=3\n"
     "accepted, checked and ignored (one process, no CUDA graphs): -tp/-pp/-dp N,\n"
     "  --[no-]enable-expert-parallel, --distributed-executor-backend ray|mp|uni|external_launcher,\n"
     "  --compilation-config/-cc JSON, -O0..-O3, --additional-config JSON, --[no-]trust-remote-code,\n"
-    "  --[no-]enforce-eager, --[no-]enable-chunked-prefill, --scheduling-policy,\n"
-    "  --swap-space, --disable-custom-all-reduce, --max-seq-len-to-capture, --[no-]enable-log-requests\n";
+    "  --[no-]enforce-eager, --[no-]enable-chunked-prefill, --swap-space,\n"
+    "  --disable-custom-all-reduce, --max-seq-len-to-capture, --[no-]enable-log-requests\n";
 
 /* ---- the offline hint ------------------------------------------------------------------------ */
 
