@@ -906,7 +906,7 @@ static bool malformed(size_t k, size_t v) {
     case 0: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": %zu", v); needle = "JSON decode error"; break;
     case 1: snprintf(buf, sizeof buf, "[%zu]", v); needle = "JSON object"; break;
     case 2: snprintf(buf, sizeof buf, "{\"prompt\": %zu}", v); break;
-    case 3: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": \"%zu\"}", v); needle = "integer"; break;
+    case 3: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": \"%zu tokens\"}", v); needle = "valid integer"; break;
     case 4: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"temperature\": [%zu]}", v); break;
     case 5: snprintf(buf, sizeof buf, "{\"prompt\": \"I am \xff\xfe%zu\"}", v); needle = "JSON decode error"; break;
     case 6: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": %zu0000000000000000000000}", v + 1); break;
@@ -940,7 +940,7 @@ static bool malformed(size_t k, size_t v) {
     }
     case 15: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"max_tokens\": %zu}", MAX_MODEL_LEN + v); needle = "is too large"; break;
     case 16: snprintf(buf, sizeof buf, "{\"prompt\": [40, %zu]}", 4096 + v * 1000); needle = "out of vocabulary"; break;
-    case 17: snprintf(buf, sizeof buf, "{\"prompt\": [40, -%zu]}", v + 1); needle = "out of vocabulary"; break;
+    case 17: snprintf(buf, sizeof buf, "{\"prompt\": [40, -%zu]}", v + 1); needle = "greater than or equal to 0"; break;
     case 18: snprintf(buf, sizeof buf, "{\"prompt\": \"I am\", \"stream_options\": {\"include_usage\": true}, \"n\": %zu}", v % 3 + 1); needle = "stream=True"; break;
     case 19: snprintf(buf, sizeof buf, "{\"prompt\": \"\", \"max_tokens\": %zu}", v + 1); needle = "empty"; break;
     case 20: snprintf(buf, sizeof buf, "{\"messages\": %zu}", v); path = "/v1/chat/completions"; break;

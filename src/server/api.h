@@ -7,10 +7,13 @@
  * fuzzer hammer the parser alone.
  *
  * A request goes through two steps:
- *   1. cv_api_parse_*: strict JSON (jansson) and field types; errors name the offending field.
- *   2. cv_api_prepare: tokenizes text prompts and applies vLLM's context-length rules, which decide
- *      each prompt's max_tokens. Range checks of sampling values are left to the engine, which
- *      already words them as vLLM does, so there is one source of truth for them.
+ *   1. cv_api_parse_*: strict JSON (jansson), then every field read as vLLM's pydantic models read it
+ *      (api_fields.h): a value pydantic's lax mode would refuse is refused with vLLM's validation
+ *      error, and a field this backend cannot honour is refused instead of dropped.
+ *   2. cv_api_prepare: tokenizes text prompts, truncates them (truncate_prompt_tokens) and applies
+ *      vLLM's context-length rules, which decide each prompt's max_tokens. Range checks of sampling
+ *      values are left to the engine, which already words them as vLLM does, so there is one source
+ *      of truth for them.
  *
  * Chat requests are rendered with the model's own Jinja chat template (src/chat/) at parse time, and
  * the parse also decides how the output is read back: the reasoning parser splits <think> blocks
@@ -40,12 +43,14 @@
 
 typedef struct cv_api_error {
     int status;                 /* HTTP status, also the "code" field */
-    const char *type;           /* "BadRequestError", "NotFoundError", ... (static) */
-    char param[64];             /* offending field, "" = null */
-    char message[1024];
+    const char *type;           /* "BadRequestError", "Bad Request", "NotFoundError", ... (static) */
+    char param[128];            /* offending field, "" = null */
+    char message[2048];
 } cv_api_error;
 
-/* Fills *err and returns -1, for `return cv_api_fail(...)`. */
+/* Fills *err and returns -1, for `return cv_api_fail(...)`. The type is the one vLLM sends with the
+ * status: its serving errors' names for 400/404/500/501 ("BadRequestError"), else the HTTP reason
+ * phrase its HTTPException handler sends ("Method Not Allowed"). */
 int cv_api_fail(cv_api_error *err, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* {"error":{...}} as a NUL-terminated string (free()). */
@@ -77,6 +82,8 @@ typedef struct cv_api_limits {
     int32_t gen_max_tokens;     /* generation_config max_new_tokens, or -1 */
     cvllm_sampling_params defaults; /* server defaults (generation_config applied) */
     const cv_api_chat_config *chat; /* NULL: no chat template (chat requests get vLLM's 400) */
+    const char *served_model;   /* the first served model name, which vLLM names when it refuses
+                                 * multimodal input; NULL reads as "model" */
 } cv_api_limits;
 
 typedef struct cv_api_prompt {
@@ -97,7 +104,10 @@ typedef struct cv_api_request {
     int32_t *stop_token_ids;
     int32_t *bias_ids;
     float *bias_values;
+    int32_t *allowed_token_ids; /* NULL when not given; the engine judges the ids (vLLM's checks) */
+    char **bad_words;
     int64_t max_tokens;         /* as requested (>= 1, or 0 with completions echo); -1 = not given */
+    bool max_completion_tokens; /* chat: max_tokens came from max_completion_tokens */
     bool stream, include_usage, continuous_usage;
     bool echo;
     bool echo_only;             /* completions echo with max_tokens 0: generated tokens are dropped */
@@ -105,10 +115,18 @@ typedef struct cv_api_request {
     int32_t top_logprobs;       /* entries to print per position; -1 = no logprobs */
     int32_t prompt_logprobs;    /* -1 = none */
     bool return_token_ids, tokens_as_ids;
+    bool return_prompt_text;    /* chat: the rendered prompt goes back as prompt_text */
     char *cache_salt;
     char *request_id;           /* the client's request_id, else NULL */
-    /* /tokenize and /detokenize */
-    bool add_special_tokens, return_token_strs;
+    char *user;                 /* the client's user, for the request log, else NULL */
+    int64_t truncate_prompt_tokens; /* keep this many prompt tokens; -1 = max_model_len - max_tokens;
+                                     * -2 = not given */
+    bool truncate_right;        /* truncation_side "right": keep the first tokens (default: the last) */
+    /* vLLM's add_special_tokens (completions and /tokenize prompts: true, chat: false). Qwen
+     * tokenizers add no special tokens either way (no BOS; their post-processor is ByteLevel), and
+     * cvllm's tokenizer applies no post-processor, so it is validated and recorded only. */
+    bool add_special_tokens;
+    bool return_token_strs;     /* /tokenize */
     /* chat output parsing, decided from the request and cv_api_chat_config */
     bool parse_reasoning;       /* split <think> blocks off the content */
     bool starts_in_reasoning;   /* the rendered prompt left a <think> open */
@@ -176,6 +194,7 @@ typedef struct cv_api_response {
     cv_api_choice *choices;     /* n_prompts × n, index = prompt × n + completion */
     size_t n_choices;
     cv_api_prompt_result *prompts;
+    bool prompt_text_sent;      /* streaming return_prompt_text: the first chunk carried it */
 } cv_api_response;
 
 void cv_api_response_init(cv_api_response *r, const cv_api_request *req, const cvllm_tokenizer *tok,

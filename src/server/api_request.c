@@ -1,11 +1,33 @@
 /*
  * api_request.c — request JSON → cv_api_request (see api.h).
  *
- * Parsing is strict about types and lenient about presence, as vLLM's pydantic models are: unknown
- * fields are ignored (and logged as vLLM logs them, see log_ignored_fields), JSON null means "not
- * given", and an integer field also takes a float with an integral value (16.0). Every type error is
- * a 400 naming the field in `param`. Sizes that would make the server allocate without bound (n, the
- * number of prompts, stop lists) are capped here, before anything is allocated for them.
+ * Every field is read with vLLM's pydantic model semantics (api_fields.h): lax-mode conversions, null
+ * as "not given" only where the model says `| None`, and refusals in vLLM's words. A request is
+ * judged in vLLM's order:
+ *   1. the model's `mode="before"` validators, which look at the raw body (stream_options without
+ *      stream, the logprobs family, cache_salt, the prompt, tool usage); their VLLMValidationErrors
+ *      arrive through the validation handler as a value_error on the whole body;
+ *   2. field validation: types, Literals and Field constraints (ge/le, min/max length), reported as
+ *      pydantic's error list. pydantic lists every failing field at once; cvllm stops at the first
+ *      one in vLLM's field order, so a reply holds one error (or the several that one union field
+ *      produces, one per member, as pydantic prints them);
+ *   3. what vLLM's serving code checks once the model is valid (context length, vocabulary, features
+ *      this backend lacks), as BadRequestError with vLLM's message where vLLM has one.
+ * Unknown fields are ignored and logged as vLLM logs them (log_ignored_fields). Sizes that would make
+ * the server allocate without bound (n, the number of prompts, stop and bad_words lists) are capped
+ * before anything is allocated for them.
+ *
+ * Where vLLM's validation is lazy or spread over a union of message types (chat messages, content
+ * parts, assistant tool_calls), the error reported is the one of the member the value's own `role` or
+ * `type` names, located where the value sits (messages.0.content.1.text); vLLM would list the errors
+ * of every member it tried.
+ *
+ * Fields that do change the output but have no effect here are not dropped: prompt_embeds, kv/ec
+ * transfer params, mm_processor_kwargs (a text-only model), logprob_token_ids, repetition_detection,
+ * thinking_token_budget, watermarking and beam search are refused. Fields that only label a request
+ * (user, session_id, request_id) or only shape its delivery (stream_interval) are type-checked and
+ * kept or ignored. vllm_xargs is validated as dict[str, str | int | float | list[str | int | float]]
+ * and has no effect, as in vLLM without custom logits processors; nothing of it is kept.
  *
  * Chat requests are rendered here with the server's chat template (see api.h); the template's own
  * errors, raise_exception() messages included, are 400s carrying its message.
@@ -17,6 +39,8 @@
  *     P + M <= L;
  *   - chat without max_tokens generates up to L - P tokens, capped by generation_config's
  *     max_new_tokens.
+ * truncate_prompt_tokens applies first, as vLLM's TokenizeParams does: K (or, for -1, L minus the
+ * requested max_tokens) prompt tokens are kept, the last ones unless truncation_side is "right".
  */
 #include <jansson.h>
 #include <math.h>
@@ -32,21 +56,46 @@
 #include "base/utf8.h"
 #include "chat/jinja.h"
 #include "server/api.h"
+#include "server/api_fields.h"
 
-enum { MAX_STOP_STRINGS = 64, MAX_ID_LIST = 4096, MAX_LOGIT_BIAS = 4096 };
+/* MAX_STOP_STRINGS and MAX_BAD_WORDS: vLLM's VLLM_MAX_STOP_STRINGS now defaults to 4, which cvllm does
+ * not follow (clients send more); VLLM_MAX_NUM_BAD_WORDS is 128. */
+enum { MAX_STOP_STRINGS = 64, MAX_BAD_WORDS = 128, MAX_ID_LIST = 4096, MAX_LOGIT_BIAS = 4096, CACHE_SALT_CHARS = 128 };
+
+static const char VVE[] = "VLLMValidationError";
+
+/* The error type vLLM sends with a status: its serving code's names where it answers with them,
+ * otherwise Python's HTTPStatus phrase, as its HTTPException handler sends (405 "Method Not Allowed",
+ * 415 "Unsupported Media Type" from validate_json_request up to vLLM 0.11). */
+static const char *error_type(int status) {
+    switch (status) {
+    case 400: return "BadRequestError";
+    case 404: return "NotFoundError";
+    case 413: return "RequestEntityTooLarge"; /* vLLM has no body limit to compare with */
+    case 500: return "InternalServerError";
+    case 501: return "NotImplementedError";
+    case 503: return "ServiceUnavailableError";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 405: return "Method Not Allowed";
+    case 406: return "Not Acceptable";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 411: return "Length Required";
+    case 414: return "Request-URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 505: return "HTTP Version Not Supported";
+    default: return status >= 500 ? "InternalServerError" : "BadRequestError";
+    }
+}
 
 int cv_api_fail(cv_api_error *err, int status, const char *param, const char *fmt, ...) {
     err->status = status;
-    switch (status) {
-    case 400: err->type = "BadRequestError"; break;
-    case 401: err->type = "Unauthorized"; break;
-    case 404: err->type = "NotFoundError"; break;
-    case 413: err->type = "RequestEntityTooLarge"; break;
-    case 415: err->type = "UnsupportedMediaType"; break;
-    case 501: err->type = "NotImplementedError"; break;
-    case 503: err->type = "ServiceUnavailableError"; break;
-    default: err->type = "InternalServerError"; break;
-    }
+    err->type = error_type(status);
     snprintf(err->param, sizeof err->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
@@ -68,107 +117,35 @@ char *cv_api_error_json(const cv_api_error *err) {
 }
 
 /* ------------------------------------------------------------------------------------------------ */
-/* Typed field access: absent and null leave the default in place                                  */
-
-static const char *json_type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
+/* Small helpers                                                                                     */
 
 static json_t *field(const json_t *o, const char *key) {
     json_t *v = json_object_get(o, key);
     return json_is_null(v) ? NULL : v;
 }
 
-static int wrong_type(cv_api_error *err, const char *key, const char *want, const json_t *v) {
-    return cv_api_fail(err, 400, key, "'%s' must be %s, got %s", key, want, json_type_name(v));
+/* Python's truth value of a JSON value, as vLLM's validators test `data.get(...)`. */
+static bool truthy(const json_t *v) {
+    if (!v) return false;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return json_object_size(v) > 0;
+    case JSON_ARRAY: return json_array_size(v) > 0;
+    case JSON_STRING: return json_string_length(v) > 0;
+    case JSON_INTEGER: return json_integer_value(v) != 0;
+    case JSON_REAL: return json_real_value(v) != 0;
+    case JSON_TRUE: return true;
+    default: return false;
+    }
 }
 
-/* An integer, or a float with an integral value (as pydantic accepts). */
-static bool as_integer(const json_t *v, int64_t *out) {
-    if (json_is_integer(v)) {
-        *out = json_integer_value(v);
-        return true;
-    }
-    if (json_is_real(v)) {
-        double d = json_real_value(v);
-        if (d == floor(d) && fabs(d) < 9.2e18) {
-            *out = (int64_t)d;
-            return true;
-        }
-    }
+/* isinstance(v, (int, float)): numbers and booleans. */
+static bool is_number(const json_t *v) { return json_is_number(v) || json_is_boolean(v); }
+static double number(const json_t *v) { return json_is_boolean(v) ? json_is_true(v) : json_number_value(v); }
+
+static bool in_list(const char *s, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(s, list[i])) return true;
     return false;
-}
-
-static int get_int64(const json_t *o, const char *key, int64_t *out, bool *given, cv_api_error *err) {
-    json_t *v = field(o, key);
-    if (!v) return 0;
-    if (!as_integer(v, out)) return wrong_type(err, key, "an integer", v);
-    if (given) *given = true;
-    return 0;
-}
-
-static int get_int32(const json_t *o, const char *key, int32_t *out, cv_api_error *err) {
-    int64_t v = *out;
-    if (get_int64(o, key, &v, NULL, err)) return -1;
-    if (v < INT32_MIN || v > INT32_MAX)
-        return cv_api_fail(err, 400, key, "'%s' is out of range: %lld", key, (long long)v);
-    *out = (int32_t)v;
-    return 0;
-}
-
-static int get_float(const json_t *o, const char *key, float *out, cv_api_error *err) {
-    json_t *v = field(o, key);
-    if (!v) return 0;
-    if (!json_is_number(v)) return wrong_type(err, key, "a number", v);
-    *out = (float)json_number_value(v);
-    return 0;
-}
-
-static int get_bool(const json_t *o, const char *key, bool *out, cv_api_error *err) {
-    json_t *v = field(o, key);
-    if (!v) return 0;
-    if (!json_is_boolean(v)) return wrong_type(err, key, "a boolean", v);
-    *out = json_is_true(v);
-    return 0;
-}
-
-static int get_string(const json_t *o, const char *key, char **out, cv_api_error *err) {
-    json_t *v = field(o, key);
-    if (!v) return 0;
-    if (!json_is_string(v)) return wrong_type(err, key, "a string", v);
-    free(*out);
-    *out = cv_xstrndup(json_string_value(v), json_string_length(v));
-    return 0;
-}
-
-/* [int, ...] with each id in int32; *ids is cv_xmalloc'd (never NULL on success). Prompt lists are
- * bounded by the body size; `max` bounds lists that cost work per generated token. */
-static int id_list(const json_t *a, const char *key, size_t max, int32_t **ids, size_t *n, cv_api_error *err) {
-    size_t count = json_array_size(a);
-    if (count > max) return cv_api_fail(err, 400, key, "'%s' has %zu entries, at most %zu are allowed", key, count, max);
-    int32_t *out = cv_xmalloc((count ? count : 1) * sizeof *out);
-    for (size_t i = 0; i < count; i++) {
-        int64_t v;
-        json_t *item = json_array_get(a, i);
-        if (!as_integer(item, &v)) {
-            free(out);
-            return wrong_type(err, key, "a list of integers", item);
-        }
-        /* Out-of-range ids are reported like any other id outside the vocabulary. */
-        out[i] = v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int32_t)v;
-    }
-    *ids = out;
-    *n = count;
-    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -219,7 +196,6 @@ static void append_repr(char **buf, size_t *len, size_t *cap, const char *s) {
     free(r);
     json_decref(str);
 }
-
 /* vLLM's OpenAIBaseModel.__log_extra_fields__ (vllm/entrypoints/openai/engine/protocol.py): once per
  * request that validated, a DEBUG line naming the fields outside the model, as a Python set; and, once
  * per process for each combination, a WARNING when some are the removed guided_* fields, since
@@ -260,75 +236,239 @@ static void log_ignored_fields(const json_t *o, const char *const *fields, const
     }
 }
 
-/* ------------------------------------------------------------------------------------------------ */
-/* Fields shared by completions and chat                                                            */
 
-static int parse_stop(const json_t *o, cv_api_request *req, cv_api_error *err) {
-    json_t *v = field(o, "stop");
-    if (!v) return 0;
-    if (json_is_string(v)) {
-        req->stop = cv_xcalloc(1, sizeof *req->stop);
-        req->stop[0] = cv_xstrdup(json_string_value(v));
-        req->params.n_stop = 1;
-        return 0;
+/* ------------------------------------------------------------------------------------------------ */
+/* vLLM's before-validators: the raw body, before any field is validated                            */
+
+/* validate_cache_salt: a non-empty string of at most 128 characters without '@', '/', '\' or NUL
+ * (they would reach cache backends' keys). */
+static int check_cache_salt(const json_t *o, cv_api_error *err) {
+    const json_t *salt = field(o, "cache_salt");
+    if (!salt) return 0;
+    if (!json_is_string(salt) || json_string_length(salt) == 0)
+        return cv_api_value_error(err, o, VVE, "cache_salt", NULL, "Parameter 'cache_salt' must be a non-empty string if provided.");
+    const char *s = json_string_value(salt);
+    size_t len = json_string_length(salt), chars = 0;
+    bool forbidden = false;
+    for (size_t i = 0; i < len; i++) {
+        chars += ((unsigned char)s[i] & 0xC0) != 0x80;
+        forbidden |= s[i] == '@' || s[i] == '/' || s[i] == '\\' || s[i] == '\0';
     }
-    if (!json_is_array(v)) return wrong_type(err, "stop", "a string or a list of strings", v);
-    size_t n = json_array_size(v);
-    if (n > MAX_STOP_STRINGS) return cv_api_fail(err, 400, "stop", "'stop' has %zu entries, at most %d are allowed", n, MAX_STOP_STRINGS);
-    req->stop = cv_xcalloc(n ? n : 1, sizeof *req->stop);
-    for (size_t i = 0; i < n; i++) {
-        json_t *s = json_array_get(v, i);
-        if (!json_is_string(s)) return wrong_type(err, "stop", "a string or a list of strings", s);
-        req->stop[i] = cv_xstrdup(json_string_value(s));
-        req->params.n_stop = i + 1;
-    }
+    if (chars > CACHE_SALT_CHARS || forbidden)
+        return cv_api_value_error(err, o, VVE, "cache_salt", NULL,
+                                  "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', "
+                                  "'/', '\\\\', or NUL.");
     return 0;
 }
 
-static int parse_logit_bias(const json_t *o, cv_api_request *req, cv_api_error *err) {
-    json_t *v = field(o, "logit_bias");
+static int check_stream_options(const json_t *o, cv_api_error *err) {
+    if (truthy(json_object_get(o, "stream_options")) && !truthy(json_object_get(o, "stream")))
+        return cv_api_value_error(err, o, VVE, "stream_options", NULL, "Stream options can only be defined when `stream=True`.");
+    return 0;
+}
+
+/* check_logprobs. `top` is the field whose value is a logprob count: "logprobs" for completions,
+ * "top_logprobs" for chat (where "logprobs" is the boolean switch). */
+static int check_logprobs(const json_t *o, bool chat, cv_api_error *err) {
+    const json_t *ids = field(o, "logprob_token_ids"), *logprobs = field(o, "logprobs");
+    if (json_is_array(ids)) {
+        const json_t *max = json_object_get(o, "max_tokens");
+        if (json_array_size(ids) == 0)
+            return cv_api_value_error(err, o, VVE, "logprob_token_ids", NULL, "`logprob_token_ids` must not be an empty list.");
+        if (truthy(json_object_get(o, "use_beam_search")))
+            return cv_api_value_error(err, o, VVE, "logprob_token_ids", NULL, "`logprob_token_ids` is not supported with beam search.");
+        if (!chat && truthy(json_object_get(o, "echo")) && is_number(max) && number(max) == 0)
+            return cv_api_value_error(err, o, VVE, "logprob_token_ids", NULL,
+                                      "`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no "
+                                      "output tokens are generated.");
+        if (chat ? !truthy(logprobs) : !logprobs)
+            return cv_api_value_error(err, o, VVE, "logprob_token_ids", NULL, "when using `logprob_token_ids`, `logprobs` must be set%s.",
+                                      chat ? " to true" : "");
+    }
+    const char *names[] = {"prompt_logprobs", chat ? "top_logprobs" : "logprobs"};
+    for (size_t i = 0; i < CV_ARRAY_LEN(names); i++) {
+        const json_t *v = field(o, names[i]);
+        if (v && !is_number(v)) return cv_api_value_error(err, o, VVE, names[i], v, "`%s` must be an integer.", names[i]);
+    }
+    const json_t *pl = field(o, "prompt_logprobs"), *top = field(o, names[1]);
+    if (pl && truthy(json_object_get(o, "stream")) && (number(pl) > 0 || number(pl) == -1))
+        return cv_api_value_error(err, o, VVE, "prompt_logprobs", NULL, "`prompt_logprobs` are not available when `stream=True`.");
+    if (pl && number(pl) < 0 && number(pl) != -1)
+        return cv_api_value_error(err, o, VVE, "prompt_logprobs", pl, "`prompt_logprobs` must be a positive value or -1.");
+    if (top && number(top) < 0 && number(top) != -1)
+        return cv_api_value_error(err, o, VVE, names[1], top, "`%s` must be a positive value or -1.", names[1]);
+    if (chat && top && (number(top) == -1 || number(top) > 0) && !truthy(logprobs))
+        return cv_api_value_error(err, o, VVE, "top_logprobs", NULL, "when using `top_logprobs`, `logprobs` must be set to true.");
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Fields shared by completions and chat                                                            */
+
+/* stop: str | list[str] (at most MAX_STOP_STRINGS) | None. */
+static int parse_stop(const json_t *o, cv_api_request *req, cv_api_error *err) {
+    const json_t *v = field(o, "stop");
     if (!v) return 0;
-    if (!json_is_object(v)) return wrong_type(err, "logit_bias", "an object", v);
+    if (json_is_string(v)) {
+        req->stop = cv_xcalloc(1, sizeof *req->stop);
+        req->stop[0] = cv_xstrndup(json_string_value(v), json_string_length(v));
+        req->params.n_stop = 1;
+        return 0;
+    }
+    size_t n;
+    char **strs = NULL;
+    cv_loc at = {NULL, "stop", 0}, as_list = {&at, "list[str]", 0};
+    bool list_ok = json_is_array(v) && json_array_size(v) <= MAX_STOP_STRINGS;
+    for (size_t i = 0; list_ok && i < json_array_size(v); i++) list_ok = json_is_string(json_array_get(v, i));
+    if (list_ok) {
+        cv_api_error unused;
+        cv_get_strs(o, NULL, "stop", 0, MAX_STOP_STRINGS, &strs, &n, &unused);
+        req->stop = strs;
+        req->params.n_stop = n;
+        return 0;
+    }
+    /* Neither member of the union: pydantic lists what each one said. */
+    cv_pyerrors l = {0};
+    cv_loc as_str = {&at, "str", 0};
+    cv_pyerrors_add(&l, &as_str, v, "string_type", CV_PY_STRING_TYPE, NULL);
+    if (!json_is_array(v)) {
+        cv_pyerrors_add(&l, &as_list, v, "list_type", CV_PY_LIST_TYPE, NULL);
+        return cv_pyerrors_fail(&l, err);
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *item = json_array_get(v, i);
+        cv_loc item_at = {&as_list, NULL, i};
+        if (!json_is_string(item)) bad++, cv_pyerrors_add(&l, &item_at, item, "string_type", CV_PY_STRING_TYPE, NULL);
+    }
+    if (!bad) cv_pyerrors_too_long(&l, &as_list, v, MAX_STOP_STRINGS);
+    return cv_pyerrors_fail(&l, err);
+}
+
+/* logit_bias: dict[str, float] | None, then vLLM's serving check that each key is a token id. */
+static int parse_logit_bias(const json_t *o, cv_api_request *req, cv_api_error *err) {
+    const json_t *v;
+    if (cv_check_dict(o, NULL, "logit_bias", CV_OPTIONAL, &v, err)) return -1;
+    if (!v) return 0;
     size_t n = json_object_size(v), i = 0;
-    if (n > MAX_LOGIT_BIAS) return cv_api_fail(err, 400, "logit_bias", "'logit_bias' has %zu entries, at most %d are allowed", n, MAX_LOGIT_BIAS);
+    if (n > MAX_LOGIT_BIAS)
+        return cv_api_fail(err, 400, "logit_bias", "'logit_bias' has %zu entries, at most %d are allowed", n, MAX_LOGIT_BIAS);
     req->bias_ids = cv_xmalloc((n ? n : 1) * sizeof *req->bias_ids);
     req->bias_values = cv_xmalloc((n ? n : 1) * sizeof *req->bias_values);
+    cv_loc at = {NULL, "logit_bias", 0};
     const char *key;
     json_t *val;
-    json_object_foreach(v, key, val) {
+    json_object_foreach((json_t *)v, key, val) {
+        double b;
+        cv_pyfailure f;
+        cv_loc key_at = {&at, key, 0};
+        if (!cv_py_float(val, &b, &f)) return cv_api_pyfail(err, &key_at, val, f.type, f.msg, NULL);
+        /* OpenAI's documented range; vLLM clamps rather than rejects. */
+        req->bias_values[i++] = (float)(b < -100 ? -100 : b > 100 ? 100 : b);
+    }
+    i = 0;
+    json_object_foreach((json_t *)v, key, val) {
         char *end;
         long long id = strtoll(key, &end, 10);
         if (end == key || *end || id < INT32_MIN || id > INT32_MAX)
             return cv_api_fail(err, 400, "logit_bias",
                                "Found token_id `%.64s` in logit_bias but token_id must be an integer or string representing an integer", key);
-        if (!json_is_number(val)) return wrong_type(err, "logit_bias", "a map of token ids to numbers", val);
-        /* OpenAI's documented range; vLLM clamps rather than rejects. */
-        double b = json_number_value(val);
-        req->bias_ids[i] = (int32_t)id;
-        req->bias_values[i++] = (float)(b < -100 ? -100 : b > 100 ? 100 : b);
-        req->params.n_logit_bias = i;
+        req->bias_ids[i++] = (int32_t)id;
+    }
+    req->params.n_logit_bias = n;
+    return 0;
+}
+
+/* stream_options: StreamOptions | None (include_usage, continuous_usage_stats: bool | None). */
+static int parse_stream_options(const json_t *o, cv_api_request *req, cv_api_error *err) {
+    const json_t *so = field(o, "stream_options");
+    if (!so) return 0;
+    cv_loc at = {NULL, "stream_options", 0};
+    if (!json_is_object(so)) {
+        cv_pyerrors l = {0};
+        cv_pyerrors_model_type(&l, &at, so, "StreamOptions");
+        return cv_pyerrors_fail(&l, err);
+    }
+    return cv_get_bool(so, &at, "include_usage", CV_OPTIONAL, &req->include_usage, err) ||
+           cv_get_bool(so, &at, "continuous_usage_stats", CV_OPTIONAL, &req->continuous_usage, err);
+}
+
+/* vllm_xargs: dict[str, str | int | float | list[str | int | float]] | None. */
+static bool xarg_scalar(const json_t *v) { return json_is_string(v) || is_number(v); }
+
+static void xarg_scalar_errors(cv_pyerrors *l, const cv_loc *at, const json_t *v) {
+    cv_loc as_str = {at, "str", 0}, as_int = {at, "int", 0}, as_float = {at, "float", 0};
+    cv_pyerrors_add(l, &as_str, v, "string_type", CV_PY_STRING_TYPE, NULL);
+    cv_pyerrors_add(l, &as_int, v, "int_type", CV_PY_INT_TYPE, NULL);
+    cv_pyerrors_add(l, &as_float, v, "float_type", CV_PY_FLOAT_TYPE, NULL);
+}
+
+static int check_vllm_xargs(const json_t *o, cv_api_error *err) {
+    const json_t *x;
+    if (cv_check_dict(o, NULL, "vllm_xargs", CV_OPTIONAL, &x, err)) return -1;
+    cv_loc at = {NULL, "vllm_xargs", 0};
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)x, key, v) {
+        bool ok = xarg_scalar(v) || json_is_array(v);
+        for (size_t i = 0; ok && json_is_array(v) && i < json_array_size(v); i++) ok = xarg_scalar(json_array_get(v, i));
+        if (ok) continue;
+        cv_pyerrors l = {0};
+        cv_loc key_at = {&at, key, 0}, as_list = {&key_at, "list[union[str,int,float]]", 0};
+        xarg_scalar_errors(&l, &key_at, v);
+        if (!json_is_array(v)) cv_pyerrors_add(&l, &as_list, v, "list_type", CV_PY_LIST_TYPE, NULL);
+        for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
+            cv_loc item_at = {&as_list, NULL, i};
+            if (!xarg_scalar(json_array_get(v, i))) xarg_scalar_errors(&l, &item_at, json_array_get(v, i));
+        }
+        return cv_pyerrors_fail(&l, err);
     }
     return 0;
 }
 
-static int parse_stream_options(const json_t *o, cv_api_request *req, cv_api_error *err) {
-    if (get_bool(o, "stream", &req->stream, err)) return -1;
-    json_t *so = field(o, "stream_options");
-    if (!so) return 0;
-    if (!json_is_object(so)) return wrong_type(err, "stream_options", "an object", so);
-    if (!req->stream) return cv_api_fail(err, 400, "stream_options", "Stream options can only be defined when `stream=True`.");
-    if (get_bool(so, "include_usage", &req->include_usage, err)) return -1;
-    return get_bool(so, "continuous_usage_stats", &req->continuous_usage, err);
-}
-
-static int reject_unsupported(const json_t *o, cv_api_error *err) {
-    bool beam = false;
-    if (get_bool(o, "use_beam_search", &beam, err)) return -1;
+/* Fields whose effect this backend does not have: refused rather than silently dropped. Values are
+ * type-checked first, as pydantic does before vLLM's serving code sees them. */
+static int check_unsupported(const json_t *o, cv_api_error *err) {
+    bool beam = false, watermarking = false;
+    int64_t budget = -1;
+    const json_t *kv, *ec, *ids = NULL, *rf = field(o, "response_format");
+    int32_t *unused_ids = NULL;
+    size_t n_ids = 0;
+    if (cv_get_bool(o, NULL, "use_beam_search", 0, &beam, err) ||
+        cv_get_bool(o, NULL, "watermarking", CV_OPTIONAL, &watermarking, err) ||
+        cv_get_ids(o, NULL, "logprob_token_ids", CV_OPTIONAL, SIZE_MAX, &unused_ids, &n_ids, err) ||
+        cv_check_dict(o, NULL, "kv_transfer_params", CV_OPTIONAL, &kv, err) ||
+        cv_check_dict(o, NULL, "ec_transfer_params", CV_OPTIONAL, &ec, err) ||
+        cv_get_int(o, NULL, "thinking_token_budget", CV_OPTIONAL, &budget, NULL, err))
+        return -1;
+    ids = field(o, "logprob_token_ids");
+    free(unused_ids);
     if (beam) return cv_api_fail(err, 400, "use_beam_search", "beam search is not supported by this server");
-    json_t *rf = field(o, "response_format");
+    if (watermarking) return cv_api_fail(err, 400, "watermarking", "watermarking is not supported by this server");
+    if (ids) return cv_api_fail(err, 400, "logprob_token_ids", "logprob_token_ids is not supported by this server");
+    if (field(o, "repetition_detection"))
+        return cv_api_fail(err, 400, "repetition_detection", "repetition_detection is not supported by this server");
+    if (budget != -1)
+        return cv_api_fail(err, 400, "thinking_token_budget", "thinking_token_budget is not supported by this server");
+    /* vLLM hands non-empty transfer params to its KV / encoder-cache connector. */
+    if (truthy(kv))
+        return cv_api_fail(err, 400, "kv_transfer_params",
+                           "kv_transfer_params needs a KV transfer connector (vLLM's --kv-transfer-config), which this "
+                           "server does not have");
+    if (truthy(ec))
+        return cv_api_fail(err, 400, "ec_transfer_params",
+                           "ec_transfer_params needs an encoder cache transfer connector (vLLM's --ec-transfer-config), "
+                           "which this server does not have");
     if (rf) {
         json_t *type = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!json_is_string(type)) return wrong_type(err, "response_format", "an object with a string 'type'", rf);
+        cv_loc at = {NULL, "response_format", 0};
+        if (!json_is_object(rf)) return cv_api_pyfail(err, &at, rf, "model_type", "Input should be a valid dictionary or instance of ResponseFormat", "{'class_name': 'ResponseFormat'}");
+        if (!json_is_string(type)) {
+            cv_loc type_at = {&at, "type", 0};
+            return cv_api_pyfail(err, &type_at, type ? type : rf, type ? "literal_error" : "missing",
+                                 type ? "Input should be 'text', 'json_object' or 'json_schema'" : CV_PY_MISSING,
+                                 type ? "{'expected': \"'text', 'json_object' or 'json_schema'\"}" : NULL);
+        }
         if (strcmp(json_string_value(type), "text") != 0)
             return cv_api_fail(err, 400, "response_format", "response_format type '%.32s' is not supported yet; only 'text' is",
                                json_string_value(type));
@@ -338,47 +478,97 @@ static int reject_unsupported(const json_t *o, cv_api_error *err) {
     return 0;
 }
 
-static int parse_common(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
+static int parse_truncation(const json_t *o, cv_api_request *req, cv_api_error *err) {
+    static const char *const sides[] = {"left", "right"};
+    bool given = false;
+    int side = 0;
+    req->truncate_prompt_tokens = -2;
+    int64_t k = 0;
+    if (cv_get_int(o, NULL, "truncate_prompt_tokens", CV_OPTIONAL, &k, &given, err) ||
+        (given && cv_check_range(o, NULL, "truncate_prompt_tokens", k, -1, INT64_MAX, err)) ||
+        cv_get_literal(o, NULL, "truncation_side", CV_OPTIONAL, sides, CV_ARRAY_LEN(sides), &side, err))
+        return -1;
+    if (given) req->truncate_prompt_tokens = k;
+    req->truncate_right = side == 1;
+    return 0;
+}
+
+/* The sampling fields both request models share, in their declaration order. */
+static int parse_sampling(const json_t *o, const cv_api_limits *lim, bool chat, cv_api_request *req, cv_api_error *err) {
     cvllm_sampling_params *p = &req->params;
-    *p = lim->defaults;
-    p->logprobs = p->prompt_logprobs = -1;
-    req->top_logprobs = req->prompt_logprobs = -1;
-    if (get_string(o, "model", &req->model, err) || get_int32(o, "n", &p->n, err)) return -1;
+    int64_t seed = 0, priority = 0, experts_start = 0, interval = 1;
+    bool interval_given = false, prompt_logprobs_given = false, unused_bool = false;
+    float length_penalty = 1;
+    const json_t *unused;
+    if (cv_get_str(o, NULL, "model", CV_OPTIONAL, &req->model, err) ||
+        cv_get_float(o, NULL, "frequency_penalty", CV_OPTIONAL, &p->frequency_penalty, err) ||
+        parse_logit_bias(o, req, err) || cv_get_int32(o, NULL, "n", chat ? CV_OPTIONAL : 0, &p->n, NULL, err) ||
+        cv_get_float(o, NULL, "presence_penalty", CV_OPTIONAL, &p->presence_penalty, err) ||
+        cv_get_int(o, NULL, "seed", CV_OPTIONAL, &seed, &p->has_seed, err) ||
+        (p->has_seed && cv_check_range(o, NULL, "seed", seed, INT64_MIN, INT64_MAX, err)) || parse_stop(o, req, err) ||
+        cv_get_bool(o, NULL, "stream", CV_OPTIONAL, &req->stream, err) || parse_stream_options(o, req, err) ||
+        cv_get_float(o, NULL, "temperature", CV_OPTIONAL, &p->temperature, err) ||
+        cv_get_float(o, NULL, "top_p", CV_OPTIONAL, &p->top_p, err) ||
+        cv_get_str(o, NULL, "user", CV_OPTIONAL, &req->user, err) ||
+        cv_get_int32(o, NULL, "top_k", CV_OPTIONAL, &p->top_k, NULL, err) ||
+        cv_get_float(o, NULL, "min_p", CV_OPTIONAL, &p->min_p, err) ||
+        cv_get_float(o, NULL, "repetition_penalty", CV_OPTIONAL, &p->repetition_penalty, err) ||
+        /* beam search's alone, as vLLM uses it: accepted and unused without use_beam_search */
+        cv_get_float(o, NULL, "length_penalty", 0, &length_penalty, err) ||
+        cv_get_ids(o, NULL, "stop_token_ids", CV_OPTIONAL, MAX_ID_LIST, &req->stop_token_ids, &p->n_stop_token_ids, err) ||
+        cv_get_bool(o, NULL, "include_stop_str_in_output", 0, &p->include_stop_str_in_output, err) ||
+        cv_get_bool(o, NULL, "ignore_eos", 0, &p->ignore_eos, err) ||
+        cv_get_int32(o, NULL, "min_tokens", 0, &p->min_tokens, NULL, err) ||
+        cv_get_bool(o, NULL, "skip_special_tokens", 0, &p->skip_special_tokens, err) ||
+        cv_get_bool(o, NULL, "spaces_between_special_tokens", 0, &p->spaces_between_special_tokens, err) ||
+        parse_truncation(o, req, err) ||
+        cv_get_ids(o, NULL, "allowed_token_ids", CV_OPTIONAL, SIZE_MAX, &req->allowed_token_ids, &p->n_allowed_token_ids, err) ||
+        cv_get_int32(o, NULL, "prompt_logprobs", CV_OPTIONAL, &req->prompt_logprobs, &prompt_logprobs_given, err) ||
+        cv_get_strs(o, NULL, "bad_words", 0, MAX_BAD_WORDS, &req->bad_words, &p->n_bad_words, err) ||
+        cv_get_bool(o, NULL, "add_special_tokens", 0, &req->add_special_tokens, err) ||
+        cv_get_int(o, NULL, "priority", 0, &priority, NULL, err) ||
+        cv_check_range(o, NULL, "priority", priority, INT64_MIN, INT64_MAX, err) ||
+        cv_get_str(o, NULL, "request_id", 0, &req->request_id, err) ||
+        cv_check_str(o, NULL, "session_id", CV_OPTIONAL, &unused, err) ||
+        cv_get_bool(o, NULL, "return_tokens_as_token_ids", CV_OPTIONAL, &req->tokens_as_ids, err) ||
+        cv_get_bool(o, NULL, "return_token_ids", CV_OPTIONAL, &req->return_token_ids, err) ||
+        cv_get_int(o, NULL, "routed_experts_prompt_start", 0, &experts_start, NULL, err) ||
+        cv_check_range(o, NULL, "routed_experts_prompt_start", experts_start, 0, INT64_MAX, err) ||
+        cv_get_bool(o, NULL, "return_token_offsets", CV_OPTIONAL, &unused_bool, err) ||
+        cv_get_bool(o, NULL, "return_mm_kwargs", 0, &unused_bool, err) ||
+        cv_get_str(o, NULL, "cache_salt", CV_OPTIONAL, &req->cache_salt, err) || check_vllm_xargs(o, err) ||
+        cv_get_int(o, NULL, "stream_interval", CV_OPTIONAL, &interval, &interval_given, err) ||
+        (interval_given && cv_check_range(o, NULL, "stream_interval", interval, 1, INT64_MAX, err)) ||
+        check_unsupported(o, err))
+        return -1;
+    if (priority < INT32_MIN || priority > INT32_MAX)
+        return cv_api_fail(err, 400, "priority", "'priority' is out of range: %lld", (long long)priority);
+    p->priority = (int32_t)priority;
+    p->seed = seed;
     if (p->n < 1) return cv_api_fail(err, 400, "n", "n must be at least 1, got %d.", p->n);
     if (p->n > lim->max_n) return cv_api_fail(err, 400, "n", "n must be at most %d, got %d.", lim->max_n, p->n);
-    if (get_float(o, "temperature", &p->temperature, err) || get_float(o, "top_p", &p->top_p, err) ||
-        get_int32(o, "top_k", &p->top_k, err) || get_float(o, "min_p", &p->min_p, err) ||
-        get_float(o, "repetition_penalty", &p->repetition_penalty, err) ||
-        get_float(o, "presence_penalty", &p->presence_penalty, err) ||
-        get_float(o, "frequency_penalty", &p->frequency_penalty, err) ||
-        get_int32(o, "min_tokens", &p->min_tokens, err) || get_bool(o, "ignore_eos", &p->ignore_eos, err) ||
-        get_bool(o, "skip_special_tokens", &p->skip_special_tokens, err) ||
-        get_bool(o, "spaces_between_special_tokens", &p->spaces_between_special_tokens, err) ||
-        get_bool(o, "include_stop_str_in_output", &p->include_stop_str_in_output, err) ||
-        get_int64(o, "seed", &p->seed, &p->has_seed, err) || parse_stop(o, req, err) ||
-        parse_logit_bias(o, req, err) || parse_stream_options(o, req, err) ||
-        get_int32(o, "prompt_logprobs", &req->prompt_logprobs, err) ||
-        get_bool(o, "return_token_ids", &req->return_token_ids, err) ||
-        get_bool(o, "return_tokens_as_token_ids", &req->tokens_as_ids, err) ||
-        get_string(o, "cache_salt", &req->cache_salt, err) || get_string(o, "request_id", &req->request_id, err) ||
-        reject_unsupported(o, err))
-        return -1;
-    json_t *ids = field(o, "stop_token_ids");
-    if (ids) {
-        if (!json_is_array(ids)) return wrong_type(err, "stop_token_ids", "a list of integers", ids);
-        if (id_list(ids, "stop_token_ids", MAX_ID_LIST, &req->stop_token_ids, &p->n_stop_token_ids, err)) return -1;
-    }
-    if (req->prompt_logprobs < -1 || (req->prompt_logprobs == -1 && field(o, "prompt_logprobs")))
-        return cv_api_fail(err, 400, "prompt_logprobs", "prompt_logprobs must be non-negative, got %d.", req->prompt_logprobs);
-    if (req->prompt_logprobs >= 0 && req->stream)
-        return cv_api_fail(err, 400, "prompt_logprobs", "`prompt_logprobs` are not available when `stream=True`.");
+    /* -1: the whole vocabulary, which the engine's max_logprobs check then words as vLLM does. */
+    if (prompt_logprobs_given && req->prompt_logprobs == -1) req->prompt_logprobs = lim->vocab_size;
     if (req->request_id && strlen(req->request_id) > 64)
         return cv_api_fail(err, 400, "request_id", "'request_id' is longer than 64 bytes");
     p->stop = (const char *const *)req->stop;
     p->stop_token_ids = req->stop_token_ids;
     p->logit_bias_ids = req->bias_ids;
     p->logit_bias_values = req->bias_values;
+    p->allowed_token_ids = req->allowed_token_ids;
+    p->bad_words = (const char *const *)req->bad_words;
     return 0;
+}
+
+/* The part of a completion or chat request both models share: their before-validators, then their
+ * common fields. */
+static int parse_common(const json_t *o, const cv_api_limits *lim, bool chat, cv_api_request *req, cv_api_error *err) {
+    req->params = lim->defaults;
+    req->params.logprobs = req->params.prompt_logprobs = -1;
+    req->top_logprobs = req->prompt_logprobs = -1;
+    req->add_special_tokens = !chat;
+    return check_cache_salt(o, err) || check_stream_options(o, err) || check_logprobs(o, chat, err) ||
+           parse_sampling(o, lim, chat, req, err);
 }
 
 static json_t *parse_body(const char *body, size_t len, cv_api_error *err) {
@@ -409,53 +599,142 @@ static cv_api_prompt text_prompt(const json_t *s) {
     return (cv_api_prompt){.text = cv_xstrndup(json_string_value(s), n), .text_len = n};
 }
 
-/* A string, a list of strings, a list of ids, or a list of id lists. */
+/* The member tags pydantic puts in the locations of the prompt union's errors. */
+static const char P_IDS[] = "list[constrained-int]", P_ID_LISTS[] = "list[list[constrained-int]]";
+
+/* One token id of a prompt: an int >= 0 (Field(ge=0)) in lax mode. */
+static bool prompt_id(const json_t *v, int32_t *id, cv_pyerrors *l, const cv_loc *at) {
+    int64_t x;
+    bool big;
+    cv_pyfailure f;
+    if (!cv_py_int(v, &x, &big, &f)) {
+        if (l) cv_pyerrors_add(l, at, v, f.type, f.msg, NULL);
+        return false;
+    }
+    if (x < 0) {
+        if (l) cv_pyerrors_add(l, at, v, "greater_than_equal", "Input should be greater than or equal to 0", "{'ge': 0}");
+        return false;
+    }
+    /* Ids beyond int32 are reported as outside the vocabulary. */
+    *id = x > INT32_MAX ? INT32_MAX : (int32_t)x;
+    return true;
+}
+
+/* list[int >= 0] at `at`: the ids (a fresh array) or, with `l`, every item's error. */
+static bool prompt_ids(const json_t *a, cv_pyerrors *l, const cv_loc *at, int32_t **ids, size_t *n) {
+    if (!json_is_array(a)) {
+        if (l) cv_pyerrors_add(l, at, a, "list_type", CV_PY_LIST_TYPE, NULL);
+        return false;
+    }
+    size_t count = json_array_size(a);
+    int32_t *out = cv_xmalloc((count ? count : 1) * sizeof *out);
+    bool ok = true;
+    for (size_t i = 0; i < count; i++) {
+        cv_loc item = {at, NULL, i};
+        ok &= prompt_id(json_array_get(a, i), &out[i], l, &item);
+    }
+    if (!ok || !ids) {
+        free(out);
+        return ok;
+    }
+    *ids = out;
+    *n = count;
+    return true;
+}
+
+/* The errors of every member of the prompt union for a value none of them takes. */
+static int prompt_union_failure(const json_t *v, cv_api_error *err) {
+    cv_pyerrors l = {0};
+    cv_loc at = {NULL, "prompt", 0}, as_ids = {&at, P_IDS, 0}, as_lists = {&at, P_ID_LISTS, 0}, as_str = {&at, "str", 0},
+           as_strs = {&at, "list[str]", 0};
+    prompt_ids(v, &l, &as_ids, NULL, NULL);
+    if (!json_is_array(v)) cv_pyerrors_add(&l, &as_lists, v, "list_type", CV_PY_LIST_TYPE, NULL);
+    for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
+        cv_loc item = {&as_lists, NULL, i};
+        prompt_ids(json_array_get(v, i), &l, &item, NULL, NULL);
+    }
+    cv_pyerrors_add(&l, &as_str, v, "string_type", CV_PY_STRING_TYPE, NULL);
+    if (!json_is_array(v)) cv_pyerrors_add(&l, &as_strs, v, "list_type", CV_PY_LIST_TYPE, NULL);
+    for (size_t i = 0; json_is_array(v) && i < json_array_size(v); i++) {
+        cv_loc item = {&as_strs, NULL, i};
+        if (!json_is_string(json_array_get(v, i)))
+            cv_pyerrors_add(&l, &item, json_array_get(v, i), "string_type", CV_PY_STRING_TYPE, NULL);
+    }
+    return cv_pyerrors_fail(&l, err);
+}
+
+/* prompt: list[int >= 0] | list[list[int >= 0]] | str | list[str]. pydantic's smart union takes the
+ * member the value fits exactly (all strings, all JSON integers, all lists), else the first one lax
+ * mode accepts, in declaration order. */
 static int parse_prompt_field(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
-    static const char want[] = "a string, a list of strings, a list of token ids or a list of token id lists";
-    json_t *v = field(o, "prompt");
-    if (!v) return cv_api_fail(err, 400, "prompt", "'prompt' is required");
-    if (json_is_string(v)) {
-        add_prompt(req, text_prompt(v));
-        return 0;
-    }
-    if (!json_is_array(v)) return wrong_type(err, "prompt", want, v);
+    const json_t *v = field(o, "prompt"), *embeds = field(o, "prompt_embeds");
+    /* validate_prompt_and_prompt_embeds, validate_prompt_list_length */
+    bool no_prompt = !v || (json_is_string(v) && json_string_length(v) == 0);
+    bool no_embeds = !embeds || (json_is_array(embeds) && json_array_size(embeds) == 0);
+    if (no_prompt && no_embeds)
+        return cv_api_value_error(err, o, VVE, "prompt", NULL, "Either prompt or prompt_embeds must be provided and non-empty.");
     size_t n = json_array_size(v);
-    if (n == 0) return cv_api_fail(err, 400, "prompt", "'prompt' must not be an empty list");
-    json_t *first = json_array_get(v, 0);
-    if (json_is_number(first)) {
-        cv_api_prompt p = {0};
-        if (id_list(v, "prompt", SIZE_MAX, &p.ids, &p.n_ids, err)) return -1;
-        add_prompt(req, p);
-        return 0;
+    if (json_is_array(v) && n > 0 && !json_is_integer(json_array_get(v, 0)) && !json_is_boolean(json_array_get(v, 0)) &&
+        n > (size_t)lim->max_prompts)
+        return cv_api_value_error(err, o, VVE, "prompt", NULL, "prompt list length %zu exceeds the maximum allowed count of %d.",
+                                  n, lim->max_prompts);
+    /* prompt_embeds: bytes | list[bytes] | None; bytes take strings in lax mode. */
+    cv_loc embeds_at = {NULL, "prompt_embeds", 0};
+    if (embeds && !json_is_string(embeds)) {
+        bool ok = json_is_array(embeds);
+        for (size_t i = 0; ok && i < json_array_size(embeds); i++) ok = json_is_string(json_array_get(embeds, i));
+        if (!ok) return cv_api_pyfail(err, &embeds_at, embeds, "bytes_type", "Input should be a valid bytes", NULL);
     }
-    if (n > (size_t)lim->max_prompts)
-        return cv_api_fail(err, 400, "prompt", "'prompt' has %zu prompts, at most %d are allowed", n, lim->max_prompts);
-    for (size_t i = 0; i < n; i++) {
-        json_t *item = json_array_get(v, i);
-        if (json_is_string(item) && json_is_string(first)) {
-            add_prompt(req, text_prompt(item));
-        } else if (json_is_array(item) && json_is_array(first)) {
-            cv_api_prompt p = {0};
-            if (id_list(item, "prompt", SIZE_MAX, &p.ids, &p.n_ids, err)) return -1;
+    if (v && !json_is_string(v)) {
+        bool strs = json_is_array(v), ints = json_is_array(v), lists = json_is_array(v);
+        for (size_t i = 0; i < n; i++) {
+            const json_t *item = json_array_get(v, i);
+            strs &= json_is_string(item);
+            ints &= json_is_integer(item) && json_integer_value(item) >= 0;
+            lists &= json_is_array(item);
+        }
+        cv_loc at = {NULL, "prompt", 0}, as_ids = {&at, P_IDS, 0}, as_lists = {&at, P_ID_LISTS, 0};
+        cv_api_prompt p = {0};
+        if (!strs && !lists && (ints || prompt_ids(v, NULL, &as_ids, NULL, NULL))) {
+            prompt_ids(v, NULL, &as_ids, &p.ids, &p.n_ids);
             add_prompt(req, p);
+        } else if (strs) {
+            for (size_t i = 0; i < n; i++) add_prompt(req, text_prompt(json_array_get(v, i)));
         } else {
-            return wrong_type(err, "prompt", want, item);
+            bool ok = json_is_array(v);
+            for (size_t i = 0; ok && i < n; i++) {
+                cv_loc item = {&as_lists, NULL, i};
+                ok = prompt_ids(json_array_get(v, i), NULL, &item, NULL, NULL);
+            }
+            if (!ok) return prompt_union_failure(v, err);
+            for (size_t i = 0; i < n; i++) {
+                cv_loc item = {&as_lists, NULL, i};
+                p = (cv_api_prompt){0};
+                prompt_ids(json_array_get(v, i), NULL, &item, &p.ids, &p.n_ids);
+                add_prompt(req, p);
+            }
         }
     }
+    /* What vLLM's serving code says once the model validated. */
+    if (json_is_array(v) && n == 0) return cv_api_fail(err, 400, "prompt", "'prompt' must not be an empty list");
+    if (!no_embeds) return cv_api_fail(err, 400, NULL, "You must set `--enable-prompt-embeds` to input `prompt_embeds`.");
+    if (v && json_is_string(v)) add_prompt(req, text_prompt(v));
     return 0;
 }
 
 static int parse_completion_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
-    if (parse_common(o, lim, req, err) || parse_prompt_field(o, lim, req, err)) return -1;
-    if (field(o, "suffix")) return cv_api_fail(err, 400, "suffix", "suffix is not currently supported");
-    req->max_tokens = 16;
-    if (get_int64(o, "max_tokens", &req->max_tokens, NULL, err) || get_bool(o, "echo", &req->echo, err) ||
-        get_int32(o, "logprobs", &req->top_logprobs, err))
+    if (parse_common(o, lim, false, req, err) || parse_prompt_field(o, lim, req, err)) return -1;
+    req->max_tokens = 16; /* null is the default too (normalize_null_max_tokens) */
+    const json_t *suffix;
+    if (cv_get_bool(o, NULL, "echo", CV_OPTIONAL, &req->echo, err) ||
+        cv_get_int32(o, NULL, "logprobs", CV_OPTIONAL, &req->top_logprobs, NULL, err) ||
+        cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &req->max_tokens, NULL, err) ||
+        cv_check_str(o, NULL, "suffix", CV_OPTIONAL, &suffix, err))
         return -1;
+    if (suffix) return cv_api_fail(err, 400, "suffix", "suffix is not currently supported");
     if (req->max_tokens < (req->echo ? 0 : 1))
         return cv_api_fail(err, 400, "max_tokens", "max_tokens must be at least 1, got %lld.", (long long)req->max_tokens);
-    if (req->top_logprobs < -1 || (req->top_logprobs == -1 && field(o, "logprobs")))
-        return cv_api_fail(err, 400, "logprobs", "logprobs must be non-negative, got %d.", req->top_logprobs);
+    if (req->top_logprobs == -1 && field(o, "logprobs")) req->top_logprobs = lim->vocab_size;
     /* With echo, the prompt's logprobs are part of the reply (vLLM: prompt_logprobs = logprobs). */
     if (req->echo && req->top_logprobs >= 0 && req->prompt_logprobs < 0) req->prompt_logprobs = req->top_logprobs;
     req->params.logprobs = req->top_logprobs;
@@ -481,6 +760,185 @@ static const char NO_TEMPLATE[] =
     "As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat template if "
     "the tokenizer does not define one.";
 
+/* A required str field of the TypedDict or model `o` at `at`: pydantic's missing, or string_type. */
+static int required_str(const json_t *o, const cv_loc *at, const char *key, cv_api_error *err) {
+    cv_loc key_at = {at, key, 0};
+    if (!json_object_get(o, key)) return cv_api_pyfail(err, &key_at, o, "missing", CV_PY_MISSING, NULL);
+    return cv_check_str(o, at, key, 0, NULL, err);
+}
+
+static int not_multimodal(const cv_api_limits *lim, cv_api_error *err) {
+    return cv_api_fail(err, 400, NULL, "%s is not a multimodal model", lim->served_model ? lim->served_model : "model");
+}
+
+/* The content part types vLLM's chat parser knows (MM_PARSER_MAP), sorted as its error lists them;
+ * the media ones, which a text-only model refuses; and the keys that type a part without "type". */
+static const char PART_TYPES[] =
+    "audio_embeds, audio_url, image_embeds, image_pil, image_url, input_audio, input_image, input_text, output_text, "
+    "prompt_embeds, refusal, text, thinking, tool_reference, video_embeds, video_url";
+static const char *const MEDIA_PARTS[] = {"audio_embeds", "audio_url", "image_embeds", "image_pil", "image_url",
+                                          "input_audio", "input_image", "video_embeds", "video_url"};
+static const char *const UNTYPED_PART_KEYS[] = {"image_url",   "image_pil",      "image_embeds", "audio_embeds",
+                                                "video_embeds", "prompt_embeds", "audio_url",    "input_audio",
+                                                "video_url",   "tool_reference"};
+
+/* One content part, as vLLM's content parser judges it (parse_chat_message_content.py). */
+static int check_part(const json_t *part, const cv_loc *at, const cv_api_limits *lim, cv_api_error *err) {
+    if (json_is_string(part)) return 0;
+    if (!json_is_object(part)) return cv_api_pyfail(err, at, part, "dict_type", CV_PY_DICT_TYPE, NULL);
+    const json_t *type = json_object_get(part, "type");
+    const char *t = NULL;
+    for (size_t i = 0; !json_is_string(type) && i < CV_ARRAY_LEN(UNTYPED_PART_KEYS); i++)
+        if (json_object_get(part, UNTYPED_PART_KEYS[i])) t = UNTYPED_PART_KEYS[i];
+    if (!t && (!type || json_is_null(type)))
+        return cv_api_fail(err, 400, "type", "Missing 'type' field in multimodal part. (parameter=type)");
+    if (!t && !json_is_string(type))
+        return cv_api_fail(err, 400, "type", "Invalid 'type' field in multimodal part. (parameter=type)");
+    if (!t) t = json_string_value(type);
+    const char *key = !strcmp(t, "text") || !strcmp(t, "input_text") || !strcmp(t, "output_text") ? "text"
+                      : !strcmp(t, "refusal")                                                      ? "refusal"
+                      : !strcmp(t, "thinking")                                                     ? "thinking"
+                                                                                                   : NULL;
+    if (key) return required_str(part, at, key, err);
+    if (!strcmp(t, "tool_reference")) return 0; /* the chat library's to judge */
+    if (!strcmp(t, "prompt_embeds")) return cv_api_fail(err, 400, NULL, "You must set `--enable-prompt-embeds` to input `prompt_embeds`.");
+    if (in_list(t, MEDIA_PARTS, CV_ARRAY_LEN(MEDIA_PARTS))) return not_multimodal(lim, err);
+    char *shown = jinja_py_repr(type);
+    int rc = cv_api_fail(err, 400, "type", "Unsupported chat content part type: %s. Supported types: %s. (parameter=type, value=%s)",
+                         shown, PART_TYPES, t);
+    free(shown);
+    return rc;
+}
+
+/* An assistant's tool_calls: list[{id: str, function: {name: str, arguments: str}, type: 'function'}]. */
+static int check_tool_calls(const json_t *m, const cv_loc *at, cv_api_error *err) {
+    static const char *const function[] = {"function"};
+    const json_t *calls;
+    if (cv_check_list(m, at, "tool_calls", CV_OPTIONAL, &calls, err)) return -1;
+    cv_loc calls_at = {at, "tool_calls", 0};
+    for (size_t j = 0; calls && j < json_array_size(calls); j++) {
+        const json_t *call = json_array_get(calls, j), *fn = json_object_get(call, "function");
+        cv_loc call_at = {&calls_at, NULL, j}, fn_at = {&call_at, "function", 0};
+        int type;
+        if (!json_is_object(call)) return cv_api_pyfail(err, &call_at, call, "dict_type", CV_PY_DICT_TYPE, NULL);
+        if (required_str(call, &call_at, "id", err)) return -1;
+        if (!fn) return cv_api_pyfail(err, &fn_at, call, "missing", CV_PY_MISSING, NULL);
+        if (!json_is_object(fn)) return cv_api_pyfail(err, &fn_at, fn, "dict_type", CV_PY_DICT_TYPE, NULL);
+        if (required_str(fn, &fn_at, "name", err) || required_str(fn, &fn_at, "arguments", err)) return -1;
+        cv_loc type_at = {&call_at, "type", 0};
+        if (!json_object_get(call, "type")) return cv_api_pyfail(err, &type_at, call, "missing", CV_PY_MISSING, NULL);
+        if (cv_get_literal(call, &call_at, "type", 0, function, 1, &type, err)) return -1;
+    }
+    return 0;
+}
+
+/* messages: the shape vLLM's message types accept (role a string; content a string, a list of parts,
+ * or null for assistant and function messages; name, tool_call_id, reasoning strings; tool_calls). */
+static int check_messages(const json_t *o, const cv_loc *up, const cv_api_limits *lim, cv_api_error *err) {
+    const json_t *messages;
+    cv_loc msgs_at = {up, "messages", 0};
+    if (!json_object_get(o, "messages")) return cv_api_pyfail(err, &msgs_at, o, "missing", CV_PY_MISSING, NULL);
+    if (cv_check_list(o, up, "messages", 0, &messages, err)) return -1;
+    for (size_t i = 0; i < json_array_size(messages); i++) {
+        const json_t *m = json_array_get(messages, i), *content = json_object_get(m, "content");
+        cv_loc at = {&msgs_at, NULL, i}, content_at = {&at, "content", 0};
+        if (!json_is_object(m)) return cv_api_pyfail(err, &at, m, "dict_type", CV_PY_DICT_TYPE, NULL);
+        if (required_str(m, &at, "role", err)) return -1;
+        const char *role = json_string_value(json_object_get(m, "role"));
+        bool null_ok = !strcmp(role, "assistant") || !strcmp(role, "function");
+        if (content && !json_is_string(content) && !json_is_array(content) && !(json_is_null(content) && null_ok))
+            return cv_api_pyfail(err, &content_at, content, "string_type", CV_PY_STRING_TYPE, NULL);
+        for (size_t j = 0; json_is_array(content) && j < json_array_size(content); j++) {
+            cv_loc part_at = {&content_at, NULL, j};
+            if (check_part(json_array_get(content, j), &part_at, lim, err)) return -1;
+        }
+        if (cv_check_str(m, &at, "name", 0, NULL, err) || cv_check_str(m, &at, "tool_call_id", CV_OPTIONAL, NULL, err) ||
+            cv_check_str(m, &at, "reasoning", CV_OPTIONAL, NULL, err) ||
+            cv_check_str(m, &at, "reasoning_content", CV_OPTIONAL, NULL, err) || check_tool_calls(m, &at, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* tools: list[ChatCompletionToolsParam] | None (type 'function', function: FunctionDefinition). */
+static int check_tools_shape(const json_t *o, const cv_loc *up, cv_api_error *err) {
+    static const char *const function[] = {"function"};
+    const json_t *tools;
+    if (cv_check_list(o, up, "tools", CV_OPTIONAL, &tools, err)) return -1;
+    cv_loc tools_at = {up, "tools", 0};
+    for (size_t i = 0; tools && i < json_array_size(tools); i++) {
+        const json_t *tool = json_array_get(tools, i), *fn = json_object_get(tool, "function");
+        cv_loc at = {&tools_at, NULL, i}, fn_at = {&at, "function", 0};
+        cv_pyerrors l = {0};
+        int type;
+        bool flag;
+        if (!json_is_object(tool)) {
+            cv_pyerrors_model_type(&l, &at, tool, "ChatCompletionToolsParam");
+            return cv_pyerrors_fail(&l, err);
+        }
+        if (cv_get_literal(tool, &at, "type", 0, function, 1, &type, err)) return -1;
+        if (!fn) return cv_api_pyfail(err, &fn_at, tool, "missing", CV_PY_MISSING, NULL);
+        if (!json_is_object(fn)) {
+            cv_pyerrors_model_type(&l, &fn_at, fn, "FunctionDefinition");
+            return cv_pyerrors_fail(&l, err);
+        }
+        if (required_str(fn, &fn_at, "name", err) || cv_check_str(fn, &fn_at, "description", CV_OPTIONAL, NULL, err) ||
+            cv_check_dict(fn, &fn_at, "parameters", CV_OPTIONAL, NULL, err) ||
+            cv_get_bool(fn, &fn_at, "strict", CV_OPTIONAL, &flag, err) ||
+            cv_get_bool(fn, &fn_at, "defer_loading", CV_OPTIONAL, &flag, err) ||
+            cv_get_bool(tool, &at, "defer_loading", CV_OPTIONAL, &flag, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* A named tool_choice is ChatCompletionNamedToolChoiceParam, whose type is Literal['function']; vLLM's
+ * check_tool_usage has vetted the rest of it. A wrong type fails every member of the union. */
+static int check_tool_choice_type(const json_t *o, cv_api_error *err) {
+    static const char *const literals[] = {"none", "auto", "required"};
+    const json_t *choice = field(o, "tool_choice"), *type = json_object_get(choice, "type");
+    if (!json_is_object(choice) || !type || (json_is_string(type) && !strcmp(json_string_value(type), "function")))
+        return 0;
+    cv_pyerrors l = {0};
+    cv_loc at = {NULL, "tool_choice", 0}, named = {&at, "ChatCompletionNamedToolChoiceParam", 0}, type_at = {&named, "type", 0};
+    for (size_t i = 0; i < CV_ARRAY_LEN(literals); i++) {
+        char tag[32], msg[48], ctx[48];
+        snprintf(tag, sizeof tag, "literal['%s']", literals[i]);
+        snprintf(msg, sizeof msg, "Input should be '%s'", literals[i]);
+        snprintf(ctx, sizeof ctx, "{'expected': \"'%s'\"}", literals[i]);
+        cv_loc lit = {&at, tag, 0};
+        cv_pyerrors_add(&l, &lit, choice, "literal_error", msg, ctx);
+    }
+    cv_pyerrors_add(&l, &type_at, type, "literal_error", "Input should be 'function'", "{'expected': \"'function'\"}");
+    return cv_pyerrors_fail(&l, err);
+}
+
+/* documents: list[dict[str, str]] | None; the dict-valued kwargs fields. */
+static int check_chat_dicts(const json_t *o, const cv_loc *up, bool generation, cv_api_error *err) {
+    const json_t *docs = NULL, *media;
+    cv_loc docs_at = {up, "documents", 0}, media_at = {up, "media_io_kwargs", 0};
+    if ((generation && cv_check_list(o, up, "documents", CV_OPTIONAL, &docs, err)) ||
+        cv_check_dict(o, up, "chat_template_kwargs", CV_OPTIONAL, NULL, err) ||
+        cv_check_dict(o, up, "media_io_kwargs", CV_OPTIONAL, &media, err) ||
+        cv_check_dict(o, up, "mm_processor_kwargs", CV_OPTIONAL, NULL, err) ||
+        cv_check_str(o, up, "chat_template", CV_OPTIONAL, NULL, err))
+        return -1;
+    for (size_t i = 0; docs && i < json_array_size(docs); i++) {
+        const json_t *doc = json_array_get(docs, i);
+        cv_loc at = {&docs_at, NULL, i};
+        if (!json_is_object(doc)) return cv_api_pyfail(err, &at, doc, "dict_type", CV_PY_DICT_TYPE, NULL);
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)doc, key, v)
+            if (cv_check_str(doc, &at, key, 0, NULL, err)) return -1;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)media, key, v)
+        if (cv_check_dict(media, &media_at, key, 0, NULL, err)) return -1;
+    return 0;
+}
+
 /* chat echo: the text of a final assistant message (a string, or its text parts joined by newlines)
  * is sent back before the generated text. The template has already vetted the content's shape. */
 static void chat_echo_text(const json_t *messages, cv_api_request *req) {
@@ -505,22 +963,23 @@ static void chat_echo_text(const json_t *messages, cv_api_request *req) {
 static int chat_kwargs(const json_t *o, bool generation, json_t **out, cv_api_error *err) {
     static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
     *out = NULL;
-    json_t *kw = field(o, "chat_template_kwargs"), *effort = generation ? field(o, "reasoning_effort") : NULL;
-    if (kw && !json_is_object(kw)) return wrong_type(err, "chat_template_kwargs", "an object", kw);
-    if (effort && !json_is_string(effort)) return wrong_type(err, "reasoning_effort", "a string", effort);
-    bool known = false;
-    for (size_t i = 0; effort && i < CV_ARRAY_LEN(efforts); i++) known |= !strcmp(json_string_value(effort), efforts[i]);
-    if (effort && !known)
-        return cv_api_fail(err, 400, "reasoning_effort",
-                           "reasoning_effort must be one of none, minimal, low, medium, high, xhigh or max, got '%.32s'",
-                           json_string_value(effort));
-    if (!kw && !effort) return 0;
+    json_t *kw = field(o, "chat_template_kwargs");
+    int effort = -1;
+    if (generation && cv_get_literal(o, NULL, "reasoning_effort", CV_OPTIONAL, efforts, CV_ARRAY_LEN(efforts), &effort, err))
+        return -1;
+    if (!kw && effort < 0) return 0;
     *out = kw ? json_copy(kw) : json_object();
-    if (!effort) return 0;
-    json_object_set(*out, "reasoning_effort", effort);
-    if (!strcmp(json_string_value(effort), "none") && !json_object_get(*out, "enable_thinking"))
-        json_object_set_new(*out, "enable_thinking", json_false());
+    if (effort < 0) return 0;
+    json_object_set_new(*out, "reasoning_effort", json_string(efforts[effort]));
+    if (effort == 0 && !json_object_get(*out, "enable_thinking")) json_object_set_new(*out, "enable_thinking", json_false());
     return 0;
+}
+
+/* The failure of cv_tool_choice_resolve: check_tool_usage's VLLMValidationError (a before-validator),
+ * or, without a parameter, vLLM's serving refusal. */
+static int tool_usage_failure(const json_t *o, const char *param, cv_api_error *err) {
+    if (!param) return cv_api_fail(err, 400, NULL, "%s", cvllm_last_error());
+    return cv_api_value_error(err, o, VVE, param, NULL, "%s", cvllm_last_error());
 }
 
 /* tools and tool_choice (vLLM's validation and messages), and whether the output is parsed for
@@ -531,9 +990,8 @@ static int chat_tools(const json_t *o, const cv_api_chat_config *cfg, cv_api_req
     const char *named = NULL, *param;
     if (cv_tool_choice_resolve(tools, field(o, "tool_choice"), cfg->auto_tool_choice && cfg->has_tool_parser,
                                &req->tool_choice, &named, &param))
-        return cv_api_fail(err, 400, param, "%s", cvllm_last_error());
-    req->parallel_tool_calls = true;
-    if (get_bool(o, "parallel_tool_calls", &req->parallel_tool_calls, err)) return -1;
+        return tool_usage_failure(o, param, err);
+    if (check_tool_choice_type(o, err)) return -1;
     if (req->tool_choice == CV_TOOL_CHOICE_NONE) return 0;
     if (!cfg->has_tool_parser)
         return cv_api_fail(err, 400, "tool_choice",
@@ -557,29 +1015,44 @@ static int check_tools(const json_t *tools, cv_api_error *err) {
     return 0;
 }
 
+/* The chat fields /v1/chat/completions and /tokenize's chat form share, in vLLM's order: its
+ * check_generation_prompt validator (a VLLMValidationError without a parameter in ChatCompletionRequest,
+ * a plain ValueError in TokenizeChatRequest), then messages and the template fields; `up` is the
+ * location of the model in the body (TokenizeChatRequest's union member for /tokenize). */
+static int check_chat_request(const json_t *o, const cv_loc *up, const cv_api_limits *lim, bool generation,
+                              cv_api_error *err) {
+    if (truthy(json_object_get(o, "continue_final_message")) && truthy(json_object_get(o, "add_generation_prompt")))
+        return cv_api_value_error(err, o, generation ? VVE : "ValueError", NULL, NULL,
+                                  "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+    return check_messages(o, up, lim, err) || check_tools_shape(o, up, err) || check_chat_dicts(o, up, generation, err);
+}
+
 /* Renders the conversation with the server's chat template into the request's one prompt, as vLLM
  * does for /v1/chat/completions (`generation`: tool_choice and the output parsers are settled too)
- * and for the chat form of /tokenize, whose TokenizeChatRequest has no documents or reasoning_effort. */
+ * and for the chat form of /tokenize, whose TokenizeChatRequest has no documents or reasoning_effort.
+ * The request has passed check_chat_request. */
 static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool generation, cv_api_request *req,
                              cv_api_error *err) {
     const cv_api_chat_config *cfg = lim->chat;
-    json_t *messages = field(o, "messages"), *docs = generation ? field(o, "documents") : NULL;
-    if (!messages) return cv_api_fail(err, 400, "messages", "'messages' is required");
-    if (!json_is_array(messages)) return wrong_type(err, "messages", "a list of messages", messages);
+    json_t *messages = json_object_get(o, "messages"), *docs = generation ? field(o, "documents") : NULL;
+    bool add_generation_prompt = true, continue_final = false;
+    if (cv_get_bool(o, NULL, "add_generation_prompt", 0, &add_generation_prompt, err) ||
+        cv_get_bool(o, NULL, "continue_final_message", 0, &continue_final, err))
+        return -1;
     if (json_array_size(messages) == 0) return cv_api_fail(err, 400, "messages", "'messages' must not be empty");
-    if (docs && !json_is_array(docs)) return wrong_type(err, "documents", "a list of documents", docs);
     if (field(o, "chat_template"))
         return cv_api_fail(err, 400, "chat_template",
                            "Chat template is passed with request, but --trust-request-chat-template is not set. "
                            "Refused request with untrusted chat template.");
     if (!cfg || !cfg->tmpl) return cv_api_fail(err, 400, NULL, "%s", NO_TEMPLATE);
-    bool add_generation_prompt = true, continue_final = false;
-    if (get_bool(o, "add_generation_prompt", &add_generation_prompt, err) ||
-        get_bool(o, "continue_final_message", &continue_final, err))
-        return -1;
+    if (truthy(field(o, "mm_processor_kwargs"))) return not_multimodal(lim, err);
+    /* add_generation_prompt left to its default: transformers' apply_chat_template refuses the pair. */
     if (continue_final && add_generation_prompt)
-        return cv_api_fail(err, 400, "continue_final_message",
-                           "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+        return cv_api_fail(err, 400, NULL,
+                           "continue_final_message and add_generation_prompt are not compatible. Use "
+                           "continue_final_message when you want the model to continue the final message, and "
+                           "add_generation_prompt when you want to add a header that will prompt it to start a new "
+                           "assistant message instead.");
     if (generation ? chat_tools(o, cfg, req, err) : check_tools(field(o, "tools"), err)) return -1;
     json_t *kwargs;
     if (chat_kwargs(o, generation, &kwargs, err)) return -1;
@@ -596,26 +1069,31 @@ static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool gen
     req->parse_reasoning = cfg->reasoning_parser;
     req->starts_in_reasoning = cfg->reasoning_parser && cv_reasoning_prompt_opens(p.text, p.text_len);
     req->reasoning_content = cfg->reasoning_content;
-    req->include_reasoning = true;
-    return get_bool(o, "include_reasoning", &req->include_reasoning, err);
+    return 0;
 }
 
 static int parse_chat_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
-    if (parse_common(o, lim, req, err) || parse_chat_prompt(o, lim, true, req, err)) return -1;
     bool logprobs = false, max_given = false;
+    int32_t top = 0;
     req->max_tokens = -1;
-    if (get_int64(o, "max_tokens", &req->max_tokens, &max_given, err)) return -1;
-    if (field(o, "max_completion_tokens") && get_int64(o, "max_completion_tokens", &req->max_tokens, &max_given, err)) return -1;
+    req->include_reasoning = true;
+    req->parallel_tool_calls = true;
+    if (check_chat_request(o, NULL, lim, true, err) || parse_common(o, lim, true, req, err) ||
+        cv_get_bool(o, NULL, "logprobs", CV_OPTIONAL, &logprobs, err) ||
+        cv_get_int32(o, NULL, "top_logprobs", CV_OPTIONAL, &top, NULL, err) ||
+        cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &req->max_tokens, &max_given, err) ||
+        cv_get_int(o, NULL, "max_completion_tokens", CV_OPTIONAL, &req->max_tokens, &max_given, err) ||
+        cv_get_bool(o, NULL, "include_reasoning", 0, &req->include_reasoning, err) ||
+        cv_get_bool(o, NULL, "parallel_tool_calls", CV_OPTIONAL, &req->parallel_tool_calls, err) ||
+        cv_get_bool(o, NULL, "echo", 0, &req->echo, err) ||
+        cv_get_bool(o, NULL, "return_prompt_text", CV_OPTIONAL, &req->return_prompt_text, err))
+        return -1;
+    req->max_completion_tokens = field(o, "max_completion_tokens") != NULL;
     if (max_given && req->max_tokens < 1)
         return cv_api_fail(err, 400, "max_tokens", "max_tokens must be at least 1, got %lld.", (long long)req->max_tokens);
-    if (get_bool(o, "echo", &req->echo, err) || get_bool(o, "logprobs", &logprobs, err)) return -1;
-    int32_t top = -1;
-    if (get_int32(o, "top_logprobs", &top, err)) return -1;
-    if (top < -1 || (top == -1 && field(o, "top_logprobs")))
-        return cv_api_fail(err, 400, "top_logprobs", "top_logprobs must be non-negative, got %d.", top);
-    if (top > 0 && !logprobs)
-        return cv_api_fail(err, 400, "top_logprobs", "when using `top_logprobs`, `logprobs` must be set to true.");
-    req->top_logprobs = logprobs ? (top < 0 ? 0 : top) : -1;
+    if (parse_chat_prompt(o, lim, true, req, err)) return -1;
+    /* -1: the whole vocabulary, which the engine's max_logprobs check then words as vLLM does. */
+    req->top_logprobs = logprobs ? (top == -1 ? lim->vocab_size : top) : -1;
     req->params.logprobs = req->top_logprobs;
     if (req->echo) chat_echo_text(json_object_get(o, "messages"), req);
     return 0;
@@ -635,19 +1113,32 @@ int cv_api_parse_chat(const char *body, size_t len, const cv_api_limits *lim, cv
 /* ------------------------------------------------------------------------------------------------ */
 /* /tokenize and /detokenize                                                                         */
 
+/* /tokenize's body is TokenizeCompletionRequest | TokenizeChatRequest: a body with messages is read
+ * as the chat form. Errors are located under the member read (as pydantic's union locations are);
+ * pydantic would list the other member's errors too. A body with neither prompt nor messages fails
+ * both members. The chat form's serving refusals (no template, empty messages, ...) are those of a
+ * chat completion. */
 static int parse_tokenize_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
-    req->add_special_tokens = true;
-    if (get_string(o, "model", &req->model, err) || get_bool(o, "add_special_tokens", &req->add_special_tokens, err) ||
-        get_bool(o, "return_token_strs", &req->return_token_strs, err))
-        return -1;
-    if (json_object_get(o, "messages")) {
-        req->kind = CV_API_CHAT;
-        return parse_chat_prompt(o, lim, false, req, err);
+    bool chat = json_object_get(o, "messages") != NULL;
+    cv_loc member = {NULL, chat ? "TokenizeChatRequest" : "TokenizeCompletionRequest", 0};
+    if (!chat && !json_object_get(o, "prompt")) {
+        cv_pyerrors l = {0};
+        cv_loc prompt_member = {NULL, "TokenizeCompletionRequest", 0}, chat_member = {NULL, "TokenizeChatRequest", 0};
+        cv_loc prompt_at = {&prompt_member, "prompt", 0}, messages_at = {&chat_member, "messages", 0};
+        cv_pyerrors_add(&l, &prompt_at, o, "missing", CV_PY_MISSING, NULL);
+        cv_pyerrors_add(&l, &messages_at, o, "missing", CV_PY_MISSING, NULL);
+        return cv_pyerrors_fail(&l, err);
     }
-    json_t *v = field(o, "prompt");
-    if (!v) return cv_api_fail(err, 400, "prompt", "'prompt' or 'messages' is required");
-    if (!json_is_string(v)) return wrong_type(err, "prompt", "a string", v);
-    add_prompt(req, text_prompt(v));
+    req->add_special_tokens = !chat;
+    if (chat) req->kind = CV_API_CHAT;
+    if (cv_get_str(o, &member, "model", CV_OPTIONAL, &req->model, err) ||
+        cv_get_bool(o, &member, "add_special_tokens", 0, &req->add_special_tokens, err) ||
+        cv_get_bool(o, &member, "return_token_strs", CV_OPTIONAL, &req->return_token_strs, err))
+        return -1;
+    if (chat) return check_chat_request(o, &member, lim, false, err) || parse_chat_prompt(o, lim, false, req, err);
+    const json_t *prompt;
+    if (cv_check_str(o, &member, "prompt", 0, &prompt, err)) return -1;
+    add_prompt(req, text_prompt(prompt));
     return 0;
 }
 
@@ -655,6 +1146,7 @@ int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim
                           cv_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = CV_API_COMPLETION;
+    req->truncate_prompt_tokens = -2;
     json_t *root = parse_body(body, len, err);
     if (!root) return -1;
     int rc = parse_tokenize_fields(root, lim, req, err);
@@ -665,14 +1157,14 @@ int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim
 
 int cv_api_parse_detokenize(const char *body, size_t len, cv_api_request *req, cv_api_error *err) {
     memset(req, 0, sizeof *req);
+    req->truncate_prompt_tokens = -2;
     json_t *root = parse_body(body, len, err);
     if (!root) return -1;
-    int rc = get_string(root, "model", &req->model, err);
-    json_t *v = field(root, "tokens");
     cv_api_prompt p = {0};
-    if (!rc && !v) rc = cv_api_fail(err, 400, "tokens", "'tokens' is required");
-    if (!rc && !json_is_array(v)) rc = wrong_type(err, "tokens", "a list of integers", v);
-    if (!rc) rc = id_list(v, "tokens", SIZE_MAX, &p.ids, &p.n_ids, err);
+    cv_loc tokens_at = {NULL, "tokens", 0};
+    int rc = cv_get_str(root, NULL, "model", CV_OPTIONAL, &req->model, err);
+    if (!rc && !json_object_get(root, "tokens")) rc = cv_api_pyfail(err, &tokens_at, root, "missing", CV_PY_MISSING, NULL);
+    if (!rc) rc = cv_get_ids(root, NULL, "tokens", 0, SIZE_MAX, &p.ids, &p.n_ids, err);
     if (!rc) add_prompt(req, p);
     if (!rc) log_ignored_fields(root, DETOKENIZE_FIELDS, NULL);
     json_decref(root);
@@ -687,13 +1179,17 @@ void cv_api_request_free(cv_api_request *req) {
     free(req->prompts);
     for (size_t i = 0; i < req->params.n_stop; i++) free(req->stop[i]);
     free(req->stop);
+    for (size_t i = 0; i < req->params.n_bad_words; i++) free(req->bad_words[i]);
+    free(req->bad_words);
     free(req->stop_token_ids);
     free(req->bias_ids);
     free(req->bias_values);
+    free(req->allowed_token_ids);
     free(req->model);
     free(req->echo_text);
     free(req->cache_salt);
     free(req->request_id);
+    free(req->user);
     json_decref(req->tools);
     memset(req, 0, sizeof *req);
 }
@@ -705,6 +1201,29 @@ static int tokenize_prompt(cv_api_prompt *p, const cvllm_tokenizer *tok, cv_api_
     if (p->ids) return 0;
     if (cvllm_tokenize(tok, p->text, p->text_len, &p->ids, &p->n_ids) != CVLLM_OK)
         return cv_api_fail(err, 400, "prompt", "%s", cvllm_last_error());
+    return 0;
+}
+
+/* The max_tokens vLLM's TokenizeParams subtracts from the context: the requested one, or 0. */
+static int64_t requested_output(const cv_api_request *req) { return req->max_tokens > 0 ? req->max_tokens : 0; }
+
+/* vLLM's TokenizeParams: K > max_model_len - max_tokens is refused; -1 keeps that many. The prompt
+ * keeps its last K tokens (vLLM loads tokenizers with truncation_side "left"), or its first K with
+ * truncation_side "right". The prompt's text stays as given: vLLM echoes the original text too. */
+static int truncate_prompt(const cv_api_request *req, cv_api_prompt *p, const cv_api_limits *lim, cv_api_error *err) {
+    int64_t k = req->truncate_prompt_tokens, max_input = (int64_t)lim->max_model_len - requested_output(req);
+    if (k == -2) return 0;
+    if (k > max_input) {
+        return cv_api_fail(err, 400, "truncate_prompt_tokens",
+                           "truncate_prompt_tokens=%lld cannot be greater than max_model_len - %s = %lld. Please request a "
+                           "smaller truncation size. (parameter=truncate_prompt_tokens, value=%lld)",
+                           (long long)k, req->max_completion_tokens ? "max_completion_tokens" : "max_tokens",
+                           (long long)max_input, (long long)k);
+    }
+    if (k < 0) k = max_input;
+    if ((size_t)k >= p->n_ids) return 0;
+    if (!req->truncate_right) memmove(p->ids, p->ids + (p->n_ids - (size_t)k), (size_t)k * sizeof *p->ids);
+    p->n_ids = (size_t)k;
     return 0;
 }
 
@@ -736,7 +1255,9 @@ static int check_prompt(const cv_api_request *req, cv_api_prompt *p, const cv_ap
 int cv_api_prepare(cv_api_request *req, const cvllm_tokenizer *tok, const cv_api_limits *lim, cv_api_error *err) {
     req->echo_only = req->kind == CV_API_COMPLETION && req->echo && req->max_tokens == 0;
     for (size_t i = 0; i < req->n_prompts; i++)
-        if (tokenize_prompt(&req->prompts[i], tok, err) || check_prompt(req, &req->prompts[i], lim, err)) return -1;
+        if (tokenize_prompt(&req->prompts[i], tok, err) || truncate_prompt(req, &req->prompts[i], lim, err) ||
+            check_prompt(req, &req->prompts[i], lim, err))
+            return -1;
     return 0;
 }
 

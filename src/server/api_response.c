@@ -289,6 +289,12 @@ static void append_chunk(cv_api_response *r, json_t *choice, char **sse, size_t 
                           r->req->kind == CV_API_CHAT ? "chat.completion.chunk" : "text_completion", "created",
                           (json_int_t)r->created, "model", r->model, "choices", choice);
     if (r->req->continuous_usage) json_object_set_new(o, "usage", usage_json(r));
+    /* return_prompt_text: the rendered prompt rides on the stream's first chunk (vLLM). */
+    if (r->req->return_prompt_text && !r->prompt_text_sent) {
+        const cv_api_prompt *p = &r->req->prompts[0];
+        json_object_set_new(o, "prompt_text", json_stringn(p->text ? p->text : "", p->text ? p->text_len : 0));
+        r->prompt_text_sent = true;
+    }
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     cv_buf_append(sse, len, cap, "data: ", 6);
@@ -492,6 +498,7 @@ char *cv_api_response_json(const cv_api_response *r) {
                             r->prompts[0].prompt_logprobs ? prompt_logprobs_json(r, r->prompts[0].prompt_logprobs, p->n_ids)
                                                           : json_null());
         json_object_set_new(o, "prompt_token_ids", req->return_token_ids ? ids_json(p->ids, p->n_ids) : json_null());
+        json_object_set_new(o, "prompt_text", req->return_prompt_text && p->text ? json_stringn(p->text, p->text_len) : json_null());
     }
     json_object_set_new(o, "kv_transfer_params", json_null());
     char *s = json_dumps(o, JSON_COMPACT);
