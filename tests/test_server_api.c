@@ -75,6 +75,20 @@ static void test_error_json(void) {
     char *s = cv_api_error_json(&err);
     CHECK_STR_EQ(s, "{\"error\":{\"message\":\"The model `x` does not exist.\",\"type\":\"NotFoundError\",\"param\":\"model\",\"code\":404}}");
     free(s);
+    /* The type vLLM sends with each status: its serving code's names, else the HTTP reason phrase its
+     * HTTPException handler uses (validate_json_request's 415 up to vLLM 0.11; Starlette's 405). */
+    static const struct {
+        int status;
+        const char *type;
+    } types[] = {{400, "BadRequestError"}, {401, "Unauthorized"},        {404, "NotFoundError"},
+                 {405, "Method Not Allowed"}, {408, "Request Timeout"}, {413, "RequestEntityTooLarge"},
+                 {415, "Unsupported Media Type"}, {431, "Request Header Fields Too Large"},
+                 {500, "InternalServerError"}, {501, "NotImplementedError"}, {503, "ServiceUnavailableError"},
+                 {505, "HTTP Version Not Supported"}};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        cv_api_fail(&err, types[i].status, NULL, "x");
+        CHECK_STR_EQ(err.type, types[i].type);
+    }
     /* A message cut inside a multi-byte character is trimmed back to valid UTF-8. */
     char big[1100];
     memset(big, 'a', sizeof big);
@@ -609,6 +623,30 @@ static void test_tokenize_parse(void) {
     cv_api_request_free(&r);
     b = "{\"prompt\":3}";
     CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) != 0 && err.status == 400);
+    CHECK_STR_EQ(err.param, "body.TokenizeCompletionRequest.prompt");
+    cv_api_request_free(&r);
+    /* Neither form: both members of vLLM's TokenizeRequest union report their missing field. */
+    b = "{\"model\":\"m\"}";
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) != 0);
+    CHECK_STR_EQ(err.param, "body.TokenizeCompletionRequest.prompt");
+    CHECK_STR_EQ(err.message,
+                 "2 validation errors:\n"
+                 "  {'type': 'missing', 'loc': ('body', 'TokenizeCompletionRequest', 'prompt'), 'msg': 'Field required', 'input': {'model': 'm'}}\n"
+                 "  {'type': 'missing', 'loc': ('body', 'TokenizeChatRequest', 'messages'), 'msg': 'Field required', 'input': {'model': 'm'}}");
+    cv_api_request_free(&r);
+    b = "{\"prompt\":\"hi\",\"add_special_tokens\":\"x\"}";
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) != 0);
+    CHECK_STR_EQ(err.param, "body.TokenizeCompletionRequest.add_special_tokens");
+    cv_api_request_free(&r);
+    /* add_special_tokens: true for a prompt, false for the chat form, as vLLM's defaults. */
+    l.chat = &qwen3_chat;
+    b = "{\"messages\":" USER_HI "}";
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) == 0 && !r.add_special_tokens);
+    cv_api_request_free(&r);
+    b = "{\"messages\":" USER_HI ",\"continue_final_message\":true,\"add_generation_prompt\":true}";
+    CHECK(cv_api_parse_tokenize(b, strlen(b), &l, &r, &err) != 0);
+    CHECK_STR_EQ(err.param, "body");
+    CHECK_CONTAINS(err.message, "'ctx': {'error': ValueError('Cannot set both `continue_final_message` and `add_generation_prompt` to True.')}");
     cv_api_request_free(&r);
     b = "{\"tokens\":[40,1079]}";
     CHECK(cv_api_parse_detokenize(b, strlen(b), &r, &err) == 0);
@@ -1244,6 +1282,295 @@ static void test_chat_output(void) {
     CHECK_STR_EQ(e.content, "Hello!");
 }
 
+/* pydantic's lax mode: what vLLM's models accept besides the exact JSON type. */
+static void test_lax_fields(void) {
+    cv_api_request r;
+    parse_ok(CV_API_COMPLETION,
+             "{\"prompt\":\"I am\",\"n\":\"2\",\"max_tokens\":\" 3 \",\"temperature\":\"0.5\",\"top_p\":1,\"stream\":\"yes\","
+             "\"stream_options\":{\"include_usage\":\"true\"},\"ignore_eos\":1,\"seed\":\"-7\",\"top_k\":5.0,\"min_tokens\":true,"
+             "\"skip_special_tokens\":\"off\",\"stop_token_ids\":[\"7\",8.0],\"logit_bias\":{\"12\":\"1.5\"},"
+             "\"priority\":\"0\",\"frequency_penalty\":false}",
+             &r, 64);
+    CHECK_EQ_INT(r.params.n, 2);
+    CHECK_EQ_INT(r.prompts[0].max_tokens, 3);
+    CHECK(fabsf(r.params.temperature - 0.5f) < 1e-6f && r.params.top_p == 1.0f);
+    CHECK(r.stream && r.include_usage && r.params.ignore_eos && !r.params.skip_special_tokens);
+    CHECK(r.params.has_seed && r.params.seed == -7);
+    CHECK_EQ_INT(r.params.top_k, 5);
+    CHECK_EQ_INT(r.params.min_tokens, 1);
+    CHECK_EQ_INT(r.params.n_stop_token_ids, 2);
+    CHECK(r.params.stop_token_ids[0] == 7 && r.params.stop_token_ids[1] == 8);
+    CHECK(r.params.logit_bias_values[0] == 1.5f && r.params.frequency_penalty == 0.0f);
+    cv_api_request_free(&r);
+    /* A prompt of integer-looking strings is a list of strings: the member it fits exactly wins. */
+    parse_ok(CV_API_COMPLETION, "{\"prompt\":[\"5\",\"6\"]}", &r, 64);
+    CHECK(r.n_prompts == 2 && r.prompts[0].text && !strcmp(r.prompts[0].text, "5"));
+    cv_api_request_free(&r);
+    parse_ok(CV_API_COMPLETION, "{\"prompt\":[\"5\",6,true]}", &r, 64); /* lax: a list of ids */
+    CHECK(r.n_prompts == 1 && r.prompts[0].n_ids == 3 && r.prompts[0].ids[0] == 5 && r.prompts[0].ids[2] == 1);
+    cv_api_request_free(&r);
+
+    const cv_api_kind C = CV_API_COMPLETION;
+    expect_validation(C, "{\"prompt\":\"a\",\"ignore_eos\":2}", "body.ignore_eos",
+                      "1 validation error:\n  {'type': 'bool_parsing', 'loc': ('body', 'ignore_eos'), 'msg': 'Input should "
+                      "be a valid boolean, unable to interpret input', 'input': 2}");
+    expect_validation(C, "{\"prompt\":\"a\",\"seed\":\"-99999999999999999999\"}", "body.seed",
+                      "1 validation error:\n  {'type': 'greater_than_equal', 'loc': ('body', 'seed'), 'msg': 'Input should "
+                      "be greater than or equal to -9223372036854775808', 'input': '-99999999999999999999', 'ctx': {'ge': "
+                      "-9223372036854775808}}");
+    expect_validation(C, "{\"prompt\":\"a\",\"request_id\":null}", "body.request_id",
+                      "1 validation error:\n  {'type': 'string_type', 'loc': ('body', 'request_id'), 'msg': 'Input should be "
+                      "a valid string', 'input': None}");
+    expect_validation(C, "{\"prompt\":\"a\",\"stream_options\":5,\"stream\":true}", "body.stream_options",
+                      "1 validation error:\n  {'type': 'model_type', 'loc': ('body', 'stream_options'), 'msg': 'Input should "
+                      "be a valid dictionary or instance of StreamOptions', 'input': 5, 'ctx': {'class_name': "
+                      "'StreamOptions'}}");
+    expect_error(C, "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"include_usage\":\"x\"}}", 400,
+                 "body.stream_options.include_usage", "'type': 'bool_parsing'");
+    expect_error(C, "{\"prompt\":\"a\",\"model\":5}", 400, "body.model", "'type': 'string_type'");
+    expect_error(C, "{\"prompt\":\"a\",\"temperature\":\"0x10\"}", 400, "body.temperature", "'type': 'float_parsing'");
+    expect_error(C, "{\"prompt\":\"a\",\"n\":\"1_0_\"}", 400, "body.n", "'type': 'int_parsing'");
+    expect_error(C, "{\"prompt\":\"a\",\"n\":\"2.5\"}", 400, "body.n", "'type': 'int_parsing'");
+}
+
+/* The vLLM fields that must work: read into the request and the engine parameters, with vLLM's
+ * types and refusals (expected strings from pydantic, as in test_completion_errors). */
+static void test_vllm_fields(void) {
+    cv_api_request r;
+    parse_ok(CV_API_COMPLETION,
+             "{\"prompt\":\"I am\",\"allowed_token_ids\":[5,\"7\"],\"bad_words\":[\"house\",\"in the\"],\"priority\":-3,"
+             "\"user\":\"alice\",\"vllm_xargs\":{\"a\":\"x\",\"b\":[1,\"y\",2.5],\"c\":true},\"length_penalty\":0.5,"
+             "\"session_id\":\"s\",\"stream_interval\":4,\"routed_experts_prompt_start\":0,\"return_mm_kwargs\":false,"
+             "\"add_special_tokens\":false,\"kv_transfer_params\":{},\"prompt_embeds\":[],\"thinking_token_budget\":-1,"
+             "\"watermarking\":false}",
+             &r, 64);
+    CHECK_EQ_INT(r.params.n_allowed_token_ids, 2);
+    CHECK(r.params.allowed_token_ids[0] == 5 && r.params.allowed_token_ids[1] == 7);
+    CHECK_EQ_INT(r.params.n_bad_words, 2);
+    CHECK_STR_EQ(r.params.bad_words[1], "in the");
+    CHECK_EQ_INT(r.params.priority, -3);
+    CHECK_STR_EQ(r.user, "alice");
+    CHECK(!r.add_special_tokens);
+    cvllm_sampling_params p = cv_api_prompt_params(&r, 0);
+    CHECK(p.allowed_token_ids == r.allowed_token_ids && p.n_bad_words == 2 && p.priority == -3);
+    cv_api_request_free(&r);
+    /* Without them: no allowed ids (any token), no bad words, priority 0; add_special_tokens is true
+     * for completions and false for chat, as in vLLM. */
+    parse_ok(CV_API_COMPLETION, "{\"prompt\":\"I am\"}", &r, 64);
+    CHECK(!r.params.allowed_token_ids && r.params.n_bad_words == 0 && r.params.priority == 0 && !r.user);
+    CHECK(r.add_special_tokens && r.truncate_prompt_tokens == -2);
+    cv_api_request_free(&r);
+    parse_ok(CV_API_CHAT, "{\"messages\":" USER_HI "}", &r, 4096);
+    CHECK(!r.add_special_tokens);
+    cv_api_request_free(&r);
+    parse_ok(CV_API_CHAT, "{\"messages\":" USER_HI ",\"add_special_tokens\":true,\"allowed_token_ids\":[]}", &r, 4096);
+    CHECK(r.add_special_tokens);
+    CHECK(r.params.allowed_token_ids != NULL && r.params.n_allowed_token_ids == 0); /* the engine refuses it */
+    cv_api_request_free(&r);
+
+    const cv_api_kind C = CV_API_COMPLETION;
+    expect_validation(C, "{\"prompt\":\"a\",\"allowed_token_ids\":[1,\"x\"]}", "body.allowed_token_ids.1",
+                      "1 validation error:\n  {'type': 'int_parsing', 'loc': ('body', 'allowed_token_ids', 1), 'msg': "
+                      "'Input should be a valid integer, unable to parse string as an integer', 'input': 'x'}");
+    expect_error(C, "{\"prompt\":\"a\",\"allowed_token_ids\":3}", 400, "body.allowed_token_ids", "'type': 'list_type'");
+    expect_validation(C, "{\"prompt\":\"a\",\"bad_words\":[\"x\",1]}", "body.bad_words.1",
+                      "1 validation error:\n  {'type': 'string_type', 'loc': ('body', 'bad_words', 1), 'msg': 'Input should "
+                      "be a valid string', 'input': 1}");
+    expect_error(C, "{\"prompt\":\"a\",\"bad_words\":null}", 400, "body.bad_words", "'type': 'list_type'");
+    expect_validation(C, "{\"prompt\":\"a\",\"priority\":\"99999999999999999999\"}", "body.priority",
+                      "1 validation error:\n  {'type': 'less_than_equal', 'loc': ('body', 'priority'), 'msg': 'Input should "
+                      "be less than or equal to 9223372036854775807', 'input': '99999999999999999999', 'ctx': {'le': "
+                      "9223372036854775807}}");
+    expect_error(C, "{\"prompt\":\"a\",\"priority\":4294967296}", 400, "priority", "out of range");
+    expect_validation(C, "{\"prompt\":\"a\",\"user\":5}", "body.user",
+                      "1 validation error:\n  {'type': 'string_type', 'loc': ('body', 'user'), 'msg': 'Input should be a "
+                      "valid string', 'input': 5}");
+    expect_validation(C, "{\"prompt\":\"a\",\"length_penalty\":null}", "body.length_penalty",
+                      "1 validation error:\n  {'type': 'float_type', 'loc': ('body', 'length_penalty'), 'msg': 'Input "
+                      "should be a valid number', 'input': None}");
+    expect_validation(C, "{\"prompt\":\"a\",\"add_special_tokens\":\"maybe\"}", "body.add_special_tokens",
+                      "1 validation error:\n  {'type': 'bool_parsing', 'loc': ('body', 'add_special_tokens'), 'msg': 'Input "
+                      "should be a valid boolean, unable to interpret input', 'input': 'maybe'}");
+    expect_validation(C, "{\"prompt\":\"a\",\"vllm_xargs\":{\"k\":{\"b\":1}}}", "body.vllm_xargs.k",
+                      "4 validation errors:\n"
+                      "  {'type': 'string_type', 'loc': ('body', 'vllm_xargs', 'k', 'str'), 'msg': 'Input should be a valid string', 'input': {'b': 1}}\n"
+                      "  {'type': 'int_type', 'loc': ('body', 'vllm_xargs', 'k', 'int'), 'msg': 'Input should be a valid integer', 'input': {'b': 1}}\n"
+                      "  {'type': 'float_type', 'loc': ('body', 'vllm_xargs', 'k', 'float'), 'msg': 'Input should be a valid number', 'input': {'b': 1}}\n"
+                      "  {'type': 'list_type', 'loc': ('body', 'vllm_xargs', 'k', 'list[union[str,int,float]]'), 'msg': 'Input should be a valid list', 'input': {'b': 1}}");
+    expect_validation(C, "{\"prompt\":\"a\",\"vllm_xargs\":{\"k\":[1,null]}}", "body.vllm_xargs.k",
+                      "6 validation errors:\n"
+                      "  {'type': 'string_type', 'loc': ('body', 'vllm_xargs', 'k', 'str'), 'msg': 'Input should be a valid string', 'input': [1, None]}\n"
+                      "  {'type': 'int_type', 'loc': ('body', 'vllm_xargs', 'k', 'int'), 'msg': 'Input should be a valid integer', 'input': [1, None]}\n"
+                      "  {'type': 'float_type', 'loc': ('body', 'vllm_xargs', 'k', 'float'), 'msg': 'Input should be a valid number', 'input': [1, None]}\n"
+                      "  {'type': 'string_type', 'loc': ('body', 'vllm_xargs', 'k', 'list[union[str,int,float]]', 1, 'str'), 'msg': 'Input should be a valid string', 'input': None}\n"
+                      "  {'type': 'int_type', 'loc': ('body', 'vllm_xargs', 'k', 'list[union[str,int,float]]', 1, 'int'), 'msg': 'Input should be a valid integer', 'input': None}\n"
+                      "  {'type': 'float_type', 'loc': ('body', 'vllm_xargs', 'k', 'list[union[str,int,float]]', 1, 'float'), 'msg': 'Input should be a valid number', 'input': None}");
+    expect_error(C, "{\"prompt\":\"a\",\"vllm_xargs\":[1]}", 400, "body.vllm_xargs", "'type': 'dict_type'");
+    expect_error(C, "{\"prompt\":\"a\",\"session_id\":1}", 400, "body.session_id", "'type': 'string_type'");
+    expect_error(C, "{\"prompt\":\"a\",\"stream_interval\":0}", 400, "body.stream_interval", "'type': 'greater_than_equal'");
+    expect_error(C, "{\"prompt\":\"a\",\"routed_experts_prompt_start\":-1}", 400, "body.routed_experts_prompt_start",
+                 "Input should be greater than or equal to 0");
+
+    /* vLLM's before-validators, wrapped as value_errors on the body and naming their parameter. */
+    expect_validation(C, "{\"prompt\":\"a\",\"cache_salt\":\"\"}", "cache_salt",
+                      "1 validation error:\n  {'type': 'value_error', 'loc': ('body',), 'msg': \"Value error, Parameter "
+                      "'cache_salt' must be a non-empty string if provided. (parameter=cache_salt)\", 'input': {'prompt': "
+                      "'a', 'cache_salt': ''}, 'ctx': {'error': VLLMValidationError(\"Parameter 'cache_salt' must be a "
+                      "non-empty string if provided.\")}}");
+    expect_error(C, "{\"prompt\":\"a\",\"cache_salt\":\"a/b\"}", 400, "cache_salt",
+                 "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\\\\\', or NUL.");
+    expect_error(C, "{\"prompt\":\"a\",\"cache_salt\":5}", 400, "cache_salt", "must be a non-empty string");
+    char salt[200];
+    snprintf(salt, sizeof salt, "{\"prompt\":\"a\",\"cache_salt\":\"%0129d\"}", 0);
+    expect_error(C, salt, 400, "cache_salt", "must be at most 128 characters");
+    expect_error(C, "{\"prompt\":\"a\",\"prompt_logprobs\":\"2\"}", 400, "prompt_logprobs",
+                 "`prompt_logprobs` must be an integer. (parameter=prompt_logprobs, value=2)");
+    expect_error(C, "{\"prompt\":\"a\",\"prompt_logprobs\":-2}", 400, "prompt_logprobs",
+                 "`prompt_logprobs` must be a positive value or -1. (parameter=prompt_logprobs, value=-2)");
+    /* -1 asks for the whole vocabulary (the engine's max_logprobs check refuses it in vLLM's words);
+     * prompt_logprobs 0 streams; an empty stream_options is no stream option at all. */
+    parse_ok(C, "{\"prompt\":\"I am\",\"prompt_logprobs\":-1,\"logprobs\":-1}", &r, 64);
+    CHECK(r.prompt_logprobs == SMALL_VOCAB && r.params.logprobs == SMALL_VOCAB);
+    cv_api_request_free(&r);
+    parse_ok(C, "{\"prompt\":\"I am\",\"prompt_logprobs\":0,\"stream\":true,\"stream_options\":{}}", &r, 64);
+    CHECK(r.prompt_logprobs == 0 && r.stream);
+    cv_api_request_free(&r);
+    parse_ok(C, "{\"prompt\":\"I am\",\"stream_options\":{}}", &r, 64);
+    cv_api_request_free(&r);
+
+    /* Fields whose effect this backend lacks are refused, not dropped. */
+    expect_error(C, "{\"prompt\":\"a\",\"prompt_embeds\":\"AAAA\"}", 400, "",
+                 "You must set `--enable-prompt-embeds` to input `prompt_embeds`.");
+    expect_error(C, "{\"prompt_embeds\":[\"AAAA\"]}", 400, "", "--enable-prompt-embeds");
+    expect_error(C, "{\"prompt\":\"a\",\"prompt_embeds\":5}", 400, "body.prompt_embeds", "'type': 'bytes_type'");
+    expect_error(C, "{\"prompt\":\"a\",\"kv_transfer_params\":{\"do_remote_decode\":true}}", 400, "kv_transfer_params",
+                 "KV transfer connector");
+    expect_error(C, "{\"prompt\":\"a\",\"kv_transfer_params\":[1]}", 400, "body.kv_transfer_params", "'type': 'dict_type'");
+    expect_error(C, "{\"prompt\":\"a\",\"ec_transfer_params\":{\"x\":1}}", 400, "ec_transfer_params", "transfer connector");
+    expect_error(C, "{\"prompt\":\"a\",\"logprobs\":1,\"logprob_token_ids\":[3]}", 400, "logprob_token_ids", "not supported");
+    expect_error(C, "{\"prompt\":\"a\",\"logprobs\":1,\"logprob_token_ids\":[]}", 400, "logprob_token_ids",
+                 "`logprob_token_ids` must not be an empty list.");
+    expect_error(C, "{\"prompt\":\"a\",\"logprob_token_ids\":[3]}", 400, "logprob_token_ids",
+                 "when using `logprob_token_ids`, `logprobs` must be set. (parameter=logprob_token_ids)");
+    expect_error(C, "{\"prompt\":\"a\",\"repetition_detection\":{\"max_pattern_size\":4}}", 400, "repetition_detection", "not supported");
+    expect_error(C, "{\"prompt\":\"a\",\"thinking_token_budget\":10}", 400, "thinking_token_budget", "not supported");
+    expect_error(C, "{\"prompt\":\"a\",\"thinking_token_budget\":\"x\"}", 400, "body.thinking_token_budget", "int_parsing");
+    expect_error(C, "{\"prompt\":\"a\",\"watermarking\":true}", 400, "watermarking", "not supported");
+    expect_error(CV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"logprob_token_ids\":[3]}", 400,
+                 "logprob_token_ids", "not supported");
+    expect_error(CV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprob_token_ids\":[3]}", 400,
+                 "logprob_token_ids", "`logprobs` must be set to true.");
+}
+
+/* truncate_prompt_tokens keeps the last K prompt tokens (the first with truncation_side "right"); -1
+ * keeps max_model_len - max_tokens; a K beyond that is vLLM's TokenizeParams error. */
+static void test_truncate_prompt_tokens(void) {
+    cv_api_request full, r;
+    parse_ok(CV_API_COMPLETION, "{\"prompt\":\"I am in the house\",\"max_tokens\":4}", &full, 64);
+    CHECK_EQ_INT(full.prompts[0].n_ids, 5);
+    parse_ok(CV_API_COMPLETION, "{\"prompt\":\"I am in the house\",\"max_tokens\":4,\"truncate_prompt_tokens\":3}", &r, 64);
+    CHECK_EQ_INT(r.prompts[0].n_ids, 3);
+    CHECK(!memcmp(r.prompts[0].ids, full.prompts[0].ids + 2, 3 * sizeof(int32_t)));
+    CHECK_STR_EQ(r.prompts[0].text, "I am in the house"); /* echo sends the text as given, as vLLM does */
+    cv_api_request_free(&r);
+    parse_ok(CV_API_COMPLETION,
+             "{\"prompt\":\"I am in the house\",\"max_tokens\":4,\"truncate_prompt_tokens\":\"2\",\"truncation_side\":\"right\"}", &r, 64);
+    CHECK_EQ_INT(r.prompts[0].n_ids, 2);
+    CHECK(!memcmp(r.prompts[0].ids, full.prompts[0].ids, 2 * sizeof(int32_t)));
+    cv_api_request_free(&r);
+    parse_ok(CV_API_COMPLETION, "{\"prompt\":\"I am in the house\",\"truncate_prompt_tokens\":9,\"truncation_side\":null}", &r, 64);
+    CHECK_EQ_INT(r.prompts[0].n_ids, 5); /* shorter than K: untouched */
+    cv_api_request_free(&r);
+    cv_api_request_free(&full);
+
+    /* -1 on 70 ids with max_tokens 4 and a 64-token context: the last 60 stay. */
+    char body[512];
+    char *w = body + sprintf(body, "{\"max_tokens\":4,\"truncate_prompt_tokens\":-1,\"prompt\":[1");
+    for (int i = 2; i <= 70; i++) w += sprintf(w, ",%d", i);
+    strcpy(w, "]}");
+    parse_ok(CV_API_COMPLETION, body, &r, 64);
+    CHECK_EQ_INT(r.prompts[0].n_ids, 60);
+    CHECK(r.prompts[0].ids[0] == 11 && r.prompts[0].ids[59] == 70);
+    CHECK_EQ_INT(r.prompts[0].max_tokens, 4);
+    cv_api_request_free(&r);
+    /* Token-id prompts in a list are each truncated. */
+    parse_ok(CV_API_COMPLETION, "{\"prompt\":[[1,2,3],[4,5]],\"truncate_prompt_tokens\":2}", &r, 64);
+    CHECK(r.prompts[0].n_ids == 2 && r.prompts[0].ids[0] == 2 && r.prompts[1].n_ids == 2);
+    cv_api_request_free(&r);
+    /* Chat: the rendered conversation is truncated too. */
+    parse_ok(CV_API_CHAT, "{\"messages\":" USER_HI ",\"truncate_prompt_tokens\":4}", &r, 4096);
+    CHECK_EQ_INT(r.prompts[0].n_ids, 4);
+    CHECK_EQ_INT(r.prompts[0].max_tokens, 4096 - 4);
+    cv_api_request_free(&r);
+
+    const cv_api_kind C = CV_API_COMPLETION;
+    expect_error(C, "{\"prompt\":\"I am\",\"max_tokens\":4,\"truncate_prompt_tokens\":61}", 400, "truncate_prompt_tokens",
+                 "truncate_prompt_tokens=61 cannot be greater than max_model_len - max_tokens = 60. Please request a smaller "
+                 "truncation size. (parameter=truncate_prompt_tokens, value=61)");
+    expect_error(CV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":10,\"truncate_prompt_tokens\":60}",
+                 400, "truncate_prompt_tokens", "cannot be greater than max_model_len - max_completion_tokens = 54.");
+    expect_error(C, "{\"prompt\":\"I am\",\"truncate_prompt_tokens\":0}", 400, "prompt", "The decoder prompt cannot be empty");
+    expect_validation(C, "{\"prompt\":\"a\",\"truncate_prompt_tokens\":-2}", "body.truncate_prompt_tokens",
+                      "1 validation error:\n  {'type': 'greater_than_equal', 'loc': ('body', 'truncate_prompt_tokens'), "
+                      "'msg': 'Input should be greater than or equal to -1', 'input': -2, 'ctx': {'ge': -1}}");
+    expect_error(C, "{\"prompt\":\"a\",\"truncate_prompt_tokens\":1.5}", 400, "body.truncate_prompt_tokens", "int_from_float");
+    expect_validation(C, "{\"prompt\":\"a\",\"truncation_side\":\"middle\"}", "body.truncation_side",
+                      "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'truncation_side'), 'msg': \"Input "
+                      "should be 'left' or 'right'\", 'input': 'middle', 'ctx': {'expected': \"'left' or 'right'\"}}");
+}
+
+/* return_prompt_text: the rendered prompt, in the reply and on the stream's first chunk. */
+static void test_return_prompt_text(void) {
+    for (int stream = 0; stream < 2; stream++) {
+        cv_api_request r;
+        parse_ok(CV_API_CHAT,
+                 stream ? "{\"messages\":" USER_HI ",\"return_prompt_text\":true,\"stream\":true}"
+                        : "{\"messages\":" USER_HI ",\"return_prompt_text\":true}",
+                 &r, 4096);
+        CHECK(r.return_prompt_text);
+        cv_api_response resp;
+        cv_api_response_init(&resp, &r, tok, "qwen3", false);
+        int32_t id = 40;
+        cv_completion_delta d[] = {delta(0, &id, 1, "I", CVLLM_FINISH_LENGTH, NULL)};
+        cv_request_event ev = {.outputs = d, .n_outputs = 1, .n_prompt_token_ids = r.prompts[0].n_ids, .finished = true};
+        char *sse = NULL;
+        size_t len = 0, cap = 0;
+        cv_api_response_apply(&resp, 0, &ev, stream ? &sse : NULL, &len, &cap);
+        if (stream) {
+            cv_api_response_stream_end(&resp, &sse, &len, &cap);
+            char events[8][2048];
+            size_t n = sse_events(sse, events, 8);
+            CHECK(n >= 3);
+            json_t *first = parse_json(events[0]), *second = parse_json(events[1]);
+            CHECK_STR_EQ(json_string_value(json_object_get(first, "prompt_text")), r.prompts[0].text);
+            CHECK(json_object_get(second, "prompt_text") == NULL);
+            json_decref(first);
+            json_decref(second);
+            free(sse);
+        } else {
+            char *body = cv_api_response_json(&resp);
+            json_t *j = parse_json(body);
+            CHECK_STR_EQ(json_string_value(json_object_get(j, "prompt_text")), r.prompts[0].text);
+            json_decref(j);
+            free(body);
+        }
+        cv_api_response_free(&resp);
+        cv_api_request_free(&r);
+    }
+    cv_api_request r;
+    parse_ok(CV_API_CHAT, "{\"messages\":" USER_HI "}", &r, 4096);
+    cv_api_response resp;
+    cv_api_response_init(&resp, &r, tok, "qwen3", false);
+    char *body = cv_api_response_json(&resp);
+    json_t *j = parse_json(body);
+    CHECK(json_is_null(json_object_get(j, "prompt_text")));
+    json_decref(j);
+    free(body);
+    cv_api_response_free(&resp);
+    cv_api_request_free(&r);
+}
+
+
 /* The text as prometheus_client prints it: counters' HELP/TYPE with `_total`, labels sorted by name
  * (`le` between engine and model_name), numbers as floatToGoString, vLLM's 1-2-5 size buckets, and
  * the instrumentator's http_* families. */
@@ -1361,6 +1688,10 @@ int main(void) {
     test_completion_logprobs_and_echo();
     test_chat_stream();
     test_chat_output();
+    test_lax_fields();
+    test_vllm_fields();
+    test_truncate_prompt_tokens();
+    test_return_prompt_text();
     test_metrics_text();
     cvllm_tokenizer_destroy(tok);
     cv_chat_template_free(qwen3_tmpl);
