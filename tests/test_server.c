@@ -1222,6 +1222,82 @@ static void test_chat_content_parts(void) {
     cv_chat_template_free(t36);
 }
 
+/* Request fields end to end: truncate_prompt_tokens shrinks the prompt the engine sees (usage counts
+ * it), add_special_tokens and user are accepted, allowed_token_ids keeps greedy decoding inside the
+ * allowed ids, a wrong-typed field is vLLM's validation error and a wrong method's error carries the
+ * reason phrase as its type. */
+static json_t *completion_reply(const char *body, long *status) {
+    reply r = http(&ref_srv, "POST", "/v1/completions", body);
+    *status = r.status;
+    json_t *j = reply_json(&r);
+    free(r.body);
+    return j;
+}
+
+static json_int_t prompt_tokens(const json_t *j) {
+    return json_integer_value(json_object_get(json_object_get(j, "usage"), "prompt_tokens"));
+}
+
+static void test_request_fields(void) {
+    long status;
+    json_t *j = completion_reply("{\"prompt\":\"I am in the house\",\"max_tokens\":1,\"user\":\"alice\"}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK_EQ_INT(prompt_tokens(j), 5);
+    json_decref(j);
+    j = completion_reply("{\"prompt\":\"I am in the house\",\"max_tokens\":1,\"truncate_prompt_tokens\":2}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK_EQ_INT(prompt_tokens(j), 2);
+    json_decref(j);
+    j = completion_reply("{\"prompt\":\"I am in the house\",\"max_tokens\":1,\"truncate_prompt_tokens\":-1,"
+                         "\"add_special_tokens\":false}",
+                         &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK_EQ_INT(prompt_tokens(j), 5); /* shorter than max_model_len - max_tokens: kept whole */
+    json_decref(j);
+
+    /* Greedy decoding under allowed_token_ids picks only those ids; without them it picks others. */
+    j = completion_reply("{\"prompt\":\"I am in the house\",\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true,"
+                         "\"return_token_ids\":true}",
+                         &status);
+    json_t *free_ids = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids");
+    size_t outside = 0;
+    for (size_t i = 0; i < json_array_size(free_ids); i++) {
+        json_int_t id = json_integer_value(json_array_get(free_ids, i));
+        outside += id != 304 && id != 3753;
+    }
+    CHECK(outside > 0);
+    json_decref(j);
+    j = completion_reply("{\"prompt\":\"I am in the house\",\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true,"
+                         "\"return_token_ids\":true,\"allowed_token_ids\":[304,3753]}",
+                         &status);
+    CHECK_EQ_INT(status, 200);
+    json_t *ids = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids");
+    CHECK_EQ_INT(json_array_size(ids), 6);
+    for (size_t i = 0; i < json_array_size(ids); i++) {
+        json_int_t id = json_integer_value(json_array_get(ids, i));
+        CHECK_MSG(id == 304 || id == 3753, "token %zu is %lld, outside allowed_token_ids", i, (long long)id);
+    }
+    json_decref(j);
+
+    const char *typed = "{\"prompt\":\"I am\",\"max_tokens\":\"many\"}";
+    reply r = http(&ref_srv, "POST", "/v1/completions", typed);
+    CHECK(is_error(&r, 400, "'type': 'int_parsing', 'loc': ('body', 'max_tokens')"));
+    j = reply_json(&r);
+    json_t *err = json_object_get(j, "error");
+    CHECK_STR_EQ(json_string_value(json_object_get(err, "type")), "Bad Request");
+    CHECK_STR_EQ(json_string_value(json_object_get(err, "param")), "body.max_tokens");
+    json_decref(j);
+    free(r.body);
+    r = http(&ref_srv, "POST", "/v1/completions", "{\"prompt\":\"I am\",\"kv_transfer_params\":{\"do_remote_decode\":true}}");
+    CHECK(is_error(&r, 400, "KV transfer connector"));
+    free(r.body);
+    r = http(&ref_srv, "GET", "/v1/completions", NULL);
+    j = reply_json(&r);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(j, "error"), "type")), "Method Not Allowed");
+    json_decref(j);
+    free(r.body);
+}
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     easy = curl_easy_init();
@@ -1241,6 +1317,7 @@ int main(void) {
     test_chat_prompt_endpoints();
     test_chat_tools_and_reasoning();
     test_chat_content_parts();
+    test_request_fields();
     curl_easy_cleanup(easy);
     stop_server(&ref_srv);
     stop_server(&chat_srv);
