@@ -445,6 +445,8 @@ static void test_chat_errors(void) {
                  "Missing 'type' field in multimodal part. (parameter=type)");
     expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":3}]}]}", 400, "type",
                  "Invalid 'type' field in multimodal part. (parameter=type)");
+    expect_error(H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":3,\"image_url\":\"http://x/a.png\"}]}]}", 400,
+                 "type", "Invalid 'type' field in multimodal part.");
     cv_api_limits named = limits(64, SMALL_VOCAB);
     named.served_model = "Qwen/Qwen3-0.6B";
     cv_api_request r;
@@ -1437,6 +1439,16 @@ static void test_vllm_fields(void) {
     cv_api_request_free(&r);
     parse_ok(C, "{\"prompt\":\"I am\",\"stream_options\":{}}", &r, 64);
     cv_api_request_free(&r);
+
+    /* vLLM's before-validators run before any field is validated: their error wins. */
+    expect_error(C, "{\"prompt\":3,\"n\":\"x\",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options",
+                 "Stream options can only be defined when `stream=True`.");
+    expect_error(CV_API_CHAT, "{\"messages\":5,\"cache_salt\":\"\"}", 400, "cache_salt", "non-empty string");
+    expect_error(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"structural_tag\",\"format\":{}}}", 400,
+                 "response_format", "'structural_tag' is not supported yet");
+    expect_error(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"yaml\"}}", 400, "body.response_format.type",
+                 "'type': 'literal_error'");
+    expect_error(C, "{\"prompt\":\"a\",\"response_format\":\"text\"}", 400, "body.response_format", "'type': 'model_type'");
 
     /* Fields whose effect this backend lacks are refused, not dropped. */
     expect_error(C, "{\"prompt\":\"a\",\"prompt_embeds\":\"AAAA\"}", 400, "",

@@ -462,8 +462,13 @@ static int check_unsupported(const json_t *o, cv_api_error *err) {
     if (rf) {
         json_t *type = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
         cv_loc at = {NULL, "response_format", 0};
-        if (!json_is_object(rf)) return cv_api_pyfail(err, &at, rf, "model_type", "Input should be a valid dictionary or instance of ResponseFormat", "{'class_name': 'ResponseFormat'}");
-        if (!json_is_string(type)) {
+        if (!json_is_object(rf)) {
+            cv_pyerrors l = {0};
+            cv_pyerrors_model_type(&l, &at, rf, "ResponseFormat");
+            return cv_pyerrors_fail(&l, err);
+        }
+        static const char *const formats[] = {"text", "json_object", "json_schema", "structural_tag"};
+        if (!json_is_string(type) || !in_list(json_string_value(type), formats, CV_ARRAY_LEN(formats))) {
             cv_loc type_at = {&at, "type", 0};
             return cv_api_pyfail(err, &type_at, type ? type : rf, type ? "literal_error" : "missing",
                                  type ? "Input should be 'text', 'json_object' or 'json_schema'" : CV_PY_MISSING,
@@ -560,15 +565,18 @@ static int parse_sampling(const json_t *o, const cv_api_limits *lim, bool chat, 
     return 0;
 }
 
-/* The part of a completion or chat request both models share: their before-validators, then their
- * common fields. */
+/* The before-validators both request models have. */
+static int check_common(const json_t *o, bool chat, cv_api_error *err) {
+    return check_cache_salt(o, err) || check_stream_options(o, err) || check_logprobs(o, chat, err);
+}
+
+/* The fields both request models have, over the server's defaults. */
 static int parse_common(const json_t *o, const cv_api_limits *lim, bool chat, cv_api_request *req, cv_api_error *err) {
     req->params = lim->defaults;
     req->params.logprobs = req->params.prompt_logprobs = -1;
     req->top_logprobs = req->prompt_logprobs = -1;
     req->add_special_tokens = !chat;
-    return check_cache_salt(o, err) || check_stream_options(o, err) || check_logprobs(o, chat, err) ||
-           parse_sampling(o, lim, chat, req, err);
+    return parse_sampling(o, lim, chat, req, err);
 }
 
 static json_t *parse_body(const char *body, size_t len, cv_api_error *err) {
@@ -666,18 +674,29 @@ static int prompt_union_failure(const json_t *v, cv_api_error *err) {
 /* prompt: list[int >= 0] | list[list[int >= 0]] | str | list[str]. pydantic's smart union takes the
  * member the value fits exactly (all strings, all JSON integers, all lists), else the first one lax
  * mode accepts, in declaration order. */
-static int parse_prompt_field(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
-    const json_t *v = field(o, "prompt"), *embeds = field(o, "prompt_embeds");
-    /* validate_prompt_and_prompt_embeds, validate_prompt_list_length */
-    bool no_prompt = !v || (json_is_string(v) && json_string_length(v) == 0);
-    bool no_embeds = !embeds || (json_is_array(embeds) && json_array_size(embeds) == 0);
-    if (no_prompt && no_embeds)
+/* No prompt embeds: none given, or an empty list of them. */
+static bool no_embeds(const json_t *o) {
+    const json_t *embeds = field(o, "prompt_embeds");
+    return !embeds || (json_is_array(embeds) && json_array_size(embeds) == 0);
+}
+
+/* CompletionRequest's validate_prompt_and_prompt_embeds and validate_prompt_list_length (the list
+ * of text prompts is capped; vLLM's hint about VLLM_MAX_COMPLETION_PROMPTS, which cvllm does not
+ * read, is left out). */
+static int check_prompt_field(const json_t *o, const cv_api_limits *lim, cv_api_error *err) {
+    const json_t *v = field(o, "prompt");
+    if ((!v || (json_is_string(v) && json_string_length(v) == 0)) && no_embeds(o))
         return cv_api_value_error(err, o, VVE, "prompt", NULL, "Either prompt or prompt_embeds must be provided and non-empty.");
     size_t n = json_array_size(v);
-    if (json_is_array(v) && n > 0 && !json_is_integer(json_array_get(v, 0)) && !json_is_boolean(json_array_get(v, 0)) &&
-        n > (size_t)lim->max_prompts)
+    if (n > (size_t)lim->max_prompts && !json_is_integer(json_array_get(v, 0)) && !json_is_boolean(json_array_get(v, 0)))
         return cv_api_value_error(err, o, VVE, "prompt", NULL, "prompt list length %zu exceeds the maximum allowed count of %d.",
                                   n, lim->max_prompts);
+    return 0;
+}
+
+static int parse_prompt_field(const json_t *o, cv_api_request *req, cv_api_error *err) {
+    const json_t *v = field(o, "prompt"), *embeds = field(o, "prompt_embeds");
+    size_t n = json_array_size(v);
     /* prompt_embeds: bytes | list[bytes] | None; bytes take strings in lax mode. */
     cv_loc embeds_at = {NULL, "prompt_embeds", 0};
     if (embeds && !json_is_string(embeds)) {
@@ -715,15 +734,14 @@ static int parse_prompt_field(const json_t *o, const cv_api_limits *lim, cv_api_
             }
         }
     }
-    /* What vLLM's serving code says once the model validated. */
-    if (json_is_array(v) && n == 0) return cv_api_fail(err, 400, "prompt", "'prompt' must not be an empty list");
-    if (!no_embeds) return cv_api_fail(err, 400, NULL, "You must set `--enable-prompt-embeds` to input `prompt_embeds`.");
     if (v && json_is_string(v)) add_prompt(req, text_prompt(v));
     return 0;
 }
 
 static int parse_completion_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
-    if (parse_common(o, lim, false, req, err) || parse_prompt_field(o, lim, req, err)) return -1;
+    if (check_common(o, false, err) || check_prompt_field(o, lim, err) || parse_prompt_field(o, req, err) ||
+        parse_common(o, lim, false, req, err))
+        return -1;
     req->max_tokens = 16; /* null is the default too (normalize_null_max_tokens) */
     const json_t *suffix;
     if (cv_get_bool(o, NULL, "echo", CV_OPTIONAL, &req->echo, err) ||
@@ -731,7 +749,10 @@ static int parse_completion_fields(const json_t *o, const cv_api_limits *lim, cv
         cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &req->max_tokens, NULL, err) ||
         cv_check_str(o, NULL, "suffix", CV_OPTIONAL, &suffix, err))
         return -1;
+    /* What vLLM's serving code says once the model validated. */
     if (suffix) return cv_api_fail(err, 400, "suffix", "suffix is not currently supported");
+    if (req->n_prompts == 0 && no_embeds(o)) return cv_api_fail(err, 400, "prompt", "'prompt' must not be an empty list");
+    if (!no_embeds(o)) return cv_api_fail(err, 400, NULL, "You must set `--enable-prompt-embeds` to input `prompt_embeds`.");
     if (req->max_tokens < (req->echo ? 0 : 1))
         return cv_api_fail(err, 400, "max_tokens", "max_tokens must be at least 1, got %lld.", (long long)req->max_tokens);
     if (req->top_logprobs == -1 && field(o, "logprobs")) req->top_logprobs = lim->vocab_size;
@@ -788,7 +809,7 @@ static int check_part(const json_t *part, const cv_loc *at, const cv_api_limits 
     if (!json_is_object(part)) return cv_api_pyfail(err, at, part, "dict_type", CV_PY_DICT_TYPE, NULL);
     const json_t *type = json_object_get(part, "type");
     const char *t = NULL;
-    for (size_t i = 0; !json_is_string(type) && i < CV_ARRAY_LEN(UNTYPED_PART_KEYS); i++)
+    for (size_t i = 0; (!type || json_is_null(type)) && i < CV_ARRAY_LEN(UNTYPED_PART_KEYS); i++)
         if (json_object_get(part, UNTYPED_PART_KEYS[i])) t = UNTYPED_PART_KEYS[i];
     if (!t && (!type || json_is_null(type)))
         return cv_api_fail(err, 400, "type", "Missing 'type' field in multimodal part. (parameter=type)");
@@ -1015,15 +1036,19 @@ static int check_tools(const json_t *tools, cv_api_error *err) {
     return 0;
 }
 
-/* The chat fields /v1/chat/completions and /tokenize's chat form share, in vLLM's order: its
- * check_generation_prompt validator (a VLLMValidationError without a parameter in ChatCompletionRequest,
- * a plain ValueError in TokenizeChatRequest), then messages and the template fields; `up` is the
- * location of the model in the body (TokenizeChatRequest's union member for /tokenize). */
-static int check_chat_request(const json_t *o, const cv_loc *up, const cv_api_limits *lim, bool generation,
-                              cv_api_error *err) {
+/* What /v1/chat/completions and /tokenize's chat form share: the check_generation_prompt validator (a
+ * VLLMValidationError without a parameter in ChatCompletionRequest, a plain ValueError in
+ * TokenizeChatRequest), and the messages and template fields; `up` is the location of the model in
+ * the body (TokenizeChatRequest's union member for /tokenize). */
+static int check_generation_prompt(const json_t *o, bool generation, cv_api_error *err) {
     if (truthy(json_object_get(o, "continue_final_message")) && truthy(json_object_get(o, "add_generation_prompt")))
         return cv_api_value_error(err, o, generation ? VVE : "ValueError", NULL, NULL,
                                   "Cannot set both `continue_final_message` and `add_generation_prompt` to True.");
+    return 0;
+}
+
+static int check_chat_fields(const json_t *o, const cv_loc *up, const cv_api_limits *lim, bool generation,
+                             cv_api_error *err) {
     return check_messages(o, up, lim, err) || check_tools_shape(o, up, err) || check_chat_dicts(o, up, generation, err);
 }
 
@@ -1078,7 +1103,8 @@ static int parse_chat_fields(const json_t *o, const cv_api_limits *lim, cv_api_r
     req->max_tokens = -1;
     req->include_reasoning = true;
     req->parallel_tool_calls = true;
-    if (check_chat_request(o, NULL, lim, true, err) || parse_common(o, lim, true, req, err) ||
+    if (check_common(o, true, err) || check_generation_prompt(o, true, err) || check_chat_fields(o, NULL, lim, true, err) ||
+        parse_common(o, lim, true, req, err) ||
         cv_get_bool(o, NULL, "logprobs", CV_OPTIONAL, &logprobs, err) ||
         cv_get_int32(o, NULL, "top_logprobs", CV_OPTIONAL, &top, NULL, err) ||
         cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &req->max_tokens, &max_given, err) ||
@@ -1131,11 +1157,12 @@ static int parse_tokenize_fields(const json_t *o, const cv_api_limits *lim, cv_a
     }
     req->add_special_tokens = !chat;
     if (chat) req->kind = CV_API_CHAT;
+    if (chat && check_generation_prompt(o, false, err)) return -1;
     if (cv_get_str(o, &member, "model", CV_OPTIONAL, &req->model, err) ||
         cv_get_bool(o, &member, "add_special_tokens", 0, &req->add_special_tokens, err) ||
         cv_get_bool(o, &member, "return_token_strs", CV_OPTIONAL, &req->return_token_strs, err))
         return -1;
-    if (chat) return check_chat_request(o, &member, lim, false, err) || parse_chat_prompt(o, lim, false, req, err);
+    if (chat) return check_chat_fields(o, &member, lim, false, err) || parse_chat_prompt(o, lim, false, req, err);
     const json_t *prompt;
     if (cv_check_str(o, &member, "prompt", 0, &prompt, err)) return -1;
     add_prompt(req, text_prompt(prompt));

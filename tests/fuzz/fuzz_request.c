@@ -5,8 +5,9 @@
  * Each input is parsed as a completions, a chat, a /tokenize and a /detokenize body. A rejected
  * request must yield an error whose JSON serialises (the message is cut to valid UTF-8); an accepted
  * completions or chat request is prepared against the real Qwen3 tokenizer with a small context,
- * must then satisfy the context-length rules, and is answered with one synthetic event per prompt,
- * both as a non-streaming body and as SSE, each of which must be valid JSON.
+ * must then satisfy the context-length rules (truncate_prompt_tokens included), and is answered with
+ * one synthetic event per prompt, both as a non-streaming body and as SSE, each of which must be
+ * valid JSON.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -57,6 +58,7 @@ static void answer(const cv_api_request *req) {
         require(p->n_ids > 0 && p->n_ids < MAX_MODEL_LEN);
         require(p->max_tokens >= 1 && p->max_tokens <= MAX_MODEL_LEN - (int32_t)p->n_ids);
         for (size_t t = 0; t < p->n_ids; t++) require(p->ids[t] >= 0 && p->ids[t] < VOCAB);
+        require(req->truncate_prompt_tokens < 0 || p->n_ids <= (size_t)req->truncate_prompt_tokens);
     }
     cv_api_response resp;
     cv_api_response_init(&resp, req, tokenizer(), "fuzz", true);
