@@ -242,9 +242,10 @@ static void test_priority_order(void) {
 #define PROMPT_A PROMPT(32, 1293, 3364, 25, 220)
 #define PROMPT_B PROMPT(17, 2001, 305, 911, 264, 3283, 323, 1181, 1251, 25, 220, 44)
 
-/* Two requests that outgrow the KV cache together: A (priority 5) arrives first and runs, then B
- * (priority 0). "fcfs" preempts the newest (B), "priority" the worst (A), and both still produce
- * what each produces alone. Returns the preemptions A and B went through. */
+/* Two requests that outgrow the KV cache together: A arrives first and runs, then B; under
+ * "priority" A has priority 5 and B 0 (under "fcfs", which takes only 0, both 0). "fcfs" preempts
+ * the newest (B), "priority" the worst (A), possibly after A was given its token in that step, and
+ * both still produce what each produces alone. Returns the preemptions A and B went through. */
 static void preemptions(const char *policy, const output want[2], int32_t got[2]) {
     /* 2 layers × 2 (K,V) × 2 heads × 32 dims × 4 B = 1 KiB a token: 20 blocks of 16 */
     cvllm_engine *e = make_engine((engine_cfg){.policy = policy, .kv_bytes = 320 * 1024});
@@ -255,7 +256,7 @@ static void preemptions(const char *policy, const output want[2], int32_t got[2]
     for (;;) {
         if (step == 0 || step == 2) {
             cvllm_sampling_params p = greedy(e, 200);
-            p.priority = strcmp(policy, "priority") ? 0 : step == 0 ? 5 : 0;
+            p.priority = !strcmp(policy, "priority") && step == 0 ? 5 : 0;
             ids[step / 2] = add_prompt(e, step == 0 ? PROMPT_A : PROMPT_B, &p);
         }
         if (!cvllm_engine_has_unfinished(e)) break;
