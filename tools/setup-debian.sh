@@ -3,7 +3,7 @@
 # are already installed, so it also works without network on a prepared machine.
 set -euo pipefail
 packages=(build-essential cmake pkg-config git
-          libjansson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libxxhash-dev libmicrohttpd-dev libyaml-dev
+          libjansson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev
           python3 clang libclang-rt-14-dev)
 # Node.js and npm run the OpenAI SDK test (tests/sdk); Debian's, unless a node is already installed.
 command -v node >/dev/null 2>&1 || packages+=(nodejs npm)

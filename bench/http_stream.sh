@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# http_stream.sh — streaming throughput through the HTTP layer: `cvllm bench serve` against two
+# `cvllm serve` binaries on the tiny reference checkpoint (2 layers, hidden 64, vocabulary 4096),
+# where the model costs little and the server path (parsing, SSE framing, socket writes) most.
+# The two servers take turns, REPS times each, on the same port and flags; the bench client is the
+# NEW binary's for both. Prints each run, the medians and the ratio NEW / OLD.
+#
+# usage: bench/http_stream.sh OLD_CVLLM NEW_CVLLM [REPS=3] [CONCURRENCY=16]
+set -euo pipefail
+old=$1 new=$2 reps=${3:-3} conc=${4:-16}
+root=$(cd "$(dirname "$0")/.." && pwd)
+port=18231
+log=$(mktemp)
+model=$(mktemp -d) # the reference weights with the Qwen3 tokenizer cvllm ships
+trap 'rm -rf "$log" "$model"' EXIT
+ln -s "$root"/tests/data/vectors/qwen3-dense-f32/{config.json,generation_config.json,model.safetensors} "$model"/
+ln -s "$root"/models/qwen3-tokenizer/* "$model"/
+
+run_one() { # binary -> output tok/s
+  "$1" serve "$model" --port $port --host 127.0.0.1 --max-model-len 1024 --num-threads 2 \
+      --kv-cache-memory-bytes 64M --dtype float32 --max-num-seqs 64 --disable-log-stats >"$log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 100); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 0.2; done
+  local out
+  out=$("$new" bench serve --port $port --model "$model" --tokenizer "$model" --dataset-name random \
+      --num-prompts 256 --random-input-len 16 --random-output-len 256 --ignore-eos \
+      --max-concurrency "$conc" --seed 1 2>/dev/null)
+  kill -TERM $pid; wait $pid 2>/dev/null || true
+  echo "$out" | awk -F: '/Output token throughput/ {gsub(/ /, "", $2); print $2}'
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+o=() n=()
+for r in $(seq "$reps"); do
+  o+=("$(run_one "$old")"); n+=("$(run_one "$new")")
+  echo "rep $r: old ${o[-1]} tok/s, new ${n[-1]} tok/s"
+done
+mo=$(printf '%s\n' "${o[@]}" | median) mn=$(printf '%s\n' "${n[@]}" | median)
+echo "median output tok/s: old $mo, new $mn, new/old $(awk -v a="$mn" -v b="$mo" 'BEGIN {printf "%.3f", a / b}')"
