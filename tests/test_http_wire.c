@@ -382,6 +382,25 @@ static void test_protocol_features(void) {
               "HEAD: '%s'", w.data);
     free(w.data);
 
+    /* HTTP/1.0: closed after the reply unless kept alive, which the reply then says. */
+    const char *old = "GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /version HTTP/1.0\r\n\r\n";
+    w = exchange(main_srv.port, old, strlen(old));
+    CHECK_MSG(count_status_lines(w.data, w.len) == 2 && w.closed && header_value(w.data, "connection", v, sizeof v) &&
+                  !strcasecmp(v, "keep-alive"),
+              "HTTP/1.0: '%s'", w.data);
+    free(w.data);
+    /* An HTTP/1.0 stream has no chunked coding: the SSE bytes as they are, ended by the close. */
+    const char *sbody = "{\"prompt\": \"I am\", \"max_tokens\": 3, \"stream\": true}";
+    char sreq[256];
+    int sn = snprintf(sreq, sizeof sreq, "POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                      "Content-Length: %zu\r\n\r\n%s", strlen(sbody), sbody);
+    w = exchange(main_srv.port, sreq, (size_t)sn);
+    const char *sse = strstr(w.data, "\r\n\r\n");
+    CHECK_MSG(w.closed && !header_value(w.data, "transfer-encoding", v, sizeof v) && sse && !strncmp(sse + 4, "data: {", 7) &&
+                  strstr(sse, "data: [DONE]\n\n"),
+              "HTTP/1.0 stream: '%.300s'", w.data);
+    free(w.data);
+
     /* An application-level 404 keeps the connection for the next request. */
     int fd = dial(main_srv.port, NULL);
     const char *nf = "GET /nope HTTP/1.1\r\nHost: t\r\n\r\nGET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";

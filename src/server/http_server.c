@@ -110,6 +110,7 @@ struct conn {
     uint64_t body_left;
     cv_http_chunked chunked;
     bool close_after;                     /* no further request on this connection */
+    bool http10;                          /* the current request is HTTP/1.0 */
     bool dead;                            /* unlinked and closed; freed at the end of the loop turn */
     bool done_queued;                     /* on the done list (server mutex) */
     /* under mu */
@@ -240,7 +241,9 @@ static void put_head(conn *c, int status, const char *content_type, long long bo
     if (body_len >= 0) n += snprintf(head + n, sizeof head - (size_t)n, "content-length: %lld\r\n", body_len);
     else n += snprintf(head + n, sizeof head - (size_t)n, "cache-control: no-cache\r\n");
     if (chunked) n += snprintf(head + n, sizeof head - (size_t)n, "transfer-encoding: chunked\r\n");
-    n += snprintf(head + n, sizeof head - (size_t)n, close ? "connection: close\r\n\r\n" : "\r\n");
+    /* HTTP/1.0 closes by default: a kept connection must say so. */
+    n += snprintf(head + n, sizeof head - (size_t)n, "%s\r\n",
+                  close ? "connection: close\r\n" : c->http10 ? "connection: keep-alive\r\n" : "");
     assert(n > 0 && (size_t)n < sizeof head);
     out_append(c, head, (size_t)n);
 }
@@ -525,11 +528,15 @@ static void consume_in(conn *c, size_t n) {
     c->in_len -= n;
 }
 
-static void dispatch(conn *c) {
+static void set_state(conn *c, conn_state st) {
     pthread_mutex_lock(&c->mu);
-    c->st = C_BUSY;
+    c->st = st;
     update_events(c);
     pthread_mutex_unlock(&c->mu);
+}
+
+static void dispatch(conn *c) {
+    set_state(c, C_BUSY);
     enqueue(c->h, c->req);
 }
 
@@ -538,7 +545,7 @@ static void dispatch(conn *c) {
 static void refuse(conn *c, int status, const char *message) {
     char *body = c->h->cb.error_body(c->h->cb.user, status, message);
     c->close_after = true;
-    c->st = C_BUSY;
+    set_state(c, C_BUSY);
     cv_http_respond(c->req, status, "application/json", body, strlen(body));
     free(body);
 }
@@ -568,6 +575,7 @@ static void start_request(conn *c, const cv_http_head *hd) {
     consume_in(c, hd->head_len);
     c->req = r;
     c->close_after = !hd->keep_alive;
+    c->http10 = hd->version_minor == 0;
     pthread_mutex_lock(&h->mu);
     h->live++;
     pthread_mutex_unlock(&h->mu);
@@ -581,7 +589,7 @@ static void start_request(conn *c, const cv_http_head *hd) {
     if (answered) {
         /* An early answer leaves any body unread: the connection cannot carry another request. */
         if (hd->framing != CV_HTTP_NO_BODY) c->close_after = true;
-        c->st = C_BUSY;
+        set_state(c, C_BUSY);
         return;
     }
     if (hd->framing == CV_HTTP_LENGTH) {
