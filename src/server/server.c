@@ -247,6 +247,8 @@ typedef struct request_meta {
     char method[16];
 } request_meta;
 
+static void answer(cv_server *s, cv_http_req *r, const route *rt);
+
 /* The head is in (HTTP loop thread): everything that can be refused without the body is. The
  * request's HTTP metrics start here, as the instrumentator's middleware starts its clock when the
  * request reaches the app. */
@@ -269,16 +271,17 @@ static void on_head(void *user, cv_http_req *r) {
         fail(r, 405, "Method Not Allowed");
     } else if (m->route->json_body && !is_json_type(cv_http_get_header(r, "Content-Type"))) {
         fail(r, 415, "Unsupported Media Type: Only 'application/json' is allowed");
+    } else if (!m->route->json_body && (!strcmp(method, "GET") || !strcmp(method, "HEAD"))) {
+        /* Health checks and model lists need no body and never block: answered here, so they do
+         * not queue behind workers busy tokenizing long prompts. */
+        answer(s, r, m->route);
     }
 }
 
-/* The body is in (a worker thread). */
-static void on_request(void *user, cv_http_req *r) {
-    cv_server *s = user;
-    const request_meta *m = cv_http_data(r);
+static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     const char *body = cv_http_body(r);
     size_t len = cv_http_body_len(r);
-    switch (m->route->id) {
+    switch (rt->id) {
     case R_HEALTH:
     case R_PING: cv_http_respond(r, 200, NULL, "", 0); return;
     case R_VERSION: send_json(r, json_pack("{s:s}", "version", CVLLM_VERSION)); return;
@@ -290,6 +293,12 @@ static void on_request(void *user, cv_http_req *r) {
     case R_CHAT: cv_generate(s, r, CV_API_CHAT); return;
     case R_CHAT_RENDER: handle_render(s, r, body, len); return;
     }
+}
+
+/* The body is in (a worker thread). */
+static void on_request(void *user, cv_http_req *r) {
+    const request_meta *m = cv_http_data(r);
+    answer(user, r, m->route);
 }
 
 /* The request is over (its reply written, or the connection gone): it counts now. */
