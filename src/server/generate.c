@@ -209,6 +209,8 @@ void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind) {
         return;
     }
     gen_session *g = session_new(s, r, &req, arrival);
+    /* OpenAI's `user` identifies the end user for abuse monitoring: it goes to the log only. */
+    if (g->req.user) cv_info("server", "request %s from user '%.200s'", g->resp.id, g->req.user);
     cv_http_on_gone(r, on_gone, g);
     pthread_mutex_lock(&g->mu);
     if (submit_all(g, &err)) {
