@@ -267,8 +267,8 @@ static int check_stream_options(const json_t *o, cv_api_error *err) {
     return 0;
 }
 
-/* check_logprobs. `top` is the field whose value is a logprob count: "logprobs" for completions,
- * "top_logprobs" for chat (where "logprobs" is the boolean switch). */
+/* check_logprobs, on prompt_logprobs and the field holding the logprob count: "logprobs" for
+ * completions, "top_logprobs" for chat (where "logprobs" is the boolean switch). */
 static int check_logprobs(const json_t *o, bool chat, cv_api_error *err) {
     const json_t *ids = field(o, "logprob_token_ids"), *logprobs = field(o, "logprobs");
     if (json_is_array(ids)) {
@@ -276,14 +276,15 @@ static int check_logprobs(const json_t *o, bool chat, cv_api_error *err) {
         if (json_array_size(ids) == 0)
             return cv_api_value_error(err, o, VVE, "logprob_token_ids", NULL, "`logprob_token_ids` must not be an empty list.");
         if (truthy(json_object_get(o, "use_beam_search")))
-            return cv_api_value_error(err, o, VVE, "logprob_token_ids", NULL, "`logprob_token_ids` is not supported with beam search.");
+            return cv_api_value_error(err, o, VVE, "logprob_token_ids", NULL,
+                                      "`logprob_token_ids` is not supported with beam search.");
         if (!chat && truthy(json_object_get(o, "echo")) && is_number(max) && number(max) == 0)
             return cv_api_value_error(err, o, VVE, "logprob_token_ids", NULL,
                                       "`logprob_token_ids` is not supported when `echo=True` and `max_tokens=0` because no "
                                       "output tokens are generated.");
         if (chat ? !truthy(logprobs) : !logprobs)
-            return cv_api_value_error(err, o, VVE, "logprob_token_ids", NULL, "when using `logprob_token_ids`, `logprobs` must be set%s.",
-                                      chat ? " to true" : "");
+            return cv_api_value_error(err, o, VVE, "logprob_token_ids", NULL,
+                                      "when using `logprob_token_ids`, `logprobs` must be set%s.", chat ? " to true" : "");
     }
     const char *names[] = {"prompt_logprobs", chat ? "top_logprobs" : "logprobs"};
     for (size_t i = 0; i < CV_ARRAY_LEN(names); i++) {
@@ -426,8 +427,8 @@ static int check_vllm_xargs(const json_t *o, cv_api_error *err) {
     return 0;
 }
 
-/* Fields whose effect this backend does not have: refused rather than silently dropped. Values are
- * type-checked first, as pydantic does before vLLM's serving code sees them. */
+/* Fields whose effect this backend does not have: refused rather than silently dropped, once every
+ * field has been validated. Their own values are type-checked first, as pydantic does. */
 static int check_unsupported(const json_t *o, cv_api_error *err) {
     bool beam = false, watermarking = false;
     int64_t budget = -1;
@@ -501,16 +502,15 @@ static int parse_truncation(const json_t *o, cv_api_request *req, cv_api_error *
 /* The sampling fields both request models share, in their declaration order. */
 static int parse_sampling(const json_t *o, const cv_api_limits *lim, bool chat, cv_api_request *req, cv_api_error *err) {
     cvllm_sampling_params *p = &req->params;
-    int64_t seed = 0, priority = 0, experts_start = 0, interval = 1;
-    bool interval_given = false, prompt_logprobs_given = false, unused_bool = false;
+    int64_t seed = p->seed, priority = p->priority, experts_start = 0, interval = 1;
+    bool seed_given = false, interval_given = false, prompt_logprobs_given = false, unused_bool = false;
     float length_penalty = 1;
-    const json_t *unused;
     if (cv_get_str(o, NULL, "model", CV_OPTIONAL, &req->model, err) ||
         cv_get_float(o, NULL, "frequency_penalty", CV_OPTIONAL, &p->frequency_penalty, err) ||
         parse_logit_bias(o, req, err) || cv_get_int32(o, NULL, "n", chat ? CV_OPTIONAL : 0, &p->n, NULL, err) ||
         cv_get_float(o, NULL, "presence_penalty", CV_OPTIONAL, &p->presence_penalty, err) ||
-        cv_get_int(o, NULL, "seed", CV_OPTIONAL, &seed, &p->has_seed, err) ||
-        (p->has_seed && cv_check_range(o, NULL, "seed", seed, INT64_MIN, INT64_MAX, err)) || parse_stop(o, req, err) ||
+        cv_get_int(o, NULL, "seed", CV_OPTIONAL, &seed, &seed_given, err) ||
+        (seed_given && cv_check_range(o, NULL, "seed", seed, INT64_MIN, INT64_MAX, err)) || parse_stop(o, req, err) ||
         cv_get_bool(o, NULL, "stream", CV_OPTIONAL, &req->stream, err) || parse_stream_options(o, req, err) ||
         cv_get_float(o, NULL, "temperature", CV_OPTIONAL, &p->temperature, err) ||
         cv_get_float(o, NULL, "top_p", CV_OPTIONAL, &p->top_p, err) ||
@@ -534,7 +534,7 @@ static int parse_sampling(const json_t *o, const cv_api_limits *lim, bool chat, 
         cv_get_int(o, NULL, "priority", 0, &priority, NULL, err) ||
         cv_check_range(o, NULL, "priority", priority, INT64_MIN, INT64_MAX, err) ||
         cv_get_str(o, NULL, "request_id", 0, &req->request_id, err) ||
-        cv_check_str(o, NULL, "session_id", CV_OPTIONAL, &unused, err) ||
+        cv_check_str(o, NULL, "session_id", CV_OPTIONAL, NULL, err) ||
         cv_get_bool(o, NULL, "return_tokens_as_token_ids", CV_OPTIONAL, &req->tokens_as_ids, err) ||
         cv_get_bool(o, NULL, "return_token_ids", CV_OPTIONAL, &req->return_token_ids, err) ||
         cv_get_int(o, NULL, "routed_experts_prompt_start", 0, &experts_start, NULL, err) ||
@@ -543,13 +543,13 @@ static int parse_sampling(const json_t *o, const cv_api_limits *lim, bool chat, 
         cv_get_bool(o, NULL, "return_mm_kwargs", 0, &unused_bool, err) ||
         cv_get_str(o, NULL, "cache_salt", CV_OPTIONAL, &req->cache_salt, err) || check_vllm_xargs(o, err) ||
         cv_get_int(o, NULL, "stream_interval", CV_OPTIONAL, &interval, &interval_given, err) ||
-        (interval_given && cv_check_range(o, NULL, "stream_interval", interval, 1, INT64_MAX, err)) ||
-        check_unsupported(o, err))
+        (interval_given && cv_check_range(o, NULL, "stream_interval", interval, 1, INT64_MAX, err)))
         return -1;
     if (priority < INT32_MIN || priority > INT32_MAX)
         return cv_api_fail(err, 400, "priority", "'priority' is out of range: %lld", (long long)priority);
     p->priority = (int32_t)priority;
     p->seed = seed;
+    p->has_seed |= seed_given;
     if (p->n < 1) return cv_api_fail(err, 400, "n", "n must be at least 1, got %d.", p->n);
     if (p->n > lim->max_n) return cv_api_fail(err, 400, "n", "n must be at most %d, got %d.", lim->max_n, p->n);
     /* -1: the whole vocabulary, which the engine's max_logprobs check then words as vLLM does. */
@@ -747,7 +747,7 @@ static int parse_completion_fields(const json_t *o, const cv_api_limits *lim, cv
     if (cv_get_bool(o, NULL, "echo", CV_OPTIONAL, &req->echo, err) ||
         cv_get_int32(o, NULL, "logprobs", CV_OPTIONAL, &req->top_logprobs, NULL, err) ||
         cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &req->max_tokens, NULL, err) ||
-        cv_check_str(o, NULL, "suffix", CV_OPTIONAL, &suffix, err))
+        cv_check_str(o, NULL, "suffix", CV_OPTIONAL, &suffix, err) || check_unsupported(o, err))
         return -1;
     /* What vLLM's serving code says once the model validated. */
     if (suffix) return cv_api_fail(err, 400, "suffix", "suffix is not currently supported");
@@ -822,11 +822,13 @@ static int check_part(const json_t *part, const cv_loc *at, const cv_api_limits 
                                                                                                    : NULL;
     if (key) return required_str(part, at, key, err);
     if (!strcmp(t, "tool_reference")) return 0; /* the chat library's to judge */
-    if (!strcmp(t, "prompt_embeds")) return cv_api_fail(err, 400, NULL, "You must set `--enable-prompt-embeds` to input `prompt_embeds`.");
+    if (!strcmp(t, "prompt_embeds"))
+        return cv_api_fail(err, 400, NULL, "You must set `--enable-prompt-embeds` to input `prompt_embeds`.");
     if (in_list(t, MEDIA_PARTS, CV_ARRAY_LEN(MEDIA_PARTS))) return not_multimodal(lim, err);
     char *shown = jinja_py_repr(type);
-    int rc = cv_api_fail(err, 400, "type", "Unsupported chat content part type: %s. Supported types: %s. (parameter=type, value=%s)",
-                         shown, PART_TYPES, t);
+    int rc = cv_api_fail(err, 400, "type",
+                         "Unsupported chat content part type: %s. Supported types: %s. (parameter=type, value=%s)", shown,
+                         PART_TYPES, t);
     free(shown);
     return rc;
 }
@@ -1112,7 +1114,8 @@ static int parse_chat_fields(const json_t *o, const cv_api_limits *lim, cv_api_r
         cv_get_bool(o, NULL, "include_reasoning", 0, &req->include_reasoning, err) ||
         cv_get_bool(o, NULL, "parallel_tool_calls", CV_OPTIONAL, &req->parallel_tool_calls, err) ||
         cv_get_bool(o, NULL, "echo", 0, &req->echo, err) ||
-        cv_get_bool(o, NULL, "return_prompt_text", CV_OPTIONAL, &req->return_prompt_text, err))
+        cv_get_bool(o, NULL, "return_prompt_text", CV_OPTIONAL, &req->return_prompt_text, err) ||
+        check_unsupported(o, err))
         return -1;
     req->max_completion_tokens = field(o, "max_completion_tokens") != NULL;
     if (max_given && req->max_tokens < 1)
