@@ -46,7 +46,9 @@ def request(method, path, headers, body=b'', version=b'HTTP/1.1'):
 
 
 def post(headers, body, path):
-    return request(b'POST', path, [b'Host: probe'] + headers, body)
+    # A JSON content type, so that an API server's content-type check (done on the head, before the
+    # body) does not answer first and hide how the framing is handled.
+    return request(b'POST', path, [b'Host: probe', b'Content-Type: application/json'] + headers, body)
 
 
 def build_cases(post_path):
