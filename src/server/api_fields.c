@@ -6,7 +6,8 @@
  *   int   int; bool (true = 1); a float with an integral value inside int64; a string holding an
  *         integer: surrounding whitespace, one sign, digits with single underscores between them, and
  *         an optional '.' followed by zeros ("5.00"). Integers beyond int64 are valid Python ints;
- *         they are refused here by the range check of the field that reads them.
+ *         they are read saturated, so the field's own bound (its Field(ge/le), cvllm's int32 limit or
+ *         the context length) refuses them.
  *   float int, float, bool, or a string Python's float() reads (underscores between digits, "inf",
  *         "nan", exponents; no hex).
  *   bool  true/false; 0 and 1 (as ints or integral floats); the strings 0/1, f/t, n/y, no/yes,
