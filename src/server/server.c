@@ -331,6 +331,7 @@ static void fill_limits(cv_server *s, const cv_server_options *o) {
     l->vocab_size = cvllm_engine_vocab_size(e);
     l->max_n = o->max_n > 0 ? o->max_n : DEFAULT_MAX_N;
     l->max_prompts = MAX_PROMPTS;
+    l->served_model = s->names[0];
     cvllm_sampling_params_default(e, &l->defaults);
     /* generation_config's max_new_tokens caps every request, as in vLLM's get_max_tokens. */
     l->gen_max_tokens = cvllm_engine_generation_max_tokens(e);
