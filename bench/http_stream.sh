@@ -4,6 +4,9 @@
 # where the model costs little and the server path (parsing, SSE framing, socket writes) most.
 # The two servers take turns, REPS times each, on the same port and flags; the bench client is the
 # NEW binary's for both. Prints each run, the medians and the ratio NEW / OLD.
+# On a machine with two or more CPUs the server (engine on one thread) is pinned to CPU 0 and the
+# client to CPU 1, so the figure is the server's cost per token rather than the luck of where a
+# dozen threads land on few cores.
 #
 # usage: bench/http_stream.sh OLD_CVLLM NEW_CVLLM [REPS=3] [CONCURRENCY=16]
 set -euo pipefail
@@ -17,17 +20,20 @@ ln -s "$root"/tests/data/vectors/qwen3-dense-f32/{config.json,generation_config.
 ln -s "$root"/models/qwen3-tokenizer/* "$model"/
 
 run_one() { # binary -> output tok/s
-  "$1" serve "$model" --port $port --host 127.0.0.1 --max-model-len 1024 --num-threads 2 \
+  $pin_server "$1" serve "$model" --port $port --host 127.0.0.1 --max-model-len 1024 --num-threads 1 \
       --kv-cache-memory-bytes 64M --dtype float32 --max-num-seqs 64 --disable-log-stats >"$log" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 0.2; done
   local out
-  out=$("$new" bench serve --port $port --model "$model" --tokenizer "$model" --dataset-name random \
-      --num-prompts 256 --random-input-len 16 --random-output-len 256 --ignore-eos \
+  out=$($pin_client "$new" bench serve --port $port --model "$model" --tokenizer "$model" --dataset-name random \
+      --num-prompts 512 --random-input-len 16 --random-output-len 256 --ignore-eos \
       --max-concurrency "$conc" --seed 1 2>/dev/null)
   kill -TERM $pid; wait $pid 2>/dev/null || true
   echo "$out" | awk -F: '/Output token throughput/ {gsub(/ /, "", $2); print $2}'
 }
+
+pin_server= pin_client=
+if [[ $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then pin_server="taskset -c 0" pin_client="taskset -c 1"; fi
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
