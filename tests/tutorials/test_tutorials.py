@@ -299,7 +299,9 @@ def run_tutorial(name, line, workdir, model=None, start_timeout=TIMEOUT_S):
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            check(proc.wait(timeout=60) == 0, f"{name}: cvllm serve did not exit 0 on SIGTERM")
+            rc = proc.wait(timeout=60)
+            check(rc == 0, f"{name}: cvllm serve did not exit 0 on SIGTERM (status {rc}); its log ends:\n"
+                  + open(log_path).read()[-4000:])
         except subprocess.TimeoutExpired:
             proc.kill()
             check(False, f"{name}: cvllm serve did not stop on SIGTERM")
