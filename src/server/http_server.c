@@ -578,10 +578,15 @@ static void start_request(conn *c, const cv_http_head *hd) {
     c->http10 = hd->version_minor == 0;
     pthread_mutex_lock(&h->mu);
     h->live++;
+    bool closing = h->closing;
     pthread_mutex_unlock(&h->mu);
 
     c->st = C_BODY;
     c->since = cv_now();
+    if (closing) { /* the workers may be gone: nothing new reaches the application */
+        refuse(c, 503, "The server is shutting down");
+        return;
+    }
     h->cb.on_head(h->cb.user, r);
     pthread_mutex_lock(&c->mu);
     bool answered = r->finished;
@@ -888,8 +893,18 @@ static void *loop_main(void *arg) {
         }
         bury(h);
     }
-    /* cv_http_stop waited until every request was completed, so none is attached any more. */
-    while (h->conns) destroy_conn(h->conns);
+    /* cv_http_stop waited for every request the application held; one refused since (a head that
+     * arrived while closing) may still wait for its completion here. */
+    while (h->conns) {
+        conn *c = h->conns;
+        if (c->req) {
+            if (h->cb.on_complete) h->cb.on_complete(h->cb.user, c->req, c->req->status);
+            free_req(c->req);
+            c->req = NULL;
+        }
+        c->done_queued = false;
+        destroy_conn(c);
+    }
     bury(h);
     return NULL;
 }
