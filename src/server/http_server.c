@@ -90,6 +90,7 @@ struct cv_http_req {
     bool head_only;                       /* HEAD: the headers of the reply, not its body */
     bool chunked_out;                     /* a stream in chunked coding (HTTP/1.1) */
     bool finished;                        /* the application's finish call happened (conn->mu) */
+    bool handed_back;                     /* ... and is over: it touches nothing more (server mutex) */
     void (*gone)(void *);
     void *gone_arg;
     cv_http_req *next;                    /* the worker queue */
@@ -248,10 +249,14 @@ static void put_head(conn *c, int status, const char *content_type, long long bo
     out_append(c, head, (size_t)n);
 }
 
-/* Wakes the loop to complete a finished request. */
+/* The last step of every finish call: hands the request back to the loop, which completes it.
+ * Until this runs the loop must not complete the request (and free the connection), however
+ * finished it looks; after it the caller touches nothing, so the wake-up is written under the
+ * lock (cv_http_stop cannot free the server while a finish call holds it). */
 static void queue_done(conn *c) {
     cv_http *h = c->h;
     pthread_mutex_lock(&h->mu);
+    c->req->handed_back = true;
     if (!c->done_queued) {
         if (h->n_done == h->cap_done) {
             h->cap_done = h->cap_done ? h->cap_done * 2 : 64;
@@ -260,10 +265,10 @@ static void queue_done(conn *c) {
         h->done[h->n_done++] = c;
         c->done_queued = true;
     }
-    pthread_mutex_unlock(&h->mu);
     uint64_t one = 1;
     ssize_t w = write(h->wake, &one, sizeof one);
     (void)w; /* a full eventfd counter still wakes the loop */
+    pthread_mutex_unlock(&h->mu);
 }
 
 /* A reply the HTTP layer makes for a connection-level error (no request): ends the connection. */
@@ -469,10 +474,13 @@ static void try_complete(conn *c);
  * body was never handed to the application: it ends here with no status. */
 static void abandon(conn *c) {
     peer_left(c);
-    if (c->req && c->st == C_BODY) {
+    if (c->req && c->st == C_BODY) { /* never given out: the loop finishes and hands it back itself */
         pthread_mutex_lock(&c->mu);
         c->req->finished = true;
         pthread_mutex_unlock(&c->mu);
+        pthread_mutex_lock(&c->h->mu);
+        c->req->handed_back = true;
+        pthread_mutex_unlock(&c->h->mu);
     }
     if (c->req) try_complete(c);
     else destroy_conn(c);
@@ -495,9 +503,9 @@ static void try_complete(conn *c) {
     cv_http_req *r = c->req;
     if (!r) return;
     pthread_mutex_lock(&h->mu);
-    bool queued = c->done_queued;
+    bool wait = c->done_queued || !r->handed_back; /* the done list will bring it back */
     pthread_mutex_unlock(&h->mu);
-    if (queued) return; /* the done list will bring it back */
+    if (wait) return;
     pthread_mutex_lock(&c->mu);
     bool ready = r->finished && (c->closed || c->gone || c->out_off == c->out_len);
     pthread_mutex_unlock(&c->mu);
