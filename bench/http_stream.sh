@@ -8,7 +8,8 @@
 # client to CPU 1, so the figure is the server's cost per token rather than the luck of where a
 # dozen threads land on few cores.
 #
-# usage: bench/http_stream.sh OLD_CVLLM NEW_CVLLM [REPS=3] [CONCURRENCY=16]
+# usage: bench/http_stream.sh OLD_CVLLM NEW_CVLLM [REPS=3] [CONCURRENCY=16; 0 = bench serve's default,
+#        every prompt at once]
 set -euo pipefail
 old=$1 new=$2 reps=${3:-3} conc=${4:-16}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,11 +28,13 @@ run_one() { # binary -> output tok/s
   local out
   out=$($pin_client "$new" bench serve --port $port --model "$model" --tokenizer "$model" --dataset-name random \
       --num-prompts 512 --random-input-len 16 --random-output-len 256 --ignore-eos \
-      --max-concurrency "$conc" --seed 1 2>/dev/null)
+      ${conc_flag[@]+"${conc_flag[@]}"} --seed 1 2>/dev/null)
   kill -TERM $pid; wait $pid 2>/dev/null || true
   echo "$out" | awk -F: '/Output token throughput/ {gsub(/ /, "", $2); print $2}'
 }
 
+conc_flag=()
+[[ $conc -gt 0 ]] && conc_flag=(--max-concurrency "$conc")
 pin_server= pin_client=
 if [[ $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then pin_server="taskset -c 0" pin_client="taskset -c 1"; fi
 
