@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -417,7 +418,7 @@ static void test_protocol_features(void) {
 typedef struct dribble_args {
     int port;
     int fds[N_DRIBBLERS];
-    volatile bool stop;
+    atomic_bool stop;
 } dribble_args;
 
 /* One byte of a never-ending head per dribbler every 50 ms. */
