@@ -274,6 +274,11 @@ static void test_engine_flags(void) {
                  "Unknown quantization method: int3. Must be one of ['awq',");
     expect_usage(ARGS("serve", "/nonexistent", "-tp", "0"), "--tensor-parallel-size must be in [1,");
     expect_usage(ARGS("serve", "/nonexistent", "-dp", "two"), "--data-parallel-size expects an integer");
+    expect_usage(ARGS("serve", "/nonexistent", "--limit-concurrency", "0"), "--limit-concurrency must be in [1, 1048576]");
+    expect_usage(ARGS("serve", "/nonexistent", "--limit-concurrency-per-client", "-3"),
+                 "--limit-concurrency-per-client must be in [1, 1048576]");
+    expect_usage(ARGS("serve", "/nonexistent", "--timeout-keep-alive", "abc"), "--timeout-keep-alive expects a number");
+    expect_usage(ARGS("serve", "/nonexistent", "--timeout-request-header", "0"), "--timeout-request-header must be in");
     expect_usage(ARGS("serve", "/nonexistent", "--additional-config", "[1]"), "--additional-config must be a JSON object");
     expect_usage(ARGS("serve", "/nonexistent", "--additional-config", "{nope"), "--additional-config is not valid JSON");
     expect_usage(ARGS("serve", "/nonexistent", "--speculative-config", "3"), "--speculative-config must be a JSON object");
