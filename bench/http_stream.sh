@@ -15,21 +15,27 @@ old=$1 new=$2 reps=${3:-3} conc=${4:-16}
 root=$(cd "$(dirname "$0")/.." && pwd)
 port=18231
 log=$(mktemp)
-model=$(mktemp -d) # the reference weights with the Qwen3 tokenizer cvllm ships
+# The reference shape with the full Qwen3 vocabulary and dummy weights: bench serve's random prompts
+# draw ids from the whole tokenizer, which the 4,096-token reference vocabulary would refuse.
+model=$(mktemp -d)
 trap 'rm -rf "$log" "$model"' EXIT
-ln -s "$root"/tests/data/vectors/qwen3-dense-f32/{config.json,generation_config.json,model.safetensors} "$model"/
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["vocab_size"] = 151936; json.dump(c, open(sys.argv[2], "w"))' \
+    "$root"/tests/data/vectors/qwen3-dense-f32/config.json "$model"/config.json
+ln -s "$root"/tests/data/vectors/qwen3-dense-f32/generation_config.json "$model"/
 ln -s "$root"/models/qwen3-tokenizer/* "$model"/
+prompts=$(( conc > 0 ? (conc < 4 ? 32 : (4 * conc > 128 ? 4 * conc : 128)) : 256 ))
 
 run_one() { # binary -> output tok/s
   $pin_server "$1" serve "$model" --port $port --host 127.0.0.1 --max-model-len 1024 --num-threads 1 \
-      --kv-cache-memory-bytes 64M --dtype float32 --max-num-seqs 64 --disable-log-stats >"$log" 2>&1 &
+      --kv-cache-memory-bytes 256M --dtype float32 --max-num-seqs 256 --load-format dummy --disable-log-stats >"$log" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do curl -sf http://127.0.0.1:$port/health >/dev/null && break; sleep 0.2; done
   local out
   out=$($pin_client "$new" bench serve --port $port --model "$model" --tokenizer "$model" --dataset-name random \
-      --num-prompts 512 --random-input-len 16 --random-output-len 256 --ignore-eos \
+      --num-prompts $prompts --random-input-len 16 --random-output-len 256 --ignore-eos \
       ${conc_flag[@]+"${conc_flag[@]}"} --seed 1 2>/dev/null)
   kill -TERM $pid; wait $pid 2>/dev/null || true
+  if ! echo "$out" | grep -q 'Failed requests: *0 *$'; then echo "failed requests:" >&2; echo "$out" >&2; exit 1; fi
   echo "$out" | awk -F: '/Output token throughput/ {gsub(/ /, "", $2); print $2}'
 }
 
