@@ -80,12 +80,20 @@ static void stop(fixture *f) {
 /* ------------------------------------------------------------------------------------------------ */
 /* A raw client                                                                                      */
 
-/* A connected socket from source address `from` (NULL = 127.0.0.1); -1 on failure. */
+/* A connected socket from source address `from` (NULL = 127.0.0.1 and an ephemeral port); -1 on
+ * failure. With `from`, the source port comes from below the ephemeral range (20000-29999): the
+ * thousands of connections this test holds must not take the ports other tests running beside it
+ * pick as free and then bind. SO_REUSEADDR lets a port left in TIME_WAIT by an earlier run serve
+ * again (the server's port, hence the whole address pair, differs between runs). */
 static int dial(int port, const char *from) {
+    static int next_source_port;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     struct sockaddr_in a = {.sin_family = AF_INET};
     if (from) {
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        a.sin_port = htons((uint16_t)(20000 + next_source_port++ % 10000));
         inet_pton(AF_INET, from, &a.sin_addr);
         if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0) {
             close(fd);

@@ -270,13 +270,19 @@ def run_quantization_check(name, line, workdir):
 
 
 def run_tutorial(name, line, workdir, model=None, start_timeout=TIMEOUT_S):
-    port = free_port()
-    args = serve_argv(line, workdir, port, model)
     log_path = os.path.join(workdir, re.sub(r"\W+", "_", name) + ".log")
     env = dict(os.environ, **TUTORIAL_ENV)
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
-    if not check(wait_ready(proc, port, log_path, start_timeout), f"{name}: server did not start:\n{open(log_path).read()}"):
+    # A port found free can be taken by another test before the server binds it: then another one.
+    for attempt in range(3):
+        port = free_port()
+        args = serve_argv(line, workdir, port, model)
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir)
+        ready = wait_ready(proc, port, log_path, start_timeout)
+        if ready or "cannot listen on" not in open(log_path).read() or attempt == 2:
+            break
+        proc.wait()
+    if not check(ready, f"{name}: server did not start:\n{open(log_path).read()}"):
         proc.kill()
         proc.wait()
         return
