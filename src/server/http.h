@@ -89,6 +89,5 @@ void cv_http_stream_end(cv_http_req *r);
 /* Calls gone(arg) once, on the loop thread, when the client closes or breaks the connection before
  * the request is finished; at once (on the calling thread) if it already has. */
 void cv_http_on_gone(cv_http_req *r, void (*gone)(void *arg), void *arg);
-bool cv_http_peer_gone(const cv_http_req *r);
 
 #endif

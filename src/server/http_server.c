@@ -377,14 +377,6 @@ void cv_http_on_gone(cv_http_req *r, void (*gone)(void *arg), void *arg) {
     if (now) gone(arg);
 }
 
-bool cv_http_peer_gone(const cv_http_req *r) {
-    conn *c = r->c;
-    pthread_mutex_lock(&c->mu);
-    bool gone = c->gone || c->closed;
-    pthread_mutex_unlock(&c->mu);
-    return gone;
-}
-
 /* ------------------------------------------------------------------------------------------------ */
 /* Workers                                                                                           */
 
