@@ -131,6 +131,44 @@ typedef struct cvllm_spec_decode_stats {
 void cvllm_engine_spec_decode_stats(const cvllm_engine *engine, cvllm_spec_decode_stats *stats);
 
 /* ------------------------------------------------------------------------------------------------ */
+/* Structured outputs                                                                                */
+
+/* A constraint on a request's output: vLLM's structured_outputs, one kind per request. */
+typedef enum cvllm_constraint_kind {
+    CVLLM_CONSTRAINT_JSON = 1,    /* spec: a JSON schema, as JSON text */
+    CVLLM_CONSTRAINT_JSON_OBJECT, /* any JSON object or array (vLLM's json_object); spec unused */
+    CVLLM_CONSTRAINT_REGEX,       /* spec: a regular expression the whole output matches */
+    CVLLM_CONSTRAINT_CHOICE,      /* the output is exactly one of `choices` */
+    CVLLM_CONSTRAINT_GRAMMAR,     /* spec: an EBNF grammar (GBNF syntax, as llama.cpp and xgrammar read
+                                   * it) whose start rule is "root" */
+} cvllm_constraint_kind;
+
+typedef struct cvllm_constraint {
+    cvllm_constraint_kind kind;
+    const char *spec;
+    size_t spec_len;              /* 0 = strlen(spec) */
+    const char *const *choices;
+    size_t n_choices;
+    bool disable_any_whitespace;  /* JSON: no whitespace between tokens */
+    bool disable_additional_properties; /* JSON schema: an object schema that does not mention
+                                         * additionalProperties admits no other properties */
+    const char *whitespace_pattern; /* JSON: a regex for the whitespace between tokens; NULL = default */
+} cvllm_constraint;
+
+/* A compiled constraint: immutable, shared by every request that uses it, reference-counted. */
+typedef struct cvllm_grammar cvllm_grammar;
+
+/* Compiles a constraint against the engine's vocabulary. Unlike the rest of the engine API this may
+ * be called from any thread while another thread drives the engine: compiling a large schema takes
+ * time, and the server does it on its request threads so that no step waits for it. Compilations
+ * are cached per engine by constraint, so a repeated constraint costs a lookup. *out is a reference
+ * for the caller (cvllm_grammar_release). An invalid constraint, or one past the engine's limits
+ * (size, nesting depth), fails with CVLLM_ERR_INVALID_ARGUMENT and a message saying what is wrong and
+ * where. */
+cvllm_status cvllm_grammar_compile(cvllm_engine *engine, const cvllm_constraint *constraint, cvllm_grammar **out);
+void cvllm_grammar_release(cvllm_grammar *grammar); /* NULL is allowed */
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Requests                                                                                          */
 
 typedef struct cvllm_sampling_params {
@@ -169,6 +207,13 @@ typedef struct cvllm_sampling_params {
     size_t n_bad_words;
     int32_t priority;            /* vLLM's priority: with scheduling policy "priority" a lower value is
                                   * scheduled first (ties by arrival); must be 0 under "fcfs" */
+    const cvllm_grammar *grammar; /* structured outputs: every token keeps the output a prefix of a
+                                   * sentence of the grammar, and eos comes exactly when it is complete
+                                   * (a finished sentence forces eos); NULL = none. The request holds its
+                                   * own reference. */
+    int32_t grammar_after_token_id; /* -1: the grammar applies from the first output token; else from the
+                                     * token after the first output of this id (the end of a reasoning
+                                     * section, such as </think>) */
 } cvllm_sampling_params;
 
 /* vLLM's neutral defaults, overridden by the model's generation_config.json (temperature, top_k,

@@ -13,7 +13,7 @@
 
 #include "base/error.h"
 #include "check.h"
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 
 #define QWEN_VOCAB 151936
 

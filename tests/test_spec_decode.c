@@ -10,7 +10,7 @@
 #include "check.h"
 #include "cvllm.h"
 #include "engine/engine.h"
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 #include "engine/spec_decode.h"
 #include "testutil.h"
 

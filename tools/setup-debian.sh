@@ -7,6 +7,8 @@ packages=(build-essential cmake pkg-config git
           python3 clang libclang-rt-14-dev)
 # Node.js and npm run the OpenAI SDK test (tests/sdk); Debian's, unless a node is already installed.
 command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
+# ajv, a JSON Schema validator, checks every structured output the tests generate (tests/tools/validate_json.js).
+packages+=(node-ajv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

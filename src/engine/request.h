@@ -19,7 +19,7 @@
 
 #include "cvllm.h"
 #include "engine/block_pool.h"
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 #include "engine/spec_decode.h"
 #include "tokenizer/tokenizer.h"
 

@@ -24,8 +24,8 @@
  * the result is the stop id that min_tokens masked with the best logit left by steps 2-3, or token
  * 0 when there is none (torch's argmax of an all -inf row).
  */
-#ifndef CV_SAMPLER_H
-#define CV_SAMPLER_H
+#ifndef CV_SAMPLE_SAMPLER_H
+#define CV_SAMPLE_SAMPLER_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -41,7 +41,7 @@
  * there is none (torch's argmax of an all -inf row): then allowed_token_ids and bad_words left
  * nothing, or the raw row was all -inf.
  */
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 
 #include <assert.h>
 #include <float.h>
