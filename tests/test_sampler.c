@@ -985,6 +985,63 @@ static void test_edge_cases(void) {
     fixture_free(&f);
 }
 
+/* A processor that allows one parity at a time and flips it with every accepted token. */
+typedef struct parity_proc {
+    cv_logits_proc base;
+    int parity;
+    int *freed;
+} parity_proc;
+
+static void parity_apply(cv_logits_proc *p, float *logits, int32_t vocab) {
+    parity_proc *pp = (parity_proc *)p;
+    for (int32_t t = 0; t < vocab; t++)
+        if (t % 2 != pp->parity) logits[t] = -INFINITY;
+}
+
+static bool parity_accept(cv_logits_proc *p, int32_t token) {
+    parity_proc *pp = (parity_proc *)p;
+    if (token % 2 != pp->parity) return false;
+    pp->parity ^= 1;
+    return true;
+}
+
+static void parity_free(cv_logits_proc *p) {
+    (*((parity_proc *)p)->freed)++;
+    free(p);
+}
+
+static const cv_logits_proc_i PARITY = {parity_apply, parity_accept, parity_free};
+
+/* Processors run before every step: their mask shows in the logprobs, holds for greedy and random
+ * draws, and follows the accepted tokens; a refused token is reported; the state frees them. */
+static void test_logits_procs(void) {
+    const float row[8] = {7.0f, 1.0f, 6.0f, 2.0f, 3.0f, 9.0f, 0.5f, 8.0f};
+    int freed = 0;
+    parity_proc *pp = calloc(1, sizeof *pp);
+    pp->base.i = &PARITY;
+    pp->freed = &freed;
+    cv_sampler_params p = neutral_params();
+    p.temperature = 0;
+    p.logprobs = 2;
+    sampler_fixture f;
+    fixture_init(&f, &p, 8, 1, NULL, 0);
+    cv_sampler_add_proc(&f.st, &pp->base);
+    cv_logprob_entry top[2];
+    cv_sample_result res = {.top = top};
+    memcpy(f.work, row, sizeof row);
+    CHECK_EQ_INT(cv_sample(&p, &f.st, f.work, f.scratch, &res), 0); /* the best even id, not id 5 (9.0) */
+    CHECK_EQ_INT(res.n_top, 2);
+    CHECK(res.top[0].token_id == 0 && res.top[1].token_id == 2); /* logprobs see the masked row */
+    CHECK(cv_sampler_accept(&f.st, 0));
+    p.logprobs = -1;
+    CHECK_EQ_INT(sample_once(&f, &p, row), 5);                  /* odd now: 9.0 at id 5 */
+    CHECK(!cv_sampler_accept(&f.st, 2));                        /* refused: the wrong parity */
+    p.temperature = 1;
+    for (int i = 0; i < 200; i++) CHECK(sample_once(&f, &p, row) % 2 == 1);
+    fixture_free(&f);
+    CHECK_EQ_INT(freed, 1);
+}
+
 int main(void) {
     test_rng();
     test_greedy();
@@ -1007,5 +1064,6 @@ int main(void) {
     test_logprobs_wide();
     test_seeds();
     test_edge_cases();
+    test_logits_procs();
     return cv_check_summary("test_sampler");
 }

@@ -108,7 +108,18 @@ void cv_sampler_state_init(cv_sampler_state *st, const cv_sampler_params *p, int
     }
 }
 
+void cv_sampler_add_proc(cv_sampler_state *st, cv_logits_proc *proc) {
+    cv_logits_proc **tail = &st->procs;
+    while (*tail) tail = &(*tail)->next;
+    proc->next = NULL;
+    *tail = proc;
+}
+
 void cv_sampler_state_free(cv_sampler_state *st) {
+    for (cv_logits_proc *p = st->procs, *next; p; p = next) {
+        next = p->next;
+        p->i->free(p);
+    }
     free(st->in_prompt);
     free(st->out_count);
     free(st->seen);
@@ -116,14 +127,17 @@ void cv_sampler_state_free(cv_sampler_state *st) {
     memset(st, 0, sizeof *st);
 }
 
-void cv_sampler_accept(cv_sampler_state *st, int32_t token_id) {
+bool cv_sampler_accept(cv_sampler_state *st, int32_t token_id) {
     assert(token_id >= 0 && token_id < st->vocab_size);
+    bool allowed = true;
+    for (cv_logits_proc *p = st->procs; p; p = p->next) allowed &= p->i->accept(p, token_id);
     if (st->recent) st->recent[st->n_generated % st->cap_recent] = token_id;
     st->n_generated++;
-    if (!st->out_count) return;
+    if (!st->out_count) return allowed;
     bool known = st->out_count[token_id] > 0 || (st->in_prompt && st->in_prompt[token_id]);
     st->out_count[token_id]++;
     if (!known) remember_seen(st, token_id);
+    return allowed;
 }
 
 /* ---- steps 2-6: allowed_token_ids, bad_words, min_tokens, logit_bias, penalties ----------------- */
@@ -602,6 +616,7 @@ static int32_t sample_row(const cv_sampler_params *p, cv_sampler_state *st, floa
     float *raw = (float *)scratch + n;
     bool want_logprobs = p->logprobs >= 0;
     assert(res || !want_logprobs);
+    for (cv_logits_proc *proc = st->procs; proc; proc = proc->next) proc->i->apply(proc, logits, n);
     if (want_logprobs) memcpy(raw, logits, (size_t)n * sizeof *raw);
 
     int32_t fallback = process_logits(p, st, logits), token;

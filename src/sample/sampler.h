@@ -13,6 +13,8 @@
  *      draw with the exponential race argmax(p_i / q_i), q_i ~ Exp(1), from the request's own RNG.
  * Steps 2-3 are hard: no later step can bring a logit back from -inf.
  *
+ * Before step 1, the sequence's logits processors (logits_proc.h: a grammar) mask what they forbid.
+ *
  * Each request (each of its n completions) owns a cv_sampler_state whose RNG depends only on its
  * seed, so the same seed gives the same tokens whatever else is in the batch. The state also keeps
  * what steps 3, 4 and 6 look at: the count of tokens generated, the last few of them (as many as
@@ -32,6 +34,7 @@
 #include <stdint.h>
 
 #include "base/rng.h"
+#include "sample/logits_proc.h"
 
 /* Token sequences back to back: sequence i is ids[starts[i] .. starts[i + 1]). */
 typedef struct cv_token_seqs {
@@ -70,6 +73,7 @@ typedef struct cv_sampler_state {
     int32_t *recent;          /* ring of the last cap_recent generated tokens (bad words), else NULL */
     int32_t cap_recent;       /* the longest bad word's length - 1 */
     int32_t n_generated;
+    cv_logits_proc *procs;    /* owned, applied in order before step 1 */
 } cv_sampler_state;
 
 typedef struct cv_logprob_entry {
@@ -91,8 +95,12 @@ typedef struct cv_sample_result {
 void cv_sampler_state_init(cv_sampler_state *st, const cv_sampler_params *p, int32_t vocab_size,
                            uint64_t seed, const int32_t *prompt, size_t n_prompt);
 void cv_sampler_state_free(cv_sampler_state *st);
-/* Records a generated token (bad words, min_tokens, penalties). */
-void cv_sampler_accept(cv_sampler_state *st, int32_t token_id);
+/* Appends a logits processor; the state owns it from here on. */
+void cv_sampler_add_proc(cv_sampler_state *st, cv_logits_proc *proc);
+/* Records a generated token (bad words, min_tokens, penalties, processors). Returns false when a
+ * processor forbids the token (only possible when the sampler's fallback picked a token that every
+ * rule had removed); the sampler's own bookkeeping records it anyway. */
+bool cv_sampler_accept(cv_sampler_state *st, int32_t token_id);
 
 /* Samples from `logits` (vocab_size floats; modified in place). `scratch` must hold 2·vocab_size
  * 4-byte words (it holds token ids and a copy of the raw row) and come from malloc. `res` may be
