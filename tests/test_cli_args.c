@@ -303,6 +303,44 @@ static void test_engine_flags(void) {
     expect_usage(ARGS("serve", "/nonexistent", "--swap-space", "lots"), "--swap-space expects a number");
 }
 
+/* --structured-outputs-config: vLLM's StructuredOutputsConfig keys and checks, whole or dotted. */
+static void test_structured_outputs_config(void) {
+    const char *flag = "--structured-outputs-config";
+    expect_usage(ARGS("serve", "/nonexistent", flag, "[1]"), "--structured-outputs-config must be a JSON object, got [1]");
+    expect_usage(ARGS("serve", "/nonexistent", flag, "{nope"), "--structured-outputs-config must be a JSON object: ");
+    expect_usage(ARGS("serve", "/nonexistent", flag, "{\"backend\": \"fast\", \"bogus\": 1}"),
+                 "argument --structured-outputs-config: 2 validation errors for StructuredOutputsConfig: backend: Input "
+                 "should be 'auto', 'xgrammar', 'guidance', 'outlines' or 'lm-format-enforcer'; bogus: Unexpected keyword "
+                 "argument");
+    expect_usage(ARGS("serve", "/nonexistent", flag, "{\"enable_in_reasoning\": \"maybe\"}"),
+                 "enable_in_reasoning: Input should be a valid boolean, unable to interpret input");
+    expect_usage(ARGS("serve", "/nonexistent", flag, "{\"disable_any_whitespace\": true}"),
+                 "1 validation error for StructuredOutputsConfig: disable_any_whitespace is only supported for xgrammar "
+                 "and guidance backends.");
+    expect_usage(ARGS("serve", "/nonexistent", "--structured-outputs-config.backend", "xgrammar",
+                      "--structured-outputs-config.disable_additional_properties=true"),
+                 "disable_additional_properties is only supported for the guidance backend.");
+    expect_usage(ARGS("serve", "/nonexistent", flag, "{\"reasoning_parser\": \"deepseek_r1\"}"),
+                 "invalid reasoning parser: deepseek_r1 (chose from { qwen3 })");
+    expect_usage(ARGS("serve", "/nonexistent", flag, "{\"reasoning_parser_plugin\": \"my_parser.py\"}"),
+                 "reasoning_parser_plugin: cvllm loads no Python plugins");
+    expect_usage(ARGS("serve", "/nonexistent", flag, "{\"whitespace_pattern\": 3}"),
+                 "whitespace_pattern: Input should be a valid string");
+    /* Accepted: dotted keys (values read as JSON, else as text, as args.c merges them), Python's
+     * True, every backend; the one engine behind them all is said once. */
+    char *err = expect_parsed(ARGS("serve", "/nonexistent", "--structured-outputs-config.backend", "guidance",
+                                   "--structured_outputs_config.disable_any_whitespace", "true",
+                                   "--structured-outputs-config.disable_additional_properties=True",
+                                   "--structured-outputs-config.enable_in_reasoning", "1",
+                                   "--structured-outputs-config.whitespace_pattern", "[ ]?"));
+    CHECK_CONTAINS(err, "structured outputs: backend 'guidance' is served by cvllm's own grammar engine");
+    free(err);
+    err = expect_parsed(ARGS("serve", "/nonexistent", flag, "{\"backend\": \"lm-format-enforcer\", \"disable_fallback\": true, "
+                             "\"reasoning_parser\": \"qwen3\", \"reasoning_parser_plugin\": \"\"}"));
+    CHECK_CONTAINS(err, "backend 'lm-format-enforcer'");
+    free(err);
+}
+
 /* `--load-format dummy` suggested as the command can be pasted: the binary's path as invoked, the
  * subcommand words, the arguments quoted for the shell, and a --load-format already there set to
  * dummy instead of added twice. */
@@ -413,6 +451,7 @@ int main(void) {
     test_dotted_json();
     test_config_file();
     test_engine_flags();
+    test_structured_outputs_config();
     test_offline_hint();
     test_tutorial_lines();
     tu_remove_tree(model_dir);

@@ -255,7 +255,6 @@ static void test_completion_errors(void) {
                  "'Value error, `logprobs` must be a positive value or -1. (parameter=logprobs, value=-3)'");
     expect_error(C, "{\"prompt\":\"a\",\"suffix\":\"b\"}", 400, "suffix", "not currently supported");
     expect_error(C, "{\"prompt\":\"a\",\"use_beam_search\":true}", 400, "use_beam_search", "beam search");
-    expect_error(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_object\"}}", 400, "response_format", "json_object");
     expect_error(C, "{\"prompt\":\"a\",\"request_id\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}", 400,
                  "request_id", "longer");
     /* Context-length rules and their vLLM wording. */
@@ -573,9 +572,6 @@ static void test_chat_errors(void) {
     cv_api_chat_config no_auto = {.tmpl = qwen3_tmpl, .has_tool_parser = true};
     expect_chat_error(&no_auto, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL "}", "",
                       "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");
-    cv_api_chat_config no_parser = {.tmpl = qwen3_tmpl};
-    expect_chat_error(&no_parser, "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":\"required\"}",
-                      "tool_choice", "needs --tool-call-parser");
     /* No template at all: vLLM's refusal. */
     expect_chat_error(NULL, "{\"messages\":" USER_HI "}", "", "default chat template is no longer allowed");
     /* An error raised while rendering is a 400 with the template's message. */
@@ -1063,6 +1059,15 @@ static bool tool_call_id_ok(const json_t *id) {
 
 static void read_call(chat_out *o, const json_t *call, bool streamed) {
     const json_t *fn = json_object_get(call, "function");
+    size_t at = (size_t)json_integer_value(json_object_get(call, "index"));
+    if (streamed && !json_object_get(call, "id")) {
+        /* a piece of the arguments of the call being streamed (vLLM's named tool choice) */
+        const json_t *args = json_object_get(fn, "arguments");
+        o->well_formed &= o->n_calls > 0 && at + 1 == o->n_calls && json_is_string(args) && json_object_size(fn) == 1 &&
+                          json_object_size(call) == 2;
+        if (o->well_formed) cat(o->args[at], sizeof o->args[at], json_string_value(args));
+        return;
+    }
     o->well_formed &= tool_call_id_ok(json_object_get(call, "id")) &&
                       !strcmp(json_string_value(json_object_get(call, "type")), "function") &&
                       json_is_string(json_object_get(fn, "name")) && json_is_string(json_object_get(fn, "arguments"));
@@ -1241,11 +1246,6 @@ static void test_chat_output(void) {
         /* tool_choice none: the call syntax stays content. */
         {&qwen3_chat, CHAT_TOOLS ",\"tool_choice\":\"none\"", HERMES_CALL("Paris"), CVLLM_FINISH_STOP, NULL,
          HERMES_CALL("Paris"), {{0}}, "stop"},
-        /* A named tool choice reports "stop", as vLLM does. */
-        {&qwen3_chat, CHAT_TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}",
-         HERMES_CALL("Paris"), CVLLM_FINISH_STOP, NULL, NULL, {{"get_weather", weather}}, "stop"},
-        {&qwen3_chat, CHAT_TOOLS ",\"tool_choice\":\"required\"", "ok " HERMES_CALL("Paris"), CVLLM_FINISH_STOP, NULL,
-         "ok ", {{"get_weather", weather}}, "tool_calls"},
         /* Reasoning only (cut short), reasoning hidden, the legacy field name, no parser at all. */
         {&qwen3_chat, CHAT_HI, "<think>\nStill thinking", CVLLM_FINISH_LENGTH, "\nStill thinking", NULL, {{0}}, "length"},
         {&qwen3_chat, CHAT_HI ",\"include_reasoning\":false", "<think>hidden</think>shown", CVLLM_FINISH_STOP, NULL,
@@ -1444,11 +1444,6 @@ static void test_vllm_fields(void) {
     expect_error(C, "{\"prompt\":3,\"n\":\"x\",\"stream_options\":{\"include_usage\":true}}", 400, "stream_options",
                  "Stream options can only be defined when `stream=True`.");
     expect_error(CV_API_CHAT, "{\"messages\":5,\"cache_salt\":\"\"}", 400, "cache_salt", "non-empty string");
-    expect_error(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"structural_tag\",\"format\":{}}}", 400,
-                 "response_format", "'structural_tag' is not supported yet");
-    expect_error(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"yaml\"}}", 400, "body.response_format.type",
-                 "'type': 'literal_error'");
-    expect_error(C, "{\"prompt\":\"a\",\"response_format\":\"text\"}", 400, "body.response_format", "'type': 'model_type'");
 
     /* Fields whose effect this backend lacks are refused, not dropped. */
     expect_error(C, "{\"prompt\":\"a\",\"prompt_embeds\":\"AAAA\"}", 400, "",
@@ -1678,6 +1673,282 @@ static void test_metrics_text(void) {
     cv_http_metrics_free(http);
 }
 
+
+/* ---- structured outputs ---------------------------------------------------------------------------- */
+
+static const char REQUIRED_WEATHER_SCHEMA[] =
+    "{\"type\":\"array\",\"minItems\":1,\"items\":{\"type\":\"object\",\"anyOf\":[{\"properties\":{\"name\":{\"type\":"
+    "\"string\",\"enum\":[\"get_weather\"]},\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+    "\"string\"}},\"required\":[\"city\"]}},\"required\":[\"name\",\"parameters\"]}]}}";
+
+/* Parses a chat (`messages` in body) or completion request with the Qwen3 recipe and `so` as the
+ * server's structured-output defaults, and prepares it. */
+static bool parse_structured(const char *body, const cv_api_structured_config *so, cv_api_request *r) {
+    bool chat = strstr(body, "\"messages\"") != NULL;
+    cv_api_limits l = limits(4096, QWEN3_VOCAB);
+    if (so) l.structured = *so;
+    cv_api_error err = {0};
+    int rc = chat ? cv_api_parse_chat(body, strlen(body), &l, r, &err) : cv_api_parse_completion(body, strlen(body), &l, r, &err);
+    if (rc == 0) rc = cv_api_prepare(r, tok, &l, &err);
+    CHECK_MSG(rc == 0, "%s: %s", body, err.message);
+    return rc == 0;
+}
+
+/* The constraint of `body`: its kind and spec (a JSON spec compared as JSON). */
+static void expect_constraint(const char *body, cvllm_constraint_kind kind, const char *spec) {
+    cv_api_request r;
+    if (!parse_structured(body, NULL, &r)) {
+        cv_api_request_free(&r);
+        return;
+    }
+    CHECK_MSG(r.has_constraint && r.constraint.kind == kind, "%s: kind %d", body, r.has_constraint ? (int)r.constraint.kind : 0);
+    if (kind == CVLLM_CONSTRAINT_JSON && spec) {
+        json_t *want = json_loads(spec, 0, NULL), *got = r.constraint.spec ? json_loads(r.constraint.spec, 0, NULL) : NULL;
+        CHECK_MSG(json_equal(want, got), "%s: spec %s", body, r.constraint.spec);
+        json_decref(want);
+        json_decref(got);
+    } else if (spec) {
+        CHECK_STR_EQ(r.constraint.spec, spec);
+    }
+    CHECK(cv_api_prompt_params(&r, 0).grammar == NULL); /* the server compiles it */
+    cv_api_request_free(&r);
+}
+
+static void expect_no_constraint(const char *body) {
+    cv_api_request r;
+    if (parse_structured(body, NULL, &r)) CHECK_MSG(!r.has_constraint, "%s: constrained", body);
+    cv_api_request_free(&r);
+}
+
+#define CHAT_FORCED(choice) "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":" choice
+
+static void test_structured_fields(void) {
+    const cv_api_kind C = CV_API_COMPLETION;
+    /* response_format, on completions and chat. */
+    expect_no_constraint("{\"prompt\":\"a\",\"response_format\":{\"type\":\"text\"}}");
+    expect_constraint("{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_object\"}}", CVLLM_CONSTRAINT_JSON_OBJECT, NULL);
+    expect_constraint("{\"messages\":" USER_HI ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\","
+                      "\"description\":\"d\",\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+                      "\"integer\"}}}}}}",
+                      CVLLM_CONSTRAINT_JSON, "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}");
+    /* structured_outputs: each constraint, the schema as an object or as JSON text. */
+    expect_constraint("{\"prompt\":\"a\",\"structured_outputs\":{\"json\":{\"type\":\"string\"}}}", CVLLM_CONSTRAINT_JSON,
+                      "{\"type\":\"string\"}");
+    expect_constraint("{\"prompt\":\"a\",\"structured_outputs\":{\"json\":\"{\\\"type\\\": \\\"string\\\"}\"}}",
+                      CVLLM_CONSTRAINT_JSON, "{\"type\": \"string\"}");
+    expect_constraint("{\"prompt\":\"a\",\"structured_outputs\":{\"regex\":\"[a-z]+\\\\d\"}}", CVLLM_CONSTRAINT_REGEX, "[a-z]+\\d");
+    expect_constraint("{\"prompt\":\"a\",\"structured_outputs\":{\"grammar\":\"root ::= \\\"yes\\\"\"}}", CVLLM_CONSTRAINT_GRAMMAR,
+                      "root ::= \"yes\"");
+    expect_constraint("{\"prompt\":\"a\",\"structured_outputs\":{\"json_object\":true,\"disable_fallback\":true}}",
+                      CVLLM_CONSTRAINT_JSON_OBJECT, NULL);
+    cv_api_request r;
+    if (parse_structured("{\"prompt\":\"a\",\"structured_outputs\":{\"choice\":[\"yes\",\"no\"]}}", NULL, &r)) {
+        CHECK(r.has_constraint && r.constraint.kind == CVLLM_CONSTRAINT_CHOICE && r.constraint.n_choices == 2);
+        CHECK_STR_EQ(r.constraint.choices[1], "no");
+        CHECK(!r.constraint.disable_any_whitespace && !r.constraint.whitespace_pattern);
+    }
+    cv_api_request_free(&r);
+    /* The options; the server's defaults (--structured-outputs-config) are or'ed in, its whitespace
+     * pattern applies when the request has none. */
+    cv_api_structured_config defaults = {.disable_additional_properties = true, .whitespace_pattern = "[ ]?"};
+    if (parse_structured("{\"prompt\":\"a\",\"structured_outputs\":{\"json\":{},\"disable_any_whitespace\":\"yes\","
+                         "\"whitespace_pattern\":\"\\\\s*\"}}", &defaults, &r)) {
+        CHECK(r.constraint.disable_any_whitespace && r.constraint.disable_additional_properties);
+        CHECK_STR_EQ(r.constraint.whitespace_pattern, "\\s*");
+    }
+    cv_api_request_free(&r);
+    if (parse_structured("{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_object\"}}", &defaults, &r)) {
+        CHECK(!r.constraint.disable_any_whitespace && r.constraint.disable_additional_properties);
+        CHECK_STR_EQ(r.constraint.whitespace_pattern, "[ ]?");
+    }
+    cv_api_request_free(&r);
+    /* response_format merges into structured_outputs, keeping its options (vLLM's replace()). */
+    if (parse_structured("{\"prompt\":\"a\",\"structured_outputs\":{\"json\":{\"type\":\"integer\"},\"disable_any_whitespace\":"
+                         "true},\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{"
+                         "\"type\":\"boolean\"}}}}", NULL, &r)) {
+        CHECK(r.constraint.kind == CVLLM_CONSTRAINT_JSON && r.constraint.disable_any_whitespace);
+        CHECK_STR_EQ(r.constraint.spec, "{\"type\":\"boolean\"}");
+    }
+    cv_api_request_free(&r);
+    expect_error(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"regex\":\"a\"},\"response_format\":{\"type\":\"json_object\"}}", 400, "",
+                 "You can only use one kind of structured outputs constraint but multiple are specified: {'json': None, "
+                 "'regex': 'a', 'choice': None, 'grammar': None, 'json_object': True, 'disable_any_whitespace': False, "
+                 "'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None}");
+    /* A json_schema format without a schema names no constraint. */
+    expect_error(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\"}}}", 400, "",
+                 "You must use one kind of structured outputs constraint but none are specified: {'json': None, 'regex': "
+                 "None, 'choice': None, 'grammar': None, 'json_object': None, 'disable_any_whitespace': False, "
+                 "'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None}");
+    expect_error(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"json_object\":false}}", 400, "",
+                 "No valid structured output parameter found");
+    /* The before-validators. */
+    expect_validation(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\"}}", "response_format",
+                      "1 validation error:\n  {'type': 'value_error', 'loc': ('body',), 'msg': \"Value error, When "
+                      "response_format type is 'json_schema', the 'json_schema' field must be provided. "
+                      "(parameter=response_format)\", 'input': {'prompt': 'a', 'response_format': {'type': 'json_schema'}}, "
+                      "'ctx': {'error': VLLMValidationError(\"When response_format type is 'json_schema', the 'json_schema' "
+                      "field must be provided.\")}}");
+    expect_error(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"json\":{},\"choice\":[\"x\"]}}", 400, "structured_outputs",
+                 "You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice'). "
+                 "(parameter=structured_outputs)");
+    /* structural tags are refused where vLLM validates them. */
+    expect_error(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"structural_tag\",\"format\":{\"type\":\"const_string\","
+                    "\"value\":\"x\"}}}", 400, "response_format", "structural_tag is not supported by this server");
+    expect_error(CV_API_CHAT, "{\"messages\":" USER_HI ",\"structured_outputs\":{\"structural_tag\":\"{}\"}}", 400,
+                 "structured_outputs", "structural_tag is not supported by this server");
+    /* Field validation: pydantic's errors for the response_format union and the dataclass (the expected
+     * strings are pydantic 2.13's for the same field types). */
+    expect_validation(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"yaml\"}}", "body.response_format.ResponseFormat.type",
+                      "6 validation errors:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'ResponseFormat', 'type'), 'msg': \"Input should be 'text', 'json_object' or 'json_schema'\", 'input': 'yaml', 'ctx': {'expected': \"'text', 'json_object' or 'json_schema'\"}}\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'StructuralTagResponseFormat', 'type'), 'msg': \"Input should be 'structural_tag'\", 'input': 'yaml', 'ctx': {'expected': \"'structural_tag'\"}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'StructuralTagResponseFormat', 'format'), 'msg': 'Field required', 'input': {'type': 'yaml'}}\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'type'), 'msg': \"Input should be 'structural_tag'\", 'input': 'yaml', 'ctx': {'expected': \"'structural_tag'\"}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'structures'), 'msg': 'Field required', 'input': {'type': 'yaml'}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'triggers'), 'msg': 'Field required', 'input': {'type': 'yaml'}}");
+    expect_validation(C, "{\"prompt\":\"a\",\"response_format\":\"text\"}", "body.response_format.ResponseFormat",
+                      "3 validation errors:\n  {'type': 'model_type', 'loc': ('body', 'response_format', 'ResponseFormat'), 'msg': 'Input should be a valid dictionary or instance of ResponseFormat', 'input': 'text', 'ctx': {'class_name': 'ResponseFormat'}}\n  {'type': 'model_type', 'loc': ('body', 'response_format', 'StructuralTagResponseFormat'), 'msg': 'Input should be a valid dictionary or instance of StructuralTagResponseFormat', 'input': 'text', 'ctx': {'class_name': 'StructuralTagResponseFormat'}}\n  {'type': 'model_type', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat'), 'msg': 'Input should be a valid dictionary or instance of LegacyStructuralTagResponseFormat', 'input': 'text', 'ctx': {'class_name': 'LegacyStructuralTagResponseFormat'}}");
+    expect_validation(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":5,\"strict\":\"maybe\"}}}",
+                      "body.response_format.ResponseFormat.json_schema.schema",
+                      "7 validation errors:\n  {'type': 'dict_type', 'loc': ('body', 'response_format', 'ResponseFormat', 'json_schema', 'schema'), 'msg': 'Input should be a valid dictionary', 'input': 5}\n  {'type': 'bool_parsing', 'loc': ('body', 'response_format', 'ResponseFormat', 'json_schema', 'strict'), 'msg': 'Input should be a valid boolean, unable to interpret input', 'input': 'maybe'}\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'StructuralTagResponseFormat', 'type'), 'msg': \"Input should be 'structural_tag'\", 'input': 'json_schema', 'ctx': {'expected': \"'structural_tag'\"}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'StructuralTagResponseFormat', 'format'), 'msg': 'Field required', 'input': {'type': 'json_schema', 'json_schema': {'name': 'n', 'schema': 5, 'strict': 'maybe'}}}\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'type'), 'msg': \"Input should be 'structural_tag'\", 'input': 'json_schema', 'ctx': {'expected': \"'structural_tag'\"}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'structures'), 'msg': 'Field required', 'input': {'type': 'json_schema', 'json_schema': {'name': 'n', 'schema': 5, 'strict': 'maybe'}}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'triggers'), 'msg': 'Field required', 'input': {'type': 'json_schema', 'json_schema': {'name': 'n', 'schema': 5, 'strict': 'maybe'}}}");
+    expect_validation(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":5}}",
+                      "body.response_format.ResponseFormat.json_schema",
+                      "6 validation errors:\n  {'type': 'model_type', 'loc': ('body', 'response_format', 'ResponseFormat', 'json_schema'), 'msg': 'Input should be a valid dictionary or instance of JsonSchemaResponseFormat', 'input': 5, 'ctx': {'class_name': 'JsonSchemaResponseFormat'}}\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'StructuralTagResponseFormat', 'type'), 'msg': \"Input should be 'structural_tag'\", 'input': 'json_schema', 'ctx': {'expected': \"'structural_tag'\"}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'StructuralTagResponseFormat', 'format'), 'msg': 'Field required', 'input': {'type': 'json_schema', 'json_schema': 5}}\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'type'), 'msg': \"Input should be 'structural_tag'\", 'input': 'json_schema', 'ctx': {'expected': \"'structural_tag'\"}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'structures'), 'msg': 'Field required', 'input': {'type': 'json_schema', 'json_schema': 5}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'triggers'), 'msg': 'Field required', 'input': {'type': 'json_schema', 'json_schema': 5}}");
+    expect_validation(C, "{\"prompt\":\"a\",\"response_format\":{\"structures\":[{\"begin\":1}],\"triggers\":[\"a\",2]}}",
+                      "body.response_format.ResponseFormat.type",
+                      "7 validation errors:\n  {'type': 'missing', 'loc': ('body', 'response_format', 'ResponseFormat', 'type'), 'msg': 'Field required', 'input': {'structures': [{'begin': 1}], 'triggers': ['a', 2]}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'StructuralTagResponseFormat', 'type'), 'msg': 'Field required', 'input': {'structures': [{'begin': 1}], 'triggers': ['a', 2]}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'StructuralTagResponseFormat', 'format'), 'msg': 'Field required', 'input': {'structures': [{'begin': 1}], 'triggers': ['a', 2]}}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'type'), 'msg': 'Field required', 'input': {'structures': [{'begin': 1}], 'triggers': ['a', 2]}}\n  {'type': 'string_type', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'structures', 0, 'begin'), 'msg': 'Input should be a valid string', 'input': 1}\n  {'type': 'missing', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'structures', 0, 'end'), 'msg': 'Field required', 'input': {'begin': 1}}\n  {'type': 'string_type', 'loc': ('body', 'response_format', 'LegacyStructuralTagResponseFormat', 'triggers', 1), 'msg': 'Input should be a valid string', 'input': 2}");
+    expect_validation(C, "{\"prompt\":\"a\",\"structured_outputs\":\"x\"}", "body.structured_outputs",
+                      "1 validation error:\n  {'type': 'dataclass_type', 'loc': ('body', 'structured_outputs'), 'msg': 'Input should be a dictionary or an instance of StructuredOutputsParams', 'input': 'x', 'ctx': {'class_name': 'StructuredOutputsParams'}}");
+    expect_validation(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"json\":5}}", "body.structured_outputs.json",
+                      "2 validation errors:\n  {'type': 'string_type', 'loc': ('body', 'structured_outputs', 'json', 'str'), 'msg': 'Input should be a valid string', 'input': 5}\n  {'type': 'dict_type', 'loc': ('body', 'structured_outputs', 'json', 'dict[any,any]'), 'msg': 'Input should be a valid dictionary', 'input': 5}");
+    expect_validation(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"choice\":[\"a\",1]}}", "body.structured_outputs.choice.1",
+                      "1 validation error:\n  {'type': 'string_type', 'loc': ('body', 'structured_outputs', 'choice', 1), 'msg': 'Input should be a valid string', 'input': 1}");
+    expect_validation(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"regex\":\"a\",\"disable_any_whitespace\":null}}",
+                      "body.structured_outputs.disable_any_whitespace",
+                      "1 validation error:\n  {'type': 'bool_type', 'loc': ('body', 'structured_outputs', 'disable_any_whitespace'), 'msg': 'Input should be a valid boolean', 'input': None}");
+    expect_error(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"regex\":5}}", 400, "body.structured_outputs.regex", "'type': 'string_type'");
+    expect_error(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"grammar\":[]}}", 400, "body.structured_outputs.grammar", "'type': 'string_type'");
+    expect_error(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"regex\":\"a\",\"whitespace_pattern\":1}}", 400,
+                 "body.structured_outputs.whitespace_pattern", "'type': 'string_type'");
+    /* __post_init__: exactly one constraint. */
+    expect_validation(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"regex\":\"a\",\"json_object\":\"yes\",\"disable_any_whitespace\":1}}",
+                      "body.structured_outputs",
+                      "1 validation error:\n  {'type': 'value_error', 'loc': ('body', 'structured_outputs'), 'msg': \"Value error, You can only use one kind of structured outputs constraint but multiple are specified: {'json': None, 'regex': 'a', 'choice': None, 'grammar': None, 'json_object': True, 'disable_any_whitespace': True, 'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None}\", 'input': {'regex': 'a', 'json_object': 'yes', 'disable_any_whitespace': 1}, 'ctx': {'error': VLLMValidationError(\"You can only use one kind of structured outputs constraint but multiple are specified: {'json': None, 'regex': 'a', 'choice': None, 'grammar': None, 'json_object': True, 'disable_any_whitespace': True, 'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None}\")}}");
+    expect_validation(C, "{\"prompt\":\"a\",\"structured_outputs\":{}}", "body.structured_outputs",
+                      "1 validation error:\n  {'type': 'value_error', 'loc': ('body', 'structured_outputs'), 'msg': \"Value error, You must use one kind of structured outputs constraint but none are specified: {'json': None, 'regex': None, 'choice': None, 'grammar': None, 'json_object': None, 'disable_any_whitespace': False, 'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None}\", 'input': {}, 'ctx': {'error': VLLMValidationError(\"You must use one kind of structured outputs constraint but none are specified: {'json': None, 'regex': None, 'choice': None, 'grammar': None, 'json_object': None, 'disable_any_whitespace': False, 'disable_additional_properties': False, 'whitespace_pattern': None, 'structural_tag': None}\")}}");
+
+    /* Forced tool choices need no tool-call parser; "required" is an array of {name, parameters}. */
+    cv_api_chat_config plain = {.tmpl = qwen3_tmpl, .think_start_id = -1, .think_end_id = -1};
+    cv_api_limits l = limits(4096, QWEN3_VOCAB);
+    l.chat = &plain;
+    cv_api_error err;
+    const char *required = CHAT_FORCED("\"required\"}");
+    CHECK(cv_api_parse_chat(required, strlen(required), &l, &r, &err) == 0);
+    CHECK(r.has_constraint && r.constraint.kind == CVLLM_CONSTRAINT_JSON && !r.parse_tool_calls);
+    cv_api_request_free(&r);
+    expect_constraint(CHAT_FORCED("\"required\"}"), CVLLM_CONSTRAINT_JSON, REQUIRED_WEATHER_SCHEMA);
+    /* The tool schema replaces structured_outputs (the tool parser's adjust_request). */
+    expect_constraint(CHAT_FORCED("\"required\",\"structured_outputs\":{\"regex\":\"x\"}}"), CVLLM_CONSTRAINT_JSON,
+                      REQUIRED_WEATHER_SCHEMA);
+    expect_error(CV_API_CHAT, CHAT_FORCED("\"required\",\"response_format\":{\"type\":\"json_object\"}}"), 400, "",
+                 "You can only use one kind of structured outputs constraint but multiple are specified: {'json': {'type': 'array'");
+    /* A named tool: its parameters; none, and nothing is forced. */
+    expect_constraint(CHAT_FORCED("{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}"), CVLLM_CONSTRAINT_JSON,
+                      "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}");
+    expect_no_constraint("{\"messages\":" USER_HI ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"now\"}}],"
+                         "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}}}");
+    expect_constraint("{\"messages\":" USER_HI ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"now\"}}],"
+                      "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}},\"response_format\":{\"type\":"
+                      "\"json_object\"}}",
+                      CVLLM_CONSTRAINT_JSON_OBJECT, NULL);
+    /* A tool without parameters takes any object; $defs move to the top, merged. */
+    expect_constraint("{\"messages\":" USER_HI ",\"tool_choice\":\"required\",\"tools\":["
+                      "{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"$ref\":\"#/$defs/P\",\"$defs\":{\"P\":{\"type\":\"integer\"}}}}},"
+                      "{\"type\":\"function\",\"function\":{\"name\":\"b\",\"parameters\":{\"$defs\":{\"P\":{\"type\":\"integer\"},\"Q\":{}}}}},"
+                      "{\"type\":\"function\",\"function\":{\"name\":\"c\",\"parameters\":{}}}]}",
+                      CVLLM_CONSTRAINT_JSON,
+                      "{\"type\":\"array\",\"minItems\":1,\"items\":{\"type\":\"object\",\"anyOf\":["
+                      "{\"properties\":{\"name\":{\"type\":\"string\",\"enum\":[\"a\"]},\"parameters\":{\"$ref\":\"#/$defs/P\"}},\"required\":[\"name\",\"parameters\"]},"
+                      "{\"properties\":{\"name\":{\"type\":\"string\",\"enum\":[\"b\"]},\"parameters\":{}},\"required\":[\"name\",\"parameters\"]},"
+                      "{\"properties\":{\"name\":{\"type\":\"string\",\"enum\":[\"c\"]},\"parameters\":{\"type\":\"object\",\"properties\":{}}},\"required\":[\"name\",\"parameters\"]}]},"
+                      "\"$defs\":{\"P\":{\"type\":\"integer\"},\"Q\":{}}}");
+    expect_error(CV_API_CHAT, "{\"messages\":" USER_HI ",\"tool_choice\":\"required\",\"tools\":["
+                              "{\"type\":\"function\",\"function\":{\"name\":\"a\",\"parameters\":{\"$defs\":{\"P\":{\"type\":\"integer\"}}}}},"
+                              "{\"type\":\"function\",\"function\":{\"name\":\"b\",\"parameters\":{\"$defs\":{\"P\":{\"type\":\"string\"}}}}}]}",
+                 400, "", "Tool definition 'P' has multiple schemas, which is not supported.");
+    /* tool_choice none and auto leave the output to response_format. */
+    expect_constraint(CHAT_FORCED("\"none\",\"response_format\":{\"type\":\"json_object\"}}"), CVLLM_CONSTRAINT_JSON_OBJECT, NULL);
+    expect_no_constraint(CHAT_FORCED("\"auto\"}"));
+
+    /* With --reasoning-parser the constraint waits for "</think>" while the prompt leaves the reasoning
+     * to the output (Qwen3's template opens none, the model does); enable_thinking=false closed it. */
+    cv_api_structured_config in_reasoning = {.enable_in_reasoning = true};
+    const char *so = "{\"messages\":" USER_HI ",\"structured_outputs\":{\"regex\":\"a\"}";
+    char body[512];
+    snprintf(body, sizeof body, "%s}", so);
+    if (parse_structured(body, NULL, &r)) CHECK_EQ_INT(cv_api_prompt_params(&r, 0).grammar_after_token_id, qwen3_chat.think_end_id);
+    cv_api_request_free(&r);
+    if (parse_structured(body, &in_reasoning, &r)) CHECK_EQ_INT(cv_api_prompt_params(&r, 0).grammar_after_token_id, -1);
+    cv_api_request_free(&r);
+    snprintf(body, sizeof body, "%s,\"chat_template_kwargs\":{\"enable_thinking\":false}}", so);
+    if (parse_structured(body, NULL, &r)) CHECK_EQ_INT(cv_api_prompt_params(&r, 0).grammar_after_token_id, -1);
+    cv_api_request_free(&r);
+    snprintf(body, sizeof body, "{\"messages\":" USER_HI "}");
+    if (parse_structured(body, NULL, &r)) CHECK_EQ_INT(cv_api_prompt_params(&r, 0).grammar_after_token_id, -1);
+    cv_api_request_free(&r);
+    /* The Qwen3.6 template opens <think> in the prompt. */
+    cv_api_chat_config c36 = {.tmpl = qwen36_tmpl, .reasoning_parser = true, .think_start_id = qwen3_chat.think_start_id,
+                              .think_end_id = qwen3_chat.think_end_id};
+    l.chat = &c36;
+    snprintf(body, sizeof body, "%s}", so);
+    if (cv_api_parse_chat(body, strlen(body), &l, &r, &err) == 0 && cv_api_prepare(&r, tok, &l, &err) == 0)
+        CHECK_EQ_INT(cv_api_prompt_params(&r, 0).grammar_after_token_id, c36.think_end_id);
+    else
+        CHECK_MSG(0, "%s", err.message);
+    cv_api_request_free(&r);
+    /* No reasoning parser, or a completion: from the first token. */
+    l.chat = &plain;
+    if (cv_api_parse_chat(body, strlen(body), &l, &r, &err) == 0 && cv_api_prepare(&r, tok, &l, &err) == 0)
+        CHECK_EQ_INT(cv_api_prompt_params(&r, 0).grammar_after_token_id, -1);
+    cv_api_request_free(&r);
+    if (parse_structured("{\"prompt\":\"<think>\",\"structured_outputs\":{\"regex\":\"a\"}}", NULL, &r))
+        CHECK_EQ_INT(cv_api_prompt_params(&r, 0).grammar_after_token_id, -1);
+    cv_api_request_free(&r);
+}
+
+/* Forced tool choices read back: the message and the stream (cut anywhere) give the same calls. */
+static void test_forced_tool_output(void) {
+    cv_api_chat_config plain = {.tmpl = qwen3_tmpl, .think_start_id = -1, .think_end_id = -1};
+    const char *weather = "{\"city\": \"Paris\"}";
+#define NAMED_WEATHER CHAT_FORCED("{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}")
+#define REQUIRED CHAT_FORCED("\"required\"")
+    const output_case cases[] = {
+        /* Named: the content is the arguments, as generated; finish_reason stays "stop". */
+        {&plain, NAMED_WEATHER, "{\"city\":  \"Paris\" }", CVLLM_FINISH_STOP, NULL, "",
+         {{"get_weather", "{\"city\":  \"Paris\" }"}}, "stop"},
+        {&plain, NAMED_WEATHER, "{\"city\": \"Par", CVLLM_FINISH_LENGTH, NULL, "", {{"get_weather", "{\"city\": \"Par"}}, "length"},
+        {&plain, NAMED_WEATHER, "", CVLLM_FINISH_STOP, NULL, "", {{"get_weather", ""}}, "stop"},
+        /* With a reasoning parser the reasoning stays reasoning. */
+        {&qwen3_chat, NAMED_WEATHER, "<think>Paris.</think>{\"city\": \"Paris\"}", CVLLM_FINISH_STOP, "Paris.", "",
+         {{"get_weather", weather}}, "stop"},
+        /* Required: an array of calls, each one's parameters as Python's json.dumps writes them. */
+        {&plain, REQUIRED, "[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Paris\"}}]", CVLLM_FINISH_STOP, NULL, "",
+         {{"get_weather", weather}}, "tool_calls"},
+        {&plain, REQUIRED, " [ {\"parameters\": {\"city\": \"Par]}\\\"is\"}, \"name\": \"get_weather\"},\n{\"name\": \"get_weather\", "
+         "\"parameters\": {\"city\": \"Rome\"}} ]",
+         CVLLM_FINISH_STOP, NULL, "", {{"get_weather", "{\"city\": \"Par]}\\\"is\"}"}, {"get_weather", "{\"city\": \"Rome\"}"}},
+         "tool_calls"},
+        {&plain, REQUIRED ",\"parallel_tool_calls\":false",
+         "[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Paris\"}},{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Rome\"}}]",
+         CVLLM_FINISH_STOP, NULL, "", {{"get_weather", weather}}, "tool_calls"},
+        /* Cut off by max_tokens: the complete calls; an element that is no call is skipped. */
+        {&plain, REQUIRED, "[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Paris\"}},{\"name\":\"get_w", CVLLM_FINISH_LENGTH,
+         NULL, "", {{"get_weather", weather}}, "tool_calls"},
+        {&plain, REQUIRED, "[{\"parameters\":{}},{\"name\":\"get_weather\",\"parameters\":null}]", CVLLM_FINISH_STOP, NULL, "",
+         {{"get_weather", "null"}}, "tool_calls"},
+        {&plain, REQUIRED, "not json", CVLLM_FINISH_STOP, NULL, "", {{0}}, "stop"},
+        {&qwen3_chat, REQUIRED, "<think>\nhmm\n</think>\n\n[{\"name\":\"get_weather\",\"parameters\":{\"city\":\"Paris\"}}]",
+         CVLLM_FINISH_STOP, "\nhmm\n", "", {{"get_weather", weather}}, "tool_calls"},
+    };
+    for (size_t i = 0; i < CV_ARRAY_LEN(cases); i++) check_output_case(&cases[i]);
+#undef NAMED_WEATHER
+#undef REQUIRED
+}
+
 int main(void) {
     setenv("CVLLM_LOG_LEVEL", "debug", 1); /* test_ignored_fields reads the DEBUG lines */
     CHECK(cvllm_tokenizer_create(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", &tok) == CVLLM_OK);
@@ -1685,8 +1956,15 @@ int main(void) {
     CHECK(cv_chat_template_load(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", CVLLM_TEST_DATA "/chat/qwen3.6.jinja",
                                 &qwen36_tmpl) == 0);
     if (!tok || !qwen3_tmpl || !qwen36_tmpl) return cv_check_summary("test_server_api");
+    int32_t *think = NULL, *think_end = NULL;
+    size_t n_think = 0, n_think_end = 0;
+    CHECK(cvllm_tokenize(tok, "<think>", 7, &think, &n_think) == CVLLM_OK && n_think == 1);
+    CHECK(cvllm_tokenize(tok, "</think>", 8, &think_end, &n_think_end) == CVLLM_OK && n_think_end == 1);
     qwen3_chat = (cv_api_chat_config){.tmpl = qwen3_tmpl, .reasoning_parser = true, .has_tool_parser = true,
-                                      .tool_parser = CV_TOOL_PARSER_HERMES, .auto_tool_choice = true};
+                                      .tool_parser = CV_TOOL_PARSER_HERMES, .auto_tool_choice = true,
+                                      .think_start_id = think[0], .think_end_id = think_end[0]};
+    cvllm_free(think);
+    cvllm_free(think_end);
     test_error_json();
     test_completion_fields();
     test_completion_errors();
@@ -1700,6 +1978,8 @@ int main(void) {
     test_completion_logprobs_and_echo();
     test_chat_stream();
     test_chat_output();
+    test_structured_fields();
+    test_forced_tool_output();
     test_lax_fields();
     test_vllm_fields();
     test_truncate_prompt_tokens();

@@ -2,6 +2,11 @@
  * cmd_serve.c — `cvllm serve MODEL`: vLLM's OpenAI-compatible server (src/server/) on the engine
  * loop, with `vllm serve`'s flags so that vLLM command lines run with `cvllm` in place of `vllm`.
  *
+ * --structured-outputs-config takes vLLM's StructuredOutputsConfig (JSON, or dotted keys such as
+ * --structured-outputs-config.backend xgrammar, which args.c merges into one object) with vLLM's
+ * checks. Its backend names a library vLLM would run; here every backend is cvllm's own grammar
+ * engine, which is said once. Its options become the server's defaults for every constraint.
+ *
  * Startup: parse every flag first (a malformed value is a usage error before any loading), create
  * the engine, load the chat template (from --chat-template, else the folder the tokenizer came from;
  * one that does not parse stops startup with its line and column), start the loop and the HTTP
@@ -27,6 +32,7 @@
 #include "engine/engine.h"
 #include "engine/engine_loop.h"
 #include "loader/resolve.h"
+#include "server/api_fields.h"
 #include "server/server.h"
 
 typedef struct serve_args {
@@ -37,6 +43,9 @@ typedef struct serve_args {
     const char **keys;
     size_t n_keys;
     const char *chat_template_file;
+    const char *config_reasoning_parser; /* --structured-outputs-config's reasoning_parser */
+    const char *structured_backend;      /* its backend, NULL when not given */
+    json_t *structured_json;             /* its value, which the strings above point into */
     double shutdown_timeout;
     bool disable_log_stats;
     bool async_scheduling;
@@ -72,6 +81,10 @@ static const char usage[] =
     "  --reasoning-content               (cvllm) also emit the pre-2026 field name reasoning_content\n"
     "  --enable-auto-tool-choice         tool_choice \"auto\" (needs --tool-call-parser)\n"
     "  --tool-call-parser NAME           hermes (Qwen3) or qwen3_coder (Qwen3-Coder, Qwen3.5/3.6)\n"
+    "  --structured-outputs-config JSON  vLLM's keys: backend (any: all run cvllm's grammar engine),\n"
+    "                                    disable_any_whitespace, disable_additional_properties,\n"
+    "                                    enable_in_reasoning, reasoning_parser; (cvllm) whitespace_pattern.\n"
+    "                                    Dotted keys work too: --structured-outputs-config.backend xgrammar\n"
     "Endpoints: /v1/completions /v1/chat/completions /v1/chat/completions/render /v1/models /tokenize\n"
     "/detokenize /health /ping /version /metrics.\n";
 
@@ -85,6 +98,92 @@ static const cv_ignored_flag ignored_serve_flags[] = {
     {"--disable-fastapi-docs", CV_IGNORED_SWITCH, NULL},
     {"--disable-uvicorn-access-log", CV_IGNORED_SWITCH, NULL},
 };
+
+/* One key of --structured-outputs-config into g; an error in pydantic's words, or NULL. */
+static char *structured_key(const char *key, const json_t *v, serve_args *g) {
+    static const char *const backends[] = {"auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer"};
+    cv_api_structured_config *so = &g->server.structured;
+    cv_pyfailure f;
+    bool flag = false;
+    bool *target = !strcmp(key, "disable_any_whitespace")          ? &so->disable_any_whitespace
+                   : !strcmp(key, "disable_additional_properties") ? &so->disable_additional_properties
+                   : !strcmp(key, "enable_in_reasoning")           ? &so->enable_in_reasoning
+                   : !strcmp(key, "disable_fallback")              ? &flag /* one engine: nothing to fall back to */
+                                                                   : NULL;
+    if (target) return cv_py_bool(v, target, &f) ? NULL : cv_xasprintf("%s: %s", key, f.msg);
+    bool is_str = json_is_string(v);
+    const char *text = json_string_value(v);
+    if (!strcmp(key, "backend")) {
+        for (size_t i = 0; is_str && i < CV_ARRAY_LEN(backends); i++)
+            if (!strcmp(text, backends[i])) {
+                g->structured_backend = backends[i];
+                return NULL;
+            }
+        return cv_xstrdup("backend: Input should be 'auto', 'xgrammar', 'guidance', 'outlines' or 'lm-format-enforcer'");
+    }
+    if (strcmp(key, "reasoning_parser") && strcmp(key, "reasoning_parser_plugin") && strcmp(key, "whitespace_pattern"))
+        return cv_xasprintf("%s: Unexpected keyword argument", key);
+    if (!is_str) return cv_xasprintf("%s: Input should be a valid string", key);
+    if (!strcmp(key, "reasoning_parser")) {
+        if (*text && strcmp(text, "qwen3") != 0) return cv_xasprintf("invalid reasoning parser: %s (chose from { qwen3 })", text);
+        g->config_reasoning_parser = *text ? text : NULL;
+    } else if (!strcmp(key, "reasoning_parser_plugin")) {
+        if (*text) return cv_xasprintf("reasoning_parser_plugin: cvllm loads no Python plugins ('%s')", text);
+    } else {
+        so->whitespace_pattern = text;
+    }
+    return NULL;
+}
+
+/* --structured-outputs-config: validated as vLLM validates StructuredOutputsConfig, every error
+ * listed. The strings it hands out point into *j, which the caller keeps. */
+static bool structured_config(cv_args *a, serve_args *g) {
+    const char *v;
+    if (!cv_args_value(a, "--structured-outputs-config", &v)) return false;
+    if (!v) return true;
+    json_error_t jerr;
+    json_t *j = json_loads(v, JSON_DECODE_ANY, &jerr);
+    if (!json_is_object(j)) {
+        cv_args_error(a, "--structured-outputs-config must be a JSON object%s%s", j ? ", got " : ": ", j ? v : jerr.text);
+        json_decref(j);
+        return true;
+    }
+    /* argparse keeps the last value: a repeated flag starts over */
+    json_decref(g->structured_json);
+    g->structured_json = j;
+    g->server.structured = (cv_api_structured_config){0};
+    g->structured_backend = g->config_reasoning_parser = NULL;
+    char *errors = NULL;
+    int n = 0;
+    const char *key;
+    json_t *field;
+    json_object_foreach(j, key, field) {
+        char *e = structured_key(key, field, g);
+        if (!e) continue;
+        char *more = errors ? cv_xasprintf("%s; %s", errors, e) : cv_xstrdup(e);
+        free(errors);
+        free(e);
+        errors = more;
+        n++;
+    }
+    /* vLLM's own check: these options exist only in some of its backends. */
+    const cv_api_structured_config *so = &g->server.structured;
+    const char *backend = g->structured_backend ? g->structured_backend : "auto";
+    const char *unsupported = NULL;
+    if (so->disable_any_whitespace && strcmp(backend, "xgrammar") && strcmp(backend, "guidance"))
+        unsupported = "disable_any_whitespace is only supported for xgrammar and guidance backends.";
+    else if (so->disable_additional_properties && strcmp(backend, "guidance"))
+        unsupported = "disable_additional_properties is only supported for the guidance backend.";
+    if (!errors && unsupported) {
+        errors = cv_xstrdup(unsupported);
+        n = 1;
+    }
+    if (errors)
+        cv_args_error(a, "argument --structured-outputs-config: %d validation error%s for StructuredOutputsConfig: %s", n,
+                      n > 1 ? "s" : "", errors);
+    free(errors);
+    return true;
+}
 
 static bool chat_flag(cv_args *a, serve_args *g) {
     const char *v;
@@ -106,7 +205,7 @@ static bool chat_flag(cv_args *a, serve_args *g) {
         g->server.tool_call_parser = v;
     } else if (cv_args_flag(a, "--enable-auto-tool-choice")) g->server.enable_auto_tool_choice = true;
     else if (cv_args_flag(a, "--reasoning-content")) g->server.reasoning_content = true;
-    else return false;
+    else return structured_config(a, g);
     return true;
 }
 
@@ -166,6 +265,11 @@ static int parse_serve_args(cv_args *a, serve_args *g) {
     if (!g->engine.model) return cv_args_error(a, "no MODEL given (see cvllm serve --help)");
     if (g->server.enable_auto_tool_choice && !g->server.tool_call_parser)
         return cv_args_error(a, "--enable-auto-tool-choice requires --tool-call-parser");
+    /* vLLM's --reasoning-parser is the same setting as the config's reasoning_parser. */
+    if (!g->server.reasoning_parser) g->server.reasoning_parser = g->config_reasoning_parser;
+    if (g->structured_json)
+        cv_info("serve", "structured outputs: backend '%s' is served by cvllm's own grammar engine (every backend is)",
+                g->structured_backend ? g->structured_backend : "auto");
     const char *env_key = getenv("VLLM_API_KEY");
     if (g->n_keys == 0 && env_key && *env_key) {
         g->keys = cv_xrealloc(g->keys, sizeof *g->keys);
@@ -260,6 +364,7 @@ int cmd_serve(int argc, char **argv) {
     if (status == 0) status = run_server(&a, &g);
     free(g.names);
     free(g.keys);
+    json_decref(g.structured_json);
     cv_args_free(&a);
     return status < 0 ? 0 : status;
 }

@@ -17,9 +17,15 @@
  *
  * Chat requests are rendered with the model's own Jinja chat template (src/chat/) at parse time, and
  * the parse also decides how the output is read back: the reasoning parser splits <think> blocks
- * into `reasoning`, the tool-call parser turns <tool_call> blocks into OpenAI `tool_calls`
- * (api_chat_output.c). Both run in the response fold, streaming or not, so every way the engine's
- * text is cut into deltas gives the same message.
+ * into `reasoning`, the tool-call parser turns <tool_call> blocks into OpenAI `tool_calls`, and a
+ * forced tool choice reads the constrained output as the call itself (api_chat_output.c). All run in
+ * the response fold, streaming or not, so every way the engine's text is cut into deltas gives the
+ * same message.
+ *
+ * Structured outputs (response_format, structured_outputs, tool_choice "required" or named) end as
+ * one cvllm_constraint description in the request, with owned copies of its text. Compiling it
+ * needs the engine, so the server does that after cv_api_prepare and puts the grammar into the
+ * params; this layer only decides what the constraint is and from which token it applies.
  *
  * Errors are vLLM's {"error":{"message","type","param","code"}} with the HTTP status as code.
  */
@@ -71,7 +77,17 @@ typedef struct cv_api_chat_config {
     bool has_tool_parser;          /* --tool-call-parser given */
     cv_tool_parser_kind tool_parser;
     bool auto_tool_choice;         /* --enable-auto-tool-choice */
+    int32_t think_start_id, think_end_id; /* "<think>" and "</think>" with a reasoning parser, else -1:
+                                           * a constraint waits for the end of the reasoning */
 } cv_api_chat_config;
+
+/* The server's structured-output defaults (--structured-outputs-config). */
+typedef struct cv_api_structured_config {
+    bool disable_any_whitespace;   /* or'ed with each request's own */
+    bool disable_additional_properties;
+    const char *whitespace_pattern; /* when the request gives none; NULL = the engine's default */
+    bool enable_in_reasoning;      /* constrain the reasoning section too (vLLM's default: false) */
+} cv_api_structured_config;
 
 /* Engine-wide facts the protocol needs; filled by the server from the engine. */
 typedef struct cv_api_limits {
@@ -84,6 +100,7 @@ typedef struct cv_api_limits {
     const cv_api_chat_config *chat; /* NULL: no chat template (chat requests get vLLM's 400) */
     const char *served_model;   /* the first served model name, which vLLM names when it refuses
                                  * multimodal input; NULL reads as "model" */
+    cv_api_structured_config structured;
 } cv_api_limits;
 
 typedef struct cv_api_prompt {
@@ -92,6 +109,8 @@ typedef struct cv_api_prompt {
     int32_t *ids;               /* given, or filled by cv_api_prepare */
     size_t n_ids;
     int32_t max_tokens;         /* for the engine, set by cv_api_prepare */
+    int32_t grammar_after_token_id; /* the params' field, set by cv_api_prepare: -1, or "</think>" when
+                                     * the prompt leaves a reasoning section to the output */
 } cv_api_prompt;
 
 typedef struct cv_api_request {
@@ -135,8 +154,16 @@ typedef struct cv_api_request {
     bool parse_tool_calls;      /* tool_choice auto/required/named with a tool-call parser */
     cv_tool_parser_kind tool_parser;
     cv_tool_choice tool_choice;
+    char *forced_tool;          /* named tool choice: the function whose arguments the output is */
     bool parallel_tool_calls;   /* false: at most one call per choice */
     json_t *tools;              /* the request's tools (a reference), for parameter types; or NULL */
+    /* structured outputs: the constraint on every choice's output, when has_constraint; its strings
+     * point into the copies below. The server compiles it into params.grammar. */
+    bool has_constraint;
+    cvllm_constraint constraint;
+    char *constraint_spec;      /* schema (JSON text), regex or grammar */
+    char **constraint_choices;
+    char *whitespace_pattern;
 } cv_api_request;
 
 int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
@@ -154,7 +181,7 @@ void cv_api_request_free(cv_api_request *req);
 /* Tokenizes text prompts, checks ids and context length, and sets every prompt's max_tokens. */
 int cv_api_prepare(cv_api_request *req, const cvllm_tokenizer *tok, const cv_api_limits *lim, cv_api_error *err);
 
-/* The engine parameters for one prompt of a prepared request. */
+/* The engine parameters for one prompt of a prepared request (params.grammar is the server's). */
 cvllm_sampling_params cv_api_prompt_params(const cv_api_request *req, size_t prompt_index);
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -174,6 +201,7 @@ typedef struct cv_api_choice {
     /* chat streaming: output parser states (see cv_api_request.parse_*) */
     cv_reasoning_stream reasoning;
     cv_tool_stream *tool_stream;
+    struct cv_forced_stream *forced; /* a forced tool choice's call(s) */
     size_t n_tool_calls;        /* calls sent so far */
 } cv_api_choice;
 

@@ -132,13 +132,10 @@ int cv_api_pyfail(cv_api_error *err, const cv_loc *at, const json_t *input, cons
     return cv_pyerrors_fail(&l, err);
 }
 
-int cv_api_value_error(cv_api_error *err, const json_t *body, const char *cls, const char *param,
-                       const json_t *value, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char text[1024];
+static int value_error(cv_api_error *err, const cv_loc *at, const json_t *input, const char *cls, const char *param,
+                       const json_t *value, const char *fmt, va_list ap) {
+    char text[2048];
     vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
     /* VLLMValidationError.__str__ appends its parameter and value; the ctx holds the exception's repr. */
     char *msg = NULL, *ctx = NULL;
     size_t len = 0, cap = 0, clen = 0, ccap = 0;
@@ -163,12 +160,29 @@ int cv_api_value_error(cv_api_error *err, const json_t *body, const char *cls, c
     cv_buf_append(&ctx, &clen, &ccap, "(", 1);
     append_str(&ctx, &clen, &ccap, text);
     cv_buf_append(&ctx, &clen, &ccap, ")}", 2);
-    /* The whole body is the input and the error's location; the handler names a VLLMValidationError's
-     * parameter instead when it has one. */
-    cv_api_pyfail(err, NULL, body, "value_error", msg, ctx);
+    /* The handler names a VLLMValidationError's parameter instead of the location when it has one. */
+    cv_api_pyfail(err, at, input, "value_error", msg, ctx);
     if (param) snprintf(err->param, sizeof err->param, "%s", param);
     free(msg);
     free(ctx);
+    return -1;
+}
+
+int cv_api_value_error(cv_api_error *err, const json_t *body, const char *cls, const char *param,
+                       const json_t *value, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    value_error(err, NULL, body, cls, param, value, fmt, ap); /* the whole body is the input and the location */
+    va_end(ap);
+    return -1;
+}
+
+int cv_api_value_error_at(cv_api_error *err, const cv_loc *at, const json_t *input, const char *cls,
+                          const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    value_error(err, at, input, cls, NULL, NULL, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -341,7 +355,7 @@ bool cv_py_float(const json_t *v, double *out, cv_pyfailure *f) {
     return false;
 }
 
-static bool py_bool(const json_t *v, bool *out, cv_pyfailure *f) {
+bool cv_py_bool(const json_t *v, bool *out, cv_pyfailure *f) {
     static const char *const words[] = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"};
     *f = (cv_pyfailure){"bool_parsing", BOOL_PARSING};
     if (json_is_boolean(v)) {
@@ -456,7 +470,7 @@ int cv_get_bool(const json_t *o, const cv_loc *up, const char *key, unsigned fla
     if (null_error) return cv_api_pyfail(err, &at, json_null(), "bool_type", BOOL_MSG, NULL);
     if (!v) return 0;
     cv_pyfailure f;
-    if (!py_bool(v, out, &f)) return cv_api_pyfail(err, &at, v, f.type, f.msg, NULL);
+    if (!cv_py_bool(v, out, &f)) return cv_api_pyfail(err, &at, v, f.type, f.msg, NULL);
     return 0;
 }
 

@@ -61,6 +61,10 @@ int cv_api_pyfail(cv_api_error *err, const cv_loc *at, const json_t *input, cons
  * ValueError, or one without a parameter, names the body. Returns -1. */
 int cv_api_value_error(cv_api_error *err, const json_t *body, const char *cls, const char *param,
                        const json_t *value, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The same raised while a nested value is validated (a dataclass's __post_init__): the error sits at
+ * `at`, with that value as its input. */
+int cv_api_value_error_at(cv_api_error *err, const cv_loc *at, const json_t *input, const char *cls,
+                          const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Readers of o[key]; `up` locates o in the body (NULL: o is the body). An absent field leaves *out
  * alone; so does null for an OPTIONAL field (`T | None` in vLLM's model), while null for any other
@@ -103,6 +107,7 @@ typedef struct cv_pyfailure {
 } cv_pyfailure;
 bool cv_py_int(const json_t *v, int64_t *out, bool *big, cv_pyfailure *f);
 bool cv_py_float(const json_t *v, double *out, cv_pyfailure *f);
+bool cv_py_bool(const json_t *v, bool *out, cv_pyfailure *f);
 
 /* Messages of pydantic errors that callers report themselves. */
 extern const char CV_PY_STRING_TYPE[], CV_PY_DICT_TYPE[], CV_PY_LIST_TYPE[], CV_PY_INT_TYPE[], CV_PY_FLOAT_TYPE[],

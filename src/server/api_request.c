@@ -32,6 +32,10 @@
  * Chat requests are rendered here with the server's chat template (see api.h); the template's own
  * errors, raise_exception() messages included, are 400s carrying its message.
  *
+ * response_format, structured_outputs and a forced tool choice become the request's one constraint
+ * (the "Structured outputs" section says in which steps vLLM reads them); cv_api_prepare decides from
+ * which token it applies, the server compiles it.
+ *
  * Context-length rules (cv_api_prepare) follow vLLM 0.10–0.11, whose two messages clients match on
  * ("maximum context length", "is too large"):
  *   - a prompt of P >= L tokens is rejected;
@@ -432,7 +436,7 @@ static int check_vllm_xargs(const json_t *o, cv_api_error *err) {
 static int check_unsupported(const json_t *o, cv_api_error *err) {
     bool beam = false, watermarking = false;
     int64_t budget = -1;
-    const json_t *kv, *ec, *ids = NULL, *rf = field(o, "response_format");
+    const json_t *kv, *ec, *ids = NULL;
     int32_t *unused_ids = NULL;
     size_t n_ids = 0;
     if (cv_get_bool(o, NULL, "use_beam_search", 0, &beam, err) ||
@@ -460,28 +464,370 @@ static int check_unsupported(const json_t *o, cv_api_error *err) {
         return cv_api_fail(err, 400, "ec_transfer_params",
                            "ec_transfer_params needs an encoder cache transfer connector (vLLM's --ec-transfer-config), "
                            "which this server does not have");
-    if (rf) {
-        json_t *type = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        cv_loc at = {NULL, "response_format", 0};
-        if (!json_is_object(rf)) {
-            cv_pyerrors l = {0};
-            cv_pyerrors_model_type(&l, &at, rf, "ResponseFormat");
-            return cv_pyerrors_fail(&l, err);
-        }
-        static const char *const formats[] = {"text", "json_object", "json_schema", "structural_tag"};
-        if (!json_is_string(type) || !in_list(json_string_value(type), formats, CV_ARRAY_LEN(formats))) {
-            cv_loc type_at = {&at, "type", 0};
-            return cv_api_pyfail(err, &type_at, type ? type : rf, type ? "literal_error" : "missing",
-                                 type ? "Input should be 'text', 'json_object' or 'json_schema'" : CV_PY_MISSING,
-                                 type ? "{'expected': \"'text', 'json_object' or 'json_schema'\"}" : NULL);
-        }
-        if (strcmp(json_string_value(type), "text") != 0)
-            return cv_api_fail(err, 400, "response_format", "response_format type '%.32s' is not supported yet; only 'text' is",
-                               json_string_value(type));
-    }
-    if (field(o, "structured_outputs"))
-        return cv_api_fail(err, 400, "structured_outputs", "structured outputs are not supported yet");
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Structured outputs                                                                                */
+
+/* vLLM reads response_format, structured_outputs and a forced tool choice in three places, and
+ * cvllm follows each:
+ *   1. before-validators on the raw body: a json_schema format needs its json_schema; at most one of
+ *      json / regex / choice in structured_outputs; a structural tag is checked here, which is where
+ *      cvllm refuses it (its grammar engine has no structural tags);
+ *   2. field validation: response_format as the union ResponseFormat | StructuralTagResponseFormat |
+ *      LegacyStructuralTagResponseFormat (every member's errors when none fits), structured_outputs
+ *      as the StructuredOutputsParams dataclass, whose __post_init__ wants exactly one constraint;
+ *   3. building the sampling params: a "required" or named tool choice replaces structured_outputs
+ *      with a schema made from the tools (the tool parser's adjust_request), then response_format
+ *      is merged over it (structured_outputs_from_response_format), and the result must again hold
+ *      exactly one constraint. Those failures are BadRequestErrors with the dataclass's words. */
+
+static const char *const SO_CONSTRAINTS[] = {"json", "regex", "choice", "grammar", "json_object", "structural_tag"};
+static const char NO_STRUCTURAL_TAG[] =
+    "structural_tag is not supported by this server: cvllm's grammar engine has no structural tags; constrain the "
+    "output with json, regex, choice or grammar instead";
+
+/* What a request asked for, from field validation until the tools are known. */
+typedef struct structured_in {
+    json_t *so;              /* structured_outputs as the dataclass holds it (see so_dict), or NULL */
+    const char *rf;          /* response_format type when it constrains: "json_object" or "json_schema" */
+    json_t *rf_schema;       /* json_schema.schema (a reference), or NULL */
+} structured_in;
+
+static void structured_in_free(structured_in *in) {
+    json_decref(in->so);
+    json_decref(in->rf_schema);
+    *in = (structured_in){0};
+}
+
+/* StructuredOutputsParams' fields in declaration order, unset. Its repr (jinja_py_repr) is the dict
+ * __post_init__ prints in its messages. */
+static json_t *so_dict(void) {
+    return json_pack("{s:n, s:n, s:n, s:n, s:n, s:b, s:b, s:n, s:n}", "json", "regex", "choice", "grammar",
+                     "json_object", "disable_any_whitespace", 0, "disable_additional_properties", 0,
+                     "whitespace_pattern", "structural_tag");
+}
+
+static size_t so_count(const json_t *so) {
+    size_t n = 0;
+    for (size_t i = 0; i < CV_ARRAY_LEN(SO_CONSTRAINTS); i++) n += !json_is_null(json_object_get(so, SO_CONSTRAINTS[i]));
+    return n;
+}
+
+/* __post_init__'s message when `so` does not hold exactly one constraint; NULL when it does. */
+static char *so_count_error(const json_t *so) {
+    size_t n = so_count(so);
+    if (n == 1) return NULL;
+    char *shown = jinja_py_repr(so);
+    char *msg = cv_xasprintf(n > 1 ? "You can only use one kind of structured outputs constraint but multiple are "
+                                     "specified: %s"
+                                   : "You must use one kind of structured outputs constraint but none are specified: %s",
+                             shown);
+    free(shown);
+    return msg;
+}
+
+/* The before-validators: ChatCompletionRequest's and CompletionRequest's validate_response_format and
+ * check_structured_outputs_count. */
+static int check_structured(const json_t *o, cv_api_error *err) {
+    const json_t *rf = field(o, "response_format"), *so = field(o, "structured_outputs");
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (type && !strcmp(type, "json_schema") && !field(rf, "json_schema"))
+        return cv_api_value_error(err, o, VVE, "response_format", NULL,
+                                  "When response_format type is 'json_schema', the 'json_schema' field must be provided.");
+    if (type && !strcmp(type, "structural_tag")) return cv_api_fail(err, 400, "response_format", "%s", NO_STRUCTURAL_TAG);
+    if (!json_is_object(so)) return 0; /* field validation words the type error */
+    int n = 0;
+    for (size_t i = 0; i < 3; i++) n += field(so, SO_CONSTRAINTS[i]) != NULL;
+    if (n > 1)
+        return cv_api_value_error(err, o, VVE, "structured_outputs", NULL,
+                                  "You can only use one kind of constraints for structured outputs ('json', 'regex' or "
+                                  "'choice').");
+    if (field(so, "structural_tag")) return cv_api_fail(err, 400, "structured_outputs", "%s", NO_STRUCTURAL_TAG);
+    return 0;
+}
+
+/* One field of a union member, checked into the member's error list (pydantic lists them all). */
+static void member_missing(cv_pyerrors *l, const json_t *o, const cv_loc *at, const char *key) {
+    cv_loc key_at = {at, key, 0};
+    if (!json_object_get(o, key)) cv_pyerrors_add(l, &key_at, o, "missing", CV_PY_MISSING, NULL);
+}
+
+static void member_str(cv_pyerrors *l, const json_t *o, const cv_loc *at, const char *key, bool required) {
+    const json_t *v = json_object_get(o, key);
+    cv_loc key_at = {at, key, 0};
+    if (required) member_missing(l, o, at, key);
+    if (v && !json_is_string(v) && (required || !json_is_null(v)))
+        cv_pyerrors_add(l, &key_at, v, "string_type", CV_PY_STRING_TYPE, NULL);
+}
+
+static void member_literal(cv_pyerrors *l, const json_t *o, const cv_loc *at, const char *const *choices, size_t n,
+                           const char *expected) {
+    const json_t *v = json_object_get(o, "type");
+    cv_loc type_at = {at, "type", 0};
+    if (!v) {
+        cv_pyerrors_add(l, &type_at, o, "missing", CV_PY_MISSING, NULL);
+        return;
+    }
+    if (json_is_string(v) && in_list(json_string_value(v), choices, n)) return;
+    char msg[96], ctx[96];
+    snprintf(msg, sizeof msg, "Input should be %s", expected);
+    snprintf(ctx, sizeof ctx, "{'expected': \"%s\"}", expected);
+    cv_pyerrors_add(l, &type_at, v, "literal_error", msg, ctx);
+}
+
+/* list[str] / list[Model] fields of LegacyStructuralTagResponseFormat. */
+static void member_list(cv_pyerrors *l, const json_t *o, const cv_loc *at, const char *key, bool of_tags) {
+    const json_t *v = json_object_get(o, key);
+    cv_loc key_at = {at, key, 0};
+    if (!v) {
+        cv_pyerrors_add(l, &key_at, o, "missing", CV_PY_MISSING, NULL);
+        return;
+    }
+    if (!json_is_array(v)) {
+        cv_pyerrors_add(l, &key_at, v, "list_type", CV_PY_LIST_TYPE, NULL);
+        return;
+    }
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *item = json_array_get(v, i);
+        cv_loc item_at = {&key_at, NULL, i};
+        if (!of_tags) {
+            if (!json_is_string(item)) cv_pyerrors_add(l, &item_at, item, "string_type", CV_PY_STRING_TYPE, NULL);
+        } else if (!json_is_object(item)) {
+            cv_pyerrors_model_type(l, &item_at, item, "LegacyStructuralTag");
+        } else {
+            cv_loc schema_at = {&item_at, "schema", 0};
+            const json_t *schema = json_object_get(item, "schema");
+            member_str(l, item, &item_at, "begin", true);
+            if (schema && !json_is_null(schema) && !json_is_object(schema))
+                cv_pyerrors_add(l, &schema_at, schema, "dict_type", CV_PY_DICT_TYPE, NULL);
+            member_str(l, item, &item_at, "end", true);
+        }
+    }
+}
+
+/* ResponseFormat's errors for `v` (an object) at `at`; none when it is a valid ResponseFormat. */
+static void response_format_errors(cv_pyerrors *l, const json_t *v, const cv_loc *at) {
+    static const char *const types[] = {"text", "json_object", "json_schema"};
+    member_literal(l, v, at, types, CV_ARRAY_LEN(types), "'text', 'json_object' or 'json_schema'");
+    const json_t *js = json_object_get(v, "json_schema");
+    if (!js || json_is_null(js)) return;
+    cv_loc js_at = {at, "json_schema", 0};
+    if (!json_is_object(js)) {
+        cv_pyerrors_model_type(l, &js_at, js, "JsonSchemaResponseFormat");
+        return;
+    }
+    /* The schema travels under its alias "schema" (vLLM's field is json_schema, aliased). */
+    const json_t *schema = json_object_get(js, "schema"), *strict = json_object_get(js, "strict");
+    cv_loc schema_at = {&js_at, "schema", 0}, strict_at = {&js_at, "strict", 0};
+    bool flag;
+    cv_pyfailure f;
+    member_str(l, js, &js_at, "name", true);
+    member_str(l, js, &js_at, "description", false);
+    if (schema && !json_is_null(schema) && !json_is_object(schema))
+        cv_pyerrors_add(l, &schema_at, schema, "dict_type", CV_PY_DICT_TYPE, NULL);
+    if (strict && !json_is_null(strict) && !cv_py_bool(strict, &flag, &f)) cv_pyerrors_add(l, &strict_at, strict, f.type, f.msg, NULL);
+}
+
+/* response_format: AnyResponseFormat | None. A structural tag was refused before (check_structured),
+ * so a valid value is a ResponseFormat; otherwise pydantic lists what every member said. */
+static int read_response_format(const json_t *o, structured_in *in, cv_api_error *err) {
+    static const char *const members[] = {"ResponseFormat", "StructuralTagResponseFormat",
+                                          "LegacyStructuralTagResponseFormat"};
+    static const char *const tag[] = {"structural_tag"};
+    const json_t *v = field(o, "response_format");
+    if (!v) return 0;
+    cv_loc at = {NULL, "response_format", 0}, m0 = {&at, members[0], 0}, m1 = {&at, members[1], 0},
+           m2 = {&at, members[2], 0};
+    cv_pyerrors l = {0};
+    if (!json_is_object(v)) {
+        for (size_t i = 0; i < CV_ARRAY_LEN(members); i++) {
+            cv_loc m = {&at, members[i], 0};
+            cv_pyerrors_model_type(&l, &m, v, members[i]);
+        }
+        return cv_pyerrors_fail(&l, err);
+    }
+    response_format_errors(&l, v, &m0);
+    if (l.n == 0) {
+        const char *type = json_string_value(json_object_get(v, "type"));
+        if (strcmp(type, "text") != 0) in->rf = !strcmp(type, "json_object") ? "json_object" : "json_schema";
+        in->rf_schema = json_incref(field(field(v, "json_schema"), "schema"));
+        return 0;
+    }
+    member_literal(&l, v, &m1, tag, 1, "'structural_tag'");
+    member_missing(&l, v, &m1, "format");
+    member_literal(&l, v, &m2, tag, 1, "'structural_tag'");
+    member_list(&l, v, &m2, "structures", true);
+    member_list(&l, v, &m2, "triggers", false);
+    return cv_pyerrors_fail(&l, err);
+}
+
+/* structured_outputs: StructuredOutputsParams | None, a dataclass: its fields' types, then
+ * __post_init__'s one-constraint rule. disable_fallback, gone from vLLM's dataclass, is an unknown
+ * key it ignores, as it ignores every other. */
+static int read_structured_outputs(const json_t *o, structured_in *in, cv_api_error *err) {
+    const json_t *v = field(o, "structured_outputs");
+    if (!v) return 0;
+    cv_loc at = {NULL, "structured_outputs", 0};
+    if (!json_is_object(v))
+        return cv_api_pyfail(err, &at, v, "dataclass_type", "Input should be a dictionary or an instance of StructuredOutputsParams",
+                             "{'class_name': 'StructuredOutputsParams'}");
+    const json_t *js = field(v, "json");
+    if (js && !json_is_string(js) && !json_is_object(js)) {
+        cv_pyerrors l = {0};
+        cv_loc json_at = {&at, "json", 0}, as_str = {&json_at, "str", 0}, as_dict = {&json_at, "dict[any,any]", 0};
+        cv_pyerrors_add(&l, &as_str, js, "string_type", CV_PY_STRING_TYPE, NULL);
+        cv_pyerrors_add(&l, &as_dict, js, "dict_type", CV_PY_DICT_TYPE, NULL);
+        return cv_pyerrors_fail(&l, err);
+    }
+    char **choices = NULL;
+    size_t n_choices = 0;
+    bool json_object = false, no_whitespace = false, no_additional = false;
+    if (cv_check_str(v, &at, "regex", CV_OPTIONAL, NULL, err) ||
+        cv_get_strs(v, &at, "choice", CV_OPTIONAL, SIZE_MAX, &choices, &n_choices, err) ||
+        cv_check_str(v, &at, "grammar", CV_OPTIONAL, NULL, err) ||
+        cv_get_bool(v, &at, "json_object", CV_OPTIONAL, &json_object, err) ||
+        cv_get_bool(v, &at, "disable_any_whitespace", 0, &no_whitespace, err) ||
+        cv_get_bool(v, &at, "disable_additional_properties", 0, &no_additional, err) ||
+        cv_check_str(v, &at, "whitespace_pattern", CV_OPTIONAL, NULL, err) ||
+        cv_check_str(v, &at, "structural_tag", CV_OPTIONAL, NULL, err))
+        return -1;
+    for (size_t i = 0; i < n_choices; i++) free(choices[i]);
+    free(choices);
+    json_t *so = so_dict();
+    static const char *const copied[] = {"json", "regex", "choice", "grammar", "whitespace_pattern", "structural_tag"};
+    for (size_t i = 0; i < CV_ARRAY_LEN(copied); i++)
+        if (field(v, copied[i])) json_object_set(so, copied[i], field(v, copied[i]));
+    if (field(v, "json_object")) json_object_set_new(so, "json_object", json_boolean(json_object));
+    json_object_set_new(so, "disable_any_whitespace", json_boolean(no_whitespace));
+    json_object_set_new(so, "disable_additional_properties", json_boolean(no_additional));
+    char *msg = so_count_error(so);
+    if (msg) {
+        cv_api_value_error_at(err, &at, v, VVE, "%s", msg);
+        free(msg);
+        json_decref(so);
+        return -1;
+    }
+    in->so = so;
+    return 0;
+}
+
+static int read_structured(const json_t *o, structured_in *in, cv_api_error *err) {
+    return read_response_format(o, in, err) || read_structured_outputs(o, in, err);
+}
+
+/* The schema a forced tool choice imposes (vLLM's get_json_schema_from_tools): a named tool's
+ * parameters as they are (NULL when it has none: then nothing is forced); for "required", an array
+ * of at least one {name, parameters} object, one anyOf branch per tool, each tool's $defs moved to
+ * the top so that its "#/$defs/..." references still resolve there. */
+static int tool_schema(const cv_api_request *req, json_t **out, cv_api_error *err) {
+    *out = NULL;
+    size_t i;
+    const json_t *tool;
+    if (req->tool_choice == CV_TOOL_CHOICE_NAMED) {
+        json_array_foreach(req->tools, i, tool) {
+            const json_t *fn = json_object_get(tool, "function");
+            if (strcmp(json_string_value(json_object_get(fn, "name")), req->forced_tool) != 0) continue;
+            *out = json_deep_copy(field(fn, "parameters"));
+            return 0;
+        }
+        return 0;
+    }
+    if (req->tool_choice != CV_TOOL_CHOICE_REQUIRED) return 0;
+    json_t *branches = json_array(), *defs = json_object();
+    json_array_foreach(req->tools, i, tool) {
+        const json_t *fn = json_object_get(tool, "function"), *params = field(fn, "parameters");
+        json_t *p = json_object_size(params) ? json_deep_copy(params) : json_pack("{s:s, s:{}}", "type", "object", "properties");
+        const json_t *tool_defs = json_object_get(p, "$defs");
+        const char *name;
+        json_t *def;
+        json_object_foreach((json_t *)tool_defs, name, def) {
+            const json_t *seen = json_object_get(defs, name);
+            if (seen && !json_equal(seen, def)) {
+                cv_api_fail(err, 400, NULL, "Tool definition '%s' has multiple schemas, which is not supported.", name);
+                json_decref(p);
+                json_decref(branches);
+                json_decref(defs);
+                return -1;
+            }
+            json_object_set(defs, name, def);
+        }
+        if (json_is_object(tool_defs)) json_object_del(p, "$defs");
+        json_array_append_new(branches, json_pack("{s:{s:{s:s, s:[O]}, s:o}, s:[s, s]}", "properties", "name", "type",
+                                                  "string", "enum", json_object_get(fn, "name"), "parameters", p,
+                                                  "required", "name", "parameters"));
+    }
+    *out = json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "array", "minItems", 1, "items", "type", "object", "anyOf",
+                     branches);
+    if (json_object_size(defs)) json_object_set(*out, "$defs", defs);
+    json_decref(defs);
+    return 0;
+}
+
+/* The request's constraint as vLLM builds it for the sampling params (see the top of this section),
+ * then as cvllm_constraint with owned text; the server's defaults fill the options. */
+static int settle_constraint(const cv_api_limits *lim, const structured_in *in, cv_api_request *req, cv_api_error *err) {
+    json_t *schema, *so = json_incref(in->so);
+    if (tool_schema(req, &schema, err)) {
+        json_decref(so);
+        return -1;
+    }
+    if (schema) {
+        json_decref(so);
+        so = so_dict();
+        json_object_set_new(so, "json", schema);
+    }
+    if (in->rf) {
+        if (!so) so = so_dict();
+        if (!strcmp(in->rf, "json_object")) json_object_set_new(so, "json_object", json_true());
+        else json_object_set(so, "json", in->rf_schema ? in->rf_schema : json_null());
+    }
+    if (!so) return 0;
+    char *msg = so_count_error(so);
+    const json_t *js = json_object_get(so, "json"), *choices = json_object_get(so, "choice");
+    cvllm_constraint *c = &req->constraint;
+    if (msg) {
+        cv_api_fail(err, 400, NULL, "%s", msg);
+    } else if (!json_is_null(js)) {
+        c->kind = CVLLM_CONSTRAINT_JSON;
+        req->constraint_spec = json_is_string(js) ? cv_xstrdup(json_string_value(js)) : json_dumps(js, JSON_COMPACT);
+    } else if (json_is_true(json_object_get(so, "json_object"))) {
+        c->kind = CVLLM_CONSTRAINT_JSON_OBJECT;
+    } else if (json_is_string(json_object_get(so, "regex"))) {
+        c->kind = CVLLM_CONSTRAINT_REGEX;
+        req->constraint_spec = cv_xstrdup(json_string_value(json_object_get(so, "regex")));
+    } else if (json_is_array(choices)) {
+        c->kind = CVLLM_CONSTRAINT_CHOICE;
+        c->n_choices = json_array_size(choices);
+        req->constraint_choices = cv_xcalloc(c->n_choices ? c->n_choices : 1, sizeof *req->constraint_choices);
+        for (size_t i = 0; i < c->n_choices; i++)
+            req->constraint_choices[i] = cv_xstrdup(json_string_value(json_array_get(choices, i)));
+    } else if (json_is_string(json_object_get(so, "grammar"))) {
+        c->kind = CVLLM_CONSTRAINT_GRAMMAR;
+        req->constraint_spec = cv_xstrdup(json_string_value(json_object_get(so, "grammar")));
+    } else {
+        /* json_object false, the one constraint named: vLLM's structured-output key finds none */
+        msg = cv_xstrdup("No valid structured output parameter found");
+        cv_api_fail(err, 400, NULL, "%s", msg);
+    }
+    if (!msg) {
+        const json_t *ws = json_object_get(so, "whitespace_pattern");
+        req->has_constraint = true;
+        c->spec = req->constraint_spec;
+        c->choices = (const char *const *)req->constraint_choices;
+        c->disable_any_whitespace = json_is_true(json_object_get(so, "disable_any_whitespace")) ||
+                                    lim->structured.disable_any_whitespace;
+        c->disable_additional_properties = json_is_true(json_object_get(so, "disable_additional_properties")) ||
+                                           lim->structured.disable_additional_properties;
+        if (json_is_string(ws) || lim->structured.whitespace_pattern)
+            req->whitespace_pattern = cv_xstrdup(json_is_string(ws) ? json_string_value(ws) : lim->structured.whitespace_pattern);
+        c->whitespace_pattern = req->whitespace_pattern;
+    }
+    int rc = msg ? -1 : 0;
+    free(msg);
+    json_decref(so);
+    return rc;
 }
 
 static int parse_truncation(const json_t *o, cv_api_request *req, cv_api_error *err) {
@@ -567,7 +913,8 @@ static int parse_sampling(const json_t *o, const cv_api_limits *lim, bool chat, 
 
 /* The before-validators both request models have. */
 static int check_common(const json_t *o, bool chat, cv_api_error *err) {
-    return check_cache_salt(o, err) || check_stream_options(o, err) || check_logprobs(o, chat, err);
+    return check_cache_salt(o, err) || check_stream_options(o, err) || check_logprobs(o, chat, err) ||
+           check_structured(o, err);
 }
 
 /* The fields both request models have, over the server's defaults. */
@@ -744,11 +1091,14 @@ static int parse_completion_fields(const json_t *o, const cv_api_limits *lim, cv
         return -1;
     req->max_tokens = 16; /* null is the default too (normalize_null_max_tokens) */
     const json_t *suffix;
-    if (cv_get_bool(o, NULL, "echo", CV_OPTIONAL, &req->echo, err) ||
-        cv_get_int32(o, NULL, "logprobs", CV_OPTIONAL, &req->top_logprobs, NULL, err) ||
-        cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &req->max_tokens, NULL, err) ||
-        cv_check_str(o, NULL, "suffix", CV_OPTIONAL, &suffix, err) || check_unsupported(o, err))
-        return -1;
+    structured_in in = {0};
+    int rc = cv_get_bool(o, NULL, "echo", CV_OPTIONAL, &req->echo, err) ||
+             cv_get_int32(o, NULL, "logprobs", CV_OPTIONAL, &req->top_logprobs, NULL, err) ||
+             cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &req->max_tokens, NULL, err) ||
+             cv_check_str(o, NULL, "suffix", CV_OPTIONAL, &suffix, err) || read_structured(o, &in, err) ||
+             check_unsupported(o, err) || settle_constraint(lim, &in, req, err);
+    structured_in_free(&in);
+    if (rc) return -1;
     /* What vLLM's serving code says once the model validated. */
     if (suffix) return cv_api_fail(err, 400, "suffix", "suffix is not currently supported");
     if (req->n_prompts == 0 && no_embeds(o)) return cv_api_fail(err, 400, "prompt", "'prompt' must not be an empty list");
@@ -1005,9 +1355,10 @@ static int tool_usage_failure(const json_t *o, const char *param, cv_api_error *
     return cv_api_value_error(err, o, VVE, param, NULL, "%s", cvllm_last_error());
 }
 
-/* tools and tool_choice (vLLM's validation and messages), and whether the output is parsed for
- * tool calls. vLLM forces "required" and named choices with structured outputs; without those here,
- * they read the model's own tool-call syntax, so they need a --tool-call-parser too. */
+/* tools and tool_choice (vLLM's validation and messages), and how the output is read: "auto" through
+ * the tool-call parser; "required" and a named tool as the constrained output itself (settle_constraint
+ * makes the constraint, api_chat_output.c reads it), which needs no tool-call parser. vLLM refuses
+ * those two without --tool-call-parser although its parser plays no part in them (docs/structured-outputs.md). */
 static int chat_tools(const json_t *o, const cv_api_chat_config *cfg, cv_api_request *req, cv_api_error *err) {
     json_t *tools = field(o, "tools");
     const char *named = NULL, *param;
@@ -1016,14 +1367,10 @@ static int chat_tools(const json_t *o, const cv_api_chat_config *cfg, cv_api_req
         return tool_usage_failure(o, param, err);
     if (check_tool_choice_type(o, err)) return -1;
     if (req->tool_choice == CV_TOOL_CHOICE_NONE) return 0;
-    if (!cfg->has_tool_parser)
-        return cv_api_fail(err, 400, "tool_choice",
-                           "tool_choice %s%.64s%s needs --tool-call-parser on this server (vLLM forces it with "
-                           "structured outputs, which are not supported yet)",
-                           named ? "'" : "", named ? named : "\"required\"", named ? "'" : "");
-    req->parse_tool_calls = true;
-    req->tool_parser = cfg->tool_parser;
     req->tools = json_incref(tools);
+    if (named) req->forced_tool = cv_xstrdup(named);
+    req->parse_tool_calls = req->tool_choice == CV_TOOL_CHOICE_AUTO;
+    req->tool_parser = cfg->tool_parser;
     return 0;
 }
 
@@ -1099,28 +1446,39 @@ static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool gen
     return 0;
 }
 
+/* The chat request's validators and fields, in vLLM's order, up to what the prompt needs. */
+static int check_chat_request(const json_t *o, const cv_api_limits *lim, cv_api_request *req, structured_in *in,
+                              bool *logprobs, int32_t *top, bool *max_given, cv_api_error *err) {
+    return check_common(o, true, err) || check_generation_prompt(o, true, err) ||
+           check_chat_fields(o, NULL, lim, true, err) || parse_common(o, lim, true, req, err) ||
+           cv_get_bool(o, NULL, "logprobs", CV_OPTIONAL, logprobs, err) ||
+           cv_get_int32(o, NULL, "top_logprobs", CV_OPTIONAL, top, NULL, err) ||
+           cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &req->max_tokens, max_given, err) ||
+           cv_get_int(o, NULL, "max_completion_tokens", CV_OPTIONAL, &req->max_tokens, max_given, err) ||
+           cv_get_bool(o, NULL, "include_reasoning", 0, &req->include_reasoning, err) ||
+           cv_get_bool(o, NULL, "parallel_tool_calls", CV_OPTIONAL, &req->parallel_tool_calls, err) ||
+           cv_get_bool(o, NULL, "echo", 0, &req->echo, err) ||
+           cv_get_bool(o, NULL, "return_prompt_text", CV_OPTIONAL, &req->return_prompt_text, err) ||
+           read_structured(o, in, err) || check_unsupported(o, err);
+}
+
 static int parse_chat_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
     bool logprobs = false, max_given = false;
     int32_t top = 0;
+    structured_in in = {0};
     req->max_tokens = -1;
     req->include_reasoning = true;
     req->parallel_tool_calls = true;
-    if (check_common(o, true, err) || check_generation_prompt(o, true, err) || check_chat_fields(o, NULL, lim, true, err) ||
-        parse_common(o, lim, true, req, err) ||
-        cv_get_bool(o, NULL, "logprobs", CV_OPTIONAL, &logprobs, err) ||
-        cv_get_int32(o, NULL, "top_logprobs", CV_OPTIONAL, &top, NULL, err) ||
-        cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &req->max_tokens, &max_given, err) ||
-        cv_get_int(o, NULL, "max_completion_tokens", CV_OPTIONAL, &req->max_tokens, &max_given, err) ||
-        cv_get_bool(o, NULL, "include_reasoning", 0, &req->include_reasoning, err) ||
-        cv_get_bool(o, NULL, "parallel_tool_calls", CV_OPTIONAL, &req->parallel_tool_calls, err) ||
-        cv_get_bool(o, NULL, "echo", 0, &req->echo, err) ||
-        cv_get_bool(o, NULL, "return_prompt_text", CV_OPTIONAL, &req->return_prompt_text, err) ||
-        check_unsupported(o, err))
-        return -1;
-    req->max_completion_tokens = field(o, "max_completion_tokens") != NULL;
-    if (max_given && req->max_tokens < 1)
-        return cv_api_fail(err, 400, "max_tokens", "max_tokens must be at least 1, got %lld.", (long long)req->max_tokens);
-    if (parse_chat_prompt(o, lim, true, req, err)) return -1;
+    int rc = check_chat_request(o, lim, req, &in, &logprobs, &top, &max_given, err);
+    if (!rc) {
+        req->max_completion_tokens = field(o, "max_completion_tokens") != NULL;
+        if (max_given && req->max_tokens < 1)
+            rc = cv_api_fail(err, 400, "max_tokens", "max_tokens must be at least 1, got %lld.", (long long)req->max_tokens);
+    }
+    /* The tools are resolved with the prompt, and a forced tool choice decides the constraint. */
+    if (!rc) rc = parse_chat_prompt(o, lim, true, req, err) || settle_constraint(lim, &in, req, err);
+    structured_in_free(&in);
+    if (rc) return -1;
     /* -1: the whole vocabulary, which the engine's max_logprobs check then words as vLLM does. */
     req->top_logprobs = logprobs ? (top == -1 ? lim->vocab_size : top) : -1;
     req->params.logprobs = req->top_logprobs;
@@ -1220,7 +1578,12 @@ void cv_api_request_free(cv_api_request *req) {
     free(req->cache_salt);
     free(req->request_id);
     free(req->user);
+    free(req->forced_tool);
     json_decref(req->tools);
+    free(req->constraint_spec);
+    for (size_t i = 0; i < req->constraint.n_choices; i++) free(req->constraint_choices[i]);
+    free(req->constraint_choices);
+    free(req->whitespace_pattern);
     memset(req, 0, sizeof *req);
 }
 
@@ -1282,12 +1645,31 @@ static int check_prompt(const cv_api_request *req, cv_api_prompt *p, const cv_ap
     return 0;
 }
 
+/* The token after which the constraint applies (the params' grammar_after_token_id): with a reasoning
+ * parser, and unless --structured-outputs-config enables it in reasoning, the end of the reasoning
+ * section when the prompt leaves one to the output. As vLLM's reasoning parsers judge a prompt
+ * (is_reasoning_end), the last think tag decides: "</think>" closed it (enable_thinking=false), and
+ * "<think>" or no tag at all leaves it open. */
+static int32_t grammar_after(const cv_api_request *req, const cv_api_prompt *p, const cv_api_limits *lim) {
+    const cv_api_chat_config *chat = lim->chat;
+    if (!req->has_constraint || !req->parse_reasoning || lim->structured.enable_in_reasoning || !chat ||
+        chat->think_end_id < 0)
+        return -1;
+    for (size_t i = p->n_ids; i-- > 0;) {
+        if (p->ids[i] == chat->think_end_id) return -1;
+        if (p->ids[i] == chat->think_start_id) break;
+    }
+    return chat->think_end_id;
+}
+
 int cv_api_prepare(cv_api_request *req, const cvllm_tokenizer *tok, const cv_api_limits *lim, cv_api_error *err) {
     req->echo_only = req->kind == CV_API_COMPLETION && req->echo && req->max_tokens == 0;
-    for (size_t i = 0; i < req->n_prompts; i++)
+    for (size_t i = 0; i < req->n_prompts; i++) {
         if (tokenize_prompt(&req->prompts[i], tok, err) || truncate_prompt(req, &req->prompts[i], lim, err) ||
             check_prompt(req, &req->prompts[i], lim, err))
             return -1;
+        req->prompts[i].grammar_after_token_id = grammar_after(req, &req->prompts[i], lim);
+    }
     return 0;
 }
 
@@ -1295,6 +1677,7 @@ cvllm_sampling_params cv_api_prompt_params(const cv_api_request *req, size_t pro
     cvllm_sampling_params p = req->params;
     p.max_tokens = req->prompts[prompt_index].max_tokens;
     p.prompt_logprobs = req->prompt_logprobs;
+    p.grammar_after_token_id = req->prompts[prompt_index].grammar_after_token_id;
     if (req->echo_only) p.min_tokens = 0;
     return p;
 }

@@ -196,6 +196,10 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
     if (!cv_server_model_name(s, req->model, err)) return -1;
     if (atomic_load(&s->draining)) return cv_api_fail(err, 503, NULL, "The server is shutting down");
     if (req->stream && s->force_usage) req->include_usage = true;
+    /* Until the engine compiles constraints (cvllm_grammar_compile), a constrained request is refused
+     * rather than run unconstrained. */
+    if (req->has_constraint)
+        return cv_api_fail(err, 400, NULL, "structured outputs are not served yet: the grammar engine is still being built");
     return cv_api_prepare(req, s->tok, &s->limits, err);
 }
 

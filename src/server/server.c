@@ -22,6 +22,7 @@
 #include "base/timeutil.h"
 #include "server/metrics.h"
 #include "server/server_internal.h"
+#include "tokenizer/tokenizer.h"
 
 enum {
     DEFAULT_MAX_BODY = 32 << 20,
@@ -335,6 +336,9 @@ static void fill_limits(cv_server *s, const cv_server_options *o) {
     cvllm_sampling_params_default(e, &l->defaults);
     /* generation_config's max_new_tokens caps every request, as in vLLM's get_max_tokens. */
     l->gen_max_tokens = cvllm_engine_generation_max_tokens(e);
+    l->structured = o->structured;
+    if (o->structured.whitespace_pattern) s->whitespace_pattern = cv_xstrdup(o->structured.whitespace_pattern);
+    l->structured.whitespace_pattern = s->whitespace_pattern;
 }
 
 /* The chat flags, checked as vLLM checks them at startup. */
@@ -352,6 +356,10 @@ static int setup_chat(cv_server *s, const cv_server_options *o) {
             return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "unknown reasoning parser '%s' (supported: qwen3)", o->reasoning_parser);
         chat->reasoning_parser = true;
     }
+    /* A constraint starts after the reasoning, which ends at "</think>" (see cv_api_prepare). */
+    const cv_tokenizer *t = (const cv_tokenizer *)s->tok; /* the public handle is the internal object */
+    chat->think_start_id = chat->reasoning_parser ? cv_tokenizer_token_to_id(t, "<think>") : -1;
+    chat->think_end_id = chat->reasoning_parser ? cv_tokenizer_token_to_id(t, "</think>") : -1;
     if (o->tool_call_parser) {
         int rc = cv_tool_parser_from_name(o->tool_call_parser, &chat->tool_parser);
         if (rc) return rc;
@@ -378,6 +386,7 @@ static void free_server(cv_server *s) {
     free_strings(s->keys, s->n_keys);
     free(s->root);
     json_decref(s->default_kwargs);
+    free(s->whitespace_pattern);
     pthread_cond_destroy(&s->sessions_cv);
     pthread_mutex_destroy(&s->sessions_mu);
     free(s);

@@ -13,6 +13,7 @@
 
 #include "chat/chat.h"
 #include "engine/engine_loop.h"
+#include "server/api.h"
 
 typedef struct cv_server cv_server;
 
@@ -42,6 +43,7 @@ typedef struct cv_server_options {
     bool reasoning_content;            /* also emit the pre-2026 field name reasoning_content */
     bool enable_auto_tool_choice;      /* needs tool_call_parser */
     const char *tool_call_parser;      /* "hermes", "qwen3_coder" or NULL */
+    cv_api_structured_config structured; /* --structured-outputs-config's defaults (its string copied) */
 } cv_server_options;
 
 /* Binds and starts serving. Fails (with cvllm_last_error) when the address cannot be bound or a chat

@@ -26,6 +26,7 @@ struct cv_server {
     cv_api_limits limits;
     cv_api_chat_config chat;      /* limits.chat points here */
     json_t *default_kwargs;       /* owned; chat.default_kwargs */
+    char *whitespace_pattern;     /* owned; limits.structured.whitespace_pattern */
     char **names;                 /* served model names (copies) */
     size_t n_names;
     char *root;
