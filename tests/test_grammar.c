@@ -18,7 +18,10 @@
 #include "base/rng.h"
 #include "check.h"
 #include "sample/grammar/grammar.h"
+#include "sample/grammar/grammar_internal.h"  /* the cache's counters */
 #include "tokenizer/tokenizer.h"
+
+#define MODEL_ROWS 151936  /* Qwen3's embedding rows; the tokenizer knows 151,669 ids */
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
@@ -63,6 +66,10 @@ static void check_cases(const char *grammar, const byte_case *cases) {
                   c->expect);
     }
     cv_grammar_free(g);
+}
+
+static bool accept_str(cv_matcher *m, const char *s) {
+    return cv_matcher_accept_bytes(m, s, strlen(s));
 }
 
 /* ---- the parser ---------------------------------------------------------------------------------- */
@@ -312,10 +319,277 @@ static void test_matcher(void) {
     }
 }
 
+/* ---- token masks over the real vocabulary ---------------------------------------------------------- */
+
+static const char JSONISH[] =
+    "root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws string ws \",\" ws \"\\\"age\\\"\" ws \":\" ws integer\n"
+    "         (ws \",\" ws \"\\\"tags\\\"\" ws \":\" ws \"[\" ws (string (ws \",\" ws string)*)? ws \"]\")? ws \"}\"\n"
+    "string ::= \"\\\"\" char* \"\\\"\"\n"
+    "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+    "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
+    "ws ::= [ \\t\\n]*\n";
+
+typedef struct vocab_fixture {
+    cv_tokenizer *tok;
+    cv_vocab *v;
+    int32_t eos[2];
+    size_t n_words;
+    uint32_t *mask, *again;
+} vocab_fixture;
+
+static bool bit(const uint32_t *mask, int32_t t) {
+    return (mask[t >> 5] >> (t & 31)) & 1u;
+}
+
+static size_t popcount(const uint32_t *mask, size_t n_words) {
+    size_t n = 0;
+    for (size_t w = 0; w < n_words; w++) n += (size_t)__builtin_popcount(mask[w]);
+    return n;
+}
+
+/* The mask against the reference: for every id, accepting it (then undoing it) must succeed exactly
+ * when its bit is set; the eos bits must equal can_end; a second fill must come from the cache and be
+ * identical. Returns the number of allowed ids. */
+static size_t check_mask(vocab_fixture *f, const cv_grammar *g, cv_matcher *m, const char *what) {
+    cv_mask_cache_stats before, after;
+    cv_matcher_fill_mask(m, f->mask);
+    size_t history = cv_matcher_history(m);
+    int wrong = 0;
+    for (int32_t t = 0; t < MODEL_ROWS; t++) {
+        bool ok = cv_matcher_accept_token(m, t);
+        if (ok) cv_matcher_rollback(m, 1);
+        if (ok != bit(f->mask, t)) {
+            if (wrong < 5) fprintf(stderr, "%s: token %d: mask %d, accept %d\n", what, t, bit(f->mask, t), ok);
+            wrong++;
+        }
+    }
+    CHECK_MSG(wrong == 0, "%s: %d ids where the mask and accept_token disagree", what, wrong);
+    CHECK(cv_matcher_history(m) == history);
+    bool can_end = cv_matcher_can_end(m);
+    CHECK_MSG(bit(f->mask, f->eos[0]) == can_end && bit(f->mask, f->eos[1]) == can_end, "%s: eos bits", what);
+    /* the bits past the vocabulary stay clear */
+    CHECK(f->mask[f->n_words - 1] >> (MODEL_ROWS & 31) == 0 || (MODEL_ROWS & 31) == 0);
+    cv_grammar_cache_stats(g, &before);
+    cv_matcher_fill_mask(m, f->again);
+    cv_grammar_cache_stats(g, &after);
+    CHECK_MSG(after.hits == before.hits + 1, "%s: the second mask did not come from the cache", what);
+    CHECK_MSG(memcmp(f->mask, f->again, f->n_words * sizeof *f->mask) == 0, "%s: the cached mask differs", what);
+    return popcount(f->mask, f->n_words);
+}
+
+typedef struct mask_case {
+    const char *prefix;
+    size_t min_allowed, max_allowed;  /* a sanity band, so that a trivially empty or full mask fails */
+} mask_case;
+
+static void check_grammar_masks(vocab_fixture *f, const char *grammar, const mask_case *cases) {
+    cv_grammar *g = parse(grammar, f->v);
+    if (!g) return;
+    for (const mask_case *c = cases; c->prefix; c++) {
+        cv_matcher *m = cv_matcher_new(g);
+        CHECK_MSG(cv_matcher_accept_bytes(m, c->prefix, strlen(c->prefix)), "prefix \"%s\" refused", c->prefix);
+        char what[160];
+        snprintf(what, sizeof what, "after \"%.100s\"", c->prefix);
+        size_t n = check_mask(f, g, m, what);
+        CHECK_MSG(n >= c->min_allowed && n <= c->max_allowed, "%s: %zu allowed, expected %zu..%zu", what, n,
+                  c->min_allowed, c->max_allowed);
+        cv_matcher_free(m);
+    }
+    cv_grammar_free(g);
+}
+
+static void test_vocab(vocab_fixture *f) {
+    CHECK(cv_vocab_size(f->v) == MODEL_ROWS);
+    cv_grammar *g = parse("root ::= [^\x01]*", f->v);  /* anything but \x01: every text token fits */
+    if (!g) return;
+    cv_matcher *m = cv_matcher_new(g);
+    cv_matcher_fill_mask(m, f->mask);
+    int32_t known = cv_tokenizer_vocab_size(f->tok);
+    CHECK(known == 151669);
+    size_t specials = 0, refused = 0;
+    for (int32_t t = 0; t < MODEL_ROWS; t++) {
+        bool special = t >= known || cv_tokenizer_is_special(f->tok, t);
+        specials += special && t < known;
+        bool is_eos = t == f->eos[0] || t == f->eos[1];
+        if (special && !is_eos) {
+            refused += !bit(f->mask, t) && !cv_matcher_accept_token(m, t);
+        }
+    }
+    CHECK_MSG(refused == (size_t)(MODEL_ROWS - known) + specials - 2, "special and padded ids must be refused");
+    CHECK(specials >= 14);
+    CHECK(bit(f->mask, f->eos[0]) && bit(f->mask, f->eos[1]));  /* the empty string is complete */
+    CHECK(!cv_matcher_accept_token(m, -1) && !cv_matcher_accept_token(m, MODEL_ROWS));
+    CHECK(cv_matcher_history(m) == 0);
+    /* every text token but those holding \x01 or ill-formed UTF-8 is allowed */
+    int32_t hello = cv_tokenizer_token_to_id(f->tok, "hello");
+    CHECK(hello >= 0 && bit(f->mask, hello));
+    CHECK(popcount(f->mask, f->n_words) > 140000);
+    cv_matcher_free(m);
+    cv_grammar_free(g);
+}
+
+static void test_eos(vocab_fixture *f) {
+    cv_grammar *g = parse("root ::= \"ab\" \"c\"?", f->v);
+    if (!g) return;
+    cv_matcher *m = cv_matcher_new(g);
+    CHECK(!cv_matcher_accept_token(m, f->eos[0]));  /* not a sentence yet */
+    CHECK(cv_matcher_accept_bytes(m, "ab", 2) && cv_matcher_can_end(m));
+    cv_matcher_fill_mask(m, f->mask);
+    CHECK(bit(f->mask, f->eos[0]) && bit(f->mask, f->eos[1]));
+    int32_t c = cv_tokenizer_token_to_id(f->tok, "c");
+    CHECK(c >= 0 && bit(f->mask, c));
+    CHECK(cv_matcher_accept_token(m, f->eos[1]));
+    CHECK(cv_matcher_terminated(m) && !cv_matcher_can_end(m));
+    CHECK(!cv_matcher_accept_token(m, c) && !cv_matcher_accept_token(m, f->eos[0]));
+    CHECK(!cv_matcher_accept_bytes(m, "c", 1) && !cv_matcher_accept_bytes(m, "", 0));
+    cv_matcher_fill_mask(m, f->mask);
+    CHECK(popcount(f->mask, f->n_words) == 0);
+    cv_matcher_rollback(m, 1);
+    CHECK(!cv_matcher_terminated(m) && cv_matcher_can_end(m));
+    CHECK(cv_matcher_accept_token(m, c));
+    CHECK(cv_matcher_terminated(m) && cv_matcher_can_end(m));  /* complete, nothing may follow but eos */
+    cv_matcher_fill_mask(m, f->mask);
+    CHECK(popcount(f->mask, f->n_words) == 2 && bit(f->mask, f->eos[0]) && bit(f->mask, f->eos[1]));
+    cv_matcher_free(m);
+    cv_grammar_free(g);
+}
+
+static void test_masks(vocab_fixture *f) {
+    check_grammar_masks(f, JSONISH, (const mask_case[]){
+        {"", 1, 20},
+        {"{", 50, 2000},
+        {"{\"name\": \"Al", 140000, 150000},             /* inside a string: nearly everything */
+        {"{\"name\": \"Al\\", 5, 10000},                  /* after a backslash */
+        {"{\"name\": \"Al\\u00", 10, 5000},               /* inside \uXXXX */
+        {"{\"name\": \"\xe4\xb8", 20, 5000},              /* inside a multi-byte character */
+        {"{\"name\"", 50, 2000},
+        {"{\"name\": \"x\", \"age\": 4", 50, 3000},          /* inside a number */
+        {"{\"name\": \"x\", \"age\": 0", 50, 3000},          /* no digit may follow a leading 0 */
+        {"{\"name\": \"x\", \"age\": 4, \"tags\": [\"a\", ", 20, 2000},
+        {"{\"name\": \"x\", \"age\": 4}", 2, 2},            /* complete: eos only */
+        {NULL, 0, 0}});
+    /* multi-byte classes and '.', a bounded repetition, and an ambiguous nullable start */
+    check_grammar_masks(f, "root ::= ([\xe4\xb8\x80-\xe9\xbf\xbf] | \"\xe3\x80\x82\")+ .{0,3} \"!\"", (const mask_case[]){
+        {"", 100, 40000}, {"\xe4\xb8\xad", 100, 150000}, {"\xe4\xb8\xad\xe6", 1, 40000}, {"\xe4\xb8\xad" "abc", 1, 10},
+        {NULL, 0, 0}});
+    check_grammar_masks(f, "root ::= (\"a\" | \"ab\" | \"abc\" | \"\")* [0-9]? (\" \" | \"\\n\")*", (const mask_case[]){
+        {"", 10, 1000}, {"abab", 10, 1000}, {"aab1", 2, 500}, {NULL, 0, 0}});
+    /* recursion: nested brackets, tokens like "[[" and "]]" */
+    check_grammar_masks(f, "root ::= list\nlist ::= \"[\" (list (\",\" list)*)? \"]\"", (const mask_case[]){
+        {"", 2, 100}, {"[[[", 2, 200}, {"[[],[[]", 2, 200}, {NULL, 0, 0}});
+}
+
+/* Two matchers in the same state through different histories (so different node numbering) share
+ * the cached mask, which is the right one. */
+static void test_cache_sharing(vocab_fixture *f) {
+    cv_grammar *g = parse(JSONISH, f->v);
+    if (!g) return;
+    cv_matcher *a = cv_matcher_new(g), *b = cv_matcher_new(g);
+    CHECK(accept_str(a, "{\"name\": \"x\", \"age\": 12"));
+    CHECK(accept_str(b, "{ \"name\" : \"yz\\n\", \"age\" : "));
+    cv_matcher_rollback(b, 1);
+    CHECK(accept_str(b, "{\"name\": \"x\", "));
+    CHECK(accept_str(b, "\"age\": 1"));
+    CHECK(accept_str(b, "2"));
+    cv_mask_cache_stats s0, s1;
+    cv_matcher_fill_mask(a, f->mask);
+    cv_grammar_cache_stats(g, &s0);
+    cv_matcher_fill_mask(b, f->again);
+    cv_grammar_cache_stats(g, &s1);
+    CHECK(s1.hits == s0.hits + 1);
+    CHECK(memcmp(f->mask, f->again, f->n_words * sizeof *f->mask) == 0);
+    check_mask(f, g, b, "the shared state");
+    cv_matcher_free(a);
+    cv_matcher_free(b);
+    cv_grammar_free(g);
+}
+
+/* Draws each token uniformly from the mask, as a random-weights model does; every drawn token must be
+ * accepted, and the eos bits must follow can_end. A sentence that ends starts over. A few states on
+ * the way are checked in full against the reference. */
+static int random_walk(vocab_fixture *f, const char *grammar, int steps, uint64_t seed) {
+    cv_grammar *g = parse(grammar, f->v);
+    if (!g) return 0;
+    cv_matcher *m = cv_matcher_new(g);
+    cv_rng rng;
+    cv_rng_seed(&rng, seed);
+    int32_t *allowed = malloc(MODEL_ROWS * sizeof *allowed);
+    int refused = 0, eos_wrong = 0, empty = 0, sentences = 0;
+    for (int step = 0; step < steps; step++) {
+        if (step % 100 == 50) {
+            char what[64];
+            snprintf(what, sizeof what, "random walk step %d", step);
+            check_mask(f, g, m, what);
+        }
+        cv_matcher_fill_mask(m, f->mask);
+        size_t n = 0;
+        for (int32_t t = 0; t < MODEL_ROWS; t++)
+            if (bit(f->mask, t)) allowed[n++] = t;
+        bool can_end = cv_matcher_can_end(m);
+        eos_wrong += bit(f->mask, f->eos[0]) != can_end || bit(f->mask, f->eos[1]) != can_end;
+        if (n == 0) {
+            empty++;
+            break;
+        }
+        int32_t t = allowed[cv_rng_next(&rng) % n];
+        refused += !cv_matcher_accept_token(m, t);
+        if (cv_matcher_terminated(m)) {
+            sentences++;
+            cv_matcher_rollback(m, cv_matcher_history(m));
+        }
+    }
+    CHECK_MSG(refused == 0, "%d drawn tokens refused", refused);
+    CHECK_MSG(eos_wrong == 0, "%d masks with eos bits unlike can_end", eos_wrong);
+    CHECK_MSG(empty == 0, "a mask allowed nothing");
+    free(allowed);
+    cv_matcher_free(m);
+    cv_grammar_free(g);
+    return sentences;
+}
+
+static void test_random_walks(vocab_fixture *f) {
+    /* bounded strings and a short array, so the walk gets through whole objects */
+    int sentences = random_walk(f,
+                "root ::= \"{\" ws \"\\\"id\\\"\" ws \":\" ws int ws \",\" ws \"\\\"tags\\\"\" ws \":\" ws \"[\" ws\n"
+                "         (str (ws \",\" ws str){0,2})? ws \"]\" ws \"}\"\n"
+                "str ::= \"\\\"\" ([^\"\\\\\\x00-\\x1f] | \"\\\\\" [\"\\\\nt]){0,6} \"\\\"\"\n"
+                "int ::= \"-\"? [0-9]{1,4}\n"
+                "ws ::= [ \\n]{0,2}\n",
+                300, 7);
+    printf("random walk through the JSON grammar: %d objects completed\n", sentences);
+    CHECK(sentences >= 1);
+    random_walk(f,
+                "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor ((\"*\" | \"/\") factor)*\n"
+                "factor ::= [0-9]+ | \"(\" ws expr ws \")\" | \"-\" factor\nws ::= \" \"?\n",
+                300, 11);
+}
+
 int main(void) {
     test_parse_errors();
     test_limits();
     test_bytes();
     test_matcher();
+
+    vocab_fixture f = {0};
+    if (cv_tokenizer_load(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", &f.tok) != 0) {
+        CHECK_MSG(false, "cannot load the Qwen3 tokenizer");
+        return cv_check_summary("test_grammar");
+    }
+    f.eos[0] = cv_tokenizer_token_to_id(f.tok, "<|im_end|>");
+    f.eos[1] = cv_tokenizer_token_to_id(f.tok, "<|endoftext|>");
+    CHECK(f.eos[0] == 151645 && f.eos[1] == 151643);
+    f.v = cv_vocab_new(f.tok, MODEL_ROWS, f.eos, 2);
+    f.n_words = (MODEL_ROWS + 31) / 32;
+    f.mask = malloc(f.n_words * sizeof *f.mask);
+    f.again = malloc(f.n_words * sizeof *f.again);
+    test_vocab(&f);
+    test_eos(&f);
+    test_masks(&f);
+    test_cache_sharing(&f);
+    test_random_walks(&f);
+    free(f.mask);
+    free(f.again);
+    cv_vocab_free(f.v);
+    cv_tokenizer_free(f.tok);
     return cv_check_summary("test_grammar");
 }

@@ -1024,7 +1024,7 @@ static cv_grammar *flatten(parser *p, uint32_t root, const cv_vocab *vocab) {
         for (uint32_t k = 0; k < p->rules[r].body.n; k++) {
             const u32vec *alt = &p->rules[r].body.v[k];
             g->alt_start[a++] = e;
-            memcpy(g->elems + e, alt->v, alt->n * sizeof *alt->v);
+            if (alt->n) memcpy(g->elems + e, alt->v, alt->n * sizeof *alt->v);
             e += alt->n;
             g->elems[e++] = CV_GE(CV_GE_END, 0);
         }

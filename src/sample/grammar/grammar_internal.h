@@ -60,12 +60,16 @@ struct cv_grammar {
 enum { CV_TOK_NEVER = 0, CV_TOK_BYTES = 1, CV_TOK_EOS = 2 };
 
 /* The trie in preorder: node i's children follow it, and `next` is the index just past its subtree,
- * so a walk that rejects node i skips to next. Depth 1 is a token's first byte. */
+ * so a walk that rejects node i skips to next. Depth 1 is a token's first byte. Eight bytes a node
+ * (the walk streams the whole array): hence at most 16M nodes, ids below 2^20 - 32 and tokens of at
+ * most 4095 bytes (vocab.c leaves longer ones out: never allowed). A node that ends no token holds
+ * cv_vocab.no_token, the first bit of the word just past the mask, so the walk sets a bit for every
+ * node without a branch. */
 typedef struct cv_trie_node {
-    uint32_t next;
-    int32_t token;            /* the token whose bytes end here, or -1 */
-    uint16_t depth;
-    uint8_t byte;
+    uint32_t next : 24;
+    uint32_t byte : 8;
+    uint32_t token : 20;
+    uint32_t depth : 12;
 } cv_trie_node;
 
 struct cv_vocab {
@@ -75,6 +79,7 @@ struct cv_vocab {
     uint8_t *bytes;
     cv_trie_node *trie;
     uint32_t n_nodes, max_depth;
+    uint32_t no_token;        /* 32 * the mask's words */
     int32_t *dup;             /* pairs (id, earlier id with the same bytes): one trie node per string */
     size_t n_dup;
     int32_t *eos;

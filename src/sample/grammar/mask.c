@@ -6,13 +6,13 @@
  * of stacks reached by each node's byte path; a node whose set dies is skipped with its subtree, and
  * a node that ends a token with a live set allows that token. The sets are the states of a
  * deterministic automaton built lazily for this walk: each distinct stack set is interned once (a
- * "walk state"), and a state's transitions are remembered in a 256-entry row on first use. Inside a
+ * "walk state"), and a state's transitions are remembered in its 256-entry row. Inside a
  * JSON string almost every byte leads back to the same set, so the walk over ~all of Qwen3's trie
  * costs one row lookup per node, and only the few hundred distinct (state, byte) pairs run the real
  * step of matcher.c. The walk's stacks live in a pool of its own, seeded from the matcher's stacks
- * and cleared afterwards, so a walk leaves no memory behind in the matcher. Rows are given to the
- * first ROW_CAP states that are asked for one; later states (only an adversarial grammar makes that
- * many) compute their transitions each time, so memory stays bounded while the answer stays exact.
+ * and cleared afterwards, so a walk leaves no memory behind in the matcher. Only the first ROW_CAP
+ * states of a walk have rows; later ones (only an adversarial grammar makes that many) compute their
+ * transitions each time, so memory stays bounded while the answer stays exact.
  *
  * The cache. Masks are stored in the grammar keyed by the matcher's exact state: its flags and its
  * stacks, each written out as positions from top to bottom and sorted (node ids are per matcher, the
@@ -168,8 +168,11 @@ static void cache_put(cv_mask_cache *c, const uint32_t *key, uint32_t key_len, u
         memcpy(d, mask, n_words * sizeof *mask);
     } else {
         uint32_t k = 0, flip = enc == ENC_REJECTED ? ~0u : 0u;
-        for (int32_t t = 0; t < size; t++)
-            if (((mask[t >> 5] ^ flip) >> (t & 31)) & 1u) d[k++] = (uint32_t)t;
+        for (size_t w = 0; w < n_words; w++) {
+            uint32_t bits = mask[w] ^ flip;
+            if (w == n_words - 1 && (size & 31)) bits &= (1u << (size & 31)) - 1;
+            for (; bits; bits &= bits - 1) d[k++] = (uint32_t)(w * 32 + (size_t)__builtin_ctz(bits));
+        }
         assert(k == data_len);
     }
 
@@ -221,15 +224,15 @@ struct cv_mask_walk {
     /* walk states: stacks tops[off .. off + n), accepting, transition row (-1: none yet) */
     uint32_t *st_off, *st_n;
     uint8_t *st_acc;
-    int32_t *st_row;
     uint32_t n_states, cap_states;
     uint32_t *tops;
     size_t n_tops, cap_tops;
     uint32_t *slots;                     /* state id + 1, by content */
     uint32_t slot_mask;
-    uint32_t *rows;                      /* 256 per row: next state + 1, 0 unknown */
-    uint32_t n_rows, cap_rows;
+    uint32_t *rows;                      /* 256 per state below ROW_CAP: next state + 1, 0 unknown */
+    uint32_t cap_rows;
     uint32_t *by_depth;                  /* the state at each depth of the trie path */
+    uint32_t *bits;                      /* the mask being made, plus a word for nodes without a token */
     /* the matcher state's key and its making */
     uint32_t *key, *tmp, *idx;
     size_t cap_key, cap_tmp, cap_idx;
@@ -242,11 +245,11 @@ void cv_mask_walk_free(cv_mask_walk *w) {
     free(w->st_off);
     free(w->st_n);
     free(w->st_acc);
-    free(w->st_row);
     free(w->tops);
     free(w->slots);
     free(w->rows);
     free(w->by_depth);
+    free(w->bits);
     free(w->key);
     free(w->tmp);
     free(w->idx);
@@ -339,14 +342,19 @@ static uint32_t intern_state(cv_mask_walk *w, const uint32_t *tops, size_t n, bo
         w->st_off = cv_xrealloc(w->st_off, w->cap_states * sizeof *w->st_off);
         w->st_n = cv_xrealloc(w->st_n, w->cap_states * sizeof *w->st_n);
         w->st_acc = cv_xrealloc(w->st_acc, w->cap_states * sizeof *w->st_acc);
-        w->st_row = cv_xrealloc(w->st_row, w->cap_states * sizeof *w->st_row);
+    }
+    if (w->n_states < ROW_CAP) {
+        if (w->n_states == w->cap_rows) {
+            w->cap_rows = w->cap_rows ? w->cap_rows * 2 : 64;
+            w->rows = cv_xrealloc(w->rows, (size_t)w->cap_rows * 256 * sizeof *w->rows);
+        }
+        memset(w->rows + (size_t)w->n_states * 256, 0, 256 * sizeof *w->rows);
     }
     w->tops = grow(w->tops, &w->cap_tops, w->n_tops + n, sizeof *w->tops);
     uint32_t s = w->n_states++;
     w->st_off[s] = (uint32_t)w->n_tops;
     w->st_n[s] = (uint32_t)n;
     w->st_acc[s] = acc;
-    w->st_row[s] = -1;
     if (n) memcpy(w->tops + w->n_tops, tops, n * sizeof *tops);
     w->n_tops += n;
     w->slots[h] = s + 1;
@@ -366,30 +374,18 @@ static void walk_reset(cv_mask_walk *w) {
     }
     w->n_states = 0;
     w->n_tops = 0;
-    w->n_rows = 0;
     cv_gpool_clear(&w->pool);
     intern_state(w, NULL, 0, false);  /* DEAD */
 }
 
-static uint32_t transition(const cv_grammar *g, cv_mask_walk *w, uint32_t from, uint8_t b) {
-    int32_t row = w->st_row[from];
-    if (row >= 0) {
-        uint32_t to = w->rows[(size_t)row * 256 + b];
-        if (to) return to - 1;
-    } else if (w->n_rows < ROW_CAP) {
-        if (w->n_rows == w->cap_rows) {
-            w->cap_rows = w->cap_rows ? w->cap_rows * 2 : 16;
-            w->rows = cv_xrealloc(w->rows, (size_t)w->cap_rows * 256 * sizeof *w->rows);
-        }
-        row = (int32_t)w->n_rows++;
-        memset(w->rows + (size_t)row * 256, 0, 256 * sizeof *w->rows);
-        w->st_row[from] = row;
-    }
+/* The state after byte b from `from`, the real step run once per (state, byte) with a row. Kept out
+ * of line: inlined, it would take the walk loop's registers. */
+static __attribute__((noinline)) uint32_t transition(const cv_grammar *g, cv_mask_walk *w, uint32_t from, uint8_t b) {
     uint32_t to = DEAD;
     if (cv_gstep_byte(g, &w->pool, &w->step, w->tops + w->st_off[from], w->st_n[from], b) &&
         (w->step.n_out || w->step.accept))
         to = intern_state(w, w->step.out, w->step.n_out, w->step.accept);
-    if (row >= 0) w->rows[(size_t)row * 256 + b] = to + 1;
+    if (from < ROW_CAP) w->rows[(size_t)from * 256 + b] = to + 1;
     return to;
 }
 
@@ -407,25 +403,33 @@ static uint32_t start_state(cv_mask_walk *w, const uint32_t *key) {
     return intern_state(w, w->idx, n, key[0] & CV_MS_ACCEPT);
 }
 
-static void walk_trie(const cv_grammar *g, cv_mask_walk *w, uint32_t start, uint32_t *mask) {
+/* The hot loop: one row lookup per trie node while the states are known. */
+static __attribute__((noinline)) void walk_trie(const cv_grammar *g, cv_mask_walk *w, uint32_t start) {
     const cv_vocab *v = g->vocab;
     const cv_trie_node *trie = v->trie;
-    uint32_t *by_depth = w->by_depth;
+    uint32_t *by_depth = w->by_depth, *bits = w->bits;
+    const uint32_t *rows = w->rows;
     by_depth[0] = start;
     for (uint32_t i = 0, n = v->n_nodes; i < n;) {
-        const cv_trie_node *nd = &trie[i];
-        uint32_t s = transition(g, w, by_depth[nd->depth - 1], nd->byte);
-        if (s == DEAD) {
-            i = nd->next;
+        cv_trie_node nd = trie[i];
+        uint32_t from = by_depth[nd.depth - 1], to;
+        if (from < ROW_CAP && (to = rows[(size_t)from * 256 + nd.byte]) != 0) {
+            to--;
+        } else {
+            to = transition(g, w, from, (uint8_t)nd.byte);
+            rows = w->rows;
+        }
+        if (to == DEAD) {
+            i = nd.next;
             continue;
         }
-        by_depth[nd->depth] = s;
-        if (nd->token >= 0) mask[nd->token >> 5] |= 1u << (nd->token & 31);
+        by_depth[nd.depth] = to;
+        bits[nd.token >> 5] |= 1u << (nd.token & 31);
         i++;
     }
     for (size_t k = 0; k < v->n_dup; k++) {
         int32_t t = v->dup[2 * k], same = v->dup[2 * k + 1];
-        if ((mask[same >> 5] >> (same & 31)) & 1u) mask[t >> 5] |= 1u << (t & 31);
+        if ((bits[same >> 5] >> (same & 31)) & 1u) bits[t >> 5] |= 1u << (t & 31);
     }
 }
 
@@ -442,17 +446,19 @@ void cv_matcher_fill_mask(cv_matcher *m, uint32_t *mask) {
     if (!m->walk) {
         m->walk = cv_xcalloc(1, sizeof *m->walk);
         m->walk->by_depth = cv_xmalloc(((size_t)v->max_depth + 1) * sizeof *m->walk->by_depth);
+        m->walk->bits = cv_xmalloc((n_words + 1) * sizeof *m->walk->bits);
     }
     cv_mask_walk *w = m->walk;
     uint32_t key_len = build_key(w, m, s);
     uint64_t hash = XXH3_64bits(w->key, key_len * sizeof *w->key);
     if (cache_get(g->cache, w->key, key_len, hash, mask, n_words, v->size)) return;
 
-    memset(mask, 0, n_words * sizeof *mask);
+    memset(w->bits, 0, n_words * sizeof *w->bits);
     if (s->n) {
         walk_reset(w);
-        walk_trie(g, w, start_state(w, w->key), mask);
+        walk_trie(g, w, start_state(w, w->key));
     }
+    memcpy(mask, w->bits, n_words * sizeof *mask);
     if (s->flags & CV_MS_ACCEPT)
         for (size_t k = 0; k < v->n_eos; k++) mask[v->eos[k] >> 5] |= 1u << (v->eos[k] & 31);
     cache_put(g->cache, w->key, key_len, hash, mask, n_words, v->size);

@@ -279,8 +279,8 @@ static bool advance(cv_matcher *m, const uint8_t *bytes, size_t n) {
     const cv_mstate *cur = current(m);
     if (cur->flags & CV_MS_EOS) return false;
     if (n == 0) {
-        uint32_t *copy = scratch(m, cur->n);
-        memcpy(copy, m->tops + cur->off, cur->n * sizeof *copy);
+        uint32_t *copy = scratch(m, cur->n + 1);
+        if (cur->n) memcpy(copy, m->tops + cur->off, cur->n * sizeof *copy);
         push_state(m, copy, cur->n, cur->flags);
         return true;
     }
@@ -290,8 +290,8 @@ static bool advance(cv_matcher *m, const uint8_t *bytes, size_t n) {
         if (!cv_gstep_byte(m->g, &m->pool, &m->step, tops, n_tops, bytes[i])) return false;
         if (m->step.n_out == 0 && !m->step.accept) return false;
         if (i + 1 < n) {
-            uint32_t *copy = scratch(m, m->step.n_out);
-            memcpy(copy, m->step.out, m->step.n_out * sizeof *copy);
+            uint32_t *copy = scratch(m, m->step.n_out + 1);
+            if (m->step.n_out) memcpy(copy, m->step.out, m->step.n_out * sizeof *copy);
             tops = copy;
             n_tops = m->step.n_out;
         }

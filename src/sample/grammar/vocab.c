@@ -13,7 +13,7 @@
  * second is listed in `dup` and mask.c copies its bit.
  *
  * Never allowed: special and added tokens (they are control tokens, not text), ids the tokenizer does
- * not know (the model's padded rows), and empty byte strings. Eos ids are allowed only at a complete
+ * not know (the model's padded rows), empty byte strings and strings longer than 4095 bytes. Eos ids are allowed only at a complete
  * sentence (mask.c sets them apart from the trie).
  */
 #include <assert.h>
@@ -22,6 +22,8 @@
 
 #include "base/error.h"
 #include "sample/grammar/grammar_internal.h"
+
+#define MAX_TOKEN_BYTES 4095u  /* the trie's depth field */
 
 typedef struct entry {
     const uint8_t *s;
@@ -50,20 +52,21 @@ static void build_trie(cv_vocab *v, entry *e, size_t n) {
         if (lcp == e[k].len) {  /* sorted, so the same bytes as the previous string */
             v->dup = cv_xrealloc(v->dup, 2 * (v->n_dup + 1) * sizeof *v->dup);
             v->dup[2 * v->n_dup] = e[k].id;
-            v->dup[2 * v->n_dup + 1] = v->trie[open[lcp]].token;
+            v->dup[2 * v->n_dup + 1] = (int32_t)v->trie[open[lcp]].token;
             v->n_dup++;
             continue;
         }
         for (uint32_t d = prev_len; d > lcp; d--) v->trie[open[d]].next = n_nodes;
         for (uint32_t d = lcp + 1; d <= e[k].len; d++) {
+            assert(n_nodes < (1u << 24) - 1);  /* the node's next field */
             if (n_nodes == cap) {
                 cap *= 2;
                 v->trie = cv_xrealloc(v->trie, cap * sizeof *v->trie);
             }
-            v->trie[n_nodes] = (cv_trie_node){.token = -1, .depth = (uint16_t)d, .byte = e[k].s[d - 1]};
+            v->trie[n_nodes] = (cv_trie_node){.token = v->no_token, .depth = d, .byte = e[k].s[d - 1]};
             open[d] = n_nodes++;
         }
-        v->trie[open[e[k].len]].token = e[k].id;
+        v->trie[open[e[k].len]].token = (uint32_t)e[k].id;
         prev = e[k].s;
         prev_len = e[k].len;
     }
@@ -74,9 +77,10 @@ static void build_trie(cv_vocab *v, entry *e, size_t n) {
 }
 
 cv_vocab *cv_vocab_new(const cv_tokenizer *tok, int32_t vocab_size, const int32_t *eos, size_t n_eos) {
-    assert(vocab_size > 0);
+    assert(vocab_size > 0 && vocab_size < (1 << 20) - 32);  /* the trie's token field */
     cv_vocab *v = cv_xcalloc(1, sizeof *v);
     v->size = vocab_size;
+    v->no_token = ((uint32_t)vocab_size + 31) / 32 * 32;
     v->kind = cv_xcalloc((size_t)vocab_size, 1);
     v->off = cv_xcalloc((size_t)vocab_size + 1, sizeof *v->off);
     v->eos = cv_xmalloc((n_eos ? n_eos : 1) * sizeof *v->eos);
@@ -91,7 +95,7 @@ cv_vocab *cv_vocab_new(const cv_tokenizer *tok, int32_t vocab_size, const int32_
     for (int32_t id = 0; id < known; id++) {
         size_t len;
         if (v->kind[id] != CV_TOK_EOS && !cv_tokenizer_is_special(tok, id) &&
-            cv_tokenizer_id_to_bytes(tok, id, &len) && len > 0 && len <= UINT16_MAX)
+            cv_tokenizer_id_to_bytes(tok, id, &len) && len > 0 && len <= MAX_TOKEN_BYTES)
             total += len;
     }
     v->bytes = cv_xmalloc(total ? total : 1);
@@ -102,7 +106,7 @@ cv_vocab *cv_vocab_new(const cv_tokenizer *tok, int32_t vocab_size, const int32_
         if (id >= known || v->kind[id] == CV_TOK_EOS || cv_tokenizer_is_special(tok, id)) continue;
         size_t len;
         const char *s = cv_tokenizer_id_to_bytes(tok, id, &len);
-        if (!s || len == 0 || len > UINT16_MAX) continue;
+        if (!s || len == 0 || len > MAX_TOKEN_BYTES) continue;
         memcpy(v->bytes + at, s, len);
         v->kind[id] = CV_TOK_BYTES;
         e[n++] = (entry){.s = v->bytes + at, .len = (uint32_t)len, .id = id};
