@@ -10,6 +10,7 @@
  *     token on a copy of the state (the reference), on several grammars and states; the cache
  *     answering the same mask; and a random walk drawing uniformly from each mask.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -547,6 +548,95 @@ static int random_walk(vocab_fixture *f, const char *grammar, int steps, uint64_
     return sentences;
 }
 
+/* A grammar whose every byte pushes its own return (palindromes) makes every trie node a new state;
+ * its walk stops at the budget with a subset: every token it allows is accepted, every single-byte
+ * token is decided exactly (so progress stays possible), and the cache counts the stopped walk. */
+static void test_walk_budget(vocab_fixture *f) {
+    char grammar[4096] = "root ::= \"\" | [^a-zA-Z0-9] root \"!\"";
+    static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    for (const char *c = letters; *c; c++) {
+        size_t n = strlen(grammar);
+        snprintf(grammar + n, sizeof grammar - n, " | \"%c\" root \"%c\"", *c, *c);
+    }
+    cv_grammar *g = parse(grammar, f->v);
+    if (!g) return;
+    cv_matcher *m = cv_matcher_new(g);
+    CHECK(accept_str(m, "ab"));
+    cv_matcher_fill_mask(m, f->mask);
+    cv_mask_cache_stats st;
+    cv_grammar_cache_stats(g, &st);
+    CHECK(st.stopped == 1);
+    size_t allowed = 0, wrong = 0, singles = 0;
+    for (int32_t t = 0; t < MODEL_ROWS; t++) {
+        size_t len;
+        bool single = !cv_tokenizer_is_special(f->tok, t) && cv_tokenizer_id_to_bytes(f->tok, t, &len) && len == 1;
+        if (!bit(f->mask, t) && !single) continue;
+        bool ok = cv_matcher_accept_token(m, t);
+        if (ok) cv_matcher_rollback(m, 1);
+        wrong += ok != bit(f->mask, t);
+        allowed += bit(f->mask, t);
+        singles += single;
+    }
+    CHECK_MSG(wrong == 0, "%zu tokens wrong in a stopped walk's mask", wrong);
+    CHECK(singles == 256);
+    CHECK(allowed > 256);
+    cv_matcher_free(m);
+    cv_grammar_free(g);
+    random_walk(f, grammar, 40, 5);
+}
+
+/* Two threads, each with its own matcher of one shared grammar (and so one shared cache), drawing
+ * tokens from their masks: every drawn token is accepted, and the last mask is exact. */
+typedef struct thread_walk {
+    vocab_fixture *f;
+    const cv_grammar *g;
+    uint64_t seed;
+    int refused, wrong, steps;
+} thread_walk;
+
+static void *thread_walk_run(void *arg) {
+    thread_walk *tw = arg;
+    size_t n_words = tw->f->n_words;
+    uint32_t *mask = malloc(n_words * sizeof *mask);
+    int32_t *allowed = malloc(MODEL_ROWS * sizeof *allowed);
+    cv_matcher *m = cv_matcher_new(tw->g);
+    cv_rng rng;
+    cv_rng_seed(&rng, tw->seed);
+    for (int step = 0; step < tw->steps; step++) {
+        cv_matcher_fill_mask(m, mask);
+        size_t n = 0;
+        for (int32_t t = 0; t < MODEL_ROWS; t++)
+            if (bit(mask, t)) allowed[n++] = t;
+        if (n == 0) break;
+        int32_t t = allowed[cv_rng_next(&rng) % n];
+        tw->refused += !cv_matcher_accept_token(m, t);
+        if (cv_matcher_terminated(m)) cv_matcher_rollback(m, cv_matcher_history(m));
+    }
+    /* the last mask (perhaps the other thread's cache entry) against the reference */
+    cv_matcher_fill_mask(m, mask);
+    for (int32_t t = 0; t < MODEL_ROWS; t++) {
+        bool ok = cv_matcher_accept_token(m, t);
+        if (ok) cv_matcher_rollback(m, 1);
+        tw->wrong += ok != bit(mask, t);
+    }
+    free(mask);
+    free(allowed);
+    cv_matcher_free(m);
+    return NULL;
+}
+
+static void test_threads(vocab_fixture *f) {
+    cv_grammar *g = parse(JSONISH, f->v);
+    if (!g) return;
+    thread_walk tw[2] = {{f, g, 21, 0, 0, 150}, {f, g, 22, 0, 0, 150}};
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, thread_walk_run, &tw[k]);
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    CHECK(tw[0].refused == 0 && tw[1].refused == 0);
+    CHECK(tw[0].wrong == 0 && tw[1].wrong == 0);
+    cv_grammar_free(g);
+}
+
 static void test_random_walks(vocab_fixture *f) {
     /* bounded strings and a short array, so the walk gets through whole objects */
     int sentences = random_walk(f,
@@ -586,7 +676,9 @@ int main(void) {
     test_eos(&f);
     test_masks(&f);
     test_cache_sharing(&f);
+    test_walk_budget(&f);
     test_random_walks(&f);
+    test_threads(&f);
     free(f.mask);
     free(f.again);
     cv_vocab_free(f.v);

@@ -154,9 +154,10 @@ cv_mask_cache *cv_mask_cache_new(void);
 void cv_mask_cache_free(cv_mask_cache *c);
 void cv_mask_walk_free(cv_mask_walk *w);
 
-/* For the benchmark: the cache's counters since the grammar was built. */
+/* For the benchmark and tests: the cache's counters since the grammar was built (stopped: walks that
+ * ran out of budget and gave a subset of the allowed tokens, mask.c). */
 typedef struct cv_mask_cache_stats {
-    uint64_t hits, misses, evictions;
+    uint64_t hits, misses, evictions, stopped;
     size_t entries, bytes;
 } cv_mask_cache_stats;
 void cv_grammar_cache_stats(const cv_grammar *g, cv_mask_cache_stats *out);

@@ -14,6 +14,14 @@
  * states of a walk have rows; later ones (only an adversarial grammar makes that many) compute their
  * transitions each time, so memory stays bounded while the answer stays exact.
  *
+ * The budget. A grammar whose stacks depend on every byte read (a palindrome: each byte pushes its
+ * own return) makes every trie node a new state, ~330,000 real steps of ~60 stacks: seconds per
+ * mask. So a walk stops after WALK_BUDGET stacks stepped (~10 ms); the grammars the converters make
+ * need a few percent of it. A stopped walk's mask holds the tokens verified so far, a subset of the
+ * allowed ones: the output stays valid, and progress stays possible because the single-byte tokens
+ * (all 256 bytes in a byte-level vocabulary) are checked first. Such masks are exact for the tokens
+ * they allow, not for the ones they leave out; the cache counts them ("stopped").
+ *
  * The cache. Masks are stored in the grammar keyed by the matcher's exact state: its flags and its
  * stacks, each written out as positions from top to bottom and sorted (node ids are per matcher, the
  * positions are not), hashed with XXH3 and compared in full. It is shared by every matcher of the
@@ -34,7 +42,8 @@
 
 #define CACHE_BYTES ((size_t)32 << 20)   /* per grammar */
 #define ROW_CAP 4096u                   /* states with a transition row per walk (4 MiB) */
-#define WALK_KEEP_STATES (1u << 16)     /* a walk that made more states frees them afterwards */
+#define WALK_KEEP_STATES 256u          /* a walk that made more states frees its scratch afterwards */
+#define WALK_BUDGET 250000u             /* stacks stepped per walk (a JSON grammar's walks: < 15,000) */
 #define DEAD 0u                         /* walk state 0: no stacks, not accepting */
 
 /* ---- the cache ----------------------------------------------------------------------------------- */
@@ -53,7 +62,7 @@ struct cv_mask_cache {
     centry **buckets;
     size_t n_buckets, n_entries, bytes;
     centry lru;                          /* sentinel */
-    uint64_t hits, misses, evictions;
+    uint64_t hits, misses, evictions, stopped;
 };
 
 cv_mask_cache *cv_mask_cache_new(void) {
@@ -82,7 +91,7 @@ void cv_grammar_cache_stats(const cv_grammar *g, cv_mask_cache_stats *out) {
     if (!c) return;
     pthread_mutex_lock(&c->mu);
     *out = (cv_mask_cache_stats){.hits = c->hits, .misses = c->misses, .evictions = c->evictions,
-                                 .entries = c->n_entries, .bytes = c->bytes};
+                                 .stopped = c->stopped, .entries = c->n_entries, .bytes = c->bytes};
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -145,7 +154,7 @@ static bool cache_get(cv_mask_cache *c, const uint32_t *key, uint32_t key_len, u
 }
 
 static void cache_put(cv_mask_cache *c, const uint32_t *key, uint32_t key_len, uint64_t hash, const uint32_t *mask,
-                      size_t n_words, int32_t size) {
+                      size_t n_words, int32_t size, bool complete) {
     uint32_t allowed = 0;
     for (size_t w = 0; w < n_words; w++) allowed += (uint32_t)__builtin_popcount(mask[w]);
     uint32_t rejected = (uint32_t)size - allowed;
@@ -177,6 +186,7 @@ static void cache_put(cv_mask_cache *c, const uint32_t *key, uint32_t key_len, u
     }
 
     pthread_mutex_lock(&c->mu);
+    c->stopped += !complete;
     centry **at = find(c, key, key_len, hash);
     if (*at) {  /* another matcher of this grammar filled it meanwhile */
         pthread_mutex_unlock(&c->mu);
@@ -233,6 +243,7 @@ struct cv_mask_walk {
     uint32_t cap_rows;
     uint32_t *by_depth;                  /* the state at each depth of the trie path */
     uint32_t *bits;                      /* the mask being made, plus a word for nodes without a token */
+    uint64_t work;                       /* stacks stepped by this walk's real steps */
     /* the matcher state's key and its making */
     uint32_t *key, *tmp, *idx;
     size_t cap_key, cap_tmp, cap_idx;
@@ -361,27 +372,34 @@ static uint32_t intern_state(cv_mask_walk *w, const uint32_t *tops, size_t n, bo
     return s;
 }
 
-/* Forgets the previous walk's states and stacks (memory kept, unless one walk made very many). */
-static void walk_reset(cv_mask_walk *w) {
+/* Ends a walk: its states and stacks are forgotten. The memory stays for the next walk unless this
+ * one was unusually large, so an idle matcher holds at most a few hundred KiB of scratch. */
+static void walk_end(cv_mask_walk *w) {
     if (w->n_states > WALK_KEEP_STATES) {
-        free(w->slots);
-        w->slots = NULL;
+        free(w->st_off);
+        free(w->st_n);
+        free(w->st_acc);
         free(w->tops);
-        w->tops = NULL;
+        free(w->slots);
+        free(w->rows);
+        w->st_off = w->st_n = w->tops = w->slots = w->rows = NULL;
+        w->st_acc = NULL;
+        w->cap_states = w->cap_rows = 0;
         w->cap_tops = 0;
+        w->slot_mask = 0;
     } else if (w->slots) {
         memset(w->slots, 0, ((size_t)w->slot_mask + 1) * sizeof *w->slots);
     }
     w->n_states = 0;
     w->n_tops = 0;
     cv_gpool_clear(&w->pool);
-    intern_state(w, NULL, 0, false);  /* DEAD */
 }
 
 /* The state after byte b from `from`, the real step run once per (state, byte) with a row. Kept out
  * of line: inlined, it would take the walk loop's registers. */
 static __attribute__((noinline)) uint32_t transition(const cv_grammar *g, cv_mask_walk *w, uint32_t from, uint8_t b) {
     uint32_t to = DEAD;
+    w->work += 1 + w->st_n[from];
     if (cv_gstep_byte(g, &w->pool, &w->step, w->tops + w->st_off[from], w->st_n[from], b) &&
         (w->step.n_out || w->step.accept))
         to = intern_state(w, w->step.out, w->step.n_out, w->step.accept);
@@ -403,21 +421,38 @@ static uint32_t start_state(cv_mask_walk *w, const uint32_t *key) {
     return intern_state(w, w->idx, n, key[0] & CV_MS_ACCEPT);
 }
 
-/* The hot loop: one row lookup per trie node while the states are known. */
-static __attribute__((noinline)) void walk_trie(const cv_grammar *g, cv_mask_walk *w, uint32_t start) {
+/* The state after trie node nd's byte from `from`. */
+static inline uint32_t next_state(const cv_grammar *g, cv_mask_walk *w, uint32_t from, uint8_t b) {
+    uint32_t to;
+    if (from < ROW_CAP && (to = w->rows[(size_t)from * 256 + b]) != 0) return to - 1;
+    return transition(g, w, from, b);
+}
+
+/* Sets the bits of the tokens allowed from `start`; false when the budget stopped the walk. The
+ * single-byte tokens go first, so that even a stopped walk allows every byte that may come next (a
+ * byte-level vocabulary has all 256), and the hot loop does one row lookup per trie node while the
+ * states are known. */
+static __attribute__((noinline)) bool walk_trie(const cv_grammar *g, cv_mask_walk *w, uint32_t start) {
     const cv_vocab *v = g->vocab;
     const cv_trie_node *trie = v->trie;
     uint32_t *by_depth = w->by_depth, *bits = w->bits;
+    uint32_t n = v->n_nodes;
+    for (uint32_t i = 0; i < n; i = trie[i].next)
+        if (next_state(g, w, start, (uint8_t)trie[i].byte) != DEAD) bits[trie[i].token >> 5] |= 1u << (trie[i].token & 31);
     const uint32_t *rows = w->rows;
     by_depth[0] = start;
-    for (uint32_t i = 0, n = v->n_nodes; i < n;) {
+    bool complete = true;
+    for (uint32_t i = 0; i < n;) {
         cv_trie_node nd = trie[i];
         uint32_t from = by_depth[nd.depth - 1], to;
         if (from < ROW_CAP && (to = rows[(size_t)from * 256 + nd.byte]) != 0) {
             to--;
-        } else {
+        } else if (w->work < WALK_BUDGET) {
             to = transition(g, w, from, (uint8_t)nd.byte);
             rows = w->rows;
+        } else {
+            complete = false;
+            break;
         }
         if (to == DEAD) {
             i = nd.next;
@@ -431,6 +466,7 @@ static __attribute__((noinline)) void walk_trie(const cv_grammar *g, cv_mask_wal
         int32_t t = v->dup[2 * k], same = v->dup[2 * k + 1];
         if ((bits[same >> 5] >> (same & 31)) & 1u) bits[t >> 5] |= 1u << (t & 31);
     }
+    return complete;
 }
 
 void cv_matcher_fill_mask(cv_matcher *m, uint32_t *mask) {
@@ -454,12 +490,15 @@ void cv_matcher_fill_mask(cv_matcher *m, uint32_t *mask) {
     if (cache_get(g->cache, w->key, key_len, hash, mask, n_words, v->size)) return;
 
     memset(w->bits, 0, n_words * sizeof *w->bits);
+    bool complete = true;
     if (s->n) {
-        walk_reset(w);
-        walk_trie(g, w, start_state(w, w->key));
+        intern_state(w, NULL, 0, false);  /* DEAD */
+        w->work = 0;
+        complete = walk_trie(g, w, start_state(w, w->key));
+        walk_end(w);
     }
     memcpy(mask, w->bits, n_words * sizeof *mask);
     if (s->flags & CV_MS_ACCEPT)
         for (size_t k = 0; k < v->n_eos; k++) mask[v->eos[k] >> 5] |= 1u << (v->eos[k] & 31);
-    cache_put(g->cache, w->key, key_len, hash, mask, n_words, v->size);
+    cache_put(g->cache, w->key, key_len, hash, mask, n_words, v->size, complete);
 }

@@ -29,8 +29,8 @@
 
 /* ---- the node pool ------------------------------------------------------------------------------- */
 
-/* A pool grown past this many nodes by one mask walk is freed, not kept, when cleared. */
-#define POOL_KEEP_NODES (1u << 16)
+/* A pool grown past this many nodes (by one large mask walk) is freed, not kept, when cleared. */
+#define POOL_KEEP_NODES (1u << 14)
 
 static uint32_t node_hash(uint32_t pos, uint32_t parent) {
     uint64_t k = ((uint64_t)pos << 32 | parent) * 0x9E3779B97F4A7C15ull;
