@@ -39,6 +39,7 @@
 
 #define MAX_DEPTH 64
 #define MAX_EBNF (4u << 20)
+#define MAX_WORK 100000     /* schema nodes converted, counting each inlined copy */
 
 /* ---- keywords ---------------------------------------------------------------------------------------- */
 
@@ -133,6 +134,7 @@ typedef struct conv {
     unsigned basic;           /* shared rules referenced (CV_JR_*) */
     unsigned n_names;
     int depth;
+    unsigned work;
     ref_entry *refs;
     size_t n_refs, cap_refs;
     size_t n_open;            /* refs being converted */
@@ -650,7 +652,7 @@ static void le_tail(alts *a, const char *P, const char *S, bool allow_empty) {
     alt_next(a);
     if (x.len) {
         cv_ebnf_literal(a->t, x.s, x.len);
-        cv_text_put(a->t, " \"0\"*");
+        cv_text_put(a->t, ns || allow_empty ? " \"0\"*" : " \"0\"+");
     } else {
         cv_text_put(a->t, allow_empty ? "\"0\"*" : "\"0\"+");
     }
@@ -1619,6 +1621,8 @@ static bool gen_types(conv *c, json_t *s, cv_text *body) {
 static bool gen_body(conv *c, json_t *s, cv_text *body) {
     const char *k;
     json_t *x;
+    /* inlining a shared $ref beside other keywords copies it: bound the copies, not just the depth */
+    if (++c->work > MAX_WORK) return fail(c, "schema too large (more than %d schemas to convert)", MAX_WORK), false;
     json_object_foreach(s, k, x) {
         if (in_list(k, kw_unsupported, CV_ARRAY_LEN(kw_unsupported))) return fail(c, "unsupported keyword '%s'", k), false;
     }
