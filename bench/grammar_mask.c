@@ -4,9 +4,11 @@
  * enum and an array of strings.
  *
  * Reports the vocabulary and grammar build times; for a few states (start, inside a string, after a
- * key, inside a number) the first mask (a trie walk) and the second (the grammar's cache); then a
- * random walk that draws each next token uniformly among the allowed ones — what a random-weights
- * model does, the hardest case for the cache — with the mean time per mask and the cache's hit rate.
+ * key, inside a number, inside a tag) the first mask (a trie walk) and the second (the grammar's
+ * cache); then random walks that draw each next token uniformly among the allowed ones — what a
+ * random-weights model does — with the time per mask and the cache's hit rate: once as written
+ * (inside an unbounded string the state repeats, so the cache answers) and once with the strings
+ * bounded as a JSON schema's maxLength makes them (every position a new state, the hard case).
  *
  *   bench_grammar_mask [steps]      (default 2000)
  */
@@ -31,6 +33,19 @@ static const char GRAMMAR[] =
     "color ::= \"\\\"red\\\"\" | \"\\\"green\\\"\" | \"\\\"blue\\\"\"\n"
     "tags ::= \"[\" ws (string (ws \",\" ws string)*)? ws \"]\"\n"
     "ws ::= [ \\t\\n]*\n";
+
+/* The same object with JSON-schema bounds, as the converter writes them: strings of at most 40
+ * characters, at most 5 tags. Bounded repetitions are chains of optional rules, so every position in
+ * a string is a new state: the walk's first visits, not the cache, set the cost. */
+static const char GRAMMAR_BOUNDED[] =
+    "root ::= \"{\" ws \"\\\"name\\\"\" ws \":\" ws string ws \",\" ws \"\\\"age\\\"\" ws \":\" ws integer ws \",\"\n"
+    "         ws \"\\\"color\\\"\" ws \":\" ws color ws \",\" ws \"\\\"tags\\\"\" ws \":\" ws tags ws \"}\"\n"
+    "string ::= \"\\\"\" char{0,40} \"\\\"\"\n"
+    "char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+    "integer ::= \"-\"? (\"0\" | [1-9] [0-9]{0,15})\n"
+    "color ::= \"\\\"red\\\"\" | \"\\\"green\\\"\" | \"\\\"blue\\\"\"\n"
+    "tags ::= \"[\" ws (string (ws \",\" ws string){0,4})? ws \"]\"\n"
+    "ws ::= [ \\t\\n]{0,2}\n";
 
 static size_t count_allowed(const uint32_t *mask, size_t n_words) {
     size_t n = 0;
@@ -95,53 +110,62 @@ int main(int argc, char **argv) {
         cv_matcher_free(m);
     }
 
-    /* The random walk: a fresh grammar (empty cache), tokens drawn uniformly from each mask; a sentence
-     * that ends (eos drawn, or nothing may follow) starts over. */
-    cv_grammar_free(g);
-    g = cv_grammar_parse(GRAMMAR, strlen(GRAMMAR), v, err, sizeof err);
-    cv_matcher *m = cv_matcher_new(g);
-    cv_rng rng;
-    cv_rng_seed(&rng, 1234);
+    /* The random walks: a fresh grammar each (empty cache), tokens drawn uniformly from each mask; a
+     * sentence that ends (eos drawn, or nothing may follow) starts over. */
     int32_t *allowed = malloc(MODEL_ROWS * sizeof *allowed);
     double *times = malloc((size_t)steps * sizeof *times);
-    double total = 0;
-    int sentences = 0;
-    for (int step = 0; step < steps; step++) {
-        double a = cv_now();
-        cv_matcher_fill_mask(m, mask);
-        times[step] = cv_now() - a;
-        total += times[step];
-        size_t n = 0;
-        for (int32_t t = 0; t < MODEL_ROWS; t++)
-            if ((mask[t >> 5] >> (t & 31)) & 1u) allowed[n++] = t;
-        if (n == 0) {
-            fprintf(stderr, "no token allowed at step %d\n", step);
+    static const struct {
+        const char *name, *text;
+    } walks[] = {{"unbounded strings", GRAMMAR}, {"bounded strings", GRAMMAR_BOUNDED}};
+    for (size_t w = 0; w < sizeof walks / sizeof walks[0]; w++) {
+        cv_grammar_free(g);
+        g = cv_grammar_parse(walks[w].text, strlen(walks[w].text), v, err, sizeof err);
+        if (!g) {
+            fprintf(stderr, "grammar: %s\n", err);
             return 1;
         }
-        int32_t t = allowed[cv_rng_next(&rng) % n];
-        if (!cv_matcher_accept_token(m, t)) {
-            fprintf(stderr, "token %d from the mask refused at step %d\n", t, step);
-            return 1;
+        cv_matcher *m = cv_matcher_new(g);
+        cv_rng rng;
+        cv_rng_seed(&rng, 1234);
+        double total = 0;
+        int sentences = 0;
+        for (int step = 0; step < steps; step++) {
+            double a = cv_now();
+            cv_matcher_fill_mask(m, mask);
+            times[step] = cv_now() - a;
+            total += times[step];
+            size_t n = 0;
+            for (int32_t t = 0; t < MODEL_ROWS; t++)
+                if ((mask[t >> 5] >> (t & 31)) & 1u) allowed[n++] = t;
+            if (n == 0) {
+                fprintf(stderr, "no token allowed at step %d\n", step);
+                return 1;
+            }
+            int32_t t = allowed[cv_rng_next(&rng) % n];
+            if (!cv_matcher_accept_token(m, t)) {
+                fprintf(stderr, "token %d from the mask refused at step %d\n", t, step);
+                return 1;
+            }
+            if (cv_matcher_terminated(m)) {
+                sentences++;
+                cv_matcher_rollback(m, cv_matcher_history(m));
+            }
         }
-        if (cv_matcher_terminated(m)) {
-            sentences++;
-            cv_matcher_rollback(m, cv_matcher_history(m));
-        }
+        cv_mask_cache_stats st;
+        cv_grammar_cache_stats(g, &st);
+        qsort(times, (size_t)steps, sizeof *times, cmp_double);
+        printf("random walk, %s: %d masks, %d objects completed\n", walks[w].name, steps, sentences);
+        printf("  per mask: mean %.3f ms, median %.4f ms, p99 %.3f ms, max %.3f ms\n", total / steps * 1e3,
+               times[steps / 2] * 1e3, times[steps * 99 / 100] * 1e3, times[steps - 1] * 1e3);
+        printf("  cache: %.1f%% hits (%llu hits, %llu misses), %zu entries, %.2f MiB, %llu walks stopped by the budget\n",
+               100.0 * (double)st.hits / (double)(st.hits + st.misses), (unsigned long long)st.hits,
+               (unsigned long long)st.misses, st.entries, (double)st.bytes / (1 << 20), (unsigned long long)st.stopped);
+        cv_matcher_free(m);
     }
-    cv_mask_cache_stats st;
-    cv_grammar_cache_stats(g, &st);
-    qsort(times, (size_t)steps, sizeof *times, cmp_double);
-    printf("random walk: %d masks, %d sentences completed: mean %.3f ms, median %.4f ms, p99 %.3f ms, max %.3f ms\n",
-           steps, sentences, total / steps * 1e3, times[steps / 2] * 1e3, times[steps * 99 / 100] * 1e3,
-           times[steps - 1] * 1e3);
-    printf("cache: %.1f%% hits (%llu hits, %llu misses), %zu entries, %.2f MiB\n",
-           100.0 * (double)st.hits / (double)(st.hits + st.misses), (unsigned long long)st.hits,
-           (unsigned long long)st.misses, st.entries, (double)st.bytes / (1 << 20));
 
     free(times);
     free(allowed);
     free(mask);
-    cv_matcher_free(m);
     cv_grammar_free(g);
     cv_vocab_free(v);
     cv_tokenizer_free(tok);

@@ -9,10 +9,14 @@
  * "walk state"), and a state's transitions are remembered in its 256-entry row. Inside a
  * JSON string almost every byte leads back to the same set, so the walk over ~all of Qwen3's trie
  * costs one row lookup per node, and only the few hundred distinct (state, byte) pairs run the real
- * step of matcher.c. The walk's stacks live in a pool of its own, seeded from the matcher's stacks
- * and cleared afterwards, so a walk leaves no memory behind in the matcher. Only the first ROW_CAP
- * states of a walk have rows; later ones (only an adversarial grammar makes that many) compute their
- * transitions each time, so memory stays bounded while the answer stays exact.
+ * step of matcher.c. The walk's stacks live in a pool of its own, seeded from the matcher's stacks.
+ * This automaton stays in the matcher from one mask to the next, because the next walk revisits most
+ * of it: in a bounded string (char{0,40}: a chain of optional rules) every position is a new state,
+ * but the walk from position k has already built the states for k+1, k+2, ..., so only the first
+ * walk in a string pays for them. It is forgotten once it passes WALK_KEEP_STATES states (~1 MiB of
+ * rows) or WALK_KEEP_NODES stack nodes. Only the first ROW_CAP states have rows; later ones (only an
+ * adversarial grammar makes that many) compute their transitions each time, so memory stays bounded
+ * while the answer stays exact.
  *
  * The budget. A grammar whose stacks depend on every byte read (a palindrome: each byte pushes its
  * own return) makes every trie node a new state, ~330,000 real steps of ~60 stacks: seconds per
@@ -42,7 +46,8 @@
 
 #define CACHE_BYTES ((size_t)32 << 20)   /* per grammar */
 #define ROW_CAP 4096u                   /* states with a transition row per walk (4 MiB) */
-#define WALK_KEEP_STATES 256u          /* a walk that made more states frees its scratch afterwards */
+#define WALK_KEEP_STATES 1024u         /* walk states kept between masks (rows: 1 KiB each) */
+#define WALK_KEEP_NODES 65536u         /* and their stack nodes */
 #define WALK_BUDGET 250000u             /* stacks stepped per walk (a JSON grammar's walks: < 15,000) */
 #define DEAD 0u                         /* walk state 0: no stacks, not accepting */
 
@@ -372,10 +377,9 @@ static uint32_t intern_state(cv_mask_walk *w, const uint32_t *tops, size_t n, bo
     return s;
 }
 
-/* Ends a walk: its states and stacks are forgotten. The memory stays for the next walk unless this
- * one was unusually large, so an idle matcher holds at most a few hundred KiB of scratch. */
-static void walk_end(cv_mask_walk *w) {
-    if (w->n_states > WALK_KEEP_STATES) {
+/* Forgets every walk state and stack; buffers that grew large (an unusual walk) are freed. */
+static void walk_forget(cv_mask_walk *w) {
+    if (w->cap_states > 4 * WALK_KEEP_STATES) {
         free(w->st_off);
         free(w->st_n);
         free(w->st_acc);
@@ -492,10 +496,10 @@ void cv_matcher_fill_mask(cv_matcher *m, uint32_t *mask) {
     memset(w->bits, 0, n_words * sizeof *w->bits);
     bool complete = true;
     if (s->n) {
-        intern_state(w, NULL, 0, false);  /* DEAD */
+        if (w->n_states == 0) intern_state(w, NULL, 0, false);  /* DEAD */
         w->work = 0;
         complete = walk_trie(g, w, start_state(w, w->key));
-        walk_end(w);
+        if (w->n_states > WALK_KEEP_STATES || w->pool.n > WALK_KEEP_NODES) walk_forget(w);
     }
     memcpy(mask, w->bits, n_words * sizeof *mask);
     if (s->flags & CV_MS_ACCEPT)
