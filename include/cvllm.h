@@ -151,7 +151,9 @@ typedef struct cvllm_constraint {
     size_t n_choices;
     bool disable_any_whitespace;  /* JSON: no whitespace between tokens */
     bool disable_additional_properties; /* JSON schema: an object schema that does not mention
-                                         * additionalProperties admits no other properties */
+                                         * additionalProperties admits no other properties. cvllm always
+                                         * does so (as xgrammar's strict mode, vLLM's default backend); the
+                                         * field is accepted for vLLM's spelling */
     const char *whitespace_pattern; /* JSON: a regex for the whitespace between tokens; NULL = default */
 } cvllm_constraint;
 

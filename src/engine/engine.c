@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "base/utf8.h"
 #include "engine/engine.h"
+#include "sample/grammar_proc.h"
 #include "loader/quant.h"
 #include "loader/resolve.h"
 
@@ -245,6 +246,13 @@ static int check_state_support(cvllm_engine *e) {
     return 0;
 }
 
+/* The ids that end a sequence: generation_config.json's eos_token_id, else config.json's. */
+static const int32_t *model_eos(const cvllm_engine *e, size_t *n) {
+    const cv_generation_config *g = &e->gen;
+    *n = g->n_eos_token_ids ? (size_t)g->n_eos_token_ids : (size_t)e->config.n_eos_token_ids;
+    return g->n_eos_token_ids ? g->eos_token_ids : e->config.eos_token_ids;
+}
+
 static int create_engine(cvllm_engine *e) {
     int rc;
     bool dummy = is_dummy_format(e->opts.load_format, &rc);
@@ -277,6 +285,9 @@ static int create_engine(cvllm_engine *e) {
     e->max_logprobs = e->opts.max_logprobs;
     e->sample_scratch = cv_xmalloc(2 * (size_t)e->vocab_size * sizeof(float));
     e->top_scratch = cv_xmalloc(((size_t)e->max_logprobs + 1) * sizeof *e->top_scratch);
+    size_t n_eos;
+    const int32_t *eos = model_eos(e, &n_eos);
+    e->grammars = cv_grammar_cache_new(e->tokenizer, e->vocab_size, eos, n_eos);
     cv_info("engine", "%s: %d layers, hidden %d, vocab %d, max_model_len %d, %d threads, weights %.2f GiB",
             e->config.architecture, e->config.num_hidden_layers, e->config.hidden_size, e->vocab_size,
             e->max_model_len, cv_threadpool_size(e->pool), (double)e->model->weight_bytes / (1 << 30));
@@ -322,6 +333,7 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     cv_model_free(e->model);
     cv_threadpool_free(e->pool);
     cv_weight_source_free(e->weights);
+    cv_grammar_cache_free(e->grammars);
     cv_tokenizer_free(e->tokenizer);
     cv_model_config_free(&e->config);
     free(e->batch.token_ids);
@@ -372,6 +384,7 @@ void cvllm_sampling_params_default(const cvllm_engine *e, cvllm_sampling_params 
     p->spaces_between_special_tokens = true;
     p->logprobs = -1;
     p->prompt_logprobs = -1;
+    p->grammar_after_token_id = -1;
     if (!e || !e->use_generation_defaults) return;
     const cv_generation_config *g = &e->gen;
     if (g->has_temperature) p->temperature = g->temperature;
@@ -432,6 +445,11 @@ static int check_sampling_params(const cvllm_engine *e, const cvllm_sampling_par
             return cv_fail(bad, "allowed_token_ids contains out-of-vocab token id!");
     if (p->priority != 0 && !e->sched.priority_policy)
         return cv_fail(bad, "Got priority %d but Priority scheduling is not enabled.", p->priority);
+    if (p->grammar && !cv_grammar_belongs_to(p->grammar, e->grammars))
+        return cv_fail(bad, "the grammar was compiled by another engine");
+    if (p->grammar && (p->grammar_after_token_id < -1 || p->grammar_after_token_id >= e->vocab_size))
+        return cv_fail(bad, "grammar_after_token_id %d is not a token id of this model (vocabulary size %d)",
+                       p->grammar_after_token_id, e->vocab_size);
     return 0;
 }
 
@@ -549,9 +567,8 @@ int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const
     }
     int32_t room = e->max_model_len - (int32_t)n;
     int32_t max_tokens = params->max_tokens == -1 || params->max_tokens > room ? room : params->max_tokens;
-    const cv_generation_config *g = &e->gen;
-    const int32_t *eos = g->n_eos_token_ids ? g->eos_token_ids : e->config.eos_token_ids;
-    size_t n_eos = g->n_eos_token_ids ? (size_t)g->n_eos_token_ids : (size_t)e->config.n_eos_token_ids;
+    size_t n_eos;
+    const int32_t *eos = model_eos(e, &n_eos);
     uint64_t id = ++e->next_request_id;
     *out = cv_request_create(id, ids, n, prompt->cache_salt, params, max_tokens, eos, n_eos, &bad_words);
     free(ids);
@@ -563,6 +580,12 @@ void cv_engine_enqueue_request(cvllm_engine *e, cv_request *req) {
         cv_seq *s = &req->seqs[i];
         cv_sampler_state_init(&s->sampler, &req->sampler_params, e->vocab_size, request_seed(e, &req->params, i),
                               req->prompt, req->n_prompt);
+        if (req->grammar) {
+            size_t n_eos;
+            const int32_t *eos = model_eos(e, &n_eos);
+            cv_sampler_add_proc(&s->sampler, cv_grammar_proc_new(cv_grammar_of(req->grammar), e->vocab_size,
+                                                                 req->params.grammar_after_token_id, eos, n_eos));
+        }
         cv_detok_init(&s->detok, e->tokenizer, req->params.skip_special_tokens);
         cv_scheduler_add(&e->sched, s);
     }
@@ -867,7 +890,10 @@ static bool sample_token(cvllm_engine *e, cv_seq *seq, float *row, int32_t draft
     cv_sample_result res = {.top = e->top_scratch};
     int32_t token = cv_sample_verify(&req->sampler_params, &seq->sampler, row, e->sample_scratch, draft, &res);
     cv_seq_append_token(seq, token);
-    cv_sampler_accept(&seq->sampler, token);
+    /* A processor refuses the token only when the mask and the request's own rules (allowed_token_ids,
+     * bad_words) together left nothing and the sampler fell back: the output can no longer follow its
+     * grammar, so it ends as an error rather than as a silently invalid answer. */
+    bool allowed = cv_sampler_accept(&seq->sampler, token);
     if (req->params.logprobs >= 0)
         seq->logprobs[cv_seq_num_output(seq) - 1] = make_position_logprobs(res.top, res.n_top, res.chosen);
     e->generation_tokens_total++;
@@ -875,6 +901,11 @@ static bool sample_token(cvllm_engine *e, cv_seq *seq, float *row, int32_t draft
     int32_t stop_token;
     cvllm_finish_reason reason = check_stop_token(seq, token, &stop_token);
     if (seq->n_tokens >= (size_t)e->max_model_len && reason == CVLLM_FINISH_NONE) reason = CVLLM_FINISH_LENGTH;
+    if (!allowed) {
+        cv_warn("engine", "request %llu: token %d breaks its structured output constraint (nothing else was allowed); "
+                "the sequence ends with an error", (unsigned long long)req->id, token);
+        reason = CVLLM_FINISH_ERROR;
+    }
     seq->out.finish_reason = reason;
     seq->out.stop_token_id = stop_token;
     bool stopped_by_token = reason == CVLLM_FINISH_STOP;

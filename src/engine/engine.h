@@ -12,6 +12,7 @@
 #include "cvllm.h"
 #include "base/threadpool.h"
 #include "engine/block_pool.h"
+#include "engine/grammar_cache.h"
 #include "models/footprint.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -91,6 +92,7 @@ struct cvllm_engine {
     cv_mtp_seq *mtp_seqs;
     float *hidden;                 /* [batch tokens][hidden] from forward(), for the MTP */
     size_t cap_hidden;
+    cv_grammar_cache *grammars;    /* compiled constraints (cvllm_grammar_compile; any thread) */
     /* Counters for logs and metrics. */
     uint64_t prompt_tokens_total, generation_tokens_total;
 };

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "engine/grammar_cache.h"
 
 static int32_t *copy_ids(const int32_t *ids, size_t n) {
     int32_t *c = cv_xmalloc((n ? n : 1) * sizeof *c);
@@ -95,6 +96,7 @@ cv_request *cv_request_create(uint64_t id, const int32_t *prompt, size_t n_promp
     req->params.logit_bias_ids = req->bias_ids;
     req->params.logit_bias_values = req->bias_values;
     copy_allowed_ids(req, params);
+    if (params->grammar) req->grammar = cv_grammar_retain(params->grammar);
     if (bad_words) {
         req->bad_words = *bad_words;
         *bad_words = (cv_token_seqs){0};
@@ -158,6 +160,7 @@ void cv_request_free(cv_request *req) {
     free(req->bias_ids);
     free(req->bias_values);
     free(req->allowed_ids);
+    cvllm_grammar_release(req->grammar);
     cv_token_seqs_free(&req->bad_words);
     free(req->stop_ids);
     free(req->eos_ids);

@@ -74,6 +74,7 @@ struct cv_request {
     int32_t *eos_ids;              /* the model's eos ids, empty when ignore_eos */
     size_t n_eos_ids;
     cv_sampler_params sampler_params;
+    cvllm_grammar *grammar;        /* params.grammar, a reference of the request's own; NULL = none */
     int32_t max_tokens;            /* resolved: never past max_model_len */
     int32_t *prompt;
     size_t n_prompt;

@@ -5,3 +5,5 @@ cv_add_test(test_spec_decode SOURCES test_spec_decode.c LIBS cv_engine TIMEOUT 3
 cv_add_test(test_engine_hybrid SOURCES test_engine_hybrid.c LIBS cv_engine TIMEOUT 300)
 cv_add_test(test_kv_dtype SOURCES test_kv_dtype.c LIBS cv_engine TIMEOUT 300)
 cv_add_test(test_engine_params SOURCES test_engine_params.c LIBS cv_engine TIMEOUT 300)
+# Structured outputs end to end; validates outputs with python3 and node (ajv).
+cv_add_test(test_structured SOURCES test_structured.c LIBS cv_engine TIMEOUT 600)
