@@ -697,6 +697,30 @@ static void test_errors(void) {
     expect_schema_error(twice, "schema too large");
     free(twice);
 
+    /* options that cannot make JSON */
+    char err[256];
+    cv_json_options bad_ws = {.any_whitespace = true, .whitespace_pattern = "[ x]*"};
+    CHECK(cv_json_schema_to_ebnf("{}", 2, &bad_ws, err, sizeof err) == NULL);
+    CHECK_CONTAINS(err, "whitespace pattern may match characters other than JSON whitespace");
+    CHECK(cv_json_object_ebnf(&bad_ws) == NULL);
+    bad_ws.whitespace_pattern = "( ";
+    CHECK(cv_json_schema_to_ebnf("{}", 2, &bad_ws, err, sizeof err) == NULL);
+    CHECK_CONTAINS(err, "invalid whitespace pattern: missing ), unterminated subpattern at offset 0");
+
+    /* counts past the engine's repetition limit: a maximum is lowered (a subset), a minimum refused */
+    cv_json_options o = {.any_whitespace = true};
+    const char *huge = "{\"type\":\"array\",\"maxItems\":100000,\"items\":{\"type\":\"string\",\"maxLength\":70000}}";
+    char *ebnf = cv_json_schema_to_ebnf(huge, strlen(huge), &o, err, sizeof err);
+    CHECK_MSG(ebnf != NULL, "%s", err);
+    cv_grammar *g = ebnf ? parse_ebnf("huge counts", ebnf) : NULL;
+    if (g) CHECK(matches(g, "[\"abc\",\"\"]", 10));
+    cv_grammar_free(g);
+    free(ebnf);
+    expect_schema_error("{\"type\":\"string\",\"minLength\":20000}", "'minLength' above 10000 is not supported");
+    expect_schema_error("{\"type\":\"array\",\"minItems\":20000}", "'minItems' above 10000 is not supported");
+    expect_schema_error("{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}",
+                        "required property 'b' is not in properties, and other properties are off (strict)");
+
     expect_regex_error("(?=a)b", "lookarounds are not supported at offset 0");
     expect_regex_error("a(?!b)", "lookarounds are not supported at offset 1");
     expect_regex_error("(a)\\1", "backreferences are not supported at offset 3");

@@ -300,7 +300,34 @@ const char *cv_json_colon(bool ws) { return ws ? "ws \":\" ws" : "\":\""; }
 
 #define CV_STR2(x) #x
 #define CV_STR(x) CV_STR2(x)
-const char *cv_json_default_ws(void) { return "[ \\t\\n]{0," CV_STR(CV_JSON_WS_MAX) "}"; }
+
+bool cv_json_ws_rule(const cv_json_options *o, cv_text *buf, const char **body, char *err, size_t err_len) {
+    *body = NULL;
+    if (!o->whitespace_pattern) {
+        if (o->any_whitespace) *body = "[ \\t\\n]{0," CV_STR(CV_JSON_WS_MAX) "}";
+        return true;
+    }
+    char rerr[200];
+    cv_regex *re = cv_regex_parse(o->whitespace_pattern, strlen(o->whitespace_pattern), CV_RE_PYTHON, rerr, sizeof rerr);
+    if (!re) {
+        if (err_len) snprintf(err, err_len, "invalid whitespace pattern: %s", rerr);
+        return false;
+    }
+    cv_cpset json_ws = {0};
+    cv_cpset_add(&json_ws, '\t', '\n');
+    cv_cpset_add(&json_ws, '\r', '\r');
+    cv_cpset_add(&json_ws, ' ', ' ');
+    bool ok = cv_regex_within(re, &json_ws);
+    cv_cpset_free(&json_ws);
+    if (ok) {
+        cv_regex_emit(re, false, buf);
+        *body = buf->s ? buf->s : "";
+    } else if (err_len) {
+        snprintf(err, err_len, "whitespace pattern may match characters other than JSON whitespace (space, tab, CR, LF)");
+    }
+    cv_regex_free(re);
+    return ok;
+}
 
 void cv_json_rules(cv_text *t, unsigned need, const char *ws_body) {
     /* close over the dependencies */
@@ -421,21 +448,12 @@ char *cv_choice_to_ebnf(const char *const *choices, size_t n) {
 }
 
 char *cv_json_object_ebnf(const cv_json_options *o) {
+    /* an unusable whitespace pattern makes no grammar: cv_json_schema_to_ebnf reports why */
     cv_json_options def = {.any_whitespace = true};
     if (!o) o = &def;
     cv_text ws = {0};
-    const char *ws_body = NULL;
-    if (o->whitespace_pattern) {
-        char err[256];
-        cv_regex *re = cv_regex_parse(o->whitespace_pattern, strlen(o->whitespace_pattern), CV_RE_PYTHON,
-                                      err, sizeof err);
-        if (!re) return NULL;
-        cv_regex_emit(re, false, &ws);
-        cv_regex_free(re);
-        ws_body = ws.s ? ws.s : "";
-    } else if (o->any_whitespace) {
-        ws_body = cv_json_default_ws();
-    }
+    const char *ws_body;
+    if (!cv_json_ws_rule(o, &ws, &ws_body, NULL, 0)) return NULL;
     cv_text t = {0};
     cv_text_put(&t, "root ::= object | array\n");
     cv_json_rules(&t, CV_JR_OBJECT | CV_JR_ARRAY, ws_body);

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sample/grammar/grammar.h"
+
 /* ---- growing text ----------------------------------------------------------------------------------- */
 
 typedef struct cv_text {
@@ -49,6 +51,9 @@ void cv_cpset_intersect(cv_cpset *s, const cv_cpset *o);
 void cv_cpset_copy(cv_cpset *dst, const cv_cpset *src);
 bool cv_cpset_has(const cv_cpset *s, uint32_t cp);
 void cv_cpset_free(cv_cpset *s);
+
+/* The largest repetition bound cv_grammar_parse takes ({n,m} with m above it is refused). */
+#define CV_EBNF_MAX_REPEAT 10000
 
 /* ---- EBNF writing ------------------------------------------------------------------------------------ */
 
@@ -89,11 +94,13 @@ void cv_json_rules(cv_text *t, unsigned need, const char *ws_body);
 /* The separators between JSON tokens: `ws "," ws` or `","` (and the same for ":"). */
 const char *cv_json_comma(bool ws);
 const char *cv_json_colon(bool ws);
-/* The whitespace rule's body when any_whitespace is on and no pattern is given: space, tab and
- * newline, at most CV_JSON_WS_MAX of them between two tokens, so that a model cannot loop on
- * whitespace for ever (JSON itself puts no bound on it). */
+/* The whitespace between tokens for the options: *body is NULL when there is none, the default
+ * (space, tab and newline, at most CV_JSON_WS_MAX of them between two tokens, so that a model
+ * cannot loop on whitespace for ever; JSON itself puts no bound on it), or the whitespace_pattern
+ * written as EBNF into buf. False with a one-line err when the pattern is not a regex or could
+ * match anything but JSON whitespace (the output would not be JSON). */
 #define CV_JSON_WS_MAX 20
-const char *cv_json_default_ws(void);
+bool cv_json_ws_rule(const cv_json_options *o, cv_text *buf, const char **body, char *err, size_t err_len);
 
 /* Compact JSON text of a value (numbers in their shortest round-trip form), as const and enum need. */
 struct json_t;
@@ -119,9 +126,12 @@ void cv_regex_free(cv_regex *re);
 /* Shortest and longest match in code points (max UINT64_MAX: unbounded). */
 void cv_regex_length(const cv_regex *re, uint64_t *min, uint64_t *max);
 /* Narrows the regex to matches of min..max code points where that is exact and cheap: when the
- * bounds already hold, or when every branch is fixed-width but for one repeated part. Returns
- * false (the regex unchanged) when it cannot, or when no match would be left (*empty set). */
+ * bounds already hold, or when every branch is fixed-width but for one repeated part (whose count
+ * is also capped at CV_EBNF_MAX_REPEAT, which keeps a subset). Returns false (the regex unchanged)
+ * when it cannot, or when no match would be left (*empty set). */
 bool cv_regex_limit_length(cv_regex *re, uint64_t min, uint64_t max, bool *empty);
+/* Whether every character the regex can match is in s. */
+bool cv_regex_within(const cv_regex *re, const cv_cpset *s);
 /* Writes the regex as one EBNF expression (nothing for a regex that matches only ""). json: each
  * character in its canonical spelling inside a JSON string. */
 void cv_regex_emit(const cv_regex *re, bool json, cv_text *out);

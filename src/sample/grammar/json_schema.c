@@ -272,6 +272,15 @@ static bool get_count(conv *c, json_t *s, const char *key, uint64_t *out) {
     return true;
 }
 
+/* A count keyword's range made fit for {m,n}: a maximum above the engine's repetition limit is
+ * lowered to it (the strings or arrays allowed are then a subset, all valid), a minimum above it is
+ * refused. */
+static bool fit_counts(conv *c, const char *min_kw, uint64_t *lo, uint64_t *hi) {
+    if (*lo > CV_EBNF_MAX_REPEAT) return fail(c, "'%s' above %d is not supported", min_kw, CV_EBNF_MAX_REPEAT), false;
+    if (*hi != UINT64_MAX && *hi > CV_EBNF_MAX_REPEAT) *hi = CV_EBNF_MAX_REPEAT;
+    return true;
+}
+
 /* A decimal number, exactly: sign, integer digits (no leading zeros, "0" for none), fraction digits
  * (no trailing zeros). Zero is never negative. */
 typedef struct dec {
@@ -848,6 +857,7 @@ static bool gen_string(conv *c, json_t *s, cv_text *body) {
             cv_text_put(body, basic(c, CV_JR_STRING, "string"));
             return true;
         }
+        if (!fit_counts(c, "minLength", &min, &max)) return false;
         basic(c, CV_JR_CHAR, "char");
         cv_text_put(body, "\"\\\"\" char");
         if (!has_max)
@@ -1397,7 +1407,11 @@ static bool gen_object(conv *c, json_t *s, cv_text *body) {
         while (j < na && strcmp(all[j].key, json_string_value(r)) != 0) j++;
         if (j == na) {
             if (addl == EXTRA_NONE) {
-                fail(c, "required property '%.60s' is not allowed by %s", json_string_value(r), addl_kw);
+                if (addl_j)
+                    fail(c, "required property '%.60s' is not allowed by %s", json_string_value(r), addl_kw);
+                else
+                    fail(c, "required property '%.60s' is not in properties, and other properties are off (strict)",
+                         json_string_value(r));
                 break;
             }
             all[na++] = (prop){.key = json_string_value(r), .schema = addl_schema ? addl_schema : json_true()};
@@ -1442,22 +1456,23 @@ static bool gen_object(conv *c, json_t *s, cv_text *body) {
     size_t first_req = 0;
     while (first_req < n && !props[first_req].required) first_req++;
     size_t last_alt = first_req < n ? first_req : (n ? n - 1 : 0);
-    /* the tails, from the end: tail[j] is Tj's expression, a rule name where it is a rule */
+    /* the tails, from the end: tail[j] is Tj's expression (a rule name where it is a rule), with
+     * a leading space unless empty */
     char **tail = cv_xcalloc(n + 1, sizeof *tail);
     cv_text t = {0};
-    if (addl_rule) cv_text_printf(&t, "(%s %s %s %s)*", cm, addl_key, cl, addl_rule);
+    if (addl_rule) cv_text_printf(&t, " (%s %s %s %s)*", cm, addl_key, cl, addl_rule);
     tail[n] = cv_text_take(&t);
     bool ok = true;
     for (size_t j = n; j-- > 1 && ok;) {
-        cv_text_printf(&t, props[j].required ? "%s " : "(%s ", cm);
+        cv_text_printf(&t, props[j].required ? " %s " : " (%s ", cm);
         key_literal(&t, props[j].key);
-        cv_text_printf(&t, " %s %s%s %s", cl, props[j].rule, props[j].required ? "" : ")?", tail[j + 1]);
-        free(tail[j]);
+        cv_text_printf(&t, " %s %s%s%s", cl, props[j].rule, props[j].required ? "" : ")?", tail[j + 1]);
         if (j >= 2 && j <= last_alt + 1) {
             char *name = new_name(c);
-            ok = add_rule(c, name, t.s);
+            ok = add_rule(c, name, t.s + 1);
             cv_text_free(&t);
-            tail[j] = name;
+            tail[j] = cv_xasprintf(" %s", name);
+            free(name);
         } else {
             tail[j] = cv_text_take(&t);
         }
@@ -1475,11 +1490,11 @@ static bool gen_object(conv *c, json_t *s, cv_text *body) {
         for (size_t i = 0; i < n && i <= first_req; i++) {
             alt_next(&in);
             key_literal(body, props[i].key);
-            cv_text_printf(body, " %s %s %s", cl, props[i].rule, tail[i + 1]);
+            cv_text_printf(body, " %s %s%s", cl, props[i].rule, tail[i + 1]);
         }
         if (first_req == n && addl_rule) {
             alt_next(&in);
-            cv_text_printf(body, "%s %s %s %s", addl_key, cl, addl_rule, tail[n]);
+            cv_text_printf(body, "%s %s %s%s", addl_key, cl, addl_rule, tail[n]);
         }
         cv_text_printf(body, ")%s \"}\"", w);
     }
@@ -1489,14 +1504,19 @@ static bool gen_object(conv *c, json_t *s, cv_text *body) {
     return ok;
 }
 
-static void put_count(cv_text *t, uint64_t lo, uint64_t hi) {
-    if (hi == UINT64_MAX)
-        cv_text_printf(t, lo == 0 ? "*" : lo == 1 ? "+" : "{%llu,}", (unsigned long long)lo);
+/* "(" x ")" repeated lo..hi times (hi UINT64_MAX: unbounded), or nothing when hi is 0. */
+static void put_repeat(cv_text *t, const char *x, uint64_t lo, uint64_t hi) {
+    if (hi == 0) return;
+    cv_text_printf(t, " (%s)", x);
+    if (hi == UINT64_MAX && lo <= 1)
+        cv_text_put(t, lo ? "+" : "*");
+    else if (hi == UINT64_MAX)
+        cv_text_printf(t, "{%llu,}", (unsigned long long)lo);
     else if (lo == 0 && hi == 1)
         cv_text_put(t, "?");
-    else if (lo == hi)
-        cv_text_printf(t, lo == 1 ? "" : "{%llu}", (unsigned long long)lo);
-    else
+    else if (lo == hi && lo > 1)
+        cv_text_printf(t, "{%llu}", (unsigned long long)lo);
+    else if (lo != hi)
         cv_text_printf(t, "{%llu,%llu}", (unsigned long long)lo, (unsigned long long)hi);
 }
 
@@ -1565,46 +1585,83 @@ static bool gen_array(conv *c, json_t *s, cv_text *body) {
         cv_text_printf(body, "\"[\"%s \"]\"", w);
     }
     bool ok = true;
-    if (M >= 1 && k == 0) {
+    /* the rest's count after the first item (k = 0) or after the prefix */
+    uint64_t r_lo = k ? (m > k ? m - k : 0) : (m ? m - 1 : 0);
+    uint64_t r_hi = M == UINT64_MAX ? M : k ? (M > k ? M - k : 0) : M - 1;
+    if (M >= 1 && !fit_counts(c, "minItems", &r_lo, &r_hi)) ok = false;
+    char *rest_item = cv_xasprintf("%s %s", cm, rest_rule ? rest_rule : "");
+    if (ok && M >= 1 && k == 0) {
         alt_next(&a);
-        cv_text_printf(body, "\"[\"%s %s (%s %s)", w, rest_rule, cm, rest_rule);
-        put_count(body, m ? m - 1 : 0, M == UINT64_MAX ? M : M - 1);
+        cv_text_printf(body, "\"[\"%s %s", w, rest_rule);
+        put_repeat(body, rest_item, r_lo, r_hi);
         cv_text_printf(body, "%s \"]\"", w);
-    } else if (M >= 1) {
+    } else if (ok && M >= 1) {
         cv_text t = {0};
-        if (rest_rule && M > k) {
-            cv_text_printf(&t, "(%s %s)", cm, rest_rule);
-            put_count(&t, m > k ? m - k : 0, M == UINT64_MAX ? M : M - k);
-        }
+        if (rest_rule) put_repeat(&t, rest_item, r_lo, r_hi);
         char *tail = cv_text_take(&t);
         for (size_t j = (k < M ? k : M); j-- > 1 && ok;) {
-            cv_text_printf(&t, j >= m ? "(%s %s %s)?" : "%s %s %s", cm, rules[j], tail);
+            cv_text_printf(&t, j >= m ? "(%s %s%s)?" : "%s %s%s", cm, rules[j], tail);
             free(tail);
             if (j >= m) { /* optional tails are rules: no deep nesting for long tuples */
                 char *name = new_name(c);
                 ok = add_rule(c, name, t.s);
                 cv_text_free(&t);
-                tail = name;
+                tail = cv_xasprintf(" %s", name);
+                free(name);
             } else {
-                tail = cv_text_take(&t);
+                char *x = cv_text_take(&t);
+                tail = cv_xasprintf(" %s", x);
+                free(x);
             }
         }
         if (ok) {
             alt_next(&a);
-            cv_text_printf(body, "\"[\"%s %s %s%s \"]\"", w, rules[0], tail, w);
+            cv_text_printf(body, "\"[\"%s %s%s%s \"]\"", w, rules[0], tail, w);
         }
         free(tail);
     }
+    free(rest_item);
     free(rules);
     return ok;
 }
 
 /* ---- schemas ------------------------------------------------------------------------------------------- */
 
+/* Whether s has any of the keywords in list (NULL-terminated). */
+static bool has_any(json_t *s, const char *const *list) {
+    for (; *list; list++)
+        if (json_object_get(s, *list)) return true;
+    return false;
+}
+
+static const char *const object_kw[] = {"properties", "required", "additionalProperties", "unevaluatedProperties",
+                                         "minProperties", "maxProperties", NULL};
+static const char *const array_kw[] = {"items", "prefixItems", "additionalItems", "unevaluatedItems", "minItems",
+                                        "maxItems", "uniqueItems", NULL};
+static const char *const string_kw[] = {"minLength", "maxLength", "pattern", "format", NULL};
+static const char *const number_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+
 static bool gen_types(conv *c, json_t *s, cv_text *body) {
     unsigned types;
     if (!get_types(c, s, &types)) return false;
     if (types & T_NUMBER) types &= ~(unsigned)T_INTEGER;
+    /* no keyword narrows any type: the shared rules say it all */
+    bool plain_object = !has_any(s, object_kw), plain_array = !has_any(s, array_kw);
+    if (types == (T_ALL & ~(unsigned)T_INTEGER) && plain_object && plain_array && !has_any(s, string_kw) &&
+        !has_any(s, number_kw)) {
+        cv_text_put(body, basic(c, CV_JR_VALUE, "value"));
+        return true;
+    }
+    if (plain_object && (types & T_OBJECT)) {
+        types &= ~(unsigned)T_OBJECT;
+        cv_text_put(body, basic(c, CV_JR_OBJECT, "object"));
+        if (types) cv_text_put(body, " | ");
+    }
+    if (plain_array && (types & T_ARRAY)) {
+        types &= ~(unsigned)T_ARRAY;
+        cv_text_put(body, basic(c, CV_JR_ARRAY, "array"));
+        if (types) cv_text_put(body, " | ");
+    }
     alts a = {body, 0};
     bool ok = true;
     if (ok && (types & T_OBJECT)) alt_next(&a), ok = gen_object(c, s, body);
@@ -1728,20 +1785,7 @@ char *cv_json_schema_to_ebnf(const char *schema, size_t len, const cv_json_optio
     c.keep = json_array();
     cv_text ws = {0};
     const char *ws_body = NULL;
-    if (o->whitespace_pattern) {
-        char rerr[200];
-        cv_regex *re = cv_regex_parse(o->whitespace_pattern, strlen(o->whitespace_pattern), CV_RE_PYTHON, rerr, sizeof rerr);
-        if (!re) {
-            if (err_len) snprintf(err, err_len, "invalid whitespace pattern: %s", rerr);
-            c.failed = true;
-        } else {
-            cv_regex_emit(re, false, &ws);
-            cv_regex_free(re);
-            ws_body = ws.s ? ws.s : "";
-        }
-    } else if (o->any_whitespace) {
-        ws_body = cv_json_default_ws();
-    }
+    c.failed = !cv_json_ws_rule(o, &ws, &ws_body, err, err_len);
     c.ws = ws_body != NULL;
 
     /* the root is the reference "#", so that "$ref": "#" finds its rule */

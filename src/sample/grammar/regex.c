@@ -27,7 +27,6 @@
 #include "sample/grammar/grammar.h"
 
 #define REP_INF UINT32_MAX
-#define MAX_COUNT 100000    /* larger {n} counts are refused rather than expanded */
 #define MAX_NESTING 200
 
 typedef enum rn_kind { RN_EMPTY, RN_NONE, RN_SET, RN_CAT, RN_ALT, RN_REP, RN_BOL, RN_EOL } rn_kind;
@@ -401,7 +400,7 @@ static size_t brace_end(const rparser *p) {
 static uint64_t read_count(const char *s, size_t *i) {
     uint64_t v = 0;
     for (; s[*i] >= '0' && s[*i] <= '9'; (*i)++)
-        if (v <= MAX_COUNT) v = v * 10 + (uint64_t)(s[*i] - '0');
+        if (v <= CV_EBNF_MAX_REPEAT) v = v * 10 + (uint64_t)(s[*i] - '0');
     return v;
 }
 
@@ -415,8 +414,8 @@ static bool parse_braces(rparser *p, uint32_t *min, uint32_t *max) {
     } else {
         b = a;
     }
-    if (a > MAX_COUNT || (b != REP_INF && b > MAX_COUNT)) {
-        perr(p, p->pos, "repetition count above %d", MAX_COUNT);
+    if (a > CV_EBNF_MAX_REPEAT || (b != REP_INF && b > CV_EBNF_MAX_REPEAT)) {
+        perr(p, p->pos, "repetition count above %d", CV_EBNF_MAX_REPEAT);
         return false;
     }
     if (b < a) {
@@ -906,7 +905,8 @@ static lim limit(rnode *n, uint64_t lo, uint64_t hi) {
         if (room < kmax) kmax = room;
     }
     if (kmin > kmax) return LIM_EMPTY;
-    if (kmin > MAX_COUNT || (kmax != UINT64_MAX && kmax > MAX_COUNT)) return LIM_FAIL;
+    if (kmin > CV_EBNF_MAX_REPEAT) return LIM_FAIL;
+    if (kmax != UINT64_MAX && kmax > CV_EBNF_MAX_REPEAT) kmax = CV_EBNF_MAX_REPEAT;
     var->min = (uint32_t)kmin;
     var->max = kmax == UINT64_MAX ? REP_INF : (uint32_t)kmax;
     return LIM_OK;
@@ -920,6 +920,23 @@ bool cv_regex_limit_length(cv_regex *re, uint64_t min, uint64_t max, bool *empty
     re->root = simplify(re->root);
     return true;
 }
+
+static bool within(const rnode *n, const cv_cpset *s) {
+    if (n->kind == RN_SET) {
+        cv_cpset outside = {0};
+        cv_cpset_copy(&outside, s);
+        cv_cpset_invert(&outside);
+        cv_cpset_intersect(&outside, &n->set);
+        bool ok = outside.n == 0;
+        cv_cpset_free(&outside);
+        return ok;
+    }
+    for (size_t i = 0; i < n->n; i++)
+        if (!within(n->kid[i], s)) return false;
+    return true;
+}
+
+bool cv_regex_within(const cv_regex *re, const cv_cpset *s) { return within(re->root, s); }
 
 /* ---- writing EBNF ---------------------------------------------------------------------------------------- */
 
