@@ -146,6 +146,20 @@ static void test_limits(void) {
     CHECK(g == NULL);
     CHECK_STR_EQ(err, "line 100000 col 16: grammar too large: more than 100000 rules after expansion");
     cv_grammar_free(g);
+    /* 30,000 distinct non-ASCII classes (each its own byte-trie rule) */
+    n = 0;
+    n += (size_t)snprintf(many + n, cap - n, "root ::=");
+    for (int k = 0; k < 30000; k++) n += (size_t)snprintf(many + n, cap - n, " [\\u%04x]", 0x4e00 + k);
+    g = cv_grammar_parse(many, n, NULL, err, sizeof err);
+    CHECK_MSG(g != NULL, "%s", err);
+    if (g) {
+        cv_matcher *m = cv_matcher_new(g);
+        CHECK(cv_matcher_accept_bytes(m, "\xe4\xb8\x80\xe4\xb8\x81", 6));
+        CHECK(!cv_matcher_accept_bytes(m, "\xe4\xb8\x80", 3));
+        CHECK(cv_matcher_accept_bytes(m, "\xe4\xb8\x82", 3));
+        cv_matcher_free(m);
+        cv_grammar_free(g);
+    }
     /* just below the limits: a long chain of rules and a large repetition work */
     n = 0;
     n += (size_t)snprintf(many + n, cap - n, "root ::= r0\n");

@@ -117,8 +117,10 @@ typedef struct parser {
     uint32_t set_mask;
     uint32_t byte_set[256];   /* the one-byte set of each byte, UINT32_MAX until made */
 
-    class_entry *classes;
+    class_entry *classes;     /* the non-ASCII classes made so far, by content */
     uint32_t n_classes, cap_classes;
+    uint32_t *class_slots;    /* class index + 1, by hash */
+    uint32_t class_mask;
 } parser;
 
 static void fail(parser *p, size_t off, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -195,13 +197,15 @@ static bool starts_rule(const parser *p, size_t k) {
     return e + 3 <= p->len && memcmp(p->s + e, "::=", 3) == 0;
 }
 
-/* Counts an element against the limit; false once the grammar is too large. */
+/* Counts n elements against the limit; false once the grammar is too large. */
+static bool count_elems(parser *p, uint64_t n) {
+    p->n_elems += n;
+    if (p->n_elems > MAX_ELEMS) fail(p, p->i, "grammar too large: more than %u elements after expansion", MAX_ELEMS);
+    return !p->failed;
+}
+
 static bool add_elem(parser *p, u32vec *seq, uint32_t e) {
-    if (p->failed) return false;
-    if (++p->n_elems > MAX_ELEMS) {
-        fail(p, p->i, "grammar too large: more than %u elements after expansion", MAX_ELEMS);
-        return false;
-    }
+    if (!count_elems(p, 1)) return false;
     u32_push(seq, e);
     return true;
 }
@@ -230,12 +234,7 @@ static uint32_t helper_rule(parser *p, altvec *alts) {
         altvec_free(alts);
         return 0;
     }
-    for (uint32_t a = 0; a < alts->n; a++) {
-        if (++p->n_elems > MAX_ELEMS) {
-            fail(p, p->i, "grammar too large: more than %u elements after expansion", MAX_ELEMS);
-            break;
-        }
-    }
+    count_elems(p, alts->n);
     p->rules[id].body = *alts;
     p->rules[id].defined = true;
     *alts = (altvec){0};
@@ -563,8 +562,20 @@ static uint32_t class_elem(parser *p, range_list *r) {
         return CV_GE(CV_GE_BYTES, intern_set(p, &set));
     }
     uint64_t h = XXH3_64bits(r->v, 2 * r->n * sizeof *r->v);
-    for (uint32_t c = 0; c < p->n_classes; c++) {
-        class_entry *e = &p->classes[c];
+    if ((uint64_t)(p->n_classes + 1) * 2 > (uint64_t)p->class_mask + 1) {
+        uint32_t n_slots = p->class_mask ? (p->class_mask + 1) * 2 : 64;
+        free(p->class_slots);
+        p->class_slots = cv_xcalloc(n_slots, sizeof *p->class_slots);
+        p->class_mask = n_slots - 1;
+        for (uint32_t c = 0; c < p->n_classes; c++) {
+            uint32_t at = (uint32_t)p->classes[c].hash & p->class_mask;
+            while (p->class_slots[at]) at = (at + 1) & p->class_mask;
+            p->class_slots[at] = c + 1;
+        }
+    }
+    uint32_t at = (uint32_t)h & p->class_mask;
+    for (; p->class_slots[at]; at = (at + 1) & p->class_mask) {
+        const class_entry *e = &p->classes[p->class_slots[at] - 1];
         if (e->hash == h && e->n == r->n && memcmp(e->ranges, r->v, 2 * r->n * sizeof *r->v) == 0)
             return CV_GE(CV_GE_REF, e->rule);
     }
@@ -577,6 +588,7 @@ static uint32_t class_elem(parser *p, range_list *r) {
         p->classes = cv_xrealloc(p->classes, p->cap_classes * sizeof *p->classes);
     }
     p->classes[p->n_classes++] = (class_entry){.hash = h, .ranges = r->v, .n = r->n, .rule = rule};
+    p->class_slots[at] = p->n_classes;
     *r = (range_list){0};
     return CV_GE(CV_GE_REF, rule);
 }
@@ -642,7 +654,7 @@ static uint32_t star_rule(parser *p, uint32_t x) {
     add_elem(p, &loop, CV_GE(CV_GE_REF, id));
     alt_push(&p->rules[id].body, loop);
     alt_push(&p->rules[id].body, (u32vec){0});
-    p->n_elems += 2;  /* the two ENDs */
+    count_elems(p, 2);
     return id;
 }
 
@@ -850,9 +862,7 @@ static void parse_rule(parser *p) {
     altvec alts = {0};
     parse_alternatives(p, &alts);
     p->rules[id].body = alts;
-    p->n_elems += alts.n;
-    if (!p->failed && p->n_elems > MAX_ELEMS)
-        fail(p, p->i, "grammar too large: more than %u elements after expansion", MAX_ELEMS);
+    count_elems(p, alts.n);
     if (!p->failed && peek(p) == ')') fail(p, p->i, "unmatched ')'");
 }
 
@@ -1053,6 +1063,7 @@ static void parser_free(parser *p) {
     free(p->set_slots);
     for (uint32_t c = 0; c < p->n_classes; c++) free(p->classes[c].ranges);
     free(p->classes);
+    free(p->class_slots);
 }
 
 cv_grammar *cv_grammar_parse(const char *text, size_t len, const cv_vocab *vocab, char *err, size_t err_len) {

@@ -5,7 +5,7 @@
  * The walk. Depth-first over the trie (a forward scan of vocab.c's preorder array), carrying the set
  * of stacks reached by each node's byte path; a node whose set dies is skipped with its subtree, and
  * a node that ends a token with a live set allows that token. The sets are the states of a
- * deterministic automaton built lazily for this walk: each distinct stack set is interned once (a
+ * deterministic automaton built lazily by the walks: each distinct stack set is interned once (a
  * "walk state"), and a state's transitions are remembered in its 256-entry row. Inside a
  * JSON string almost every byte leads back to the same set, so the walk over ~all of Qwen3's trie
  * costs one row lookup per node, and only the few hundred distinct (state, byte) pairs run the real
@@ -44,12 +44,12 @@
 #include "base/error.h"
 #include "sample/grammar/grammar_internal.h"
 
-#define CACHE_BYTES ((size_t)32 << 20)   /* per grammar */
-#define ROW_CAP 4096u                   /* states with a transition row per walk (4 MiB) */
-#define WALK_KEEP_STATES 1024u         /* walk states kept between masks (rows: 1 KiB each) */
-#define WALK_KEEP_NODES 65536u         /* and their stack nodes */
-#define WALK_BUDGET 250000u             /* stacks stepped per walk (a JSON grammar's walks: < 15,000) */
-#define DEAD 0u                         /* walk state 0: no stacks, not accepting */
+#define CACHE_BYTES ((size_t)32 << 20) /* per grammar */
+#define ROW_CAP 4096u                 /* walk states with a transition row (at most 4 MiB) */
+#define WALK_KEEP_STATES 1024u        /* walk states kept between masks (rows: 1 KiB each) */
+#define WALK_KEEP_NODES 65536u        /* and their stack nodes */
+#define WALK_BUDGET 250000u           /* stacks stepped per walk (a JSON grammar's walks: < 15,000) */
+#define DEAD 0u                       /* walk state 0: no stacks, not accepting */
 
 /* ---- the cache ----------------------------------------------------------------------------------- */
 
@@ -236,7 +236,7 @@ static void cache_put(cv_mask_cache *c, const uint32_t *key, uint32_t key_len, u
 struct cv_mask_walk {
     cv_gpool pool;
     cv_gstep step;
-    /* walk states: stacks tops[off .. off + n), accepting, transition row (-1: none yet) */
+    /* walk states: stacks tops[off .. off + n), accepting */
     uint32_t *st_off, *st_n;
     uint8_t *st_acc;
     uint32_t n_states, cap_states;
