@@ -562,6 +562,36 @@ static int random_walk(vocab_fixture *f, const char *grammar, int steps, uint64_
     return sentences;
 }
 
+/* A small cache bound: entries are evicted least-recently-used, the bytes stay within the bound, and
+ * a mask computed again after its eviction is the same. */
+static void test_cache_eviction(vocab_fixture *f) {
+    cv_grammar *g = parse("root ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,30} \"\\\"\"", f->v);
+    if (!g) return;
+    cv_grammar_set_cache_limit(g, 100000);  /* a handful of bitmaps */
+    cv_matcher *m = cv_matcher_new(g);
+    size_t n_words = f->n_words;
+    uint32_t *first = malloc(n_words * sizeof *first);
+    CHECK(accept_str(m, "\""));
+    cv_matcher_fill_mask(m, first);
+    for (int k = 0; k < 20; k++) {  /* 20 more string positions, each a new state */
+        CHECK(accept_str(m, "a"));
+        cv_matcher_fill_mask(m, f->mask);
+    }
+    cv_mask_cache_stats st;
+    cv_grammar_cache_stats(g, &st);
+    CHECK_MSG(st.evictions > 0 && st.bytes <= 100000, "%llu evictions, %zu bytes",
+              (unsigned long long)st.evictions, st.bytes);
+    cv_matcher_rollback(m, 20);
+    cv_matcher_fill_mask(m, f->mask);
+    cv_mask_cache_stats again;
+    cv_grammar_cache_stats(g, &again);
+    CHECK(again.misses == st.misses + 1);  /* the first state was evicted, so walked again */
+    CHECK(memcmp(first, f->mask, n_words * sizeof *first) == 0);
+    free(first);
+    cv_matcher_free(m);
+    cv_grammar_free(g);
+}
+
 /* A grammar whose every byte pushes its own return (palindromes) makes every trie node a new state;
  * its walk stops at the budget with a subset: every token it allows is accepted, every single-byte
  * token is decided exactly (so progress stays possible), and the cache counts the stopped walk. */
@@ -690,6 +720,7 @@ int main(void) {
     test_eos(&f);
     test_masks(&f);
     test_cache_sharing(&f);
+    test_cache_eviction(&f);
     test_walk_budget(&f);
     test_random_walks(&f);
     test_threads(&f);

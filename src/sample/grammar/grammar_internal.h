@@ -161,5 +161,7 @@ typedef struct cv_mask_cache_stats {
     size_t entries, bytes;
 } cv_mask_cache_stats;
 void cv_grammar_cache_stats(const cv_grammar *g, cv_mask_cache_stats *out);
+/* The cache's bound in bytes (32 MiB by default); tests lower it to see eviction. */
+void cv_grammar_set_cache_limit(const cv_grammar *g, size_t bytes);
 
 #endif

@@ -67,6 +67,7 @@ struct cv_mask_cache {
     centry **buckets;
     size_t n_buckets, n_entries, bytes;
     centry lru;                          /* sentinel */
+    size_t limit;                        /* bytes; CACHE_BYTES unless a test sets it */
     uint64_t hits, misses, evictions, stopped;
 };
 
@@ -76,6 +77,7 @@ cv_mask_cache *cv_mask_cache_new(void) {
     c->n_buckets = 256;
     c->buckets = cv_xcalloc(c->n_buckets, sizeof *c->buckets);
     c->lru.prev = c->lru.next = &c->lru;
+    c->limit = CACHE_BYTES;
     return c;
 }
 
@@ -98,6 +100,12 @@ void cv_grammar_cache_stats(const cv_grammar *g, cv_mask_cache_stats *out) {
     *out = (cv_mask_cache_stats){.hits = c->hits, .misses = c->misses, .evictions = c->evictions,
                                  .stopped = c->stopped, .entries = c->n_entries, .bytes = c->bytes};
     pthread_mutex_unlock(&c->mu);
+}
+
+void cv_grammar_set_cache_limit(const cv_grammar *g, size_t bytes) {
+    pthread_mutex_lock(&g->cache->mu);
+    g->cache->limit = bytes;
+    pthread_mutex_unlock(&g->cache->mu);
 }
 
 static void lru_unlink(centry *e) {
@@ -203,7 +211,7 @@ static void cache_put(cv_mask_cache *c, const uint32_t *key, uint32_t key_len, u
     lru_front(c, e);
     c->n_entries++;
     c->bytes += entry_bytes(e);
-    while (c->bytes > CACHE_BYTES && c->lru.prev != e) {
+    while (c->bytes > c->limit && c->lru.prev != e) {
         centry *old = c->lru.prev;
         centry **p = find(c, old->words, old->key_len, old->hash);
         assert(*p == old);
