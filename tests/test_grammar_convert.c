@@ -289,6 +289,12 @@ static const schema_case cases[] = {
                   {"{\"p\":0,\"t\":0,\"n\":-1,\"x\":.5,\"r\":1.3}", "number starting with a dot"},
                   {"{\"p\":0,\"t\":0,\"n\":-1,\"x\":0,\"r\":1.5}", "r at its exclusive maximum"},
                   {"{\"p\":0,\"t\":0,\"n\":-1,\"x\":0,\"r\":1.2}", "r below its minimum"})},
+    {.name = "close decimal bounds",
+     .schema = "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"number\",\"minimum\":1.5,\"maximum\":1.501},"
+               "{\"enum\":[2.5,2.501,2.502,\"x\"],\"maximum\":2.501,\"exclusiveMinimum\":2.5}]}}",
+     .valid = V("[1.5,1.5005,1.501,1.50100,2.501,\"x\"]"),
+     .invalid = X({"[1.5011]", "above 1.501 in the fourth place"}, {"[1.4999]", "below 1.5"}, {"[2.502]", "enum value above the maximum"},
+                  {"[2.5]", "enum value at the exclusive minimum"})},
     {.name = "string lengths",
      .schema = "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":4},\"minItems\":2,\"maxItems\":3}",
      .valid = V("[\"ab\",\"abcd\"]", "[\"\\u00e9\\n\",\"\\ud83d\\ude00\\ud83d\\ude00\",\"\xe6\x97\xa5\xe6\x9c\xac\"]"),
@@ -354,6 +360,14 @@ static const schema_case cases[] = {
                "{\"properties\":{\"b\":{\"type\":\"integer\",\"maximum\":5}},\"required\":[\"b\"]},{\"properties\":{\"b\":{\"minimum\":1}}}]}",
      .valid = V("{\"a\":\"\",\"b\":1}", "{\"a\":\"x\",\"b\":5}"),
      .invalid = X({"{\"a\":\"x\"}", "b missing"}, {"{\"a\":\"x\",\"b\":0}", "b below the minimum of a later allOf item"})},
+    {.name = "allOf merging item schemas; $ref with escapes",
+     .schema = "{\"allOf\":[{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a~1b%20c\"}},{\"items\":{\"maxLength\":2},\"maxItems\":2}],"
+               "\"$defs\":{\"a/b c\":{\"type\":\"string\",\"minLength\":1}}}",
+     .ajv_schema = "{\"allOf\":[{\"type\":\"array\",\"items\":{\"$ref\":\"#/definitions/a~1b%20c\"}},{\"items\":{\"maxLength\":2},\"maxItems\":2}],"
+                   "\"definitions\":{\"a/b c\":{\"type\":\"string\",\"minLength\":1}}}",
+     .valid = V("[]", "[\"a\",\"bc\"]"),
+     .invalid = X({"[\"\"]", "item shorter than the referenced minLength"}, {"[\"abc\"]", "item longer than the merged maxLength"},
+                  {"[\"a\",\"b\",\"c\"]", "more than maxItems"})},
     {.name = "anyOf with sibling keywords (required either)",
      .schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"integer\"}},"
                "\"anyOf\":[{\"required\":[\"a\"]},{\"required\":[\"b\"]}]}",
@@ -656,6 +670,8 @@ static void test_errors(void) {
     expect_schema_error("{\"type\":\"string\",\"anyOf\":[{\"type\":\"integer\"}]}", "allow no common type at /anyOf/0");
     expect_schema_error("{\"properties\":{\"a\":{}},\"allOf\":[{\"additionalProperties\":false}]}", "properties or items interact");
     expect_schema_error("{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}", "both have 'pattern'");
+    expect_schema_error("{\"type\":\"object\",\"anyOf\":[{\"not\":{\"required\":[\"a\"]}}]}", "unsupported keyword 'not' at /anyOf/0");
+    expect_schema_error("{\"allOf\":[{\"items\":[{}]},{\"items\":{}}]}", "properties or items interact is not supported at /");
     expect_schema_error("{\"enum\":[\"a\"],\"pattern\":\"a\"}", "'pattern' together with enum/const");
     expect_schema_error("{\"type\":\"integer\",\"enum\":[\"a\",1.5]}", "no value of enum/const");
     expect_schema_error("{\"anyOf\":[false,false]}", "no branch of 'anyOf'");

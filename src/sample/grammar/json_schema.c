@@ -347,12 +347,12 @@ static int mag_cmp(const dec *a, const dec *b) {
     if (la != lb) return la < lb ? -1 : 1;
     int r = strcmp(a->ip, b->ip);
     if (r) return r < 0 ? -1 : 1;
-    for (size_t i = 0;; i++) {
-        char x = a->fp[i] ? a->fp[i] : '0', y = b->fp[i] ? b->fp[i] : '0';
+    size_t fa = strlen(a->fp), fb = strlen(b->fp);
+    for (size_t i = 0; i < fa || i < fb; i++) {
+        char x = i < fa ? a->fp[i] : '0', y = i < fb ? b->fp[i] : '0';
         if (x != y) return x < y ? -1 : 1;
-        if (!a->fp[i] && !b->fp[i]) return 0;
-        if (!a->fp[i] || !b->fp[i]) continue;
     }
+    return 0;
 }
 
 static int dec_cmp(const dec *a, const dec *b) {
@@ -506,7 +506,7 @@ static void alt_next(alts *a) {
 static void put_seq(alts *a, const char *prefix, size_t plen, int lo, int hi, size_t any, const char *suffix) {
     alt_next(a);
     bool sep = false;
-    if (plen || lo == hi) {
+    if (plen || (lo >= 0 && lo == hi)) {
         /* a one-digit class joins the literal */
         cv_text lit = {0};
         cv_text_putn(&lit, prefix, plen);
@@ -1102,14 +1102,16 @@ static const char *const upper_kw[] = {"maximum", "maxLength", "maxItems", "maxP
 
 static json_t *merge(conv *c, json_t *a, json_t *b);
 
-/* Whether a and b both use a group of interacting keywords, not identically. */
-static bool group_split(json_t *a, json_t *b, const char *const *grp, size_t n, bool merge_props) {
+/* Whether a and b both use a group of interacting keywords, not identically. The group's first
+ * keyword (properties, items) may differ when it merges on its own: per property name, or item
+ * schema with item schema. */
+static bool group_split(json_t *a, json_t *b, const char *const *grp, size_t n) {
     bool in_a = false, in_b = false, same = true;
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_object_get(a, grp[i]), *y = json_object_get(b, grp[i]);
         in_a |= x != NULL;
         in_b |= y != NULL;
-        if (merge_props && i == 0) continue;
+        if (i == 0 && x && y && !json_is_array(x) && !json_is_array(y)) continue;
         if ((x || y) && !(x && y && json_equal(x, y))) same = false;
     }
     return in_a && in_b && !same;
@@ -1145,13 +1147,16 @@ static json_t *merge(conv *c, json_t *a, json_t *b) {
         if (json_is_false(a) || json_is_false(b)) return fail(c, "the schema false accepts nothing");
         return fail(c, "a schema must be an object or a boolean");
     }
-    if (group_split(a, b, grp_props, CV_ARRAY_LEN(grp_props), true) ||
-        group_split(a, b, grp_items, CV_ARRAY_LEN(grp_items), false))
+    const char *k;
+    json_t *x;
+    for (int side = 0; side < 2; side++)
+        json_object_foreach(side ? b : a, k, x) {
+            if (in_list(k, kw_unsupported, CV_ARRAY_LEN(kw_unsupported))) return fail(c, "unsupported keyword '%s'", k);
+        }
+    if (group_split(a, b, grp_props, CV_ARRAY_LEN(grp_props)) || group_split(a, b, grp_items, CV_ARRAY_LEN(grp_items)))
         return fail(c, "combining schemas whose properties or items interact is not supported");
     json_t *out = json_object();
     json_array_append_new(c->keep, out);
-    const char *k;
-    json_t *x;
     json_object_foreach(a, k, x) {
         if (!is_assertion(k)) continue;
         json_t *y = json_object_get(b, k);
@@ -1185,6 +1190,9 @@ static json_t *merge(conv *c, json_t *a, json_t *b) {
             continue;
         } else if (strcmp(k, "properties") == 0) {
             m = merge_properties(c, x, y);
+            if (!m) return NULL;
+        } else if (strcmp(k, "items") == 0 && !json_is_array(x) && !json_is_array(y)) {
+            m = merge(c, x, y);
             if (!m) return NULL;
         } else if (in_list(k, lower_kw, CV_ARRAY_LEN(lower_kw)) && json_is_number(x) && json_is_number(y)) {
             m = json_number_value(x) >= json_number_value(y) ? x : y;
