@@ -10,16 +10,20 @@
  *     token on a copy of the state (the reference), on several grammars and states; the cache
  *     answering the same mask; and a random walk drawing uniformly from each mask.
  */
+#include <jansson.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/rng.h"
+#include "base/utf8.h"
 #include "check.h"
 #include "sample/grammar/grammar.h"
 #include "sample/grammar/grammar_internal.h"  /* the cache's counters */
+#include "testutil.h"
 #include "tokenizer/tokenizer.h"
 
 #define MODEL_ROWS 151936  /* Qwen3's embedding rows; the tokenizer knows 151,669 ids */
@@ -67,6 +71,10 @@ static void check_cases(const char *grammar, const byte_case *cases) {
                   c->expect);
     }
     cv_grammar_free(g);
+}
+
+static bool bit(const uint32_t *mask, int32_t t) {
+    return (mask[t >> 5] >> (t & 31)) & 1u;
 }
 
 static bool accept_str(cv_matcher *m, const char *s) {
@@ -334,6 +342,72 @@ static void test_matcher(void) {
     }
 }
 
+/* ---- a vocabulary's edge cases, on a tokenizer made for them ------------------------------------- */
+
+/* The 256 byte tokens (ids 0..255, byte-level spelling), "ab" (256), an added non-special "ab" (257:
+ * the same bytes as 256), a special <|end|> (258, the eos); the model has 300 rows. */
+static void test_mini_vocab(void) {
+    json_error_t jerr;
+    json_t *root = json_load_file(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer/tokenizer.json", 0, &jerr);
+    CHECK_MSG(root != NULL, "%s", jerr.text);
+    if (!root) return;
+    json_t *vocab = json_object();
+    for (unsigned b = 0; b < 256; b++) {
+        /* GPT-2's byte-level alphabet: printable bytes stand for themselves, the others for U+0100.. */
+        uint32_t cp = b <= 0x20 ? 0x100 + b : b >= 0x7F && b <= 0xA0 ? 0x121 + (b - 0x7F) : b == 0xAD ? 0x143 : b;
+        char name[5] = {0};
+        cv_utf8_encode(cp, name);
+        json_object_set_new(vocab, name, json_integer(b));
+    }
+    json_object_set_new(vocab, "ab", json_integer(256));
+    json_t *model = json_object_get(root, "model");
+    json_object_set_new(model, "vocab", vocab);
+    json_object_set_new(model, "merges", json_pack("[[s,s]]", "a", "b"));
+    json_object_set_new(root, "added_tokens",
+                        json_pack("[{s:i,s:s,s:b,s:b,s:b,s:b,s:b},{s:i,s:s,s:b,s:b,s:b,s:b,s:b}]", "id", 257, "content", "ab",
+                                  "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 0, "id", 258,
+                                  "content", "<|end|>", "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0,
+                                  "special", 1));
+    char *dir = tu_make_temp_dir();
+    char *path = tu_strdupf("%s/%s", dir, "tokenizer.json");
+    CHECK(json_dump_file(root, path, JSON_COMPACT) == 0);
+    json_decref(root);
+    cv_tokenizer *tok = NULL;
+    CHECK(cv_tokenizer_load(dir, &tok) == 0);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+    free(dir);
+    if (!tok) return;
+    enum { ROWS = 300 };
+    int32_t eos[] = {258, 258, -1, 400};  /* repeated and out-of-range ids are ignored */
+    cv_vocab *v = cv_vocab_new(tok, ROWS, eos, 4);
+    CHECK(cv_vocab_size(v) == ROWS);
+    cv_grammar *g = parse("root ::= \"ab\"+ | \"c\"", v);
+    if (g) {
+        uint32_t mask[(ROWS + 31) / 32];
+        cv_matcher *m = cv_matcher_new(g);
+        for (int step = 0; step < 2; step++) {
+            cv_matcher_fill_mask(m, mask);
+            /* start: a, c, ab (both ids); after "ab": a, ab (both), eos */
+            int32_t expect[5] = {'a', 256, 257, step == 0 ? 'c' : 258, -1};
+            for (int32_t t = 0; t < ROWS; t++) {
+                bool want = false;
+                for (int k = 0; expect[k] >= 0; k++) want |= expect[k] == t;
+                bool ok = cv_matcher_accept_token(m, t);
+                if (ok) cv_matcher_rollback(m, 1);
+                CHECK_MSG(bit(mask, t) == want && ok == want, "step %d, token %d: mask %d, accept %d, expected %d", step,
+                          t, bit(mask, t), ok, want);
+            }
+            CHECK(cv_matcher_accept_token(m, step == 0 ? 257 : 256));
+        }
+        cv_matcher_free(m);
+        cv_grammar_free(g);
+    }
+    cv_vocab_free(v);
+    cv_tokenizer_free(tok);
+}
+
 /* ---- token masks over the real vocabulary ---------------------------------------------------------- */
 
 static const char JSONISH[] =
@@ -351,10 +425,6 @@ typedef struct vocab_fixture {
     size_t n_words;
     uint32_t *mask, *again;
 } vocab_fixture;
-
-static bool bit(const uint32_t *mask, int32_t t) {
-    return (mask[t >> 5] >> (t & 31)) & 1u;
-}
 
 static size_t popcount(const uint32_t *mask, size_t n_words) {
     size_t n = 0;
@@ -703,6 +773,7 @@ int main(void) {
     test_limits();
     test_bytes();
     test_matcher();
+    test_mini_vocab();
 
     vocab_fixture f = {0};
     if (cv_tokenizer_load(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", &f.tok) != 0) {

@@ -103,6 +103,7 @@ void cv_grammar_cache_stats(const cv_grammar *g, cv_mask_cache_stats *out) {
 }
 
 void cv_grammar_set_cache_limit(const cv_grammar *g, size_t bytes) {
+    assert(g->cache);
     pthread_mutex_lock(&g->cache->mu);
     g->cache->limit = bytes;
     pthread_mutex_unlock(&g->cache->mu);
