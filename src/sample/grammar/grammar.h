@@ -36,8 +36,9 @@
 /* ---- vocabulary ---------------------------------------------------------------------------------- */
 
 /* The byte strings of a model's tokens, as a trie, plus its end-of-sequence ids. Ids past the
- * tokenizer's vocabulary (the model's padded rows) and special/added tokens are never allowed by a
- * grammar, except the eos ids, which are allowed exactly when the matcher is in an accepting state. */
+ * tokenizer's vocabulary (the model's padded rows) and special tokens are never allowed by a grammar,
+ * except the eos ids, which are allowed exactly when the matcher is in an accepting state. Added tokens
+ * that are not special (Qwen3's <think>, <tool_call>) are text like any other: their bytes decide. */
 typedef struct cv_vocab cv_vocab;
 
 cv_vocab *cv_vocab_new(const cv_tokenizer *tok, int32_t vocab_size, const int32_t *eos, size_t n_eos);
