@@ -308,7 +308,8 @@ bool cv_json_ws_rule(const cv_json_options *o, cv_text *buf, const char **body, 
         return true;
     }
     char rerr[200];
-    cv_regex *re = cv_regex_parse(o->whitespace_pattern, strlen(o->whitespace_pattern), CV_RE_PYTHON, rerr, sizeof rerr);
+    const char *pat = o->whitespace_pattern;
+    cv_regex *re = cv_regex_parse(pat, strlen(pat), CV_RE_PYTHON, rerr, sizeof rerr);
     if (!re) {
         if (err_len) snprintf(err, err_len, "invalid whitespace pattern: %s", rerr);
         return false;
@@ -323,7 +324,8 @@ bool cv_json_ws_rule(const cv_json_options *o, cv_text *buf, const char **body, 
         cv_regex_emit(re, false, buf);
         *body = buf->s ? buf->s : "";
     } else if (err_len) {
-        snprintf(err, err_len, "whitespace pattern may match characters other than JSON whitespace (space, tab, CR, LF)");
+        snprintf(err, err_len, "whitespace pattern may match characters other than JSON whitespace (space, tab, "
+                               "CR, LF)");
     }
     cv_regex_free(re);
     return ok;

@@ -206,7 +206,10 @@ static char *new_name(conv *c) {
 }
 
 static bool add_rule(conv *c, const char *name, const char *body) {
-    cv_text_printf(&c->rules, "%s ::= %s\n", name, body);
+    cv_text_put(&c->rules, name);
+    cv_text_put(&c->rules, " ::= ");
+    cv_text_put(&c->rules, body);
+    cv_text_put(&c->rules, "\n");
     if (c->rules.len > MAX_EBNF) return fail(c, "schema too large (its grammar passes %u bytes)", MAX_EBNF), false;
     return true;
 }
@@ -214,7 +217,8 @@ static bool add_rule(conv *c, const char *name, const char *body) {
 static bool is_identifier(const char *s) {
     if (!*s) return false;
     for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' || *s == '-'))
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+              *s == '-'))
             return false;
     return true;
 }
@@ -877,9 +881,10 @@ static bool gen_string(conv *c, json_t *s, cv_text *body) {
         bool empty;
         if (!cv_regex_limit_length(re, min, max, &empty)) {
             cv_regex_free(re);
-            if (empty) return fail(c, "no string matching the %s has a length within minLength..maxLength", what), false;
-            return fail(c, "minLength/maxLength together with this %s is not supported (its length varies in more than one place)", what),
-                   false;
+            if (empty)
+                return fail(c, "no string matching the %s has a length within minLength..maxLength", what), false;
+            return fail(c, "minLength/maxLength together with this %s is not supported (its length varies in more "
+                           "than one place)", what), false;
         }
     }
     cv_text_put(body, "\"\\\"\" ");
@@ -891,7 +896,9 @@ static bool gen_string(conv *c, json_t *s, cv_text *body) {
 
 /* ---- enum and const ---------------------------------------------------------------------------------- */
 
-enum { T_NULL = 1, T_BOOLEAN = 2, T_OBJECT = 4, T_ARRAY = 8, T_STRING = 16, T_NUMBER = 32, T_INTEGER = 64, T_ALL = 127 };
+enum {
+    T_NULL = 1, T_BOOLEAN = 2, T_OBJECT = 4, T_ARRAY = 8, T_STRING = 16, T_NUMBER = 32, T_INTEGER = 64, T_ALL = 127
+};
 
 static bool get_types(conv *c, json_t *s, unsigned *types) {
     static const char *const names[] = {"null", "boolean", "object", "array", "string", "number", "integer"};
@@ -1183,7 +1190,8 @@ static json_t *merge(conv *c, json_t *a, json_t *b) {
             json_t *r = json_copy(x);
             for (size_t i = 0; i < json_array_size(y); i++) {
                 bool dup = false;
-                for (size_t j = 0; j < json_array_size(x) && !dup; j++) dup = json_equal(json_array_get(y, i), json_array_get(x, j));
+                for (size_t j = 0; j < json_array_size(x) && !dup; j++)
+                    dup = json_equal(json_array_get(y, i), json_array_get(x, j));
                 if (!dup) json_array_append(r, json_array_get(y, i));
             }
             json_object_set_new(out, k, r);
@@ -1275,8 +1283,8 @@ typedef struct tnode {
 } tnode;
 
 static const char *gen_other_key(conv *c, const prop *props, size_t n) {
-    tnode *t = cv_xcalloc(1, sizeof *t);
-    size_t nt = 1;
+    size_t nt = 1, cap = 16;
+    tnode *t = cv_xcalloc(cap, sizeof *t);
     for (size_t i = 0; i < n; i++) {
         size_t at = 0;
         const char *k = props[i].key;
@@ -1288,7 +1296,7 @@ static const char *gen_other_key(conv *c, const prop *props, size_t n) {
             size_t ch = t[at].first;
             while (ch && t[ch].cp != cp) ch = t[ch].next;
             if (!ch) {
-                t = cv_xrealloc(t, (nt + 1) * sizeof *t);
+                if (nt == cap) t = cv_xrealloc(t, (cap *= 2) * sizeof *t);
                 t[nt] = (tnode){.cp = cp, .next = t[at].first};
                 t[at].first = nt;
                 ch = nt++;
@@ -1297,11 +1305,12 @@ static const char *gen_other_key(conv *c, const prop *props, size_t n) {
         }
         t[at].terminal = true;
     }
-    char **names = cv_xcalloc(nt, sizeof *names);
-    for (size_t i = 0; i < nt; i++) names[i] = new_name(c);
+    /* children come after their parents: converted from the last, each node's children have their
+     * rules (identical leaves share one) before the node is written */
+    const char **names = cv_xcalloc(nt, sizeof *names);
     basic(c, CV_JR_CHAR, "char");
     bool ok = true;
-    for (size_t i = 0; i < nt && ok; i++) {
+    for (size_t i = nt; i-- > 0 && ok;) {
         cv_text body = {0};
         alts a = {&body, 0};
         if (!t[i].terminal) {
@@ -1329,7 +1338,8 @@ static const char *gen_other_key(conv *c, const prop *props, size_t n) {
         cv_ebnf_json_char(&body, &other);
         cv_text_put(&body, " char* \"\\\"\"");
         cv_cpset_free(&other);
-        ok = add_rule(c, names[i], body.s);
+        names[i] = intern(c, body.s);
+        ok = names[i] != NULL;
         cv_text_free(&body);
     }
     free(t);
@@ -1340,7 +1350,6 @@ static const char *gen_other_key(conv *c, const prop *props, size_t n) {
         root = intern(c, body.s);
         cv_text_free(&body);
     }
-    for (size_t i = 0; i < nt; i++) free(names[i]);
     free(names);
     return root;
 }
@@ -1372,6 +1381,14 @@ static const char *gen_property(conv *c, json_t *s, const char *group, const cha
     const char *name = gen_guarded(c, s);
     ptr_pop(c, saved);
     return name;
+}
+
+/* A property as it follows another: `"," key ":" value`, optional or not when `tail`; as the first
+ * one, without the comma. */
+static void put_member(cv_text *t, conv *c, const prop *p, bool tail) {
+    if (tail) cv_text_printf(t, p->required ? " %s " : " (%s ", comma(c));
+    key_literal(t, p->key);
+    cv_text_printf(t, " %s %s%s", colon(c), p->rule, tail && !p->required ? ")?" : "");
 }
 
 /* Objects. With properties p0..pn-1 in schema order, the first required one at index r (n if
@@ -1464,18 +1481,20 @@ static bool gen_object(conv *c, json_t *s, cv_text *body) {
     size_t first_req = 0;
     while (first_req < n && !props[first_req].required) first_req++;
     size_t last_alt = first_req < n ? first_req : (n ? n - 1 : 0);
-    /* the tails, from the end: tail[j] is Tj's expression (a rule name where it is a rule), with
-     * a leading space unless empty */
-    char **tail = cv_xcalloc(n + 1, sizeof *tail);
+    /* The tails: tail[j] is Tj's expression with a leading space (empty when Tj is). T2..T(r+1) are
+     * rules (two places use each); the tails after them are used once, so they are one inline run,
+     * written front to back; T1 is inline too. */
+    char **tail = cv_xcalloc(n + 2, sizeof *tail);
+    size_t rules_to = last_alt + 1, run_from = rules_to >= 2 ? rules_to + 1 : 1;
     cv_text t = {0};
+    for (size_t j = run_from; j < n; j++) put_member(&t, c, &props[j], true);
     if (addl_rule) cv_text_printf(&t, " (%s %s %s %s)*", cm, addl_key, cl, addl_rule);
-    tail[n] = cv_text_take(&t);
+    tail[run_from < n ? run_from : n] = cv_text_take(&t);
     bool ok = true;
-    for (size_t j = n; j-- > 1 && ok;) {
-        cv_text_printf(&t, props[j].required ? " %s " : " (%s ", cm);
-        key_literal(&t, props[j].key);
-        cv_text_printf(&t, " %s %s%s%s", cl, props[j].rule, props[j].required ? "" : ")?", tail[j + 1]);
-        if (j >= 2 && j <= last_alt + 1) {
+    for (size_t j = (rules_to < n ? rules_to : n - 1); j >= 1 && j < run_from && ok; j--) {
+        put_member(&t, c, &props[j], true);
+        cv_text_put(&t, tail[j + 1]);
+        if (j >= 2) {
             char *name = new_name(c);
             ok = add_rule(c, name, t.s + 1);
             cv_text_free(&t);
@@ -1497,8 +1516,8 @@ static bool gen_object(conv *c, json_t *s, cv_text *body) {
         alts in = {body, 0};
         for (size_t i = 0; i < n && i <= first_req; i++) {
             alt_next(&in);
-            key_literal(body, props[i].key);
-            cv_text_printf(body, " %s %s%s", cl, props[i].rule, tail[i + 1]);
+            put_member(body, c, &props[i], false);
+            cv_text_put(body, tail[i + 1] ? tail[i + 1] : "");
         }
         if (first_req == n && addl_rule) {
             alt_next(&in);
@@ -1506,7 +1525,7 @@ static bool gen_object(conv *c, json_t *s, cv_text *body) {
         }
         cv_text_printf(body, ")%s \"}\"", w);
     }
-    for (size_t j = 0; j <= n; j++) free(tail[j]);
+    for (size_t j = 0; j <= n + 1; j++) free(tail[j]);
     free(tail);
     free(props);
     return ok;
@@ -1604,29 +1623,28 @@ static bool gen_array(conv *c, json_t *s, cv_text *body) {
         put_repeat(body, rest_item, r_lo, r_hi);
         cv_text_printf(body, "%s \"]\"", w);
     } else if (ok && M >= 1) {
+        /* the optional tails (from item max(m, 1) on) are rules, built from the end; the required
+         * items before them are one run */
+        size_t K = k < M ? k : (size_t)M, req = m < K ? (size_t)m : K;
         cv_text t = {0};
         if (rest_rule) put_repeat(&t, rest_item, r_lo, r_hi);
-        char *tail = cv_text_take(&t);
-        for (size_t j = (k < M ? k : M); j-- > 1 && ok;) {
-            cv_text_printf(&t, j >= m ? "(%s %s%s)?" : "%s %s%s", cm, rules[j], tail);
-            free(tail);
-            if (j >= m) { /* optional tails are rules: no deep nesting for long tuples */
-                char *name = new_name(c);
-                ok = add_rule(c, name, t.s);
-                cv_text_free(&t);
-                tail = cv_xasprintf(" %s", name);
-                free(name);
-            } else {
-                char *x = cv_text_take(&t);
-                tail = cv_xasprintf(" %s", x);
-                free(x);
-            }
+        char *after = cv_text_take(&t);
+        for (size_t j = K; j-- > (req > 1 ? req : 1) && ok;) {
+            cv_text_printf(&t, "(%s %s%s)?", cm, rules[j], after);
+            char *name = new_name(c);
+            ok = add_rule(c, name, t.s);
+            cv_text_free(&t);
+            free(after);
+            after = cv_xasprintf(" %s", name);
+            free(name);
         }
         if (ok) {
             alt_next(&a);
-            cv_text_printf(body, "\"[\"%s %s%s%s \"]\"", w, rules[0], tail, w);
+            cv_text_printf(body, "\"[\"%s %s", w, rules[0]);
+            for (size_t j = 1; j < req; j++) cv_text_printf(body, " %s %s", cm, rules[j]);
+            cv_text_printf(body, "%s%s \"]\"", after, w);
         }
-        free(tail);
+        free(after);
     }
     free(rest_item);
     free(rules);
@@ -1689,7 +1707,8 @@ static bool gen_body(conv *c, json_t *s, cv_text *body) {
     /* inlining a shared $ref beside other keywords copies it: bound the copies, not just the depth */
     if (++c->work > MAX_WORK) return fail(c, "schema too large (more than %d schemas to convert)", MAX_WORK), false;
     json_object_foreach(s, k, x) {
-        if (in_list(k, kw_unsupported, CV_ARRAY_LEN(kw_unsupported))) return fail(c, "unsupported keyword '%s'", k), false;
+        if (in_list(k, kw_unsupported, CV_ARRAY_LEN(kw_unsupported)))
+            return fail(c, "unsupported keyword '%s'", k), false;
     }
     json_t *ref = json_object_get(s, "$ref");
     if (ref) {
@@ -1733,7 +1752,8 @@ static bool gen_body(conv *c, json_t *s, cv_text *body) {
         any_kw = "oneOf";
     }
     if (any) {
-        if (!json_is_array(any) || !json_array_size(any)) return fail(c, "'%s' must be a non-empty array", any_kw), false;
+        if (!json_is_array(any) || !json_array_size(any))
+            return fail(c, "'%s' must be a non-empty array", any_kw), false;
         static const char *const except[] = {"anyOf", "oneOf"};
         json_t *sib = siblings(c, s, except, 2);
         alts a = {body, 0};
@@ -1786,7 +1806,8 @@ char *cv_json_schema_to_ebnf(const char *schema, size_t len, const cv_json_optio
     json_error_t je;
     json_t *root = json_loadb(schema, len, JSON_DECODE_ANY, &je);
     if (!root) {
-        if (err_len) snprintf(err, err_len, "invalid JSON schema: %s at line %d column %d", je.text, je.line, je.column);
+        if (err_len)
+            snprintf(err, err_len, "invalid JSON schema: %s at line %d column %d", je.text, je.line, je.column);
         return NULL;
     }
     conv c = {.root = root, .strict = o->strict_additional_properties, .err = err, .err_len = err_len};

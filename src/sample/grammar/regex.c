@@ -269,7 +269,8 @@ static bool parse_escape(rparser *p, bool in_class, uint32_t *cp, rset *set, boo
     case '0':
         /* NUL; Python reads up to two more octal digits as part of it */
         *cp = 0;
-        for (int i = 0; py && i < 2 && peek(p) >= '0' && peek(p) <= '7'; i++) *cp = *cp * 8 + (uint32_t)(p->s[p->pos++] - '0');
+        for (int i = 0; py && i < 2 && peek(p) >= '0' && peek(p) <= '7'; i++)
+            *cp = *cp * 8 + (uint32_t)(p->s[p->pos++] - '0');
         if (!py && peek(p) >= '0' && peek(p) <= '9') break;
         return true;
     default:
@@ -444,7 +445,8 @@ static rnode *parse_group(rparser *p) {
         size_t left = p->len - p->pos;
         if (c == ':') {
             p->pos++;
-        } else if ((c == 'P' && left >= 2 && rest[1] == '<') || (c == '<' && left >= 2 && rest[1] != '=' && rest[1] != '!')) {
+        } else if ((c == 'P' && left >= 2 && rest[1] == '<') ||
+                   (c == '<' && left >= 2 && rest[1] != '=' && rest[1] != '!')) {
             p->pos += c == 'P' ? 2 : 1;
             size_t name = p->pos;
             while (!at_end(p) && (peek(p) == '_' || ((peek(p) | 0x20) >= 'a' && (peek(p) | 0x20) <= 'z') ||
@@ -654,7 +656,8 @@ static bool check_anchors(rparser *p, rnode *n, bool start_ok, bool end_ok) {
     case RN_BOL:
     case RN_EOL:
         if (!(n->kind == RN_BOL ? start_ok : end_ok)) {
-            perr(p, n->off, n->kind == RN_BOL ? "'^' is only supported at the start" : "'$' is only supported at the end");
+            perr(p, n->off, "'%c' is only supported at the %s", n->kind == RN_BOL ? '^' : '$',
+                 n->kind == RN_BOL ? "start" : "end");
             return false;
         }
         n->kind = RN_EMPTY;
