@@ -12,17 +12,23 @@
  * the reference for each prompt. Random weights never write <think> or <tool_call> on their own, so
  * chat end to end checks what the server controls: the prompt the template renders (/tokenize and
  * /v1/chat/completions/render against the chat library), well-formed replies with tools, streaming
- * equal to non-streaming, and reasoning from a prompt that leaves <think> open.
+ * equal to non-streaming, and reasoning from a prompt that leaves <think> open. With structured
+ * outputs the grammar decides the text, so there it checks that every output is valid: regexes,
+ * choices, JSON schemas and forced tool calls (the chat server constrains JSON without whitespace,
+ * --structured-outputs-config's disable_any_whitespace, so that small schemas end within max_tokens),
+ * and that invalid constraints are vLLM's 400.
  */
 #include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <regex.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/error.h"
 #include "chat/chat.h"
 #include "check.h"
 #include "cvllm.h"
@@ -58,7 +64,7 @@ static cvllm_engine_options engine_options(const char *dir, const char *load_for
     return o;
 }
 
-static void start_server(fixture *f, const char *load_format) {
+static void start_server(fixture *f, const char *load_format, cv_api_structured_config structured) {
     cvllm_engine_options o = engine_options(f->dir, load_format);
     cvllm_engine *e = NULL;
     int rc = cvllm_engine_create(&o, &e);
@@ -73,7 +79,7 @@ static void start_server(fixture *f, const char *load_format) {
                             .model_root = f->dir, .api_keys = keys, .n_api_keys = 2,
                             .enable_prompt_tokens_details = true, .max_body_bytes = MAX_BODY,
                             .chat_template = f->tmpl, .reasoning_parser = "qwen3", .enable_auto_tool_choice = true,
-                            .tool_call_parser = "hermes"};
+                            .tool_call_parser = "hermes", .structured = structured};
     rc = cv_server_start(f->loop, &so, &f->srv);
     CHECK_MSG(rc == 0, "server: %s", cvllm_last_error());
     if (rc) exit(1);
@@ -1298,13 +1304,221 @@ static void test_request_fields(void) {
     free(r.body);
 }
 
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Structured outputs                                                                                */
+
+/* The texts of a reply's choices (completions: text; chat: message.content) and their finish
+ * reasons, for n choices. Streaming replies are folded by parse_sse. */
+static bool full_match(const char *pattern, const char *text) {
+    regex_t re;
+    CHECK(regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) == 0);
+    bool ok = regexec(&re, text, 0, NULL, 0) == 0;
+    regfree(&re);
+    return ok;
+}
+
+/* A constrained completion, plain and streamed with n = 2: every text matches `pattern` (POSIX
+ * ERE, anchored) and ends with "stop"; the stream's two choices each do too. */
+static void expect_constrained_completion(const char *constraint, const char *pattern) {
+    char *plain = cv_xasprintf("{\"prompt\":\"Pick one:\",\"max_tokens\":64,\"temperature\":0,%s}", constraint);
+    char *streamed = cv_xasprintf("{\"prompt\":\"Pick one:\",\"max_tokens\":64,\"temperature\":1,\"seed\":7,\"n\":2,"
+                                "\"stream\":true,%s}", constraint);
+    reply r = http(&chat_srv, "POST", "/v1/completions", plain);
+    CHECK_MSG(r.status == 200, "%s: %.300s", constraint, r.body);
+    json_t *j = reply_json(&r);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    const char *text = json_string_value(json_object_get(c, "text"));
+    CHECK_MSG(text && full_match(pattern, text), "%s: '%s'", constraint, text ? text : "(none)");
+    CHECK_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    json_decref(j);
+    free(r.body);
+    reply s = http(&chat_srv, "POST", "/v1/completions", streamed);
+    stream_result sr = parse_sse(s.body, false);
+    CHECK(sr.well_formed && sr.done_last);
+    for (int i = 0; i < 2; i++) {
+        CHECK_MSG(full_match(pattern, sr.text[i]), "%s stream %d: '%s'", constraint, i, sr.text[i]);
+        CHECK_STR_EQ(sr.finish[i], "stop");
+    }
+    free_stream(&sr);
+    free(s.body);
+    free(plain);
+    free(streamed);
+}
+
+#define COLOR_SCHEMA                                                                                           \
+    "{\"type\":\"object\",\"properties\":{\"color\":{\"enum\":[\"red\",\"green\"]},\"ok\":{\"type\":\"boolean\"}},"  \
+    "\"required\":[\"color\",\"ok\"],\"additionalProperties\":false}"
+#define UNIT_TOOL                                                                                              \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","         \
+    "\"properties\":{\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"unit\"],\"additionalProperties\":false}}}]"
+#define NO_THINKING ",\"chat_template_kwargs\":{\"enable_thinking\":false}"
+
+/* A parsed COLOR_SCHEMA object. */
+static bool is_color(const char *text) {
+    json_t *j = json_loads(text, 0, NULL);
+    const char *color = json_string_value(json_object_get(j, "color"));
+    bool ok = json_object_size(j) == 2 && color && (!strcmp(color, "red") || !strcmp(color, "green")) &&
+              json_is_boolean(json_object_get(j, "ok"));
+    json_decref(j);
+    return ok;
+}
+
+/* The calls of a chat message or of a stream (index, id and name once, arguments in pieces), as
+ * "name(arguments);" strings; *well_formed is cleared when a piece is out of place. */
+static char *calls_of_message(const json_t *msg, bool *well_formed) {
+    char *out = calloc(1, 1);
+    const json_t *calls = json_object_get(msg, "tool_calls");
+    *well_formed &= json_is_array(calls);
+    for (size_t i = 0; i < json_array_size(calls); i++) {
+        const json_t *call = json_array_get(calls, i), *fn = json_object_get(call, "function");
+        const char *id = json_string_value(json_object_get(call, "id"));
+        *well_formed &= id && !strncmp(id, "chatcmpl-tool-", 14) && json_is_string(json_object_get(fn, "arguments"));
+        char *one = tu_strdupf("%s(%s);", json_string_value(json_object_get(fn, "name")), json_string_value(json_object_get(fn, "arguments")));
+        append_str(&out, one);
+        free(one);
+    }
+    return out;
+}
+
+static char *calls_of_stream(const char *body, int choice, bool *well_formed) {
+    char *names[8] = {0}, *args[8] = {0}, *out = calloc(1, 1);
+    size_t n = 0;
+    for (const char *p = body; (p = strstr(p, "data: {")) != NULL; p += 6) {
+        const char *end = strstr(p, "\n\n");
+        json_t *j = end ? json_loadb(p + 6, (size_t)(end - p - 6), 0, NULL) : NULL;
+        json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+        const json_t *calls = json_object_get(json_object_get(c, "delta"), "tool_calls");
+        for (size_t i = 0; c && json_integer_value(json_object_get(c, "index")) == choice && i < json_array_size(calls); i++) {
+            const json_t *call = json_array_get(calls, i), *fn = json_object_get(call, "function");
+            size_t k = (size_t)json_integer_value(json_object_get(call, "index"));
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            if (name && k == n && n < 8) {
+                names[n] = strdup(name);
+                args[n++] = calloc(1, 1);
+            } else if (name || k + 1 != n) {
+                *well_formed = false;
+                continue;
+            }
+            const char *piece = json_string_value(json_object_get(fn, "arguments"));
+            if (piece) append_str(&args[k], piece);
+        }
+        json_decref(j);
+    }
+    for (size_t k = 0; k < n; k++) {
+        char *one = tu_strdupf("%s(%s);", names[k], args[k]);
+        append_str(&out, one);
+        free(one);
+        free(names[k]);
+        free(args[k]);
+    }
+    return out;
+}
+
+/* A chat request with a forced tool choice, plain and streamed (n = 2, greedy, so both choices equal
+ * the plain one): its calls, each named get_weather with UNIT_TOOL's arguments; finish `finish`. */
+static void expect_forced_calls(const char *choice, const char *finish) {
+    char *plain = cv_xasprintf("{\"messages\":" MESSAGES ",\"tools\":" UNIT_TOOL ",\"tool_choice\":%s,\"max_tokens\":200,"
+                             "\"temperature\":0" NO_THINKING "}", choice);
+    char *streamed = cv_xasprintf("{\"messages\":" MESSAGES ",\"tools\":" UNIT_TOOL ",\"tool_choice\":%s,\"max_tokens\":200,"
+                                "\"temperature\":0,\"n\":2,\"stream\":true" NO_THINKING "}", choice);
+    reply r = http(&chat_srv, "POST", "/v1/chat/completions", plain);
+    CHECK_MSG(r.status == 200, "%s: %.300s", choice, r.body);
+    json_t *j = reply_json(&r);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0), *msg = json_object_get(c, "message");
+    bool ok = true;
+    char *calls = calls_of_message(msg, &ok);
+    CHECK_MSG(ok && *calls, "%s: %.400s", choice, r.body);
+    CHECK_STR_EQ(json_string_value(json_object_get(msg, "content")), "");
+    CHECK_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), finish);
+    const json_t *list = json_object_get(msg, "tool_calls");
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *fn = json_object_get(json_array_get(list, i), "function");
+        json_t *a = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+        const char *unit = json_string_value(json_object_get(a, "unit"));
+        CHECK_MSG(unit && (!strcmp(unit, "c") || !strcmp(unit, "f")) && json_object_size(a) == 1, "%s: arguments %s", choice,
+                  json_string_value(json_object_get(fn, "arguments")));
+        CHECK_STR_EQ(json_string_value(json_object_get(fn, "name")), "get_weather");
+        json_decref(a);
+    }
+    reply s = http(&chat_srv, "POST", "/v1/chat/completions", streamed);
+    stream_result sr = parse_sse(s.body, true);
+    CHECK(sr.well_formed && sr.done_last);
+    for (int i = 0; i < 2; i++) {
+        bool stream_ok = true;
+        char *streamed_calls = calls_of_stream(s.body, i, &stream_ok);
+        CHECK_MSG(stream_ok, "%s: stream %d malformed", choice, i);
+        CHECK_STR_EQ(streamed_calls, calls);
+        CHECK_STR_EQ(sr.finish[i], finish);
+        CHECK_STR_EQ(sr.text[i], "");
+        free(streamed_calls);
+    }
+    free_stream(&sr);
+    free(s.body);
+    free(calls);
+    json_decref(j);
+    free(r.body);
+    free(plain);
+    free(streamed);
+}
+
+static void test_structured_outputs(void) {
+    /* Invalid constraints: the engine's message in vLLM's error shape. */
+    static const char *const invalid[] = {
+        "{\"prompt\":\"a\",\"structured_outputs\":{\"regex\":\"(ab\"}}",
+        "{\"prompt\":\"a\",\"structured_outputs\":{\"grammar\":\"root ::= undefined_rule\"}}",
+        "{\"prompt\":\"a\",\"structured_outputs\":{\"json\":\"{not json\"}}",
+        "{\"messages\":" MESSAGES ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\","
+        "\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"nonsense\"}}}}}}",
+    };
+    for (size_t i = 0; i < sizeof invalid / sizeof *invalid; i++) {
+        reply r = http(&chat_srv, "POST", strstr(invalid[i], "messages") ? "/v1/chat/completions" : "/v1/completions", invalid[i]);
+        CHECK_MSG(is_error(&r, 400, NULL), "%s", invalid[i]);
+        json_t *j = reply_json(&r), *e = json_object_get(j, "error");
+        CHECK_STR_EQ(json_string_value(json_object_get(e, "type")), "BadRequestError");
+        CHECK(json_is_null(json_object_get(e, "param")));
+        json_decref(j);
+        free(r.body);
+    }
+    /* The protocol's own refusals come before any compiling. */
+    reply r = http(&chat_srv, "POST", "/v1/completions", "{\"prompt\":\"a\",\"structured_outputs\":{\"regex\":\"a\",\"grammar\":\"b\"}}");
+    CHECK(is_error(&r, 400, "You can only use one kind of structured outputs constraint"));
+    free(r.body);
+
+    /* Valid ones: every output is in the language. */
+    expect_constrained_completion("\"structured_outputs\":{\"regex\":\"[a-z]{3}[0-9]\"}", "^[a-z]{3}[0-9]$");
+    expect_constrained_completion("\"structured_outputs\":{\"choice\":[\"red\",\"green\",\"blue\"]}", "^(red|green|blue)$");
+    expect_constrained_completion("\"structured_outputs\":{\"grammar\":\"root ::= (\\\"yes\\\" | \\\"no\\\") \\\"!\\\"\"}",
+                                  "^(yes|no)!$");
+    expect_constrained_completion("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"c\",\"schema\":"
+                                  COLOR_SCHEMA "}}",
+                                  "^(\\{\"color\":\"(red|green)\",\"ok\":(true|false)\\}|"
+                                  "\\{\"ok\":(true|false),\"color\":\"(red|green)\"\\})$");
+
+    /* Chat: response_format, as the content. */
+    r = http(&chat_srv, "POST", "/v1/chat/completions",
+             "{\"messages\":" MESSAGES ",\"max_tokens\":100,\"temperature\":0,\"response_format\":{\"type\":\"json_schema\","
+             "\"json_schema\":{\"name\":\"c\",\"schema\":" COLOR_SCHEMA "}}" NO_THINKING "}");
+    json_t *j = reply_json(&r);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    const char *content = json_string_value(json_object_get(json_object_get(c, "message"), "content"));
+    CHECK_MSG(content && is_color(content), "%.300s", r.body);
+    CHECK_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "stop");
+    json_decref(j);
+    free(r.body);
+
+    /* Forced tool calls, without a tool-call parser being needed (this server has one, unused). */
+    expect_forced_calls("\"required\"", "tool_calls");
+    expect_forced_calls("{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", "stop");
+}
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     easy = curl_easy_init();
     ref_srv.dir = tu_model_dir("qwen3-dense-f32");
     chat_srv.dir = full_vocab_model_dir();
-    start_server(&ref_srv, NULL);
-    start_server(&chat_srv, "dummy");
+    start_server(&ref_srv, NULL, (cv_api_structured_config){0});
+    start_server(&chat_srv, "dummy", (cv_api_structured_config){.disable_any_whitespace = true});
     test_small_endpoints();
     test_port_in_use();
     test_tutorial_completions();
@@ -1318,6 +1532,7 @@ int main(void) {
     test_chat_tools_and_reasoning();
     test_chat_content_parts();
     test_request_fields();
+    test_structured_outputs();
     curl_easy_cleanup(easy);
     stop_server(&ref_srv);
     stop_server(&chat_srv);

@@ -138,6 +138,7 @@ static void forced_push(const cv_api_request *req, cv_api_choice *c, const char 
                         json_t *calls) {
     struct cv_forced_stream *f = c->forced;
     if (req->tool_choice == CV_TOOL_CHOICE_REQUIRED) {
+        if (f->done) return; /* what follows the array is no call */
         cv_buf_append(&f->text, &f->len, &f->cap, text ? text : "", len);
         scan_required(req, f, calls, true);
         c->n_tool_calls += json_array_size(calls);

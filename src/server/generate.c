@@ -2,8 +2,9 @@
  * generate.c — /v1/completions and /v1/chat/completions over the engine loop.
  *
  * One HTTP request becomes a session: one engine request per prompt (n choices each), all feeding
- * one cv_api_response under the session's mutex. A worker thread parses, tokenizes and submits,
- * then returns; engine events arrive on the loop's output thread, which folds them into the
+ * one cv_api_response under the session's mutex. A worker thread parses, tokenizes, compiles the
+ * request's structured-output constraint and submits, then returns (compiling on the worker keeps a
+ * new schema from stalling the engine loop; the engine caches grammars by constraint); engine events arrive on the loop's output thread, which folds them into the
  * response and, for a stream, pushes each new SSE chunk straight to the client. Whoever sees the
  * last prompt finish writes the end of the reply, so no thread ever waits for a generation.
  *
@@ -39,6 +40,7 @@ struct gen_session {
     cv_server *s;
     cv_http_req *http;          /* until `replied` */
     cv_api_request req;
+    cvllm_grammar *grammar;     /* req.params.grammar's reference, or NULL */
     cv_api_response resp;
     gen_slot *slots;
     uint64_t *ids;              /* engine request ids; the first n_submitted are valid */
@@ -52,12 +54,14 @@ struct gen_session {
     gen_session *prev, *next;   /* cv_server.sessions */
 };
 
-static gen_session *session_new(cv_server *s, cv_http_req *r, cv_api_request *req, double arrival) {
+static gen_session *session_new(cv_server *s, cv_http_req *r, cv_api_request *req, cvllm_grammar *grammar,
+                                double arrival) {
     gen_session *g = cv_xcalloc(1, sizeof *g);
     pthread_mutex_init(&g->mu, NULL);
     g->s = s;
     g->http = r;
     g->arrival = arrival;
+    g->grammar = grammar;
     g->req = *req;
     memset(req, 0, sizeof *req);
     g->refs = 1 + (int)g->req.n_prompts;
@@ -91,6 +95,7 @@ static void release(gen_session *g, int n) {
     pthread_mutex_unlock(&s->sessions_mu);
     cv_api_response_free(&g->resp);
     cv_api_request_free(&g->req);
+    cvllm_grammar_release(g->grammar);
     free(g->slots);
     free(g->ids);
     free(g->sse);
@@ -188,31 +193,43 @@ static int submit_all(gen_session *g, cv_api_error *err) {
     return 0;
 }
 
+/* The request's constraint compiled against the engine's vocabulary, into its params. The loop
+ * hands its engine out read-only; cvllm_grammar_compile is the call documented safe on any thread
+ * while the loop steps it. A constraint the engine refuses is a 400 with its message. */
+static int compile_constraint(cv_server *s, cv_api_request *req, cvllm_grammar **out, cv_api_error *err) {
+    *out = NULL;
+    if (!req->has_constraint) return 0;
+    int rc = cvllm_grammar_compile((cvllm_engine *)cv_engine_loop_engine(s->loop), &req->constraint, out);
+    if (rc != CVLLM_OK)
+        return cv_api_fail(err, rc == CVLLM_ERR_INVALID_ARGUMENT || rc == CVLLM_ERR_UNSUPPORTED || rc == CVLLM_ERR_CAPACITY ? 400 : 500,
+                           NULL, "%s", cvllm_last_error());
+    req->params.grammar = *out;
+    return 0;
+}
+
 static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, size_t len, cv_api_request *req,
-                             cv_api_error *err) {
+                             cvllm_grammar **grammar, cv_api_error *err) {
+    *grammar = NULL;
     int rc = kind == CV_API_CHAT ? cv_api_parse_chat(body, len, &s->limits, req, err)
                                  : cv_api_parse_completion(body, len, &s->limits, req, err);
     if (rc) return rc;
     if (!cv_server_model_name(s, req->model, err)) return -1;
     if (atomic_load(&s->draining)) return cv_api_fail(err, 503, NULL, "The server is shutting down");
     if (req->stream && s->force_usage) req->include_usage = true;
-    /* Until the engine compiles constraints (cvllm_grammar_compile), a constrained request is refused
-     * rather than run unconstrained. */
-    if (req->has_constraint)
-        return cv_api_fail(err, 400, NULL, "structured outputs are not served yet: the grammar engine is still being built");
-    return cv_api_prepare(req, s->tok, &s->limits, err);
+    return cv_api_prepare(req, s->tok, &s->limits, err) || compile_constraint(s, req, grammar, err);
 }
 
 void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind) {
     cv_api_request req;
     cv_api_error err;
+    cvllm_grammar *grammar;
     double arrival = cv_now();
-    if (parse_and_prepare(s, kind, cv_http_body(r), cv_http_body_len(r), &req, &err)) {
+    if (parse_and_prepare(s, kind, cv_http_body(r), cv_http_body_len(r), &req, &grammar, &err)) {
         cv_api_request_free(&req);
         cv_server_reply_error(r, &err);
         return;
     }
-    gen_session *g = session_new(s, r, &req, arrival);
+    gen_session *g = session_new(s, r, &req, grammar, arrival);
     /* OpenAI's `user` identifies the end user for abuse monitoring: it goes to the log only. */
     if (g->req.user) cv_info("server", "request %s from user '%.200s'", g->resp.id, g->req.user);
     cv_http_on_gone(r, on_gone, g);
