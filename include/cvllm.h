@@ -167,7 +167,7 @@ typedef struct cvllm_grammar cvllm_grammar;
  * for the caller (cvllm_grammar_release). An invalid constraint, or one past the engine's limits
  * (size, nesting depth), fails with CVLLM_ERR_INVALID_ARGUMENT and a message saying what is wrong and
  * where. */
-cvllm_status cvllm_grammar_compile(cvllm_engine *engine, const cvllm_constraint *constraint, cvllm_grammar **out);
+cvllm_status cvllm_grammar_compile(const cvllm_engine *engine, const cvllm_constraint *constraint, cvllm_grammar **out);
 void cvllm_grammar_release(cvllm_grammar *grammar); /* NULL is allowed */
 
 /* ------------------------------------------------------------------------------------------------ */

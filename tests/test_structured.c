@@ -287,7 +287,8 @@ static void test_after_reasoning(cvllm_engine *e) {
     cvllm_free(ids);
 }
 
-/* allowed_token_ids that the grammar refuses leave nothing: the sequence ends with an error. */
+/* allowed_token_ids that the grammar refuses leave nothing: the sequence ends with an error, and the
+ * token the sampler fell back on is not part of the output. */
 static void test_empty_mask(cvllm_engine *e) {
     cvllm_constraint c = {.kind = CVLLM_CONSTRAINT_CHOICE, .choices = (const char *[]){"yes"}, .n_choices = 1};
     cvllm_grammar *g = NULL;
@@ -307,6 +308,7 @@ static void test_empty_mask(cvllm_engine *e) {
     one_output o = {0};
     tu_engine_drain(e, keep_output, &o);
     CHECK_EQ_INT(o.finish, CVLLM_FINISH_ERROR);
+    CHECK_MSG(o.text[0] == '\0', "the refused token reached the text: '%s'", o.text);
     cvllm_free(ids);
 }
 

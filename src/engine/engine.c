@@ -889,11 +889,18 @@ static bool sample_token(cvllm_engine *e, cv_seq *seq, float *row, int32_t draft
     cv_request *req = seq->req;
     cv_sample_result res = {.top = e->top_scratch};
     int32_t token = cv_sample_verify(&req->sampler_params, &seq->sampler, row, e->sample_scratch, draft, &res);
-    cv_seq_append_token(seq, token);
     /* A processor refuses the token only when the mask and the request's own rules (allowed_token_ids,
      * bad_words) together left nothing and the sampler fell back: the output can no longer follow its
-     * grammar, so it ends as an error rather than as a silently invalid answer. */
-    bool allowed = cv_sampler_accept(&seq->sampler, token);
+     * grammar, so it ends there as an error, without the token, rather than as an invalid answer. */
+    if (!cv_sampler_accept(&seq->sampler, token)) {
+        cv_warn("engine", "request %llu: token %d breaks its structured output constraint (nothing else was allowed); "
+                "the sequence ends with an error", (unsigned long long)req->id, token);
+        cv_detok_flush(&seq->detok, &seq->text, &seq->text_len, &seq->text_cap);
+        seq->touched = req->touched = true;
+        finish_seq(e, seq, CVLLM_FINISH_ERROR);
+        return false;
+    }
+    cv_seq_append_token(seq, token);
     if (req->params.logprobs >= 0)
         seq->logprobs[cv_seq_num_output(seq) - 1] = make_position_logprobs(res.top, res.n_top, res.chosen);
     e->generation_tokens_total++;
@@ -901,11 +908,6 @@ static bool sample_token(cvllm_engine *e, cv_seq *seq, float *row, int32_t draft
     int32_t stop_token;
     cvllm_finish_reason reason = check_stop_token(seq, token, &stop_token);
     if (seq->n_tokens >= (size_t)e->max_model_len && reason == CVLLM_FINISH_NONE) reason = CVLLM_FINISH_LENGTH;
-    if (!allowed) {
-        cv_warn("engine", "request %llu: token %d breaks its structured output constraint (nothing else was allowed); "
-                "the sequence ends with an error", (unsigned long long)req->id, token);
-        reason = CVLLM_FINISH_ERROR;
-    }
     seq->out.finish_reason = reason;
     seq->out.stop_token_id = stop_token;
     bool stopped_by_token = reason == CVLLM_FINISH_STOP;
@@ -940,8 +942,9 @@ static void process_samples(cvllm_engine *e, cv_seq *seq, float *rows, size_t n_
     bool going = true;
     for (int32_t d = 0; d <= n_draft && going; d++) {
         int32_t draft = d < n_draft ? seq->draft[d] : -1;
+        size_t n_tokens = seq->n_tokens;
         going = sample_token(e, seq, rows + (size_t)d * (size_t)e->vocab_size, draft);
-        if (draft < 0 || seq->tokens[seq->n_tokens - 1] != draft) break;
+        if (draft < 0 || seq->n_tokens == n_tokens || seq->tokens[seq->n_tokens - 1] != draft) break;
         accepted++;
     }
     if (n_draft > 0) {

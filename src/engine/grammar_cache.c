@@ -176,7 +176,7 @@ static void insert(cv_grammar_cache *c, cvllm_grammar *g) {
     c->n_entries++;
 }
 
-cvllm_status cvllm_grammar_compile(cvllm_engine *e, const cvllm_constraint *con, cvllm_grammar **out) {
+cvllm_status cvllm_grammar_compile(const cvllm_engine *e, const cvllm_constraint *con, cvllm_grammar **out) {
     if (!e || !con || !out) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "cvllm_grammar_compile: NULL argument");
     *out = NULL;
     int rc = check_constraint(con);

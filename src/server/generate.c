@@ -199,7 +199,7 @@ static int submit_all(gen_session *g, cv_api_error *err) {
 static int compile_constraint(cv_server *s, cv_api_request *req, cvllm_grammar **out, cv_api_error *err) {
     *out = NULL;
     if (!req->has_constraint) return 0;
-    int rc = cvllm_grammar_compile((cvllm_engine *)cv_engine_loop_engine(s->loop), &req->constraint, out);
+    int rc = cvllm_grammar_compile(cv_engine_loop_engine(s->loop), &req->constraint, out);
     if (rc != CVLLM_OK)
         return cv_api_fail(err, rc == CVLLM_ERR_INVALID_ARGUMENT || rc == CVLLM_ERR_UNSUPPORTED || rc == CVLLM_ERR_CAPACITY ? 400 : 500,
                            NULL, "%s", cvllm_last_error());

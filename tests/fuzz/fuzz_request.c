@@ -26,7 +26,9 @@ static const cvllm_tokenizer *tokenizer(void) {
 
 /* The chat template the Qwen3 tokenizer ships, with hermes tool calls and the qwen3 reasoning parser. */
 static const cv_api_chat_config *chat_config(void) {
-    static cv_api_chat_config cfg = {.reasoning_parser = true, .has_tool_parser = true, .auto_tool_choice = true};
+    /* <think> and </think> are ids 151667 and 151668 in the Qwen3 tokenizer, as the server finds them */
+    static cv_api_chat_config cfg = {.reasoning_parser = true, .has_tool_parser = true, .auto_tool_choice = true,
+                                     .think_start_id = 151667, .think_end_id = 151668};
     static cv_chat_template *tmpl;
     if (!tmpl && cv_chat_template_load(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", NULL, &tmpl) != 0) abort();
     cfg.tmpl = tmpl;
