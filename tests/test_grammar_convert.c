@@ -669,6 +669,9 @@ static void test_errors(void) {
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"(?<=a)b\"}", "unsupported pattern (lookarounds are not supported at offset 0)");
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"a+b+\",\"maxLength\":4}", "together with this pattern is not supported");
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"abcdef\",\"maxLength\":4}", "no string matching the pattern");
+    /* a branch dropped as too long, then one that cannot be narrowed */
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"abcdefgh|a+b+\",\"maxLength\":4}",
+                        "together with this pattern is not supported");
     expect_schema_error("{\"type\":\"string\",\"format\":\"email\",\"maxLength\":40}", "together with this format is not supported");
     expect_schema_error("{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"],\"additionalProperties\":false}",
                         "required property 'b' is not allowed by additionalProperties at /");

@@ -127,8 +127,8 @@ void cv_regex_free(cv_regex *re);
 void cv_regex_length(const cv_regex *re, uint64_t *min, uint64_t *max);
 /* Narrows the regex to matches of min..max code points where that is exact and cheap: when the
  * bounds already hold, or when every branch is fixed-width but for one repeated part (whose count
- * is also capped at CV_EBNF_MAX_REPEAT, which keeps a subset). Returns false (the regex unchanged)
- * when it cannot, or when no match would be left (*empty set). */
+ * is also capped at CV_EBNF_MAX_REPEAT, which keeps a subset). Returns false when it cannot, or
+ * when no match would be left (*empty set); the regex is then only good for cv_regex_free. */
 bool cv_regex_limit_length(cv_regex *re, uint64_t min, uint64_t max, bool *empty);
 /* Whether every character the regex can match is in s. */
 bool cv_regex_within(const cv_regex *re, const cv_cpset *s);

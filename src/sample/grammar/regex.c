@@ -850,15 +850,19 @@ static lim limit(rnode *n, uint64_t lo, uint64_t hi) {
     if (a >= lo && b <= hi) return LIM_OK;
     if (a > hi || b < lo) return LIM_EMPTY;
     if (n->kind == RN_ALT) {
+        /* every branch first: the tree stays whole when one of them cannot be narrowed */
+        lim *r = cv_xmalloc(n->n * sizeof *r);
+        bool failed = false;
+        for (size_t i = 0; i < n->n && !failed; i++) failed = (r[i] = limit(n->kid[i], lo, hi)) == LIM_FAIL;
         size_t w = 0;
-        for (size_t i = 0; i < n->n; i++) {
-            lim r = limit(n->kid[i], lo, hi);
-            if (r == LIM_FAIL) return LIM_FAIL;
-            if (r == LIM_EMPTY)
+        for (size_t i = 0; i < n->n && !failed; i++) {
+            if (r[i] == LIM_EMPTY)
                 node_free(n->kid[i]);
             else
                 n->kid[w++] = n->kid[i];
         }
+        free(r);
+        if (failed) return LIM_FAIL;
         n->n = w;
         return w ? LIM_OK : LIM_EMPTY;
     }
