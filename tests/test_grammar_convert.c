@@ -316,6 +316,20 @@ static const schema_case cases[] = {
                   {"[{\"name\":\"get_weather\",\"parameters\":{\"query\":\"x\"}}]", "another tool's parameters"},
                   {"[{\"name\":\"delete\",\"parameters\":{}}]", "unknown tool"},
                   {"[{\"name\":\"search\",\"parameters\":{\"query\":\"x\",\"limit\":51}}]", "limit above maximum"})},
+    {.name = "tool calls as vLLM builds them (type beside anyOf, hoisted $defs)",
+     .schema = "{\"type\":\"array\",\"minItems\":1,\"items\":{\"type\":\"object\",\"anyOf\":["
+               "{\"properties\":{\"name\":{\"type\":\"string\",\"enum\":[\"get_weather\"]},\"parameters\":{\"type\":\"object\","
+               "\"properties\":{\"location\":{\"$ref\":\"#/$defs/Location\"},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},"
+               "\"required\":[\"location\"],\"additionalProperties\":false}},\"required\":[\"name\",\"parameters\"]},"
+               "{\"properties\":{\"name\":{\"type\":\"string\",\"enum\":[\"now\"]},\"parameters\":{\"type\":\"object\",\"properties\":{}}},"
+               "\"required\":[\"name\",\"parameters\"]}]},"
+               "\"$defs\":{\"Location\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+               "\"country\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}$\"}},\"required\":[\"city\"]}}}",
+     .valid = V("[{\"name\":\"get_weather\",\"parameters\":{\"location\":{\"city\":\"Oslo\",\"country\":\"NO\"},\"days\":3}}]",
+                "[{\"name\":\"now\",\"parameters\":{}},{\"name\":\"get_weather\",\"parameters\":{\"location\":{\"city\":\"\"}}}]"),
+     .invalid = X({"[{\"name\":\"now\",\"parameters\":{\"x\":1}}]", "an argument the tool does not take"},
+                  {"[{\"name\":\"get_weather\",\"parameters\":{\"location\":{\"city\":\"a\",\"country\":\"nor\"}}}]", "country pattern"},
+                  {"[{\"name\":\"get_weather\",\"parameters\":{\"days\":3}}]", "location missing"})},
     {.name = "const values",
      .schema = "{\"type\":\"object\",\"properties\":{\"version\":{\"const\":{\"major\":1,\"tags\":[\"a\",null,true,2.5]}},"
                "\"kind\":{\"const\":\"fi\\\"xed\"}},\"required\":[\"version\",\"kind\"]}",
