@@ -50,20 +50,21 @@ static const char *const kw_supported[] = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "unevaluatedProperties",
     "items", "prefixItems", "additionalItems", "unevaluatedItems", "minItems", "maxItems", "uniqueItems",
     "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-    "exclusiveMaximum", "minProperties", "maxProperties", "anyOf", "oneOf", "allOf", "$ref",
+    "exclusiveMaximum", "minProperties", "maxProperties", "anyOf", "oneOf", "allOf", "$ref", NULL,
 };
 static const char *const kw_unsupported[] = {
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "patternProperties",
-    "propertyNames", "contains", "minContains", "maxContains", "multipleOf", "$dynamicRef", "$recursiveRef",
+    "propertyNames", "contains", "minContains", "maxContains", "multipleOf", "$dynamicRef", "$recursiveRef", NULL,
 };
 
-static bool in_list(const char *k, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(k, list[i]) == 0) return true;
+/* Whether k is in a NULL-terminated list. */
+static bool in_list(const char *k, const char *const *list) {
+    for (; *list; list++)
+        if (strcmp(k, *list) == 0) return true;
     return false;
 }
 
-static bool is_assertion(const char *k) { return in_list(k, kw_supported, CV_ARRAY_LEN(kw_supported)); }
+static bool is_assertion(const char *k) { return in_list(k, kw_supported); }
 
 /* ---- a string map (rule bodies → names) ------------------------------------------------------------- */
 
@@ -896,12 +897,13 @@ static bool gen_string(conv *c, json_t *s, cv_text *body) {
 
 /* ---- enum and const ---------------------------------------------------------------------------------- */
 
+/* The JSON types, in the order of their bits below. */
+static const char *const type_names[] = {"null", "boolean", "object", "array", "string", "number", "integer"};
 enum {
     T_NULL = 1, T_BOOLEAN = 2, T_OBJECT = 4, T_ARRAY = 8, T_STRING = 16, T_NUMBER = 32, T_INTEGER = 64, T_ALL = 127
 };
 
 static bool get_types(conv *c, json_t *s, unsigned *types) {
-    static const char *const names[] = {"null", "boolean", "object", "array", "string", "number", "integer"};
     json_t *t = json_object_get(s, "type");
     *types = 0;
     if (!t) {
@@ -913,8 +915,8 @@ static bool get_types(conv *c, json_t *s, unsigned *types) {
         json_t *x = json_is_array(t) ? json_array_get(t, i) : t;
         if (!json_is_string(x)) return fail(c, "'type' must be a string or an array of strings"), false;
         size_t k = 0;
-        while (k < CV_ARRAY_LEN(names) && strcmp(names[k], json_string_value(x)) != 0) k++;
-        if (k == CV_ARRAY_LEN(names)) return fail(c, "unknown type '%.40s'", json_string_value(x)), false;
+        while (k < CV_ARRAY_LEN(type_names) && strcmp(type_names[k], json_string_value(x)) != 0) k++;
+        if (k == CV_ARRAY_LEN(type_names)) return fail(c, "unknown type '%.40s'", json_string_value(x)), false;
         *types |= 1u << k;
     }
     if (!*types) return fail(c, "'type' is an empty list"), false;
@@ -964,11 +966,11 @@ static bool value_fits(conv *c, json_t *s, const json_t *v, unsigned types) {
 
 static bool gen_enum(conv *c, json_t *s, cv_text *body) {
     static const char *const beside[] = {"type", "enum", "const", "minLength", "maxLength", "minimum", "maximum",
-                                          "exclusiveMinimum", "exclusiveMaximum"};
+                                          "exclusiveMinimum", "exclusiveMaximum", NULL};
     const char *k;
     json_t *x;
     json_object_foreach(s, k, x) {
-        if (is_assertion(k) && !in_list(k, beside, CV_ARRAY_LEN(beside)))
+        if (is_assertion(k) && !in_list(k, beside))
             return fail(c, "'%s' together with enum/const is not supported", k), false;
     }
     unsigned types;
@@ -1102,19 +1104,20 @@ static const char *gen_ref(conv *c, const char *ref) {
 
 /* ---- merging schemas (allOf, and keywords beside $ref / anyOf / oneOf) ------------------------------- */
 
-static const char *const grp_props[] = {"properties", "additionalProperties", "unevaluatedProperties"};
-static const char *const grp_items[] = {"items", "prefixItems", "additionalItems", "unevaluatedItems"};
-static const char *const lower_kw[] = {"minimum", "minLength", "minItems", "minProperties"};
-static const char *const upper_kw[] = {"maximum", "maxLength", "maxItems", "maxProperties"};
+static const char *const grp_props[] = {"properties", "additionalProperties", "unevaluatedProperties", NULL};
+static const char *const grp_items[] = {"items", "prefixItems", "additionalItems", "unevaluatedItems", NULL};
+/* bounds that two schemas tighten to the stricter one */
+static const char *const lower_kw[] = {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", NULL};
+static const char *const upper_kw[] = {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", NULL};
 
 static json_t *merge(conv *c, json_t *a, json_t *b);
 
 /* Whether a and b both use a group of interacting keywords, not identically. The group's first
  * keyword (properties, items) may differ when it merges on its own: per property name, or item
  * schema with item schema. */
-static bool group_split(json_t *a, json_t *b, const char *const *grp, size_t n) {
+static bool group_split(json_t *a, json_t *b, const char *const *grp) {
     bool in_a = false, in_b = false, same = true;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; grp[i]; i++) {
         json_t *x = json_object_get(a, grp[i]), *y = json_object_get(b, grp[i]);
         in_a |= x != NULL;
         in_b |= y != NULL;
@@ -1145,8 +1148,50 @@ static json_t *merge_properties(conv *c, json_t *pa, json_t *pb) {
     return out;
 }
 
+/* Keyword k present in both a (as x) and b (as y), differently: the one keyword that means both,
+ * as a new reference; NULL (and an error) when there is none this can write. */
+static json_t *merge_keyword(conv *c, const char *k, json_t *a, json_t *b, json_t *x, json_t *y) {
+    if (strcmp(k, "type") == 0) {
+        unsigned ta, tb;
+        if (!get_types(c, a, &ta) || !get_types(c, b, &tb)) return NULL;
+        /* an integer is a number */
+        unsigned both = ta & tb & (T_NULL | T_BOOLEAN | T_OBJECT | T_ARRAY | T_STRING);
+        if ((ta & T_NUMBER) && (tb & T_NUMBER))
+            both |= T_NUMBER;
+        else if ((ta & (T_NUMBER | T_INTEGER)) && (tb & (T_NUMBER | T_INTEGER)))
+            both |= T_INTEGER;
+        if (!both) return fail(c, "combined schemas allow no common type");
+        json_t *t = json_array();
+        for (unsigned i = 0; i < CV_ARRAY_LEN(type_names); i++)
+            if (both & (1u << i)) json_array_append_new(t, json_string(type_names[i]));
+        return t;
+    }
+    if (strcmp(k, "required") == 0 && json_is_array(x) && json_is_array(y)) {
+        json_t *r = json_copy(x);
+        for (size_t i = 0; i < json_array_size(y); i++) {
+            bool dup = false;
+            for (size_t j = 0; j < json_array_size(x) && !dup; j++)
+                dup = json_equal(json_array_get(y, i), json_array_get(x, j));
+            if (!dup) json_array_append(r, json_array_get(y, i));
+        }
+        return r;
+    }
+    json_t *m = NULL;
+    if (strcmp(k, "properties") == 0)
+        m = merge_properties(c, x, y);
+    else if (strcmp(k, "items") == 0 && !json_is_array(x) && !json_is_array(y))
+        m = merge(c, x, y);
+    else if (in_list(k, lower_kw) && json_is_number(x) && json_is_number(y))
+        m = json_number_value(x) >= json_number_value(y) ? x : y;
+    else if (in_list(k, upper_kw) && json_is_number(x) && json_is_number(y))
+        m = json_number_value(x) <= json_number_value(y) ? x : y;
+    else if (!c->failed)
+        fail(c, "combining two schemas that both have '%s' is not supported", k);
+    return m ? json_incref(m) : NULL;
+}
+
 /* One schema that is the conjunction of a and b, keyword by keyword; NULL (and an error) when that
- * needs more than the rules below. */
+ * needs more than merge_keyword can write. */
 static json_t *merge(conv *c, json_t *a, json_t *b) {
     if (json_is_true(a)) return b;
     if (json_is_true(b)) return a;
@@ -1158,58 +1203,18 @@ static json_t *merge(conv *c, json_t *a, json_t *b) {
     json_t *x;
     for (int side = 0; side < 2; side++)
         json_object_foreach(side ? b : a, k, x) {
-            if (in_list(k, kw_unsupported, CV_ARRAY_LEN(kw_unsupported))) return fail(c, "unsupported keyword '%s'", k);
+            if (in_list(k, kw_unsupported)) return fail(c, "unsupported keyword '%s'", k);
         }
-    if (group_split(a, b, grp_props, CV_ARRAY_LEN(grp_props)) || group_split(a, b, grp_items, CV_ARRAY_LEN(grp_items)))
+    if (group_split(a, b, grp_props) || group_split(a, b, grp_items))
         return fail(c, "combining schemas whose properties or items interact is not supported");
     json_t *out = json_object();
     json_array_append_new(c->keep, out);
     json_object_foreach(a, k, x) {
         if (!is_assertion(k)) continue;
         json_t *y = json_object_get(b, k);
-        json_t *m = x;
-        if (!y || json_equal(x, y)) {
-            m = x;
-        } else if (strcmp(k, "type") == 0) {
-            static const char *const names[] = {"null", "boolean", "object", "array", "string", "number", "integer"};
-            unsigned ta, tb;
-            if (!get_types(c, a, &ta) || !get_types(c, b, &tb)) return NULL;
-            /* an integer is a number */
-            unsigned both = ta & tb & (T_NULL | T_BOOLEAN | T_OBJECT | T_ARRAY | T_STRING);
-            if ((ta & T_NUMBER) && (tb & T_NUMBER))
-                both |= T_NUMBER;
-            else if ((ta & (T_NUMBER | T_INTEGER)) && (tb & (T_NUMBER | T_INTEGER)))
-                both |= T_INTEGER;
-            if (!both) return fail(c, "combined schemas allow no common type");
-            json_t *t = json_array();
-            for (unsigned i = 0; i < CV_ARRAY_LEN(names); i++)
-                if (both & (1u << i)) json_array_append_new(t, json_string(names[i]));
-            json_object_set_new(out, k, t);
-            continue;
-        } else if (strcmp(k, "required") == 0 && json_is_array(x) && json_is_array(y)) {
-            json_t *r = json_copy(x);
-            for (size_t i = 0; i < json_array_size(y); i++) {
-                bool dup = false;
-                for (size_t j = 0; j < json_array_size(x) && !dup; j++)
-                    dup = json_equal(json_array_get(y, i), json_array_get(x, j));
-                if (!dup) json_array_append(r, json_array_get(y, i));
-            }
-            json_object_set_new(out, k, r);
-            continue;
-        } else if (strcmp(k, "properties") == 0) {
-            m = merge_properties(c, x, y);
-            if (!m) return NULL;
-        } else if (strcmp(k, "items") == 0 && !json_is_array(x) && !json_is_array(y)) {
-            m = merge(c, x, y);
-            if (!m) return NULL;
-        } else if (in_list(k, lower_kw, CV_ARRAY_LEN(lower_kw)) && json_is_number(x) && json_is_number(y)) {
-            m = json_number_value(x) >= json_number_value(y) ? x : y;
-        } else if (in_list(k, upper_kw, CV_ARRAY_LEN(upper_kw)) && json_is_number(x) && json_is_number(y)) {
-            m = json_number_value(x) <= json_number_value(y) ? x : y;
-        } else {
-            return fail(c, "combining two schemas that both have '%s' is not supported", k);
-        }
-        json_object_set(out, k, m);
+        json_t *m = y && !json_equal(x, y) ? merge_keyword(c, k, a, b, x, y) : json_incref(x);
+        if (!m) return NULL;
+        json_object_set_new(out, k, m);
     }
     json_object_foreach(b, k, x) {
         if (is_assertion(k) && !json_object_get(a, k)) json_object_set(out, k, x);
@@ -1219,12 +1224,12 @@ static json_t *merge(conv *c, json_t *a, json_t *b) {
 
 /* s without the keywords that are not assertions and without `except`: what sits beside an
  * applicator. NULL when nothing does. */
-static json_t *siblings(conv *c, json_t *s, const char *const *except, size_t n) {
+static json_t *siblings(conv *c, json_t *s, const char *const *except) {
     json_t *out = NULL;
     const char *k;
     json_t *x;
     json_object_foreach(s, k, x) {
-        if (!is_assertion(k) || in_list(k, except, n)) continue;
+        if (!is_assertion(k) || in_list(k, except)) continue;
         if (!out) {
             out = json_object();
             json_array_append_new(c->keep, out);
@@ -1245,8 +1250,8 @@ static json_t *inline_ref(conv *c, json_t *s) {
         json_t *target = resolve(c, json_string_value(ref), &where);
         cv_text_free(&where);
         if (!target) return NULL;
-        static const char *const except[] = {"$ref"};
-        json_t *rest = siblings(c, s, except, 1);
+        static const char *const except[] = {"$ref", NULL};
+        json_t *rest = siblings(c, s, except);
         s = rest ? merge(c, rest, target) : target;
         if (!s) return NULL;
     }
@@ -1707,14 +1712,14 @@ static bool gen_body(conv *c, json_t *s, cv_text *body) {
     /* inlining a shared $ref beside other keywords copies it: bound the copies, not just the depth */
     if (++c->work > MAX_WORK) return fail(c, "schema too large (more than %d schemas to convert)", MAX_WORK), false;
     json_object_foreach(s, k, x) {
-        if (in_list(k, kw_unsupported, CV_ARRAY_LEN(kw_unsupported)))
+        if (in_list(k, kw_unsupported))
             return fail(c, "unsupported keyword '%s'", k), false;
     }
     json_t *ref = json_object_get(s, "$ref");
     if (ref) {
         if (!json_is_string(ref)) return fail(c, "'$ref' must be a string"), false;
-        static const char *const except[] = {"$ref"};
-        if (!siblings(c, s, except, 1)) {
+        static const char *const except[] = {"$ref", NULL};
+        if (!siblings(c, s, except)) {
             const char *name = gen_ref(c, json_string_value(ref));
             if (name) cv_text_put(body, name);
             return name != NULL;
@@ -1725,8 +1730,8 @@ static bool gen_body(conv *c, json_t *s, cv_text *body) {
     json_t *all = json_object_get(s, "allOf");
     if (all) {
         if (!json_is_array(all) || !json_array_size(all)) return fail(c, "'allOf' must be a non-empty array"), false;
-        static const char *const except[] = {"allOf"};
-        json_t *acc = siblings(c, s, except, 1);
+        static const char *const except[] = {"allOf", NULL};
+        json_t *acc = siblings(c, s, except);
         for (size_t i = 0; i < json_array_size(all) && !c->failed; i++) {
             json_t *item = json_array_get(all, i);
             if (!acc) {
@@ -1754,8 +1759,8 @@ static bool gen_body(conv *c, json_t *s, cv_text *body) {
     if (any) {
         if (!json_is_array(any) || !json_array_size(any))
             return fail(c, "'%s' must be a non-empty array", any_kw), false;
-        static const char *const except[] = {"anyOf", "oneOf"};
-        json_t *sib = siblings(c, s, except, 2);
+        static const char *const except[] = {"anyOf", "oneOf", NULL};
+        json_t *sib = siblings(c, s, except);
         alts a = {body, 0};
         smap seen = {0};
         for (size_t i = 0; i < json_array_size(any) && !c->failed; i++) {
