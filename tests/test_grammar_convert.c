@@ -204,6 +204,10 @@ static const schema_case cases[] = {
                   {"{\"color\":\"red\",\"size\":1}", "enum value of the wrong type"},
                   {"{\"color\":\"reds\"}", "an enum value's extension"},
                   {"{\"color\":\"red\",\"level\":2}", "number outside the enum"})},
+    {.name = "enum beside keywords of other types",
+     .schema = "{\"enum\":[\"ab\",\"abcd\",3,7],\"maxLength\":3,\"maximum\":5,\"properties\":{\"x\":{}},\"minItems\":2}",
+     .valid = V("\"ab\"", "3"),
+     .invalid = X({"\"abcd\"", "string longer than maxLength"}, {"7", "number above maximum"})},
     {.name = "order",
      .schema = "{\"type\":\"object\",\"properties\":{\"order_id\":{\"type\":\"string\",\"pattern\":\"^ORD-[0-9]{6}$\"},"
                "\"items\":{\"type\":\"array\",\"minItems\":1,\"items\":{\"type\":\"object\",\"properties\":{\"sku\":{\"type\":\"string\"},"
@@ -699,6 +703,7 @@ static void test_errors(void) {
     expect_schema_error("{\"type\":\"object\",\"anyOf\":[{\"not\":{\"required\":[\"a\"]}}]}", "unsupported keyword 'not' at /anyOf/0");
     expect_schema_error("{\"allOf\":[{\"items\":[{}]},{\"items\":{}}]}", "properties or items interact is not supported at /");
     expect_schema_error("{\"enum\":[\"a\"],\"pattern\":\"a\"}", "'pattern' together with enum/const");
+    expect_schema_error("{\"enum\":[1,{\"k\":1}],\"required\":[\"k\"]}", "'required' together with enum/const");
     expect_schema_error("{\"type\":\"integer\",\"enum\":[\"a\",1.5]}", "no value of enum/const");
     expect_schema_error("{\"anyOf\":[false,false]}", "no branch of 'anyOf'");
     expect_schema_error("{\"properties\":{\"a\\nb\":{\"not\":{}}}}", "at /properties/a?b");

@@ -895,6 +895,20 @@ static bool gen_string(conv *c, json_t *s, cv_text *body) {
     return true;
 }
 
+/* The first keyword of a NULL-terminated list that s has, or NULL. */
+static const char *first_of(json_t *s, const char *const *list) {
+    for (; *list; list++)
+        if (json_object_get(s, *list)) return *list;
+    return NULL;
+}
+
+static const char *const object_kw[] = {"properties", "required", "additionalProperties", "unevaluatedProperties",
+                                         "minProperties", "maxProperties", NULL};
+static const char *const array_kw[] = {"items", "prefixItems", "additionalItems", "unevaluatedItems", "minItems",
+                                        "maxItems", "uniqueItems", NULL};
+static const char *const string_kw[] = {"minLength", "maxLength", "pattern", "format", NULL};
+static const char *const number_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+
 /* ---- enum and const ---------------------------------------------------------------------------------- */
 
 /* The JSON types, in the order of their bits below. */
@@ -964,15 +978,11 @@ static bool value_fits(conv *c, json_t *s, const json_t *v, unsigned types) {
     return true;
 }
 
+/* enum / const: the values that satisfy the keywords beside them. Lengths and bounds are checked
+ * here; a keyword this cannot check (a pattern, an object's properties...) is refused when some
+ * value is of the type it constrains, and irrelevant otherwise. */
 static bool gen_enum(conv *c, json_t *s, cv_text *body) {
-    static const char *const beside[] = {"type", "enum", "const", "minLength", "maxLength", "minimum", "maximum",
-                                          "exclusiveMinimum", "exclusiveMaximum", NULL};
-    const char *k;
-    json_t *x;
-    json_object_foreach(s, k, x) {
-        if (is_assertion(k) && !in_list(k, beside))
-            return fail(c, "'%s' together with enum/const is not supported", k), false;
-    }
+    static const char *const string_unchecked[] = {"pattern", "format", NULL};
     unsigned types;
     if (!get_types(c, s, &types)) return false;
     json_t *cst = json_object_get(s, "const"), *en = json_object_get(s, "enum");
@@ -983,6 +993,12 @@ static bool gen_enum(conv *c, json_t *s, cv_text *body) {
     for (size_t i = 0; i < n && !c->failed; i++) {
         json_t *v = en ? json_array_get(en, i) : cst;
         if (en && cst && !json_equal(v, cst)) continue;
+        if (!value_has_type(v, types)) continue;
+        const char *k = json_is_object(v)   ? first_of(s, object_kw)
+                        : json_is_array(v)  ? first_of(s, array_kw)
+                        : json_is_string(v) ? first_of(s, string_unchecked)
+                                            : NULL;
+        if (k) return fail(c, "'%s' together with enum/const is not supported", k), false;
         if (!value_fits(c, s, v, types)) continue;
         cv_text lit = {0};
         cv_json_compact(&lit, v);
@@ -1658,28 +1674,14 @@ static bool gen_array(conv *c, json_t *s, cv_text *body) {
 
 /* ---- schemas ------------------------------------------------------------------------------------------- */
 
-/* Whether s has any of the keywords in list (NULL-terminated). */
-static bool has_any(json_t *s, const char *const *list) {
-    for (; *list; list++)
-        if (json_object_get(s, *list)) return true;
-    return false;
-}
-
-static const char *const object_kw[] = {"properties", "required", "additionalProperties", "unevaluatedProperties",
-                                         "minProperties", "maxProperties", NULL};
-static const char *const array_kw[] = {"items", "prefixItems", "additionalItems", "unevaluatedItems", "minItems",
-                                        "maxItems", "uniqueItems", NULL};
-static const char *const string_kw[] = {"minLength", "maxLength", "pattern", "format", NULL};
-static const char *const number_kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
-
 static bool gen_types(conv *c, json_t *s, cv_text *body) {
     unsigned types;
     if (!get_types(c, s, &types)) return false;
     if (types & T_NUMBER) types &= ~(unsigned)T_INTEGER;
     /* no keyword narrows any type: the shared rules say it all */
-    bool plain_object = !has_any(s, object_kw), plain_array = !has_any(s, array_kw);
-    if (types == (T_ALL & ~(unsigned)T_INTEGER) && plain_object && plain_array && !has_any(s, string_kw) &&
-        !has_any(s, number_kw)) {
+    bool plain_object = !first_of(s, object_kw), plain_array = !first_of(s, array_kw);
+    if (types == (T_ALL & ~(unsigned)T_INTEGER) && plain_object && plain_array && !first_of(s, string_kw) &&
+        !first_of(s, number_kw)) {
         cv_text_put(body, basic(c, CV_JR_VALUE, "value"));
         return true;
     }
