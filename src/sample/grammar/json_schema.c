@@ -998,7 +998,10 @@ static bool gen_enum(conv *c, json_t *s, cv_text *body) {
                         : json_is_array(v)  ? first_of(s, array_kw)
                         : json_is_string(v) ? first_of(s, string_unchecked)
                                             : NULL;
-        if (k) return fail(c, "'%s' together with enum/const is not supported", k), false;
+        if (k) {
+            fail(c, "'%s' together with enum/const is not supported", k);
+            break;
+        }
         if (!value_fits(c, s, v, types)) continue;
         cv_text lit = {0};
         cv_json_compact(&lit, v);
