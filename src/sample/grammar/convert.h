@@ -123,8 +123,6 @@ typedef struct cv_regex cv_regex;
  * regex can match nothing. */
 cv_regex *cv_regex_parse(const char *src, size_t len, cv_re_dialect d, char *err, size_t err_len);
 void cv_regex_free(cv_regex *re);
-/* Shortest and longest match in code points (max UINT64_MAX: unbounded). */
-void cv_regex_length(const cv_regex *re, uint64_t *min, uint64_t *max);
 /* Narrows the regex to matches of min..max code points where that is exact and cheap: when the
  * bounds already hold, or when every branch is fixed-width but for one repeated part (whose count
  * is also capped at CV_EBNF_MAX_REPEAT, which keeps a subset). Returns false when it cannot, or

@@ -840,8 +840,6 @@ void cv_regex_free(cv_regex *re) {
     free(re);
 }
 
-void cv_regex_length(const cv_regex *re, uint64_t *min, uint64_t *max) { minmax(re->root, min, max); }
-
 typedef enum lim { LIM_OK, LIM_EMPTY, LIM_FAIL } lim;
 
 static lim limit(rnode *n, uint64_t lo, uint64_t hi) {
