@@ -237,6 +237,14 @@ static void test_cache_and_errors(cvllm_engine *e) {
         CHECK_MSG(rc == CVLLM_ERR_INVALID_ARGUMENT && g == NULL, "%s compiled", bad[i].spec);
         CHECK_MSG(strstr(cvllm_last_error(), bad[i].says) != NULL, "%s: message '%s'", bad[i].spec, cvllm_last_error());
     }
+    /* the two converters without messages of their own still say why */
+    cvllm_constraint ws = {.kind = CVLLM_CONSTRAINT_JSON_OBJECT, .whitespace_pattern = "[a ]*"};
+    cvllm_grammar *w = NULL;
+    CHECK(cvllm_grammar_compile(e, &ws, &w) == CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_MSG(strstr(cvllm_last_error(), "whitespace") != NULL, "message '%s'", cvllm_last_error());
+    cvllm_constraint utf8 = {.kind = CVLLM_CONSTRAINT_CHOICE, .choices = (const char *[]){"ok", "\xff"}, .n_choices = 2};
+    CHECK(cvllm_grammar_compile(e, &utf8, &w) == CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_MSG(strstr(cvllm_last_error(), "UTF-8") != NULL, "message '%s'", cvllm_last_error());
     cvllm_constraint none = {.kind = CVLLM_CONSTRAINT_CHOICE};
     cvllm_grammar *g = NULL;
     CHECK(cvllm_grammar_compile(e, &none, &g) == CVLLM_ERR_INVALID_ARGUMENT);

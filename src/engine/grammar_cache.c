@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +148,18 @@ static char *to_ebnf(const cvllm_constraint *c, size_t spec_len, char *err, size
     return NULL;
 }
 
+/* The converters for json_object and choice have no error text of their own: a json_object fails only
+ * on its whitespace pattern (which the schema converter explains), a choice only on text that is not
+ * UTF-8. */
+static void reason_without_message(const cvllm_constraint *c, char *err, size_t err_len) {
+    if (c->kind == CVLLM_CONSTRAINT_CHOICE) {
+        snprintf(err, err_len, "a choice is not valid UTF-8");
+        return;
+    }
+    cv_json_options jo = {.whitespace_pattern = c->whitespace_pattern, .any_whitespace = !c->disable_any_whitespace};
+    free(cv_json_schema_to_ebnf("{}", 2, &jo, err, err_len));
+}
+
 static const char *kind_name(cvllm_constraint_kind k) {
     switch (k) {
     case CVLLM_CONSTRAINT_JSON: return "JSON schema";
@@ -200,6 +213,7 @@ cvllm_status cvllm_grammar_compile(const cvllm_engine *e, const cvllm_constraint
     cv_grammar *grammar = NULL;
     char *ebnf = to_ebnf(con, spec_len, err, sizeof err);
     if (ebnf) grammar = cv_grammar_parse(ebnf, strlen(ebnf), c->vocab, err, sizeof err);
+    else if (!err[0]) reason_without_message(con, err, sizeof err);
     free(ebnf);
     if (!grammar) {
         free(key);

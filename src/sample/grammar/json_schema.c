@@ -1817,7 +1817,7 @@ char *cv_json_schema_to_ebnf(const char *schema, size_t len, const cv_json_optio
     json_t *root = json_loadb(schema, len, JSON_DECODE_ANY, &je);
     if (!root) {
         if (err_len)
-            snprintf(err, err_len, "invalid JSON schema: %s at line %d column %d", je.text, je.line, je.column);
+            snprintf(err, err_len, "not JSON: %s at line %d column %d", je.text, je.line, je.column);
         return NULL;
     }
     conv c = {.root = root, .strict = o->strict_additional_properties, .err = err, .err_len = err_len};
