@@ -66,9 +66,9 @@ struct cv_mask_cache {
     pthread_mutex_t mu;
     centry **buckets;
     size_t n_buckets, n_entries, bytes;
-    centry lru;                          /* sentinel */
     size_t limit;                        /* bytes; CACHE_BYTES unless a test sets it */
     uint64_t hits, misses, evictions, stopped;
+    centry lru;                          /* sentinel (last: its type ends in a flexible array) */
 };
 
 cv_mask_cache *cv_mask_cache_new(void) {
