@@ -282,6 +282,21 @@ static void test_bytes(void) {
 
 /* ---- the matcher --------------------------------------------------------------------------------- */
 
+/* A grammar whose only sentence is empty: the matcher starts with no stack at all (fuzz_grammar found
+ * the byte step reading its stack list from a NULL pointer). */
+static void test_empty_language(void) {
+    cv_grammar *g = parse("root ::= expr\nexpr ::=", NULL);
+    if (!g) return;
+    cv_matcher *m = cv_matcher_new(g);
+    CHECK(cv_matcher_can_end(m) && cv_matcher_terminated(m));
+    CHECK(!cv_matcher_accept_bytes(m, "x", 1));
+    CHECK(cv_matcher_accept_bytes(m, "", 0));
+    cv_matcher_rollback(m, 1);
+    CHECK(cv_matcher_history(m) == 0);
+    cv_matcher_free(m);
+    cv_grammar_free(g);
+}
+
 static void test_matcher(void) {
     cv_grammar *g = parse("root ::= \"ab\" (\"c\" | \"cd\")", NULL);
     if (!g) return;
@@ -773,6 +788,7 @@ int main(void) {
     test_limits();
     test_bytes();
     test_matcher();
+    test_empty_language();
     test_mini_vocab();
 
     vocab_fixture f = {0};

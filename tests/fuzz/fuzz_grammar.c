@@ -29,10 +29,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ebnf = cv_json_schema_to_ebnf(text, len, &jo, err, sizeof err);
         break;
     case 2: ebnf = cv_regex_to_ebnf(text, len, err, sizeof err); break;
-    default: ebnf = malloc(len + 1), memcpy(ebnf, text, len), ebnf[len] = '\0'; break;
+    default: /* GBNF as given, NUL bytes included */
+        ebnf = malloc(len + 1), memcpy(ebnf, text, len), ebnf[len] = '\0';
+        break;
     }
     if (!ebnf) return 0;
-    cv_grammar *g = cv_grammar_parse(ebnf, strlen(ebnf), NULL, err, sizeof err);
+    cv_grammar *g = cv_grammar_parse(ebnf, data[0] % 4 == 3 ? len : strlen(ebnf), NULL, err, sizeof err);
     free(ebnf);
     if (!g) return 0;
     cv_matcher *m = cv_matcher_new(g);

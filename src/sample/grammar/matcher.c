@@ -284,7 +284,7 @@ static bool advance(cv_matcher *m, const uint8_t *bytes, size_t n) {
         push_state(m, copy, cur->n, cur->flags);
         return true;
     }
-    const uint32_t *tops = m->tops + cur->off;
+    const uint32_t *tops = cur->n ? m->tops + cur->off : NULL; /* no stack ever stored: m->tops is NULL */
     size_t n_tops = cur->n;
     for (size_t i = 0; i < n; i++) {
         if (!cv_gstep_byte(m->g, &m->pool, &m->step, tops, n_tops, bytes[i])) return false;
