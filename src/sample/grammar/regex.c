@@ -687,32 +687,39 @@ static void minmax(const rnode *n, uint64_t *lo, uint64_t *hi);
 /* Flattens and folds: no empty parts in concatenations, an alternation with an empty branch becomes
  * an optional one, single-part groups disappear, and a repetition of something that may be empty
  * repeated without bound becomes a plain star (the same strings, far less ambiguity). */
+/* Adds k to out; a node of out's own kind (a concatenation in a concatenation, an alternation in an
+ * alternation) gives its children instead, which keeps the tree flat. */
+static void absorb(rnode *out, rnode *k) {
+    if (k->kind != out->kind) {
+        node_push(out, k);
+        return;
+    }
+    for (size_t j = 0; j < k->n; j++) node_push(out, k->kid[j]);
+    k->n = 0;
+    node_free(k);
+}
+
+/* A concatenation or alternation of one node is that node. */
+static rnode *only_kid(rnode *out) {
+    rnode *k = out->kid[0];
+    out->n = 0;
+    node_free(out);
+    return k;
+}
+
 static rnode *simplify(rnode *n) {
     switch (n->kind) {
     case RN_CAT: {
         rnode *out = node_new(RN_CAT, n->off);
         for (size_t i = 0; i < n->n; i++) {
             rnode *k = simplify(n->kid[i]);
-            if (k->kind == RN_EMPTY) {
-                node_free(k);
-            } else if (k->kind == RN_CAT) {
-                for (size_t j = 0; j < k->n; j++) node_push(out, k->kid[j]);
-                k->n = 0;
-                node_free(k);
-            } else {
-                node_push(out, k);
-            }
+            if (k->kind == RN_EMPTY) node_free(k);
+            else absorb(out, k);
         }
         n->n = 0;
         node_free(n);
         if (out->n == 0) out->kind = RN_EMPTY;
-        if (out->n == 1) {
-            rnode *k = out->kid[0];
-            out->n = 0;
-            node_free(out);
-            return k;
-        }
-        return out;
+        return out->n == 1 ? only_kid(out) : out;
     }
     case RN_ALT: {
         rnode *out = node_new(RN_ALT, n->off);
@@ -722,12 +729,8 @@ static rnode *simplify(rnode *n) {
             if (k->kind == RN_EMPTY) {
                 empty = true;
                 node_free(k);
-            } else if (k->kind == RN_ALT) {
-                for (size_t j = 0; j < k->n; j++) node_push(out, k->kid[j]);
-                k->n = 0;
-                node_free(k);
             } else {
-                node_push(out, k);
+                absorb(out, k);
             }
         }
         n->n = 0;
@@ -736,12 +739,7 @@ static rnode *simplify(rnode *n) {
             out->kind = RN_EMPTY;
             return out;
         }
-        rnode *r = out;
-        if (out->n == 1) {
-            r = out->kid[0];
-            out->n = 0;
-            node_free(out);
-        }
+        rnode *r = out->n == 1 ? only_kid(out) : out;
         return empty ? simplify(rep_new(r, 0, 1, r->off)) : r;
     }
     case RN_REP: {
