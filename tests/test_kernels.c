@@ -6,7 +6,8 @@
  * tiles are exercised, and large enough in places (M > 64, contexts > 64) to cross the matmul token
  * block and the attention context tile. Tolerances are relative to Σ|terms|, the natural error
  * scale of an f32 sum, so they hold for any summation order but catch any wrong term. The
- * bf16-input kernel (vdpbf16ps) is checked bit for bit against a per-lane model of the instruction.
+ * bf16-input kernel (vdpbf16ps) is checked bit for bit against a per-lane model of the instruction;
+ * AMX's (tdpbf16ps) within f32 rounding, and bit for bit across token counts and thread splits.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -182,22 +183,26 @@ static void test_embed(void) {
 
 /* ---- weights in kernel formats -------------------------------------------------------------- */
 
-/* The kernel paths: every ISA, and AVX-512 without and with VNNI (which only its int8 kernel uses). */
+/* The kernel paths: every ISA, and AVX-512 without and with VNNI (which only its int8 kernel uses),
+ * and with AMX (its int8 kernel here; its bf16 one in test_bf16_compute). */
 typedef struct kernel_path {
     cv_isa isa;
-    bool vnni;
+    bool vnni, amx;
 } kernel_path;
 
-static const kernel_path kernel_paths[] = {
-    {CV_ISA_SCALAR, false}, {CV_ISA_AVX2, false}, {CV_ISA_AVX512, false}, {CV_ISA_AVX512, true}};
+static const kernel_path kernel_paths[] = {{CV_ISA_SCALAR, false, false}, {CV_ISA_AVX2, false, false},
+                                           {CV_ISA_AVX512, false, false}, {CV_ISA_AVX512, true, false},
+                                           {CV_ISA_AVX512, true, true}};
 
-static const char *path_name(kernel_path p) { return p.vnni ? "avx512-vnni" : cv_isa_name(p.isa); }
+static const char *path_name(kernel_path p) {
+    return p.amx ? "avx512-amx" : p.vnni ? "avx512-vnni" : cv_isa_name(p.isa);
+}
 
 static const char *active_path = "default";
 
 /* Makes p the active path; false (with a printed reason when `report`) where the CPU lacks it. */
 static bool use_path(kernel_path p, bool report) {
-    if (cv_isa_force(p.isa) || cv_cpu_vnni_enable(p.vnni)) {
+    if (cv_isa_force(p.isa) || cv_cpu_vnni_enable(p.vnni) || cv_cpu_amx_enable(p.amx)) {
         if (report) printf("test_kernels: %s skipped: %s\n", path_name(p), cv_error_message());
         return false;
     }
@@ -927,11 +932,84 @@ static void test_moe_bf16(cv_threadpool *pool) {
     }
 }
 
+/* The AMX bf16 product of the stack's rows for the first m tokens of xb (bf16 rows): within f32
+ * rounding of the exact sum of the bf16 products (the tile unit adds a step's products in its own
+ * order, so there is no bit-exact model), and every output's bits the same whatever the token
+ * count: against `same` [m][rows] when given. Returns the outputs [m][rows]. */
+static float *check_amx(cv_threadpool *pool, const test_stack *s, const cv_weight *w, const uint16_t *xb, int64_t m,
+                        const float *same) {
+    float *out = rand_vec(m * s->rows), *ys[4];
+    for (int j = 0, r0 = 0; j < s->n_parts; r0 += (int)s->part_rows[j], j++) ys[j] = out + m * r0;
+    cv_linear(pool, w, &(cv_act){.bf16 = xb}, m, s->n_parts, s->part_rows, ys);
+    const int64_t stride = cv_act_bf16_stride(s->cols);
+    float *rows = cv_xmalloc((size_t)(m * s->rows) * sizeof *rows);
+    int bad = 0, differ = 0;
+    double worst = 0;
+    for (int j = 0, r0 = 0; j < s->n_parts; r0 += (int)s->part_rows[j], j++)
+        for (int64_t t = 0; t < m; t++)
+            for (int64_t c = 0; c < s->part_rows[j]; c++) {
+                const float got = rows[t * s->rows + r0 + c] = ys[j][t * s->part_rows[j] + c];
+                double ref = 0, mag = 0;
+                for (int64_t e = 0; e < s->cols; e++) {
+                    const double term = (double)cv_bf16_to_f32(xb[t * stride + e]) * s->w.exact[(r0 + c) * s->cols + e];
+                    ref += term;
+                    mag += fabs(term);
+                }
+                const double err = fabs(got - ref) / (mag + 1e-30);
+                worst = fmax(worst, err);
+                bad += err > 1e-5;
+                if (same) differ += f32_bits(got) != f32_bits(same[t * s->rows + r0 + c]);
+            }
+    CHECK_MSG(bad == 0 && differ == 0, "amx bf16 M=%lld rows=%lld (%d parts) cols=%lld threads=%d: %d wrong (worst "
+              "rel %.3g), %d differ from another token count", (long long)m, (long long)s->rows, s->n_parts,
+              (long long)s->cols, cv_threadpool_size(pool), bad, worst, differ);
+    free(out);
+    return rows;
+}
+
+/* AMX tdpbf16ps on the odd shapes; then K across the kernel's k blocks with a partial last step,
+ * stacked parts with a partial last panel, token counts across the 16-token tile halves, the 32-token
+ * tile and the token block, each against the same bits as the largest product's rows (decode and
+ * prefill agree, as does any thread split). */
+static void test_amx_bf16(cv_threadpool *pool) {
+    for (size_t i = 0; i < CV_ARRAY_LEN(linear_cases); i++) {
+        const struct linear_case *lc = &linear_cases[i];
+        test_stack s = make_stack(CV_DTYPE_BF16, lc->part_rows, lc->n_parts, lc->cols, 128);
+        cv_weight w;
+        CHECK_EQ_INT(cv_weight_pack(pool, s.parts, s.n_parts, &w), 0);
+        float *x = rand_vec(lc->m * lc->cols);
+        uint16_t *xb = bf16_rows_of(pool, x, lc->m, lc->cols);
+        free(check_amx(pool, &s, &w, xb, lc->m, NULL));
+        free(xb);
+        free(x);
+        cv_weight_release(&w);
+        free_stack(&s);
+    }
+    const int64_t part_rows[] = {48, 16, 21}, cols = 8231, M = 290;
+    test_stack s = make_stack(CV_DTYPE_BF16, part_rows, 3, cols, 128);
+    cv_weight w;
+    CHECK_EQ_INT(cv_weight_pack(pool, s.parts, 3, &w), 0);
+    float *x = rand_vec(M * cols);
+    uint16_t *xb = bf16_rows_of(pool, x, M, cols);
+    float *all = check_amx(pool, &s, &w, xb, M, NULL);
+    static const int64_t ms[] = {1, 2, 15, 16, 17, 31, 32, 33, 70};
+    for (size_t i = 0; i < CV_ARRAY_LEN(ms); i++) free(check_amx(pool, &s, &w, xb, ms[i], all));
+    /* a lone token later in the batch: its row only */
+    const int64_t stride = cv_act_bf16_stride(cols);
+    free(check_amx(pool, &s, &w, xb + 200 * stride, 1, all + 200 * s.rows));
+    free(all);
+    free(xb);
+    free(x);
+    cv_weight_release(&w);
+    free_stack(&s);
+}
+
 /* The bf16-input path on every pool, where the CPU has AVX512-BF16 (else skipped with the reason);
- * it is never taken off the AVX-512 path or when switched off. */
+ * it is never taken off the AVX-512 path or when switched off. vdpbf16ps runs with AMX switched off,
+ * then AMX where the CPU has it. */
 static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
     for (size_t p = 0; p < n_pools; p++) test_round_bf16_rows(pools[p]);
-    if (!use_path((kernel_path){CV_ISA_AVX512, false}, false) || cv_cpu_bf16_dot_enable(true)) {
+    if (!use_path((kernel_path){CV_ISA_AVX512, false, false}, false) || cv_cpu_bf16_dot_enable(true)) {
         printf("test_kernels: bf16 dot (AVX512-BF16 vdpbf16ps) skipped: %s\n", cv_error_message());
         return;
     }
@@ -946,6 +1024,16 @@ static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
         CHECK(!cv_linear_bf16_input());
         CHECK(cv_format_gemm_bf16(CV_WFORMAT_BF16_PANELS) == NULL);
         CHECK_EQ_INT(cv_isa_force(CV_ISA_AVX512), 0);
+    }
+    if (cv_cpu_amx_enable(true)) {
+        printf("test_kernels: bf16 on AMX skipped: %s\n", cv_error_message());
+    } else {
+        CHECK(cv_format_gemm_bf16(CV_WFORMAT_BF16_PANELS) == &cv_amx_panels_bf16);
+        for (size_t p = 0; p < n_pools; p++) {
+            test_amx_bf16(pools[p]);
+            test_moe_bf16(pools[p]);
+        }
+        CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
     }
     CHECK_EQ_INT(cv_cpu_bf16_dot_enable(false), 0);
     CHECK(!cv_linear_bf16_input());
@@ -1577,7 +1665,7 @@ int main(void) {
         CHECK_EQ_INT(cv_isa_active(), kernel_paths[path].isa);
         for (size_t p = 0; p < CV_ARRAY_LEN(pools); p++) {
             test_format(pools[p], CV_DTYPE_I8);
-            if (kernel_paths[path].vnni) continue; /* the rest does not use VNNI */
+            if (kernel_paths[path].vnni) continue; /* the rest does not use VNNI or AMX */
             test_format(pools[p], CV_DTYPE_BF16);
             test_format(pools[p], CV_DTYPE_F8_E4M3);
             test_fp8_blocks(pools[p]);

@@ -4,7 +4,8 @@
  * packed BF16_PANELS, I8_PANELS (int8 activations, quantized once before timing) and FP8_PANELS.
  * BF16_PANELS runs twice where the CPU has AVX512-BF16: on f32 activations (f32 FMA, exact), and on
  * bf16 activations (vdpbf16ps, bf16 compute; rounded once before timing), whatever the start-up
- * measurement of cv_linear_bf16_input() decided — its verdict is printed in the header.
+ * measurement of cv_linear_bf16_input() decided — its verdict is printed in the header. Where the
+ * CPU has AMX, BF16_PANELS (bf16 activations) and I8_PANELS run once more on it ("amx" lines).
  *
  * Decode (M = 1) is bound by memory bandwidth, so its figure of merit is GB/s of weight bytes
  * streamed (the packed bytes, scales included); prefill is bound by arithmetic (GFLOP/s, 2·M·N·K).
@@ -25,6 +26,7 @@
 
 #include "base/dtype.h"
 #include "base/threadpool.h"
+#include "kernels/cpu/formats.h"
 #include "kernels/kernels.h"
 
 static double clock_s(clockid_t c) {
@@ -51,6 +53,8 @@ static void time_format(cv_threadpool *pool, const char *name, const cv_weight *
 
 /* The CPU has the bf16-input kernel (switched on for the bench where the start-up measurement said no). */
 static bool bf16_dot;
+/* The CPU has AMX: its kernels run as extra lines, the others with it switched off. */
+static bool amx;
 
 /* One shape in every format, back to back, on random weights (the values do not change the time). */
 static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
@@ -85,9 +89,14 @@ static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
     for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) {
         cv_weight w;
         if (cv_weight_pack(pool, &parts[p], 1, &w)) abort();
+        if (amx) cv_cpu_amx_enable(false);
         time_format(pool, cv_wformat_name(w.format), &w, &act, m, y);
         if (w.format == CV_WFORMAT_BF16_PANELS && bf16_dot)
             time_format(pool, "bf16_panels bf16x", &w, &(cv_act){.bf16 = xb}, m, y);
+        if (amx) cv_cpu_amx_enable(true);
+        if (amx && w.format == CV_WFORMAT_BF16_PANELS)
+            time_format(pool, "bf16_panels amx", &w, &(cv_act){.bf16 = xb}, m, y);
+        if (amx && w.format == CV_WFORMAT_I8_PANELS) time_format(pool, "i8_panels amx", &w, &act, m, y);
         cv_weight_release(&w);
     }
     free(bf16);
@@ -110,11 +119,13 @@ int main(int argc, char **argv) {
     }
     const char *which = argc > 3 ? argv[3] : "all";
     cv_threadpool *pool = cv_threadpool_create(threads);
+    amx = cv_cpu_amx();
     const bool chosen = cv_linear_bf16_input();
     bf16_dot = chosen || (cv_isa_active() == CV_ISA_AVX512 && cv_cpu_bf16_dot_enable(true) == 0);
-    printf("%s, %d thread(s), f32 activations (int8 for i8_panels, bf16 for bf16x), weights as named; bf16 compute "
-           "would use %s\n", cv_isa_name(cv_isa_active()), threads,
-           chosen ? "bf16 inputs (vdpbf16ps)" : bf16_dot ? "f32 inputs (vdpbf16ps measured too slow)" : "f32 inputs");
+    printf("%s%s, %d thread(s), f32 activations (int8 for i8_panels, bf16 for bf16x and amx), weights as named; bf16 "
+           "compute would use %s\n", cv_isa_name(cv_isa_active()), amx ? "+amx" : "", threads,
+           amx ? "bf16 inputs (AMX)" : chosen ? "bf16 inputs (vdpbf16ps)"
+           : bf16_dot ? "f32 inputs (vdpbf16ps measured too slow)" : "f32 inputs");
     static const int64_t prefill[][3] = {{512, 2048, 1024}, {512, 3072, 1024}, {512, 1024, 3072}};
     static const int64_t decode[][3] = {{1, 2048, 1024}, {1, 3072, 1024}, {1, 1024, 3072}, {1, 151936, 1024}};
     if (strcmp(which, "decode") != 0)

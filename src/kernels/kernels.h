@@ -141,9 +141,9 @@ int64_t cv_act_bf16_stride(int64_t cols); /* cols rounded up to a multiple of 32
 void cv_round_bf16_rows(cv_threadpool *pool, const float *x, int64_t ldx, int64_t m, int64_t cols, uint16_t *out);
 
 /* bf16 compute: true when this CPU has a bf16 dot-product kernel for BF16_PANELS that beats f32 FMA
- * on widened weights (AVX512-BF16 vdpbf16ps where a start-up measurement says so), so that bf16
- * layers should pass cv_act.bf16; false: they pass f32 rows, computed exactly. Decided once and
- * logged with the reason. */
+ * on widened weights (AMX tdpbf16ps wherever this process may use AMX; else AVX512-BF16 vdpbf16ps
+ * where a start-up measurement says so), so that bf16 layers should pass cv_act.bf16; false: they
+ * pass f32 rows, computed exactly. Decided once and logged with the reason. */
 bool cv_linear_bf16_input(void);
 /* Tests: force the bf16-input kernels on (CVLLM_ERR_UNSUPPORTED on a CPU without them) or off; not
  * while kernels run. */
@@ -152,9 +152,10 @@ int cv_cpu_bf16_dot_enable(bool on);
 /* ys[j] [m][part_rows[j]] = x · part jᵀ for every stacked part of w (part_rows as packed; one part:
  * n_parts 1, part_rows &w->rows). One pass over x, one wake of the pool. x is read in the form w's
  * format takes: int8 codes for I8_PANELS; for BF16_PANELS the bf16 rows when x->bf16 is given
- * (vdpbf16ps: products of bf16 pairs accumulated in f32), else the f32 rows (f32 FMA, exact); f32
- * otherwise. Every output is one accumulation chain in k order whatever m, the tile or the thread
- * split, so a token's row does not depend on the tokens computed with it (batch invariance). */
+ * (vdpbf16ps or AMX tdpbf16ps: products of bf16 pairs accumulated in f32), else the f32 rows (f32
+ * FMA, exact); f32 otherwise. Every output is one accumulation chain in k order whatever m, the tile
+ * or the thread split, so a token's row does not depend on the tokens computed with it (batch
+ * invariance). */
 void cv_linear(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, int n_parts,
                const int64_t *part_rows, float *const *ys);
 /* y [m][row1 − row0] = x · rows [row0, row1) of wᵀ, on the calling thread (a thread's share of a

@@ -18,10 +18,18 @@
  * where it gains nothing. The first question times both instructions (register-only loops, under 2 ms,
  * avx512/panels_bf16_dot.c) and answers yes from 1.3× the f32 FMA rate (AMD Zen 4/5: ~2×); the
  * answer and the measured ratio are logged once. It needs the AVX-512 path to be the active one.
+ *
+ * AMX (tile products: tdpbf16ps, tdpbssd) is one more extension on the AVX-512 path. Its tile state
+ * is large, so Linux hands it to a process only on request (arch_prctl ARCH_REQ_XCOMP_PERM); the
+ * first question asks for it, and a CPU, kernel or VM that says no runs the AVX-512 kernels. Where
+ * it is granted, bf16 compute always uses it — a tile product does 16× the multiply-adds of an f32
+ * FMA — and the int8 formats do too. CVLLM_AMX=0 switches it off (a tuning knob, like CVLLM_ISA).
  */
 #include <cpuid.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -139,6 +147,59 @@ int cv_cpu_vnni_enable(bool on) {
     return 0;
 }
 
+/* AMX-BF16, AMX-TILE, AMX-INT8: CPUID leaf 7 subleaf 0, EDX bits 22, 24, 25; the OS saves the tile
+ * state (XCR0 bits 17 and 18); and Linux grants it to this process (XFEATURE_XTILEDATA = 18). */
+static bool amx_usable(const char **why) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || (d & (3u << 24 | 1u << 22)) != (3u << 24 | 1u << 22)) {
+        *why = "this CPU has no AMX-TILE/AMX-BF16/AMX-INT8";
+        return false;
+    }
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) {
+        *why = "the OS does not enable the AMX tile state";
+        return false;
+    }
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+        *why = "the kernel refused this process the AMX tile state";
+        return false;
+    }
+    return true;
+}
+
+static int amx_state; /* 0: not decided yet, 1: used, -1: not used */
+static bool amx_granted; /* the CPU has AMX and this process may use it (asked once) */
+
+static int decide_amx(void) {
+    const char *why = NULL;
+    amx_granted = cv_isa_supported(CV_ISA_AVX512) && amx_usable(&why);
+    const char *env = getenv("CVLLM_AMX");
+    if (amx_granted && env && strcmp(env, "0") == 0) why = "switched off by CVLLM_AMX=0";
+    if (amx_granted && !why) cv_info("kernels", "AMX: bf16 and int8 GEMMs on tile products (tdpbf16ps, tdpbssd)");
+    else cv_info("kernels", "AMX: not used (%s)", why ? why : "the CPU has no AVX-512");
+    return amx_granted && !why ? 1 : -1;
+}
+
+static int amx_decided(void) {
+    int s = __atomic_load_n(&amx_state, __ATOMIC_ACQUIRE);
+    if (!s) {
+        s = decide_amx();
+        __atomic_store_n(&amx_state, s, __ATOMIC_RELEASE);
+    }
+    return s;
+}
+
+bool cv_cpu_amx(void) { return cv_isa_active() == CV_ISA_AVX512 && amx_decided() > 0; }
+
+int cv_cpu_amx_enable(bool on) {
+    amx_decided();
+    if (on && !amx_granted) return cv_fail(CVLLM_ERR_UNSUPPORTED, "this CPU or OS gives no AMX to this process");
+    __atomic_store_n(&amx_state, on ? 1 : -1, __ATOMIC_RELEASE);
+    return 0;
+}
+
 /* AVX512-BF16: CPUID leaf 7 subleaf 1, EAX bit 5 (clang 14's __builtin_cpu_supports lacks the name). */
 static bool cpu_has_bf16_dot(void) {
     unsigned a, b, c, d;
@@ -151,6 +212,10 @@ static bool cpu_has_bf16_dot(void) {
 static int bf16_dot_state; /* 0: not decided yet, 1: used, -1: not used */
 
 static int decide_bf16_dot(void) {
+    if (cv_cpu_amx()) {
+        cv_info("kernels", "bf16 compute: bf16 inputs through AMX tdpbf16ps");
+        return 1;
+    }
     if (!cpu_has_bf16_dot()) {
         cv_info("kernels", "bf16 compute: f32 FMA on widened bf16 weights (this CPU has no AVX512-BF16)");
         return -1;

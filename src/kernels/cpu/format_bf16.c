@@ -8,7 +8,7 @@
  *
  * The kernels read f32 activations and widen the weights (exact), or, in bf16 compute on CPUs
  * where it pays, bf16 activations through vdpbf16ps, whose second operand is this layout as is
- * (avx512/panels_bf16_dot.c).
+ * (avx512/panels_bf16_dot.c), or on AMX as the B tiles of tdpbf16ps (amx/panels.c).
  */
 #include <string.h>
 
@@ -53,4 +53,5 @@ const cv_format_traits cv_format_bf16_panels = {
     .gemm = {[CV_ISA_SCALAR] = &cv_ref_panels_bf16, [CV_ISA_AVX2] = &cv_avx2_panels_bf16,
              [CV_ISA_AVX512] = &cv_avx512_panels_bf16},
     .gemm_bf16_dot = &cv_avx512_panels_bf16_dot,
+    .gemm_amx = &cv_amx_panels_bf16,
 };

@@ -4,10 +4,10 @@
  *
  * Panel layout [ceil(K/4)][16 rows][4 k]: one 64-byte group holds 4 consecutive k of 16 rows, the
  * order vpdpbusd (VNNI) consumes — each 32-bit lane is one row's 4 codes, multiplied by the same 4
- * activation codes broadcast to every lane. Zero past the last row and column. After all codes,
- * per panel: 16 f32 row scales, 16 int32 biases (msModelSlim's quant_bias, or 0) and 16 int32 sums
- * of the row's codes (for the VNNI kernel, whose unsigned operand is the activations offset by
- * 128: Σ (x+128)·w = Σ x·w + 128·Σ w).
+ * activation codes broadcast to every lane — and 16 groups are one B tile of AMX's tdpbssd. Zero
+ * past the last row and column. After all codes, per panel: 16 f32 row scales, 16 int32 biases
+ * (msModelSlim's quant_bias, or 0) and 16 int32 sums of the row's codes (for the VNNI kernel, whose
+ * unsigned operand is the activations offset by 128: Σ (x+128)·w = Σ x·w + 128·Σ w).
  *
  * The result is exact and the same bits on every ISA:
  *   y[t][n] = (float)(Σ_k xq[t][k]·w[n][k] + bias[n]) · scale[n] · x_scale[t]
@@ -75,4 +75,5 @@ const cv_format_traits cv_format_i8_panels = {
     .gemm = {[CV_ISA_SCALAR] = &cv_ref_panels_i8, [CV_ISA_AVX2] = &cv_avx2_panels_i8,
              [CV_ISA_AVX512] = &cv_avx512_panels_i8},
     .gemm_vnni = &cv_avx512_panels_i8_vnni,
+    .gemm_amx = &cv_amx_panels_i8,
 };

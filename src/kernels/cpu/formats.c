@@ -28,13 +28,17 @@ const cv_format_traits *const cv_formats[CV_WFORMAT_COUNT] = {
 const cv_gemm_kernel *cv_format_gemm(cv_wformat f) {
     const cv_format_traits *t = cv_formats[f];
     const cv_isa isa = cv_isa_active();
+    if (isa == CV_ISA_AVX512 && t->int8_input && t->gemm_amx && cv_cpu_amx()) return t->gemm_amx;
     if (isa == CV_ISA_AVX512 && t->gemm_vnni && cv_cpu_vnni()) return t->gemm_vnni;
     return t->gemm[isa];
 }
 
+/* One kernel for every token count (tdpbf16ps and vdpbf16ps add a step's products in different
+ * orders), so a CPU with AMX runs it for decode too: an output's bits never depend on the batch. */
 const cv_gemm_kernel *cv_format_gemm_bf16(cv_wformat f) {
     const cv_format_traits *t = cv_formats[f];
-    return t->gemm_bf16_dot && cv_cpu_bf16_dot() ? t->gemm_bf16_dot : NULL;
+    if (!t->gemm_bf16_dot || !cv_cpu_bf16_dot()) return NULL;
+    return t->gemm_amx && cv_cpu_amx() ? t->gemm_amx : t->gemm_bf16_dot;
 }
 
 const char *cv_wformat_name(cv_wformat f) { return (unsigned)f < CV_WFORMAT_COUNT ? cv_formats[f]->name : "unknown"; }

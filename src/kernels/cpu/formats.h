@@ -18,8 +18,9 @@
  * cv_format_gemm_bf16).
  *
  * A format may also read bf16 activations (cv_act.bf16) with a kernel of its own: BF16_PANELS in
- * bf16 compute, through vdpbf16ps. Its layout is already the one an AMX tdpbf16ps B tile reads, so
- * an AMX kernel would be one more entry chosen before it in cv_format_gemm_bf16.
+ * bf16 compute, through vdpbf16ps. The BF16_PANELS and I8_PANELS layouts are also the B tiles of
+ * AMX's tdpbf16ps and tdpbssd, so on CPUs with AMX their kernels are tile products (amx/), chosen
+ * before the AVX-512 ones (cv_format_gemm, cv_format_gemm_bf16).
  */
 #ifndef CV_FORMATS_H
 #define CV_FORMATS_H
@@ -68,6 +69,7 @@ typedef struct cv_gemm_kernel {
     int mr, nr;        /* tokens × weight rows (row-major) or tokens × panels (packed) */
     int kblock;        /* packed: groups per prefill k block where the format's kblock does not suit
                         * this kernel; 0: the format's */
+    int token_block;   /* packed: tokens per prefill block (weights re-read once per block); 0: 64 */
 } cv_gemm_kernel;
 
 /* Packing: the stacked parts and the destination, for a format's pack_panel. */
@@ -103,6 +105,9 @@ typedef struct cv_format_traits {
     /* reads bf16 rows (cv_act.bf16) instead of f32: AVX-512 with AVX512-BF16, where
      * cv_linear_bf16_input(); NULL: the format has none */
     const cv_gemm_kernel *gemm_bf16_dot;
+    /* AMX tile products, on CPUs where cv_cpu_amx(): replaces gemm_bf16_dot (bf16 input) or
+     * gemm_vnni (int8 input); NULL: none */
+    const cv_gemm_kernel *gemm_amx;
 } cv_format_traits;
 
 extern const cv_format_traits *const cv_formats[CV_WFORMAT_COUNT];
@@ -126,6 +131,14 @@ bool cv_cpu_vnni(void);
  * kernels run). Switching on a CPU without VNNI: CVLLM_ERR_UNSUPPORTED. */
 int cv_cpu_vnni_enable(bool on);
 
+/* The CPU has AMX (tiles, bf16 and int8 products), this process was granted the tile state, AVX-512
+ * is the active path, and AMX is not switched off (CVLLM_AMX=0, cv_cpu_amx_enable). Decided and
+ * logged at the first question. */
+bool cv_cpu_amx(void);
+/* Tests and benchmarks switch the AMX kernels off to run the AVX-512 ones on a CPU that has both
+ * (not while kernels run). Switching on a CPU without AMX: CVLLM_ERR_UNSUPPORTED. */
+int cv_cpu_amx_enable(bool on);
+
 /* The format entries (format_*.c) and the ISA kernels they point to. */
 extern const cv_format_traits cv_format_f32, cv_format_bf16, cv_format_f16, cv_format_bf16_panels,
     cv_format_i8_panels, cv_format_fp8_panels;
@@ -136,6 +149,7 @@ extern const cv_gemm_kernel cv_avx2_rows_f32, cv_avx2_rows_bf16, cv_avx2_rows_f1
     cv_avx2_panels_i8, cv_avx2_panels_fp8;
 extern const cv_gemm_kernel cv_avx512_rows_f32, cv_avx512_rows_bf16, cv_avx512_rows_f16, cv_avx512_panels_bf16,
     cv_avx512_panels_i8, cv_avx512_panels_i8_vnni, cv_avx512_panels_fp8, cv_avx512_panels_bf16_dot;
+extern const cv_gemm_kernel cv_amx_panels_bf16, cv_amx_panels_i8;
 
 /* ---- per-format layout details shared by packing and the kernels ---------------------------- */
 

@@ -11,7 +11,7 @@
  * Panels (packed formats). A micro-tile is mr tokens × np panels (np·16 outputs); its accumulators
  * are the outputs themselves, so K can be split into blocks: a block of np panels × kblock groups
  * (≈ 24 KiB; a kernel may ask for larger ones) stays in L1 while every token tile of a 64-token
- * block runs over it, and the token block's activations stay in L2. The k blocks of one output
+ * block (a kernel may ask for more: AMX's rate needs the weights re-read less often) runs over it, and the token block's activations stay in L2. The k blocks of one output
  * run in order, each continuing from the previous one's partial sums in y (f32 values, or int32
  * bits for int8 formats, whose last block applies the dequantizing epilogue). One token (decode) skips the k blocking and streams
  * each panel once from memory.
@@ -121,7 +121,7 @@ static void panel_range(const linear_job *job, int part, int64_t p0, int64_t p1,
 static void panel_block(const linear_job *job, int64_t p0, int64_t p1, int64_t m0, int64_t m1) {
     const int mr = job->kern->mr, np = job->kern->nr;
     const int64_t kblock = m1 - m0 == 1 ? job->groups : job->kern->kblock ? job->kern->kblock : job->f->kblock;
-    const int64_t token_block = TOKEN_BLOCK / mr * mr; /* whole register tiles */
+    const int64_t token_block = (job->kern->token_block ? job->kern->token_block : TOKEN_BLOCK) / mr * mr; /* whole tiles */
     for (int64_t mb = m0; mb < m1; mb += token_block) {
         const int64_t me = min64(mb + token_block, m1);
         for (int part = 0; part < job->n_parts; part++) {
