@@ -15,7 +15,8 @@
  * Every scenario of model_fixture.h (one-shot, chunks of 1/7/64, batched mixed prefill/decode, a
  * decode batch, teacher-forced greedy decode, and the hybrid models' state copy, checkpoints and
  * verify calls) on each bf16 reference folder: with the bf16 dot-product kernels where the CPU has
- * them, and with them switched off (bf16 compute on f32 GEMM inputs, what a CPU without them runs).
+ * them — AMX tile products, and AVX512-BF16 vdpbf16ps with AMX switched off — and with them switched
+ * off (bf16 compute on f32 GEMM inputs, what a CPU without them runs).
  * Batch invariance in bf16 compute: chunked, batched and token-by-token rows are held to the same
  * bound as one-shot ones, and a sequence's prefill and decode rows must be the same bits alone and
  * in forward calls shared with another sequence (test_batch_invariance).
@@ -26,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/formats.h"
 #include "model_fixture.h"
 
 /* Hugging Face's bf16 run against the f32 reference, per folder: worst row / median row. */
@@ -105,11 +107,17 @@ int main(void) {
     const bool dot = cv_isa_active() == CV_ISA_AVX512 && cv_cpu_bf16_dot_enable(true) == 0;
     if (!dot) printf("test_bf16_ref: the bf16 dot-product path is not tested here (%s): bf16 compute runs on f32 "
                      "GEMM inputs\n", cv_isa_active() == CV_ISA_AVX512 ? cv_error_message() : "not on AVX-512");
-    static const char *const PATHS[] = {"bf16 dot", "f32 FMA"};
-    mf_result results[N_FOLDERS][2];
-    for (int p = 0; p < 2; p++) {
-        if (p == 0 && !dot) continue;
-        if (dot) CHECK_EQ_INT(cv_cpu_bf16_dot_enable(p == 0), 0);
+    const bool amx = dot && cv_cpu_amx_enable(true) == 0;
+    if (dot && !amx) printf("test_bf16_ref: the AMX path is not tested here (%s)\n", cv_error_message());
+    /* AMX tile products; vdpbf16ps (AMX off); f32 FMA on f32 inputs (both off) */
+    static const char *const PATHS[] = {"amx", "bf16 dot", "f32 FMA"};
+    const bool has[] = {amx, dot, true};
+    enum { N_PATHS = CV_ARRAY_LEN(PATHS) };
+    mf_result results[N_FOLDERS][N_PATHS];
+    for (int p = 0; p < N_PATHS; p++) {
+        if (!has[p]) continue;
+        if (amx) CHECK_EQ_INT(cv_cpu_amx_enable(p == 0), 0);
+        if (dot) CHECK_EQ_INT(cv_cpu_bf16_dot_enable(p < 2), 0);
         for (int f = 0; f < N_FOLDERS; f++) {
             const mf_metric metric = folder_metric(f);
             results[f][p] = (mf_result){NAN, NAN};
@@ -118,12 +126,13 @@ int main(void) {
             test_batch_invariance(pool, BOUNDS[f].folder);
         }
     }
+    if (amx) CHECK_EQ_INT(cv_cpu_amx_enable(true), 0);
     if (dot) CHECK_EQ_INT(cv_cpu_bf16_dot_enable(true), 0);
     printf("test_bf16_ref: max |Δ log-prob| over the reference's top-5 ids, worst row / worst scenario median\n");
     for (int f = 0; f < N_FOLDERS; f++) {
         printf("  %-24s", BOUNDS[f].folder);
-        for (int p = 0; p < 2; p++)
-            if (p || dot) printf("  %s %8.2g / %-8.2g", PATHS[p], results[f][p].max, results[f][p].median);
+        for (int p = 0; p < N_PATHS; p++)
+            if (has[p]) printf("  %s %8.2g / %-8.2g", PATHS[p], results[f][p].max, results[f][p].median);
         printf("  HF bf16 %8.2g / %-8.2g\n", BOUNDS[f].max, BOUNDS[f].median);
     }
     cv_threadpool_free(pool);
