@@ -1546,13 +1546,8 @@ static void test_attention_bf16_cache(cv_threadpool *pool) {
  * against the final one, so only the size of that error can be bounded: 2⁻⁸ of max |V| = 1);
  * not the f32 tile products' bits; and the same bits batched, per sequence and in chunks of 5.
  * Skipped where the ISA path or the CPU has no bf16 dot product. */
-static void test_attention_bf16_dot(cv_threadpool *pool) {
-    /* switched on rather than asked: the start-up choice is timed, and the test must not depend on it */
-    if (!cv_cpu_ops_active()->gemm_rows_dot || cv_cpu_bf16_dot_enable(true)) {
-        printf("test_kernels: bf16-dot attention skipped on %s: %s\n", cv_isa_name(cv_isa_active()),
-               cv_cpu_ops_active()->gemm_rows_dot ? cv_error_message() : "no bf16 dot product on this path");
-        return;
-    }
+/* The bf16-dot attention on the active kernels (path: their name) against the f32 one and the reference. */
+static void attention_bf16_dot(cv_threadpool *pool, const char *path) {
     static const int shapes[][3] = {{9, 3, 40}, {7, 7, 32}, {14, 2, 128}, {16, 2, 256}}; /* heads, KV heads, head_dim */
     attention_batch batch;
     attention_batch_init(&batch);
@@ -1575,10 +1570,10 @@ static void test_attention_bf16_dot(cv_threadpool *pool) {
         cv_attention(pool, &ad);
         attention_batch_split(pool, &batch, &ad, out_split);
         CHECK_MSG(memcmp(out_split, out_d, (size_t)rows * sizeof *out_d) == 0,
-                  "bf16-dot attention %d/%d heads, head_dim %d (%d threads): batched and split differ", nh, nkv, hd,
+                  "%s attention %d/%d heads, head_dim %d (%d threads): batched and split differ", path, nh, nkv, hd,
                   cv_threadpool_size(pool));
         CHECK_MSG(memcmp(out_f, out_d, (size_t)rows * sizeof *out_d) != 0,
-                  "bf16-dot attention %d/%d heads, head_dim %d: the f32 tile products' bits", nh, nkv, hd);
+                  "%s attention %d/%d heads, head_dim %d: the f32 tile products' bits", path, nh, nkv, hd);
         cv_attention_args r = ad;
         r.q = q_rounded;
         double *ref = cv_xmalloc((size_t)nh * hd * sizeof *ref), worst = 0;
@@ -1587,11 +1582,30 @@ static void test_attention_bf16_dot(cv_threadpool *pool) {
                 ref_attention(&r, t, s, ref);
                 for (int i = 0; i < nh * hd; i++) worst = fmax(worst, fabs(out_d[(int64_t)t * nh * hd + i] - ref[i]));
             }
-        CHECK_MSG(worst <= 0x1p-8, "bf16-dot attention %d/%d heads, head_dim %d: %g from the reference", nh, nkv, hd,
-                  worst);
+        CHECK_MSG(worst <= 0x1p-8, "%s attention %d/%d heads, head_dim %d: %g from the reference", path, nh, nkv,
+                  hd, worst);
         free(ref);
         free(k), free(v), free(q), free(q_rounded), free(kb), free(vb), free(out_f), free(out_d), free(out_split);
     }
+}
+
+/* vdpbf16ps attention, then AMX's (head_dim a multiple of 32; the others stay on vdpbf16ps) where
+ * the CPU has it. */
+static void test_attention_bf16_dot(cv_threadpool *pool) {
+    /* switched on rather than asked: the start-up choice is timed, and the test must not depend on it */
+    if (!cv_cpu_ops_active()->gemm_rows_dot || cv_cpu_bf16_dot_enable(true)) {
+        printf("test_kernels: bf16-dot attention skipped on %s: %s\n", cv_isa_name(cv_isa_active()),
+               cv_cpu_ops_active()->gemm_rows_dot ? cv_error_message() : "no bf16 dot product on this path");
+        return;
+    }
+    CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
+    attention_bf16_dot(pool, "bf16-dot");
+    if (cv_cpu_amx_enable(true)) {
+        printf("test_kernels: AMX attention skipped: %s\n", cv_error_message());
+        return;
+    }
+    attention_bf16_dot(pool, "amx");
+    CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
 }
 
 static void test_kv_write(void) {

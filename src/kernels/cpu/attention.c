@@ -28,7 +28,10 @@
  * over — and for P·V the softmax numerators of each row are rounded to bf16 and paired over
  * adjacent positions, against V rows interleaved in the same position pairs. The running max and
  * sum, the rescaling and the final division stay f32 and unchanged; still one accumulation chain
- * per element whatever the block, so batch invariance holds in this mode too.
+ * per element whatever the block, so batch invariance holds in this mode too. Where the CPU has AMX
+ * (and head_dim is a multiple of 32), the same two products on the same pair buffers are AMX tile
+ * products (amx/pairs.c): the buffers already are tiles, with zero pairs padding k to whole steps of
+ * 16 pairs; a decode token takes that path too, so it keeps the prefill's bits.
  *
  * An online softmax (running max m, running sum l, output rescaled when m grows) keeps memory per
  * unit constant in the context length; with the whole context in one tile (≤ 64) it is the
@@ -46,7 +49,9 @@
 
 #include "base/error.h"
 #include "base/threadpool.h"
+#include "kernels/cpu/amx/amx.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/formats.h"
 #include "kernels/kernels.h"
 
 enum { CONTEXT_TILE = 64, BLOCK_ROWS = 64 };
@@ -56,6 +61,7 @@ typedef struct attention_job {
     const cv_cpu_ops *ops;
     int group, block_tokens;
     bool bf16;           /* the cache holds bf16 */
+    bool amx;            /* bf16_dot's products as AMX tile products */
     int64_t kv_width;
     int32_t *unit_start; /* [n_seqs+1]: first unit of sequence s (in KV-head-major blocks) */
 } attention_job;
@@ -105,6 +111,11 @@ static void pv_dot(const attention_job *job, block_scratch *w, const tile_rows *
     const int64_t lda = cv_act_bf16_stride(n) / 2; /* ≤ CONTEXT_TILE / 2 pairs a row, zero past n */
     cv_round_bf16_rows(NULL, w->s, CONTEXT_TILE, rows, n, (uint16_t *)w->pp);
     job->ops->pair_rows_bf16(w->vp, hd, vrow->bf16, n, hd);
+    if (job->amx) { /* k padded to lda pairs: zero V pairs meet the numerators' zero pairs */
+        memset(w->vp + (int64_t)pairs * hd, 0, (size_t)(lda - pairs) * (size_t)hd * sizeof *w->vp);
+        cv_amx_gemm_pairs(w->o, hd, w->pp, lda, w->vp, hd, rows, hd, (int)lda, true);
+        return;
+    }
     const uint32_t *v_pairs[CONTEXT_TILE / 2];
     for (int p = 0; p < pairs; p++) v_pairs[p] = w->vp + (int64_t)p * hd;
     job->ops->gemm_rows_dot(w->o, hd, w->pp, lda, v_pairs, rows, hd, pairs, true);
@@ -141,7 +152,10 @@ static void attend_block(const attention_job *job, block_scratch *w, int32_t s, 
         if (dot) {
             /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
             ops->transpose_rows(w->kt, CONTEXT_TILE, (const float *const *)krow.bf16, n, hd / 2);
-            ops->gemm_rows_dot(w->s, CONTEXT_TILE, w->qp, q_pairs, kt_pairs, rows, n, hd / 2, false);
+            if (job->amx) /* whole tiles of 16 positions: the scores past n are never read */
+                cv_amx_gemm_pairs(w->s, CONTEXT_TILE, w->qp, q_pairs, (const uint32_t *)w->kt, CONTEXT_TILE, rows,
+                                  (n + 15) / 16 * 16, hd / 2, false);
+            else ops->gemm_rows_dot(w->s, CONTEXT_TILE, w->qp, q_pairs, kt_pairs, rows, n, hd / 2, false);
         } else {
             if (job->bf16) ops->transpose_rows_bf16(w->kt, CONTEXT_TILE, krow.bf16, n, hd);
             else ops->transpose_rows(w->kt, CONTEXT_TILE, krow.f32, n, hd);
@@ -209,6 +223,9 @@ static void attention_task(void *arg, int ti, int nt) {
     const int64_t rows = (int64_t)job->block_tokens * job->group, hd = a->head_dim;
     /* a few tens of KiB per thread and call: small-object allocation, abort on failure like cv_xmalloc */
     float *buf = cv_xmalloc((size_t)(2 * rows * hd + hd * CONTEXT_TILE + rows * CONTEXT_TILE) * sizeof(float));
+    /* AMX reads whole tiles of the K transpose: positions past a tile's end hold earlier tiles' or
+     * these zeros, never uninitialized bytes */
+    if (job->amx) memset(buf + 2 * rows * hd, 0, (size_t)(hd * CONTEXT_TILE) * sizeof(float));
     block_scratch w = {.q = buf, .o = buf + rows * hd, .kt = buf + 2 * rows * hd,
                        .s = buf + 2 * rows * hd + hd * CONTEXT_TILE,
                        .st = cv_xmalloc((size_t)rows * sizeof(head_state))};
@@ -233,6 +250,7 @@ void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
     if (a->n_tokens <= 0) return;
     attention_job job = {.a = a, .ops = cv_cpu_ops_active(), .group = a->n_heads / a->n_kv_heads,
                          .bf16 = a->kv_dtype == CV_DTYPE_BF16, .kv_width = (int64_t)a->n_kv_heads * a->head_dim};
+    job.amx = a->bf16_dot && a->head_dim % 32 == 0 && cv_cpu_amx();
     job.block_tokens = BLOCK_ROWS / job.group > 1 ? BLOCK_ROWS / job.group : 1;
     job.unit_start = cv_xmalloc(((size_t)a->n_seqs + 1) * sizeof *job.unit_start);
     job.unit_start[0] = 0;

@@ -8,10 +8,8 @@
  * and zero past the weight's columns, so a tile never reads past a row. A tile product adds
  * 16 tokens × 16 outputs × 32 (or 64) products at once.
  *
- * Register tile: up to 32 tokens × 2 panels, the usual AMX blocking — accumulators C(h, j) in tiles
- * 0-3 (token half h, panel j), activations A(h) in tiles 4-5, weights B(j) in 6-7: per step 2 + 2
- * loads feed 4 products. Tile rows follow the tokens (a tile of 5 tokens loads 5 rows), so there is
- * one configuration per token count, 1 to 32, each a static record (tiles.h).
+ * Register tile (tiles.h): up to 32 tokens × 2 panels — accumulators C(h, j) (token half h, panel
+ * j), activations A(h), weights B(j).
  *
  * Accumulation: each output is one chain of tile products over its k steps of 32 (bf16) or 64
  * (int8) columns, from zero; a k block that is not the first continues from the partial sums in y
@@ -37,25 +35,7 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-enum { TILE_ROWS = 16, TILE_BYTES = 64, STEP_GROUPS = 16, MAX_TOKENS = 2 * TILE_ROWS };
-
-/* Tokens in half h (rows of A(h) and C(h, ·)) of an m-token tile. */
-#define HALF_ROWS(m, h) ((m) - 16 * (h) <= 0 ? 0 : (m) - 16 * (h) > 16 ? 16 : (m) - 16 * (h))
-#define TILE_COLS(r) ((r) ? TILE_BYTES : 0)
-#define CONFIG(m)                                                                                              \
-    {                                                                                                          \
-        .palette = 1,                                                                                          \
-        .colsb = {TILE_COLS(HALF_ROWS(m, 0)), TILE_COLS(HALF_ROWS(m, 0)), TILE_COLS(HALF_ROWS(m, 1)),          \
-                  TILE_COLS(HALF_ROWS(m, 1)), TILE_COLS(HALF_ROWS(m, 0)), TILE_COLS(HALF_ROWS(m, 1)), TILE_BYTES, \
-                  TILE_BYTES},                                                                                 \
-        .rows = {HALF_ROWS(m, 0), HALF_ROWS(m, 0), HALF_ROWS(m, 1), HALF_ROWS(m, 1), HALF_ROWS(m, 0),          \
-                 HALF_ROWS(m, 1), TILE_ROWS, TILE_ROWS},                                                       \
-    }
-#define CONFIG4(b) CONFIG((b) + 1), CONFIG((b) + 2), CONFIG((b) + 3), CONFIG((b) + 4)
-
-/* configs[m − 1]: the tiles of an m-token register tile */
-static const cv_amx_config configs[MAX_TOKENS] = {CONFIG4(0),  CONFIG4(4),  CONFIG4(8),  CONFIG4(12),
-                                                  CONFIG4(16), CONFIG4(20), CONFIG4(24), CONFIG4(28)};
+enum { TILE_ROWS = CV_AMX_TILE_ROWS, TILE_BYTES = CV_AMX_TILE_BYTES, STEP_GROUPS = 16 };
 
 /* Outputs of panel j of the tile that hold results (16 but in a partial last panel). */
 INLINE int panel_outputs(const cv_panel_tile *t, int j) {
@@ -73,7 +53,7 @@ INLINE const float *c_source(const cv_panel_tile *t, int h, int j, float *buf, i
         return y_at(t, h, j);
     }
     const __mmask16 mask = (__mmask16)((1u << panel_outputs(t, j)) - 1u);
-    for (int r = 0; r < HALF_ROWS(t->mr, h); r++)
+    for (int r = 0; r < cv_amx_half_rows(t->mr, h); r++)
         _mm512_store_ps(buf + 16 * r, _mm512_maskz_loadu_ps(mask, y_at(t, h, j) + r * t->ldy));
     *stride = TILE_BYTES;
     return buf;
@@ -92,7 +72,7 @@ INLINE void i8_row(const cv_panel_tile *t, int j, int token, const int32_t *sums
  * the last k block of int8 through the epilogue, f32 as is; masked to the panel's outputs. */
 INLINE void c_finish(const cv_panel_tile *t, int h, int j, const float *buf, bool int8) {
     const __mmask16 mask = (__mmask16)((1u << panel_outputs(t, j)) - 1u);
-    for (int r = 0; r < HALF_ROWS(t->mr, h); r++) {
+    for (int r = 0; r < cv_amx_half_rows(t->mr, h); r++) {
         float *out = y_at(t, h, j) + r * t->ldy;
         if (int8 && t->last) i8_row(t, j, 16 * h + r, (const int32_t *)buf + 16 * r, out, mask);
         else _mm512_mask_storeu_ps(out, mask, _mm512_load_ps(buf + 16 * r));
@@ -121,16 +101,9 @@ INLINE void c_finish(const cv_panel_tile *t, int h, int j, const float *buf, boo
         }                                                                    \
     } while (0)
 
-/* One tile product C(h, j) += A(h) · B(j): tdpbssd for int8, tdpbf16ps for bf16. */
-#define DOT(C, A, B)                              \
-    do {                                          \
-        if (int8) _tile_dpbssd(C, A, B);          \
-        else _tile_dpbf16ps(C, A, B);             \
-    } while (0)
-
 /* The register tile: TWO token halves or one, NP2 two panels or one. */
 INLINE void tile_body(const cv_panel_tile *t, const bool int8, const bool TWO, const bool NP2) {
-    cv_amx_use(&configs[t->mr - 1]);
+    cv_amx_rows(t->mr);
     float buf[TILE_ROWS * 16] __attribute__((aligned(64)));
     C_START(0, 0, 0);
     if (NP2) C_START(1, 0, 1);
@@ -154,14 +127,7 @@ INLINE void tile_body(const cv_panel_tile *t, const bool int8, const bool TWO, c
             }
             b0 = tail[0], b1 = tail[1];
         }
-        _tile_loadd(4, x + s * TILE_BYTES, x_stride);
-        if (TWO) _tile_loadd(5, x + 16 * x_stride + s * TILE_BYTES, x_stride);
-        _tile_loadd(6, b0, TILE_BYTES);
-        if (NP2) _tile_loadd(7, b1, TILE_BYTES);
-        DOT(0, 4, 6);
-        if (NP2) DOT(1, 4, 7);
-        if (TWO) DOT(2, 5, 6);
-        if (TWO && NP2) DOT(3, 5, 7);
+        cv_amx_step(x + s * TILE_BYTES, x_stride, b0, b1, TILE_BYTES, int8, TWO, NP2);
     }
 
     C_END(0, 0, 0);
@@ -187,7 +153,7 @@ static void panels_i8(const cv_panel_tile *t) { panel_tile(t, true); }
  * in L2; and token blocks of 256 tokens, whose activations stay in L2 while every panel pair passes
  * over them, so the weights cross the memory bus once per 256 tokens, as the products' rate needs.
  * k blocks are whole steps, as the chain requires. */
-const cv_gemm_kernel cv_amx_panels_bf16 = {.panel = panels_bf16, .mr = MAX_TOKENS, .nr = 2, .kblock = 4096,
+const cv_gemm_kernel cv_amx_panels_bf16 = {.panel = panels_bf16, .mr = CV_AMX_MAX_ROWS, .nr = 2, .kblock = 4096,
                                            .token_block = 256};
-const cv_gemm_kernel cv_amx_panels_i8 = {.panel = panels_i8, .mr = MAX_TOKENS, .nr = 2, .kblock = 4096,
+const cv_gemm_kernel cv_amx_panels_i8 = {.panel = panels_i8, .mr = CV_AMX_MAX_ROWS, .nr = 2, .kblock = 4096,
                                          .token_block = 256};
