@@ -25,10 +25,17 @@ const cv_format_traits *const cv_formats[CV_WFORMAT_COUNT] = {
     [CV_WFORMAT_FP8_PANELS] = &cv_format_fp8_panels,
 };
 
-const cv_gemm_kernel *cv_format_gemm(cv_wformat f) {
+/* int8 products of fewer tokens run on VNNI even where AMX is there: a lone decode token streams
+ * the weights from memory ~10 % faster through vpdpbusd than through tile loads (matmul_bench, on
+ * the lm_head shape), and from 2 tokens on the tile products win. int8 sums are exact, so the
+ * choice never changes a bit of the result. */
+enum { AMX_INT8_MIN_TOKENS = 2 };
+
+const cv_gemm_kernel *cv_format_gemm(cv_wformat f, int64_t m) {
     const cv_format_traits *t = cv_formats[f];
     const cv_isa isa = cv_isa_active();
-    if (isa == CV_ISA_AVX512 && t->int8_input && t->gemm_amx && cv_cpu_amx()) return t->gemm_amx;
+    if (isa == CV_ISA_AVX512 && t->int8_input && t->gemm_amx && m >= AMX_INT8_MIN_TOKENS && cv_cpu_amx())
+        return t->gemm_amx;
     if (isa == CV_ISA_AVX512 && t->gemm_vnni && cv_cpu_vnni()) return t->gemm_vnni;
     return t->gemm[isa];
 }

@@ -112,8 +112,8 @@ typedef struct cv_format_traits {
 
 extern const cv_format_traits *const cv_formats[CV_WFORMAT_COUNT];
 
-/* The micro-kernel of format f on the active ISA. */
-const cv_gemm_kernel *cv_format_gemm(cv_wformat f);
+/* The micro-kernel of format f on the active ISA for a product of m tokens. */
+const cv_gemm_kernel *cv_format_gemm(cv_wformat f, int64_t m);
 
 /* The micro-kernel of format f for bf16 activations on this CPU, or NULL: none, or
  * cv_linear_bf16_input() is false (not decided yet counts as false, so kernels never time the CPU). */

@@ -159,7 +159,7 @@ static void linear_task(void *arg, int ti, int nt) {
 static void job_init(linear_job *job, const cv_weight *w, const cv_act *x, int64_t m) {
     assert((unsigned)w->format < CV_WFORMAT_COUNT);
     const cv_format_traits *f = cv_formats[w->format];
-    *job = (linear_job){.w = w, .f = f, .kern = cv_format_gemm(w->format), .m = m};
+    *job = (linear_job){.w = w, .f = f, .kern = cv_format_gemm(w->format, m), .m = m};
     if (x->bf16 && f->gemm_bf16_dot) {
         job->kern = cv_format_gemm_bf16(w->format);
         assert(job->kern && "cv_act.bf16 is given only where cv_linear_bf16_input()");

@@ -20,6 +20,10 @@
  * the hardware adds a step's pairs, which differs from vdpbf16ps's chain, so a CPU runs one or the
  * other for all token counts (formats.c).
  *
+ * Decode (1-2 tokens) streams the weights from memory: a software prefetch 1 KiB ahead of each tile
+ * load, one per line, brings a lone token's tile products to the bandwidth of the vdpbf16ps kernel
+ * (matmul_bench, lm_head shape: 19 → 36 GB/s on 2 threads); without it they reach half of that.
+ *
  * The last step of a panel's k range may be partial: its groups are copied into a zeroed tile, so
  * no load reads past the panel's codes (the last panel's would leave the mapping). A partial last
  * panel (n_out < 16) goes through a 16 × 16 buffer with masked copies; whole ones are read and
@@ -35,7 +39,7 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-enum { TILE_ROWS = CV_AMX_TILE_ROWS, TILE_BYTES = CV_AMX_TILE_BYTES, STEP_GROUPS = 16 };
+enum { TILE_ROWS = CV_AMX_TILE_ROWS, TILE_BYTES = CV_AMX_TILE_BYTES, STEP_GROUPS = 16, PREFETCH = 1024 /* bytes */ };
 
 /* Outputs of panel j of the tile that hold results (16 but in a partial last panel). */
 INLINE int panel_outputs(const cv_panel_tile *t, int j) {
@@ -127,6 +131,11 @@ INLINE void tile_body(const cv_panel_tile *t, const bool int8, const bool TWO, c
             }
             b0 = tail[0], b1 = tail[1];
         }
+        if (!TWO && t->mr <= 2) /* decode streams weights from memory: prefetch ahead of the tile loads */
+            for (int l = 0; l < STEP_GROUPS; l++) {
+                _mm_prefetch((const char *)b0 + PREFETCH + l * TILE_BYTES, _MM_HINT_T0);
+                if (NP2) _mm_prefetch((const char *)b1 + PREFETCH + l * TILE_BYTES, _MM_HINT_T0);
+            }
         cv_amx_step(x + s * TILE_BYTES, x_stride, b0, b1, TILE_BYTES, int8, TWO, NP2);
     }
 
