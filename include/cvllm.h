@@ -141,6 +141,9 @@ typedef enum cvllm_constraint_kind {
     CVLLM_CONSTRAINT_CHOICE,      /* the output is exactly one of `choices` */
     CVLLM_CONSTRAINT_GRAMMAR,     /* spec: an EBNF grammar (GBNF syntax, as llama.cpp and xgrammar read
                                    * it) whose start rule is "root" */
+    CVLLM_CONSTRAINT_STRUCTURAL_TAG, /* spec: a structural tag as JSON text (vLLM's structural_tag):
+                                      * {"type": "structural_tag", "format": ...}, or the legacy
+                                      * {"structures": [{"begin", "schema", "end"}], "triggers": [...]} */
 } cvllm_constraint_kind;
 
 typedef struct cvllm_constraint {

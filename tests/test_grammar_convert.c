@@ -14,9 +14,11 @@
  *      state with no byte to go on and no way to end is a dead end, which is a bug too.
  * Each schema is converted with whitespace between tokens and compact; compact documents must hold
  * no whitespace outside strings, which also lets those walks reach further into the values.
- * Unsupported keywords and regex syntax, and the limits (depth, size, loops), fail with their
- * one-line messages.
+ * Structural tags: texts with and without tags, accepted and refused, and walks into the tags
+ * whose JSON goes to ajv with the tool's schema. Unsupported keywords and regex syntax, and the
+ * limits (depth, size, loops), fail with their one-line messages.
  */
+#define _GNU_SOURCE /* memmem */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -55,12 +57,20 @@ static bool matches(const cv_grammar *g, const char *s, size_t n) {
 /* One random sentence of g (malloc'd, its length in *n: it may hold NUL bytes), or NULL after a
  * dead end or an endless walk. `json`: the sentences are JSON, and past the soft length the walk
  * closes the string it is in, or else the innermost bracket. */
-static char *walk(const cv_grammar *g, cv_rng *rng, const char *what, bool json, size_t *n_out) {
+static char *walk_from(const cv_grammar *g, cv_rng *rng, const char *what, bool json, const char *prefix,
+                       size_t *n_out) {
     cv_matcher *m = cv_matcher_new(g);
     char *out = NULL;
     size_t len = 0, cap = 0;
     bool in_str = false, escaped = false;
     cv_buf_append(&out, &len, &cap, "", 0);
+    if (!cv_matcher_accept_bytes(m, prefix, strlen(prefix))) {
+        CHECK_MSG(false, "%s: the walk's prefix %s is refused", what, prefix);
+        cv_matcher_free(m);
+        free(out);
+        return NULL;
+    }
+    cv_buf_append(&out, &len, &cap, prefix, strlen(prefix));
     for (;;) {
         uint8_t cand[256], pref[256];
         int nc = 0, np = 0;
@@ -109,6 +119,10 @@ static char *walk(const cv_grammar *g, cv_rng *rng, const char *what, bool json,
     cv_matcher_free(m);
     free(out);
     return NULL;
+}
+
+static char *walk(const cv_grammar *g, cv_rng *rng, const char *what, bool json, size_t *n_out) {
+    return walk_from(g, rng, what, json, "", n_out);
 }
 
 /* ---- external validators ---------------------------------------------------------------------------- */
@@ -641,6 +655,127 @@ static void test_choices(cv_rng *rng) {
     CHECK(cv_choice_to_ebnf(not_utf8, 2) == NULL);
 }
 
+/* ---- structural tags ------------------------------------------------------------------------------------------- */
+
+/* A structural tag's EBNF through the engine; NULL (with a failed check) when it does not convert. */
+static cv_grammar *structural(const char *what, const char *spec, bool ws) {
+    char err[512] = "";
+    cv_json_options o = {.any_whitespace = ws, .strict_additional_properties = true};
+    char *ebnf = cv_structural_tag_to_ebnf(spec, strlen(spec), &o, err, sizeof err);
+    CHECK_MSG(ebnf != NULL, "structural tag %s: %s", what, err);
+    cv_grammar *g = ebnf ? parse_ebnf(what, ebnf) : NULL;
+    free(ebnf);
+    return g;
+}
+
+static void expect_texts(const char *what, const cv_grammar *g, const char *const *valid, const char *const *invalid) {
+    for (size_t i = 0; valid && valid[i]; i++)
+        CHECK_MSG(matches(g, valid[i], strlen(valid[i])), "structural tag %s refused %s", what, valid[i]);
+    for (size_t i = 0; invalid && invalid[i]; i++)
+        CHECK_MSG(!matches(g, invalid[i], strlen(invalid[i])), "structural tag %s accepted %s", what, invalid[i]);
+}
+
+#define WEATHER "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"," \
+                "\"minimum\":1}},\"required\":[\"city\"]}"
+#define SEARCH "{\"type\":\"object\",\"properties\":{\"q\":{\"type\":\"string\",\"maxLength\":8}},\"required\":[\"q\"]}"
+
+/* Checks a text of the legacy tag below without the grammar engine: every "<function=" starts a
+ * known begin, then one JSON value (jansson reads exactly one) that goes to ajv with that tool's
+ * schema, then "</function>". */
+static void check_function_text(const char *doc, size_t n, json_t *weather, json_t *search) {
+    static const char *const begins[] = {"<function=get_weather>", "<function=search>"};
+    size_t at = 0;
+    for (const char *hit; (hit = memmem(doc + at, n - at, "<function=", 10)) != NULL;) {
+        at = (size_t)(hit - doc);
+        int tool = -1;
+        for (int t = 0; t < 2 && tool < 0; t++)
+            if (n - at >= strlen(begins[t]) && !memcmp(doc + at, begins[t], strlen(begins[t]))) tool = t;
+        CHECK_MSG(tool >= 0, "structural tag walk: unknown tool at %zu: %.*s", at, (int)(n - at), doc + at);
+        if (tool < 0) return;
+        at += strlen(begins[tool]);
+        json_error_t je;
+        json_t *v = json_loadb(doc + at, n - at, JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY, &je);
+        CHECK_MSG(v != NULL, "structural tag walk: no JSON after the begin: %.*s", (int)(n - at), doc + at);
+        if (!v) return;
+        json_decref(v);
+        const size_t used = (size_t)je.position;
+        json_t *texts = json_array();
+        json_array_append_new(texts, json_stringn(doc + at, used));
+        add_job(ajv_jobs, "schema", json_incref(tool ? search : weather), "instances", texts);
+        n_documents++;
+        at += used;
+        CHECK_MSG(n - at >= 11 && !memcmp(doc + at, "</function>", 11), "structural tag walk: no end after the JSON: %.*s",
+                  (int)(n - at), doc + at);
+    }
+}
+
+static void test_structural_tags(cv_rng *rng) {
+    /* vLLM's legacy spelling: free text, and a call of either tool wherever "<function=" appears */
+    const char *legacy = "{\"type\":\"structural_tag\",\"structures\":["
+                         "{\"begin\":\"<function=get_weather>\",\"schema\":" WEATHER ",\"end\":\"</function>\"},"
+                         "{\"begin\":\"<function=search>\",\"schema\":" SEARCH ",\"end\":\"</function>\"}],"
+                         "\"triggers\":[\"<function=\"]}";
+    cv_grammar *g = structural("legacy", legacy, true);
+    if (g) {
+        expect_texts("legacy", g,
+                     V("", "Plain text, no call.", "<functio", "I'll check. <function=get_weather>{\"city\": \"Paris\"}</function>",
+                       "<<function=search>{\"q\":\"cvllm\"}</function> then <function=get_weather>{\"city\":\"Oslo\","
+                       "\"days\":3}</function>\u00fcber", "\xe2\x9c\x93 <function=search>{ \"q\" : \"x\" }</function>"),
+                     V("<function=unknown>{}</function>", "<function=get_weather>{\"days\":2}</function>",
+                       "<function=search>{\"q\":\"too long query\"}</function>", "<function=get_weather>{\"city\":\"A\"}",
+                       "<function=get_weather>{\"city\":\"A\"}</func", "<function=search>{\"q\":\"a\"} </function>"));
+        json_t *weather = json_loads(WEATHER, 0, NULL), *search = json_loads(SEARCH, 0, NULL);
+        static const char *const prefixes[] = {"<function=get_weather>", "<function=search>", "ok <function="};
+        for (int w = 0; w < 3 * WALKS; w++) {
+            size_t n;
+            char *doc = walk_from(g, rng, "legacy structural tag", true, prefixes[w % 3], &n);
+            if (!doc) continue;
+            CHECK_MSG(cv_utf8_validate(doc, n, NULL), "structural tag walk produced invalid UTF-8");
+            check_function_text(doc, n, weather, search);
+            free(doc);
+        }
+        json_decref(weather);
+        json_decref(search);
+        cv_grammar_free(g);
+    }
+
+    /* a Qwen-style forced call: at least one, then nothing after it; excluded text never appears */
+    const char *forced = "{\"type\":\"structural_tag\",\"format\":{\"type\":\"triggered_tags\","
+                         "\"triggers\":[\"<tool_call>\"],\"at_least_one\":true,\"stop_after_first\":true,"
+                         "\"excludes\":[\"BAD\"],\"tags\":[{\"type\":\"tag\",\"begin\":\"<tool_call>\\n{\\\"name\\\": "
+                         "\\\"search\\\", \\\"arguments\\\": \",\"content\":{\"type\":\"json_schema\",\"json_schema\":"
+                         SEARCH "},\"end\":\"}\\n</tool_call>\"}]}}";
+    g = structural("forced", forced, false);
+    if (g) {
+        expect_texts("forced", g,
+                     V("<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\":\"a\"}}\n</tool_call>",
+                       "Let me look. BA <tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\":\"b\"}}\n</tool_call>"),
+                     V("", "no call at all", "BAD <tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\":\"a\"}}\n</tool_call>",
+                       "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"q\":\"a\"}}\n</tool_call> more",
+                       "<tool_call>\n{\"name\": \"other\", \"arguments\": {\"q\":\"a\"}}\n</tool_call>"));
+        cv_grammar_free(g);
+    }
+
+    /* a sequence of a tag of any text and a constant; tags with a separator; or; regex; grammar */
+    const char *think = "{\"type\":\"structural_tag\",\"format\":{\"type\":\"sequence\",\"elements\":["
+                        "{\"type\":\"tag\",\"begin\":\"<think>\",\"content\":{\"type\":\"any_text\"},\"end\":\"</think>\"},"
+                        "{\"type\":\"or\",\"elements\":[{\"type\":\"const_string\",\"value\":\"OK\"},"
+                        "{\"type\":\"regex\",\"pattern\":\"[0-9]{2,3}\"},{\"type\":\"grammar\",\"grammar\":"
+                        "\"root ::= \\\"x\\\" rest\\nrest ::= [a-c]*\"}]},"
+                        "{\"type\":\"tags_with_separator\",\"separator\":\",\",\"tags\":["
+                        "{\"begin\":\"<a>\",\"content\":{\"type\":\"const_string\",\"value\":\"1\"},\"end\":\"</a>\"},"
+                        "{\"begin\":\"<b>\",\"content\":{\"type\":\"any_text\"},\"end\":[\"</b>\",\"</B>\"]}]}]}}";
+    g = structural("think", think, true);
+    if (g) {
+        expect_texts("think", g,
+                     V("<think></think>OK", "<think>a < b </think>42<a>1</a>", "<think>\n</thin</think>xab<b>zz</B>,<a>1</a>",
+                       "<think>x</think>123<b></b>,<b>,</b>"),
+                     V("<think>a</think>b</think>OK", "<think>OK", "<think></think>4", "<think></think>OK<a>2</a>",
+                       "<think></think>OK<a>1</a><a>1</a>", "<think></think>xd", "<think></think>OK,"));
+        cv_grammar_free(g);
+    }
+}
+
 /* ---- errors ---------------------------------------------------------------------------------------------------- */
 
 static void expect_schema_error(const char *schema, const char *msg) {
@@ -662,7 +797,33 @@ static void expect_regex_error(const char *regex, const char *msg) {
     if (!ebnf) CHECK_MSG(strstr(err, msg) != NULL, "regex %s: error '%s' does not contain '%s'", regex, err, msg);
 }
 
+static void expect_structural_error(const char *spec, const char *msg) {
+    char err[512] = "";
+    cv_json_options o = {.any_whitespace = true, .strict_additional_properties = true};
+    char *ebnf = cv_structural_tag_to_ebnf(spec, strlen(spec), &o, err, sizeof err);
+    CHECK_MSG(ebnf == NULL, "structural tag %.200s converted, expected error '%s'", spec, msg);
+    free(ebnf);
+    if (!ebnf) CHECK_MSG(strstr(err, msg) != NULL, "structural tag %.200s: error '%s' does not contain '%s'", spec, err, msg);
+}
+
 static void test_errors(void) {
+    expect_structural_error("{\"type\":\"structural_tag\",\"format\":{\"type\":\"qwen_xml_parameter\"}}",
+                            "the format type \"qwen_xml_parameter\" is not supported");
+    expect_structural_error("{\"structures\":[{\"begin\":\"<f>\",\"schema\":{},\"end\":\"</f>\"}],\"triggers\":[\"<g\"]}",
+                            "tag 0's begin \"<f>\" does not start with any trigger");
+    expect_structural_error("{\"structures\":[{\"begin\":\"<f>\",\"schema\":{},\"end\":\"</f>\"}],\"triggers\":[\"<f\",\"<h\"]}",
+                            "no tag begins with the trigger \"<h\"");
+    expect_structural_error("{\"structures\":[{\"begin\":\"<f>\",\"schema\":{\"type\":\"strin\"},\"end\":\"</f>\"}],"
+                            "\"triggers\":[\"<f\"]}", "json_schema: unknown type 'strin'");
+    expect_structural_error("{\"type\":\"structural_tag\",\"format\":{\"type\":\"sequence\",\"elements\":["
+                            "{\"type\":\"any_text\"},{\"type\":\"const_string\",\"value\":\"x\"}]}}",
+                            "any_text must be the content of a tag or the last part of the output");
+    expect_structural_error("{\"type\":\"structural_tag\"}", "needs \"format\"");
+    expect_structural_error("[1]", "must be a JSON object");
+    expect_structural_error("{\"format\":", "not JSON");
+    expect_structural_error("{\"format\":{\"type\":\"regex\",\"pattern\":\"(?=a)\"}}", "regex: ");
+    expect_structural_error("{\"format\":{\"type\":\"tag\",\"begin\":\"a\",\"content\":{\"type\":\"any_text\"},\"end\":\"\"}}",
+                            "empty");
     expect_schema_error("{\"type\":\"object\",\"properties\":{\"tags\":{\"type\":\"array\",\"uniqueItems\":true}}}",
                         "unsupported keyword 'uniqueItems' at /properties/tags");
     expect_schema_error("{\"not\":{\"type\":\"string\"}}", "unsupported keyword 'not' at /");
@@ -803,6 +964,7 @@ int main(void) {
     test_json_object(&rng);
     test_regexes(&rng);
     test_choices(&rng);
+    test_structural_tags(&rng);
     test_errors();
     printf("%zu random documents\n", n_documents);
     /* the validators themselves: they must say no to what is invalid */

@@ -1791,11 +1791,21 @@ static void test_structured_fields(void) {
     expect_error(C, "{\"prompt\":\"a\",\"structured_outputs\":{\"json\":{},\"choice\":[\"x\"]}}", 400, "structured_outputs",
                  "You can only use one kind of constraints for structured outputs ('json', 'regex' or 'choice'). "
                  "(parameter=structured_outputs)");
-    /* structural tags are refused where vLLM validates them. */
-    expect_error(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"structural_tag\",\"format\":{\"type\":\"const_string\","
-                    "\"value\":\"x\"}}}", 400, "response_format", "structural_tag is not supported by this server");
-    expect_error(CV_API_CHAT, "{\"messages\":" USER_HI ",\"structured_outputs\":{\"structural_tag\":\"{}\"}}", 400,
-                 "structured_outputs", "structural_tag is not supported by this server");
+    /* structural tags: a response_format of either spelling becomes structural_tag, the JSON text of the
+     * format as its model dumps it (extra keys dropped, a missing schema null); structured_outputs
+     * passes its text on as is */
+    expect_constraint("{\"prompt\":\"a\",\"response_format\":{\"type\":\"structural_tag\",\"format\":{\"type\":"
+                      "\"const_string\",\"value\":\"x\"},\"extra\":1}}", CVLLM_CONSTRAINT_STRUCTURAL_TAG,
+                      "{\"type\":\"structural_tag\",\"format\":{\"type\":\"const_string\",\"value\":\"x\"}}");
+    expect_constraint("{\"messages\":" USER_HI ",\"response_format\":{\"type\":\"structural_tag\",\"structures\":[{\"begin\":"
+                      "\"<f>\",\"end\":\"</f>\"}],\"triggers\":[\"<f\"]}}", CVLLM_CONSTRAINT_STRUCTURAL_TAG,
+                      "{\"type\":\"structural_tag\",\"structures\":[{\"begin\":\"<f>\",\"schema\":null,\"end\":\"</f>\"}],"
+                      "\"triggers\":[\"<f\"]}");
+    expect_constraint("{\"messages\":" USER_HI ",\"structured_outputs\":{\"structural_tag\":\"{}\"}}",
+                      CVLLM_CONSTRAINT_STRUCTURAL_TAG, "{}");
+    expect_error(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"structural_tag\",\"format\":{}},"
+                    "\"structured_outputs\":{\"regex\":\"a\"}}", 400, "",
+                 "You can only use one kind of structured outputs constraint but multiple are specified");
     /* Field validation: pydantic's errors for the response_format union and the dataclass (the expected
      * strings are pydantic 2.13's for the same field types). */
     expect_validation(C, "{\"prompt\":\"a\",\"response_format\":{\"type\":\"yaml\"}}", "body.response_format.ResponseFormat.type",

@@ -84,6 +84,7 @@ static int kind_of(const char *k) {
     if (!strcmp(k, "regex")) return CVLLM_CONSTRAINT_REGEX;
     if (!strcmp(k, "choice")) return CVLLM_CONSTRAINT_CHOICE;
     if (!strcmp(k, "grammar")) return CVLLM_CONSTRAINT_GRAMMAR;
+    if (!strcmp(k, "structural_tag")) return CVLLM_CONSTRAINT_STRUCTURAL_TAG;
     return 0;
 }
 

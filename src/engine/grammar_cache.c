@@ -113,6 +113,7 @@ static int check_constraint(const cvllm_constraint *c) {
     case CVLLM_CONSTRAINT_JSON:
     case CVLLM_CONSTRAINT_REGEX:
     case CVLLM_CONSTRAINT_GRAMMAR:
+    case CVLLM_CONSTRAINT_STRUCTURAL_TAG:
         if (!c->spec) return cv_fail(bad, "the structured output constraint has no text");
         return 0;
     case CVLLM_CONSTRAINT_JSON_OBJECT: return 0;
@@ -138,6 +139,7 @@ static char *to_ebnf(const cvllm_constraint *c, size_t spec_len, char *err, size
     case CVLLM_CONSTRAINT_JSON_OBJECT: return cv_json_object_ebnf(&jo);
     case CVLLM_CONSTRAINT_REGEX: return cv_regex_to_ebnf(c->spec, spec_len, err, err_len);
     case CVLLM_CONSTRAINT_CHOICE: return cv_choice_to_ebnf(c->choices, c->n_choices);
+    case CVLLM_CONSTRAINT_STRUCTURAL_TAG: return cv_structural_tag_to_ebnf(c->spec, spec_len, &jo, err, err_len);
     case CVLLM_CONSTRAINT_GRAMMAR: {
         char *copy = cv_xmalloc(spec_len + 1);
         memcpy(copy, c->spec, spec_len);
@@ -167,6 +169,7 @@ static const char *kind_name(cvllm_constraint_kind k) {
     case CVLLM_CONSTRAINT_REGEX: return "regex";
     case CVLLM_CONSTRAINT_CHOICE: return "choice";
     case CVLLM_CONSTRAINT_GRAMMAR: return "grammar";
+    case CVLLM_CONSTRAINT_STRUCTURAL_TAG: return "structural tag";
     }
     return "constraint";
 }

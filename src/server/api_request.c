@@ -473,31 +473,31 @@ static int check_unsupported(const json_t *o, cv_api_error *err) {
 /* vLLM reads response_format, structured_outputs and a forced tool choice in three places, and
  * cvllm follows each:
  *   1. before-validators on the raw body: a json_schema format needs its json_schema; at most one of
- *      json / regex / choice in structured_outputs; a structural tag is checked here, which is where
- *      cvllm refuses it (its grammar engine has no structural tags);
+ *      json / regex / choice in structured_outputs;
  *   2. field validation: response_format as the union ResponseFormat | StructuralTagResponseFormat |
  *      LegacyStructuralTagResponseFormat (every member's errors when none fits), structured_outputs
  *      as the StructuredOutputsParams dataclass, whose __post_init__ wants exactly one constraint;
  *   3. building the sampling params: a "required" or named tool choice replaces structured_outputs
  *      with a schema made from the tools (the tool parser's adjust_request), then response_format
- *      is merged over it (structured_outputs_from_response_format), and the result must again hold
+ *      is merged over it (structured_outputs_from_response_format; a structural tag format becomes
+ *      structural_tag, the JSON text of the format as validated), and the result must again hold
  *      exactly one constraint. Those failures are BadRequestErrors with the dataclass's words. */
 
 static const char *const SO_CONSTRAINTS[] = {"json", "regex", "choice", "grammar", "json_object", "structural_tag"};
-static const char NO_STRUCTURAL_TAG[] =
-    "structural_tag is not supported by this server: cvllm's grammar engine has no structural tags; constrain the "
-    "output with json, regex, choice or grammar instead";
 
 /* What a request asked for, from field validation until the tools are known. */
 typedef struct structured_in {
     json_t *so;              /* structured_outputs as the dataclass holds it (see so_dict), or NULL */
-    const char *rf;          /* response_format type when it constrains: "json_object" or "json_schema" */
+    const char *rf;          /* response_format type when it constrains: "json_object", "json_schema" or
+                              * "structural_tag" */
     json_t *rf_schema;       /* json_schema.schema (a reference), or NULL */
+    json_t *rf_tag;          /* structural_tag: the format as its model dumps it, or NULL */
 } structured_in;
 
 static void structured_in_free(structured_in *in) {
     json_decref(in->so);
     json_decref(in->rf_schema);
+    json_decref(in->rf_tag);
     *in = (structured_in){0};
 }
 
@@ -536,7 +536,6 @@ static int check_structured(const json_t *o, cv_api_error *err) {
     if (type && !strcmp(type, "json_schema") && !field(rf, "json_schema"))
         return cv_api_value_error(err, o, VVE, "response_format", NULL,
                                   "When response_format type is 'json_schema', the 'json_schema' field must be provided.");
-    if (type && !strcmp(type, "structural_tag")) return cv_api_fail(err, 400, "response_format", "%s", NO_STRUCTURAL_TAG);
     if (!json_is_object(so)) return 0; /* field validation words the type error */
     int n = 0;
     for (size_t i = 0; i < 3; i++) n += field(so, SO_CONSTRAINTS[i]) != NULL;
@@ -544,7 +543,6 @@ static int check_structured(const json_t *o, cv_api_error *err) {
         return cv_api_value_error(err, o, VVE, "structured_outputs", NULL,
                                   "You can only use one kind of constraints for structured outputs ('json', 'regex' or "
                                   "'choice').");
-    if (field(so, "structural_tag")) return cv_api_fail(err, 400, "structured_outputs", "%s", NO_STRUCTURAL_TAG);
     return 0;
 }
 
@@ -630,8 +628,24 @@ static void response_format_errors(cv_pyerrors *l, const json_t *v, const cv_loc
     if (strict && !json_is_null(strict) && !cv_py_bool(strict, &flag, &f)) cv_pyerrors_add(l, &strict_at, strict, f.type, f.msg, NULL);
 }
 
-/* response_format: AnyResponseFormat | None. A structural tag was refused before (check_structured),
- * so a valid value is a ResponseFormat; otherwise pydantic lists what every member said. */
+/* The dump of a valid legacy structural tag: its fields as LegacyStructuralTagResponseFormat holds
+ * them (a structure without a schema has it null). */
+static json_t *legacy_tag_dump(const json_t *v) {
+    json_t *structures = json_array();
+    size_t i;
+    const json_t *s;
+    json_array_foreach(json_object_get(v, "structures"), i, s) {
+        const json_t *schema = json_object_get(s, "schema");
+        json_array_append_new(structures, json_pack("{s:O, s:O, s:O}", "begin", json_object_get(s, "begin"), "schema",
+                                                    schema ? schema : json_null(), "end", json_object_get(s, "end")));
+    }
+    return json_pack("{s:s, s:o, s:O}", "type", "structural_tag", "structures", structures, "triggers",
+                     json_object_get(v, "triggers"));
+}
+
+/* response_format: AnyResponseFormat | None: a ResponseFormat, a StructuralTagResponseFormat
+ * ({type, format}) or a LegacyStructuralTagResponseFormat ({type, structures, triggers}); when none
+ * fits, pydantic lists what every member said. */
 static int read_response_format(const json_t *o, structured_in *in, cv_api_error *err) {
     static const char *const members[] = {"ResponseFormat", "StructuralTagResponseFormat",
                                           "LegacyStructuralTagResponseFormat"};
@@ -655,11 +669,25 @@ static int read_response_format(const json_t *o, structured_in *in, cv_api_error
         in->rf_schema = json_incref(field(field(v, "json_schema"), "schema"));
         return 0;
     }
+    size_t before = l.n;
     member_literal(&l, v, &m1, tag, 1, "'structural_tag'");
     member_missing(&l, v, &m1, "format");
+    if (l.n == before) {
+        free(l.text);
+        in->rf = "structural_tag";
+        in->rf_tag = json_pack("{s:s, s:O}", "type", "structural_tag", "format", json_object_get(v, "format"));
+        return 0;
+    }
+    before = l.n;
     member_literal(&l, v, &m2, tag, 1, "'structural_tag'");
     member_list(&l, v, &m2, "structures", true);
     member_list(&l, v, &m2, "triggers", false);
+    if (l.n == before) {
+        free(l.text);
+        in->rf = "structural_tag";
+        in->rf_tag = legacy_tag_dump(v);
+        return 0;
+    }
     return cv_pyerrors_fail(&l, err);
 }
 
@@ -781,7 +809,11 @@ static int settle_constraint(const cv_api_limits *lim, const structured_in *in, 
     if (in->rf) {
         if (!so) so = so_dict();
         if (!strcmp(in->rf, "json_object")) json_object_set_new(so, "json_object", json_true());
-        else json_object_set(so, "json", in->rf_schema ? in->rf_schema : json_null());
+        else if (!strcmp(in->rf, "structural_tag")) {
+            char *text = json_dumps(in->rf_tag, JSON_COMPACT);
+            json_object_set_new(so, "structural_tag", json_string(text));
+            free(text);
+        } else json_object_set(so, "json", in->rf_schema ? in->rf_schema : json_null());
     }
     if (!so) return 0;
     char *msg = so_count_error(so);
@@ -806,6 +838,9 @@ static int settle_constraint(const cv_api_limits *lim, const structured_in *in, 
     } else if (json_is_string(json_object_get(so, "grammar"))) {
         c->kind = CVLLM_CONSTRAINT_GRAMMAR;
         req->constraint_spec = cv_xstrdup(json_string_value(json_object_get(so, "grammar")));
+    } else if (json_is_string(json_object_get(so, "structural_tag"))) {
+        c->kind = CVLLM_CONSTRAINT_STRUCTURAL_TAG;
+        req->constraint_spec = cv_xstrdup(json_string_value(json_object_get(so, "structural_tag")));
     } else {
         /* json_object false, the one constraint named: vLLM's structured-output key finds none */
         msg = cv_xstrdup("No valid structured output parameter found");

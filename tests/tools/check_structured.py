@@ -2,9 +2,9 @@
 """Checks structured outputs against their constraints with independent validators.
 
 Input (a file named on the command line): {"cases": [...corpus cases...], "outputs": [{"case": NAME,
-"text": TEXT}, ...]}. JSON cases go to ajv (Node.js, Debian's node-ajv), regex and grammar cases to
-Python's re.fullmatch (a grammar names a regex of the same language in "check", or a checker in
-"check_named"), choices to membership. Prints one line per invalid output and exits 1 if there was
+"text": TEXT}, ...]}. JSON cases go to ajv (Node.js, Debian's node-ajv), regex, grammar and structural tag cases
+to Python's re.fullmatch (a grammar or structural tag names a regex of the same language in "check",
+or a checker in "check_named"), choices to membership. Prints one line per invalid output and exits 1 if there was
 any, 2 if a validator could not run.
 """
 import json
@@ -84,7 +84,7 @@ def main():
         elif kind == "choice":
             if text not in case["choices"]:
                 bad.append((case["name"], text, "not a choice"))
-        elif kind == "grammar":
+        elif kind in ("grammar", "structural_tag"):
             ok = NAMED[case["check_named"]](text) if "check_named" in case else re.fullmatch(case["check"], text)
             if not ok:
                 bad.append((case["name"], text, "not in the language"))

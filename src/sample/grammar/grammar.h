@@ -104,5 +104,9 @@ char *cv_json_object_ebnf(const cv_json_options *o);
 char *cv_regex_to_ebnf(const char *regex, size_t len, char *err, size_t err_len);
 /* The output is exactly one of the strings. */
 char *cv_choice_to_ebnf(const char *const *choices, size_t n);
+/* A structural tag (JSON text: xgrammar's "format" spelling, or vLLM's legacy structures and
+ * triggers) → EBNF; JSON schema contents take the options o. An unsupported format type, a tag
+ * whose begin starts with no trigger, and the like are an error saying which. */
+char *cv_structural_tag_to_ebnf(const char *spec, size_t len, const cv_json_options *o, char *err, size_t err_len);
 
 #endif
