@@ -1,6 +1,7 @@
 /*
  * fuzz_grammar.c — libFuzzer target for the grammar engine's front ends: the first byte picks the
- * reader (JSON schema, compact JSON schema, regex, GBNF), the rest is its text. Whatever is accepted
+ * reader (mod 4: JSON schema, compact JSON schema, regex, GBNF; 0xFF: a structural tag), the rest is
+ * its text. Whatever is accepted
  * becomes an automaton, and a matcher then takes the input's own bytes as a walk (rejected bytes are
  * skipped), rolling back at the end: no input may crash, hang, leak or make an accepted grammar
  * inconsistent (a rollback to the start must leave the start state's answer to can_end unchanged).
@@ -22,19 +23,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[256];
     char *ebnf = NULL;
     cv_json_options jo = {.any_whitespace = true, .strict_additional_properties = true};
-    switch (data[0] % 4) {
+    const int reader = data[0] == 0xFF ? 4 : data[0] % 4;
+    switch (reader) {
     case 0: ebnf = cv_json_schema_to_ebnf(text, len, &jo, err, sizeof err); break;
     case 1:
         jo.any_whitespace = false;
         ebnf = cv_json_schema_to_ebnf(text, len, &jo, err, sizeof err);
         break;
     case 2: ebnf = cv_regex_to_ebnf(text, len, err, sizeof err); break;
+    case 4: ebnf = cv_structural_tag_to_ebnf(text, len, &jo, err, sizeof err); break;
     default: /* GBNF as given, NUL bytes included */
         ebnf = malloc(len + 1), memcpy(ebnf, text, len), ebnf[len] = '\0';
         break;
     }
     if (!ebnf) return 0;
-    cv_grammar *g = cv_grammar_parse(ebnf, data[0] % 4 == 3 ? len : strlen(ebnf), NULL, err, sizeof err);
+    cv_grammar *g = cv_grammar_parse(ebnf, reader == 3 ? len : strlen(ebnf), NULL, err, sizeof err);
     free(ebnf);
     if (!g) return 0;
     cv_matcher *m = cv_matcher_new(g);
