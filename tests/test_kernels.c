@@ -1008,7 +1008,6 @@ static void test_amx_bf16(cv_threadpool *pool) {
  * it is never taken off the AVX-512 path or when switched off. vdpbf16ps runs with AMX switched off,
  * then AMX where the CPU has it. */
 static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
-    for (size_t p = 0; p < n_pools; p++) test_round_bf16_rows(pools[p]);
     if (!use_path((kernel_path){CV_ISA_AVX512, false, false}, false) || cv_cpu_bf16_dot_enable(true)) {
         printf("test_kernels: bf16 dot (AVX512-BF16 vdpbf16ps) skipped: %s\n", cv_error_message());
         return;
@@ -1694,6 +1693,7 @@ int main(void) {
             test_swiglu(pools[p]);
             test_fused_quant(pools[p]);
             test_rmsnorm_rope(pools[p]);
+            test_round_bf16_rows(pools[p]);
         }
         test_i8_extremes(pools[1]);
         if (kernel_paths[path].vnni) continue;

@@ -45,6 +45,9 @@ typedef struct cv_cpu_ops {
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
     /* Σ x[i]² accumulated in f32 over 16 (or 8) lanes. */
     float (*sum_sq)(const float *x, int64_t n);
+    /* out[i] = cv_f32_to_bf16(x[i]): nearest even, NaN kept (quieted), subnormals rounded like any
+     * other value — the same bits on every ISA. */
+    void (*round_bf16)(uint16_t *out, const float *x, int64_t n);
 } cv_cpu_ops;
 
 extern const cv_cpu_ops cv_cpu_ops_scalar;

@@ -175,6 +175,11 @@ static void silu_mul_avx2(float *out, const float *gate, const float *up, int64_
 
 static float sum_sq_avx2(const float *x, int64_t n) { return dot_avx2(x, x, n); }
 
+/* cv_f32_to_bf16's integer arithmetic, which the compiler vectorizes with this folder's flags. */
+static void round_bf16_avx2(uint16_t *out, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = cv_f32_to_bf16(x[i]);
+}
+
 const cv_cpu_ops cv_cpu_ops_avx2 = {
     .name = "avx2",
     .dot = dot_avx2,
@@ -187,4 +192,5 @@ const cv_cpu_ops cv_cpu_ops_avx2 = {
     .exp_sum = exp_sum_avx2,
     .silu_mul = silu_mul_avx2,
     .sum_sq = sum_sq_avx2,
+    .round_bf16 = round_bf16_avx2,
 };

@@ -258,6 +258,22 @@ static float sum_sq_avx512(const float *x, int64_t n) {
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
+/* cv_f32_to_bf16 on 16 lanes: NaN → its top half with the quiet bit set; otherwise + 0x7fff + the
+ * lowest kept bit, then the top half (vcvtneps2bf16 would flush subnormals, so it is not used). */
+static void round_bf16_avx512(uint16_t *out, const float *x, int64_t n) {
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, x + i));
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+        const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
+        r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), quiet);
+        _mm512_mask_cvtepi32_storeu_epi16(out + i, m, r);
+    }
+}
+
 const cv_cpu_ops cv_cpu_ops_avx512 = {
     .name = "avx512",
     .dot = dot_avx512,
@@ -272,4 +288,5 @@ const cv_cpu_ops cv_cpu_ops_avx512 = {
     .exp_sum = exp_sum_avx512,
     .silu_mul = silu_mul_avx512,
     .sum_sq = sum_sq_avx512,
+    .round_bf16 = round_bf16_avx512,
 };
