@@ -1041,6 +1041,20 @@ static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
 
 /* ---- row-wise kernels ----------------------------------------------------------------------- */
 
+/* The row max of the active path against the scalar rule, tails and passed-over NaNs included. */
+static void test_row_max(void) {
+    const cv_cpu_ops *ops = cv_cpu_ops_active();
+    for (int n = 1; n <= 41; n++) {
+        float *x = rand_vec(n);
+        if (n > 5) x[n / 2] = NAN;
+        if (n > 9) x[n - 1] = 2.0f; /* the largest in a tail lane */
+        float want = x[0];
+        for (int i = 1; i < n; i++) want = x[i] > want ? x[i] : want;
+        CHECK_MSG(ops->max(x, n) == want, "%s max of %d: %g, not %g", ops->name, n, (double)ops->max(x, n), (double)want);
+        free(x);
+    }
+}
+
 static void test_rmsnorm(void) {
     const int64_t rows = 3, dim = 67;
     float *x = rand_vec(rows * dim), *w = rand_vec(dim), *y = rand_vec(rows * dim);
@@ -1698,6 +1712,7 @@ int main(void) {
         test_i8_extremes(pools[1]);
         if (kernel_paths[path].vnni) continue;
         test_rmsnorm();
+        test_row_max();
         test_quantize_rows();
         test_elementwise();
         test_embed();

@@ -169,8 +169,7 @@ static void attend_block(const attention_job *job, block_scratch *w, int32_t s, 
                 memset(sr, 0, (size_t)n * sizeof *sr);
                 continue;
             }
-            float tile_max = sr[0];
-            for (int j = 1; j < nv; j++) tile_max = sr[j] > tile_max ? sr[j] : tile_max;
+            const float tile_max = ops->max(sr, nv);
             head_state *st = &w->st[r];
             if (tile_max > st->max) {
                 float shrink = expf(st->max - tile_max);

@@ -45,6 +45,10 @@ typedef struct cv_cpu_ops {
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
     /* Σ x[i]² accumulated in f32 over 16 (or 8) lanes. */
     float (*sum_sq)(const float *x, int64_t n);
+    /* The largest of x[0..n), n ≥ 1, as m = x[i] > m ? x[i] : m from m = x[0] reads it (NaNs after
+     * the first element are passed over); lanes may meet in any order, which can only pick a
+     * different zero among equal ±0 maxima. */
+    float (*max)(const float *x, int64_t n);
     /* out[i] = cv_f32_to_bf16(x[i]): nearest even, NaN kept (quieted), subnormals rounded like any
      * other value — the same bits on every ISA. */
     void (*round_bf16)(uint16_t *out, const float *x, int64_t n);

@@ -175,6 +175,17 @@ static void silu_mul_avx2(float *out, const float *gate, const float *up, int64_
 
 static float sum_sq_avx2(const float *x, int64_t n) { return dot_avx2(x, x, n); }
 
+/* vmaxps(x, m) is x > m ? x : m per lane, the scalar rule */
+static float max_avx2(const float *x, int64_t n) {
+    __m256 m = _mm256_set1_ps(x[0]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    float r = m[0];
+    for (int l = 1; l < 8; l++) r = m[l] > r ? m[l] : r;
+    for (; i < n; i++) r = x[i] > r ? x[i] : r;
+    return r;
+}
+
 /* cv_f32_to_bf16's integer arithmetic, which the compiler vectorizes with this folder's flags. */
 static void round_bf16_avx2(uint16_t *out, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = cv_f32_to_bf16(x[i]);
@@ -192,5 +203,6 @@ const cv_cpu_ops cv_cpu_ops_avx2 = {
     .exp_sum = exp_sum_avx2,
     .silu_mul = silu_mul_avx2,
     .sum_sq = sum_sq_avx2,
+    .max = max_avx2,
     .round_bf16 = round_bf16_avx2,
 };

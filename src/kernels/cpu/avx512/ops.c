@@ -258,6 +258,20 @@ static float sum_sq_avx512(const float *x, int64_t n) {
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
+/* vmaxps(x, m) is x > m ? x : m per lane, the scalar rule; a tail's missing lanes keep m */
+static float max_avx512(const float *x, int64_t n) {
+    __m512 m = _mm512_set1_ps(x[0]);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+        m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, x + i), m);
+    }
+    float lanes[16], r;
+    _mm512_storeu_ps(lanes, m);
+    r = lanes[0];
+    for (int l = 1; l < 16; l++) r = lanes[l] > r ? lanes[l] : r;
+    return r;
+}
+
 /* cv_f32_to_bf16 on 16 lanes: NaN → its top half with the quiet bit set; otherwise + 0x7fff + the
  * lowest kept bit, then the top half (vcvtneps2bf16 would flush subnormals, so it is not used). */
 static void round_bf16_avx512(uint16_t *out, const float *x, int64_t n) {
@@ -288,5 +302,6 @@ const cv_cpu_ops cv_cpu_ops_avx512 = {
     .exp_sum = exp_sum_avx512,
     .silu_mul = silu_mul_avx512,
     .sum_sq = sum_sq_avx512,
+    .max = max_avx512,
     .round_bf16 = round_bf16_avx512,
 };

@@ -82,6 +82,12 @@ static void silu_mul_scalar(float *out, const float *gate, const float *up, int6
 
 static float sum_sq_scalar(const float *x, int64_t n) { return dot_scalar(x, x, n); }
 
+static float max_scalar(const float *x, int64_t n) {
+    float m = x[0];
+    for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
 static void round_bf16_scalar(uint16_t *out, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = cv_f32_to_bf16(x[i]);
 }
@@ -98,5 +104,6 @@ const cv_cpu_ops cv_cpu_ops_scalar = {
     .exp_sum = exp_sum_scalar,
     .silu_mul = silu_mul_scalar,
     .sum_sq = sum_sq_scalar,
+    .max = max_scalar,
     .round_bf16 = round_bf16_scalar,
 };
