@@ -49,6 +49,11 @@ typedef struct cv_cpu_ops {
      * the first element are passed over); lanes may meet in any order, which can only pick a
      * different zero among equal ±0 maxima. */
     float (*max)(const float *x, int64_t n);
+    /* int8 activations (quantize.c): max |x[i]| (0 for n = 0; NaNs passed over, as fmaxf does),
+     * and codes[i] = clamp(rint(x[i] / div + offset), −128, 127) in f32, a true division — the same
+     * bits on every ISA. */
+    float (*absmax)(const float *x, int64_t n);
+    void (*quantize_i8)(int8_t *codes, const float *x, int64_t n, float div, float offset);
     /* out[i] = cv_f32_to_bf16(x[i]): nearest even, NaN kept (quieted), subnormals rounded like any
      * other value — the same bits on every ISA. */
     void (*round_bf16)(uint16_t *out, const float *x, int64_t n);

@@ -6,8 +6,8 @@
  * that way, and one code flip at a .5 boundary moves a logit), so the arithmetic is spelled out in
  * f32 exactly as torch evaluates it: static `round(x / scale + offset)` — a true division, then the
  * add — and dynamic `s = max|x| / 127`, `round(x / s)`; round half to even (rintf in the default
- * rounding mode, as torch.round), then clamp to [-128, 127]. A dynamic row of zeros has codes 0 and
- * scale 0 (it would divide 0 by 0).
+ * rounding mode, as torch.round), then clamp to [-128, 127] (cpu_ops absmax and quantize_i8, the
+ * same bits on every ISA). A dynamic row of zeros has codes 0 and scale 0 (it would divide 0 by 0).
  *
  * The fused forms compute each row's values in chunks of a small stack buffer and quantize them
  * there, so the f32 rows need not exist (the norm's output is still written when asked for); the
@@ -29,17 +29,11 @@ enum { CHUNK = 256, PARALLEL_ELEMENTS = 1 << 14 };
 /* Writes values [c0, c0 + n) of one row to dst. */
 typedef void (*row_fill)(const void *ctx, float *dst, int64_t c0, int64_t n);
 
-static int8_t code_of(float v) {
-    v = rintf(v);
-    v = v < -128.0f ? -128.0f : v;
-    v = v > 127.0f ? 127.0f : v;
-    return (int8_t)v;
-}
-
 /* One row's codes (zero-padded to cv_act_i8_stride) and scale; its values are read from `row`, or
  * made chunk by chunk by fill when row is NULL. */
 static void quantize_row(const cv_act_quant *q, const float *row, row_fill fill, const void *ctx, int64_t cols,
                          int8_t *codes, float *scale) {
+    const cv_cpu_ops *ops = cv_cpu_ops_active();
     float buf[CHUNK], div = q->scale, offset = q->offset;
     if (q->dynamic) {
         float amax = 0.0f;
@@ -47,7 +41,7 @@ static void quantize_row(const cv_act_quant *q, const float *row, row_fill fill,
             const int64_t n = cols - c0 < CHUNK ? cols - c0 : CHUNK;
             const float *v = row ? row + c0 : buf;
             if (!row) fill(ctx, buf, c0, n);
-            for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(v[i]));
+            amax = fmaxf(amax, ops->absmax(v, n));
         }
         div = amax / 127.0f;
         offset = 0.0f;
@@ -60,7 +54,7 @@ static void quantize_row(const cv_act_quant *q, const float *row, row_fill fill,
             const int64_t n = cols - c0 < CHUNK ? cols - c0 : CHUNK;
             const float *v = row ? row + c0 : buf;
             if (!row) fill(ctx, buf, c0, n);
-            for (int64_t i = 0; i < n; i++) codes[c0 + i] = code_of(v[i] / div + offset);
+            ops->quantize_i8(codes + c0, v, n, div, offset);
         }
     }
     memset(codes + cols, 0, (size_t)(cv_act_i8_stride(cols) - cols));

@@ -2,6 +2,7 @@
  * avx2/ops.c — AVX2/FMA/F16C primitives: 8 f32 lanes, for CPUs without AVX-512 (cpu_ops.h). The
  * matmul micro-kernels of this ISA are in rows.c and panels_*.c beside this file.
  */
+#include <math.h>
 #include <string.h>
 
 #include "base/dtype.h"
@@ -175,6 +176,21 @@ static void silu_mul_avx2(float *out, const float *gate, const float *up, int64_
 
 static float sum_sq_avx2(const float *x, int64_t n) { return dot_avx2(x, x, n); }
 
+static float absmax_avx2(const float *x, int64_t n) {
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+static void quantize_i8_avx2(int8_t *codes, const float *x, int64_t n, float div, float offset) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = rintf(x[i] / div + offset);
+        v = v < -128.0f ? -128.0f : v;
+        v = v > 127.0f ? 127.0f : v;
+        codes[i] = (int8_t)v;
+    }
+}
+
 /* vmaxps(x, m) is x > m ? x : m per lane, the scalar rule */
 static float max_avx2(const float *x, int64_t n) {
     __m256 m = _mm256_set1_ps(x[0]);
@@ -204,5 +220,7 @@ const cv_cpu_ops cv_cpu_ops_avx2 = {
     .silu_mul = silu_mul_avx2,
     .sum_sq = sum_sq_avx2,
     .max = max_avx2,
+    .absmax = absmax_avx2,
+    .quantize_i8 = quantize_i8_avx2,
     .round_bf16 = round_bf16_avx2,
 };

@@ -272,6 +272,32 @@ static float max_avx512(const float *x, int64_t n) {
     return r;
 }
 
+/* vmaxps(|x|, m) returns m where |x| is NaN, as fmaxf passes NaNs over; the maximum of absolute
+ * values does not depend on the order they meet in. */
+static float absmax_avx512(const float *x, int64_t n) {
+    const __m512 abs = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 m = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+        m = _mm512_max_ps(_mm512_and_ps(_mm512_maskz_loadu_ps(k, x + i), abs), m);
+    }
+    return _mm512_reduce_max_ps(m);
+}
+
+/* The scalar steps per lane: vdivps, vaddps, round to nearest even, clamp, convert (exact: the
+ * value is an integer in range), narrow. */
+static void quantize_i8_avx512(int8_t *codes, const float *x, int64_t n, float div, float offset) {
+    const __m512 d = _mm512_set1_ps(div), o = _mm512_set1_ps(offset);
+    const __m512 lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+        __m512 v = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(k, x + i), d), o);
+        v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        _mm512_mask_cvtepi32_storeu_epi8(codes + i, k, _mm512_cvtps_epi32(v));
+    }
+}
+
 /* cv_f32_to_bf16 on 16 lanes: NaN → its top half with the quiet bit set; otherwise + 0x7fff + the
  * lowest kept bit, then the top half (vcvtneps2bf16 would flush subnormals, so it is not used). */
 static void round_bf16_avx512(uint16_t *out, const float *x, int64_t n) {
@@ -303,5 +329,7 @@ const cv_cpu_ops cv_cpu_ops_avx512 = {
     .silu_mul = silu_mul_avx512,
     .sum_sq = sum_sq_avx512,
     .max = max_avx512,
+    .absmax = absmax_avx512,
+    .quantize_i8 = quantize_i8_avx512,
     .round_bf16 = round_bf16_avx512,
 };
