@@ -792,8 +792,12 @@ static uint16_t *bf16_rows_of(cv_threadpool *pool, const float *x, int64_t m, in
     return xb;
 }
 
-static void test_bf16_dot(cv_threadpool *pool) {
-    /* the odd shapes of the f32 kernels */
+/* A check of a bf16-input product of m tokens: x (f32) and xb (its bf16 rows) on the packed stack. */
+typedef void (*bf16_check)(cv_threadpool *pool, const test_stack *s, const cv_weight *w, const float *x,
+                           const uint16_t *xb, int64_t m);
+
+/* The check on each odd shape of the f32 kernels (linear_cases), as packed bf16 weights. */
+static void on_bf16_odd_shapes(cv_threadpool *pool, bf16_check check) {
     for (size_t i = 0; i < CV_ARRAY_LEN(linear_cases); i++) {
         const struct linear_case *lc = &linear_cases[i];
         test_stack s = make_stack(CV_DTYPE_BF16, lc->part_rows, lc->n_parts, lc->cols, 128);
@@ -801,14 +805,23 @@ static void test_bf16_dot(cv_threadpool *pool) {
         CHECK_EQ_INT(cv_weight_pack(pool, s.parts, s.n_parts, &w), 0);
         float *x = rand_vec(lc->m * lc->cols);
         uint16_t *xb = bf16_rows_of(pool, x, lc->m, lc->cols);
-        float *want = dot_want(&s, xb, lc->m);
-        check_dot(pool, &s, &w, x, xb, lc->m, want, "odd shape");
-        free(want);
+        check(pool, &s, &w, x, xb, lc->m);
         free(xb);
         free(x);
         cv_weight_release(&w);
         free_stack(&s);
     }
+}
+
+static void dot_odd_shape(cv_threadpool *pool, const test_stack *s, const cv_weight *w, const float *x,
+                          const uint16_t *xb, int64_t m) {
+    float *want = dot_want(s, xb, m);
+    check_dot(pool, s, w, x, xb, m, want, "odd shape");
+    free(want);
+}
+
+static void test_bf16_dot(cv_threadpool *pool) {
+    on_bf16_odd_shapes(pool, dot_odd_shape);
     /* three stacked parts (the last not whole panels), odd K over three k blocks of 512 pairs;
      * every M of 1..13 and 70, each against the same per-token reference rows: a token's row is
      * the same bits whatever it is batched with */
@@ -971,20 +984,13 @@ static float *check_amx(cv_threadpool *pool, const test_stack *s, const cv_weigh
  * stacked parts with a partial last panel, token counts across the 16-token tile halves, the 32-token
  * tile and the token block, each against the same bits as the largest product's rows (decode and
  * prefill agree, as does any thread split). */
+static void amx_odd_shape(cv_threadpool *pool, const test_stack *s, const cv_weight *w, const float *x,
+                          const uint16_t *xb, int64_t m) {
+    free(check_amx(pool, s, w, xb, m, NULL));
+}
+
 static void test_amx_bf16(cv_threadpool *pool) {
-    for (size_t i = 0; i < CV_ARRAY_LEN(linear_cases); i++) {
-        const struct linear_case *lc = &linear_cases[i];
-        test_stack s = make_stack(CV_DTYPE_BF16, lc->part_rows, lc->n_parts, lc->cols, 128);
-        cv_weight w;
-        CHECK_EQ_INT(cv_weight_pack(pool, s.parts, s.n_parts, &w), 0);
-        float *x = rand_vec(lc->m * lc->cols);
-        uint16_t *xb = bf16_rows_of(pool, x, lc->m, lc->cols);
-        free(check_amx(pool, &s, &w, xb, lc->m, NULL));
-        free(xb);
-        free(x);
-        cv_weight_release(&w);
-        free_stack(&s);
-    }
+    on_bf16_odd_shapes(pool, amx_odd_shape);
     const int64_t part_rows[] = {48, 16, 21}, cols = 8231, M = 290;
     test_stack s = make_stack(CV_DTYPE_BF16, part_rows, 3, cols, 128);
     cv_weight w;

@@ -8,6 +8,7 @@
 #include "base/dtype.h"
 #include "kernels/cpu/avx2/vec.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/rows_c.h"
 
 static float dot_avx2(const float *a, const float *b, int64_t n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
@@ -176,21 +177,6 @@ static void silu_mul_avx2(float *out, const float *gate, const float *up, int64_
 
 static float sum_sq_avx2(const float *x, int64_t n) { return dot_avx2(x, x, n); }
 
-static float absmax_avx2(const float *x, int64_t n) {
-    float m = 0.0f;
-    for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
-    return m;
-}
-
-static void quantize_i8_avx2(int8_t *codes, const float *x, int64_t n, float div, float offset) {
-    for (int64_t i = 0; i < n; i++) {
-        float v = rintf(x[i] / div + offset);
-        v = v < -128.0f ? -128.0f : v;
-        v = v > 127.0f ? 127.0f : v;
-        codes[i] = (int8_t)v;
-    }
-}
-
 /* vmaxps(x, m) is x > m ? x : m per lane, the scalar rule */
 static float max_avx2(const float *x, int64_t n) {
     __m256 m = _mm256_set1_ps(x[0]);
@@ -200,11 +186,6 @@ static float max_avx2(const float *x, int64_t n) {
     for (int l = 1; l < 8; l++) r = m[l] > r ? m[l] : r;
     for (; i < n; i++) r = x[i] > r ? x[i] : r;
     return r;
-}
-
-/* cv_f32_to_bf16's integer arithmetic, which the compiler vectorizes with this folder's flags. */
-static void round_bf16_avx2(uint16_t *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = cv_f32_to_bf16(x[i]);
 }
 
 const cv_cpu_ops cv_cpu_ops_avx2 = {
@@ -220,7 +201,7 @@ const cv_cpu_ops cv_cpu_ops_avx2 = {
     .silu_mul = silu_mul_avx2,
     .sum_sq = sum_sq_avx2,
     .max = max_avx2,
-    .absmax = absmax_avx2,
-    .quantize_i8 = quantize_i8_avx2,
-    .round_bf16 = round_bf16_avx2,
+    .absmax = cv_rows_absmax,
+    .quantize_i8 = cv_rows_quantize_i8,
+    .round_bf16 = cv_rows_round_bf16,
 };

@@ -10,6 +10,7 @@
 
 #include "base/dtype.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/rows_c.h"
 
 static float dot_scalar(const float *a, const float *b, int64_t n) {
     float part[8] = {0};
@@ -88,25 +89,6 @@ static float max_scalar(const float *x, int64_t n) {
     return m;
 }
 
-static float absmax_scalar(const float *x, int64_t n) {
-    float m = 0.0f;
-    for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
-    return m;
-}
-
-static void quantize_i8_scalar(int8_t *codes, const float *x, int64_t n, float div, float offset) {
-    for (int64_t i = 0; i < n; i++) {
-        float v = rintf(x[i] / div + offset);
-        v = v < -128.0f ? -128.0f : v;
-        v = v > 127.0f ? 127.0f : v;
-        codes[i] = (int8_t)v;
-    }
-}
-
-static void round_bf16_scalar(uint16_t *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = cv_f32_to_bf16(x[i]);
-}
-
 const cv_cpu_ops cv_cpu_ops_scalar = {
     .name = "scalar",
     .dot = dot_scalar,
@@ -120,7 +102,7 @@ const cv_cpu_ops cv_cpu_ops_scalar = {
     .silu_mul = silu_mul_scalar,
     .sum_sq = sum_sq_scalar,
     .max = max_scalar,
-    .absmax = absmax_scalar,
-    .quantize_i8 = quantize_i8_scalar,
-    .round_bf16 = round_bf16_scalar,
+    .absmax = cv_rows_absmax,
+    .quantize_i8 = cv_rows_quantize_i8,
+    .round_bf16 = cv_rows_round_bf16,
 };
