@@ -105,6 +105,8 @@ static void embed(st_ctx *c, const char *ebnf, char name[48]) {
     snprintf(name, 48, "%sroot", prefix);
 }
 
+static bool starts_with(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
+
 /* ---- watched free text (Aho-Corasick over code points) ------------------------------------------ */
 
 /* What completing a watched string means. */
@@ -218,22 +220,19 @@ static bool ac_matches(const ac *a, int node) {
     return false;
 }
 
-/* The free text: dispatch(ctx, node, out) writes the expression that follows a completed watch at
- * node (nothing may follow: it returns false and the character is not allowed); can_end: the text
- * may stop in any state (the output ends there). Returns the rule name of the root state in name. */
+/* The free text as rules "<base>-<node>", the root state "<base>-0" (a fresh name the caller makes,
+ * so that it can be referred to before its rules exist): dispatch(ctx, node, out) writes the
+ * expression that follows a completed watch at node (nothing may follow: it returns false and the
+ * character is not allowed); can_end: the text may stop in any state (the output ends there). */
 typedef bool (*dispatch_fn)(st_ctx *c, void *arg, const ac *a, int node, cv_text *out);
 
-static void write_text(st_ctx *c, const ac *a, bool can_end, dispatch_fn dispatch, void *arg, char name[48]) {
-    char base[40];
-    fresh(c, base, "text");
-    snprintf(name, 48, "%s-0", base);
+static void write_text(st_ctx *c, const ac *a, bool can_end, dispatch_fn dispatch, void *arg, const char *base) {
     for (int s = 0; s < a->count && !c->failed; s++) {
         if (ac_matches(a, s)) continue;
         /* the rule is built apart: a dispatch writes rules of its own into c->rules */
         cv_text rule = {0};
-        cv_cpset others = {0};
+        cv_cpset others = {0}; /* the characters back to the root: all but those written out */
         cv_text_printf(&rule, "%s-%d ::=", base, s);
-        cv_cpset_add(&others, 0, CV_CP_MAX);
         bool any = false;
         if (can_end) {
             cv_text_put(&rule, " \"\"");
@@ -243,11 +242,7 @@ static void write_text(st_ctx *c, const ac *a, bool can_end, dispatch_fn dispatc
             const uint32_t cp = a->alphabet[q];
             const int to = ac_step(a, s, cp);
             if (to == 0) continue;
-            cv_cpset one = {0};
-            cv_cpset_add(&one, cp, cp);
-            cv_cpset_invert(&one);
-            cv_cpset_intersect(&others, &one); /* taken out of the class back to the root */
-            cv_cpset_free(&one);
+            cv_cpset_add(&others, cp, cp);
             cv_text dest = {0};
             if (ac_matches(a, to)) {
                 if (!dispatch(c, arg, a, to, &dest)) {
@@ -264,6 +259,7 @@ static void write_text(st_ctx *c, const ac *a, bool can_end, dispatch_fn dispatc
             cv_text_free(&dest);
             any = true;
         }
+        cv_cpset_invert(&others);
         if (others.n) {
             cv_text_put(&rule, any ? " | " : " ");
             cv_ebnf_class(&rule, &others);
@@ -360,10 +356,11 @@ static bool tag_format(st_ctx *c, const json_t *t, size_t begin_done, int depth,
             ac_free(&a);
             return false;
         }
-        char text[48];
+        char text[40];
+        fresh(c, text, "text");
         write_text(c, &a, false, close_tag, NULL, text);
         ac_free(&a);
-        cv_text_printf(out, "%s)", text);
+        cv_text_printf(out, "%s-0)", text);
         return !c->failed;
     }
     if (!format(c, content, false, depth + 1, out)) return false;
@@ -401,7 +398,7 @@ static bool dispatch_tags(st_ctx *c, void *arg, const ac *a, int node, cv_text *
             for (size_t j = 0; j < json_array_size(tr->tags) && !c->failed; j++) {
                 const json_t *tag = json_array_get(tr->tags, j);
                 const char *begin = json_string_value(json_object_get(tag, "begin"));
-                if (!begin || strncmp(begin, trigger, strlen(trigger)) != 0) continue;
+                if (!begin || !starts_with(begin, trigger)) continue;
                 if (n++) cv_text_put(&body, " | ");
                 tag_format(c, tag, strlen(trigger), tr->depth + 1, &body);
                 if (tr->after) cv_text_printf(&body, " %s", tr->after);
@@ -442,7 +439,7 @@ static bool triggered_tags(st_ctx *c, const json_t *f, bool last, int depth, cv_
     for (size_t j = 0; j < json_array_size(tags) && ok; j++) {
         const char *begin = json_string_value(json_object_get(json_array_get(tags, j), "begin"));
         bool found = false;
-        for (size_t i = 0; i < n_trig && begin && !found; i++) found = !strncmp(begin, w[i].s, strlen(w[i].s));
+        for (size_t i = 0; i < n_trig && begin && !found; i++) found = starts_with(begin, w[i].s);
         ok = found || fail(c, "tag %zu's begin %s%s%s does not start with any trigger", j, begin ? "\"" : "",
                            begin ? begin : "(missing)", begin ? "\"" : "");
     }
@@ -450,7 +447,7 @@ static bool triggered_tags(st_ctx *c, const json_t *f, bool last, int depth, cv_
         bool found = false;
         for (size_t j = 0; j < json_array_size(tags) && !found; j++) {
             const char *begin = json_string_value(json_object_get(json_array_get(tags, j), "begin"));
-            found = begin && !strncmp(begin, w[i].s, strlen(w[i].s));
+            found = begin && starts_with(begin, w[i].s);
         }
         ok = found || fail(c, "no tag begins with the trigger \"%s\"", w[i].s);
     }
@@ -458,19 +455,22 @@ static bool triggered_tags(st_ctx *c, const json_t *f, bool last, int depth, cv_
     if (ok) ok = ac_build(c, &a, w, n_trig + n_excl);
     if (ok) {
         /* the text after a tag (may end), and before the first one when at_least_one (may not) */
-        char after[48] = "", first[48];
+        char after[40], after_root[48], first[40];
         triggered tr = {.tags = tags, .w = w, .after = NULL, .depth = depth,
                         .state = cv_xcalloc((size_t)a.count, 1), .memo = cv_xcalloc((size_t)a.count, 40)};
-        if (!stop_after_first) {
-            /* the rule names are known before the rules: write_text names the root state "-0" */
-            snprintf(after, sizeof after, "st%u-text-0", c->next);
-            tr.after = after;
-            char again[48];
-            write_text(c, &a, true, dispatch_tags, &tr, again);
+        if (!stop_after_first) { /* its root is named before its rules: a tag's dispatch returns there */
+            fresh(c, after, "text");
+            snprintf(after_root, sizeof after_root, "%s-0", after);
+            tr.after = after_root;
+            write_text(c, &a, true, dispatch_tags, &tr, after);
         }
-        if (at_least_one || stop_after_first) write_text(c, &a, !at_least_one, dispatch_tags, &tr, first);
-        else snprintf(first, sizeof first, "%s", after);
-        cv_text_put(out, first);
+        if (at_least_one || stop_after_first) {
+            fresh(c, first, "text");
+            write_text(c, &a, !at_least_one, dispatch_tags, &tr, first);
+            cv_text_printf(out, "%s-0", first);
+        } else {
+            cv_text_put(out, after_root);
+        }
         ok = !c->failed;
         free(tr.state);
         free(tr.memo);

@@ -35,50 +35,37 @@
 #include <string.h>
 
 #include "kernels/cpu/amx/tiles.h"
-#include "kernels/cpu/formats.h"
+#include "kernels/cpu/avx512/panel.h" /* panel_mask, PREFETCH_BYTES: the epilogues are AVX-512 */
 
-#define INLINE static inline __attribute__((always_inline))
+enum { TILE_ROWS = CV_AMX_TILE_ROWS, TILE_BYTES = CV_AMX_TILE_BYTES, STEP_GROUPS = 16 };
 
-enum { TILE_ROWS = CV_AMX_TILE_ROWS, TILE_BYTES = CV_AMX_TILE_BYTES, STEP_GROUPS = 16, PREFETCH = 1024 /* bytes */ };
-
-/* Outputs of panel j of the tile that hold results (16 but in a partial last panel). */
-INLINE int panel_outputs(const cv_panel_tile *t, int j) {
-    const int n = t->n_out - 16 * j;
-    return n < 16 ? n : 16;
-}
+/* Every output of panel j holds a result (not a partial last panel): y can be a tile's memory. */
+INLINE bool whole_panel(const cv_panel_tile *t, int j) { return panel_mask(t, j) == (__mmask16)0xffff; }
 
 INLINE float *y_at(const cv_panel_tile *t, int h, int j) { return t->y + (int64_t)h * 16 * t->ldy + 16 * j; }
 
 /* Where C(h, j) starts from when it continues earlier k blocks: y itself, or buf holding y's rows
  * of a partial panel zero-extended. Sets *stride (bytes). */
 INLINE const float *c_source(const cv_panel_tile *t, int h, int j, float *buf, int64_t *stride) {
-    if (panel_outputs(t, j) == 16) {
+    if (whole_panel(t, j)) {
         *stride = t->ldy * 4;
         return y_at(t, h, j);
     }
-    const __mmask16 mask = (__mmask16)((1u << panel_outputs(t, j)) - 1u);
+    const __mmask16 mask = panel_mask(t, j);
     for (int r = 0; r < cv_amx_half_rows(t->mr, h); r++)
         _mm512_store_ps(buf + 16 * r, _mm512_maskz_loadu_ps(mask, y_at(t, h, j) + r * t->ldy));
     *stride = TILE_BYTES;
     return buf;
 }
 
-/* The epilogue of one row of 16 int32 sums of token `token`, panel j, into out. */
-INLINE void i8_row(const cv_panel_tile *t, int j, int token, const int32_t *sums, float *out, __mmask16 mask) {
-    const uint8_t *aux = t->aux + j * t->aux_stride;
-    __m512 v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_loadu_si512(sums), _mm512_loadu_si512(aux + 4 * CV_I8_AUX_BIAS)));
-    v = _mm512_mul_ps(v, _mm512_loadu_ps(aux + 4 * CV_I8_AUX_SCALE));
-    v = _mm512_mul_ps(v, _mm512_set1_ps(t->x_scale ? t->x_scale[token] : 1.0f));
-    _mm512_mask_storeu_ps(out, mask, v);
-}
-
 /* Writes the results of half h, panel j from buf (the tile stored there): int8 partial sums as is,
  * the last k block of int8 through the epilogue, f32 as is; masked to the panel's outputs. */
 INLINE void c_finish(const cv_panel_tile *t, int h, int j, const float *buf, bool int8) {
-    const __mmask16 mask = (__mmask16)((1u << panel_outputs(t, j)) - 1u);
+    const __mmask16 mask = panel_mask(t, j);
     for (int r = 0; r < cv_amx_half_rows(t->mr, h); r++) {
         float *out = y_at(t, h, j) + r * t->ldy;
-        if (int8 && t->last) i8_row(t, j, 16 * h + r, (const int32_t *)buf + 16 * r, out, mask);
+        if (int8 && t->last)
+            _mm512_mask_storeu_ps(out, mask, i8_dequant(t, 16 * h + r, j, _mm512_load_si512(buf + 16 * r)));
         else _mm512_mask_storeu_ps(out, mask, _mm512_load_ps(buf + 16 * r));
     }
 }
@@ -97,7 +84,7 @@ INLINE void c_finish(const cv_panel_tile *t, int h, int j, const float *buf, boo
 
 #define C_END(T, h, j)                                                       \
     do {                                                                     \
-        if (panel_outputs(t, j) == 16 && !(int8 && t->last)) {               \
+        if (whole_panel(t, j) && !(int8 && t->last)) {                       \
             _tile_stored(T, y_at(t, h, j), t->ldy * 4);                      \
         } else {                                                             \
             _tile_stored(T, buf, TILE_BYTES);                                \
@@ -133,8 +120,8 @@ INLINE void tile_body(const cv_panel_tile *t, const bool int8, const bool TWO, c
         }
         if (!TWO && t->mr <= 2) /* decode streams weights from memory: prefetch ahead of the tile loads */
             for (int l = 0; l < STEP_GROUPS; l++) {
-                _mm_prefetch((const char *)b0 + PREFETCH + l * TILE_BYTES, _MM_HINT_T0);
-                if (NP2) _mm_prefetch((const char *)b1 + PREFETCH + l * TILE_BYTES, _MM_HINT_T0);
+                _mm_prefetch((const char *)b0 + PREFETCH_BYTES + l * TILE_BYTES, _MM_HINT_T0);
+                if (NP2) _mm_prefetch((const char *)b1 + PREFETCH_BYTES + l * TILE_BYTES, _MM_HINT_T0);
             }
         cv_amx_step(x + s * TILE_BYTES, x_stride, b0, b1, TILE_BYTES, int8, TWO, NP2);
     }

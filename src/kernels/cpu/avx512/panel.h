@@ -26,6 +26,15 @@ INLINE __mmask16 panel_mask(const cv_panel_tile *t, int j) {
     return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
 
+/* The I8_PANELS epilogue (formats.h cv_i8_dequant) of token i's exact sums for panel j: int32 add of
+ * the bias, vcvtdq2ps, times the row scales, times the token's scale — the same bits on every ISA. */
+INLINE __m512 i8_dequant(const cv_panel_tile *t, int i, int j, __m512i acc) {
+    const uint8_t *aux = t->aux + j * t->aux_stride;
+    __m512 v = _mm512_cvtepi32_ps(_mm512_add_epi32(acc, _mm512_loadu_si512(aux + 4 * CV_I8_AUX_BIAS)));
+    v = _mm512_mul_ps(v, _mm512_loadu_ps(aux + 4 * CV_I8_AUX_SCALE));
+    return _mm512_mul_ps(v, _mm512_set1_ps(t->x_scale ? t->x_scale[i] : 1.0f));
+}
+
 #define PANEL_CASE(KERNEL, MR, NP) \
     case (MR) * 4 + (NP): KERNEL(t, MR, NP); return;
 #define PANEL_ROW1(KERNEL, MR) PANEL_CASE(KERNEL, MR, 1)

@@ -38,11 +38,7 @@ INLINE void i8_finish(const cv_panel_tile *t, int i, int j, __m512i acc) {
         _mm512_mask_storeu_epi32(y, m, acc);
         return;
     }
-    const uint8_t *aux = t->aux + j * t->aux_stride;
-    __m512 v = _mm512_cvtepi32_ps(_mm512_add_epi32(acc, _mm512_loadu_si512(aux + 4 * CV_I8_AUX_BIAS)));
-    v = _mm512_mul_ps(v, _mm512_loadu_ps(aux + 4 * CV_I8_AUX_SCALE));
-    v = _mm512_mul_ps(v, _mm512_set1_ps(t->x_scale ? t->x_scale[i] : 1.0f));
-    _mm512_mask_storeu_ps(y, m, v);
+    _mm512_mask_storeu_ps(y, m, i8_dequant(t, i, j, acc));
 }
 
 /* The 4 activation codes of token i at group g, as one 32-bit word. */
