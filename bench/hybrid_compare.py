@@ -93,6 +93,7 @@ def bench(args):
     triad_exe = compare.build_triad(args)
     for rep in range(args.reps):
         compare.log(f"repetition {rep + 1}/{args.reps}")
+        compare.drop_caches(args)
         res["triad"].append(compare.triad(args, triad_exe))
         tok_s, rss = compare.cvllm_latency(args, folder, 1, 129, cv_extra)
         res["cv"].append(tok_s)
