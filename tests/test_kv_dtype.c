@@ -296,7 +296,7 @@ static void test_mtp_over_bf16(const char *vec, const char *method) {
     s.budget = 12; /* chunked prefill too */
     e = engine_or_fail(dir, &s);
     if (e) {
-        CHECK_EQ_INT(e->kv.dtype, CV_DTYPE_BF16);
+        CHECK_EQ_INT(cv_runner_kv(e->runner)->dtype, CV_DTYPE_BF16);
         run(e, prompts, lens, 3, 16, false, spec);
         float worst = 0;
         for (int i = 0; i < 3; i++) {
@@ -348,14 +348,16 @@ static void test_auto_and_capacity(void) {
                          .kv_bytes = (uint64_t)(64 * 16 * f32_token), .max_model_len = 256};
         cvllm_engine *e = engine_or_fail(dir, &s);
         if (!e) continue;
-        CHECK_MSG(e->kv.dtype == cases[i].want, "dtype %s, kv %s: cache %s", cases[i].dtype, cases[i].kv ? cases[i].kv : "NULL",
-                  cv_dtype_name(e->kv.dtype));
-        blocks[e->kv.dtype == CV_DTYPE_BF16] = e->kv.num_blocks - 1; /* less the pool's reserved block */
+        const cv_kv_cache *kv = cv_runner_kv(e->runner);
+        CHECK_MSG(kv->dtype == cases[i].want, "dtype %s, kv %s: cache %s", cases[i].dtype, cases[i].kv ? cases[i].kv : "NULL",
+                  cv_dtype_name(kv->dtype));
+        blocks[kv->dtype == CV_DTYPE_BF16] = kv->num_blocks - 1; /* less the pool's reserved block */
         /* A model handed a cache of another dtype refuses the batch, naming it. */
-        cv_kv_cache other = e->kv;
+        cv_kv_cache other = *kv;
         other.dtype = CV_DTYPE_F16;
         cv_batch none = {0};
-        CHECK_EQ_INT(e->model->ops->forward(e->model, &none, &other, &e->states.cache, NULL), CVLLM_ERR_INVALID_ARGUMENT);
+        cv_model *m = cv_runner_model(e->runner);
+        CHECK_EQ_INT(m->ops->forward(m, &none, &other, cv_runner_state(e->runner), NULL), CVLLM_ERR_INVALID_ARGUMENT);
         CHECK_CONTAINS(cv_error_message(), "KV cache dtype F16");
         cvllm_engine_destroy(e);
     }
@@ -371,7 +373,7 @@ static void test_auto_and_capacity(void) {
     s.kv = "bfloat16";
     CHECK_MSG(make_engine(dir, &s, &e) == 0, "%s", cvllm_last_error());
     if (e) {
-        CHECK_EQ_INT(e->kv.num_blocks - 1, 4);
+        CHECK_EQ_INT(cv_runner_kv(e->runner)->num_blocks - 1, 4);
         cvllm_engine_destroy(e);
     }
     tu_remove_tree(dir);

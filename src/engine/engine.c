@@ -206,18 +206,18 @@ static int load_tokenizer(cvllm_engine *e) {
 }
 
 static int load_model(cvllm_engine *e) {
-    e->pool = cv_threadpool_create(e->opts.num_threads);
-    cv_model_load_params p = {
+    cv_runner_options o = {
         .config = &e->config,
         .weights = e->weights,
-        .pool = e->pool,
+        .num_threads = e->opts.num_threads,
         .max_num_batched_tokens = e->opts.max_num_batched_tokens,
         .load_mtp = e->spec.method == CV_SPEC_MTP,
         .bf16_compute = e->compute_dtype == CV_DTYPE_BF16,
     };
-    int rc = cv_model_load(&p, &e->model);
+    int rc = cv_runner_create(&o, &e->runner);
     if (rc) return rc;
-    if (e->spec.method == CV_SPEC_MTP && !e->model->ops->mtp_forward)
+    e->model = cv_runner_get_info(e->runner);
+    if (e->spec.method == CV_SPEC_MTP && !e->model->has_mtp)
         return cv_fail(CVLLM_ERR_UNSUPPORTED, "speculative method MTP needs the model's multi-token-prediction module "
                                               "(mtp.* weights); %s has none", e->config.architecture);
     e->vocab_size = e->model->vocab_size;
@@ -233,7 +233,7 @@ static void release_state_slot(cvllm_engine *e, cv_seq *seq) {
 /* Models with recurrent state need the model's state checkpoints for prefix caching (restoring a
  * prefix's state) and for speculative decoding (rolling the state back to the last accepted token). */
 static int check_state_support(cvllm_engine *e) {
-    const cv_model *m = e->model;
+    const cv_runner_info *m = e->model;
     if (m->state_bytes_per_seq == 0) return 0;
     e->state_prefix_caching = e->opts.enable_prefix_caching && m->state_checkpoints;
     if (e->opts.enable_prefix_caching && !m->state_checkpoints) {
@@ -280,7 +280,7 @@ static int create_engine(cvllm_engine *e) {
     bool priority = e->opts.scheduling_policy && !strcmp(e->opts.scheduling_policy, "priority");
     cv_scheduler_init(&e->sched, &e->blocks, e->opts.max_num_seqs, e->opts.max_num_batched_tokens,
                       e->opts.block_size, e->max_model_len, e->opts.enable_prefix_caching, priority,
-                      e->states.cache.data ? &e->states : NULL);
+                      e->states.num_slots ? &e->states : NULL);
     if (priority) cv_info("engine", "scheduling policy priority: lower priority values are scheduled first");
     e->max_logprobs = e->opts.max_logprobs;
     e->sample_scratch = cv_xmalloc(2 * (size_t)e->vocab_size * sizeof(float));
@@ -290,7 +290,7 @@ static int create_engine(cvllm_engine *e) {
     e->grammars = cv_grammar_cache_new(e->tokenizer, e->vocab_size, eos, n_eos);
     cv_info("engine", "%s: %d layers, hidden %d, vocab %d, max_model_len %d, %d threads, weights %.2f GiB",
             e->config.architecture, e->config.num_hidden_layers, e->config.hidden_size, e->vocab_size,
-            e->max_model_len, cv_threadpool_size(e->pool), (double)e->model->weight_bytes / (1 << 30));
+            e->max_model_len, e->model->threads, (double)e->model->weight_bytes / (1 << 30));
     /* which kernels bf16 compute runs on, and why, the kernels log when the model first asks */
     cv_info("engine", "compute dtype %s, KV cache %s", cv_dtype_name(e->compute_dtype), cv_dtype_name(e->kv_dtype));
     return 0;
@@ -329,9 +329,8 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     free(e->outputs);
     cv_schedule_free(&e->schedule);
     cv_scheduler_free(&e->sched);
-    if (e->model) cv_kv_cache_destroy(e);
-    cv_model_free(e->model);
-    cv_threadpool_free(e->pool);
+    if (e->blocks.blocks) cv_block_pool_free(&e->blocks);
+    cv_runner_free(e->runner);
     cv_weight_source_free(e->weights);
     cv_grammar_cache_free(e->grammars);
     cv_tokenizer_free(e->tokenizer);
@@ -742,7 +741,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
             for (int32_t d = seq->n_draft; d >= 0; d--) b->logit_rows[n_logits++] = t - 1 - d;
         b->context_lens[s] = (int32_t)(seq->num_computed + (size_t)seq->num_scheduled);
         b->block_tables[s] = seq->block_table;
-        if (e->states.cache.data) {
+        if (e->states.num_slots) {
             attach_state_slot(e, seq);
             b->state_slots[s] = seq->state_slot;
             request_checkpoints(e, seq, s);
@@ -767,7 +766,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         .context_lens = b->context_lens,
         .block_tables = b->block_tables,
         .hidden_out = e->spec.method == CV_SPEC_MTP ? e->hidden : NULL,
-        .state_slots = e->states.cache.data ? b->state_slots : NULL,
+        .state_slots = e->states.num_slots ? b->state_slots : NULL,
         .checkpoints = b->checkpoints,
         .n_checkpoints = b->n_checkpoints,
         .n_logits = n_logits,
@@ -1087,7 +1086,12 @@ cvllm_status cvllm_engine_step(cvllm_engine *e, const cvllm_request_output *cons
     if (e->schedule.seqs.n > 0) {
         cv_batch batch;
         int rc = build_batch(e, &batch);
-        if (!rc) rc = e->model->ops->forward(e->model, &batch, &e->kv, &e->states.cache, e->batch.logits);
+        if (!rc) {
+            int32_t n_copies;
+            const cv_state_copy *copies = cv_state_pool_copies(&e->states, &n_copies);
+            rc = cv_runner_execute(e->runner, &batch, copies, n_copies, e->batch.logits);
+            cv_state_pool_copies_done(&e->states);
+        }
         if (rc) {
             for (int32_t i = 0; i < e->batch.n_new_ckpts; i++) cv_state_pool_forget(&e->states, e->batch.new_ckpt_hashes[i]);
             return rc;

@@ -1,16 +1,16 @@
 /*
  * engine.h — the engine's internal state (the public face is cvllm_engine in include/cvllm.h).
  *
- * The engine wires the layers together: a model from the registry, its paged KV cache and block
- * pool, the scheduler, the tokenizer and the sampler. One step is nano-vllm's three calls: schedule,
- * run the model on the flattened batch, then post-process each sequence (sample, detokenize, check
- * stop conditions, build outputs). It never knows which architecture it runs.
+ * The engine wires the layers together: a runner (executor/runner.h: the model, its threads and
+ * the memory of its KV cache and recurrent state), the block and state-slot bookkeeping, the
+ * scheduler, the tokenizer and the sampler. One step is nano-vllm's three calls: schedule, run the
+ * flattened batch on the runner, then post-process each sequence (sample, detokenize, check stop
+ * conditions, build outputs). It never knows which architecture it runs, nor where.
  */
 #ifndef CV_ENGINE_H
 #define CV_ENGINE_H
 
 #include "cvllm.h"
-#include "base/threadpool.h"
 #include "engine/block_pool.h"
 #include "engine/grammar_cache.h"
 #include "models/footprint.h"
@@ -18,9 +18,9 @@
 #include "engine/scheduler.h"
 #include "engine/spec_decode.h"
 #include "engine/state_pool.h"
+#include "executor/runner.h"
 #include "loader/config.h"
 #include "loader/weights.h"
-#include "models/model.h"
 #include "tokenizer/tokenizer.h"
 
 /* Reusable arrays for building one forward batch. */
@@ -62,11 +62,11 @@ struct cvllm_engine {
     bool use_generation_defaults;
     cv_tokenizer *tokenizer;
     cv_weight_source *weights;
-    cv_threadpool *pool;
-    cv_model *model;
+    cv_runner *runner;
+    const cv_runner_info *model;   /* the runner's: sizes of the model it runs */
     cv_dtype compute_dtype;        /* F32, or BF16 (GEMM inputs bf16): --dtype resolved against the checkpoint */
     cv_dtype kv_dtype;             /* F32 or BF16: --kv-cache-dtype resolved against compute_dtype */
-    cv_kv_cache kv;
+    int32_t kv_blocks;             /* KV cache blocks, the pool's reserved block 0 included */
     cv_block_pool blocks;
     cv_scheduler sched;
     cv_schedule schedule;
@@ -115,9 +115,8 @@ void cv_mtp_work_free(cv_mtp_work *w);
 /* The memory plan (engine/kv_cache.c). check_fit refuses, before anything is allocated, a model
  * whose estimated footprint cannot fit the memory budget; create sizes the KV cache and recurrent
  * state pool from the budget once the model is loaded (its own KV and state sizes replace the
- * estimate's) and allocates them. */
+ * estimate's), has the runner allocate them and sets up the block and state-slot bookkeeping. */
 int cv_kv_cache_check_fit(const cvllm_engine *e, const cv_footprint *estimate);
 int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate);
-void cv_kv_cache_destroy(cvllm_engine *e);
 
 #endif

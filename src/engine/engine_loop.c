@@ -488,8 +488,8 @@ int cv_engine_loop_start(cvllm_engine *engine, const cv_loop_options *opts, cv_e
     cv_histogram_init(&st->request_params_max_tokens, l->size_buckets, n_size);
     cv_histogram_init(&st->request_params_n, n_buckets, CV_ARRAY_LEN(n_buckets));
     cv_histogram_init(&st->iteration_tokens, iteration_buckets, CV_ARRAY_LEN(iteration_buckets));
-    l->stats.kv_cache_tokens = (int64_t)(engine->kv.num_blocks - 1) * engine->kv.block_size;
-    l->stats.block_size = engine->kv.block_size;
+    l->stats.kv_cache_tokens = (int64_t)(engine->kv_blocks - 1) * engine->opts.block_size;
+    l->stats.block_size = engine->opts.block_size;
     l->last_log = cv_now();
     update_gauges(l);
     if (l->opts.async_scheduling) {

@@ -1,5 +1,5 @@
 /*
- * kv_cache.c — the memory plan (does the model fit, how big is the KV cache) and the KV cache itself.
+ * kv_cache.c — the memory plan: does the model fit, how big are the KV cache and the state pool.
  *
  * The budget for the KV cache is, in vLLM's order of precedence: --kv-cache-memory-bytes;
  * VLLM_CPU_KVCACHE_SPACE (GiB, vLLM's CPU knob); else gpu_memory_utilization × this machine's RAM
@@ -14,9 +14,8 @@
  * The plan is made twice from the same function. First from config.json alone (models/footprint.c),
  * before any weight is allocated, so that a model that cannot fit is refused at once with vLLM's
  * message and the numbers instead of after a minute of filling memory; then, once the model is
- * loaded, with its own KV and state sizes, to allocate. The memory comes from cv_big_alloc: the kernel
- * hands out zeroed huge pages lazily, so resident memory grows with the tokens actually cached, and
- * a token's first KV write does not fault once per layer.
+ * loaded, with its own KV and state sizes, to size what the runner allocates (executor/runner.h) and
+ * the block and state-slot bookkeeping over it.
  */
 #include <assert.h>
 #include <math.h>
@@ -24,7 +23,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "base/bigmem.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/engine.h"
@@ -153,13 +151,6 @@ int cv_kv_cache_check_fit(const cvllm_engine *e, const cv_footprint *estimate) {
     return make_plan(e, estimate, e->opts.enable_prefix_caching, &plan);
 }
 
-/* One layer's K (or V) array: every block, including the pool's reserved block 0. */
-static size_t kv_layer_bytes(const cvllm_engine *e) {
-    const cv_kv_spec *spec = &e->model->kv_spec;
-    return (size_t)e->kv.num_blocks * (size_t)e->kv.block_size * (size_t)spec->num_kv_heads *
-           (size_t)spec->head_dim * cv_dtype_size(e->kv.dtype);
-}
-
 int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate) {
     const cv_kv_spec *spec = &e->model->kv_spec;
     assert(e->kv_dtype == CV_DTYPE_F32 || e->kv_dtype == CV_DTYPE_BF16);
@@ -173,46 +164,21 @@ int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate) {
     if (fp.state_bytes_per_seq) {
         if (e->state_prefix_caching && plan.state_ckpt == 0)
             cv_warn("kv_cache", "no memory left for recurrent-state checkpoints: prefix caching will not hit");
-        rc = cv_state_pool_init(&e->states, fp.state_bytes_per_seq, plan.state_running, plan.state_spec, plan.state_ckpt);
-        if (rc) return rc;
+        cv_state_pool_init(&e->states, plan.state_running, plan.state_spec, plan.state_ckpt);
+    }
+    const int32_t bs = e->opts.block_size;
+    e->kv_blocks = (int32_t)plan.kv_blocks + 1; /* block 0 is reserved by the pool */
+    if ((rc = cv_runner_alloc_cache(e->runner, e->kv_blocks, bs, e->kv_dtype, e->states.num_slots))) return rc;
+    if (fp.state_bytes_per_seq)
         cv_info("kv_cache", "Recurrent state: %d running + %d speculative + %d checkpoint slots of %.2f MiB (%.2f GiB)",
                 plan.state_running, plan.state_running * plan.state_spec, plan.state_ckpt,
                 (double)fp.state_bytes_per_seq / (1 << 20), plan.state_bytes / GIB);
-    }
-    const int32_t bs = e->opts.block_size;
-    e->kv.num_blocks = (int32_t)plan.kv_blocks + 1; /* block 0 is reserved by the pool */
-    e->kv.block_size = bs;
-    e->kv.dtype = e->kv_dtype;
-    e->kv.k = cv_xcalloc((size_t)spec->num_layers, sizeof(void *));
-    e->kv.v = cv_xcalloc((size_t)spec->num_layers, sizeof(void *));
-    const size_t bytes = kv_layer_bytes(e);
-    for (int32_t l = 0; l < spec->num_layers; l++) {
-        e->kv.k[l] = cv_big_alloc(bytes);
-        e->kv.v[l] = cv_big_alloc(bytes);
-        if (!e->kv.k[l] || !e->kv.v[l])
-            return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate the KV cache (%.2f GiB)",
-                           (double)bytes * 2 * spec->num_layers / GIB);
-    }
-    cv_block_pool_init(&e->blocks, e->kv.num_blocks);
+    cv_block_pool_init(&e->blocks, e->kv_blocks);
     int64_t tokens = plan.kv_blocks * bs;
-    cv_info("kv_cache", "KV cache dtype: %s", e->kv.dtype == CV_DTYPE_BF16 ? "bfloat16" : "float32");
+    cv_info("kv_cache", "KV cache dtype: %s", e->kv_dtype == CV_DTYPE_BF16 ? "bfloat16" : "float32");
     cv_info("kv_cache", "Available KV cache memory: %.2f GiB", (double)plan.kv_blocks * (double)plan.block_bytes / GIB);
     cv_info("kv_cache", "KV cache size: %lld tokens", (long long)tokens);
     cv_info("kv_cache", "Maximum concurrency for %d tokens per request: %.2fx", e->max_model_len,
             (double)tokens / e->max_model_len);
     return 0;
-}
-
-void cv_kv_cache_destroy(cvllm_engine *e) {
-    if (e->kv.k) {
-        const size_t kv_bytes = kv_layer_bytes(e);
-        for (int32_t l = 0; l < e->model->kv_spec.num_layers; l++) {
-            cv_big_free(e->kv.k[l], kv_bytes);
-            cv_big_free(e->kv.v[l], kv_bytes);
-        }
-    }
-    free(e->kv.k);
-    free(e->kv.v);
-    e->kv.k = e->kv.v = NULL;
-    if (e->blocks.blocks) cv_block_pool_free(&e->blocks);
 }

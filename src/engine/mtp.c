@@ -83,7 +83,7 @@ static int run(cvllm_engine *e, cv_mtp_work *w, int32_t n_rows, int32_t n_seqs, 
         .logit_rows = w->logit_rows,
         .hidden_out = w->hidden_out,
     };
-    return e->model->ops->mtp_forward(e->model, &b, w->hidden_in, &e->kv, w->logits);
+    return cv_runner_execute_mtp(e->runner, &b, w->hidden_in, w->logits);
 }
 
 /* Catch-up over the positions each sequence computed in this step; first drafts from the last rows. */

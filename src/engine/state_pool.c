@@ -7,29 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/bigmem.h"
 #include "base/error.h"
-
-static size_t slot_stride(size_t state_bytes) { return (state_bytes + 63) / 64 * 64; }
 
 size_t cv_state_pool_bytes(size_t state_bytes, int32_t n_running, int32_t spec_per_seq, int32_t n_ckpt) {
     size_t slots = (size_t)n_running * (1 + (size_t)spec_per_seq) + (size_t)n_ckpt;
-    return slots * slot_stride(state_bytes);
+    return slots * cv_runner_state_slot_bytes(state_bytes);
 }
 
-int cv_state_pool_init(cv_state_pool *p, size_t state_bytes, int32_t n_running, int32_t spec_per_seq, int32_t n_ckpt) {
+void cv_state_pool_init(cv_state_pool *p, int32_t n_running, int32_t spec_per_seq, int32_t n_ckpt) {
     memset(p, 0, sizeof *p);
     p->n_running = n_running;
     p->spec_per_seq = spec_per_seq;
     p->spec_base = n_running;
     p->ckpt_base = n_running * (1 + spec_per_seq);
     p->n_ckpt = n_ckpt;
-    p->cache.slot_bytes = slot_stride(state_bytes);
-    p->cache.num_slots = p->ckpt_base + n_ckpt;
-    p->cache.data = cv_big_alloc((size_t)p->cache.num_slots * p->cache.slot_bytes);
-    if (!p->cache.data)
-        return cv_fail(CVLLM_ERR_NO_MEMORY, "cannot allocate %d recurrent-state slots of %zu bytes", p->cache.num_slots,
-                       state_bytes);
+    p->num_slots = p->ckpt_base + n_ckpt;
     p->free_running = cv_xmalloc((size_t)n_running * sizeof *p->free_running);
     for (int32_t i = 0; i < n_running; i++) p->free_running[i] = n_running - 1 - i;
     p->n_free_running = n_running;
@@ -38,11 +30,10 @@ int cv_state_pool_init(cv_state_pool *p, size_t state_bytes, int32_t n_running, 
     p->lru_prev = cv_xmalloc(((size_t)n_ckpt + 1) * sizeof *p->lru_prev);
     p->lru_next = cv_xmalloc(((size_t)n_ckpt + 1) * sizeof *p->lru_next);
     p->lru_head = p->lru_tail = -1;
-    return 0;
 }
 
 void cv_state_pool_free(cv_state_pool *p) {
-    cv_big_free(p->cache.data, (size_t)p->cache.num_slots * p->cache.slot_bytes);
+    free(p->copies);
     free(p->free_running);
     cv_hash_index_free(&p->ckpt_index);
     free(p->ckpt_hash);
@@ -66,11 +57,21 @@ int32_t cv_state_pool_spec_slot(const cv_state_pool *p, int32_t running_slot, in
 }
 
 void cv_state_pool_copy(cv_state_pool *p, int32_t dst, int32_t src) {
-    assert(dst >= 0 && src >= 0 && dst < p->cache.num_slots && src < p->cache.num_slots);
-    if (dst != src)
-        memcpy(p->cache.data + (size_t)dst * p->cache.slot_bytes, p->cache.data + (size_t)src * p->cache.slot_bytes,
-               p->cache.slot_bytes);
+    assert(dst >= 0 && src >= 0 && dst < p->num_slots && src < p->num_slots);
+    if (dst == src) return;
+    if (p->n_copies == p->cap_copies) {
+        p->cap_copies = p->cap_copies ? 2 * p->cap_copies : 16;
+        p->copies = cv_xrealloc(p->copies, (size_t)p->cap_copies * sizeof *p->copies);
+    }
+    p->copies[p->n_copies++] = (cv_state_copy){dst, src};
 }
+
+const cv_state_copy *cv_state_pool_copies(const cv_state_pool *p, int32_t *n) {
+    *n = p->n_copies;
+    return p->copies;
+}
+
+void cv_state_pool_copies_done(cv_state_pool *p) { p->n_copies = 0; }
 
 static void lru_unlink(cv_state_pool *p, int32_t c) {
     if (p->lru_prev[c] >= 0) p->lru_next[p->lru_prev[c]] = p->lru_next[c];

@@ -12,7 +12,9 @@
  *                             blocks'), evicted LRU. A request that shares a cached prefix copies the
  *                             checkpoint into its own slot and skips the prefix (vLLM computes it
  *                             again: its hit rate on these models is ~0).
- * The engine never interprets slot bytes; copying a slot is all it does.
+ * The pool is bookkeeping only: the slots' memory is the runner's (executor/runner.h), and a copy
+ * the engine asks for is queued here and handed to the runner with the next batch, which applies
+ * the queue in order before it runs. The engine never interprets slot bytes.
  */
 #ifndef CV_STATE_POOL_H
 #define CV_STATE_POOL_H
@@ -22,10 +24,12 @@
 #include <stdint.h>
 
 #include "engine/hash_index.h"
-#include "models/model.h"
+#include "executor/runner.h"
 
 typedef struct cv_state_pool {
-    cv_state_cache cache;
+    int32_t num_slots;            /* 0: the model has no recurrent state */
+    cv_state_copy *copies;        /* queued for the next batch, in order */
+    int32_t n_copies, cap_copies;
     int32_t n_running;
     int32_t *free_running;
     int32_t n_free_running;
@@ -40,7 +44,7 @@ typedef struct cv_state_pool {
 
 /* Bytes of memory a pool of this shape takes (for the memory budget). */
 size_t cv_state_pool_bytes(size_t state_bytes, int32_t n_running, int32_t spec_per_seq, int32_t n_ckpt);
-int cv_state_pool_init(cv_state_pool *p, size_t state_bytes, int32_t n_running, int32_t spec_per_seq, int32_t n_ckpt);
+void cv_state_pool_init(cv_state_pool *p, int32_t n_running, int32_t spec_per_seq, int32_t n_ckpt);
 void cv_state_pool_free(cv_state_pool *p);
 
 /* A slot for a sequence that starts running (-1 when none is free), and its release. */
@@ -48,7 +52,11 @@ int32_t cv_state_pool_acquire(cv_state_pool *p);
 void cv_state_pool_release(cv_state_pool *p, int32_t slot);
 /* Scratch slot i (< spec_per_seq) of a running slot. */
 int32_t cv_state_pool_spec_slot(const cv_state_pool *p, int32_t running_slot, int32_t i);
+/* Queues a copy of slot src over slot dst for the next batch. */
 void cv_state_pool_copy(cv_state_pool *p, int32_t dst, int32_t src);
+/* The queued copies, handed to the runner with the next batch; then cv_state_pool_copies_done. */
+const cv_state_copy *cv_state_pool_copies(const cv_state_pool *p, int32_t *n);
+void cv_state_pool_copies_done(cv_state_pool *p);
 
 /* The checkpoint slot holding the state after the block with hash h, or -1 (a hit refreshes it). */
 int32_t cv_state_pool_find(cv_state_pool *p, cv_block_hash h);
