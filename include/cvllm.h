@@ -94,7 +94,14 @@ typedef struct cvllm_engine_options {
     int32_t block_size;         /* KV cache block size in tokens, 0 = 16 */
     uint64_t kv_cache_memory_bytes; /* 0 = derived from gpu_memory_utilization */
     double gpu_memory_utilization;  /* fraction of RAM for weights + KV + activations, 0 = 0.9 */
-    int32_t num_threads;        /* kernel threads, 0 = all online CPUs */
+    int32_t num_threads;        /* kernel threads, 0 = all online CPUs (divided among the job's ranks on
+                                 * this machine under tensor parallelism) */
+    int32_t tensor_parallel_size; /* 0 or 1: one process. N > 1: the model is sharded over the N ranks of
+                                 * the OpenMPI job this process belongs to (mpirun -np N), every rank
+                                 * calling cvllm_engine_create with the same options. Rank 0 gets the
+                                 * engine; on the other ranks the call serves rank 0's engine as its
+                                 * worker until rank 0 destroys it, then ends the process (exit status
+                                 * 0, or 1 if it failed). Dense Qwen3 only, so far. */
     int32_t max_logprobs;       /* largest logprobs / prompt_logprobs a request may ask for, 0 = 20 */
     uint64_t seed;              /* seeds dummy weights and requests without their own seed */
     bool enable_prefix_caching;

@@ -57,6 +57,8 @@ static int check_options(const cvllm_engine_options *o) {
     if (o->gpu_memory_utilization < 0 || o->gpu_memory_utilization > 1)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "gpu_memory_utilization must be in (0, 1], got %g", o->gpu_memory_utilization);
     if (o->num_threads < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "num_threads must be >= 0, got %d", o->num_threads);
+    if (o->tensor_parallel_size < 0)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor_parallel_size must be >= 1, got %d", o->tensor_parallel_size);
     if (o->max_logprobs < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_logprobs must be >= 0, got %d", o->max_logprobs);
     const char *policy = o->scheduling_policy;
     if (policy && strcmp(policy, "fcfs") && strcmp(policy, "priority"))
@@ -215,6 +217,7 @@ static int load_model(cvllm_engine *e) {
         .max_num_batched_tokens = e->opts.max_num_batched_tokens,
         .load_mtp = e->spec.method == CV_SPEC_MTP,
         .bf16_compute = e->compute_dtype == CV_DTYPE_BF16,
+        .tp_size = e->opts.tensor_parallel_size,
     };
     int rc = cv_runner_create(&o, &e->runner);
     if (rc) return rc;
@@ -312,6 +315,12 @@ cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine 
         cvllm_engine_destroy(e);
         cv_fail(rc, "%s", msg);
         return rc;
+    }
+    if (cv_runner_is_worker(e->runner)) { /* a tensor-parallel worker: serve rank 0 until it stops */
+        rc = cv_runner_serve(e->runner);
+        if (rc) cv_error_log("engine", "tensor-parallel worker: %s", cv_error_message());
+        cvllm_engine_destroy(e);
+        exit(rc ? 1 : 0);
     }
     *out = e;
     return CVLLM_OK;

@@ -15,6 +15,10 @@
  * must land before the slot is read again, which this order guarantees. Copying bytes is all a runner
  * does with them; what they mean is the model's.
  *
+ * Tensor parallelism (tp_size > 1, comm.h): every rank of the MPI job creates a runner with the same
+ * options and allocates its caches; rank 0's runner belongs to the engine, the others serve it
+ * (cv_runner_serve). Each rank holds its shard (model.h cv_tp), and only rank 0 gets logits.
+ *
  * Ownership: cv_runner_create borrows the config and the weight source (both must outlive the
  * runner); everything else the runner allocates it frees in cv_runner_free.
  */
@@ -37,6 +41,7 @@ typedef struct cv_runner_options {
     int32_t max_num_batched_tokens;
     bool load_mtp;
     bool bf16_compute;
+    int tp_size;                    /* > 1: tensor parallelism over an MPI job of that many ranks */
 } cv_runner_options;
 
 /* What the engine needs to know of the model it runs (sizes, never memory). */
@@ -48,6 +53,7 @@ typedef struct cv_runner_info {
     int32_t vocab_size;
     size_t weight_bytes;
     int threads;
+    int tp_rank, tp_size;           /* {0, 1}: one process */
 } cv_runner_info;
 
 /* One recurrent-state slot copied over another. */
@@ -74,6 +80,12 @@ int cv_runner_execute(cv_runner *r, const cv_batch *batch, const cv_state_copy *
                       float *logits);
 /* The MTP draft step over the same KV cache (see cv_model_ops.mtp_forward); only when has_mtp. */
 int cv_runner_execute_mtp(cv_runner *r, const cv_batch *batch, const float *hidden, float *logits);
+
+/* Tensor parallelism: ranks other than 0 are workers. Once the caches are allocated a worker runs
+ * cv_runner_serve, executing every batch rank 0's runner sends until rank 0's runner is freed
+ * (then 0) or a batch fails on it (its error; the job should end, as rank 0 cannot go on). */
+bool cv_runner_is_worker(const cv_runner *r);
+int cv_runner_serve(cv_runner *r);
 
 /* For tests that drive the model beside the engine: the loaded model and its state memory. */
 cv_model *cv_runner_model(cv_runner *r);

@@ -41,6 +41,7 @@ const char *cv_op_kind_name(cv_op_kind kind) {
         [CV_OP_SWIGLU] = "swiglu",         [CV_OP_DOWN_PROJ] = "down_proj",
         [CV_OP_MOE] = "moe_experts",       [CV_OP_LINEAR_ATTENTION] = "linear_attention",
         [CV_OP_LM_HEAD] = "lm_head",
+        [CV_OP_ALLREDUCE] = "allreduce",
     };
     return (unsigned)kind < CV_OP_COUNT ? names[kind] : "unknown";
 }

@@ -114,6 +114,18 @@ struct cv_model {
     cv_threadpool *pool;           /* borrowed */
 };
 
+/* Tensor parallelism: this process is rank `rank` of `size`, each holding a shard of every layer —
+ * attention heads (and their KV cache) and MLP columns split evenly, the projections that leave a
+ * block (o_proj, down_proj) split along their input, so each rank's output is a partial sum that
+ * allreduce adds over the ranks, in place, identically on every rank. How the sums travel is the
+ * executor's (OpenMPI there; a failed collective ends every rank of the job, so it returns nothing);
+ * a model only calls allreduce. Only rank 0 computes logits. */
+typedef struct cv_tp {
+    int rank, size;
+    void *ctx;
+    void (*allreduce)(void *ctx, float *x, size_t n);
+} cv_tp;
+
 /* Calibration (cvllm quantize): called before each linear layer runs with its input rows — f32,
  * as the layer would see them unquantized — and the linear's name, its weight's prefix (e.g.
  * "model.layers.0.self_attn.q_proj"). Projections computed together (q|k|v) are reported once each. */
@@ -126,6 +138,7 @@ typedef struct cv_model_load_params {
     int32_t max_num_batched_tokens; /* largest n_tokens a forward call will get (scratch sizing) */
     bool load_mtp;                  /* bind mtp.* and provide ops->mtp_forward (when the model has one) */
     bool bf16_compute;              /* bf16 GEMM inputs for bf16 weights (where cv_linear_bf16_input) */
+    const cv_tp *tp;                /* NULL: the whole model in this process */
     cv_linear_observer observe;     /* NULL: none */
     void *observe_ctx;
 } cv_model_load_params;

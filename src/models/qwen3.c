@@ -104,7 +104,10 @@ static nn_linear_list model_linears(qwen3_model *m) {
 
 static int pack_weights(qwen3_model *m, cv_weight_source *src, cv_threadpool *pool) {
     nn_linear_list lins = model_linears(m);
-    int rc = nn_pack_model(pool, src, QWEN3_PACK_LAYOUT, &m->vocab_w, &lins);
+    char layout[160]; /* each tensor-parallel rank packs its own shard */
+    snprintf(layout, sizeof layout, "%s; tensor-parallel rank %d of %d", QWEN3_PACK_LAYOUT, m->bound.tp.rank,
+             m->bound.tp.size);
+    int rc = nn_pack_model(pool, src, m->bound.tp.size > 1 ? layout : QWEN3_PACK_LAYOUT, &m->vocab_w, &lins);
     nn_linear_list_free(&lins);
     return rc;
 }
@@ -162,6 +165,7 @@ static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_
                                                      &ly->mlp.gate_up, &s->st.aq));
         nn_ffn_forward(pool, &ly->mlp, in, T, &s->mlp, s->st.o);
     }
+    if (m->bound.tp.rank != 0) return 0; /* the other ranks' shards are done; rank 0 has the logits */
     /* The last residual add and the final norm, for the rows whose logits are wanted only. */
     NN_TIMED(CV_OP_NORM, for (int32_t i = 0; i < b->n_logits; i++) {
         const int64_t r = b->logit_rows[i];
@@ -180,11 +184,12 @@ int cv_qwen3_load(const cv_model_load_params *p, cv_model **out) {
     *out = NULL;
     nn_attention_dims dims;
     int rc = check_config(cfg);
-    if (!rc) rc = nn_attention_dims_from_config(cfg, false, false, &dims);
+    const int tp = p->tp ? p->tp->size : 1;
+    if (!rc) rc = nn_attention_dims_from_config(cfg, false, false, tp, &dims);
     if (rc) return rc;
     qwen3_model *m = cv_xcalloc(1, sizeof *m);
     m->base = (cv_model){.ops = &qwen3_ops, .config = cfg, .vocab_size = cfg->vocab_size, .pool = p->pool};
-    m->base.kv_spec = (cv_kv_spec){cfg->num_hidden_layers, cfg->num_key_value_heads, cfg->head_dim};
+    m->base.kv_spec = (cv_kv_spec){cfg->num_hidden_layers, dims.n_kv_heads, cfg->head_dim}; /* this rank's heads */
     m->hidden = cfg->hidden_size;
     m->n_layers = cfg->num_hidden_layers;
     m->intermediate = cfg->intermediate_size;

@@ -178,7 +178,7 @@ static int read_config(const cv_model_config *cfg, hybrid_model *m, hybrid_plan 
     if (!rc && !gated)
         rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "config.json: attn_output_gate=false is not supported for %s",
                      cfg->architecture);
-    if (!rc) rc = nn_attention_dims_from_config(cfg, true, true, &m->dims);
+    if (!rc) rc = nn_attention_dims_from_config(cfg, true, true, 1, &m->dims);
     if (!rc) rc = read_layer_types(cfg, m);
     if (!rc) rc = nn_gdn_dims_from_config(cfg, m->family == FAMILY_NEXT, &m->gd);
     if (!rc) rc = read_mlp_plan(cfg, m->family, p);

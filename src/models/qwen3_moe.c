@@ -183,7 +183,7 @@ int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
     *out = NULL;
     nn_attention_dims dims;
     moe_plan plan = {.dense = cv_xcalloc((size_t)cfg->num_hidden_layers, sizeof(bool))};
-    int rc = nn_attention_dims_from_config(cfg, false, false, &dims);
+    int rc = nn_attention_dims_from_config(cfg, false, false, 1, &dims);
     if (!rc) rc = read_plan(cfg, &plan);
     if (rc) {
         free(plan.dense);

@@ -52,8 +52,13 @@ const char *cv_model_supported_architectures(void) {
 int cv_model_load(const cv_model_load_params *p, cv_model **out) {
     *out = NULL;
     if (!p->config || !p->weights) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "model load needs a config and weights");
-    for (size_t i = 0; i < CV_ARRAY_LEN(architectures); i++)
-        if (strcmp(p->config->architecture, architectures[i].name) == 0) return architectures[i].load(p, out);
+    for (size_t i = 0; i < CV_ARRAY_LEN(architectures); i++) {
+        if (strcmp(p->config->architecture, architectures[i].name)) continue;
+        if (p->tp && p->tp->size > 1 && architectures[i].family != CV_FAMILY_DENSE)
+            return cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor parallelism (tensor_parallel_size=%d) runs the dense Qwen3 "
+                           "architecture so far, not %s", p->tp->size, p->config->architecture);
+        return architectures[i].load(p, out);
+    }
     return cv_fail(CVLLM_ERR_UNSUPPORTED, "unsupported architecture '%s'; supported: %s", p->config->architecture,
                    cv_model_supported_architectures());
 }

@@ -13,7 +13,7 @@
 
 enum { MAX_HEAD_DIM = 1024 }; /* the fused per-head norm+RoPE kernel's limit */
 
-int nn_attention_dims_from_config(const cv_model_config *cfg, bool gated, bool zero_centred_norms,
+int nn_attention_dims_from_config(const cv_model_config *cfg, bool gated, bool zero_centred_norms, int tp_size,
                                   nn_attention_dims *out) {
     if (cfg->hidden_size <= 0 || cfg->num_attention_heads <= 0 || cfg->num_key_value_heads <= 0 || cfg->head_dim <= 0)
         return cv_fail(CVLLM_ERR_FORMAT, "config.json: %s needs positive hidden_size, num_attention_heads, "
@@ -28,8 +28,11 @@ int nn_attention_dims_from_config(const cv_model_config *cfg, bool gated, bool z
         return cv_fail(CVLLM_ERR_UNSUPPORTED, "config.json: attention_bias=true is not supported for %s",
                        cfg->architecture);
     if (!(cfg->rms_norm_eps > 0)) return cv_fail(CVLLM_ERR_FORMAT, "config.json: rms_norm_eps must be positive");
-    *out = (nn_attention_dims){.hidden = cfg->hidden_size, .n_heads = cfg->num_attention_heads,
-                               .n_kv_heads = cfg->num_key_value_heads, .head_dim = cfg->head_dim,
+    if (cfg->num_key_value_heads % tp_size)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "num_key_value_heads=%d does not split over tensor_parallel_size=%d (KV "
+                       "heads are not replicated yet)", cfg->num_key_value_heads, tp_size);
+    *out = (nn_attention_dims){.hidden = cfg->hidden_size, .n_heads = cfg->num_attention_heads / tp_size,
+                               .n_kv_heads = cfg->num_key_value_heads / tp_size, .head_dim = cfg->head_dim,
                                .eps = (float)cfg->rms_norm_eps, .gated = gated,
                                .zero_centred_norms = zero_centred_norms};
     return 0;
@@ -48,16 +51,22 @@ void nn_attention_scratch_take(nn_attention_scratch *s, const nn_attention_dims 
 }
 
 void nn_bind_attention(nn_binder *b, const char *prefix, const nn_attention_dims *d, nn_attention *out) {
-    const int64_t H = d->hidden, q_dim = (int64_t)d->n_heads * d->head_dim, kv_dim = (int64_t)d->n_kv_heads * d->head_dim;
+    /* the whole tensors' shapes: this rank's heads times the ranks */
+    const int64_t n = b->tp.size, H = d->hidden, q_dim = n * d->n_heads * d->head_dim;
+    const int64_t kv_dim = n * d->n_kv_heads * d->head_dim;
     out->bf16_dot = b->bf16_input && d->head_dim % 2 == 0;
+    out->tp = n > 1 ? &b->tp : NULL;
     char p[200];
     snprintf(p, sizeof p, "%s", prefix);
-    nn_bind_linear(b, &out->qkv, nn_name(b, "%sq_proj", p), d->gated ? 2 * q_dim : q_dim, H,
-                   d->gated ? "2*num_attention_heads*head_dim (query and gate), hidden_size"
-                            : "num_attention_heads*head_dim, hidden_size");
-    nn_bind_linear(b, &out->qkv, nn_name(b, "%sk_proj", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size");
-    nn_bind_linear(b, &out->qkv, nn_name(b, "%sv_proj", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size");
-    nn_bind_linear(b, &out->o_proj, nn_name(b, "%so_proj", p), H, q_dim, "hidden_size, num_attention_heads*head_dim");
+    nn_bind_linear_split(b, &out->qkv, nn_name(b, "%sq_proj", p), d->gated ? 2 * q_dim : q_dim, H,
+                         d->gated ? "2*num_attention_heads*head_dim (query and gate), hidden_size"
+                                  : "num_attention_heads*head_dim, hidden_size", NN_SPLIT_ROWS);
+    nn_bind_linear_split(b, &out->qkv, nn_name(b, "%sk_proj", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
+                         NN_SPLIT_ROWS);
+    nn_bind_linear_split(b, &out->qkv, nn_name(b, "%sv_proj", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
+                         NN_SPLIT_ROWS);
+    nn_bind_linear_split(b, &out->o_proj, nn_name(b, "%so_proj", p), H, q_dim, "hidden_size, num_attention_heads*head_dim",
+                         NN_SPLIT_COLS);
     void (*bind_gain)(nn_binder *, const char *, int64_t, const char *, const float **) =
         d->zero_centred_norms ? nn_bind_gain_plus_one : nn_bind_vector;
     bind_gain(b, nn_name(b, "%sq_norm.weight", p), d->head_dim, "head_dim", &out->q_norm);
@@ -110,4 +119,5 @@ void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_a
         if (d->gated) sigmoid_gate(s->attn, s->gate, (int64_t)T * d->n_heads * hd);
     });
     NN_TIMED(CV_OP_O_PROJ, nn_linear_forward(pool, &w->o_proj, nn_f32(s->attn), T, &out));
+    if (w->tp) NN_TIMED(CV_OP_ALLREDUCE, w->tp->allreduce(w->tp->ctx, out, (size_t)T * (size_t)d->hidden));
 }

@@ -27,14 +27,16 @@ typedef struct nn_attention_dims {
 } nn_attention_dims;
 
 /* The dims from config.json, checked: heads grouped evenly over the KV heads, head_dim within what
- * the fused norm+RoPE kernel takes, no attention_bias. */
-int nn_attention_dims_from_config(const cv_model_config *cfg, bool gated, bool zero_centred_norms,
+ * the fused norm+RoPE kernel takes, no attention_bias. With tensor parallelism over tp_size ranks,
+ * each rank's share of the query and KV heads (both must split evenly). */
+int nn_attention_dims_from_config(const cv_model_config *cfg, bool gated, bool zero_centred_norms, int tp_size,
                                   nn_attention_dims *out);
 
 typedef struct nn_attention {
     nn_linear qkv;                 /* q_proj (query and gate rows when gated) | k_proj | v_proj */
     nn_linear o_proj;
     const float *q_norm, *k_norm;  /* effective gains */
+    const cv_tp *tp;               /* tensor parallelism: o_proj's partial sums are all-reduced; else NULL */
     bool bf16_dot;                 /* bf16 compute with the bf16 dot product: so is attention over a bf16 cache */
 } nn_attention;
 
@@ -45,7 +47,7 @@ typedef struct nn_attention_scratch {
 } nn_attention_scratch;
 
 void nn_attention_scratch_take(nn_attention_scratch *s, const nn_attention_dims *d, nn_arena *a, int32_t tokens);
-/* prefix: "model.layers.3.self_attn." */
+/* prefix: "model.layers.3.self_attn."; d: this rank's dims (heads split over the binder's ranks). */
 void nn_bind_attention(nn_binder *b, const char *prefix, const nn_attention_dims *d, nn_attention *out);
 /* Appends its linears to list. */
 void nn_attention_linears(nn_attention *a, nn_linear_list *list);

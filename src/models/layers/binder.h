@@ -38,8 +38,14 @@ typedef struct nn_brows {
     uint16_t *rows;
 } nn_brows;
 
+/* How a linear's weight is shared over tensor-parallel ranks (model.h cv_tp): whole on every rank;
+ * its rows (outputs) split, as q/k/v and gate/up are; or its columns (inputs) split, as o_proj and
+ * down_proj are, whose partial outputs the block then all-reduces. */
+typedef enum nn_split { NN_WHOLE, NN_SPLIT_ROWS, NN_SPLIT_COLS } nn_split;
+
 typedef struct nn_binder {
     cv_weight_source *src;
+    cv_tp tp;                 /* {0, 1}: no tensor parallelism */
     nn_observer observe;
     nn_qrows *act_rows;       /* the int8 scratch of the linears bound so far (NULL: none reads int8) */
     int64_t act_cols;         /* the widest input of those linears */

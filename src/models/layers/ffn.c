@@ -11,10 +11,11 @@ void nn_bind_ffn(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter
     char p[200], hint[96];
     snprintf(p, sizeof p, "%s", prefix);
     snprintf(hint, sizeof hint, "%s, hidden_size", inter_name);
-    nn_bind_linear(b, &out->gate_up, nn_name(b, "%sgate_proj", p), inter, hidden, hint);
-    nn_bind_linear(b, &out->gate_up, nn_name(b, "%sup_proj", p), inter, hidden, hint);
+    out->tp = b->tp.size > 1 ? &b->tp : NULL;
+    nn_bind_linear_split(b, &out->gate_up, nn_name(b, "%sgate_proj", p), inter, hidden, hint, NN_SPLIT_ROWS);
+    nn_bind_linear_split(b, &out->gate_up, nn_name(b, "%sup_proj", p), inter, hidden, hint, NN_SPLIT_ROWS);
     snprintf(hint, sizeof hint, "hidden_size, %s", inter_name);
-    nn_bind_linear(b, &out->down, nn_name(b, "%sdown_proj", p), hidden, inter, hint);
+    nn_bind_linear_split(b, &out->down, nn_name(b, "%sdown_proj", p), hidden, inter, hint, NN_SPLIT_COLS);
 }
 
 int32_t nn_ffn_inter(const nn_ffn *f) { return f->gate_up.n_parts ? (int32_t)f->gate_up.parts[0].w.rows : 0; }
@@ -44,4 +45,5 @@ void nn_ffn_forward(cv_threadpool *pool, const nn_ffn *f, nn_input in, int32_t T
         NN_TIMED(CV_OP_SWIGLU, cv_swiglu(pool, s->h, s->gate_up, T, I, I, (int64_t)T * I));
     }
     NN_TIMED(CV_OP_DOWN_PROJ, nn_linear_forward(pool, &f->down, h, T, &out));
+    if (f->tp) NN_TIMED(CV_OP_ALLREDUCE, f->tp->allreduce(f->tp->ctx, out, (size_t)T * (size_t)f->down.parts[0].w.rows));
 }

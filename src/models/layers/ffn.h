@@ -19,10 +19,12 @@
 typedef struct nn_ffn {
     nn_linear gate_up;        /* gate_proj | up_proj; n_parts 0: no block */
     nn_linear down;
+    const cv_tp *tp;          /* tensor parallelism: down's partial sums are all-reduced; else NULL */
 } nn_ffn;
 
 /* prefix: "model.layers.0.mlp." (gate_proj, up_proj, down_proj there); inter_name: the config field
- * of the intermediate size, for error messages. */
+ * of the intermediate size, for error messages; inter is the whole block's, split over the binder's
+ * tensor-parallel ranks (gate|up by rows, down by columns). */
 void nn_bind_ffn(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter, const char *inter_name, nn_ffn *out);
 /* The intermediate size (0: no block). */
 int32_t nn_ffn_inter(const nn_ffn *f);

@@ -89,23 +89,64 @@ static void add_part(nn_binder *b, nn_linear *l, const nn_linear_part *part) {
     l->scratch = b->act_rows;
 }
 
-void nn_bind_linear(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint) {
+/* Narrows p (the whole [rows][cols] tensor) to this rank's shard. */
+static void take_shard(nn_binder *b, nn_linear_part *p, nn_split split) {
+    const int n = b->tp.size, r = b->tp.rank;
+    const int64_t whole = split == NN_SPLIT_ROWS ? p->w.rows : p->w.cols;
+    if (whole % n) {
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s.weight: %s %lld do not split evenly over %d tensor-parallel "
+                        "ranks", p->name, split == NN_SPLIT_ROWS ? "rows" : "columns", (long long)whole, n);
+        return;
+    }
+    if (p->w.block_scale) {
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s.weight: FP8 block-scaled weights are not split for tensor "
+                        "parallelism yet", p->name);
+        return;
+    }
+    const size_t esize = cv_dtype_size(p->w.dtype);
+    const int64_t part = whole / n, first = (int64_t)r * part;
+    if (split == NN_SPLIT_ROWS) {
+        p->w.data = (const uint8_t *)p->w.data + (size_t)first * (size_t)p->w.cols * esize;
+        if (p->w.row_scale) p->w.row_scale += first;
+        if (p->w.row_bias) p->w.row_bias += first;
+        p->w.rows = part;
+        return;
+    }
+    uint8_t *slice = nn_own(b, (size_t)p->w.rows * (size_t)part * esize);
+    if (!slice) return;
+    for (int64_t i = 0; i < p->w.rows; i++)
+        memcpy(slice + (size_t)(i * part) * esize, (const uint8_t *)p->w.data + (size_t)(i * p->w.cols + first) * esize,
+               (size_t)part * esize);
+    p->w.data = slice;
+    p->w.cols = part;
+    if (r != 0) p->w.row_bias = NULL; /* added once to the sum over the ranks */
+}
+
+void nn_bind_linear_split(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
+                          nn_split split) {
     if (b->rc) return;
     cv_qlinear q;
     b->rc = cv_weights_get_qlinear(b->src, name, rows, cols, hint, &q);
     if (b->rc) return;
     if (q.scheme == CV_SCHEME_FLOAT) nn_check_matrix_dtype(b, q.weight.name, q.weight.dtype);
     if (b->rc) return;
-    const nn_linear_part part = {
+    nn_linear_part part = {
         .name = name, .scheme = q.scheme,
         .w = {.dtype = q.weight.dtype, .rows = rows, .cols = cols, .data = q.weight.data, .row_scale = q.row_scale,
               .row_bias = q.row_bias, .block_scale = q.block_scale, .block = q.block},
         .quant = {.dynamic = q.scheme == CV_SCHEME_W8A8_DYNAMIC, .scale = q.input_scale, .offset = q.input_offset},
     };
+    if (split != NN_WHOLE && b->tp.size > 1) take_shard(b, &part, split);
+    if (b->rc) return;
     add_part(b, l, &part);
     if (b->rc) return;
-    b->matmul_bytes += q.scheme == CV_SCHEME_FLOAT ? q.weight.nbytes
-                                                   : cv_linear_scheme_bytes(q.scheme, rows, cols, q.block);
+    b->matmul_bytes += q.scheme == CV_SCHEME_FLOAT
+                           ? (size_t)part.w.rows * (size_t)part.w.cols * cv_dtype_size(part.w.dtype)
+                           : cv_linear_scheme_bytes(q.scheme, part.w.rows, part.w.cols, q.block);
+}
+
+void nn_bind_linear(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint) {
+    nn_bind_linear_split(b, l, name, rows, cols, hint, NN_WHOLE);
 }
 
 void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w) {

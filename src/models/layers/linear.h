@@ -77,6 +77,13 @@ typedef struct nn_linear {
  * [rows][cols], hint naming the config fields of that shape) to l. A part whose scheme differs from
  * the parts before it: CVLLM_ERR_FORMAT naming both tensors and schemes. */
 void nn_bind_linear(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint);
+/* The same for this rank's shard of the tensor under tensor parallelism (binder.h nn_split): rows
+ * and cols are the whole tensor's, checked as such; a split dimension must divide evenly over the
+ * ranks and the part gets its rank's slice (rows: a view; cols: a copy of the slice, packed like
+ * any part). An int8 part split by columns keeps its quant_bias on rank 0 only, as the partial sums
+ * are added over the ranks. FP8 block scales are not split: CVLLM_ERR_UNSUPPORTED. */
+void nn_bind_linear_split(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
+                          nn_split split);
 /* Appends a float part whose weight is already bound (a tied lm_head is the embedding; a fused 3-D
  * expert tensor's slices). */
 void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w);
