@@ -46,7 +46,10 @@ static const char *const compilation_modes[] = {"NONE", "STOCK_TORCH_COMPILE", "
 
 /* Flags of vLLM's EngineArgs that change nothing on this backend. */
 static const cv_ignored_flag ignored_engine_flags[] = {
-    {"--distributed-executor-backend", CV_IGNORED_CHOICE, (const char *const[]){"ray", "mp", "uni", "external_launcher", NULL}},
+    /* mp (the default) starts its own ranks under mpirun (cli/launch.c); mpi: this process is a rank
+     * of an mpirun job already; the others run as mp */
+    {"--distributed-executor-backend", CV_IGNORED_CHOICE,
+     (const char *const[]){"ray", "mp", "uni", "external_launcher", "mpi", NULL}},
     {"--enable-expert-parallel|-ep", CV_IGNORED_BOOL, NULL},
     {"--trust-remote-code", CV_IGNORED_BOOL, NULL},
     {"--enforce-eager", CV_IGNORED_BOOL, NULL},
@@ -68,15 +71,19 @@ static char *upper(const char *s) {
     return up;
 }
 
-/* -tp / -pp / -dp: a size >= 1; above 1 it is said once that everything runs in one process. */
-static bool parallel_size(cv_args *a, const char *names, const char *what) {
+/* -pp / -dp: a size >= 1; above 1 it is said once that everything runs in one process. -tp sets
+ * *size (tensor parallelism over OpenMPI ranks: cvllm.h tensor_parallel_size, cli/launch.c). */
+static bool parallel_size(cv_args *a, const char *names, const char *what, int32_t *size) {
     const char *v;
     int64_t n;
     if (!cv_args_value(a, names, &v)) return false;
     int len = (int)strcspn(names, "|");
     char *flag = cv_xstrndup(names, (size_t)len);
-    if (cv_args_int(a, flag, v, 1, INT32_MAX, &n) && n > 1)
-        cv_warn("args", "%s %lld: running in one process (%s is not implemented yet)", flag, (long long)n, what);
+    if (cv_args_int(a, flag, v, 1, INT32_MAX, &n)) {
+        if (size) *size = (int32_t)n;
+        else if (n > 1)
+            cv_warn("args", "%s %lld: running in one process (%s is not implemented yet)", flag, (long long)n, what);
+    }
     free(flag);
     return true;
 }
@@ -249,9 +256,9 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (cv_args_flag(a, "--enable-prefix-caching")) o->enable_prefix_caching = true;
     else if (cv_args_flag(a, "--no-enable-prefix-caching")) o->enable_prefix_caching = false;
     else if (quantization(a, o) || scheduling_policy(a, o) || compilation_config(a)) {
-    } else if (parallel_size(a, "--tensor-parallel-size|-tp", "tensor parallelism") ||
-               parallel_size(a, "--pipeline-parallel-size|-pp", "pipeline parallelism") ||
-               parallel_size(a, "--data-parallel-size|-dp", "data parallelism")) {
+    } else if (parallel_size(a, "--tensor-parallel-size|-tp", "tensor parallelism", &o->tensor_parallel_size) ||
+               parallel_size(a, "--pipeline-parallel-size|-pp", "pipeline parallelism", NULL) ||
+               parallel_size(a, "--data-parallel-size|-dp", "data parallelism", NULL)) {
     } else if (json_object_flag(a, "--additional-config", &additional)) {
         if (!a->failed) cv_info("args", "--additional-config is accepted and ignored on the CPU backend");
     } else return cv_args_ignored(a, ignored_engine_flags, CV_ARRAY_LEN(ignored_engine_flags));
@@ -278,7 +285,9 @@ const char cv_args_engine_help[] =
     "  --scheduling-policy fcfs|priority  queue order: arrival, or the requests' priority (lower first)\n"
     "  --config FILE.yaml           flags from a YAML file (the command line wins)\n"
     "  JSON flags also take dotted keys: --compilation-config.cudagraph_mode FULL, -cc.mode=3\n"
-    "accepted, checked and ignored (one process, no CUDA graphs): -tp/-pp/-dp N,\n"
+    "  --tensor-parallel-size, -tp N  shard the model over N OpenMPI ranks (dense Qwen3): started by\n"
+    "                               cvllm itself, or by your mpirun with --distributed-executor-backend mpi\n"
+    "accepted, checked and ignored (no CUDA graphs): -pp/-dp N (one process),\n"
     "  --[no-]enable-expert-parallel, --distributed-executor-backend ray|mp|uni|external_launcher,\n"
     "  --compilation-config/-cc JSON, -O0..-O3, --additional-config JSON, --[no-]trust-remote-code,\n"
     "  --[no-]enforce-eager, --[no-]enable-chunked-prefill, --swap-space,\n"

@@ -13,6 +13,7 @@
  */
 #include <assert.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,6 +318,10 @@ cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine 
         return rc;
     }
     if (cv_runner_is_worker(e->runner)) { /* a tensor-parallel worker: serve rank 0 until it stops */
+        /* mpirun forwards SIGTERM and SIGINT to every rank: rank 0 drains and then stops the workers,
+         * which must still be there to finish its last batches */
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
         rc = cv_runner_serve(e->runner);
         if (rc) cv_error_log("engine", "tensor-parallel worker: %s", cv_error_message());
         cvllm_engine_destroy(e);

@@ -1,0 +1,81 @@
+/*
+ * launch.c — `-tp N` with no launcher: cvllm starts its own N ranks (vLLM's
+ * --distributed-executor-backend mp, the default).
+ *
+ * The command line is run again under OpenMPI's mpirun as an N-rank job with
+ * `--distributed-executor-backend mpi` appended, which the ranks read as "already launched": every
+ * rank creates the engine (cvllm.h tensor_parallel_size), rank 0 runs the command and the others
+ * serve its model shard. mpirun stays the parent, forwards output and signals, and exits with the
+ * job's status (quietly: a rank's error is the last line, without mpirun's advice after it). Ranks are spread over NUMA nodes and bound to them where the machine has several
+ * (each socket's memory bandwidth serves its own shard); on one node they are not bound, and mpirun
+ * may start more ranks than cores (--oversubscribe). As root, mpirun refuses to start unless told:
+ * cvllm tells it (OMPI_ALLOW_RUN_AS_ROOT), since the user asked for the ranks.
+ *
+ * Only the command line's own -tp / --tensor-parallel-size (space or = separated) and
+ * --distributed-executor-backend are read here; a size given some other way (a --config file)
+ * reaches the engine, which then fails with the mpirun command to use.
+ */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+
+/* The value of option `name` in argv (`name V` or `name=V`), or NULL. */
+static const char *option(int argc, char **argv, const char *name) {
+    const size_t n = strlen(name);
+    const char *v = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], name) && i + 1 < argc) v = argv[i + 1];
+        else if (!strncmp(argv[i], name, n) && argv[i][n] == '=') v = argv[i] + n + 1;
+    }
+    return v;
+}
+
+static bool several_numa_nodes(void) { return access("/sys/devices/system/node/node1", F_OK) == 0; }
+
+int cv_launch_ranks(int argc, char **argv) {
+    const char *tp = option(argc, argv, "--tensor-parallel-size");
+    if (!tp) tp = option(argc, argv, "-tp");
+    const int n = tp ? atoi(tp) : 1;
+    const char *backend = option(argc, argv, "--distributed-executor-backend");
+    if (n <= 1 || (backend && !strcmp(backend, "mpi"))) return -1;
+    if (getenv("OMPI_COMM_WORLD_SIZE")) return -1; /* a rank of a job already */
+    char self[PATH_MAX];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0) {
+        perror("cvllm: /proc/self/exe");
+        return 1;
+    }
+    self[len] = '\0';
+    char np[16];
+    snprintf(np, sizeof np, "%d", n);
+    const bool numa = several_numa_nodes();
+    const char *head[] = {"mpirun", "-q", "-np", np, "--oversubscribe", numa ? "--map-by" : "--bind-to",
+                          numa ? "numa" : "none", numa ? "--bind-to" : NULL, numa ? "numa" : NULL, self};
+    char **args = calloc((size_t)argc + 16, sizeof *args);
+    if (!args) return 1;
+    int k = 0;
+    for (size_t i = 0; i < sizeof head / sizeof *head; i++)
+        if (head[i]) args[k++] = (char *)head[i];
+    for (int i = 1; i < argc; i++) args[k++] = argv[i];
+    args[k++] = "--distributed-executor-backend";
+    args[k++] = "mpi";
+    args[k] = NULL;
+    if (geteuid() == 0) {
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    }
+    fprintf(stderr, "INFO cvllm: tensor_parallel_size %d: starting %d ranks under mpirun%s\n", n, n,
+            numa ? ", one per NUMA node" : "");
+    fflush(stderr);
+    execvp("mpirun", args);
+    perror("cvllm: cannot run mpirun (install openmpi-bin, or start the ranks with mpirun -np N ... "
+           "--distributed-executor-backend mpi)");
+    free(args);
+    return 1;
+}
