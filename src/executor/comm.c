@@ -3,6 +3,8 @@
  */
 #include "executor/comm.h"
 
+#include <assert.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
 
@@ -39,6 +41,12 @@ static void allreduce(void *ctx, float *x, size_t n) {
     }
 }
 
+static void gather(void *ctx, const float *part, size_t n, float *all) {
+    (void)ctx;
+    assert(n <= INT_MAX && "one rank's slice of the logits fits an MPI count");
+    MPI_Gather(part, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+}
+
 int cv_comm_join(int tp_size, cv_tp *tp) {
     int rc = ensure_init();
     if (rc) return rc;
@@ -48,7 +56,7 @@ int cv_comm_join(int tp_size, cv_tp *tp) {
     if (size != tp_size)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor_parallel_size=%d but the MPI job has %d ranks (start it "
                        "with mpirun -np %d)", tp_size, size, tp_size);
-    *tp = (cv_tp){.rank = rank, .size = size, .allreduce = allreduce};
+    *tp = (cv_tp){.rank = rank, .size = size, .allreduce = allreduce, .gather = gather};
     cv_info("executor", "tensor-parallel rank %d of %d", rank, size);
     return 0;
 }

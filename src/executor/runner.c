@@ -249,7 +249,6 @@ int cv_runner_serve(cv_runner *r) {
         cursor c = {.base = r->payload, .mode = READ};
         walk(&c, &b, &copies, (int32_t)h.n[4], r->kv.block_size, r->tables);
         b.block_tables = r->tables;
-        b.n_logits = 0; /* logits are rank 0's */
         int rc = run(r, &b, copies, (int32_t)h.n[4], NULL);
         if (rc) return rc; /* rank 0 checked the same batch: a worker's failure is its own, and ends the job */
     }

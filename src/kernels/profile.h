@@ -28,7 +28,7 @@ typedef enum cv_op_kind {
     CV_OP_MOE,             /* routed experts (MoE models) */
     CV_OP_LINEAR_ATTENTION, /* gated delta rule layers (hybrid models) */
     CV_OP_LM_HEAD,
-    CV_OP_ALLREDUCE,       /* tensor parallelism: the sums of o_proj and down_proj over the ranks */
+    CV_OP_ALLREDUCE,       /* tensor parallelism: o_proj and down_proj summed over the ranks, logits gathered */
     CV_OP_COUNT
 } cv_op_kind;
 

@@ -119,11 +119,14 @@ struct cv_model {
  * block (o_proj, down_proj) split along their input, so each rank's output is a partial sum that
  * allreduce adds over the ranks, in place, identically on every rank. How the sums travel is the
  * executor's (OpenMPI there; a failed collective ends every rank of the job, so it returns nothing);
- * a model only calls allreduce. Only rank 0 computes logits. */
+ * a model only calls these. The lm_head is split by vocabulary rows too: each rank computes its
+ * slice of every logit row and gather collects the slices at rank 0, the only rank given logits. */
 typedef struct cv_tp {
     int rank, size;
     void *ctx;
     void (*allreduce)(void *ctx, float *x, size_t n);
+    /* every rank's n floats, in rank order, into rank 0's all[size·n] (all is NULL elsewhere) */
+    void (*gather)(void *ctx, const float *part, size_t n, float *all);
 } cv_tp;
 
 /* Calibration (cvllm quantize): called before each linear layer runs with its input rows — f32,

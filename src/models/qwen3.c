@@ -165,7 +165,6 @@ static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_
                                                      &ly->mlp.gate_up, &s->st.aq));
         nn_ffn_forward(pool, &ly->mlp, in, T, &s->mlp, s->st.o);
     }
-    if (m->bound.tp.rank != 0) return 0; /* the other ranks' shards are done; rank 0 has the logits */
     /* The last residual add and the final norm, for the rows whose logits are wanted only. */
     NN_TIMED(CV_OP_NORM, for (int32_t i = 0; i < b->n_logits; i++) {
         const int64_t r = b->logit_rows[i];

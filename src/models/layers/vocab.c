@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "models/layers/timed.h"
@@ -17,15 +18,26 @@ void nn_bind_vocab(nn_binder *b, const char *embed_name, int32_t vocab, int32_t 
     b->matmul_bytes = streamed; /* gathered one row per token, not streamed */
     if (b->rc) return;
     out->embed = cv_weight_view(&embed);
+    out->tied = tied;
+    out->tp = b->tp.size > 1 ? &b->tp : NULL;
+    if (out->tp && vocab % b->tp.size) {
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "vocab_size %d does not split evenly over %d tensor-parallel ranks",
+                        vocab, b->tp.size);
+        return;
+    }
     if (tied) {
-        nn_linear_add_view(b, &out->lm_head, "lm_head", &embed);
-        b->matmul_bytes += (size_t)vocab * (size_t)hidden * cv_dtype_size(embed.dtype);
+        const int32_t rows = vocab / b->tp.size;
+        cv_matrix slice = embed;
+        slice.data = (const uint8_t *)embed.data + (size_t)b->tp.rank * (size_t)rows * (size_t)hidden *
+                                                       cv_dtype_size(embed.dtype);
+        slice.rows = rows;
+        nn_linear_add_view(b, &out->lm_head, "lm_head", &slice);
+        b->matmul_bytes += (size_t)rows * (size_t)hidden * cv_dtype_size(embed.dtype);
     } else {
-        nn_bind_linear(b, &out->lm_head, "lm_head", vocab, hidden, "vocab_size, hidden_size (tie_word_embeddings=false)");
+        nn_bind_linear_split(b, &out->lm_head, "lm_head", vocab, hidden,
+                             "vocab_size, hidden_size (tie_word_embeddings=false)", NN_SPLIT_ROWS);
     }
 }
-
-static bool is_tied(const nn_vocab *v) { return v->lm_head.parts[0].w.data == v->embed.data; }
 
 int nn_pack_model(cv_threadpool *pool, cv_weight_source *src, const char *layout, nn_vocab *v,
                   const nn_linear_list *lins) {
@@ -34,11 +46,10 @@ int nn_pack_model(cv_threadpool *pool, cv_weight_source *src, const char *layout
     for (int i = 0; i < lins->n; i++) nn_linear_list_add(&all, lins->at[i]);
     /* Which tensor the lm_head is belongs in the key: a tied load of an untied checkpoint packs
      * embed_tokens, of the same shape as lm_head.weight. */
-    const bool tied = is_tied(v);
-    char *key = cv_xasprintf("%s; lm_head %s", layout, tied ? "tied to the embedding" : "lm_head.weight");
+    char *key = cv_xasprintf("%s; lm_head %s", layout, v->tied ? "tied to the embedding" : "lm_head.weight");
     int rc = nn_pack_linears(pool, src, key, &all, &v->cache);
-    /* Packed, the rows now come from the panels. */
-    if (!rc && tied && v->lm_head.w[0].data != v->embed.data) v->embed = (cv_weight){0};
+    /* Packed, the rows now come from the panels (unless they are only this rank's slice). */
+    if (!rc && v->tied && !v->tp && v->lm_head.w[0].data != v->embed.data) v->embed = (cv_weight){0};
     free(key);
     nn_linear_list_free(&all);
     return rc;
@@ -48,11 +59,34 @@ void nn_embed(const nn_vocab *v, const int32_t *ids, int32_t n, float *out) {
     NN_TIMED(CV_OP_EMBED, cv_embed_weight(v->embed.data ? &v->embed : &v->lm_head.w[0], ids, n, out));
 }
 
-void nn_logits(cv_threadpool *pool, const nn_vocab *v, const float *x, int32_t n, float *logits) {
-    if (n > 0) NN_TIMED(CV_OP_LM_HEAD, nn_linear_forward(pool, &v->lm_head, nn_f32(x), n, &logits));
+void nn_logits(cv_threadpool *pool, nn_vocab *v, const float *x, int32_t n, float *logits) {
+    if (n <= 0) return;
+    if (!v->tp) {
+        NN_TIMED(CV_OP_LM_HEAD, nn_linear_forward(pool, &v->lm_head, nn_f32(x), n, &logits));
+        return;
+    }
+    const int ranks = v->tp->size;
+    const int64_t slice = v->lm_head.parts[0].w.rows;
+    if ((size_t)n > v->part_rows) {
+        free(v->part);
+        free(v->all);
+        v->part = cv_xmalloc((size_t)n * (size_t)slice * sizeof *v->part);
+        v->all = v->tp->rank == 0 ? cv_xmalloc((size_t)ranks * (size_t)n * (size_t)slice * sizeof *v->all) : NULL;
+        v->part_rows = (size_t)n;
+    }
+    NN_TIMED(CV_OP_LM_HEAD, nn_linear_forward(pool, &v->lm_head, nn_f32(x), n, &v->part));
+    NN_TIMED(CV_OP_ALLREDUCE, v->tp->gather(v->tp->ctx, v->part, (size_t)n * (size_t)slice, v->all));
+    if (v->tp->rank != 0) return;
+    for (int r = 0; r < ranks; r++) /* [rank][row][slice] → [row][rank·slice] */
+        for (int32_t i = 0; i < n; i++)
+            memcpy(logits + (int64_t)i * ranks * slice + r * slice, v->all + ((int64_t)r * n + i) * slice,
+                   (size_t)slice * sizeof *logits);
 }
 
 void nn_vocab_release(nn_vocab *v) {
+    free(v->part);
+    free(v->all);
+    v->part = v->all = NULL;
     nn_linear_release(&v->lm_head);
     cv_pack_cache_close(v->cache);
     v->cache = NULL;

@@ -7,6 +7,10 @@
  * original is gone, so the largest matrix of a small model is resident once. The lm_head is packed
  * first: it is the largest matrix, and packing it before any layer's pages are touched keeps the
  * load's peak memory near 1× the weights.
+ *
+ * Tensor parallelism (model.h cv_tp): each rank's lm_head is its slice of the vocabulary rows (a
+ * tied one a slice of the embedding, which every rank keeps whole for the gather of token rows);
+ * nn_logits computes the rank's slice of each row and gathers the slices at rank 0.
  */
 #ifndef CV_LAYERS_VOCAB_H
 #define CV_LAYERS_VOCAB_H
@@ -18,8 +22,12 @@
 
 typedef struct nn_vocab {
     cv_weight embed;          /* a view; .data NULL: tied and read from the packed lm_head */
-    nn_linear lm_head;        /* one part, named "lm_head" (tied or not) */
+    nn_linear lm_head;        /* one part, named "lm_head" (tied or not): this rank's vocabulary rows */
+    bool tied;
     cv_pack_cache *cache;     /* backs every packed linear of the model (NULL: anonymous memory) */
+    const cv_tp *tp;          /* tensor parallelism, else NULL */
+    float *part, *all;        /* tensor parallelism: this rank's logit slices, and rank 0's gathered ones */
+    size_t part_rows;         /* rows part and all hold */
 } nn_vocab;
 
 /* embed_name: e.g. "model.embed_tokens.weight"; lm_head.weight unless tied. The embedding is not
@@ -29,8 +37,9 @@ void nn_bind_vocab(nn_binder *b, const char *embed_name, int32_t vocab, int32_t 
 int nn_pack_model(cv_threadpool *pool, cv_weight_source *src, const char *layout, nn_vocab *v,
                   const nn_linear_list *lins);
 void nn_embed(const nn_vocab *v, const int32_t *ids, int32_t n, float *out);
-/* logits [n][vocab] of the final-normed hidden rows x [n][hidden]. */
-void nn_logits(cv_threadpool *pool, const nn_vocab *v, const float *x, int32_t n, float *logits);
+/* logits [n][vocab] of the final-normed hidden rows x [n][hidden] (under tensor parallelism, every
+ * rank calls it and rank 0 gets them; logits is NULL on the others). */
+void nn_logits(cv_threadpool *pool, nn_vocab *v, const float *x, int32_t n, float *logits);
 void nn_vocab_release(nn_vocab *v);
 
 #endif
