@@ -1,15 +1,17 @@
 /*
  * test_tp.c — tensor parallelism over OpenMPI, against Hugging Face's f32 logits.
  *
- * Run as an MPI job of 2 ranks (tests/cmake/executor.cmake starts it with mpirun): every rank
- * creates a runner over the same checkpoint with tp_size 2; rank 0 runs the batches and checks the
- * logits, the other serves it (cv_runner_serve). Each dense reference folder (f32 and bf16 weights,
+ * Run as an MPI job of N ranks (tests/cmake/executor.cmake starts it with mpirun: 2 ranks, which
+ * split the fixtures' 2 KV heads, and 4, which replicate each on 2 ranks): every rank creates a
+ * runner over the same checkpoint with tp_size N; rank 0 runs the batches and checks the logits, the
+ * others serve it (cv_runner_serve). Each dense reference folder (f32 and bf16 weights,
  * tied and untied; the model in f32 compute) runs one-shot, in 7-token chunks and as a batch of both
  * prompts with mixed prefill and decode steps, each within the 1e-4 bound the one-process model
  * meets. Failure paths, which every rank must reach together: a model tensor parallelism does not
- * run (MoE), KV heads that do not split over the ranks, and a job size that is not tp_size.
+ * run (MoE), and a job size that is not tp_size.
  */
 #include <mpi.h>
+#include <stdlib.h>
 
 #include "executor/runner.h"
 #include "model_fixture.h"
@@ -93,17 +95,24 @@ static void step(cv_runner *r, tp_seq **seqs, const int32_t *n, int n_seqs, floa
     }
 }
 
+static int job_size(void) {
+    const char *s = getenv("OMPI_COMM_WORLD_SIZE");
+    return s ? atoi(s) : 1;
+}
+
 static void check_folder(const char *folder) {
+    const int n = job_size();
     tp_model m;
-    CHECK_MSG(open_model(folder, 2, &m) == 0, "%s: %s", folder, cv_error_message());
+    CHECK_MSG(open_model(folder, n, &m) == 0, "%s: %s", folder, cv_error_message());
     if (!m.runner) {
         close_model(&m);
         return;
     }
     const cv_runner_info *info = cv_runner_get_info(m.runner);
     const int rank = info->tp_rank;
-    CHECK_EQ_INT(info->tp_size, 2);
-    CHECK_EQ_INT(info->kv_spec.num_kv_heads * 2, m.cfg.num_key_value_heads); /* this rank's share */
+    CHECK_EQ_INT(info->tp_size, n);
+    const int32_t kv = m.cfg.num_key_value_heads; /* this rank's share: a split, or one replicated head */
+    CHECK_EQ_INT(info->kv_spec.num_kv_heads, kv % n ? 1 : kv / n);
     CHECK_EQ_INT(cv_runner_alloc_cache(m.runner, 2 * MF_NUM_BLOCKS + 1, MF_BLOCK_SIZE, CV_DTYPE_F32, 0), 0);
     if (rank != 0) {
         CHECK_EQ_INT(cv_runner_serve(m.runner), 0);
@@ -131,8 +140,8 @@ static void check_folder(const char *folder) {
         tp_seq *one = &s;
         snprintf(what, sizeof what, "%s chunked", folder);
         while (s.done < s.len) {
-            int32_t n = s.len - s.done < 7 ? s.len - s.done : 7;
-            step(m.runner, &one, &n, 1, logits, what, &worst);
+            int32_t chunk = s.len - s.done < 7 ? s.len - s.done : 7;
+            step(m.runner, &one, &chunk, 1, logits, what, &worst);
         }
     }
     /* both prompts in one cache: the short one decodes token by token while the long one prefills */
@@ -142,10 +151,11 @@ static void check_folder(const char *folder) {
     tp_seq *both[] = {&a, &b};
     snprintf(what, sizeof what, "%s batched", folder);
     while (a.done < a.len || b.done < b.len) {
-        int32_t n[2] = {a.done == 0 ? refs[0].n_prompt : (a.done < a.len), b.len - b.done < 40 ? b.len - b.done : 40};
-        step(m.runner, both, n, 2, logits, what, &worst);
+        int32_t counts[2] = {a.done == 0 ? refs[0].n_prompt : (a.done < a.len),
+                             b.len - b.done < 40 ? b.len - b.done : 40};
+        step(m.runner, both, counts, 2, logits, what, &worst);
     }
-    printf("%s: tensor parallel 2, worst relative error %.3g\n", folder, worst);
+    printf("%s: tensor parallel %d, worst relative error %.3g\n", folder, n, worst);
     free(logits);
     mf_free_reference(&refs[0]);
     mf_free_reference(&refs[1]);
@@ -154,12 +164,15 @@ static void check_folder(const char *folder) {
 
 static void check_refusals(void) {
     tp_model m;
-    CHECK_EQ_INT(open_model("qwen3-moe-f32", 2, &m), CVLLM_ERR_UNSUPPORTED);
+    const int n = job_size();
+    CHECK_EQ_INT(open_model("qwen3-moe-f32", n, &m), CVLLM_ERR_UNSUPPORTED);
     CHECK_CONTAINS(cv_error_message(), "Qwen3MoeForCausalLM");
     CHECK(m.runner == NULL);
     close_model(&m);
-    CHECK_EQ_INT(open_model("qwen3-dense-f32", 3, &m), CVLLM_ERR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cv_error_message(), "tensor_parallel_size=3 but the MPI job has 2 ranks");
+    CHECK_EQ_INT(open_model("qwen3-dense-f32", n + 1, &m), CVLLM_ERR_INVALID_ARGUMENT);
+    char want[96];
+    snprintf(want, sizeof want, "tensor_parallel_size=%d but the MPI job has %d ranks", n + 1, n);
+    CHECK_CONTAINS(cv_error_message(), want);
     close_model(&m);
 }
 
@@ -168,5 +181,7 @@ int main(void) {
     check_refusals();
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    return cv_check_summary(rank == 0 ? "test_tp rank 0" : "test_tp rank 1");
+    char name[32];
+    snprintf(name, sizeof name, "test_tp rank %d", rank);
+    return cv_check_summary(name);
 }

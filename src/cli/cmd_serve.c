@@ -283,11 +283,18 @@ static int parse_serve_args(cv_args *a, serve_args *g) {
     return 0;
 }
 
+/* SIGINT, SIGTERM, and as a rank of a tensor-parallel job SIGUSR2: the launcher's SIGTERM, which
+ * mpirun forwards (cli/launch.c). */
+static void stop_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+    if (getenv("OMPI_COMM_WORLD_SIZE")) sigaddset(set, SIGUSR2);
+}
+
 static int wait_for_signal(void) {
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
+    stop_signals(&set);
     int sig = 0;
     sigwait(&set, &sig);
     return sig;
@@ -342,7 +349,7 @@ static int run_server(cv_args *a, serve_args *g) {
     cv_info("serve", "cvllm %s API server on http://%s:%d (model '%s')", CVLLM_VERSION,
             g->server.host ? g->server.host : "0.0.0.0", cv_server_port(s), g->n_names ? g->names[0] : g->engine.model);
     int sig = wait_for_signal();
-    cv_info("serve", "%s received, shutting down (--shutdown-timeout %g s)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+    cv_info("serve", "%s received, shutting down (--shutdown-timeout %g s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
             g->shutdown_timeout);
     cv_server_stop(s, g->shutdown_timeout);
     cv_engine_loop_stop(loop);
@@ -353,9 +360,7 @@ static int run_server(cv_args *a, serve_args *g) {
 int cmd_serve(int argc, char **argv) {
     /* Before any thread exists, so that all of them inherit the mask (see the top). */
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
+    stop_signals(&set);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     serve_args g = {0};
     cv_args a;

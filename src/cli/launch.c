@@ -5,25 +5,36 @@
  * The command line is run again under OpenMPI's mpirun as an N-rank job with
  * `--distributed-executor-backend mpi` appended, which the ranks read as "already launched": every
  * rank creates the engine (cvllm.h tensor_parallel_size), rank 0 runs the command and the others
- * serve its model shard. mpirun stays the parent, forwards output and signals, and exits with the
- * job's status (quietly: a rank's error is the last line, without mpirun's advice after it). Ranks are spread over NUMA nodes and bound to them where the machine has several
+ * serve its model shard. This process stays the parent and exits with mpirun's status; mpirun runs
+ * in a process group of its own and forwards the ranks' output (quietly: a rank's error is the last
+ * line, without mpirun's advice after it). SIGTERM and SIGINT to this process reach the ranks as
+ * SIGUSR2, which mpirun forwards as it is (it would answer SIGTERM itself by killing the job): rank 0
+ * of `serve` takes it as its SIGTERM and drains, the workers wait for rank 0 to stop them. Ranks are spread over NUMA nodes and bound to them where the machine has several
  * (each socket's memory bandwidth serves its own shard); on one node they are not bound, and mpirun
  * may start more ranks than cores (--oversubscribe). As root, mpirun refuses to start unless told:
  * cvllm tells it (OMPI_ALLOW_RUN_AS_ROOT), since the user asked for the ranks.
  *
  * Only the command line's own -tp / --tensor-parallel-size (space or = separated) and
  * --distributed-executor-backend are read here; a size given some other way (a --config file)
- * reaches the engine, which then fails with the mpirun command to use.
+ * reaches the engine, which then fails with the mpirun command to use. A model whose architecture
+ * has no tensor parallelism yet (read from its config.json when the model is at hand) is not
+ * launched: the engine runs it in one process and says so, as the tutorials pass -tp to every model.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "loader/config.h"
+#include "loader/resolve.h"
+#include "models/model.h"
 
 /* The value of option `name` in argv (`name V` or `name=V`), or NULL. */
 static const char *option(int argc, char **argv, const char *name) {
@@ -36,6 +47,36 @@ static const char *option(int argc, char **argv, const char *name) {
     return v;
 }
 
+/* The model argument: --model V, else serve's and generate's first positional argument. */
+static const char *model_arg(int argc, char **argv) {
+    const char *m = option(argc, argv, "--model");
+    if (m) return m;
+    const bool positional = !strcmp(argv[1], "serve") || !strcmp(argv[1], "generate");
+    return positional && argc > 2 && argv[2][0] != '-' ? argv[2] : NULL;
+}
+
+/* Whether the model runs sharded; true when that cannot be told here (the ranks then report what
+ * is wrong with the model). */
+static bool shards(const char *model) {
+    char *dir = NULL;
+    if (!model || cv_resolve_model(model, NULL, false, &dir)) return true;
+    cv_model_config cfg;
+    bool ok = true;
+    if (cv_model_config_load(dir, &cfg) == 0) {
+        ok = cv_model_tensor_parallel(cfg.architecture);
+        cv_model_config_free(&cfg);
+    }
+    free(dir);
+    return ok;
+}
+
+static volatile pid_t job;
+
+static void forward(int sig) {
+    (void)sig;
+    if (job > 0) kill(job, SIGUSR2);
+}
+
 static bool several_numa_nodes(void) { return access("/sys/devices/system/node/node1", F_OK) == 0; }
 
 int cv_launch_ranks(int argc, char **argv) {
@@ -45,6 +86,7 @@ int cv_launch_ranks(int argc, char **argv) {
     const char *backend = option(argc, argv, "--distributed-executor-backend");
     if (n <= 1 || (backend && !strcmp(backend, "mpi"))) return -1;
     if (getenv("OMPI_COMM_WORLD_SIZE")) return -1; /* a rank of a job already */
+    if (!shards(model_arg(argc, argv))) return -1;
     char self[PATH_MAX];
     const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
@@ -72,10 +114,27 @@ int cv_launch_ranks(int argc, char **argv) {
     }
     fprintf(stderr, "INFO cvllm: tensor_parallel_size %d: starting %d ranks under mpirun%s\n", n, n,
             numa ? ", one per NUMA node" : "");
-    fflush(stderr);
-    execvp("mpirun", args);
-    perror("cvllm: cannot run mpirun (install openmpi-bin, or start the ranks with mpirun -np N ... "
-           "--distributed-executor-backend mpi)");
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setpgid(0, 0); /* a terminal's Ctrl-C reaches this process only, which forwards it */
+        execvp("mpirun", args);
+        perror("cvllm: cannot run mpirun (install openmpi-bin, or start the ranks with mpirun -np N ... "
+               "--distributed-executor-backend mpi)");
+        _exit(127);
+    }
     free(args);
-    return 1;
+    if (pid < 0) {
+        perror("cvllm: fork");
+        return 1;
+    }
+    job = pid;
+    struct sigaction sa = {.sa_handler = forward};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return 1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

@@ -26,6 +26,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "engine/engine.h"
+#include "executor/comm.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -80,7 +81,9 @@ static int make_plan(const cvllm_engine *e, const cv_footprint *fp, bool state_p
     *plan = (memory_plan){0};
     const int32_t bs = e->opts.block_size, running = e->opts.max_num_seqs;
     const int32_t spec = e->spec.method != CV_SPEC_NONE ? e->spec.num_speculative_tokens : 0;
-    const double ram = machine_ram_bytes(), gib_ram = ram / GIB;
+    /* the ranks of a tensor-parallel job on this machine share its RAM */
+    const double ram = machine_ram_bytes() / (e->opts.tensor_parallel_size > 1 ? cv_comm_local_ranks() : 1);
+    const double gib_ram = ram / GIB;
     const double weights = (double)fp->weight_bytes, activations = (double)fp->activation_bytes;
     const double fixed = weights + activations;
     plan->block_bytes = fp->kv_bytes_per_token * (size_t)bs;

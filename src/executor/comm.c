@@ -85,6 +85,11 @@ void cv_comm_bcast_payload(void **payload, size_t *cap, size_t bytes) {
     }
 }
 
+bool cv_comm_in_job(void) {
+    const char *s = getenv("OMPI_COMM_WORLD_SIZE");
+    return s && atoi(s) > 1;
+}
+
 int cv_comm_local_ranks(void) {
     const char *s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const int n = s ? atoi(s) : 1;

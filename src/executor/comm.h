@@ -17,6 +17,7 @@
 #ifndef CV_EXECUTOR_COMM_H
 #define CV_EXECUTOR_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,8 @@ int cv_comm_agree(int rc, const char *what);
 void cv_comm_bcast_header(cv_comm_header *h);
 void cv_comm_bcast_payload(void **payload, size_t *cap, size_t bytes);
 
+/* Whether this process is a rank of an MPI job of more than one rank (without initialising MPI). */
+bool cv_comm_in_job(void);
 /* How many ranks of this job share this machine (for the default thread count); 1 outside MPI. */
 int cv_comm_local_ranks(void);
 

@@ -4,7 +4,10 @@
 # leaks of its own libraries: those, and only those, are suppressed (tests/lsan-openmpi.supp), which
 # needs whole allocation stacks (its plugins have no frame pointers for the fast unwinder).
 find_program(MPIEXEC_BIN NAMES mpirun mpiexec)
+set(TP_ENV "CVLLM_CACHE_ROOT=${CMAKE_BINARY_DIR}/test-cache;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-openmpi.supp")
 cv_add_test(test_tp SOURCES test_tp.c LIBS cv_executor TIMEOUT 300
             LAUNCHER ${MPIEXEC_BIN} -np 2 --oversubscribe --bind-to none)
-set_tests_properties(test_tp PROPERTIES ENVIRONMENT
-  "CVLLM_CACHE_ROOT=${CMAKE_BINARY_DIR}/test-cache;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-openmpi.supp")
+set_tests_properties(test_tp PROPERTIES ENVIRONMENT "${TP_ENV}")
+# 4 ranks over the fixtures' 2 KV heads: each head on 2 ranks (the same binary, another job size)
+add_test(NAME test_tp4 COMMAND ${MPIEXEC_BIN} -np 4 --oversubscribe --bind-to none $<TARGET_FILE:test_tp>)
+set_tests_properties(test_tp4 PROPERTIES TIMEOUT 300 ENVIRONMENT "${TP_ENV}")

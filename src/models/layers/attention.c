@@ -28,11 +28,13 @@ int nn_attention_dims_from_config(const cv_model_config *cfg, bool gated, bool z
         return cv_fail(CVLLM_ERR_UNSUPPORTED, "config.json: attention_bias=true is not supported for %s",
                        cfg->architecture);
     if (!(cfg->rms_norm_eps > 0)) return cv_fail(CVLLM_ERR_FORMAT, "config.json: rms_norm_eps must be positive");
-    if (cfg->num_key_value_heads % tp_size)
-        return cv_fail(CVLLM_ERR_UNSUPPORTED, "num_key_value_heads=%d does not split over tensor_parallel_size=%d (KV "
-                       "heads are not replicated yet)", cfg->num_key_value_heads, tp_size);
+    const int32_t kv = cfg->num_key_value_heads;
+    if (cfg->num_attention_heads % tp_size || (kv % tp_size && tp_size % kv))
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "num_attention_heads=%d and num_key_value_heads=%d do not split over "
+                       "tensor_parallel_size=%d", cfg->num_attention_heads, kv, tp_size);
+    const int32_t kv_parts = kv % tp_size ? kv : tp_size;
     *out = (nn_attention_dims){.hidden = cfg->hidden_size, .n_heads = cfg->num_attention_heads / tp_size,
-                               .n_kv_heads = cfg->num_key_value_heads / tp_size, .head_dim = cfg->head_dim,
+                               .n_kv_heads = kv / kv_parts, .kv_parts = kv_parts, .head_dim = cfg->head_dim,
                                .eps = (float)cfg->rms_norm_eps, .gated = gated,
                                .zero_centred_norms = zero_centred_norms};
     return 0;
@@ -53,7 +55,8 @@ void nn_attention_scratch_take(nn_attention_scratch *s, const nn_attention_dims 
 void nn_bind_attention(nn_binder *b, const char *prefix, const nn_attention_dims *d, nn_attention *out) {
     /* the whole tensors' shapes: this rank's heads times the ranks */
     const int64_t n = b->tp.size, H = d->hidden, q_dim = n * d->n_heads * d->head_dim;
-    const int64_t kv_dim = n * d->n_kv_heads * d->head_dim;
+    const int64_t kv_dim = (int64_t)d->kv_parts * d->n_kv_heads * d->head_dim;
+    const int kv_piece = (int)((int64_t)b->tp.rank * d->kv_parts / n); /* the KV head(s) of this rank's queries */
     out->bf16_dot = b->bf16_input && d->head_dim % 2 == 0;
     out->tp = n > 1 ? &b->tp : NULL;
     char p[200];
@@ -61,10 +64,10 @@ void nn_bind_attention(nn_binder *b, const char *prefix, const nn_attention_dims
     nn_bind_linear_split(b, &out->qkv, nn_name(b, "%sq_proj", p), d->gated ? 2 * q_dim : q_dim, H,
                          d->gated ? "2*num_attention_heads*head_dim (query and gate), hidden_size"
                                   : "num_attention_heads*head_dim, hidden_size", NN_SPLIT_ROWS);
-    nn_bind_linear_split(b, &out->qkv, nn_name(b, "%sk_proj", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
-                         NN_SPLIT_ROWS);
-    nn_bind_linear_split(b, &out->qkv, nn_name(b, "%sv_proj", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
-                         NN_SPLIT_ROWS);
+    nn_bind_linear_piece(b, &out->qkv, nn_name(b, "%sk_proj", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
+                         NN_SPLIT_ROWS, d->kv_parts, kv_piece);
+    nn_bind_linear_piece(b, &out->qkv, nn_name(b, "%sv_proj", p), kv_dim, H, "num_key_value_heads*head_dim, hidden_size",
+                         NN_SPLIT_ROWS, d->kv_parts, kv_piece);
     nn_bind_linear_split(b, &out->o_proj, nn_name(b, "%so_proj", p), H, q_dim, "hidden_size, num_attention_heads*head_dim",
                          NN_SPLIT_COLS);
     void (*bind_gain)(nn_binder *, const char *, int64_t, const char *, const float **) =

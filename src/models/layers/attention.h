@@ -20,7 +20,9 @@
 #include "models/layers/linear.h"
 
 typedef struct nn_attention_dims {
-    int32_t hidden, n_heads, n_kv_heads, head_dim;
+    int32_t hidden, n_heads, n_kv_heads, head_dim; /* heads: this rank's */
+    int32_t kv_parts;         /* tensor parallelism: pieces the KV heads are cut into (the ranks, or the
+                               * KV heads themselves when there are fewer, each then on several ranks) */
     float eps;
     bool gated;               /* q_proj rows are [q_h | gate_h] per head; output ⊙ σ(gate) */
     bool zero_centred_norms;  /* q_norm/k_norm gains are stored as w, applied as 1 + w */
@@ -28,7 +30,9 @@ typedef struct nn_attention_dims {
 
 /* The dims from config.json, checked: heads grouped evenly over the KV heads, head_dim within what
  * the fused norm+RoPE kernel takes, no attention_bias. With tensor parallelism over tp_size ranks,
- * each rank's share of the query and KV heads (both must split evenly). */
+ * each rank's share of the query heads (which must split evenly) and of the KV heads: split evenly,
+ * or, with fewer KV heads than ranks, one each, replicated over tp_size / num_key_value_heads ranks
+ * as vLLM does. */
 int nn_attention_dims_from_config(const cv_model_config *cfg, bool gated, bool zero_centred_norms, int tp_size,
                                   nn_attention_dims *out);
 

@@ -89,13 +89,12 @@ static void add_part(nn_binder *b, nn_linear *l, const nn_linear_part *part) {
     l->scratch = b->act_rows;
 }
 
-/* Narrows p (the whole [rows][cols] tensor) to this rank's shard. */
-static void take_shard(nn_binder *b, nn_linear_part *p, nn_split split) {
-    const int n = b->tp.size, r = b->tp.rank;
+/* Narrows p (the whole [rows][cols] tensor) to piece `index` of `n` equal ones. */
+static void take_shard(nn_binder *b, nn_linear_part *p, nn_split split, int n, int r) {
     const int64_t whole = split == NN_SPLIT_ROWS ? p->w.rows : p->w.cols;
     if (whole % n) {
-        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s.weight: %s %lld do not split evenly over %d tensor-parallel "
-                        "ranks", p->name, split == NN_SPLIT_ROWS ? "rows" : "columns", (long long)whole, n);
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s.weight: %s %lld do not split evenly into %d tensor-parallel "
+                        "shards", p->name, split == NN_SPLIT_ROWS ? "rows" : "columns", (long long)whole, n);
         return;
     }
     if (p->w.block_scale) {
@@ -122,8 +121,8 @@ static void take_shard(nn_binder *b, nn_linear_part *p, nn_split split) {
     if (r != 0) p->w.row_bias = NULL; /* added once to the sum over the ranks */
 }
 
-void nn_bind_linear_split(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
-                          nn_split split) {
+void nn_bind_linear_piece(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
+                          nn_split split, int parts, int index) {
     if (b->rc) return;
     cv_qlinear q;
     b->rc = cv_weights_get_qlinear(b->src, name, rows, cols, hint, &q);
@@ -136,13 +135,18 @@ void nn_bind_linear_split(nn_binder *b, nn_linear *l, const char *name, int64_t 
               .row_bias = q.row_bias, .block_scale = q.block_scale, .block = q.block},
         .quant = {.dynamic = q.scheme == CV_SCHEME_W8A8_DYNAMIC, .scale = q.input_scale, .offset = q.input_offset},
     };
-    if (split != NN_WHOLE && b->tp.size > 1) take_shard(b, &part, split);
+    if (split != NN_WHOLE && parts > 1) take_shard(b, &part, split, parts, index);
     if (b->rc) return;
     add_part(b, l, &part);
     if (b->rc) return;
     b->matmul_bytes += q.scheme == CV_SCHEME_FLOAT
                            ? (size_t)part.w.rows * (size_t)part.w.cols * cv_dtype_size(part.w.dtype)
                            : cv_linear_scheme_bytes(q.scheme, part.w.rows, part.w.cols, q.block);
+}
+
+void nn_bind_linear_split(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
+                          nn_split split) {
+    nn_bind_linear_piece(b, l, name, rows, cols, hint, split, b->tp.size, b->tp.rank);
 }
 
 void nn_bind_linear(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint) {

@@ -84,6 +84,9 @@ void nn_bind_linear(nn_binder *b, nn_linear *l, const char *name, int64_t rows, 
  * are added over the ranks. FP8 block scales are not split: CVLLM_ERR_UNSUPPORTED. */
 void nn_bind_linear_split(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
                           nn_split split);
+/* The same with piece `index` of `parts` (replicated shards: several ranks take the same piece). */
+void nn_bind_linear_piece(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
+                          nn_split split, int parts, int index);
 /* Appends a float part whose weight is already bound (a tied lm_head is the embedding; a fused 3-D
  * expert tensor's slices). */
 void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w);
