@@ -46,7 +46,8 @@ def latency(args, tp, input_len, output_len, profile=False):
 
 
 def collective_share(profile_text):
-    ops = dict(re.findall(r"^\s+(\w+)\s+([\d.]+)\s+[\d.]+%", profile_text, re.M))
+    """The share of the collectives (the profile's allreduce row) in rank 0's forward passes."""
+    ops = dict(re.findall(r"^\s+(\w+)\s+([\d.]+)\b", profile_text, re.M))
     total = float(ops.get("total", 0) or 0)
     return 100 * float(ops.get("allreduce", 0)) / total if total else None
 

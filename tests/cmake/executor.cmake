@@ -11,3 +11,13 @@ set_tests_properties(test_tp PROPERTIES ENVIRONMENT "${TP_ENV}")
 # 4 ranks over the fixtures' 2 KV heads: each head on 2 ranks (the same binary, another job size)
 add_test(NAME test_tp4 COMMAND ${MPIEXEC_BIN} -np 4 --oversubscribe --bind-to none $<TARGET_FILE:test_tp>)
 set_tests_properties(test_tp4 PROPERTIES TIMEOUT 300 ENVIRONMENT "${TP_ENV}")
+# A -tp 2 server (ranks started by cvllm itself) drains and exits 0 on SIGTERM, and exits non-zero in
+# bounded time, leaving no rank behind, when its worker rank is killed.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME test_tp_failure
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/executor/test_tp_failure.py
+                   $<TARGET_FILE:cvllm> ${CMAKE_SOURCE_DIR})
+  set_tests_properties(test_tp_failure PROPERTIES TIMEOUT 300 ENVIRONMENT
+    "CVLLM_CACHE_ROOT=${CMAKE_BINARY_DIR}/test-cache;ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-openmpi.supp")
+endif()
