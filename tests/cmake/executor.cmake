@@ -21,3 +21,10 @@ if(Python3_Interpreter_FOUND)
   set_tests_properties(test_tp_failure PROPERTIES TIMEOUT 300 ENVIRONMENT
     "CVLLM_CACHE_ROOT=${CMAKE_BINARY_DIR}/test-cache;ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-openmpi.supp")
 endif()
+# Across hosts: test_tp with one rank in each of two network namespaces joined by a veth pair, over
+# TCP only (skipped, with the reason, where namespaces cannot be made).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME test_tp_hosts
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/executor/test_tp_hosts.py $<TARGET_FILE:test_tp>)
+  set_tests_properties(test_tp_hosts PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${TP_ENV}")
+endif()
