@@ -69,9 +69,9 @@ static void generated_logprobs(json_t *j, double *out, size_t n) {
 
 /* -tp 2: cvllm starts two ranks under mpirun itself; the f32 model sharded over them gives the
  * reference's greedy tokens and the one-process run's logprobs. OpenMPI's own allocations are kept
- * out of LeakSanitizer's report as in test_tp (tests/cmake/executor.cmake). */
+ * out of LeakSanitizer's report as in test_tp (tests/CMakeLists.txt CV_OPENMPI_TEST_ENV). */
 static void test_tensor_parallel(const char *tmp, const char *model) {
-    const char *env = "CVLLM_LOG_LEVEL=warning OMPI_MCA_mca_base_component_disable_dlclose=1 "
+    const char *env = "CVLLM_LOG_LEVEL=warning "
                       "LSAN_OPTIONS=suppressions=" CVLLM_SOURCE_DIR "/tests/lsan-openmpi.supp:fast_unwind_on_malloc=0";
     double lp[2][8] = {{0}};
     json_t *ref = tu_load_ref("qwen3-dense-f32", "short");

@@ -4,11 +4,11 @@
  * Run as an MPI job of N ranks (tests/cmake/executor.cmake starts it with mpirun: 2 ranks, which
  * split the fixtures' 2 KV heads, and 4, which replicate each on 2 ranks): every rank creates a
  * runner over the same checkpoint with tp_size N; rank 0 runs the batches and checks the logits, the
- * others serve it (cv_runner_serve). Each dense reference folder (f32 and bf16 weights,
+ * others serve it (cv_runner_serve). Each dense and MoE reference folder (f32 and bf16 weights,
  * tied and untied; the model in f32 compute) runs one-shot, in 7-token chunks and as a batch of both
  * prompts with mixed prefill and decode steps, each within the 1e-4 bound the one-process model
  * meets. Failure paths, which every rank must reach together: a model tensor parallelism does not
- * run (MoE), and a job size that is not tp_size.
+ * run (the hybrid Qwen3-Next), and a job size that is not tp_size.
  */
 #include <mpi.h>
 #include <stdlib.h>
@@ -17,7 +17,7 @@
 #include "model_fixture.h"
 
 static const char *const FOLDERS[] = {"qwen3-dense-f32", "qwen3-dense-bf16", "qwen3-dense-tied-f32",
-                                      "qwen3-dense-tied-bf16"};
+                                      "qwen3-dense-tied-bf16", "qwen3-moe-f32", "qwen3-moe-bf16"};
 
 typedef struct tp_model {
     cv_model_config cfg;
@@ -165,8 +165,8 @@ static void check_folder(const char *folder) {
 static void check_refusals(void) {
     tp_model m;
     const int n = job_size();
-    CHECK_EQ_INT(open_model("qwen3-moe-f32", n, &m), CVLLM_ERR_UNSUPPORTED);
-    CHECK_CONTAINS(cv_error_message(), "Qwen3MoeForCausalLM");
+    CHECK_EQ_INT(open_model("qwen3-next-f32", n, &m), CVLLM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(cv_error_message(), "Qwen3NextForCausalLM");
     CHECK(m.runner == NULL);
     close_model(&m);
     CHECK_EQ_INT(open_model("qwen3-dense-f32", n + 1, &m), CVLLM_ERR_INVALID_ARGUMENT);

@@ -285,7 +285,7 @@ const char cv_args_engine_help[] =
     "  --scheduling-policy fcfs|priority  queue order: arrival, or the requests' priority (lower first)\n"
     "  --config FILE.yaml           flags from a YAML file (the command line wins)\n"
     "  JSON flags also take dotted keys: --compilation-config.cudagraph_mode FULL, -cc.mode=3\n"
-    "  --tensor-parallel-size, -tp N  shard the model over N OpenMPI ranks (dense Qwen3): started by\n"
+    "  --tensor-parallel-size, -tp N  shard the model over N OpenMPI ranks (Qwen3 dense, MoE): started by\n"
     "                               cvllm itself, or by your mpirun with --distributed-executor-backend mpi\n"
     "accepted, checked and ignored (no CUDA graphs): -pp/-dp N (one process),\n"
     "  --[no-]enable-expert-parallel, --distributed-executor-backend ray|mp|uni|external_launcher,\n"

@@ -225,8 +225,8 @@ static int load_tokenizer(cvllm_engine *e) {
 static int check_tensor_parallel(cvllm_engine *e) {
     if (e->opts.tensor_parallel_size <= 1 || cv_model_tensor_parallel(e->config.architecture)) return 0;
     if (cv_comm_in_job())
-        return cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor parallelism (tensor_parallel_size=%d) runs the dense Qwen3 "
-                       "architecture so far, not %s: run it as one process", e->opts.tensor_parallel_size,
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor parallelism (tensor_parallel_size=%d) runs the Qwen3 dense and "
+                       "MoE architectures so far, not %s: run it as one process", e->opts.tensor_parallel_size,
                        e->config.architecture);
     cv_warn("engine", "tensor_parallel_size %d: %s has no tensor parallelism yet; running in one process",
             e->opts.tensor_parallel_size, e->config.architecture);

@@ -104,10 +104,7 @@ static nn_linear_list model_linears(qwen3_model *m) {
 
 static int pack_weights(qwen3_model *m, cv_weight_source *src, cv_threadpool *pool) {
     nn_linear_list lins = model_linears(m);
-    char layout[160]; /* each tensor-parallel rank packs its own shard */
-    snprintf(layout, sizeof layout, "%s; tensor-parallel rank %d of %d", QWEN3_PACK_LAYOUT, m->bound.tp.rank,
-             m->bound.tp.size);
-    int rc = nn_pack_model(pool, src, m->bound.tp.size > 1 ? layout : QWEN3_PACK_LAYOUT, &m->vocab_w, &lins);
+    int rc = nn_pack_model(pool, src, QWEN3_PACK_LAYOUT, &m->vocab_w, &lins);
     nn_linear_list_free(&lins);
     return rc;
 }

@@ -183,7 +183,7 @@ int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
     *out = NULL;
     nn_attention_dims dims;
     moe_plan plan = {.dense = cv_xcalloc((size_t)cfg->num_hidden_layers, sizeof(bool))};
-    int rc = nn_attention_dims_from_config(cfg, false, false, 1, &dims);
+    int rc = nn_attention_dims_from_config(cfg, false, false, p->tp ? p->tp->size : 1, &dims);
     if (!rc) rc = read_plan(cfg, &plan);
     if (rc) {
         free(plan.dense);
@@ -191,7 +191,7 @@ int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
     }
     qwen3_moe_model *m = cv_xcalloc(1, sizeof *m);
     m->base = (cv_model){.ops = &qwen3_moe_ops, .config = cfg, .vocab_size = cfg->vocab_size, .pool = p->pool};
-    m->base.kv_spec = (cv_kv_spec){cfg->num_hidden_layers, cfg->num_key_value_heads, cfg->head_dim};
+    m->base.kv_spec = (cv_kv_spec){cfg->num_hidden_layers, dims.n_kv_heads, cfg->head_dim}; /* this rank's heads */
     m->hidden = cfg->hidden_size;
     m->n_layers = cfg->num_hidden_layers;
     m->vocab = cfg->vocab_size;

@@ -1,10 +1,7 @@
 # Tensor parallelism over OpenMPI: a 2-rank job on this machine (one thread per rank, oversubscribed
-# where there are fewer cores) against Hugging Face's f32 logits. mpirun refuses root unless told,
-# and CI runs as root. OpenMPI keeps process-lifetime allocations that LeakSanitizer would report as
-# leaks of its own libraries: those, and only those, are suppressed (tests/lsan-openmpi.supp), which
-# needs whole allocation stacks (its plugins have no frame pointers for the fast unwinder).
+# where there are fewer cores) against Hugging Face's f32 logits (environment: CV_OPENMPI_TEST_ENV).
 find_program(MPIEXEC_BIN NAMES mpirun mpiexec)
-set(TP_ENV "CVLLM_CACHE_ROOT=${CMAKE_BINARY_DIR}/test-cache;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-openmpi.supp")
+set(TP_ENV "CVLLM_CACHE_ROOT=${CMAKE_BINARY_DIR}/test-cache;${CV_OPENMPI_TEST_ENV}")
 cv_add_test(test_tp SOURCES test_tp.c LIBS cv_executor TIMEOUT 300
             LAUNCHER ${MPIEXEC_BIN} -np 2 --oversubscribe --bind-to none)
 set_tests_properties(test_tp PROPERTIES ENVIRONMENT "${TP_ENV}")
@@ -18,8 +15,7 @@ if(Python3_Interpreter_FOUND)
   add_test(NAME test_tp_failure
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/executor/test_tp_failure.py
                    $<TARGET_FILE:cvllm> ${CMAKE_SOURCE_DIR})
-  set_tests_properties(test_tp_failure PROPERTIES TIMEOUT 300 ENVIRONMENT
-    "CVLLM_CACHE_ROOT=${CMAKE_BINARY_DIR}/test-cache;ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:fast_unwind_on_malloc=0;LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan-openmpi.supp")
+  set_tests_properties(test_tp_failure PROPERTIES TIMEOUT 300 ENVIRONMENT "${TP_ENV}")
 endif()
 # Across hosts: test_tp with one rank in each of two network namespaces joined by a veth pair, over
 # TCP only (skipped, with the reason, where namespaces cannot be made).

@@ -9,6 +9,7 @@ died; mpirun then exits non-zero). A second server is stopped with SIGTERM and m
 
 Usage: test_tp_failure.py CVLLM_BINARY SOURCE_DIR   (ctest runs it as test_tp_failure)
 """
+import contextlib
 import json
 import os
 import shutil
@@ -94,41 +95,18 @@ def rank_pids(rank, port):
     return pids
 
 
-def killed_worker(model, tmp):
+@contextlib.contextmanager
+def served(model, tmp, name):
+    """A -tp 2 server that answered one completion: (process, port); killed at the end if still there,
+    its log printed when something failed."""
     port = free_port()
-    with open(os.path.join(tmp, "killed.log"), "w+") as log:
+    with open(os.path.join(tmp, f"{name}.log"), "w+") as log:
         proc = start(model, port, log)
         try:
-            check(wait_ready(proc, port), "the -tp 2 server did not become ready")
+            check(wait_ready(proc, port), f"{name}: the -tp 2 server did not become ready")
             status, out = complete(port)
-            check(status == 200 and out["usage"]["completion_tokens"] == 8, f"a completion before the kill: {out}")
-            workers = rank_pids(1, port)
-            check(len(workers) == 1, f"one worker rank expected, found {workers}")
-            inflight = {}
-
-            def long_request():
-                try:
-                    inflight["status"] = complete(port, max_tokens=240, timeout=BOUND_S)[0]
-                except Exception as e:  # a closed connection is an answer too: what matters is no hang
-                    inflight["error"] = repr(e)
-
-            t = threading.Thread(target=long_request)
-            t.start()
-            time.sleep(0.1)
-            start_kill = time.time()
-            for w in workers:
-                os.kill(w, signal.SIGKILL)
-            try:
-                rc = proc.wait(timeout=BOUND_S)
-            except subprocess.TimeoutExpired:
-                rc = None
-            elapsed = time.time() - start_kill
-            t.join(timeout=BOUND_S)
-            check(not t.is_alive(), "the in-flight request hung after the worker died")
-            check(rc is not None and rc != 0, f"serve exit status {rc} after its worker died (want non-zero within "
-                                              f"{BOUND_S} s)")
-            print(f"worker killed: serve exited {rc} after {elapsed:.1f} s; in-flight request: {inflight}", flush=True)
-            check(not rank_pids(0, port) and not rank_pids(1, port), "ranks left running after the job ended")
+            check(status == 200 and out["usage"]["completion_tokens"] == 8, f"{name}: a first completion: {out}")
+            yield proc, port
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -136,30 +114,50 @@ def killed_worker(model, tmp):
             log.seek(0)
             if failures:
                 print(log.read()[-3000:])
+
+
+def exit_status(proc):
+    """The process's exit status within BOUND_S, or None."""
+    try:
+        return proc.wait(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def killed_worker(model, tmp):
+    with served(model, tmp, "killed") as (proc, port):
+        workers = rank_pids(1, port)
+        check(len(workers) == 1, f"one worker rank expected, found {workers}")
+        inflight = {}
+
+        def long_request():
+            try:
+                inflight["status"] = complete(port, max_tokens=240, timeout=BOUND_S)[0]
+            except Exception as e:  # a closed connection is an answer too: what matters is no hang
+                inflight["error"] = repr(e)
+
+        t = threading.Thread(target=long_request)
+        t.start()
+        time.sleep(0.1)
+        start_kill = time.time()
+        for w in workers:
+            os.kill(w, signal.SIGKILL)
+        rc = exit_status(proc)
+        elapsed = time.time() - start_kill
+        t.join(timeout=BOUND_S)
+        check(not t.is_alive(), "the in-flight request hung after the worker died")
+        check(rc is not None and rc != 0, f"serve exit status {rc} after its worker died (want non-zero within "
+                                          f"{BOUND_S} s)")
+        print(f"worker killed: serve exited {rc} after {elapsed:.1f} s; in-flight request: {inflight}", flush=True)
+        check(not rank_pids(0, port) and not rank_pids(1, port), "ranks left running after the job ended")
 
 
 def drained(model, tmp):
-    port = free_port()
-    with open(os.path.join(tmp, "drained.log"), "w+") as log:
-        proc = start(model, port, log)
-        try:
-            check(wait_ready(proc, port), "the -tp 2 server did not become ready")
-            status, out = complete(port)
-            check(status == 200, f"completion: {out}")
-            proc.send_signal(signal.SIGTERM)
-            try:
-                rc = proc.wait(timeout=BOUND_S)
-            except subprocess.TimeoutExpired:
-                rc = None
-            check(rc == 0, f"serve -tp 2 exit status {rc} on SIGTERM (want 0)")
-            check(not rank_pids(0, port) and not rank_pids(1, port), "ranks left running after SIGTERM")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            log.seek(0)
-            if failures:
-                print(log.read()[-3000:])
+    with served(model, tmp, "drained") as (proc, port):
+        proc.send_signal(signal.SIGTERM)
+        rc = exit_status(proc)
+        check(rc == 0, f"serve -tp 2 exit status {rc} on SIGTERM (want 0)")
+        check(not rank_pids(0, port) and not rank_pids(1, port), "ranks left running after SIGTERM")
 
 
 def main():

@@ -15,9 +15,12 @@ static const char GATE_UP_HINT[] = "moe_intermediate_size, hidden_size", DOWN_HI
 
 /* Routed expert e bound per expert: experts.{e}.{gate,up,down}_proj in their scheme. */
 static void bind_expert(nn_binder *b, const char *prefix, int32_t e, int32_t hidden, int32_t inter, nn_moe *m) {
-    nn_bind_linear(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.gate_proj", prefix, e), inter, hidden, GATE_UP_HINT);
-    nn_bind_linear(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.up_proj", prefix, e), inter, hidden, GATE_UP_HINT);
-    nn_bind_linear(b, &m->down[e], nn_name(b, "%sexperts.%d.down_proj", prefix, e), hidden, inter, DOWN_HINT);
+    nn_bind_linear_split(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.gate_proj", prefix, e), inter, hidden,
+                         GATE_UP_HINT, NN_SPLIT_ROWS);
+    nn_bind_linear_split(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.up_proj", prefix, e), inter, hidden,
+                         GATE_UP_HINT, NN_SPLIT_ROWS);
+    nn_bind_linear_split(b, &m->down[e], nn_name(b, "%sexperts.%d.down_proj", prefix, e), hidden, inter, DOWN_HINT,
+                         NN_SPLIT_COLS);
 }
 
 /* Fused 3-D experts: views of expert e's rows, no copy. Returns 1 bound, 0 absent. */
@@ -35,6 +38,9 @@ static int bind_fused_experts(nn_binder *b, const char *prefix, int32_t hidden, 
                            "num_experts, hidden_size, moe_intermediate_size", &down);
     nn_check_matrix_dtype(b, gu.name, gu.dtype);
     nn_check_matrix_dtype(b, down.name, down.dtype);
+    if (!b->rc && b->tp.size > 1)
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "%s: fused expert tensors are not split for tensor parallelism yet",
+                        gu.name);
     if (b->rc) return 1;
     const size_t gu_expert = (size_t)(2 * I * H) * cv_dtype_size(gu.dtype), gu_half = gu_expert / 2;
     const size_t down_expert = (size_t)(H * I) * cv_dtype_size(down.dtype);
@@ -84,15 +90,17 @@ void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_
     const size_t before = b->matmul_bytes;
     if (!b->rc && !bind_fused_experts(b, p, hidden, c, out))
         for (int32_t e = 0; e < c->n_experts && !b->rc; e++) bind_expert(b, p, e, hidden, c->expert_inter, out);
-    for (int32_t e = 0; e < c->n_experts && !b->rc; e++) kernel_expert(out, e, c->expert_inter);
+    for (int32_t e = 0; e < c->n_experts && !b->rc; e++) kernel_expert(out, e, c->expert_inter / b->tp.size);
     /* A token streams only its top_k experts. */
     b->matmul_bytes = before + (b->matmul_bytes - before) / (size_t)c->n_experts * (size_t)c->top_k;
     if (out->has_shared) {
         char sp[240];
         snprintf(sp, sizeof sp, "%sshared_expert.", p);
         nn_bind_ffn(b, sp, hidden, c->shared_inter, "shared_expert_intermediate_size", &out->ffn);
+        out->ffn.tp = NULL; /* reduced with the routed experts' sum */
         nn_bind_linear(b, &out->route, nn_name(b, "%sshared_expert_gate", p), 1, hidden, "1, hidden_size");
     }
+    out->tp = b->tp.size > 1 ? &b->tp : NULL;
 }
 
 void nn_bind_dense_mlp(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter, nn_moe *out) {
@@ -184,13 +192,15 @@ void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, nn_inp
         };
         cv_moe(pool, &a);
     });
-    if (!m->has_shared) return;
-    /* Added after the routed experts, as when it was the last route of the grouped kernel. */
-    nn_ffn_forward(pool, &m->ffn, in, T, &s->ffn, s->shared);
-    NN_TIMED(CV_OP_MOE, for (int32_t t = 0; t < T; t++) {
-        const float w = 1.0f / (1.0f + expf(-s->shared_logit[t]));
-        float *o = out + (int64_t)t * hidden;
-        const float *e = s->shared + (int64_t)t * hidden;
-        for (int32_t i = 0; i < hidden; i++) o[i] += w * e[i];
-    });
+    if (m->has_shared) {
+        /* Added after the routed experts, as when it was the last route of the grouped kernel. */
+        nn_ffn_forward(pool, &m->ffn, in, T, &s->ffn, s->shared);
+        NN_TIMED(CV_OP_MOE, for (int32_t t = 0; t < T; t++) {
+            const float w = 1.0f / (1.0f + expf(-s->shared_logit[t]));
+            float *o = out + (int64_t)t * hidden;
+            const float *e = s->shared + (int64_t)t * hidden;
+            for (int32_t i = 0; i < hidden; i++) o[i] += w * e[i];
+        });
+    }
+    if (m->tp) NN_TIMED(CV_OP_ALLREDUCE, m->tp->allreduce(m->tp->ctx, out, (size_t)T * (size_t)hidden));
 }

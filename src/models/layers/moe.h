@@ -21,6 +21,11 @@
  * here. For calibration, each routed expert reports its gate_proj/up_proj input (the rows of the
  * tokens routed to it, in token order) and its down_proj input under its per-expert name,
  * "...mlp.experts.{e}.gate_proj", whichever layout the checkpoint has.
+ *
+ * Tensor parallelism (model.h cv_tp) splits every expert as the dense MLP is split: gate|up by rows,
+ * down by columns, the router whole on every rank. The routed experts' and the shared expert's
+ * partial sums add up to the block's partial output, which is all-reduced once, after both. Fused
+ * expert tensors are not split yet (refused at load).
  */
 #ifndef CV_LAYERS_MOE_H
 #define CV_LAYERS_MOE_H
@@ -46,6 +51,7 @@ typedef struct nn_moe {
     nn_observer observe;
     bool bf16_input;          /* bf16 compute with the bf16 dot product: BF16_PANELS experts read bf16 rows */
     nn_ffn ffn;               /* the shared expert, or the dense MLP */
+    const cv_tp *tp;          /* tensor parallelism with routed experts: the block's output is all-reduced */
 } nn_moe;
 
 /* prefix: "model.layers.0.mlp." */

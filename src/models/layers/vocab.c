@@ -46,7 +46,10 @@ int nn_pack_model(cv_threadpool *pool, cv_weight_source *src, const char *layout
     for (int i = 0; i < lins->n; i++) nn_linear_list_add(&all, lins->at[i]);
     /* Which tensor the lm_head is belongs in the key: a tied load of an untied checkpoint packs
      * embed_tokens, of the same shape as lm_head.weight. */
-    char *key = cv_xasprintf("%s; lm_head %s", layout, v->tied ? "tied to the embedding" : "lm_head.weight");
+    /* each tensor-parallel rank packs its own shard */
+    char *key = cv_xasprintf("%s; lm_head %s; tensor-parallel rank %d of %d", layout,
+                             v->tied ? "tied to the embedding" : "lm_head.weight", v->tp ? v->tp->rank : 0,
+                             v->tp ? v->tp->size : 1);
     int rc = nn_pack_linears(pool, src, key, &all, &v->cache);
     /* Packed, the rows now come from the panels (unless they are only this rank's slice). */
     if (!rc && v->tied && !v->tp && v->lm_head.w[0].data != v->embed.data) v->embed = (cv_weight){0};
