@@ -18,7 +18,8 @@
  * --distributed-executor-backend are read here; a size given some other way (a --config file)
  * reaches the engine, which then fails with the mpirun command to use. A model whose architecture
  * has no tensor parallelism yet (read from its config.json when the model is at hand) is not
- * launched: the engine runs it in one process and says so, as the tutorials pass -tp to every model.
+ * launched: the engine runs it in one process and says so, as the tutorials pass -tp to every model;
+ * nor is a model whose weights are not at hand, which one process then reports.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,11 +56,13 @@ static const char *model_arg(int argc, char **argv) {
     return positional && argc > 2 && argv[2][0] != '-' ? argv[2] : NULL;
 }
 
-/* Whether the model runs sharded; true when that cannot be told here (the ranks then report what
- * is wrong with the model). */
-static bool shards(const char *model) {
+/* Whether the model is at hand (its weights too, unless they are made up) and runs sharded. When
+ * the model cannot be told here, true: the ranks then report what is wrong with it. A model that
+ * is not at hand is not launched either: one process says so once, with its offline hint. */
+static bool shards(const char *model, bool dummy) {
     char *dir = NULL;
-    if (!model || cv_resolve_model(model, NULL, false, &dir)) return true;
+    if (!model) return true;
+    if (cv_resolve_model(model, NULL, !dummy, &dir)) return false;
     cv_model_config cfg;
     bool ok = true;
     if (cv_model_config_load(dir, &cfg) == 0) {
@@ -86,7 +89,9 @@ int cv_launch_ranks(int argc, char **argv) {
     const char *backend = option(argc, argv, "--distributed-executor-backend");
     if (n <= 1 || (backend && !strcmp(backend, "mpi"))) return -1;
     if (getenv("OMPI_COMM_WORLD_SIZE")) return -1; /* a rank of a job already */
-    if (!shards(model_arg(argc, argv))) return -1;
+    const char *format = option(argc, argv, "--load-format");
+    if (!format) format = option(argc, argv, "--load_format");
+    if (!shards(model_arg(argc, argv), format && !strcmp(format, "dummy"))) return -1;
     char self[PATH_MAX];
     const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {

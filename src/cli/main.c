@@ -43,11 +43,16 @@ int main(int argc, char **argv) {
         {"quantize", cmd_quantize},
     };
     /* A rank of a tensor-parallel job (cli/launch.c): whole lines, so that mpirun, which forwards
-     * every rank's output, never splices two ranks' lines; rank 0 alone speaks on stdout. */
+     * every rank's output, never splices two ranks' lines; rank 0 alone speaks on stdout, and the
+     * other ranks log warnings and errors only (unless CVLLM_LOG_LEVEL says otherwise): their info
+     * lines would repeat rank 0's. */
     const char *rank = getenv("OMPI_COMM_WORLD_RANK");
     if (rank) {
         setvbuf(stderr, NULL, _IOLBF, 0);
-        if (atoi(rank) > 0 && !freopen("/dev/null", "w", stdout)) perror("cvllm: /dev/null");
+        if (atoi(rank) > 0) {
+            setenv("CVLLM_LOG_LEVEL", "warning", 0);
+            if (!freopen("/dev/null", "w", stdout)) perror("cvllm: /dev/null");
+        }
     }
     /* the commands that run an engine start their own tensor-parallel ranks */
     const bool engine = !strcmp(argv[1], "serve") || !strcmp(argv[1], "generate") ||
