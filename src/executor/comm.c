@@ -31,11 +31,13 @@ static int ensure_init(void) {
     return 0;
 }
 
+/* MPI counts are int: large transfers go in chunks of at most 2^30 elements. */
+static int chunk(size_t left) { return left > (size_t)1 << 30 ? 1 << 30 : (int)left; }
+
 static void allreduce(void *ctx, float *x, size_t n) {
     (void)ctx;
-    /* MPI counts are int: sum in chunks (a batch's activations stay far below 2^31 floats) */
     for (size_t at = 0; at < n;) {
-        const int count = n - at > (size_t)1 << 30 ? 1 << 30 : (int)(n - at);
+        const int count = chunk(n - at);
         MPI_Allreduce(MPI_IN_PLACE, x + at, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         at += (size_t)count;
     }
@@ -79,7 +81,7 @@ void cv_comm_bcast_payload(void **payload, size_t *cap, size_t bytes) {
         *cap = bytes;
     }
     for (size_t at = 0; at < bytes;) {
-        const int count = bytes - at > (size_t)1 << 30 ? 1 << 30 : (int)(bytes - at);
+        const int count = chunk(bytes - at);
         MPI_Bcast((char *)*payload + at, count, MPI_BYTE, 0, MPI_COMM_WORLD);
         at += (size_t)count;
     }

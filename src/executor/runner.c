@@ -185,15 +185,16 @@ static int64_t table_len(const cv_batch *b, int32_t s, int32_t block_size) {
     return ((int64_t)b->context_lens[s] + block_size - 1) / block_size;
 }
 
-/* Walks the batch's arrays in payload order; returns the bytes they take. */
-static size_t walk(cursor *c, cv_batch *b, const cv_state_copy **copies, int32_t n_copies, int32_t block_size,
-                   const int32_t **tables) {
+/* Walks the batch's arrays in payload order (its state slots when `state`); returns the bytes they
+ * take. */
+static size_t walk(cursor *c, cv_batch *b, bool state, const cv_state_copy **copies, int32_t n_copies,
+                   int32_t block_size, const int32_t **tables) {
     field(c, (const void **)&b->token_ids, 4, b->n_tokens);
     field(c, (const void **)&b->positions, 4, b->n_tokens);
     field(c, (const void **)&b->slot_mapping, 8, b->n_tokens);
     field(c, (const void **)&b->seq_start, 4, b->n_seqs + 1);
     field(c, (const void **)&b->context_lens, 4, b->n_seqs);
-    if (b->state_slots) field(c, (const void **)&b->state_slots, 4, b->n_seqs);
+    if (state) field(c, (const void **)&b->state_slots, 4, b->n_seqs);
     field(c, (const void **)&b->checkpoints, sizeof *b->checkpoints, b->n_checkpoints);
     field(c, (const void **)&b->logit_rows, 4, b->n_logits);
     field(c, (const void **)copies, sizeof **copies, n_copies);
@@ -210,18 +211,19 @@ int cv_runner_execute(cv_runner *r, const cv_batch *batch, const cv_state_copy *
     if (r->tp.size > 1) {
         assert(r->tp.rank == 0 && r->serving && !batch->hidden_out);
         cv_batch b = *batch;
+        const bool state = b.state_slots != NULL;
         const cv_state_copy *cp = copies;
         cursor c = {.mode = MEASURE};
-        const size_t bytes = walk(&c, &b, &cp, n_copies, r->kv.block_size, NULL);
+        const size_t bytes = walk(&c, &b, state, &cp, n_copies, r->kv.block_size, NULL);
         if (bytes > r->payload_cap) {
             free(r->payload);
             r->payload = cv_xmalloc(bytes);
             r->payload_cap = bytes;
         }
         c = (cursor){.base = r->payload, .mode = WRITE};
-        walk(&c, &b, &cp, n_copies, r->kv.block_size, NULL);
+        walk(&c, &b, state, &cp, n_copies, r->kv.block_size, NULL);
         cv_comm_header h = {CV_CMD_EXECUTE, {b.n_tokens, b.n_seqs, b.n_checkpoints, b.n_logits, n_copies,
-                                             (int64_t)bytes, b.state_slots != NULL}};
+                                             (int64_t)bytes, state}};
         cv_comm_bcast_header(&h);
         cv_comm_bcast_payload(&r->payload, &r->payload_cap, bytes);
     }
@@ -240,14 +242,13 @@ int cv_runner_serve(cv_runner *r) {
         cv_comm_bcast_payload(&r->payload, &r->payload_cap, (size_t)h.n[5]);
         cv_batch b = {.n_tokens = (int32_t)h.n[0], .n_seqs = (int32_t)h.n[1], .n_checkpoints = (int32_t)h.n[2],
                       .n_logits = (int32_t)h.n[3]};
-        if (h.n[6]) b.state_slots = (const int32_t *)1; /* present: walk points it into the payload */
         if ((size_t)b.n_seqs > r->tables_cap) {
             r->tables_cap = (size_t)b.n_seqs;
             r->tables = cv_xrealloc(r->tables, r->tables_cap * sizeof *r->tables);
         }
         const cv_state_copy *copies = NULL;
         cursor c = {.base = r->payload, .mode = READ};
-        walk(&c, &b, &copies, (int32_t)h.n[4], r->kv.block_size, r->tables);
+        walk(&c, &b, h.n[6] != 0, &copies, (int32_t)h.n[4], r->kv.block_size, r->tables);
         b.block_tables = r->tables;
         int rc = run(r, &b, copies, (int32_t)h.n[4], NULL);
         if (rc) return rc; /* rank 0 checked the same batch: a worker's failure is its own, and ends the job */

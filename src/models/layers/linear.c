@@ -153,12 +153,17 @@ void nn_bind_linear(nn_binder *b, nn_linear *l, const char *name, int64_t rows, 
     nn_bind_linear_split(b, l, name, rows, cols, hint, NN_WHOLE);
 }
 
-void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w) {
+void nn_linear_add_view_split(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w, nn_split split) {
     if (b->rc) return;
-    const nn_linear_part part = {
+    nn_linear_part part = {
         .name = name, .scheme = CV_SCHEME_FLOAT,
         .w = {.dtype = w->dtype, .rows = w->rows, .cols = w->cols, .data = w->data}};
-    add_part(b, l, &part);
+    if (split != NN_WHOLE && b->tp.size > 1) take_shard(b, &part, split, b->tp.size, b->tp.rank);
+    if (!b->rc) add_part(b, l, &part);
+}
+
+void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w) {
+    nn_linear_add_view_split(b, l, name, w, NN_WHOLE);
 }
 
 /* ---- forward ---------------------------------------------------------------------------------- */

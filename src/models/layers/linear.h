@@ -90,6 +90,8 @@ void nn_bind_linear_piece(nn_binder *b, nn_linear *l, const char *name, int64_t 
 /* Appends a float part whose weight is already bound (a tied lm_head is the embedding; a fused 3-D
  * expert tensor's slices). */
 void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w);
+/* The same for this rank's shard of the view under tensor parallelism (as nn_bind_linear_split). */
+void nn_linear_add_view_split(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w, nn_split split);
 
 /* A linear's input rows: f32, and the same rows already quantized by the op that produced them. */
 typedef struct nn_input {

@@ -20,19 +20,10 @@ void nn_bind_vocab(nn_binder *b, const char *embed_name, int32_t vocab, int32_t 
     out->embed = cv_weight_view(&embed);
     out->tied = tied;
     out->tp = b->tp.size > 1 ? &b->tp : NULL;
-    if (out->tp && vocab % b->tp.size) {
-        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "vocab_size %d does not split evenly over %d tensor-parallel ranks",
-                        vocab, b->tp.size);
-        return;
-    }
     if (tied) {
-        const int32_t rows = vocab / b->tp.size;
-        cv_matrix slice = embed;
-        slice.data = (const uint8_t *)embed.data + (size_t)b->tp.rank * (size_t)rows * (size_t)hidden *
-                                                       cv_dtype_size(embed.dtype);
-        slice.rows = rows;
-        nn_linear_add_view(b, &out->lm_head, "lm_head", &slice);
-        b->matmul_bytes += (size_t)rows * (size_t)hidden * cv_dtype_size(embed.dtype);
+        nn_linear_add_view_split(b, &out->lm_head, "lm_head", &embed, NN_SPLIT_ROWS);
+        if (!b->rc)
+            b->matmul_bytes += (size_t)out->lm_head.parts[0].w.rows * (size_t)hidden * cv_dtype_size(embed.dtype);
     } else {
         nn_bind_linear_split(b, &out->lm_head, "lm_head", vocab, hidden,
                              "vocab_size, hidden_size (tie_word_embeddings=false)", NN_SPLIT_ROWS);
