@@ -101,8 +101,8 @@ typedef struct cvllm_engine_options {
                                  * calling cvllm_engine_create with the same options. Rank 0 gets the
                                  * engine; on the other ranks the call serves rank 0's engine as its
                                  * worker until rank 0 destroys it, then ends the process (exit status
-                                 * 0, or 1 if it failed). Qwen3 dense and MoE so far; other
-                                 * architectures run in one process (a warning says so). */
+                                 * 0, or 1 if it failed). Every architecture; the heads (attention
+                                 * and linear-attention key heads) must split evenly over N. */
     int32_t max_logprobs;       /* largest logprobs / prompt_logprobs a request may ask for, 0 = 20 */
     uint64_t seed;              /* seeds dummy weights and requests without their own seed */
     bool enable_prefix_caching;

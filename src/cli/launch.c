@@ -9,17 +9,16 @@
  * in a process group of its own and forwards the ranks' output (quietly: a rank's error is the last
  * line, without mpirun's advice after it). SIGTERM and SIGINT to this process reach the ranks as
  * SIGUSR2, which mpirun forwards as it is (it would answer SIGTERM itself by killing the job): rank 0
- * of `serve` takes it as its SIGTERM and drains, the workers wait for rank 0 to stop them. Ranks are spread over NUMA nodes and bound to them where the machine has several
+ * of `serve` takes it as its SIGTERM and drains, the workers wait for rank 0 to stop them. Ranks are
+ * spread over NUMA nodes and bound to them where the machine has several
  * (each socket's memory bandwidth serves its own shard); on one node they are not bound, and mpirun
  * may start more ranks than cores (--oversubscribe). As root, mpirun refuses to start unless told:
  * cvllm tells it (OMPI_ALLOW_RUN_AS_ROOT), since the user asked for the ranks.
  *
  * Only the command line's own -tp / --tensor-parallel-size (space or = separated) and
  * --distributed-executor-backend are read here; a size given some other way (a --config file)
- * reaches the engine, which then fails with the mpirun command to use. A model whose architecture
- * has no tensor parallelism yet (read from its config.json when the model is at hand) is not
- * launched: the engine runs it in one process and says so, as the tutorials pass -tp to every model;
- * nor is a model whose weights are not at hand, which one process then reports.
+ * reaches the engine, which then fails with the mpirun command to use. A model whose weights are not
+ * at hand is not launched: one process reports it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,9 +32,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "loader/config.h"
 #include "loader/resolve.h"
-#include "models/model.h"
 
 /* The value of option `name` in argv (`name V` or `name=V`), or NULL. */
 static const char *option(int argc, char **argv, const char *name) {
@@ -56,21 +53,15 @@ static const char *model_arg(int argc, char **argv) {
     return positional && argc > 2 && argv[2][0] != '-' ? argv[2] : NULL;
 }
 
-/* Whether the model is at hand (its weights too, unless they are made up) and runs sharded. When
- * the model cannot be told here, true: the ranks then report what is wrong with it. A model that
- * is not at hand is not launched either: one process says so once, with its offline hint. */
-static bool shards(const char *model, bool dummy) {
+/* Whether the model is at hand (its weights too, unless they are made up). When the model cannot be
+ * told here, true: the ranks then report what is wrong with it. A model that is not at hand is not
+ * launched: one process says so once, with its offline hint. */
+static bool at_hand(const char *model, bool dummy) {
     char *dir = NULL;
     if (!model) return true;
     if (cv_resolve_model(model, NULL, !dummy, &dir)) return false;
-    cv_model_config cfg;
-    bool ok = true;
-    if (cv_model_config_load(dir, &cfg) == 0) {
-        ok = cv_model_tensor_parallel(cfg.architecture);
-        cv_model_config_free(&cfg);
-    }
     free(dir);
-    return ok;
+    return true;
 }
 
 static volatile pid_t job;
@@ -91,7 +82,7 @@ int cv_launch_ranks(int argc, char **argv) {
     if (getenv("OMPI_COMM_WORLD_SIZE")) return -1; /* a rank of a job already */
     const char *format = option(argc, argv, "--load-format");
     if (!format) format = option(argc, argv, "--load_format");
-    if (!shards(model_arg(argc, argv), format && !strcmp(format, "dummy"))) return -1;
+    if (!at_hand(model_arg(argc, argv), format && !strcmp(format, "dummy"))) return -1;
     char self[PATH_MAX];
     const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {

@@ -24,7 +24,6 @@
 #include "base/utf8.h"
 #include "engine/engine.h"
 #include "engine/output.h"
-#include "executor/comm.h"
 #include "sample/grammar_proc.h"
 #include "loader/quant.h"
 #include "loader/resolve.h"
@@ -200,12 +199,13 @@ static int check_memory_fit(cvllm_engine *e, bool dummy, cv_footprint *fp, bool 
     /* Unknown architectures are named by the model registry, a moment later. */
     *known = cv_model_footprint(&e->config, &p, fp);
     const int tp = e->opts.tensor_parallel_size;
-    if (*known && tp > 1) { /* this rank's shard: the embedding whole, the rest split; its KV heads */
+    if (*known && tp > 1) { /* this rank's shard: the embedding whole, the rest split; its KV and GDN heads */
         const cv_model_config *c = &e->config;
         const uint64_t embed = (uint64_t)c->vocab_size * (uint64_t)c->hidden_size * cv_dtype_size(p.weight_dtype);
         if (fp->weight_bytes > embed) fp->weight_bytes = (fp->weight_bytes - embed) / (uint64_t)tp + embed;
         const int32_t kv = c->num_key_value_heads > 0 ? c->num_key_value_heads : 1;
         fp->kv_bytes_per_token /= (uint64_t)(kv % tp ? kv : tp);
+        fp->state_bytes_per_seq /= (uint64_t)tp;
     }
     return *known ? cv_kv_cache_check_fit(e, fp) : 0;
 }
@@ -217,21 +217,6 @@ static int load_tokenizer(cvllm_engine *e) {
     if (!rc) rc = cv_tokenizer_load(dir, &e->tokenizer);
     free(dir);
     return rc;
-}
-
-/* Tensor parallelism of an architecture that has none yet: one process runs the whole model (as
- * before -tp existed: the tutorials pass -tp to every model), unless this process is one rank of
- * several, which cannot run the model alone without the others doing the same. */
-static int check_tensor_parallel(cvllm_engine *e) {
-    if (e->opts.tensor_parallel_size <= 1 || cv_model_tensor_parallel(e->config.architecture)) return 0;
-    if (cv_comm_in_job())
-        return cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor parallelism (tensor_parallel_size=%d) runs the Qwen3 dense and "
-                       "MoE architectures so far, not %s: run it as one process", e->opts.tensor_parallel_size,
-                       e->config.architecture);
-    cv_warn("engine", "tensor_parallel_size %d: %s has no tensor parallelism yet; running in one process",
-            e->opts.tensor_parallel_size, e->config.architecture);
-    e->opts.tensor_parallel_size = 1;
-    return 0;
 }
 
 static int load_model(cvllm_engine *e) {
@@ -297,7 +282,6 @@ static int create_engine(cvllm_engine *e) {
     if ((rc = resolve_max_model_len(e))) return rc;
     if ((rc = resolve_dtypes(e))) return rc;
     if ((rc = open_weights(e, dummy))) return rc;
-    if ((rc = check_tensor_parallel(e))) return rc;
     cv_footprint fp;
     bool known;
     if ((rc = check_memory_fit(e, dummy, &fp, &known))) return rc;

@@ -23,7 +23,7 @@
 
 #include "models/model.h"
 
-enum { CV_CMD_EXECUTE = 1, CV_CMD_ALLOC, CV_CMD_STOP };
+enum { CV_CMD_EXECUTE = 1, CV_CMD_EXECUTE_MTP, CV_CMD_ALLOC, CV_CMD_STOP };
 
 /* The header of a command: cmd and up to 7 sizes. */
 typedef struct cv_comm_header {

@@ -5,7 +5,8 @@
  *
  * A command's payload is the batch's arrays back to back (token ids, positions, KV slots, sequence
  * starts, context lengths, state slots, checkpoints, logit rows, the state copies, then each
- * sequence's block table up to its context), which a worker points a cv_batch into.
+ * sequence's block table up to its context), which a worker points a cv_batch into; an MTP step's
+ * also carries the hidden states it starts from, which only rank 0's forward pass hands out.
  */
 #include "executor/runner.h"
 
@@ -42,9 +43,7 @@ int cv_runner_create(const cv_runner_options *o, cv_runner **out) {
     r->tp = (cv_tp){.rank = 0, .size = 1};
     int threads = o->num_threads;
     if (o->tp_size > 1) {
-        int rc = o->load_mtp ? cv_fail(CVLLM_ERR_UNSUPPORTED, "MTP speculative decoding does not run under tensor "
-                                                              "parallelism yet")
-                             : cv_comm_join(o->tp_size, &r->tp);
+        int rc = cv_comm_join(o->tp_size, &r->tp);
         if (rc) {
             free(r);
             return rc;
@@ -185,10 +184,10 @@ static int64_t table_len(const cv_batch *b, int32_t s, int32_t block_size) {
     return ((int64_t)b->context_lens[s] + block_size - 1) / block_size;
 }
 
-/* Walks the batch's arrays in payload order (its state slots when `state`); returns the bytes they
- * take. */
+/* Walks the batch's arrays in payload order (its state slots when `state`, the MTP step's input
+ * hidden states [n_tokens][hidden_size] when hidden_size); returns the bytes they take. */
 static size_t walk(cursor *c, cv_batch *b, bool state, const cv_state_copy **copies, int32_t n_copies,
-                   int32_t block_size, const int32_t **tables) {
+                   const float **hidden, int32_t hidden_size, int32_t block_size, const int32_t **tables) {
     field(c, (const void **)&b->token_ids, 4, b->n_tokens);
     field(c, (const void **)&b->positions, 4, b->n_tokens);
     field(c, (const void **)&b->slot_mapping, 8, b->n_tokens);
@@ -198,6 +197,7 @@ static size_t walk(cursor *c, cv_batch *b, bool state, const cv_state_copy **cop
     field(c, (const void **)&b->checkpoints, sizeof *b->checkpoints, b->n_checkpoints);
     field(c, (const void **)&b->logit_rows, 4, b->n_logits);
     field(c, (const void **)copies, sizeof **copies, n_copies);
+    if (hidden_size) field(c, (const void **)hidden, sizeof **hidden, (int64_t)b->n_tokens * hidden_size);
     for (int32_t s = 0; s < b->n_seqs; s++) {
         const void *t = c->mode == READ ? NULL : b->block_tables[s];
         field(c, &t, 4, table_len(b, s, block_size));
@@ -206,28 +206,40 @@ static size_t walk(cursor *c, cv_batch *b, bool state, const cv_state_copy **cop
     return c->off;
 }
 
+static int32_t hidden_size(const cv_runner *r) { return r->model->config->hidden_size; }
+
+/* Rank 0 of several: sends command cmd (EXECUTE or EXECUTE_MTP, which carries `hidden`) for the
+ * batch to the workers. hidden_out stays rank 0's: the workers' forward passes need not fill it. */
+static void send_batch(cv_runner *r, int64_t cmd, const cv_batch *batch, const cv_state_copy *copies,
+                       int32_t n_copies, const float *hidden) {
+    assert(r->tp.rank == 0 && r->serving);
+    cv_batch b = *batch;
+    const bool state = b.state_slots != NULL;
+    const int32_t hs = cmd == CV_CMD_EXECUTE_MTP ? hidden_size(r) : 0;
+    cursor c = {.mode = MEASURE};
+    const size_t bytes = walk(&c, &b, state, &copies, n_copies, &hidden, hs, r->kv.block_size, NULL);
+    if (bytes > r->payload_cap) {
+        free(r->payload);
+        r->payload = cv_xmalloc(bytes);
+        r->payload_cap = bytes;
+    }
+    c = (cursor){.base = r->payload, .mode = WRITE};
+    walk(&c, &b, state, &copies, n_copies, &hidden, hs, r->kv.block_size, NULL);
+    cv_comm_header h = {cmd, {b.n_tokens, b.n_seqs, b.n_checkpoints, b.n_logits, n_copies, (int64_t)bytes, state}};
+    cv_comm_bcast_header(&h);
+    cv_comm_bcast_payload(&r->payload, &r->payload_cap, bytes);
+}
+
 int cv_runner_execute(cv_runner *r, const cv_batch *batch, const cv_state_copy *copies, int32_t n_copies,
                       float *logits) {
-    if (r->tp.size > 1) {
-        assert(r->tp.rank == 0 && r->serving && !batch->hidden_out);
-        cv_batch b = *batch;
-        const bool state = b.state_slots != NULL;
-        const cv_state_copy *cp = copies;
-        cursor c = {.mode = MEASURE};
-        const size_t bytes = walk(&c, &b, state, &cp, n_copies, r->kv.block_size, NULL);
-        if (bytes > r->payload_cap) {
-            free(r->payload);
-            r->payload = cv_xmalloc(bytes);
-            r->payload_cap = bytes;
-        }
-        c = (cursor){.base = r->payload, .mode = WRITE};
-        walk(&c, &b, state, &cp, n_copies, r->kv.block_size, NULL);
-        cv_comm_header h = {CV_CMD_EXECUTE, {b.n_tokens, b.n_seqs, b.n_checkpoints, b.n_logits, n_copies,
-                                             (int64_t)bytes, state}};
-        cv_comm_bcast_header(&h);
-        cv_comm_bcast_payload(&r->payload, &r->payload_cap, bytes);
-    }
+    if (r->tp.size > 1) send_batch(r, CV_CMD_EXECUTE, batch, copies, n_copies, NULL);
     return run(r, batch, copies, n_copies, logits);
+}
+
+int cv_runner_execute_mtp(cv_runner *r, const cv_batch *batch, const float *hidden, float *logits) {
+    assert(r->info.has_mtp);
+    if (r->tp.size > 1) send_batch(r, CV_CMD_EXECUTE_MTP, batch, NULL, 0, hidden);
+    return r->model->ops->mtp_forward(r->model, batch, hidden, &r->kv, logits);
 }
 
 bool cv_runner_is_worker(const cv_runner *r) { return r->tp.rank != 0; }
@@ -238,7 +250,8 @@ int cv_runner_serve(cv_runner *r) {
         cv_comm_header h;
         cv_comm_bcast_header(&h);
         if (h.cmd == CV_CMD_STOP) return 0;
-        assert(h.cmd == CV_CMD_EXECUTE);
+        assert(h.cmd == CV_CMD_EXECUTE || h.cmd == CV_CMD_EXECUTE_MTP);
+        const bool mtp = h.cmd == CV_CMD_EXECUTE_MTP;
         cv_comm_bcast_payload(&r->payload, &r->payload_cap, (size_t)h.n[5]);
         cv_batch b = {.n_tokens = (int32_t)h.n[0], .n_seqs = (int32_t)h.n[1], .n_checkpoints = (int32_t)h.n[2],
                       .n_logits = (int32_t)h.n[3]};
@@ -247,17 +260,15 @@ int cv_runner_serve(cv_runner *r) {
             r->tables = cv_xrealloc(r->tables, r->tables_cap * sizeof *r->tables);
         }
         const cv_state_copy *copies = NULL;
+        const float *hidden = NULL;
         cursor c = {.base = r->payload, .mode = READ};
-        walk(&c, &b, h.n[6] != 0, &copies, (int32_t)h.n[4], r->kv.block_size, r->tables);
+        walk(&c, &b, h.n[6] != 0, &copies, (int32_t)h.n[4], &hidden, mtp ? hidden_size(r) : 0, r->kv.block_size,
+             r->tables);
         b.block_tables = r->tables;
-        int rc = run(r, &b, copies, (int32_t)h.n[4], NULL);
+        int rc = mtp ? r->model->ops->mtp_forward(r->model, &b, hidden, &r->kv, NULL)
+                     : run(r, &b, copies, (int32_t)h.n[4], NULL);
         if (rc) return rc; /* rank 0 checked the same batch: a worker's failure is its own, and ends the job */
     }
-}
-
-int cv_runner_execute_mtp(cv_runner *r, const cv_batch *batch, const float *hidden, float *logits) {
-    assert(r->info.has_mtp);
-    return r->model->ops->mtp_forward(r->model, batch, hidden, &r->kv, logits);
 }
 
 cv_model *cv_runner_model(cv_runner *r) { return r->model; }

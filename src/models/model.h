@@ -151,9 +151,6 @@ typedef struct cv_model_load_params {
 int cv_model_load(const cv_model_load_params *p, cv_model **out);
 void cv_model_free(cv_model *m);
 
-/* Whether the architecture runs sharded over tensor-parallel ranks (cv_tp); the others load whole
- * and refuse a cv_tp of more than one rank. */
-bool cv_model_tensor_parallel(const char *architecture);
 
 /* Comma-separated list of supported architecture names (static string). */
 const char *cv_model_supported_architectures(void);

@@ -38,6 +38,11 @@
  * (msModelSlim's recipes quantize attention q|k|v and the experts) are packed in their scheme, and
  * each norm quantizes its output for an int8 q|k|v, GDN input projection or gate|up.
  *
+ * Tensor parallelism (model.h cv_tp): every rank holds its share of the attention heads and of the
+ * GDN key heads (with their value heads and recurrent state: a rank's state slot holds its heads
+ * only), the MLP or experts split as in Qwen3-MoE; the residual stream is whole on every rank, so
+ * the MTP module's fc runs whole and its layer split like the others.
+ *
  * Scratch: the attention and GDN activations are never live together, so they share one region of
  * the arena sized for the larger.
  */
@@ -172,15 +177,15 @@ static int read_mlp_plan(const cv_model_config *cfg, hybrid_family family, hybri
     return rc;
 }
 
-static int read_config(const cv_model_config *cfg, hybrid_model *m, hybrid_plan *p) {
+static int read_config(const cv_model_config *cfg, int tp, hybrid_model *m, hybrid_plan *p) {
     bool gated;
     int rc = nn_cfg_bool(cfg, "attn_output_gate", true, &gated);
     if (!rc && !gated)
         rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "config.json: attn_output_gate=false is not supported for %s",
                      cfg->architecture);
-    if (!rc) rc = nn_attention_dims_from_config(cfg, true, true, 1, &m->dims);
+    if (!rc) rc = nn_attention_dims_from_config(cfg, true, true, tp, &m->dims);
     if (!rc) rc = read_layer_types(cfg, m);
-    if (!rc) rc = nn_gdn_dims_from_config(cfg, m->family == FAMILY_NEXT, &m->gd);
+    if (!rc) rc = nn_gdn_dims_from_config(cfg, m->family == FAMILY_NEXT, tp, &m->gd);
     if (!rc) rc = read_mlp_plan(cfg, m->family, p);
     return rc;
 }
@@ -478,7 +483,7 @@ static const cv_model_ops hybrid_mtp_ops = {
 static void lay_out_state(hybrid_model *m, const cv_model_config *cfg) {
     int32_t n_attn = 0;
     for (int32_t l = 0; l < m->n_layers; l++) m->layers[l].index = m->layers[l].linear ? m->n_linear++ : n_attn++;
-    m->base.kv_spec = (cv_kv_spec){n_attn, cfg->num_key_value_heads, cfg->head_dim};
+    m->base.kv_spec = (cv_kv_spec){n_attn, m->dims.n_kv_heads, cfg->head_dim}; /* this rank's heads */
     m->base.state_bytes_per_seq = (size_t)m->n_linear * nn_gdn_state_bytes(&m->gd);
 }
 
@@ -497,7 +502,7 @@ int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
     m->bound = nn_binder_for(p);
     hybrid_plan plan = {.dense = cv_xcalloc((size_t)m->n_layers, sizeof(bool))};
     const char *root = NULL;
-    int rc = read_config(cfg, m, &plan);
+    int rc = read_config(cfg, p->tp ? p->tp->size : 1, m, &plan);
     if (!rc) rc = nn_init_rope(&m->rope, &cfg->rope, cfg->head_dim);
     if (!rc) rc = text_root(p, m, &root);
     if (!rc) {

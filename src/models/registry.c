@@ -49,19 +49,11 @@ const char *cv_model_supported_architectures(void) {
     return supported_list;
 }
 
-bool cv_model_tensor_parallel(const char *architecture) {
-    cv_model_family f;
-    return cv_model_family_of(architecture, &f) && (f == CV_FAMILY_DENSE || f == CV_FAMILY_MOE);
-}
-
 int cv_model_load(const cv_model_load_params *p, cv_model **out) {
     *out = NULL;
     if (!p->config || !p->weights) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "model load needs a config and weights");
     for (size_t i = 0; i < CV_ARRAY_LEN(architectures); i++) {
         if (strcmp(p->config->architecture, architectures[i].name)) continue;
-        if (p->tp && p->tp->size > 1 && !cv_model_tensor_parallel(architectures[i].name))
-            return cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor parallelism (tensor_parallel_size=%d) runs the Qwen3 dense "
-                           "and MoE architectures so far, not %s", p->tp->size, p->config->architecture);
         return architectures[i].load(p, out);
     }
     return cv_fail(CVLLM_ERR_UNSUPPORTED, "unsupported architecture '%s'; supported: %s", p->config->architecture,

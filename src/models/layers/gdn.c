@@ -15,7 +15,7 @@
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-int nn_gdn_dims_from_config(const cv_model_config *cfg, bool grouped, nn_gdn_dims *g) {
+int nn_gdn_dims_from_config(const cv_model_config *cfg, bool grouped, int tp_size, nn_gdn_dims *g) {
     *g = (nn_gdn_dims){.grouped = grouped, .eps = (float)cfg->rms_norm_eps};
     int rc = nn_cfg_int(cfg, "linear_num_key_heads", -1, &g->n_k_heads);
     if (!rc) rc = nn_cfg_int(cfg, "linear_num_value_heads", -1, &g->n_v_heads);
@@ -26,6 +26,11 @@ int nn_gdn_dims_from_config(const cv_model_config *cfg, bool grouped, nn_gdn_dim
     if (g->n_v_heads % g->n_k_heads)
         return cv_fail(CVLLM_ERR_FORMAT, "config.json: linear_num_value_heads=%d is not a multiple of "
                        "linear_num_key_heads=%d", g->n_v_heads, g->n_k_heads);
+    if (g->n_k_heads % tp_size)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "linear_num_key_heads=%d does not split over tensor_parallel_size=%d",
+                       g->n_k_heads, tp_size);
+    g->n_k_heads /= tp_size;
+    g->n_v_heads /= tp_size;
     g->key_dim = g->n_k_heads * g->k_dim;
     g->value_dim = g->n_v_heads * g->v_dim;
     g->conv_dim = 2 * g->key_dim + g->value_dim;
@@ -40,50 +45,75 @@ size_t nn_gdn_state_bytes(const nn_gdn_dims *d) {
     return nn_gdn_conv_state_bytes(d) + align64((size_t)d->n_v_heads * (size_t)d->k_dim * (size_t)d->v_dim * sizeof(float));
 }
 
-/* conv1d.weight [conv_dim][1][kernel] → tap-major [kernel][conv_dim] f32 for the conv kernel. */
+/* Channel c of this rank's [q | k | v] (the conv's channels, as the projection's rows): the rank's
+ * slice of each of the whole tensor's three blocks, which are n times as wide. */
+static int64_t whole_channel(const nn_gdn_dims *g, int n, int r, int32_t c) {
+    if (c < g->key_dim) return (int64_t)r * g->key_dim + c;
+    if (c < 2 * g->key_dim) return (int64_t)n * g->key_dim + (int64_t)r * g->key_dim + (c - g->key_dim);
+    return 2 * (int64_t)n * g->key_dim + (int64_t)r * g->value_dim + (c - 2 * g->key_dim);
+}
+
+/* conv1d.weight [conv_dim][1][kernel] → this rank's channels tap-major [kernel][conv_dim] f32 for the
+ * conv kernel. */
 static void bind_conv(nn_binder *b, const char *name, const nn_gdn_dims *g, const float **out) {
     if (b->rc) return;
-    int64_t shape[3] = {g->conv_dim, 1, g->kernel};
+    const int n = b->tp.size;
+    const int64_t whole = (int64_t)n * g->conv_dim;
+    int64_t shape[3] = {whole, 1, g->kernel};
     cv_tensor t;
     b->rc = cv_weights_get(b->src, name, 3, shape, "2*linear_num_key_heads*linear_key_head_dim + "
                            "linear_num_value_heads*linear_value_head_dim, 1, linear_conv_kernel_dim", &t);
     if (b->rc) return;
-    const size_t n = (size_t)g->conv_dim * (size_t)g->kernel;
-    float *raw = cv_xmalloc(n * sizeof *raw), *w = nn_own(b, n * sizeof *w);
+    const size_t n_raw = (size_t)whole * (size_t)g->kernel;
+    float *raw = cv_xmalloc(n_raw * sizeof *raw), *w = nn_own(b, (size_t)g->conv_dim * (size_t)g->kernel * sizeof *w);
     if (w) {
-        cv_convert_to_f32(raw, t.data, t.dtype, n);
-        for (int32_t c = 0; c < g->conv_dim; c++)
-            for (int32_t j = 0; j < g->kernel; j++) w[(size_t)j * g->conv_dim + c] = raw[(size_t)c * g->kernel + j];
+        cv_convert_to_f32(raw, t.data, t.dtype, n_raw);
+        for (int32_t c = 0; c < g->conv_dim; c++) {
+            const float *taps = raw + whole_channel(g, n, b->tp.rank, c) * g->kernel;
+            for (int32_t j = 0; j < g->kernel; j++) w[(size_t)j * g->conv_dim + c] = taps[j];
+        }
         *out = w;
     }
     free(raw);
 }
 
+/* A per-value-head vector, this rank's heads. */
+static void bind_head_vector(nn_binder *b, const char *name, const nn_gdn_dims *g, const float **out) {
+    const float *whole = NULL;
+    nn_bind_vector(b, name, (int64_t)b->tp.size * g->n_v_heads, "linear_num_value_heads", &whole);
+    if (whole) *out = whole + (size_t)b->tp.rank * (size_t)g->n_v_heads;
+}
+
 void nn_bind_gdn(nn_binder *b, const char *prefix, const nn_gdn_dims *g, int32_t hidden, nn_gdn *w) {
     const int32_t H = hidden;
+    const int64_t n = b->tp.size; /* the whole tensors are n times this rank's heads */
     char p[200];
     snprintf(p, sizeof p, "%s", prefix);
-    if (g->grouped) {
-        nn_bind_linear(b, &w->in_proj, nn_name(b, "%sin_proj_qkvz", p), 2 * g->key_dim + 2 * g->value_dim, H,
-                       "2*linear_num_key_heads*linear_key_head_dim + 2*linear_num_value_heads*linear_value_head_dim, "
-                       "hidden_size");
-        nn_bind_linear(b, &w->in_proj, nn_name(b, "%sin_proj_ba", p), 2 * g->n_v_heads, H,
-                       "2*linear_num_value_heads, hidden_size");
+    w->tp = n > 1 ? &b->tp : NULL;
+    if (g->grouped) { /* grouped per key head: a rank's key heads are whole, consecutive groups of rows */
+        nn_bind_linear_split(b, &w->in_proj, nn_name(b, "%sin_proj_qkvz", p), n * (2 * g->key_dim + 2 * g->value_dim),
+                             H, "2*linear_num_key_heads*linear_key_head_dim + 2*linear_num_value_heads*"
+                             "linear_value_head_dim, hidden_size", NN_SPLIT_ROWS);
+        nn_bind_linear_split(b, &w->in_proj, nn_name(b, "%sin_proj_ba", p), n * 2 * g->n_v_heads, H,
+                             "2*linear_num_value_heads, hidden_size", NN_SPLIT_ROWS);
     } else {
-        nn_bind_linear(b, &w->in_proj, nn_name(b, "%sin_proj_qkv", p), g->conv_dim, H,
-                       "2*linear_num_key_heads*linear_key_head_dim + linear_num_value_heads*linear_value_head_dim, "
-                       "hidden_size");
-        nn_bind_linear(b, &w->in_proj, nn_name(b, "%sin_proj_z", p), g->value_dim, H,
-                       "linear_num_value_heads*linear_value_head_dim, hidden_size");
-        nn_bind_linear(b, &w->in_ba, nn_name(b, "%sin_proj_b", p), g->n_v_heads, H, "linear_num_value_heads, hidden_size");
-        nn_bind_linear(b, &w->in_ba, nn_name(b, "%sin_proj_a", p), g->n_v_heads, H, "linear_num_value_heads, hidden_size");
+        const int64_t qkv[3] = {n * g->key_dim, n * g->key_dim, n * g->value_dim};
+        nn_bind_linear_row_groups(b, &w->in_proj, nn_name(b, "%sin_proj_qkv", p), qkv, 3, H,
+                                  "2*linear_num_key_heads*linear_key_head_dim + "
+                                  "linear_num_value_heads*linear_value_head_dim, hidden_size");
+        nn_bind_linear_split(b, &w->in_proj, nn_name(b, "%sin_proj_z", p), n * g->value_dim, H,
+                             "linear_num_value_heads*linear_value_head_dim, hidden_size", NN_SPLIT_ROWS);
+        nn_bind_linear_split(b, &w->in_ba, nn_name(b, "%sin_proj_b", p), n * g->n_v_heads, H,
+                             "linear_num_value_heads, hidden_size", NN_SPLIT_ROWS);
+        nn_bind_linear_split(b, &w->in_ba, nn_name(b, "%sin_proj_a", p), n * g->n_v_heads, H,
+                             "linear_num_value_heads, hidden_size", NN_SPLIT_ROWS);
     }
     bind_conv(b, nn_name(b, "%sconv1d.weight", p), g, &w->conv);
-    nn_bind_vector(b, nn_name(b, "%sdt_bias", p), g->n_v_heads, "linear_num_value_heads", &w->dt_bias);
-    nn_bind_vector(b, nn_name(b, "%sA_log", p), g->n_v_heads, "linear_num_value_heads", &w->a_log);
+    bind_head_vector(b, nn_name(b, "%sdt_bias", p), g, &w->dt_bias);
+    bind_head_vector(b, nn_name(b, "%sA_log", p), g, &w->a_log);
     nn_bind_vector(b, nn_name(b, "%snorm.weight", p), g->v_dim, "linear_value_head_dim", &w->norm);
-    nn_bind_linear(b, &w->out_proj, nn_name(b, "%sout_proj", p), H, g->value_dim,
-                   "hidden_size, linear_num_value_heads*linear_value_head_dim");
+    nn_bind_linear_split(b, &w->out_proj, nn_name(b, "%sout_proj", p), H, n * g->value_dim,
+                         "hidden_size, linear_num_value_heads*linear_value_head_dim", NN_SPLIT_COLS);
 }
 
 void nn_gdn_linears(nn_gdn *g, nn_linear_list *list) {
@@ -218,4 +248,5 @@ void nn_gdn_forward(cv_threadpool *pool, const nn_gdn *w, const nn_gdn_dims *g, 
         cv_silu_mul(s->o, s->z, s->o, (int64_t)T * g->value_dim);
     });
     NN_TIMED(CV_OP_O_PROJ, nn_linear_forward(pool, &w->out_proj, nn_f32(s->o), T, &out));
+    if (w->tp) NN_TIMED(CV_OP_ALLREDUCE, w->tp->allreduce(w->tp->ctx, out, (size_t)T * (size_t)w->out_proj.parts[0].w.rows));
 }

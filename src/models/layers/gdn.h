@@ -28,14 +28,15 @@
 #include "models/layers/linear.h"
 
 typedef struct nn_gdn_dims {
-    int32_t n_k_heads, n_v_heads, k_dim, v_dim, kernel;
+    int32_t n_k_heads, n_v_heads, k_dim, v_dim, kernel; /* heads: this rank's */
     int32_t key_dim, value_dim, conv_dim;   /* nk·dk, nv·dv, 2·key_dim + value_dim */
     bool grouped;                           /* Qwen3-Next's in_proj_qkvz | in_proj_ba */
     float eps;                              /* of the output norm */
 } nn_gdn_dims;
 
-/* linear_* fields of config.json, checked. */
-int nn_gdn_dims_from_config(const cv_model_config *cfg, bool grouped, nn_gdn_dims *out);
+/* linear_* fields of config.json, checked; with tensor parallelism over tp_size ranks, each rank's
+ * share of the key heads (which must split evenly) and with them of the value heads. */
+int nn_gdn_dims_from_config(const cv_model_config *cfg, bool grouped, int tp_size, nn_gdn_dims *out);
 /* Bytes of one layer's part of a state slot, and the offset of its delta-rule state in it. */
 size_t nn_gdn_state_bytes(const nn_gdn_dims *d);
 size_t nn_gdn_conv_state_bytes(const nn_gdn_dims *d);
@@ -48,9 +49,13 @@ typedef struct nn_gdn {
     const float *conv;                      /* [kernel][conv_dim], tap-major */
     const float *a_log, *dt_bias, *norm;
     nn_linear out_proj;
+    const cv_tp *tp;                        /* tensor parallelism: out_proj's partial sums are all-reduced */
 } nn_gdn;
 
-/* prefix: "model.layers.0.linear_attn." */
+/* prefix: "model.layers.0.linear_attn."; d: this rank's dims. Under tensor parallelism each rank
+ * holds its key heads and their value heads: its slice of q, k and v of the projection rows and conv
+ * channels, of z, b, a and the per-head gates, and out_proj's matching columns (norm is per head
+ * dimension, whole). */
 void nn_bind_gdn(nn_binder *b, const char *prefix, const nn_gdn_dims *d, int32_t hidden, nn_gdn *out);
 /* Appends its linears to list. */
 void nn_gdn_linears(nn_gdn *g, nn_linear_list *list);

@@ -89,28 +89,67 @@ static void add_part(nn_binder *b, nn_linear *l, const nn_linear_part *part) {
     l->scratch = b->act_rows;
 }
 
-/* Narrows p (the whole [rows][cols] tensor) to piece `index` of `n` equal ones. */
-static void take_shard(nn_binder *b, nn_linear_part *p, nn_split split, int n, int r) {
-    const int64_t whole = split == NN_SPLIT_ROWS ? p->w.rows : p->w.cols;
-    if (whole % n) {
-        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s.weight: %s %lld do not split evenly into %d tensor-parallel "
-                        "shards", p->name, split == NN_SPLIT_ROWS ? "rows" : "columns", (long long)whole, n);
+/* Rows [first, first + n) of p's current rows, in place (a view). */
+static void narrow_rows(nn_linear_part *p, int64_t first, int64_t n) {
+    p->w.data = (const uint8_t *)p->w.data + (size_t)first * (size_t)p->w.cols * cv_dtype_size(p->w.dtype);
+    if (p->w.row_scale) p->w.row_scale += first;
+    if (p->w.row_bias) p->w.row_bias += first;
+    p->w.rows = n;
+}
+
+/* p's rows as n_groups consecutive blocks of group[] rows each cut into n equal pieces: piece r of
+ * every block, concatenated in block order — a view of the one block, else an owned copy (with the
+ * int8 row scales and biases). */
+static void take_row_pieces(nn_binder *b, nn_linear_part *p, const int64_t *group, int n_groups, int n, int r) {
+    if (n_groups == 1) {
+        narrow_rows(p, (int64_t)r * (group[0] / n), group[0] / n);
         return;
     }
+    int64_t rows = 0;
+    for (int g = 0; g < n_groups; g++) rows += group[g] / n;
+    const size_t row = (size_t)p->w.cols * cv_dtype_size(p->w.dtype);
+    uint8_t *data = nn_own(b, (size_t)rows * row);
+    float *scale = p->w.row_scale ? nn_own(b, (size_t)rows * sizeof *scale) : NULL;
+    int32_t *bias = p->w.row_bias ? nn_own(b, (size_t)rows * sizeof *bias) : NULL;
+    if (b->rc) return;
+    for (int64_t g = 0, at = 0, start = 0; g < n_groups; start += group[g++]) {
+        const int64_t piece = group[g] / n, first = start + (int64_t)r * piece;
+        memcpy(data + (size_t)at * row, (const uint8_t *)p->w.data + (size_t)first * row, (size_t)piece * row);
+        if (scale) memcpy(scale + at, p->w.row_scale + first, (size_t)piece * sizeof *scale);
+        if (bias) memcpy(bias + at, p->w.row_bias + first, (size_t)piece * sizeof *bias);
+        at += piece;
+    }
+    p->w = (cv_weight_part){.dtype = p->w.dtype, .rows = rows, .cols = p->w.cols, .data = data, .row_scale = scale,
+                            .row_bias = bias};
+}
+
+/* Narrows p (the whole [rows][cols] tensor) to piece r of n: of its columns (an owned copy of the
+ * slice), or of its rows as take_row_pieces cuts them (group: NULL for all rows as one block). */
+static void take_shard(nn_binder *b, nn_linear_part *p, nn_split split, const int64_t *group, int n_groups, int n,
+                       int r) {
+    const int64_t whole = split == NN_SPLIT_ROWS ? p->w.rows : p->w.cols;
+    if (!group) {
+        group = &whole;
+        n_groups = 1;
+    }
+    for (int g = 0; g < n_groups; g++)
+        if (group[g] % n) {
+            b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s.weight: %s %lld do not split evenly into %d "
+                            "tensor-parallel shards", p->name, split == NN_SPLIT_ROWS ? "rows" : "columns",
+                            (long long)group[g], n);
+            return;
+        }
     if (p->w.block_scale) {
         b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s.weight: FP8 block-scaled weights are not split for tensor "
                         "parallelism yet", p->name);
         return;
     }
-    const size_t esize = cv_dtype_size(p->w.dtype);
-    const int64_t part = whole / n, first = (int64_t)r * part;
     if (split == NN_SPLIT_ROWS) {
-        p->w.data = (const uint8_t *)p->w.data + (size_t)first * (size_t)p->w.cols * esize;
-        if (p->w.row_scale) p->w.row_scale += first;
-        if (p->w.row_bias) p->w.row_bias += first;
-        p->w.rows = part;
+        take_row_pieces(b, p, group, n_groups, n, r);
         return;
     }
+    const size_t esize = cv_dtype_size(p->w.dtype);
+    const int64_t part = whole / n, first = (int64_t)r * part;
     uint8_t *slice = nn_own(b, (size_t)p->w.rows * (size_t)part * esize);
     if (!slice) return;
     for (int64_t i = 0; i < p->w.rows; i++)
@@ -121,8 +160,9 @@ static void take_shard(nn_binder *b, nn_linear_part *p, nn_split split, int n, i
     if (r != 0) p->w.row_bias = NULL; /* added once to the sum over the ranks */
 }
 
-void nn_bind_linear_piece(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
-                          nn_split split, int parts, int index) {
+/* Binds part `name` of l, narrowed as take_shard says when split (parts > 1). */
+static void bind_part(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
+                      nn_split split, const int64_t *group, int n_groups, int parts, int index) {
     if (b->rc) return;
     cv_qlinear q;
     b->rc = cv_weights_get_qlinear(b->src, name, rows, cols, hint, &q);
@@ -135,13 +175,25 @@ void nn_bind_linear_piece(nn_binder *b, nn_linear *l, const char *name, int64_t 
               .row_bias = q.row_bias, .block_scale = q.block_scale, .block = q.block},
         .quant = {.dynamic = q.scheme == CV_SCHEME_W8A8_DYNAMIC, .scale = q.input_scale, .offset = q.input_offset},
     };
-    if (split != NN_WHOLE && parts > 1) take_shard(b, &part, split, parts, index);
+    if (split != NN_WHOLE && parts > 1) take_shard(b, &part, split, group, n_groups, parts, index);
     if (b->rc) return;
     add_part(b, l, &part);
     if (b->rc) return;
     b->matmul_bytes += q.scheme == CV_SCHEME_FLOAT
                            ? (size_t)part.w.rows * (size_t)part.w.cols * cv_dtype_size(part.w.dtype)
                            : cv_linear_scheme_bytes(q.scheme, part.w.rows, part.w.cols, q.block);
+}
+
+void nn_bind_linear_piece(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
+                          nn_split split, int parts, int index) {
+    bind_part(b, l, name, rows, cols, hint, split, NULL, 0, parts, index);
+}
+
+void nn_bind_linear_row_groups(nn_binder *b, nn_linear *l, const char *name, const int64_t *group, int n_groups,
+                               int64_t cols, const char *hint) {
+    int64_t rows = 0;
+    for (int g = 0; g < n_groups; g++) rows += group[g];
+    bind_part(b, l, name, rows, cols, hint, NN_SPLIT_ROWS, group, n_groups, b->tp.size, b->tp.rank);
 }
 
 void nn_bind_linear_split(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
@@ -158,7 +210,7 @@ void nn_linear_add_view_split(nn_binder *b, nn_linear *l, const char *name, cons
     nn_linear_part part = {
         .name = name, .scheme = CV_SCHEME_FLOAT,
         .w = {.dtype = w->dtype, .rows = w->rows, .cols = w->cols, .data = w->data}};
-    if (split != NN_WHOLE && b->tp.size > 1) take_shard(b, &part, split, b->tp.size, b->tp.rank);
+    if (split != NN_WHOLE && b->tp.size > 1) take_shard(b, &part, split, NULL, 0, b->tp.size, b->tp.rank);
     if (!b->rc) add_part(b, l, &part);
 }
 

@@ -87,6 +87,11 @@ void nn_bind_linear_split(nn_binder *b, nn_linear *l, const char *name, int64_t 
 /* The same with piece `index` of `parts` (replicated shards: several ranks take the same piece). */
 void nn_bind_linear_piece(nn_binder *b, nn_linear *l, const char *name, int64_t rows, int64_t cols, const char *hint,
                           nn_split split, int parts, int index);
+/* The same for a tensor whose rows are consecutive blocks of group[0..n_groups) rows that split over
+ * the ranks each on its own (Gated DeltaNet's [q | k | v] projection): the part is this rank's slice
+ * of every block, in block order, as one copy. */
+void nn_bind_linear_row_groups(nn_binder *b, nn_linear *l, const char *name, const int64_t *group, int n_groups,
+                               int64_t cols, const char *hint);
 /* Appends a float part whose weight is already bound (a tied lm_head is the embedding; a fused 3-D
  * expert tensor's slices). */
 void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w);

@@ -23,7 +23,8 @@ static void bind_expert(nn_binder *b, const char *prefix, int32_t e, int32_t hid
                          NN_SPLIT_COLS);
 }
 
-/* Fused 3-D experts: views of expert e's rows, no copy. Returns 1 bound, 0 absent. */
+/* Fused 3-D experts: views of expert e's rows, no copy (but for the columns of down_proj a rank
+ * takes under tensor parallelism). Returns 1 bound, 0 absent. */
 static int bind_fused_experts(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_config *c, nn_moe *m) {
     const int64_t E = c->n_experts, I = c->expert_inter, H = hidden;
     int64_t gu_shape[3] = {E, 2 * I, H}, down_shape[3] = {E, H, I};
@@ -38,20 +39,17 @@ static int bind_fused_experts(nn_binder *b, const char *prefix, int32_t hidden, 
                            "num_experts, hidden_size, moe_intermediate_size", &down);
     nn_check_matrix_dtype(b, gu.name, gu.dtype);
     nn_check_matrix_dtype(b, down.name, down.dtype);
-    if (!b->rc && b->tp.size > 1)
-        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "%s: fused expert tensors are not split for tensor parallelism yet",
-                        gu.name);
     if (b->rc) return 1;
     const size_t gu_expert = (size_t)(2 * I * H) * cv_dtype_size(gu.dtype), gu_half = gu_expert / 2;
     const size_t down_expert = (size_t)(H * I) * cv_dtype_size(down.dtype);
     for (int32_t e = 0; e < E; e++) {
         const char *g = (const char *)gu.data + (size_t)e * gu_expert, *d = (const char *)down.data + (size_t)e * down_expert;
-        nn_linear_add_view(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.gate_proj", prefix, e),
-                           &(cv_matrix){g, gu.dtype, I, H});
-        nn_linear_add_view(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.up_proj", prefix, e),
-                           &(cv_matrix){g + gu_half, gu.dtype, I, H});
-        nn_linear_add_view(b, &m->down[e], nn_name(b, "%sexperts.%d.down_proj", prefix, e),
-                           &(cv_matrix){d, down.dtype, H, I});
+        nn_linear_add_view_split(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.gate_proj", prefix, e),
+                                 &(cv_matrix){g, gu.dtype, I, H}, NN_SPLIT_ROWS);
+        nn_linear_add_view_split(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.up_proj", prefix, e),
+                                 &(cv_matrix){g + gu_half, gu.dtype, I, H}, NN_SPLIT_ROWS);
+        nn_linear_add_view_split(b, &m->down[e], nn_name(b, "%sexperts.%d.down_proj", prefix, e),
+                                 &(cv_matrix){d, down.dtype, H, I}, NN_SPLIT_COLS);
     }
     b->matmul_bytes += gu.nbytes + down.nbytes;
     return 1;

@@ -25,7 +25,7 @@
  * Tensor parallelism (model.h cv_tp) splits every expert as the dense MLP is split: gate|up by rows,
  * down by columns, the router whole on every rank. The routed experts' and the shared expert's
  * partial sums add up to the block's partial output, which is all-reduced once, after both. Fused
- * expert tensors are not split yet (refused at load).
+ * expert tensors are split the same way, expert by expert.
  */
 #ifndef CV_LAYERS_MOE_H
 #define CV_LAYERS_MOE_H
