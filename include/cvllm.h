@@ -103,6 +103,9 @@ typedef struct cvllm_engine_options {
                                  * worker until rank 0 destroys it, then ends the process (exit status
                                  * 0, or 1 if it failed). Every architecture; the heads (attention
                                  * and linear-attention key heads) must split evenly over N. */
+    bool enable_expert_parallel; /* with tensor_parallel_size N > 1: MoE routed experts placed whole,
+                                 * num_experts / N on each rank, instead of split within each expert
+                                 * (vLLM's --enable-expert-parallel); no effect on one rank */
     int32_t max_logprobs;       /* largest logprobs / prompt_logprobs a request may ask for, 0 = 20 */
     uint64_t seed;              /* seeds dummy weights and requests without their own seed */
     bool enable_prefix_caching;

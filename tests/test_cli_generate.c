@@ -67,38 +67,44 @@ static void generated_logprobs(json_t *j, double *out, size_t n) {
     }
 }
 
-/* -tp 2: cvllm starts two ranks under mpirun itself; the f32 model sharded over them gives the
- * reference's greedy tokens and the one-process run's logprobs. OpenMPI's own allocations are kept
- * out of LeakSanitizer's report as in test_tp (tests/CMakeLists.txt CV_OPENMPI_TEST_ENV). */
-static void test_tensor_parallel(const char *tmp, const char *model) {
+/* -tp 2 (with `flags`): cvllm starts two ranks under mpirun itself; the f32 model of reference
+ * folder `folder` sharded over them gives the reference's greedy tokens and the one-process run's
+ * logprobs. OpenMPI's own allocations are kept out of LeakSanitizer's report as in test_tp
+ * (tests/CMakeLists.txt CV_OPENMPI_TEST_ENV). */
+static void test_tensor_parallel(const char *tmp, const char *folder, const char *flags) {
+    char *model = tu_model_dir(folder);
     const char *env = "CVLLM_LOG_LEVEL=warning "
                       "LSAN_OPTIONS=suppressions=" CVLLM_SOURCE_DIR "/tests/lsan-openmpi.supp:fast_unwind_on_malloc=0";
     double lp[2][8] = {{0}};
-    json_t *ref = tu_load_ref("qwen3-dense-f32", "short");
+    json_t *ref = tu_load_ref(folder, "short");
     for (int tp = 1; tp <= 2; tp++) {
         const char *size = tp == 1 ? "1" : "2";
+        char *parallel = tu_strdupf("-tp %s %s", size, flags);
         char *args = tu_strdupf("generate %s --prompt-token-ids 1,2,3,4,5,6,7,8 --temperature 0 --max-tokens 8 "
-                                "--logprobs 1 --output json --max-model-len 256 --dtype float32 -tp %s",
-                                model, size);
+                                "--logprobs 1 --output json --max-model-len 256 --dtype float32 %s",
+                                model, parallel);
         tu_run r = tu_run_cvllm(tmp, env, args);
         free(args);
-        CHECK_MSG(r.status == 0, "-tp %d: %s", tp, r.err);
+        free(parallel);
+        CHECK_MSG(r.status == 0, "%s -tp %d %s: %s", folder, tp, flags, r.err);
         if (tp == 2) CHECK_CONTAINS(r.err, "tensor_parallel_size 2: starting 2 ranks under mpirun");
         json_t *j = json_loads(r.out, 0, NULL);
         CHECK_MSG(j != NULL, "-tp %d: not JSON: %s", tp, r.out);
         if (j) {
             json_t *out = json_array_get(json_object_get(j, "outputs"), 0);
-            CHECK_MSG(json_equal(json_object_get(out, "token_ids"), json_object_get(ref, "greedy")), "-tp %d: %s", tp,
-                      r.out);
+            CHECK_MSG(json_equal(json_object_get(out, "token_ids"), json_object_get(ref, "greedy")), "%s -tp %d %s: %s",
+                      folder, tp, flags, r.out);
             generated_logprobs(j, lp[tp - 1], 8);
             json_decref(j);
         }
         tu_run_free(&r);
     }
     for (int i = 0; i < 8; i++)
-        CHECK_MSG(fabs(lp[0][i] - lp[1][i]) <= 1e-4 * fmax(1.0, fabs(lp[0][i])), "token %d: logprob %.6f with -tp 2, %.6f "
-                  "without", i, lp[1][i], lp[0][i]);
+        CHECK_MSG(fabs(lp[0][i] - lp[1][i]) <= 1e-4 * fmax(1.0, fabs(lp[0][i])), "%s token %d: logprob %.6f with "
+                  "-tp 2 %s, %.6f without", folder, i, lp[1][i], flags, lp[0][i]);
     json_decref(ref);
+    tu_remove_tree(model);
+    free(model);
 }
 
 static void test_text_output_and_order(const char *tmp, const char *model) {
@@ -208,7 +214,9 @@ int main(void) {
     char *tmp = tu_make_temp_dir();
     char *model = tu_model_dir("qwen3-dense-f32");
     test_json_output(tmp, model);
-    test_tensor_parallel(tmp, model);
+    test_tensor_parallel(tmp, "qwen3-dense-f32", "");
+    test_tensor_parallel(tmp, "qwen3-moe-f32", "--enable-expert-parallel");
+    test_tensor_parallel(tmp, "qwen3.5-moe-f32", "--enable-expert-parallel");
     test_text_output_and_order(tmp, model);
     test_errors(tmp, model);
     test_dummy_model(tmp);

@@ -859,7 +859,8 @@ static void test_bf16_dot(cv_threadpool *pool) {
 /* cv_moe in bf16 compute against the definition built from cv_linear on bf16 rows, expert by
  * expert in id order: BF16_PANELS experts with gate|up stacked (e0, e2) or packed apart (e1), one
  * whose down is an f32 view (e2: it reads the f32 SwiGLU rows), one whose gate and up are f32
- * views before a BF16_PANELS down (e3); hidden and widths not multiples of 16 or 32. The same
+ * views before a BF16_PANELS down (e3); hidden and widths not multiples of 16 or 32; every fifth
+ * token's second route skipped (a negative id). The same
  * bits: the rows are rounded as cv_round_bf16_rows rounds them, and each product is one chain. */
 static void test_moe_bf16(cv_threadpool *pool) {
     enum { T = 29, H = 70, R = 2, E = 4 };
@@ -891,8 +892,9 @@ static void test_moe_bf16(cv_threadpool *pool) {
     float *want = cv_xmalloc(sizeof(float) * T * H);
     memcpy(want, y, sizeof(float) * T * H);
     int32_t ids[T * R];
-    for (int t = 0; t < T; t++) ids[t * R] = t % E, ids[t * R + 1] = (t + 1 + t % 3 % 2) % E;
-    /* the definition: per expert, its tokens in order, through cv_linear on bf16 rows */
+    for (int t = 0; t < T; t++) ids[t * R] = t % E, ids[t * R + 1] = t % 5 ? (t + 1 + t % 3 % 2) % E : -1;
+    /* the definition: per expert, its tokens in order, through cv_linear on bf16 rows; a negative id
+     * is no route (expert parallelism: another rank's expert) */
     float *xs = cv_xmalloc(sizeof(float) * T * H), *g = cv_xmalloc(sizeof(float) * T * 48),
           *u = cv_xmalloc(sizeof(float) * T * 48), *o = cv_xmalloc(sizeof(float) * T * H);
     int32_t tok[T];

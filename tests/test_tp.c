@@ -8,7 +8,8 @@
  * untied), MoE, and the hybrids (Qwen3-Next, Qwen3.5-MoE with fused experts, Qwen3.5 dense) — runs
  * in f32 compute one-shot, in 7-token chunks (a hybrid's recurrent state moved to another slot by a
  * state copy halfway) and as a batch of both prompts with mixed prefill and decode steps, each
- * within the 1e-4 bound the one-process model meets. A hybrid's MTP step, which has no reference
+ * within the 1e-4 bound the one-process model meets; the MoE folders again with expert parallelism
+ * (whole experts on each rank). A hybrid's MTP step, which has no reference
  * logits, matches a one-process runner of the same checkpoint on rank 0. Failure paths, which every
  * rank must reach together: a job size that is not tp_size, and (4 ranks) linear-attention key
  * heads that do not split over the ranks.
@@ -22,6 +23,8 @@
 static const char *const FOLDERS[] = {"qwen3-dense-f32",      "qwen3-dense-bf16",  "qwen3-dense-tied-f32",
                                       "qwen3-dense-tied-bf16", "qwen3-moe-f32",     "qwen3-moe-bf16",
                                       "qwen3-next-f32",        "qwen3.5-moe-f32",   "qwen3.5-dense-bf16"};
+/* With expert parallelism: per-expert tensors (Qwen3-MoE, Qwen3-Next) and fused ones (Qwen3.5-MoE). */
+static const char *const EP_FOLDERS[] = {"qwen3-moe-f32", "qwen3-next-f32", "qwen3.5-moe-f32"};
 
 typedef struct tp_model {
     cv_model_config cfg;
@@ -29,14 +32,17 @@ typedef struct tp_model {
     cv_runner *runner;
 } tp_model;
 
-static int open_model(const char *folder, int tp_size, bool mtp, tp_model *m) {
+/* A runner with o's parallelism and MTP over the reference folder's checkpoint. */
+static int open_model(const char *folder, cv_runner_options o, tp_model *m) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
     memset(m, 0, sizeof *m);
     CHECK_EQ_INT(cv_model_config_load(dir, &m->cfg), 0);
     CHECK_EQ_INT(cv_weight_source_checkpoint(dir, &m->src), 0);
-    cv_runner_options o = {.config = &m->cfg, .weights = m->src, .num_threads = 1, .max_num_batched_tokens = 256,
-                           .tp_size = tp_size, .load_mtp = mtp};
+    o.config = &m->cfg;
+    o.weights = m->src;
+    o.num_threads = 1;
+    o.max_num_batched_tokens = 256;
     return cv_runner_create(&o, &m->runner);
 }
 
@@ -119,10 +125,11 @@ static int job_size(void) {
     return s ? atoi(s) : 1;
 }
 
-static void check_folder(const char *folder) {
+static void check_folder(const char *folder, bool ep) {
     const int n = job_size();
     tp_model m;
-    CHECK_MSG(open_model(folder, n, false, &m) == 0, "%s: %s", folder, cv_error_message());
+    CHECK_MSG(open_model(folder, (cv_runner_options){.tp_size = n, .expert_parallel = ep}, &m) == 0, "%s: %s", folder,
+              cv_error_message());
     if (!m.runner) {
         close_model(&m);
         return;
@@ -152,14 +159,14 @@ static void check_folder(const char *folder) {
         tp_seq s;
         seq_init(&s, &refs[i], 1, 0);
         tp_seq *one = &s;
-        snprintf(what, sizeof what, "%s one-shot", folder);
+        snprintf(what, sizeof what, "%s one-shot%s", folder, ep ? ", expert parallel" : "");
         step(m.runner, &one, &s.len, 1, NULL, 0, logits, what, &worst);
     }
     for (int i = 0; i < 2; i++) { /* chunks of 7; a hybrid's state moves from slot 0 to 2 halfway */
         tp_seq s;
         seq_init(&s, &refs[i], 1, 0);
         tp_seq *one = &s;
-        snprintf(what, sizeof what, "%s chunked", folder);
+        snprintf(what, sizeof what, "%s chunked%s", folder, ep ? ", expert parallel" : "");
         while (s.done < s.len) {
             int32_t chunk = s.len - s.done < 7 ? s.len - s.done : 7;
             const bool move = hybrid && s.slot == 0 && s.done >= s.len / 2;
@@ -173,13 +180,14 @@ static void check_folder(const char *folder) {
     seq_init(&a, &refs[0], 1, 0);
     seq_init(&b, &refs[1], 1 + MF_NUM_BLOCKS, 1);
     tp_seq *both[] = {&a, &b};
-    snprintf(what, sizeof what, "%s batched", folder);
+    snprintf(what, sizeof what, "%s batched%s", folder, ep ? ", expert parallel" : "");
     while (a.done < a.len || b.done < b.len) {
         int32_t counts[2] = {a.done == 0 ? refs[0].n_prompt : (a.done < a.len),
                              b.len - b.done < 40 ? b.len - b.done : 40};
         step(m.runner, both, counts, 2, NULL, 0, logits, what, &worst);
     }
-    printf("%s: tensor parallel %d, worst relative error %.3g\n", folder, n, worst);
+    printf("%s: tensor parallel %d%s, worst relative error %.3g\n", folder, n, ep ? " with expert parallelism" : "",
+           worst);
     free(logits);
     mf_free_reference(&refs[0]);
     mf_free_reference(&refs[1]);
@@ -208,7 +216,8 @@ static int32_t mtp_logits(cv_runner *r, const mf_reference *ref, float *hidden, 
 static void check_mtp(const char *folder) {
     const int n = job_size();
     tp_model m;
-    CHECK_MSG(open_model(folder, n, true, &m) == 0, "%s: %s", folder, cv_error_message());
+    CHECK_MSG(open_model(folder, (cv_runner_options){.tp_size = n, .load_mtp = true}, &m) == 0, "%s: %s", folder,
+              cv_error_message());
     if (!m.runner) {
         close_model(&m);
         return;
@@ -221,7 +230,8 @@ static void check_mtp(const char *folder) {
         return;
     }
     tp_model one;
-    CHECK_MSG(open_model(folder, 1, true, &one) == 0, "%s in one process: %s", folder, cv_error_message());
+    CHECK_MSG(open_model(folder, (cv_runner_options){.tp_size = 1, .load_mtp = true}, &one) == 0,
+              "%s in one process: %s", folder, cv_error_message());
     CHECK_EQ_INT(cv_runner_alloc_cache(one.runner, MF_NUM_BLOCKS + 1, MF_BLOCK_SIZE, CV_DTYPE_F32, 1), 0);
     char dir[512];
     snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
@@ -251,7 +261,7 @@ static void check_mtp(const char *folder) {
 static void check_refusals(void) {
     tp_model m;
     const int n = job_size();
-    CHECK_EQ_INT(open_model("qwen3-dense-f32", n + 1, false, &m), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_EQ_INT(open_model("qwen3-dense-f32", (cv_runner_options){.tp_size = n + 1}, &m), CVLLM_ERR_INVALID_ARGUMENT);
     char want[96];
     snprintf(want, sizeof want, "tensor_parallel_size=%d but the MPI job has %d ranks", n + 1, n);
     CHECK_CONTAINS(cv_error_message(), want);
@@ -264,7 +274,7 @@ static void check_refusals(void) {
 static bool splits(const char *folder, int n) {
     if (n <= 2 || (!strstr(folder, "next") && !strstr(folder, "3.5"))) return true;
     tp_model m;
-    CHECK_EQ_INT(open_model(folder, n, false, &m), CVLLM_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(open_model(folder, (cv_runner_options){.tp_size = n}, &m), CVLLM_ERR_UNSUPPORTED);
     char want[96];
     snprintf(want, sizeof want, "linear_num_key_heads=2 does not split over tensor_parallel_size=%d", n);
     CHECK_CONTAINS(cv_error_message(), want);
@@ -275,7 +285,9 @@ static bool splits(const char *folder, int n) {
 
 int main(void) {
     for (size_t i = 0; i < CV_ARRAY_LEN(FOLDERS); i++)
-        if (splits(FOLDERS[i], job_size())) check_folder(FOLDERS[i]);
+        if (splits(FOLDERS[i], job_size())) check_folder(FOLDERS[i], false);
+    for (size_t i = 0; i < CV_ARRAY_LEN(EP_FOLDERS); i++)
+        if (splits(EP_FOLDERS[i], job_size())) check_folder(EP_FOLDERS[i], true);
     if (splits("qwen3.5-moe-f32", job_size())) check_mtp("qwen3.5-moe-f32");
     check_refusals();
     int rank;

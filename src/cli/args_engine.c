@@ -50,7 +50,6 @@ static const cv_ignored_flag ignored_engine_flags[] = {
      * of an mpirun job already; the others run as mp */
     {"--distributed-executor-backend", CV_IGNORED_CHOICE,
      (const char *const[]){"ray", "mp", "uni", "external_launcher", "mpi", NULL}},
-    {"--enable-expert-parallel|-ep", CV_IGNORED_BOOL, NULL},
     {"--trust-remote-code", CV_IGNORED_BOOL, NULL},
     {"--enforce-eager", CV_IGNORED_BOOL, NULL},
     {"--disable-custom-all-reduce", CV_IGNORED_BOOL, NULL},
@@ -255,6 +254,8 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (json_object_flag(a, "--speculative-config|-sc", &v)) o->speculative_config = v;
     else if (cv_args_flag(a, "--enable-prefix-caching")) o->enable_prefix_caching = true;
     else if (cv_args_flag(a, "--no-enable-prefix-caching")) o->enable_prefix_caching = false;
+    else if (cv_args_flag(a, "--enable-expert-parallel|-ep")) o->enable_expert_parallel = true;
+    else if (cv_args_flag(a, "--no-enable-expert-parallel")) o->enable_expert_parallel = false;
     else if (quantization(a, o) || scheduling_policy(a, o) || compilation_config(a)) {
     } else if (parallel_size(a, "--tensor-parallel-size|-tp", "tensor parallelism", &o->tensor_parallel_size) ||
                parallel_size(a, "--pipeline-parallel-size|-pp", "pipeline parallelism", NULL) ||
@@ -285,10 +286,11 @@ const char cv_args_engine_help[] =
     "  --scheduling-policy fcfs|priority  queue order: arrival, or the requests' priority (lower first)\n"
     "  --config FILE.yaml           flags from a YAML file (the command line wins)\n"
     "  JSON flags also take dotted keys: --compilation-config.cudagraph_mode FULL, -cc.mode=3\n"
-    "  --tensor-parallel-size, -tp N  shard the model over N OpenMPI ranks (Qwen3 dense, MoE): started by\n"
-    "                               cvllm itself, or by your mpirun with --distributed-executor-backend mpi\n"
+    "  --tensor-parallel-size, -tp N  shard the model over N OpenMPI ranks: started by cvllm itself, or\n"
+    "                               by your mpirun with --distributed-executor-backend mpi\n"
+    "  --[no-]enable-expert-parallel, -ep  with -tp N: MoE experts whole, num_experts/N on each rank\n"
     "accepted, checked and ignored (no CUDA graphs): -pp/-dp N (one process),\n"
-    "  --[no-]enable-expert-parallel, --distributed-executor-backend ray|mp|uni|external_launcher,\n"
+    "  --distributed-executor-backend ray|mp|uni|external_launcher,\n"
     "  --compilation-config/-cc JSON, -O0..-O3, --additional-config JSON, --[no-]trust-remote-code,\n"
     "  --[no-]enforce-eager, --[no-]enable-chunked-prefill, --swap-space,\n"
     "  --disable-custom-all-reduce, --max-seq-len-to-capture, --[no-]enable-log-requests\n";

@@ -228,6 +228,7 @@ static int load_model(cvllm_engine *e) {
         .load_mtp = e->spec.method == CV_SPEC_MTP,
         .bf16_compute = e->compute_dtype == CV_DTYPE_BF16,
         .tp_size = e->opts.tensor_parallel_size,
+        .expert_parallel = e->opts.enable_expert_parallel,
     };
     int rc = cv_runner_create(&o, &e->runner);
     if (rc) return rc;

@@ -44,6 +44,7 @@ int cv_runner_create(const cv_runner_options *o, cv_runner **out) {
     int threads = o->num_threads;
     if (o->tp_size > 1) {
         int rc = cv_comm_join(o->tp_size, &r->tp);
+        r->tp.expert_parallel = o->expert_parallel;
         if (rc) {
             free(r);
             return rc;

@@ -312,7 +312,8 @@ typedef struct cv_moe_args {
     int32_t n_experts;              /* entries of experts */
     const cv_moe_expert *experts;
     int32_t routes;                 /* experts per token: columns of ids and weights */
-    const int32_t *ids;             /* [n_tokens][routes], < n_experts, distinct within a token */
+    const int32_t *ids;             /* [n_tokens][routes], < n_experts, distinct within a token; negative:
+                                     * no route (its expert is another rank's, under expert parallelism) */
     const float *weights;           /* [n_tokens][routes] */
     const float *x;                 /* [n_tokens][hidden] */
     float *y;                       /* [n_tokens][hidden]: y += Σ_r weight·expert_r(x), experts in id order */

@@ -123,6 +123,7 @@ struct cv_model {
  * slice of every logit row and gather collects the slices at rank 0, the only rank given logits. */
 typedef struct cv_tp {
     int rank, size;
+    bool expert_parallel;    /* routed MoE experts placed whole on the ranks rather than split (layers/moe.h) */
     void *ctx;
     void (*allreduce)(void *ctx, float *x, size_t n);
     /* every rank's n floats, in rank order, into rank 0's all[size·n] (all is NULL elsewhere) */

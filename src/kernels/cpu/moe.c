@@ -268,20 +268,22 @@ static void down_task(void *arg, int ti, int nt) {
     }
 }
 
-/* Counting sort of the routes by expert; gathers each route's input row. */
+/* Counting sort of the routes by expert (skipping those with no expert); gathers each route's
+ * input row. */
 static void group_routes(const cv_moe_args *a, int32_t *offsets, int32_t *fill, int32_t *route_token,
                          float *route_weight, float *xs) {
     const int64_t R = a->n_tokens * a->routes;
     memset(offsets, 0, (size_t)(a->n_experts + 1) * sizeof *offsets);
     for (int64_t r = 0; r < R; r++) {
-        assert(a->ids[r] >= 0 && a->ids[r] < a->n_experts);
-        offsets[a->ids[r] + 1]++;
+        assert(a->ids[r] < a->n_experts);
+        if (a->ids[r] >= 0) offsets[a->ids[r] + 1]++;
     }
     for (int32_t e = 0; e < a->n_experts; e++) offsets[e + 1] += offsets[e];
     memcpy(fill, offsets, (size_t)a->n_experts * sizeof *fill);
     const size_t row_bytes = (size_t)a->hidden * sizeof(float);
     for (int64_t t = 0; t < a->n_tokens; t++)
         for (int32_t k = 0; k < a->routes; k++) {
+            if (a->ids[t * a->routes + k] < 0) continue;
             int32_t slot = fill[a->ids[t * a->routes + k]]++;
             route_token[slot] = (int32_t)t;
             route_weight[slot] = a->weights[t * a->routes + k];

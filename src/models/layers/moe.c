@@ -13,14 +13,21 @@
 
 static const char GATE_UP_HINT[] = "moe_intermediate_size, hidden_size", DOWN_HINT[] = "hidden_size, moe_intermediate_size";
 
-/* Routed expert e bound per expert: experts.{e}.{gate,up,down}_proj in their scheme. */
-static void bind_expert(nn_binder *b, const char *prefix, int32_t e, int32_t hidden, int32_t inter, nn_moe *m) {
-    nn_bind_linear_split(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.gate_proj", prefix, e), inter, hidden,
-                         GATE_UP_HINT, NN_SPLIT_ROWS);
-    nn_bind_linear_split(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.up_proj", prefix, e), inter, hidden,
-                         GATE_UP_HINT, NN_SPLIT_ROWS);
-    nn_bind_linear_split(b, &m->down[e], nn_name(b, "%sexperts.%d.down_proj", prefix, e), hidden, inter, DOWN_HINT,
-                         NN_SPLIT_COLS);
+/* How this rank holds its experts: split within each (tensor parallelism), or whole. */
+static nn_split expert_split(const nn_binder *b, bool rows) {
+    if (b->tp.expert_parallel) return NN_WHOLE;
+    return rows ? NN_SPLIT_ROWS : NN_SPLIT_COLS;
+}
+
+/* Routed expert e (the rank's i-th) bound per expert: experts.{e}.{gate,up,down}_proj in their scheme. */
+static void bind_expert(nn_binder *b, const char *prefix, int32_t e, int32_t i, int32_t hidden, int32_t inter,
+                        nn_moe *m) {
+    nn_bind_linear_split(b, &m->gate_up[i], nn_name(b, "%sexperts.%d.gate_proj", prefix, e), inter, hidden,
+                         GATE_UP_HINT, expert_split(b, true));
+    nn_bind_linear_split(b, &m->gate_up[i], nn_name(b, "%sexperts.%d.up_proj", prefix, e), inter, hidden,
+                         GATE_UP_HINT, expert_split(b, true));
+    nn_bind_linear_split(b, &m->down[i], nn_name(b, "%sexperts.%d.down_proj", prefix, e), hidden, inter, DOWN_HINT,
+                         expert_split(b, false));
 }
 
 /* Fused 3-D experts: views of expert e's rows, no copy (but for the columns of down_proj a rank
@@ -42,16 +49,17 @@ static int bind_fused_experts(nn_binder *b, const char *prefix, int32_t hidden, 
     if (b->rc) return 1;
     const size_t gu_expert = (size_t)(2 * I * H) * cv_dtype_size(gu.dtype), gu_half = gu_expert / 2;
     const size_t down_expert = (size_t)(H * I) * cv_dtype_size(down.dtype);
-    for (int32_t e = 0; e < E; e++) {
+    for (int32_t i = 0; i < m->n_local; i++) {
+        const int32_t e = m->first_expert + i;
         const char *g = (const char *)gu.data + (size_t)e * gu_expert, *d = (const char *)down.data + (size_t)e * down_expert;
-        nn_linear_add_view_split(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.gate_proj", prefix, e),
-                                 &(cv_matrix){g, gu.dtype, I, H}, NN_SPLIT_ROWS);
-        nn_linear_add_view_split(b, &m->gate_up[e], nn_name(b, "%sexperts.%d.up_proj", prefix, e),
-                                 &(cv_matrix){g + gu_half, gu.dtype, I, H}, NN_SPLIT_ROWS);
-        nn_linear_add_view_split(b, &m->down[e], nn_name(b, "%sexperts.%d.down_proj", prefix, e),
-                                 &(cv_matrix){d, down.dtype, H, I}, NN_SPLIT_COLS);
+        nn_linear_add_view_split(b, &m->gate_up[i], nn_name(b, "%sexperts.%d.gate_proj", prefix, e),
+                                 &(cv_matrix){g, gu.dtype, I, H}, expert_split(b, true));
+        nn_linear_add_view_split(b, &m->gate_up[i], nn_name(b, "%sexperts.%d.up_proj", prefix, e),
+                                 &(cv_matrix){g + gu_half, gu.dtype, I, H}, expert_split(b, true));
+        nn_linear_add_view_split(b, &m->down[i], nn_name(b, "%sexperts.%d.down_proj", prefix, e),
+                                 &(cv_matrix){d, down.dtype, H, I}, expert_split(b, false));
     }
-    b->matmul_bytes += gu.nbytes + down.nbytes;
+    b->matmul_bytes += (gu.nbytes + down.nbytes) / (size_t)E * (size_t)m->n_local;
     return 1;
 }
 
@@ -74,9 +82,17 @@ void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_
     }
     char p[200];
     snprintf(p, sizeof p, "%s", prefix);
-    const size_t E = (size_t)c->n_experts;
-    *out = (nn_moe){.n_routed = c->n_experts, .top_k = c->top_k, .renormalize = c->renormalize,
-                    .has_shared = c->shared_inter > 0, .observe = b->observe, .bf16_input = b->bf16_input};
+    const bool ep = b->tp.expert_parallel && b->tp.size > 1;
+    if (ep && c->n_experts % b->tp.size) {
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "num_experts=%d does not split over %d expert-parallel ranks",
+                        c->n_experts, b->tp.size);
+        return;
+    }
+    const int32_t local = ep ? c->n_experts / b->tp.size : c->n_experts;
+    const size_t E = (size_t)local;
+    *out = (nn_moe){.n_routed = c->n_experts, .first_expert = ep ? b->tp.rank * local : 0, .n_local = local,
+                    .top_k = c->top_k, .renormalize = c->renormalize, .has_shared = c->shared_inter > 0,
+                    .observe = b->observe, .bf16_input = b->bf16_input};
     out->experts = nn_own(b, E * sizeof *out->experts);
     out->gate_up = nn_own(b, E * sizeof *out->gate_up);
     out->down = nn_own(b, E * sizeof *out->down);
@@ -87,9 +103,11 @@ void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_
     nn_bind_linear(b, &out->route, nn_name(b, "%sgate", p), c->n_experts, hidden, "num_experts, hidden_size");
     const size_t before = b->matmul_bytes;
     if (!b->rc && !bind_fused_experts(b, p, hidden, c, out))
-        for (int32_t e = 0; e < c->n_experts && !b->rc; e++) bind_expert(b, p, e, hidden, c->expert_inter, out);
-    for (int32_t e = 0; e < c->n_experts && !b->rc; e++) kernel_expert(out, e, c->expert_inter / b->tp.size);
-    /* A token streams only its top_k experts. */
+        for (int32_t i = 0; i < local && !b->rc; i++)
+            bind_expert(b, p, out->first_expert + i, i, hidden, c->expert_inter, out);
+    for (int32_t i = 0; i < local && !b->rc; i++)
+        kernel_expert(out, i, ep ? c->expert_inter : c->expert_inter / b->tp.size);
+    /* A token streams only its top_k experts, of which this rank holds local / n_experts. */
     b->matmul_bytes = before + (b->matmul_bytes - before) / (size_t)c->n_experts * (size_t)c->top_k;
     if (out->has_shared) {
         char sp[240];
@@ -110,7 +128,7 @@ void nn_bind_dense_mlp(nn_binder *b, const char *prefix, int32_t hidden, int32_t
 void nn_moe_linears(nn_moe *m, nn_linear_list *list) {
     nn_linear_list_add(list, &m->route);
     nn_ffn_linears(&m->ffn, list);
-    for (int32_t e = 0; e < m->n_routed; e++) {
+    for (int32_t e = 0; e < m->n_local; e++) {
         nn_linear_list_add(list, &m->gate_up[e]);
         nn_linear_list_add(list, &m->down[e]);
     }
@@ -119,7 +137,7 @@ void nn_moe_linears(nn_moe *m, nn_linear_list *list) {
 const nn_linear *nn_moe_input_linear(const nn_moe *m) { return &m->ffn.gate_up; }
 
 void nn_moe_sizes_add(nn_moe_sizes *z, const nn_moe *m) {
-    for (int32_t e = 0; e < m->n_routed; e++) {
+    for (int32_t e = 0; e < m->n_local; e++) {
         const cv_moe_expert *x = &m->experts[e];
         if (x->inter > z->max_inter) z->max_inter = (int32_t)x->inter;
         z->int8 = z->int8 || cv_wformat_int8_input(x->gate->format) || cv_wformat_int8_input(x->down->format);
@@ -157,7 +175,7 @@ void nn_moe_scratch_take(nn_moe_scratch *s, const nn_moe_sizes *z, cv_threadpool
 static void observe_experts(cv_threadpool *pool, const nn_moe *m, int32_t hidden, const float *in, int32_t T,
                             const nn_moe_scratch *s) {
     const size_t row = (size_t)hidden * sizeof(float);
-    for (int32_t e = 0; e < m->n_routed; e++) {
+    for (int32_t e = 0; e < m->n_local; e++) {
         int64_t rows = 0;
         for (int32_t t = 0; t < T; t++)
             for (int32_t k = 0; k < m->top_k; k++)
@@ -171,6 +189,15 @@ static void observe_experts(cv_threadpool *pool, const nn_moe *m, int32_t hidden
     }
 }
 
+/* Expert parallelism: the routes to this rank's experts as indices among them, the others none
+ * (negative: the kernel skips them; their rank adds them). */
+static void local_routes(const nn_moe *m, int32_t *ids, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t e = ids[i] - m->first_expert;
+        ids[i] = e >= 0 && e < m->n_local ? e : -1;
+    }
+}
+
 void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, nn_input in, int32_t T,
                     const nn_moe_scratch *s, float *out) {
     if (m->n_routed == 0) {
@@ -181,10 +208,11 @@ void nn_moe_forward(cv_threadpool *pool, const nn_moe *m, int32_t hidden, nn_inp
         float *route[] = {s->logits, s->shared_logit};
         nn_linear_forward(pool, &m->route, in, T, route);
         cv_moe_route(s->logits, T, m->n_routed, m->top_k, m->renormalize, s->ids, s->weights);
+        if (m->n_local < m->n_routed) local_routes(m, s->ids, (int64_t)T * m->top_k);
         if (m->observe.fn) observe_experts(pool, m, hidden, in.f32, T, s);
         memset(out, 0, (size_t)T * (size_t)hidden * sizeof *out);
         cv_moe_args a = {
-            .n_tokens = T, .hidden = hidden, .n_experts = m->n_routed, .experts = m->experts, .routes = m->top_k,
+            .n_tokens = T, .hidden = hidden, .n_experts = m->n_local, .experts = m->experts, .routes = m->top_k,
             .ids = s->ids, .weights = s->weights, .x = in.f32, .y = out, .workspace = s->workspace,
             .bf16_input = m->bf16_input,
         };

@@ -25,7 +25,11 @@
  * Tensor parallelism (model.h cv_tp) splits every expert as the dense MLP is split: gate|up by rows,
  * down by columns, the router whole on every rank. The routed experts' and the shared expert's
  * partial sums add up to the block's partial output, which is all-reduced once, after both. Fused
- * expert tensors are split the same way, expert by expert.
+ * expert tensors are split the same way, expert by expert. With expert parallelism
+ * (cv_tp.expert_parallel, vLLM's --enable-expert-parallel) the routed experts are placed whole
+ * instead, n_experts / ranks consecutive ones on each rank; every rank routes all its tokens (the
+ * residual stream is whole on every rank, so no token moves), runs the routes to its own experts,
+ * and the one all-reduce adds the other ranks' routes in. The shared expert stays split.
  */
 #ifndef CV_LAYERS_MOE_H
 #define CV_LAYERS_MOE_H
@@ -43,11 +47,13 @@ typedef struct nn_moe_config {
 
 typedef struct nn_moe {
     int32_t n_routed;         /* 0: a dense MLP (no router, the ffn's output taken as is) */
+    int32_t first_expert, n_local; /* the routed experts this rank holds: all (0, n_routed) but under
+                                    * expert parallelism */
     int32_t top_k;
     bool renormalize, has_shared;
     nn_linear route;          /* gate [n_routed][hidden] | shared_expert_gate [1][hidden] (when shared) */
-    nn_linear *gate_up, *down; /* [n_routed]: routed expert e's gate_proj | up_proj and down_proj */
-    cv_moe_expert *experts;   /* [n_routed]: the same weights as the kernel takes them; owned by the binder */
+    nn_linear *gate_up, *down; /* [n_local]: routed expert first_expert + i's gate_proj | up_proj and down_proj */
+    cv_moe_expert *experts;   /* [n_local]: the same weights as the kernel takes them; owned by the binder */
     nn_observer observe;
     bool bf16_input;          /* bf16 compute with the bf16 dot product: BF16_PANELS experts read bf16 rows */
     nn_ffn ffn;               /* the shared expert, or the dense MLP */
