@@ -95,7 +95,7 @@ typedef struct cvllm_engine_options {
     uint64_t kv_cache_memory_bytes; /* 0 = derived from gpu_memory_utilization */
     double gpu_memory_utilization;  /* fraction of RAM for weights + KV + activations, 0 = 0.9 */
     int32_t num_threads;        /* kernel threads, 0 = all online CPUs (divided among the job's ranks on
-                                 * this machine under tensor parallelism) */
+                                 * this machine under tensor parallelism; see data_parallel_size) */
     int32_t tensor_parallel_size; /* 0 or 1: one process. N > 1: the model is sharded over the N ranks of
                                  * the OpenMPI job this process belongs to (mpirun -np N), every rank
                                  * calling cvllm_engine_create with the same options. Rank 0 gets the
@@ -106,6 +106,13 @@ typedef struct cvllm_engine_options {
     bool enable_expert_parallel; /* with tensor_parallel_size N > 1: MoE routed experts placed whole,
                                  * num_experts / N on each rank, instead of split within each expert
                                  * (vLLM's --enable-expert-parallel); no effect on one rank */
+    int32_t data_parallel_size; /* 0 or 1: this engine has the machine to itself. N > 1: it is one of N
+                                 * replicas on this machine, each created with the same options (`cvllm
+                                 * serve -dp N` runs them in one process behind one server): it takes 1/N
+                                 * of the memory budget (of the RAM that gpu_memory_utilization counts,
+                                 * or of kv_cache_memory_bytes / VLLM_CPU_KVCACHE_SPACE when given) and
+                                 * 1/N of num_threads (of all online CPUs when 0), at least one thread.
+                                 * Not together with tensor_parallel_size > 1 yet. */
     int32_t max_logprobs;       /* largest logprobs / prompt_logprobs a request may ask for, 0 = 20 */
     uint64_t seed;              /* seeds dummy weights and requests without their own seed */
     bool enable_prefix_caching;

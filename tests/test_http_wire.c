@@ -35,14 +35,14 @@
 #include "base/timeutil.h"
 #include "check.h"
 #include "cvllm.h"
-#include "engine/engine_loop.h"
+#include "engine/engine_group.h"
 #include "server/server.h"
 #include "testutil.h"
 
 enum { MAX_BODY = 64 * 1024, N_IDLE = 2000, N_DRIBBLERS = 20 };
 
 typedef struct fixture {
-    cv_engine_loop *loop;
+    cv_engine_group *group;
     cv_server *srv;
     int port;
 } fixture;
@@ -58,15 +58,13 @@ static void start(fixture *f, const cv_server_options *extra) {
     o.kv_cache_memory_bytes = 16u << 20;
     o.num_threads = 2;
     o.dtype = "float32";
-    cvllm_engine *e = NULL;
-    CHECK_MSG(cvllm_engine_create(&o, &e) == 0, "engine: %s", cvllm_last_error());
     cv_loop_options lo = {.async_scheduling = true};
-    CHECK(cv_engine_loop_start(e, &lo, &f->loop) == 0);
+    CHECK_MSG(cv_engine_group_start(&o, &lo, &f->group) == 0, "engine: %s", cvllm_last_error());
     cv_server_options so = *extra;
     so.host = "0.0.0.0"; /* reachable from every 127.0.0.x source address */
     so.model_root = model_dir;
     so.max_body_bytes = MAX_BODY;
-    int rc = cv_server_start(f->loop, &so, &f->srv);
+    int rc = cv_server_start(f->group, &so, &f->srv);
     CHECK_MSG(rc == 0, "server: %s", cvllm_last_error());
     if (rc) exit(1);
     f->port = cv_server_port(f->srv);
@@ -74,7 +72,7 @@ static void start(fixture *f, const cv_server_options *extra) {
 
 static void stop(fixture *f) {
     cv_server_stop(f->srv, 0);
-    cv_engine_loop_stop(f->loop);
+    cv_engine_group_stop(f->group);
 }
 
 /* ------------------------------------------------------------------------------------------------ */

@@ -32,7 +32,7 @@
 #include "chat/chat.h"
 #include "check.h"
 #include "cvllm.h"
-#include "engine/engine_loop.h"
+#include "engine/engine_group.h"
 #include "server/server.h"
 #include "testutil.h"
 
@@ -43,7 +43,7 @@ enum { MAX_MODEL_LEN = 4096, MAX_BODY = 256 * 1024 };
 typedef struct fixture {
     char *dir;
     cv_chat_template *tmpl;
-    cv_engine_loop *loop;
+    cv_engine_group *group;
     cv_server *srv;
     char base[64];
 } fixture;
@@ -66,12 +66,10 @@ static cvllm_engine_options engine_options(const char *dir, const char *load_for
 
 static void start_server(fixture *f, const char *load_format, cv_api_structured_config structured) {
     cvllm_engine_options o = engine_options(f->dir, load_format);
-    cvllm_engine *e = NULL;
-    int rc = cvllm_engine_create(&o, &e);
+    cv_loop_options lo = {.async_scheduling = true};
+    int rc = cv_engine_group_start(&o, &lo, &f->group);
     CHECK_MSG(rc == 0, "engine: %s", cvllm_last_error());
     if (rc) exit(1);
-    cv_loop_options lo = {.async_scheduling = true};
-    CHECK(cv_engine_loop_start(e, &lo, &f->loop) == 0);
     static const char *names[] = {NAME, "alias"};
     static const char *keys[] = {"other-key", KEY};
     CHECK_MSG(cv_chat_template_load(f->dir, NULL, &f->tmpl) == 0, "chat template: %s", cvllm_last_error());
@@ -80,7 +78,7 @@ static void start_server(fixture *f, const char *load_format, cv_api_structured_
                             .enable_prompt_tokens_details = true, .max_body_bytes = MAX_BODY,
                             .chat_template = f->tmpl, .reasoning_parser = "qwen3", .enable_auto_tool_choice = true,
                             .tool_call_parser = "hermes", .structured = structured};
-    rc = cv_server_start(f->loop, &so, &f->srv);
+    rc = cv_server_start(f->group, &so, &f->srv);
     CHECK_MSG(rc == 0, "server: %s", cvllm_last_error());
     if (rc) exit(1);
     snprintf(f->base, sizeof f->base, "http://127.0.0.1:%d", cv_server_port(f->srv));
@@ -88,7 +86,7 @@ static void start_server(fixture *f, const char *load_format, cv_api_structured_
 
 static void stop_server(fixture *f) {
     cv_server_stop(f->srv, 0);
-    cv_engine_loop_stop(f->loop);
+    cv_engine_group_stop(f->group);
     cv_chat_template_free(f->tmpl);
     tu_remove_tree(f->dir);
     free(f->dir);
@@ -655,7 +653,7 @@ static void test_loglikelihood_prefix_cache(void) {
 static void test_port_in_use(void) {
     cv_server_options so = {.host = "127.0.0.1", .port = cv_server_port(ref_srv.srv), .model_root = ref_srv.dir};
     cv_server *second = NULL;
-    CHECK_EQ_INT(cv_server_start(ref_srv.loop, &so, &second), CVLLM_ERR_IO);
+    CHECK_EQ_INT(cv_server_start(ref_srv.group, &so, &second), CVLLM_ERR_IO);
     CHECK(second == NULL);
     CHECK_CONTAINS(cvllm_last_error(), "cannot listen on 127.0.0.1:");
 }
@@ -1070,7 +1068,7 @@ static char *library_prompt(const char *tools, const char *documents, const char
     cv_chat_request cr = {.messages = m, .tools = t, .documents = d, .kwargs = k, .add_generation_prompt = true};
     char *text = NULL;
     CHECK(cv_chat_render(chat_srv.tmpl, &cr, &text, NULL) == 0);
-    const cvllm_tokenizer *tok = cvllm_engine_tokenizer(cv_engine_loop_engine(chat_srv.loop));
+    const cvllm_tokenizer *tok = cvllm_engine_tokenizer(cv_engine_group_engine(chat_srv.group));
     CHECK(cvllm_tokenize(tok, text, strlen(text), ids, n) == CVLLM_OK);
     json_decref(m);
     json_decref(t);
@@ -1203,10 +1201,10 @@ static void test_chat_content_parts(void) {
         {CV_CHAT_CONTENT_STRING, "<|im_start|>user\nDescribe it.\nBriefly.<|im_end|>\n<|im_start|>assistant\n<think>\n"},
         {CV_CHAT_CONTENT_OPENAI, "<|im_start|>user\nDescribe it.Briefly.<|im_end|>\n<|im_start|>assistant\n<think>\n"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        fixture f = {.dir = chat_srv.dir, .loop = chat_srv.loop};
+        fixture f = {.dir = chat_srv.dir, .group = chat_srv.group};
         cv_server_options so = {.host = "127.0.0.1", .model_root = chat_srv.dir, .chat_template = t36,
                                 .chat_template_content_format = cases[i].f};
-        CHECK_MSG(cv_server_start(chat_srv.loop, &so, &f.srv) == 0, "%s", cvllm_last_error());
+        CHECK_MSG(cv_server_start(chat_srv.group, &so, &f.srv) == 0, "%s", cvllm_last_error());
         if (!f.srv) continue;
         snprintf(f.base, sizeof f.base, "http://127.0.0.1:%d", cv_server_port(f.srv));
         reply r = http(&f, "POST", "/v1/chat/completions/render", "{\"messages\":" PARTS "}");

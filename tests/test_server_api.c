@@ -1599,7 +1599,7 @@ static void test_metrics_text(void) {
     cv_histogram_init(&st.request_prompt_tokens, sizes, n_sizes);
     cv_histogram_observe(&st.request_prompt_tokens, 1234567);
     cv_http_metrics *http = cv_http_metrics_create();
-    char *t = cv_metrics_render(&st, "q\"3", http);
+    char *t = cv_metrics_render(&st, 1, "q\"3", http);
     const char *L = "{engine=\"0\",model_name=\"q\\\"3\"}";
     char line[256];
     snprintf(line, sizeof line, "vllm:num_requests_running%s 2.0\n", L);
@@ -1641,7 +1641,7 @@ static void test_metrics_text(void) {
     cv_http_metrics_observe(http, "/v1/completions", "POST", 400, 0.0625);
     cv_http_metrics_observe(http, none, "GET", 404, 0.001);
     cv_http_metrics_observe(http, none, "GET", 0, 0.002);
-    t = cv_metrics_render(&st, "q", http);
+    t = cv_metrics_render(&st, 1, "q", http);
     CHECK_CONTAINS(t, "http_requests_total{handler=\"/v1/completions\",method=\"POST\",status=\"2xx\"} 2.0\n");
     CHECK_CONTAINS(t, "http_requests_total{handler=\"/v1/completions\",method=\"POST\",status=\"4xx\"} 1.0\n");
     CHECK_CONTAINS(t, "http_requests_total{handler=\"none\",method=\"GET\",status=\"4xx\"} 1.0\n");
@@ -1664,7 +1664,7 @@ static void test_metrics_text(void) {
     st.spec_accepted_per_pos[0] = 3;
     st.spec_accepted_per_pos[1] = 1;
     http = cv_http_metrics_create();
-    t = cv_metrics_render(&st, "q", http);
+    t = cv_metrics_render(&st, 1, "q", http);
     CHECK_CONTAINS(t, "vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"q\"} 5.0\n");
     CHECK_CONTAINS(t, "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"q\"} 10.0\n");
     CHECK_CONTAINS(t, "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"q\"} 4.0\n");

@@ -5,9 +5,10 @@
  * Flags with an effect go into cvllm_engine_options. Flags that describe GPU or multi-process
  * layouts (parallel sizes, executor backend, compilation and CUDA graphs, ...) are accepted so vLLM
  * command lines run unchanged; their values are validated as vLLM validates them and they are
- * logged once as ignored. Parallel sizes above 1 are said to run in one process: parallelism lands
- * in a later issue. --quantization is validated against vLLM's method names and passed on in
- * cvllm_engine_options.quantization; what a checkpoint needs is the loader's to decide.
+ * logged once as ignored. -tp runs tensor parallelism; -dp runs data-parallel replicas under `serve`
+ * (the only command with a router in front of its engines) and, like -pp, is said to run in one
+ * process under the other commands. --quantization is validated against vLLM's method names and
+ * passed on in cvllm_engine_options.quantization; what a checkpoint needs is the loader's to decide.
  * --scheduling-policy is checked against argparse's choices and passed on as scheduling_policy.
  *
  * Sources of the lists below (vLLM, 2026): QuantizationMethods in
@@ -70,8 +71,9 @@ static char *upper(const char *s) {
     return up;
 }
 
-/* -pp / -dp: a size >= 1; above 1 it is said once that everything runs in one process. -tp sets
- * *size (tensor parallelism over OpenMPI ranks: cvllm.h tensor_parallel_size, cli/launch.c). */
+/* -tp / -pp / -dp: a size >= 1, into *size; without a `size` to set (-pp; -dp outside serve), a size
+ * above 1 is said once to run in one process. -tp is tensor parallelism over OpenMPI ranks (cvllm.h
+ * tensor_parallel_size, cli/launch.c), serve's -dp engine replicas (data_parallel_size). */
 static bool parallel_size(cv_args *a, const char *names, const char *what, int32_t *size) {
     const char *v;
     int64_t n;
@@ -259,7 +261,8 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (quantization(a, o) || scheduling_policy(a, o) || compilation_config(a)) {
     } else if (parallel_size(a, "--tensor-parallel-size|-tp", "tensor parallelism", &o->tensor_parallel_size) ||
                parallel_size(a, "--pipeline-parallel-size|-pp", "pipeline parallelism", NULL) ||
-               parallel_size(a, "--data-parallel-size|-dp", "data parallelism", NULL)) {
+               parallel_size(a, "--data-parallel-size|-dp", "data parallelism outside `cvllm serve`",
+                             strcmp(a->cmd, "serve") ? NULL : &o->data_parallel_size)) {
     } else if (json_object_flag(a, "--additional-config", &additional)) {
         if (!a->failed) cv_info("args", "--additional-config is accepted and ignored on the CPU backend");
     } else return cv_args_ignored(a, ignored_engine_flags, CV_ARRAY_LEN(ignored_engine_flags));
@@ -289,7 +292,11 @@ const char cv_args_engine_help[] =
     "  --tensor-parallel-size, -tp N  shard the model over N OpenMPI ranks: started by cvllm itself, or\n"
     "                               by your mpirun with --distributed-executor-backend mpi\n"
     "  --[no-]enable-expert-parallel, -ep  with -tp N: MoE experts whole, num_experts/N on each rank\n"
-    "accepted, checked and ignored (no CUDA graphs): -pp/-dp N (one process),\n"
+    "  --data-parallel-size, -dp N  serve: N engine replicas in this process behind one API server, each\n"
+    "                               with 1/N of the memory budget and threads; a request goes to the\n"
+    "                               replica holding its prompt prefix, else the least loaded (not with\n"
+    "                               -tp > 1; generate and bench run one engine)\n"
+    "accepted, checked and ignored (no CUDA graphs): -pp N (one process),\n"
     "  --distributed-executor-backend ray|mp|uni|external_launcher,\n"
     "  --compilation-config/-cc JSON, -O0..-O3, --additional-config JSON, --[no-]trust-remote-code,\n"
     "  --[no-]enforce-eager, --[no-]enable-chunked-prefill, --swap-space,\n"

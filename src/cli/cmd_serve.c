@@ -8,12 +8,13 @@
  * engine, which is said once. Its options become the server's defaults for every constraint.
  *
  * Startup: parse every flag first (a malformed value is a usage error before any loading), create
- * the engine, load the chat template (from --chat-template, else the folder the tokenizer came from;
- * one that does not parse stops startup with its line and column), start the loop and the HTTP
- * server, then wait for SIGINT/SIGTERM in the main thread.
+ * the engine and start its loop (with -dp N: N replicas, each with its loop, behind a router:
+ * engine/engine_group.h), load the chat template (from --chat-template, else the folder the
+ * tokenizer came from; one that does not parse stops startup with its line and column), start the
+ * HTTP server, then wait for SIGINT/SIGTERM in the main thread.
  * The signals are blocked before any thread exists, so every thread inherits the mask and only the
  * sigwait in main ever sees them. Shutdown follows --shutdown-timeout: stop accepting, let requests
- * in flight finish for up to that many seconds, abort the rest, stop the engine.
+ * in flight finish for up to that many seconds, abort the rest, stop the engines.
  */
 #include <jansson.h>
 #include <pthread.h>
@@ -29,8 +30,7 @@
 #include "chat/chat.h"
 #include "chat/tool_parser.h"
 #include "cvllm.h"
-#include "engine/engine.h"
-#include "engine/engine_loop.h"
+#include "engine/engine_group.h"
 #include "loader/resolve.h"
 #include "server/api_fields.h"
 #include "server/server.h"
@@ -318,8 +318,9 @@ static int load_chat_template(const serve_args *g, cv_chat_template **out) {
 }
 
 static int run_server(cv_args *a, serve_args *g) {
-    cvllm_engine *e = NULL;
-    int rc = cvllm_engine_create(&g->engine, &e);
+    cv_loop_options lo = {.async_scheduling = g->async_scheduling, .log_stats_interval = g->disable_log_stats ? 0 : 5};
+    cv_engine_group *group = NULL;
+    int rc = cv_engine_group_start(&g->engine, &lo, &group);
     if (rc) {
         cv_args_report_engine_error(a, rc);
         return 1;
@@ -327,22 +328,14 @@ static int run_server(cv_args *a, serve_args *g) {
     cv_chat_template *tmpl = NULL;
     if ((rc = load_chat_template(g, &tmpl))) {
         fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
-        cvllm_engine_destroy(e);
+        cv_engine_group_stop(group);
         return 1;
     }
     g->server.chat_template = tmpl;
-    cv_loop_options lo = {.async_scheduling = g->async_scheduling, .log_stats_interval = g->disable_log_stats ? 0 : 5};
-    cv_engine_loop *loop = NULL;
-    if ((rc = cv_engine_loop_start(e, &lo, &loop))) {
-        fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
-        cvllm_engine_destroy(e);
-        cv_chat_template_free(tmpl);
-        return 1;
-    }
     cv_server *s = NULL;
-    if ((rc = cv_server_start(loop, &g->server, &s))) {
+    if ((rc = cv_server_start(group, &g->server, &s))) {
         fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
-        cv_engine_loop_stop(loop);
+        cv_engine_group_stop(group);
         cv_chat_template_free(tmpl);
         return 1;
     }
@@ -352,7 +345,7 @@ static int run_server(cv_args *a, serve_args *g) {
     cv_info("serve", "%s received, shutting down (--shutdown-timeout %g s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
             g->shutdown_timeout);
     cv_server_stop(s, g->shutdown_timeout);
-    cv_engine_loop_stop(loop);
+    cv_engine_group_stop(group);
     cv_chat_template_free(tmpl);
     return 0;
 }

@@ -15,10 +15,11 @@
  * may start more ranks than cores (--oversubscribe). As root, mpirun refuses to start unless told:
  * cvllm tells it (OMPI_ALLOW_RUN_AS_ROOT), since the user asked for the ranks.
  *
- * Only the command line's own -tp / --tensor-parallel-size (space or = separated) and
- * --distributed-executor-backend are read here; a size given some other way (a --config file)
- * reaches the engine, which then fails with the mpirun command to use. A model whose weights are not
- * at hand is not launched: one process reports it.
+ * Only the command line's own -tp / --tensor-parallel-size (space or = separated),
+ * --distributed-executor-backend and serve's -dp / --data-parallel-size are read here (serve with
+ * -dp > 1 is not launched: one process refuses -dp with -tp in one line, cvllm.h); a size given
+ * some other way (a --config file) reaches the engine, which then fails with the mpirun command to
+ * use. A model whose weights are not at hand is not launched: one process reports it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -79,6 +80,9 @@ int cv_launch_ranks(int argc, char **argv) {
     const int n = tp ? atoi(tp) : 1;
     const char *backend = option(argc, argv, "--distributed-executor-backend");
     if (n <= 1 || (backend && !strcmp(backend, "mpi"))) return -1;
+    const char *dp = option(argc, argv, "--data-parallel-size");
+    if (!dp) dp = option(argc, argv, "-dp");
+    if (dp && atoi(dp) > 1 && !strcmp(argv[1], "serve")) return -1;
     if (getenv("OMPI_COMM_WORLD_SIZE")) return -1; /* a rank of a job already */
     const char *format = option(argc, argv, "--load-format");
     if (!format) format = option(argc, argv, "--load_format");

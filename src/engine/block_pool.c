@@ -101,6 +101,13 @@ cv_block_hash cv_block_hash_tokens(cv_block_hash parent, const int32_t *tokens, 
     return (cv_block_hash){h.low64, h.high64};
 }
 
+void cv_block_hash_chain(const int32_t *tokens, int32_t block_size, const char *salt, int32_t from, int32_t to,
+                         cv_block_hash *hashes) {
+    for (int32_t b = from; b < to; b++)
+        hashes[b] = cv_block_hash_tokens(b ? hashes[b - 1] : (cv_block_hash){0, 0},
+                                         tokens + (size_t)b * (size_t)block_size, block_size, b == 0 ? salt : NULL);
+}
+
 int32_t cv_block_pool_lookup(const cv_block_pool *pool, cv_block_hash h) { return cv_hash_index_get(&pool->cached, h); }
 
 void cv_block_pool_touch(cv_block_pool *pool, int32_t id) {

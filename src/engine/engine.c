@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -60,6 +61,12 @@ static int check_options(const cvllm_engine_options *o) {
     if (o->num_threads < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "num_threads must be >= 0, got %d", o->num_threads);
     if (o->tensor_parallel_size < 0)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor_parallel_size must be >= 1, got %d", o->tensor_parallel_size);
+    if (o->data_parallel_size < 0)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "data_parallel_size must be >= 1, got %d", o->data_parallel_size);
+    if (o->data_parallel_size > 1 && o->tensor_parallel_size > 1)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "data parallelism with tensor parallelism is not supported yet "
+                                              "(data_parallel_size %d, tensor_parallel_size %d)",
+                       o->data_parallel_size, o->tensor_parallel_size);
     if (o->max_logprobs < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_logprobs must be >= 0, got %d", o->max_logprobs);
     const char *policy = o->scheduling_policy;
     if (policy && strcmp(policy, "fcfs") && strcmp(policy, "priority"))
@@ -219,11 +226,20 @@ static int load_tokenizer(cvllm_engine *e) {
     return rc;
 }
 
+/* The kernel threads of one data-parallel replica: its share of num_threads, or of the machine's CPUs,
+ * and at least one. Alone (or under tensor parallelism, whose runner shares the cores out itself)
+ * num_threads as given. */
+static int replica_threads(const cvllm_engine_options *o) {
+    if (o->data_parallel_size <= 1) return o->num_threads;
+    long total = o->num_threads ? o->num_threads : sysconf(_SC_NPROCESSORS_ONLN);
+    return total / o->data_parallel_size > 1 ? (int)(total / o->data_parallel_size) : 1;
+}
+
 static int load_model(cvllm_engine *e) {
     cv_runner_options o = {
         .config = &e->config,
         .weights = e->weights,
-        .num_threads = e->opts.num_threads,
+        .num_threads = replica_threads(&e->opts),
         .max_num_batched_tokens = e->opts.max_num_batched_tokens,
         .load_mtp = e->spec.method == CV_SPEC_MTP,
         .bf16_compute = e->compute_dtype == CV_DTYPE_BF16,

@@ -340,9 +340,9 @@ static void maybe_log_stats(cv_engine_loop *l, double now) {
     uint64_t dq = s->prefix_cache_queries - l->logged_queries, dh = s->prefix_cache_hits - l->logged_hits;
     if (dp || dg || s->num_running || s->num_waiting)
         cv_info("loggers",
-                "Engine 000: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
+                "Engine %03d: Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
                 "Running: %d reqs, Waiting: %d reqs, KV cache usage: %.1f%%, Prefix cache hit rate: %.1f%%",
-                dp / dt, dg / dt, s->num_running, s->num_waiting, 100.0 * s->kv_cache_usage,
+                l->opts.engine_index, dp / dt, dg / dt, s->num_running, s->num_waiting, 100.0 * s->kv_cache_usage,
                 dq ? 100.0 * (double)dh / (double)dq : 0.0);
     l->last_log = now;
     l->logged_prompt = s->prompt_tokens;
@@ -554,10 +554,17 @@ bool cv_engine_loop_drain(cv_engine_loop *l, double seconds) {
     return empty;
 }
 
+int cv_engine_loop_prepare(cv_engine_loop *l, const cv_submit *s, cv_request **req) {
+    return cv_engine_prepare_request(l->e, s->prompt, s->params, req);
+}
+
 int cv_engine_loop_submit(cv_engine_loop *l, const cv_submit *s, uint64_t *request_id) {
     cv_request *req;
-    int rc = cv_engine_prepare_request(l->e, s->prompt, s->params, &req);
-    if (rc) return rc;
+    int rc = cv_engine_loop_prepare(l, s, &req);
+    return rc ? rc : cv_engine_loop_enqueue(l, req, s, request_id);
+}
+
+int cv_engine_loop_enqueue(cv_engine_loop *l, cv_request *req, const cv_submit *s, uint64_t *request_id) {
     tracker *t = tracker_new(req, s);
     pthread_mutex_lock(&l->mu);
     if (l->stopping) {
@@ -587,6 +594,15 @@ void cv_engine_loop_abort(cv_engine_loop *l, uint64_t request_id) {
     l->aborts[l->n_aborts++] = request_id;
     pthread_cond_signal(&l->wake);
     pthread_mutex_unlock(&l->mu);
+}
+
+void cv_engine_loop_load(cv_engine_loop *l, size_t *requests, double *kv_cache_usage) {
+    pthread_mutex_lock(&l->mu);
+    *requests = l->in_flight;
+    pthread_mutex_unlock(&l->mu);
+    pthread_mutex_lock(&l->stats_mu);
+    *kv_cache_usage = l->stats.kv_cache_usage;
+    pthread_mutex_unlock(&l->stats_mu);
 }
 
 const cvllm_engine *cv_engine_loop_engine(const cv_engine_loop *l) { return l->e; }

@@ -27,10 +27,12 @@
 #include "cvllm.h"
 
 typedef struct cv_engine_loop cv_engine_loop;
+typedef struct cv_request cv_request; /* engine/request.h */
 
 typedef struct cv_loop_options {
     bool async_scheduling;      /* deliver events on the output thread while the next step runs */
     double log_stats_interval;  /* seconds between "Avg prompt throughput ..." lines; 0 = never */
+    int engine_index;           /* the data-parallel replica this loop runs ("Engine 001: ..."), 0 alone */
 } cv_loop_options;
 
 /* What changed in one completion during one step. All memory is owned by the event. */
@@ -79,10 +81,23 @@ typedef struct cv_submit {
     double arrival_time;        /* cv_now() when the request arrived (TTFT/E2E start); 0 = at submit */
 } cv_submit;
 
-/* Thread-safe. On success *request_id identifies the request (for abort). */
+/* Thread-safe. On success *request_id identifies the request (for abort). The same as
+ * cv_engine_loop_prepare then cv_engine_loop_enqueue. */
 int cv_engine_loop_submit(cv_engine_loop *loop, const cv_submit *req, uint64_t *request_id);
+/* The two halves of a submit, for a caller that looks at the tokenized request before it picks a loop
+ * (engine_group.c). Prepare validates and tokenizes s->prompt and s->params on the calling thread;
+ * the request may be enqueued on this loop or on any loop whose engine was created with the same
+ * options. Enqueue takes ownership of req, also when it fails (the loop is stopping); s->on_event,
+ * s->user and s->arrival_time apply. */
+int cv_engine_loop_prepare(cv_engine_loop *loop, const cv_submit *s, cv_request **req);
+int cv_engine_loop_enqueue(cv_engine_loop *loop, cv_request *req, const cv_submit *s, uint64_t *request_id);
 /* Thread-safe; unknown or finished ids are ignored. */
 void cv_engine_loop_abort(cv_engine_loop *loop, uint64_t request_id);
+
+/* What a router weighs (engine_group.c): the requests submitted and not yet finished, counted from the
+ * submit on so that a burst spreads before any step has run, and the KV-cache usage after the last
+ * step. Thread-safe. */
+void cv_engine_loop_load(cv_engine_loop *loop, size_t *requests, double *kv_cache_usage);
 
 /* Read-only engine facts for the server (immutable after start). */
 const cvllm_engine *cv_engine_loop_engine(const cv_engine_loop *loop);

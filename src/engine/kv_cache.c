@@ -3,8 +3,10 @@
  *
  * The budget for the KV cache is, in vLLM's order of precedence: --kv-cache-memory-bytes;
  * VLLM_CPU_KVCACHE_SPACE (GiB, vLLM's CPU knob); else gpu_memory_utilization × this machine's RAM
- * minus the weights and the activations (forward scratch and logits). Models with recurrent state
- * take their state slots out of the same budget first: one per running sequence, the
+ * minus the weights and the activations (forward scratch and logits). A data-parallel replica
+ * (data_parallel_size N) plans with 1/N of whichever it is, as the ranks of a tensor-parallel job on
+ * one machine share its RAM: each replica holds its own weights and KV cache. Models with recurrent
+ * state take their state slots out of the same budget first: one per running sequence, the
  * speculative-decoding scratch, and, for prefix caching, checkpoints worth up to a quarter of what
  * one max_model_len request leaves over. What is left becomes whole blocks, capped at what max_num_seqs requests of max_model_len
  * tokens could ever use, so a small model on a big machine does not reserve RAM it cannot use.
@@ -21,6 +23,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -44,12 +47,21 @@ static double machine_ram_bytes(void) {
     return pages > 0 && page > 0 ? (double)pages * (double)page : 0.0;
 }
 
-/* The explicit budgets, when one is set: *set = false leaves gpu_memory_utilization to decide. */
+/* The engines that share this machine's memory: a tensor-parallel job's ranks on it, or the replicas
+ * of data parallelism (never both, check_options refuses it). */
+static int sharers(const cvllm_engine *e) {
+    if (e->opts.tensor_parallel_size > 1) return cv_comm_local_ranks();
+    return e->opts.data_parallel_size > 1 ? e->opts.data_parallel_size : 1;
+}
+
+/* The explicit budgets, when one is set: *set = false leaves gpu_memory_utilization to decide. A
+ * data-parallel replica takes its share of them. */
 static int explicit_budget(const cvllm_engine *e, memory_plan *plan, bool *set) {
     const char *space = getenv("VLLM_CPU_KVCACHE_SPACE");
+    const int replicas = e->opts.data_parallel_size > 1 ? e->opts.data_parallel_size : 1;
     *set = true;
     if (e->opts.kv_cache_memory_bytes > 0) {
-        plan->budget = (double)e->opts.kv_cache_memory_bytes;
+        plan->budget = (double)e->opts.kv_cache_memory_bytes / replicas;
         snprintf(plan->source, sizeof plan->source, "kv_cache_memory_bytes=%llu",
                  (unsigned long long)e->opts.kv_cache_memory_bytes);
     } else if (space && *space) {
@@ -57,10 +69,14 @@ static int explicit_budget(const cvllm_engine *e, memory_plan *plan, bool *set) 
         double gib = strtod(space, &end);
         if (*end || !(gib > 0))
             return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "VLLM_CPU_KVCACHE_SPACE must be a positive number of GiB, got '%s'", space);
-        plan->budget = gib * GIB;
+        plan->budget = gib * GIB / replicas;
         snprintf(plan->source, sizeof plan->source, "VLLM_CPU_KVCACHE_SPACE=%s", space);
     } else {
         *set = false;
+    }
+    if (*set && replicas > 1) {
+        size_t len = strlen(plan->source);
+        snprintf(plan->source + len, sizeof plan->source - len, " / %d data-parallel replicas", replicas);
     }
     return 0;
 }
@@ -81,9 +97,10 @@ static int make_plan(const cvllm_engine *e, const cv_footprint *fp, bool state_p
     *plan = (memory_plan){0};
     const int32_t bs = e->opts.block_size, running = e->opts.max_num_seqs;
     const int32_t spec = e->spec.method != CV_SPEC_NONE ? e->spec.num_speculative_tokens : 0;
-    /* the ranks of a tensor-parallel job on this machine share its RAM */
-    const double ram = machine_ram_bytes() / (e->opts.tensor_parallel_size > 1 ? cv_comm_local_ranks() : 1);
+    const double ram = machine_ram_bytes() / sharers(e);
     const double gib_ram = ram / GIB;
+    char share[48] = ""; /* for messages: whose RAM `ram` is */
+    if (sharers(e) > 1) snprintf(share, sizeof share, " (this engine's 1/%d share)", sharers(e));
     const double weights = (double)fp->weight_bytes, activations = (double)fp->activation_bytes;
     const double fixed = weights + activations;
     plan->block_bytes = fp->kv_bytes_per_token * (size_t)bs;
@@ -99,13 +116,13 @@ static int make_plan(const cvllm_engine *e, const cv_footprint *fp, bool state_p
         const double util = e->opts.gpu_memory_utilization;
         plan->budget = util * ram - fixed;
         snprintf(plan->source, sizeof plan->source,
-                 "gpu_memory_utilization %.2f × %.2f GiB RAM, less %.2f GiB of weights and %.2f GiB of activations",
-                 util, gib_ram, weights / GIB, activations / GIB);
+                 "gpu_memory_utilization %.2f × %.2f GiB RAM%s, less %.2f GiB of weights and %.2f GiB of activations",
+                 util, gib_ram, share, weights / GIB, activations / GIB);
         if (plan->budget <= 0)
             return cv_fail(CVLLM_ERR_NO_MEMORY,
                            "No available memory for the cache blocks: %s takes %.2f GiB of weights and %.2f GiB of "
-                           "activations, more than gpu_memory_utilization %.2f × %.2f GiB RAM = %.2f GiB. %s",
-                           e->opts.model, weights / GIB, activations / GIB, util, gib_ram, util * gib_ram,
+                           "activations, more than gpu_memory_utilization %.2f × %.2f GiB RAM%s = %.2f GiB. %s",
+                           e->opts.model, weights / GIB, activations / GIB, util, gib_ram, share, util * gib_ram,
                            ram_advice(fixed, least, full, ram, true));
     }
     if (state_fixed >= plan->budget && state_fixed > 0)
@@ -128,9 +145,9 @@ static int make_plan(const cvllm_engine *e, const cv_footprint *fp, bool state_p
     if (is_explicit && fixed + full > ram)
         return cv_fail(CVLLM_ERR_NO_MEMORY,
                        "%s needs %.2f GiB of weights and %.2f GiB of activations, plus %.2f GiB of KV cache and "
-                       "state for one request of max_model_len %d: more than this machine's %.2f GiB of RAM. %s",
+                       "state for one request of max_model_len %d: more than the %.2f GiB of RAM%s. %s",
                        e->opts.model, weights / GIB, activations / GIB, full / GIB, e->max_model_len, gib_ram,
-                       ram_advice(fixed, least, full, ram, false));
+                       *share ? share : " this machine has", ram_advice(fixed, least, full, ram, false));
     if (fp->state_bytes_per_seq) {
         /* Prefix checkpoints take up to a quarter of what one max-length request leaves over. */
         if (state_prefix_caching) {

@@ -93,11 +93,7 @@ void cv_scheduler_hash_blocks(const cv_scheduler *s, cv_seq *seq) {
         seq->cap_block_hashes = full * 2;
         seq->block_hashes = cv_xrealloc(seq->block_hashes, (size_t)seq->cap_block_hashes * sizeof *seq->block_hashes);
     }
-    for (int32_t b = seq->n_block_hashes; b < full; b++) {
-        cv_block_hash parent = b ? seq->block_hashes[b - 1] : (cv_block_hash){0, 0};
-        seq->block_hashes[b] = cv_block_hash_tokens(parent, seq->tokens + (size_t)b * (size_t)bs, bs,
-                                                    b == 0 ? seq->req->cache_salt : NULL);
-    }
+    cv_block_hash_chain(seq->tokens, bs, seq->req->cache_salt, seq->n_block_hashes, full, seq->block_hashes);
     if (full > seq->n_block_hashes) seq->n_block_hashes = full;
 }
 

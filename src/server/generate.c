@@ -1,5 +1,6 @@
 /*
- * generate.c — /v1/completions and /v1/chat/completions over the engine loop.
+ * generate.c — /v1/completions and /v1/chat/completions over the engine group (engine_group.h: one
+ * engine loop, or the replicas of data parallelism, which route each engine request themselves).
  *
  * One HTTP request becomes a session: one engine request per prompt (n choices each), all feeding
  * one cv_api_response under the session's mutex. A worker thread parses, tokenizes, compiles the
@@ -108,7 +109,7 @@ static void abort_session(gen_session *g, const char *why) {
     if (atomic_exchange(&g->aborted, true)) return;
     cv_info("server", "aborted request %s (%s)", g->resp.id, why);
     size_t n = atomic_load(&g->n_submitted);
-    for (size_t i = 0; i < n; i++) cv_engine_loop_abort(g->s->loop, g->ids[i]);
+    for (size_t i = 0; i < n; i++) cv_engine_group_abort(g->s->group, g->ids[i]);
 }
 
 static void on_gone(void *arg) { abort_session(arg, "client disconnected"); }
@@ -173,10 +174,10 @@ static int submit_all(gen_session *g, cv_api_error *err) {
                          .on_event = on_event,
                          .user = &g->slots[i],
                          .arrival_time = g->arrival};
-        int rc = cv_engine_loop_submit(g->s->loop, &sub, &g->ids[i]);
+        int rc = cv_engine_group_submit(g->s->group, &sub, &g->ids[i]);
         if (rc == 0) {
             atomic_fetch_add(&g->n_submitted, 1);
-            if (atomic_load(&g->aborted)) cv_engine_loop_abort(g->s->loop, g->ids[i]);
+            if (atomic_load(&g->aborted)) cv_engine_group_abort(g->s->group, g->ids[i]);
             continue;
         }
         int status = rc == CVLLM_ERR_INVALID_ARGUMENT || rc == CVLLM_ERR_CAPACITY ? 400
@@ -187,19 +188,20 @@ static int submit_all(gen_session *g, cv_api_error *err) {
         g->n_open -= unsent;
         g->refs -= (int)unsent; /* the HTTP reference keeps refs above zero */
         size_t n = atomic_load(&g->n_submitted);
-        for (size_t k = 0; k < n; k++) cv_engine_loop_abort(g->s->loop, g->ids[k]);
+        for (size_t k = 0; k < n; k++) cv_engine_group_abort(g->s->group, g->ids[k]);
         return -1;
     }
     return 0;
 }
 
-/* The request's constraint compiled against the engine's vocabulary, into its params. The loop
- * hands its engine out read-only; cvllm_grammar_compile is the call documented safe on any thread
- * while the loop steps it. A constraint the engine refuses is a 400 with its message. */
+/* The request's constraint compiled against the engine's vocabulary, into its params. The group
+ * hands out replica 0's engine read-only, which prepares every request of the group;
+ * cvllm_grammar_compile is the call documented safe on any thread while the loop steps it. A
+ * constraint the engine refuses is a 400 with its message. */
 static int compile_constraint(cv_server *s, cv_api_request *req, cvllm_grammar **out, cv_api_error *err) {
     *out = NULL;
     if (!req->has_constraint) return 0;
-    int rc = cvllm_grammar_compile(cv_engine_loop_engine(s->loop), &req->constraint, out);
+    int rc = cvllm_grammar_compile(cv_engine_group_engine(s->group), &req->constraint, out);
     if (rc != CVLLM_OK)
         return cv_api_fail(err, rc == CVLLM_ERR_INVALID_ARGUMENT || rc == CVLLM_ERR_UNSUPPORTED || rc == CVLLM_ERR_CAPACITY ? 400 : 500,
                            NULL, "%s", cvllm_last_error());

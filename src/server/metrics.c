@@ -1,12 +1,14 @@
 /*
  * metrics.c — see metrics.h.
  *
- * Written by hand rather than through a client library: the format is a few line shapes, and the
- * engine's values all come from one snapshot taken under the loop's stats lock, so a scrape is
- * consistent. The text follows prometheus_client's generate_latest, which vLLM serves: a counter's
- * HELP and TYPE lines name it with its `_total` suffix, labels are sorted by name (so `le` sits
- * between `engine` and `model_name`), histogram buckets are cumulative, and numbers are printed as
- * its floatToGoString does (Python's shortest repr, exponent form from 1e+06 up: 3.0, 0.25, 1e+06).
+ * Written by hand rather than through a client library: the format is a few line shapes, and each
+ * engine's values come from one snapshot taken under its loop's stats lock, so a scrape is
+ * consistent per engine. Under data parallelism every vllm:* family appears once, with one series
+ * per engine (engine="0", "1", ...), as prometheus_client groups a labelled family. The text follows
+ * prometheus_client's generate_latest, which vLLM serves: a counter's HELP and TYPE lines name it
+ * with its `_total` suffix, labels are sorted by name (so `le` sits between `engine` and
+ * `model_name`), histogram buckets are cumulative, and numbers are printed as its floatToGoString
+ * does (Python's shortest repr, exponent form from 1e+06 up: 3.0, 0.25, 1e+06).
  * Not exposed: the python_* families (there is no Python here), the `_created` series, and the
  * instrumentator's request/response size summaries.
  */
@@ -210,85 +212,133 @@ static void process_metrics(out *o) {
 /* ------------------------------------------------------------------------------------------------ */
 /* vllm:*                                                                                            */
 
-static void vllm_metrics(out *o, const cv_engine_stats *st, const char *model_name) {
-    char model[400], labels[512], after[512];
+/* The labels of one engine's series: all of them, and those that sort before and after a series'
+ * own label (le, finished_reason). */
+typedef struct engine_labels {
+    char all[512], before[32], after[480];
+} engine_labels;
+
+typedef enum field_kind { FIELD_I32, FIELD_U64, FIELD_F64 } field_kind;
+
+typedef struct scalar_family {
+    const char *name, *type, *help; /* a counter's name includes `_total` */
+    size_t offset;                  /* in cv_engine_stats */
+    field_kind kind;
+} scalar_family;
+
+static double field(const cv_engine_stats *st, const scalar_family *f) {
+    const char *p = (const char *)st + f->offset;
+    return f->kind == FIELD_I32   ? *(const int32_t *)p
+           : f->kind == FIELD_U64 ? (double)*(const uint64_t *)p
+                                  : *(const double *)p;
+}
+
+/* Each family once, with one sample per engine, as prometheus_client groups a labelled family. */
+static void scalar_families(out *o, const scalar_family *f, size_t n_families, const cv_engine_stats *st,
+                            const engine_labels *l, size_t n) {
+    for (size_t k = 0; k < n_families; k++) {
+        header(o, f[k].name, f[k].type, f[k].help);
+        for (size_t i = 0; i < n; i++) sample(o, f[k].name, l[i].all, field(&st[i], &f[k]));
+    }
+}
+
+#define STAT(member) offsetof(cv_engine_stats, member)
+
+static const scalar_family gauges[] = {
+    {"vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", STAT(num_running), FIELD_I32},
+    {"vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", STAT(num_waiting), FIELD_I32},
+    {"vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", STAT(kv_cache_usage), FIELD_F64},
+};
+
+static const scalar_family counters[] = {
+    {"vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.",
+     STAT(prefix_cache_queries), FIELD_U64},
+    {"vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+     STAT(prefix_cache_hits), FIELD_U64},
+    {"vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", STAT(num_preemptions),
+     FIELD_U64},
+    {"vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", STAT(prompt_tokens), FIELD_U64},
+    {"vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", STAT(generation_tokens),
+     FIELD_U64},
+};
+
+static const scalar_family spec_counters[] = {
+    {"vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", STAT(spec_num_drafts), FIELD_U64},
+    {"vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", STAT(spec_num_draft_tokens),
+     FIELD_U64},
+    {"vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
+     STAT(spec_num_accepted_tokens), FIELD_U64},
+};
+
+/* vLLM's order and HELP texts (vllm/v1/metrics/loggers.py). */
+static const struct {
+    const char *name, *help;
+    size_t offset;
+} histograms[] = {
+    {"vllm:request_prompt_tokens", "Number of prefill tokens processed.", STAT(request_prompt_tokens)},
+    {"vllm:request_generation_tokens", "Number of generation tokens processed.", STAT(request_generation_tokens)},
+    {"vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", STAT(iteration_tokens)},
+    {"vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.",
+     STAT(request_max_num_generation_tokens)},
+    {"vllm:request_params_n", "Histogram of the n request parameter.", STAT(request_params_n)},
+    {"vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", STAT(request_params_max_tokens)},
+    {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", STAT(time_to_first_token)},
+    {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", STAT(inter_token_latency)},
+    {"vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.",
+     STAT(request_time_per_output_token)},
+    {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", STAT(e2e_request_latency)},
+    {"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+     STAT(request_queue_time)},
+    {"vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+     STAT(request_inference_time)},
+    {"vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+     STAT(request_prefill_time)},
+    {"vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+     STAT(request_decode_time)},
+};
+
+/* Engine i's series carry engine="i", as vLLM labels each data-parallel engine (engine="0" alone). */
+static void vllm_metrics(out *o, const cv_engine_stats *st, size_t n, const char *model_name) {
+    char model[400];
     escape_label(model, sizeof model, model_name);
-    snprintf(labels, sizeof labels, "engine=\"0\",model_name=\"%s\"", model);
-    snprintf(after, sizeof after, "model_name=\"%s\"", model);
-    const char *before = "engine=\"0\"";
-    gauge(o, "vllm:num_requests_running", "Number of requests in model execution batches.", labels, st->num_running);
-    gauge(o, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels, st->num_waiting);
-    gauge(o, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels, st->kv_cache_usage);
+    engine_labels *l = cv_xmalloc(n * sizeof *l);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(l[i].before, sizeof l[i].before, "engine=\"%zu\"", i);
+        snprintf(l[i].after, sizeof l[i].after, "model_name=\"%s\"", model);
+        snprintf(l[i].all, sizeof l[i].all, "%s,%s", l[i].before, l[i].after);
+    }
+    scalar_families(o, gauges, CV_ARRAY_LEN(gauges), st, l, n);
     header(o, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
-    emit(o, "vllm:cache_config_info{block_size=\"%d\",engine=\"0\",num_gpu_blocks=\"%" PRId64 "\"} 1.0\n",
-         st->block_size, st->block_size > 0 ? st->kv_cache_tokens / st->block_size : 0);
-    counter(o, "vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", labels,
-            (double)st->prefix_cache_queries);
-    counter(o, "vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", labels,
-            (double)st->prefix_cache_hits);
-    counter(o, "vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", labels,
-            (double)st->num_preemptions);
-    counter(o, "vllm:prompt_tokens_total", "Number of prefill tokens processed.", labels, (double)st->prompt_tokens);
-    counter(o, "vllm:generation_tokens_total", "Number of generation tokens processed.", labels,
-            (double)st->generation_tokens);
+    for (size_t i = 0; i < n; i++)
+        emit(o, "vllm:cache_config_info{block_size=\"%d\",%s,num_gpu_blocks=\"%" PRId64 "\"} 1.0\n", st[i].block_size,
+             l[i].before, st[i].block_size > 0 ? st[i].kv_cache_tokens / st[i].block_size : 0);
+    scalar_families(o, counters, CV_ARRAY_LEN(counters), st, l, n);
     header(o, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
     static const char *const reasons[CV_FINISHED_KINDS] = {"stop", "length", "abort", "error"};
-    for (int k = 0; k < CV_FINISHED_KINDS; k++) {
-        char l[600];
-        snprintf(l, sizeof l, "%s,finished_reason=\"%s\",%s", before, reasons[k], after);
-        sample(o, "vllm:request_success_total", l, (double)st->request_success[k]);
-    }
-    if (st->spec_num_positions > 0) {
-        counter(o, "vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", labels,
-                (double)st->spec_num_drafts);
-        counter(o, "vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", labels,
-                (double)st->spec_num_draft_tokens);
-        counter(o, "vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", labels,
-                (double)st->spec_num_accepted_tokens);
-        header(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");
-        for (int32_t p = 0; p < st->spec_num_positions; p++) {
-            char l[600];
-            snprintf(l, sizeof l, "%s,position=\"%d\"", labels, p);
-            sample(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total", l, (double)st->spec_accepted_per_pos[p]);
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < CV_FINISHED_KINDS; k++) {
+            char labels[600];
+            snprintf(labels, sizeof labels, "%s,finished_reason=\"%s\",%s", l[i].before, reasons[k], l[i].after);
+            sample(o, "vllm:request_success_total", labels, (double)st[i].request_success[k]);
         }
+    if (st[0].spec_num_positions > 0) { /* the replicas share one speculative config */
+        scalar_families(o, spec_counters, CV_ARRAY_LEN(spec_counters), st, l, n);
+        header(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");
+        for (size_t i = 0; i < n; i++)
+            for (int32_t p = 0; p < st[i].spec_num_positions; p++) {
+                char labels[600];
+                snprintf(labels, sizeof labels, "%s,position=\"%d\"", l[i].all, p);
+                sample(o, "vllm:spec_decode_num_accepted_tokens_per_pos_total", labels,
+                       (double)st[i].spec_accepted_per_pos[p]);
+            }
     }
-    /* vLLM's order and HELP texts (vllm/v1/metrics/loggers.py). */
-    static const struct {
-        const char *name, *help;
-        size_t offset;
-    } hists[] = {
-        {"vllm:request_prompt_tokens", "Number of prefill tokens processed.",
-         offsetof(cv_engine_stats, request_prompt_tokens)},
-        {"vllm:request_generation_tokens", "Number of generation tokens processed.",
-         offsetof(cv_engine_stats, request_generation_tokens)},
-        {"vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
-         offsetof(cv_engine_stats, iteration_tokens)},
-        {"vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.",
-         offsetof(cv_engine_stats, request_max_num_generation_tokens)},
-        {"vllm:request_params_n", "Histogram of the n request parameter.", offsetof(cv_engine_stats, request_params_n)},
-        {"vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
-         offsetof(cv_engine_stats, request_params_max_tokens)},
-        {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-         offsetof(cv_engine_stats, time_to_first_token)},
-        {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-         offsetof(cv_engine_stats, inter_token_latency)},
-        {"vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.",
-         offsetof(cv_engine_stats, request_time_per_output_token)},
-        {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-         offsetof(cv_engine_stats, e2e_request_latency)},
-        {"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-         offsetof(cv_engine_stats, request_queue_time)},
-        {"vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
-         offsetof(cv_engine_stats, request_inference_time)},
-        {"vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
-         offsetof(cv_engine_stats, request_prefill_time)},
-        {"vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
-         offsetof(cv_engine_stats, request_decode_time)},
-    };
-    for (size_t i = 0; i < CV_ARRAY_LEN(hists); i++) {
-        header(o, hists[i].name, "histogram", hists[i].help);
-        histogram_series(o, hists[i].name, before, after, (const cv_histogram *)((const char *)st + hists[i].offset));
+    for (size_t h = 0; h < CV_ARRAY_LEN(histograms); h++) {
+        header(o, histograms[h].name, "histogram", histograms[h].help);
+        for (size_t i = 0; i < n; i++)
+            histogram_series(o, histograms[h].name, l[i].before, l[i].after,
+                             (const cv_histogram *)((const char *)&st[i] + histograms[h].offset));
     }
+    free(l);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -409,10 +459,10 @@ static void http_metrics(out *o, cv_http_metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
-char *cv_metrics_render(const cv_engine_stats *st, const char *model_name, cv_http_metrics *http) {
+char *cv_metrics_render(const cv_engine_stats *st, size_t n_engines, const char *model_name, cv_http_metrics *http) {
     out o = {0};
     process_metrics(&o);
-    vllm_metrics(&o, st, model_name);
+    vllm_metrics(&o, st, n_engines, model_name);
     http_metrics(&o, http);
     return o.buf;
 }

@@ -1,8 +1,8 @@
 /*
  * metrics.h — /metrics in Prometheus' text exposition format (version 0.0.4), as vLLM's server
  * exposes it through prometheus_client: the process_* families of its default registry, the vllm:*
- * families (labels model_name and engine) from a cv_engine_stats snapshot, and the http_* families
- * of prometheus-fastapi-instrumentator's default instrumentation.
+ * families (labels model_name and engine) from a cv_engine_stats snapshot per engine, and the http_*
+ * families of prometheus-fastapi-instrumentator's default instrumentation.
  */
 #ifndef CV_SERVER_METRICS_H
 #define CV_SERVER_METRICS_H
@@ -27,7 +27,8 @@ const char *cv_http_metrics_handler(const char *route_path, const char *path);
 void cv_http_metrics_observe(cv_http_metrics *m, const char *handler, const char *method, unsigned status,
                              double seconds);
 
-/* The whole exposition (free()). `model_name` is the first served model name. */
-char *cv_metrics_render(const cv_engine_stats *st, const char *model_name, cv_http_metrics *http);
+/* The whole exposition (free()): st[i] is data-parallel engine i's snapshot (its series labelled
+ * engine="i"), n_engines >= 1. `model_name` is the first served model name. */
+char *cv_metrics_render(const cv_engine_stats *st, size_t n_engines, const char *model_name, cv_http_metrics *http);
 
 #endif

@@ -95,9 +95,11 @@ static void handle_models(cv_server *s, cv_http_req *c) {
 }
 
 static void handle_metrics(cv_server *s, cv_http_req *c) {
-    cv_engine_stats st;
-    cv_engine_loop_stats(s->loop, &st);
-    char *text = cv_metrics_render(&st, s->names[0], s->http_metrics);
+    const int n = cv_engine_group_size(s->group);
+    cv_engine_stats *st = cv_xmalloc((size_t)n * sizeof *st);
+    for (int i = 0; i < n; i++) cv_engine_group_stats(s->group, i, &st[i]);
+    char *text = cv_metrics_render(st, (size_t)n, s->names[0], s->http_metrics);
+    free(st);
     cv_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
     free(text);
 }
@@ -326,7 +328,7 @@ static void free_strings(char **v, size_t n) {
 }
 
 static void fill_limits(cv_server *s, const cv_server_options *o) {
-    const cvllm_engine *e = cv_engine_loop_engine(s->loop);
+    const cvllm_engine *e = cv_engine_group_engine(s->group);
     cv_api_limits *l = &s->limits;
     l->max_model_len = cvllm_engine_max_model_len(e);
     l->vocab_size = cvllm_engine_vocab_size(e);
@@ -392,14 +394,14 @@ static void free_server(cv_server *s) {
     free(s);
 }
 
-int cv_server_start(cv_engine_loop *loop, const cv_server_options *o, cv_server **out) {
+int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_server **out) {
     if (o->port < 0 || o->port > 65535) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "port must be in [0, 65535], got %d", o->port);
     if (!o->model_root) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "no model name for the server");
     cv_server *s = cv_xcalloc(1, sizeof *s);
     pthread_mutex_init(&s->sessions_mu, NULL);
     pthread_cond_init(&s->sessions_cv, NULL);
-    s->loop = loop;
-    s->tok = cvllm_engine_tokenizer(cv_engine_loop_engine(loop));
+    s->group = group;
+    s->tok = cvllm_engine_tokenizer(cv_engine_group_engine(group));
     s->root = cv_xstrdup(o->model_root);
     s->n_names = o->n_served_model_names ? o->n_served_model_names : 1;
     s->names = o->n_served_model_names ? copy_strings(o->served_model_names, o->n_served_model_names)
@@ -444,7 +446,7 @@ void cv_server_stop(cv_server *s, double drain_seconds) {
     if (!s) return;
     atomic_store(&s->draining, true);
     cv_http_quiesce(s->http);
-    if (drain_seconds > 0 && !cv_engine_loop_drain(s->loop, drain_seconds))
+    if (drain_seconds > 0 && !cv_engine_group_drain(s->group, drain_seconds))
         cv_warn("server", "requests still running after --shutdown-timeout %g s are aborted", drain_seconds);
     cv_generate_abort_all(s);
     /* Each aborted generation still gets its final event (finish_reason "abort", [DONE]), and the

@@ -1,9 +1,9 @@
 /*
  * server.h — the OpenAI-compatible HTTP server of `cvllm serve` (vLLM's endpoints and wire format)
- * in front of an engine loop.
+ * in front of an engine group (one engine loop, or the replicas of data parallelism).
  *
- * The server borrows the loop: the caller starts the loop, starts the server on it, and after
- * cv_server_stop stops the loop. Tests run it in-process on an ephemeral port.
+ * The server borrows the group: the caller starts the group, starts the server on it, and after
+ * cv_server_stop stops the group. Tests run it in-process on an ephemeral port.
  */
 #ifndef CV_SERVER_H
 #define CV_SERVER_H
@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #include "chat/chat.h"
-#include "engine/engine_loop.h"
+#include "engine/engine_group.h"
 #include "server/api.h"
 
 typedef struct cv_server cv_server;
@@ -49,14 +49,14 @@ typedef struct cv_server_options {
 /* Binds and starts serving. Fails (with cvllm_last_error) when the address cannot be bound or a chat
  * option is invalid (an unknown parser name, kwargs that are not a JSON object, auto tool choice
  * without a tool-call parser). */
-int cv_server_start(cv_engine_loop *loop, const cv_server_options *opts, cv_server **out);
+int cv_server_start(cv_engine_group *group, const cv_server_options *opts, cv_server **out);
 
 /* The bound port (useful with port 0). */
 int cv_server_port(const cv_server *s);
 
 /* Stops accepting connections, lets in-flight requests finish for up to drain_seconds (vLLM's
  * --shutdown-timeout), aborts what is left (clients see finish_reason "abort"), closes every
- * connection and frees the server. The loop is left running for the caller to stop. */
+ * connection and frees the server. The group is left running for the caller to stop. */
 void cv_server_stop(cv_server *s, double drain_seconds);
 
 #endif

@@ -1,9 +1,9 @@
 /*
  * server_internal.h — what server.c (routing, auth, small endpoints) and generate.c (completions
- * and chat over the engine loop) share. Both sit on http.h and never see sockets.
+ * and chat over the engine group) share. Both sit on http.h and never see sockets.
  *
  * Nothing here blocks a thread for the length of a generation: a handler parses, submits to the
- * engine loop and returns; the engine's output thread finishes the reply (see generate.c).
+ * engine group and returns; the engine's output thread finishes the reply (see generate.c).
  */
 #ifndef CV_SERVER_INTERNAL_H
 #define CV_SERVER_INTERNAL_H
@@ -21,7 +21,7 @@ typedef struct gen_session gen_session;
 
 struct cv_server {
     cv_http *http;
-    cv_engine_loop *loop;
+    cv_engine_group *group;
     const cvllm_tokenizer *tok;
     cv_api_limits limits;
     cv_api_chat_config chat;      /* limits.chat points here */
