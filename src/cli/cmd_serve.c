@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -300,6 +301,20 @@ static int wait_for_signal(void) {
     return sig;
 }
 
+/* Rank 0 of a tensor-parallel job got SIGTERM, which there means the job is ending: mpirun sends it
+ * when a rank died (and SIGKILL 5 s later, cli/launch.c), rank 0's watchdog when a rank stopped
+ * answering (executor/comm.h); a user's SIGTERM reaches rank 0 as SIGUSR2. The engine may never
+ * return from its step, so nothing waits for it: requests in flight are answered with an error, new
+ * ones with 503 for a moment, and the process ends with status 1 — skipping MPI's finalisation,
+ * which would wait for the dead rank. */
+static _Noreturn void fail_job(cv_server *s) {
+    cv_error_log("serve", "a tensor-parallel rank died or stopped answering: failing the requests in flight, "
+                          "exiting");
+    cv_server_fail(s, "a tensor-parallel rank died or stopped answering");
+    sleep(2); /* the error replies go out; new requests meanwhile get 503 */
+    _exit(1);
+}
+
 /* The template of the folder the tokenizer comes from (vLLM takes it from the tokenizer), or
  * --chat-template. A model without any is served without chat, as vLLM does. */
 static int load_chat_template(const serve_args *g, cv_chat_template **out) {
@@ -342,6 +357,7 @@ static int run_server(cv_args *a, serve_args *g) {
     cv_info("serve", "cvllm %s API server on http://%s:%d (model '%s')", CVLLM_VERSION,
             g->server.host ? g->server.host : "0.0.0.0", cv_server_port(s), g->n_names ? g->names[0] : g->engine.model);
     int sig = wait_for_signal();
+    if (sig == SIGTERM && getenv("OMPI_COMM_WORLD_SIZE")) fail_job(s);
     cv_info("serve", "%s received, shutting down (--shutdown-timeout %g s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
             g->shutdown_timeout);
     cv_server_stop(s, g->shutdown_timeout);

@@ -97,8 +97,11 @@ int cv_launch_ranks(int argc, char **argv) {
     char np[16];
     snprintf(np, sizeof np, "%d", n);
     const bool numa = several_numa_nodes();
-    const char *head[] = {"mpirun", "-q", "-np", np, "--oversubscribe", numa ? "--map-by" : "--bind-to",
-                          numa ? "numa" : "none", numa ? "--bind-to" : NULL, numa ? "numa" : NULL, self};
+    /* When a rank dies mpirun sends the others SIGTERM, then SIGKILL: the grace lets rank 0 answer
+     * its clients (cmd_serve.c) before it goes. */
+    const char *head[] = {"mpirun", "-q", "-np", np, "--oversubscribe", "--mca", "odls_base_sigkill_timeout", "5",
+                          numa ? "--map-by" : "--bind-to", numa ? "numa" : "none", numa ? "--bind-to" : NULL,
+                          numa ? "numa" : NULL, self};
     char **args = calloc((size_t)argc + 16, sizeof *args);
     if (!args) return 1;
     int k = 0;

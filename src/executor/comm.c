@@ -6,10 +6,15 @@
 #include <assert.h>
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/timeutil.h"
 
 static void finalize(void) {
     int done = 0;
@@ -31,6 +36,46 @@ static int ensure_init(void) {
     return 0;
 }
 
+/* ---- rank 0's watchdog ----------------------------------------------------------------------- */
+
+/* When rank 0 entered the collective it waits in (0: none); the watchdog thread reads it. A peer
+ * that is alive arrives within its own share of the same layer, so a wait past the timeout means a
+ * rank hung or died without MPI noticing (SIGSTOP, a lost host). */
+static _Atomic double waiting_since;
+static double timeout_s;
+
+static void wait_begin(void) {
+    if (timeout_s > 0) atomic_store(&waiting_since, cv_now());
+}
+
+static void wait_end(void) {
+    if (timeout_s > 0) atomic_store(&waiting_since, 0.0);
+}
+
+static void *watch(void *arg) {
+    (void)arg;
+    for (;;) {
+        usleep(100 * 1000);
+        const double since = atomic_load(&waiting_since);
+        if (since > 0 && cv_now() - since > timeout_s) {
+            cv_error_log("executor", "a tensor-parallel rank has not answered for %.0f s "
+                         "(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS): it hung or died; ending the job", timeout_s);
+            kill(getpid(), SIGTERM); /* to the process: rank 0 of a job takes it as the job ending (cmd_serve.c) */
+            return NULL;
+        }
+    }
+}
+
+/* On rank 0 of several: the timeout (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, as vLLM's multiprocess
+ * executor waits for its workers; 300 s) and the thread that enforces it. */
+static void start_watchdog(void) {
+    const char *env = getenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS");
+    timeout_s = env && atof(env) > 0 ? atof(env) : 300;
+    pthread_t t;
+    if (pthread_create(&t, NULL, watch, NULL) == 0) pthread_detach(t);
+    else timeout_s = 0;
+}
+
 /* MPI counts are int: large transfers go in chunks of at most 2^30 elements. */
 static int chunk(size_t left) { return left > (size_t)1 << 30 ? 1 << 30 : (int)left; }
 
@@ -38,7 +83,9 @@ static void allreduce(void *ctx, float *x, size_t n) {
     (void)ctx;
     for (size_t at = 0; at < n;) {
         const int count = chunk(n - at);
+        wait_begin();
         MPI_Allreduce(MPI_IN_PLACE, x + at, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        wait_end();
         at += (size_t)count;
     }
 }
@@ -46,7 +93,9 @@ static void allreduce(void *ctx, float *x, size_t n) {
 static void gather(void *ctx, const float *part, size_t n, float *all) {
     (void)ctx;
     assert(n <= INT_MAX && "one rank's slice of the logits fits an MPI count");
+    wait_begin();
     MPI_Gather(part, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    wait_end();
 }
 
 int cv_comm_join(int tp_size, cv_tp *tp) {
@@ -59,6 +108,7 @@ int cv_comm_join(int tp_size, cv_tp *tp) {
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor_parallel_size=%d but the MPI job has %d ranks (start it "
                        "with mpirun -np %d)", tp_size, size, tp_size);
     *tp = (cv_tp){.rank = rank, .size = size, .allreduce = allreduce, .gather = gather};
+    if (rank == 0 && size > 1 && timeout_s == 0) start_watchdog();
     cv_info("executor", "tensor-parallel rank %d of %d", rank, size);
     return 0;
 }

@@ -8,8 +8,11 @@
  * all-reduce after o_proj and down_proj) run inside the forward pass that follows. A rank that
  * fails a step every rank takes together (load, allocation) makes all of them fail it: each result
  * is agreed on with one all-reduce, so no rank waits on a peer that gave up. A rank that dies ends
- * the job: MPI's default error handler (MPI_ERRORS_ARE_FATAL) aborts every rank, and mpirun exits
- * non-zero — never a hang.
+ * the job: mpirun ends the others (SIGTERM, then SIGKILL), or MPI's default error handler
+ * (MPI_ERRORS_ARE_FATAL) aborts them. A rank that hangs, or dies unseen, leaves rank 0 waiting in a
+ * collective: a watchdog thread on rank 0 raises SIGTERM there once a wait passes
+ * VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s) — rank 0 of a job takes SIGTERM as the job ending, and
+ * its exit makes mpirun end the rest. Never a hang.
  *
  * MPI is initialised here on first use (threads: serialized, as the engine thread that steps the
  * runner is not the process's main thread) and finalised at exit.

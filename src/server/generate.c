@@ -128,6 +128,28 @@ static void push_sse(gen_session *g) {
     g->sse_len = 0;
 }
 
+void cv_generate_fail_all(cv_server *s, const char *why) {
+    cv_api_error err;
+    cv_api_fail(&err, 500, NULL, "%s", why);
+    pthread_mutex_lock(&s->sessions_mu);
+    s->stopping = true;
+    for (gen_session *g = s->sessions; g; g = g->next) {
+        pthread_mutex_lock(&g->mu);
+        if (!g->replied) { /* the reply has begun: cv_generate holds g->mu until then */
+            if (g->req.stream) {
+                cv_api_stream_error(&err, &g->sse, &g->sse_len, &g->sse_cap);
+                push_sse(g);
+                cv_http_stream_end(g->http);
+            } else {
+                cv_server_reply_error(g->http, &err);
+            }
+            g->replied = true; /* the session stays: the process ends without the engine's last events */
+        }
+        pthread_mutex_unlock(&g->mu);
+    }
+    pthread_mutex_unlock(&s->sessions_mu);
+}
+
 /* The loop's callback, on its output thread. */
 static void on_event(void *user, cv_request_event *ev) {
     gen_slot *slot = user;
@@ -216,6 +238,7 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
                                  : cv_api_parse_completion(body, len, &s->limits, req, err);
     if (rc) return rc;
     if (!cv_server_model_name(s, req->model, err)) return -1;
+    if (atomic_load(&s->failed)) return cv_api_fail(err, 503, NULL, "%s", s->failure);
     if (atomic_load(&s->draining)) return cv_api_fail(err, 503, NULL, "The server is shutting down");
     if (req->stream && s->force_usage) req->include_usage = true;
     return cv_api_prepare(req, s->tok, &s->limits, err) || compile_constraint(s, req, grammar, err);

@@ -286,7 +286,10 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     size_t len = cv_http_body_len(r);
     switch (rt->id) {
     case R_HEALTH:
-    case R_PING: cv_http_respond(r, 200, NULL, "", 0); return;
+    case R_PING:
+        if (atomic_load(&s->failed)) fail(r, 503, s->failure);
+        else cv_http_respond(r, 200, NULL, "", 0);
+        return;
     case R_VERSION: send_json(r, json_pack("{s:s}", "version", CVLLM_VERSION)); return;
     case R_MODELS: handle_models(s, r); return;
     case R_METRICS: handle_metrics(s, r); return;
@@ -441,6 +444,12 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
 }
 
 int cv_server_port(const cv_server *s) { return cv_http_port(s->http); }
+
+void cv_server_fail(cv_server *s, const char *why) {
+    snprintf(s->failure, sizeof s->failure, "The engine failed: %s", why);
+    atomic_store(&s->failed, true);
+    cv_generate_fail_all(s, s->failure);
+}
 
 void cv_server_stop(cv_server *s, double drain_seconds) {
     if (!s) return;

@@ -59,4 +59,10 @@ int cv_server_port(const cv_server *s);
  * connection and frees the server. The group is left running for the caller to stop. */
 void cv_server_stop(cv_server *s, double drain_seconds);
 
+/* The engine failed for good (a tensor-parallel rank died or hung): from now on generations, /health
+ * and /ping answer 503 with `why`, and every generation in flight is answered at once with a 500
+ * error saying it (a stream: an error chunk, then [DONE]). The engine is not waited for — it may
+ * never return — so the caller ends the process rather than stopping the server. */
+void cv_server_fail(cv_server *s, const char *why);
+
 #endif

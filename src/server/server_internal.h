@@ -36,6 +36,8 @@ struct cv_server {
     size_t max_body;
     int64_t started;              /* wall-clock seconds, for "created" of model cards */
     atomic_bool draining;         /* refuse new generations (503) */
+    atomic_bool failed;           /* the engine failed for good (cv_server_fail): 503 everywhere */
+    char failure[256];            /* why, set before `failed` */
     pthread_mutex_t sessions_mu;  /* guards the list below */
     pthread_cond_t sessions_cv;   /* signalled when a session is freed */
     gen_session *sessions;        /* generations in flight, to abort them at shutdown */
@@ -52,6 +54,9 @@ void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind);
 
 /* Aborts every generation in flight (server shutdown); their clients get finish_reason "abort". */
 void cv_generate_abort_all(cv_server *s);
+/* Answers every generation in flight with a 500 error saying `why` (a stream: an error chunk, then
+ * [DONE]) without waiting for the engine, which has failed; generations that begin later abort. */
+void cv_generate_fail_all(cv_server *s, const char *why);
 
 /* The served name a request's "model" field selects; NULL (with *err set to 404) when none does. */
 const char *cv_server_model_name(const cv_server *s, const char *requested, cv_api_error *err);

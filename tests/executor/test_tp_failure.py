@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""test_tp_failure.py — a tensor-parallel server whose worker rank dies ends in bounded time.
+"""test_tp_failure.py — a tensor-parallel server whose worker rank dies or hangs fails cleanly in bounded time.
 
 `cvllm serve MODEL -tp 2` (cvllm starts both ranks under mpirun) on a small reference checkpoint
-answers a completion; then the worker rank (rank 1) is killed with SIGKILL while a request is in
-flight. The server must not hang: the in-flight request gets an answer or a closed connection, and the
-`cvllm serve` process exits non-zero within BOUND_S (MPI aborts every rank of a job one of whose ranks
-died; mpirun then exits non-zero). A second server is stopped with SIGTERM and must drain and exit 0.
+answers a completion; then, while a streamed request is in flight, its worker rank (rank 1) is
+  - killed with SIGKILL (mpirun then sends rank 0 SIGTERM, which in a job means the job is ending), or
+  - stopped with SIGSTOP (rank 0's watchdog gives up on it after VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS,
+    set to 2 here).
+Either way the in-flight stream ends with vLLM's error chunk naming the failed rank, a new request
+gets 503 (as does /health), and the `cvllm serve` process exits non-zero within BOUND_S, leaving no
+rank behind. A third server is stopped with SIGTERM and must drain and exit 0.
 
 Usage: test_tp_failure.py CVLLM_BINARY SOURCE_DIR   (ctest runs it as test_tp_failure)
 """
@@ -20,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 BINARY, SOURCE = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
@@ -50,10 +54,10 @@ def model_dir(tmp):
     return d
 
 
-def start(model, port, log):
+def start(model, port, log, env=None):
     cmd = [BINARY, "serve", model, "-tp", "2", "--port", str(port), "--host", "127.0.0.1", "--max-model-len", "256",
            "--dtype", "float32"]
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
 
 
 def wait_ready(proc, port, timeout=120):
@@ -70,13 +74,30 @@ def wait_ready(proc, port, timeout=120):
     return False
 
 
-def complete(port, max_tokens=8, timeout=60):
-    body = json.dumps({"prompt": [1, 2, 3, 4, 5, 6, 7, 8], "max_tokens": max_tokens, "temperature": 0,
-                       "ignore_eos": True}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+def post(port, path, body, timeout=60):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
+    return urllib.request.urlopen(req, timeout=timeout)
+
+
+def complete(port, max_tokens=8, timeout=60):
+    body = {"prompt": [1, 2, 3, 4, 5, 6, 7, 8], "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    with post(port, "/v1/completions", body, timeout) as r:
         return r.status, json.loads(r.read())
+
+
+def status_of(port, method, path):
+    """The HTTP status of a request (a refused connection: None)."""
+    try:
+        if method == "GET":
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+                return r.status, r.read().decode()
+        with post(port, path, {"prompt": [1, 2, 3], "max_tokens": 2}, 10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return None, ""
 
 
 def rank_pids(rank, port):
@@ -96,12 +117,12 @@ def rank_pids(rank, port):
 
 
 @contextlib.contextmanager
-def served(model, tmp, name):
+def served(model, tmp, name, env=None):
     """A -tp 2 server that answered one completion: (process, port); killed at the end if still there,
     its log printed when something failed."""
     port = free_port()
     with open(os.path.join(tmp, f"{name}.log"), "w+") as log:
-        proc = start(model, port, log)
+        proc = start(model, port, log, env)
         try:
             check(wait_ready(proc, port), f"{name}: the -tp 2 server did not become ready")
             status, out = complete(port)
@@ -124,32 +145,36 @@ def exit_status(proc):
         return None
 
 
-def killed_worker(model, tmp):
-    with served(model, tmp, "killed") as (proc, port):
+def failed_worker(model, tmp, name, sig, env=None):
+    """Rank 1 gets `sig` while a stream is in flight; see the top for what must follow."""
+    with served(model, tmp, name, env) as (proc, port):
         workers = rank_pids(1, port)
-        check(len(workers) == 1, f"one worker rank expected, found {workers}")
-        inflight = {}
-
-        def long_request():
-            try:
-                inflight["status"] = complete(port, max_tokens=240, timeout=BOUND_S)[0]
-            except Exception as e:  # a closed connection is an answer too: what matters is no hang
-                inflight["error"] = repr(e)
-
-        t = threading.Thread(target=long_request)
-        t.start()
-        time.sleep(0.1)
-        start_kill = time.time()
+        check(len(workers) == 1, f"{name}: one worker rank expected, found {workers}")
+        body = {"prompt": [1, 2, 3, 4, 5, 6, 7, 8], "max_tokens": 240, "temperature": 0, "ignore_eos": True,
+                "stream": True}
+        stream = post(port, "/v1/completions", body, BOUND_S)
+        first = stream.readline()
+        check(first.startswith(b"data: {"), f"{name}: the stream's first chunk: {first!r}")
+        start_fail = time.time()
         for w in workers:
-            os.kill(w, signal.SIGKILL)
+            os.kill(w, sig)
+        try:
+            rest = stream.read().decode()
+        except Exception as e:  # a closed connection would be an answer too, but the error chunk is wanted
+            rest = repr(e)
+        stream.close()
+        check("tensor-parallel rank died or stopped answering" in rest and rest.rstrip().endswith("data: [DONE]"),
+              f"{name}: the in-flight stream did not end with the error chunk: {rest[-400:]!r}")
+        new, text = status_of(port, "POST", "/v1/completions")
+        check(new == 503 and "tensor-parallel rank" in text, f"{name}: a new request got {new} {text!r}, want 503")
+        health, _ = status_of(port, "GET", "/health")
+        check(health == 503, f"{name}: /health got {health}, want 503")
         rc = exit_status(proc)
-        elapsed = time.time() - start_kill
-        t.join(timeout=BOUND_S)
-        check(not t.is_alive(), "the in-flight request hung after the worker died")
-        check(rc is not None and rc != 0, f"serve exit status {rc} after its worker died (want non-zero within "
-                                          f"{BOUND_S} s)")
-        print(f"worker killed: serve exited {rc} after {elapsed:.1f} s; in-flight request: {inflight}", flush=True)
-        check(not rank_pids(0, port) and not rank_pids(1, port), "ranks left running after the job ended")
+        elapsed = time.time() - start_fail
+        check(rc is not None and rc != 0, f"{name}: serve exit status {rc} after its worker failed (want non-zero "
+                                          f"within {BOUND_S} s)")
+        print(f"{name}: serve exited {rc} {elapsed:.1f} s after the worker got signal {sig}", flush=True)
+        check(not rank_pids(0, port) and not rank_pids(1, port), f"{name}: ranks left running after the job ended")
 
 
 def drained(model, tmp):
@@ -165,7 +190,8 @@ def main():
     try:
         model = model_dir(tmp)
         drained(model, tmp)
-        killed_worker(model, tmp)
+        failed_worker(model, tmp, "killed", signal.SIGKILL)
+        failed_worker(model, tmp, "hung", signal.SIGSTOP, {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "2"})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"test_tp_failure: {'FAILED' if failures else 'passed'} ({len(failures)} failures)")
