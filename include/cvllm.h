@@ -112,7 +112,12 @@ typedef struct cvllm_engine_options {
                                  * of the memory budget (of the RAM that gpu_memory_utilization counts,
                                  * or of kv_cache_memory_bytes / VLLM_CPU_KVCACHE_SPACE when given) and
                                  * 1/N of num_threads (of all online CPUs when 0), at least one thread.
-                                 * Not together with tensor_parallel_size > 1 yet. */
+                                 * With tensor_parallel_size T > 1 too, every replica is sharded: the
+                                 * OpenMPI job has 1 + N·(T−1) ranks, rank 0 holds group rank 0 of
+                                 * every replica (the replicas' engines) and the others are the
+                                 * replicas' workers, replica d's at world ranks 1 + d·(T−1) on. */
+    int32_t data_parallel_rank; /* which replica this engine is, 0 … data_parallel_size−1 (the
+                                 * engine group sets it; 0 = the first) */
     int32_t max_logprobs;       /* largest logprobs / prompt_logprobs a request may ask for, 0 = 20 */
     uint64_t seed;              /* seeds dummy weights and requests without their own seed */
     bool enable_prefix_caching;

@@ -11,8 +11,10 @@
  * a request goes to the less loaded replica; a stream aborted on each replica ends there as
  * "abort" (its id reached the replica that holds it); and a prompt repeated when both replicas are
  * idle goes back to the replica that served it, whose prefix-cache hits rise while the other's do
- * not (load alone would pick replica 0). Then the flags: -dp with -tp refused in one line, -dp 0 a
- * usage error, more replicas than threads warned about once, generate -dp 2 running one engine.
+ * not (load alone would pick replica 0). -dp 2 -tp 2 (three OpenMPI ranks that cvllm starts: rank
+ * 0 holds both replicas' first shards) gives the same texts again, both replicas serving. Then the
+ * flags: -dp 0 a usage error, more replicas than threads warned about once, generate -dp 2 running
+ * one engine.
  */
 #include <curl/curl.h>
 #include <jansson.h>
@@ -122,14 +124,19 @@ static const char *const common_flags[] = {"--host", "127.0.0.1", "--port", "0",
                                            "--num-threads", "2", "--kv-cache-memory-bytes", "256M",
                                            "--max-model-len", "32768", "--seed", "7", "--disable-log-stats"};
 
-static sp_proc start(const char *dp) {
+/* A server of `dp` replicas, each sharded over `tp` ranks. */
+static sp_proc start(const char *dp, const char *tp) {
     const char *args[32];
     size_t n = 0;
     for (size_t i = 0; i < sizeof common_flags / sizeof *common_flags; i++) args[n++] = common_flags[i];
     args[n++] = "-dp";
     args[n++] = dp;
-    sp_proc p = sp_spawn(model_dir, model_dir, dp, args, n);
-    CHECK_MSG(sp_wait_ready(&p, 60), "cvllm serve -dp %s did not start", dp);
+    args[n++] = "-tp";
+    args[n++] = tp;
+    char tag[16];
+    snprintf(tag, sizeof tag, "dp%s-tp%s", dp, tp);
+    sp_proc p = sp_spawn(model_dir, model_dir, tag, args, n);
+    CHECK_MSG(sp_wait_ready(&p, 120), "cvllm serve -dp %s -tp %s did not start", dp, tp);
     return p;
 }
 
@@ -291,13 +298,13 @@ static void check_routing(int port) {
 }
 
 static void test_serve(void) {
-    sp_proc one = start("1");
+    sp_proc one = start("1", "1");
     char **expect = burst(one.port);
     stop(&one);
     for (int i = N_PROMPTS; i < N_REQUESTS; i++)
         CHECK_MSG(!strcmp(expect[i], expect[i % N_PROMPTS]), "-dp 1: copies of prompt %d differ", i % N_PROMPTS);
 
-    sp_proc two = start("2");
+    sp_proc two = start("2", "1");
     char *log = tu_read_text(two.log);
     CHECK_CONTAINS(log, "data parallelism: 2 engine replicas in this process");
     free(log);
@@ -305,31 +312,37 @@ static void test_serve(void) {
     for (int i = 0; i < N_REQUESTS; i++) {
         CHECK_MSG(!strcmp(got[i], expect[i]), "request %d: -dp 2 wrote '%s', -dp 1 '%s'", i, got[i], expect[i]);
         free(got[i]);
+    }
+    free(got);
+    check_burst_metrics(two.port);
+    check_routing(two.port);
+    stop(&two);
+
+    /* each replica sharded over 2 ranks: 1 + 2·1 = 3 OpenMPI ranks, started by cvllm */
+    sp_proc sharded = start("2", "2");
+    log = tu_read_text(sharded.log);
+    CHECK_CONTAINS(log, "tensor_parallel_size 2, data_parallel_size 2: starting 3 ranks under mpirun");
+    free(log);
+    got = burst(sharded.port);
+    for (int i = 0; i < N_REQUESTS; i++) {
+        CHECK_MSG(!strcmp(got[i], expect[i]), "request %d: -dp 2 -tp 2 wrote '%s', -dp 1 '%s'", i, got[i], expect[i]);
+        free(got[i]);
         free(expect[i]);
     }
     free(got);
     free(expect);
-    check_burst_metrics(two.port);
-    check_routing(two.port);
-    stop(&two);
+    check_burst_metrics(sharded.port);
+    stop(&sharded);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
 /* The flags                                                                                         */
 
 static void test_flags(void) {
-    const char *with_tp[] = {"--port", "0", "-dp", "2", "-tp", "2"};
-    sp_proc p = sp_spawn(model_dir, model_dir, "dp-tp", with_tp, sizeof with_tp / sizeof *with_tp);
-    CHECK_EQ_INT(sp_wait_exit(&p, 30), 1);
-    char *log = tu_read_text(p.log);
-    CHECK_CONTAINS(log, "cvllm serve: data parallelism with tensor parallelism is not supported yet");
-    CHECK(!strstr(log, "mpirun"));
-    free(log);
-
     const char *zero[] = {"--port", "0", "-dp", "0"};
-    p = sp_spawn(model_dir, model_dir, "dp0", zero, sizeof zero / sizeof *zero);
+    sp_proc p = sp_spawn(model_dir, model_dir, "dp0", zero, sizeof zero / sizeof *zero);
     CHECK_EQ_INT(sp_wait_exit(&p, 30), 2);
-    log = tu_read_text(p.log);
+    char *log = tu_read_text(p.log);
     CHECK_CONTAINS(log, "--data-parallel-size must be in [1,");
     free(log);
 

@@ -17,9 +17,9 @@
  *
  * Only the command line's own -tp / --tensor-parallel-size (space or = separated),
  * --distributed-executor-backend and serve's -dp / --data-parallel-size are read here (serve with
- * -dp > 1 is not launched: one process refuses -dp with -tp in one line, cvllm.h); a size given
- * some other way (a --config file) reaches the engine, which then fails with the mpirun command to
- * use. A model whose weights are not at hand is not launched: one process reports it.
+ * -dp D shards each of its D replicas: 1 + D·(N−1) ranks, executor/comm.h); a size given some other
+ * way (a --config file) reaches the engine, which then fails with the mpirun command to use. A model
+ * whose weights are not at hand is not launched: one process reports it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -82,7 +82,7 @@ int cv_launch_ranks(int argc, char **argv) {
     if (n <= 1 || (backend && !strcmp(backend, "mpi"))) return -1;
     const char *dp = option(argc, argv, "--data-parallel-size");
     if (!dp) dp = option(argc, argv, "-dp");
-    if (dp && atoi(dp) > 1 && !strcmp(argv[1], "serve")) return -1;
+    const int replicas = dp && atoi(dp) > 1 && !strcmp(argv[1], "serve") ? atoi(dp) : 1;
     if (getenv("OMPI_COMM_WORLD_SIZE")) return -1; /* a rank of a job already */
     const char *format = option(argc, argv, "--load-format");
     if (!format) format = option(argc, argv, "--load_format");
@@ -95,7 +95,7 @@ int cv_launch_ranks(int argc, char **argv) {
     }
     self[len] = '\0';
     char np[16];
-    snprintf(np, sizeof np, "%d", n);
+    snprintf(np, sizeof np, "%d", 1 + replicas * (n - 1));
     const bool numa = several_numa_nodes();
     /* When a rank dies mpirun sends the others SIGTERM, then SIGKILL: the grace lets rank 0 answer
      * its clients (cmd_serve.c) before it goes. */
@@ -115,8 +115,12 @@ int cv_launch_ranks(int argc, char **argv) {
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
     }
-    fprintf(stderr, "INFO cvllm: tensor_parallel_size %d: starting %d ranks under mpirun%s\n", n, n,
-            numa ? ", one per NUMA node" : "");
+    if (replicas > 1)
+        fprintf(stderr, "INFO cvllm: tensor_parallel_size %d, data_parallel_size %d: starting %d ranks under "
+                "mpirun%s\n", n, replicas, 1 + replicas * (n - 1), numa ? ", one per NUMA node" : "");
+    else
+        fprintf(stderr, "INFO cvllm: tensor_parallel_size %d: starting %d ranks under mpirun%s\n", n, n,
+                numa ? ", one per NUMA node" : "");
     fflush(NULL);
     const pid_t pid = fork();
     if (pid == 0) {

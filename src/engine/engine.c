@@ -63,10 +63,9 @@ static int check_options(const cvllm_engine_options *o) {
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor_parallel_size must be >= 1, got %d", o->tensor_parallel_size);
     if (o->data_parallel_size < 0)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "data_parallel_size must be >= 1, got %d", o->data_parallel_size);
-    if (o->data_parallel_size > 1 && o->tensor_parallel_size > 1)
-        return cv_fail(CVLLM_ERR_UNSUPPORTED, "data parallelism with tensor parallelism is not supported yet "
-                                              "(data_parallel_size %d, tensor_parallel_size %d)",
-                       o->data_parallel_size, o->tensor_parallel_size);
+    if (o->data_parallel_rank < 0 || o->data_parallel_rank >= (o->data_parallel_size > 1 ? o->data_parallel_size : 1))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "data_parallel_rank must be in [0, data_parallel_size), got %d",
+                       o->data_parallel_rank);
     if (o->max_logprobs < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_logprobs must be >= 0, got %d", o->max_logprobs);
     const char *policy = o->scheduling_policy;
     if (policy && strcmp(policy, "fcfs") && strcmp(policy, "priority"))
@@ -230,7 +229,7 @@ static int load_tokenizer(cvllm_engine *e) {
  * and at least one. Alone (or under tensor parallelism, whose runner shares the cores out itself)
  * num_threads as given. */
 static int replica_threads(const cvllm_engine_options *o) {
-    if (o->data_parallel_size <= 1) return o->num_threads;
+    if (o->data_parallel_size <= 1 || o->tensor_parallel_size > 1) return o->num_threads;
     long total = o->num_threads ? o->num_threads : sysconf(_SC_NPROCESSORS_ONLN);
     return total / o->data_parallel_size > 1 ? (int)(total / o->data_parallel_size) : 1;
 }
@@ -245,6 +244,8 @@ static int load_model(cvllm_engine *e) {
         .bf16_compute = e->compute_dtype == CV_DTYPE_BF16,
         .tp_size = e->opts.tensor_parallel_size,
         .expert_parallel = e->opts.enable_expert_parallel,
+        .dp_size = e->opts.data_parallel_size,
+        .dp_rank = e->opts.data_parallel_rank,
     };
     int rc = cv_runner_create(&o, &e->runner);
     if (rc) return rc;

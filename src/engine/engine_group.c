@@ -46,15 +46,17 @@ int cv_engine_group_start(const cvllm_engine_options *options, const cv_loop_opt
     const int n = options->data_parallel_size > 1 ? options->data_parallel_size : 1;
     cv_engine_loop **loops = cv_xcalloc((size_t)n, sizeof *loops);
     for (int i = 0; i < n; i++) {
-        /* Said once replica 0 exists: its creation is what checks the options (-dp with -tp, ...). */
+        /* Said once replica 0 exists: its creation is what checks the options. */
         if (i == 1) {
             cv_info("engine_group", "data parallelism: %d engine replicas in this process, each with 1/%d of the "
                     "memory budget and of the kernel threads", n, n);
             warn_threads(options, n);
         }
         if (i > 0) cv_info("engine_group", "data-parallel replica %d of %d", i, n);
+        cvllm_engine_options o = *options;
+        o.data_parallel_rank = i;
         cvllm_engine *e = NULL;
-        int rc = cvllm_engine_create(options, &e);
+        int rc = cvllm_engine_create(&o, &e);
         cv_loop_options lo = *loop_options;
         lo.engine_index = i;
         if (!rc && (rc = cv_engine_loop_start(e, &lo, &loops[i]))) cvllm_engine_destroy(e);

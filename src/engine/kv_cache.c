@@ -47,10 +47,10 @@ static double machine_ram_bytes(void) {
     return pages > 0 && page > 0 ? (double)pages * (double)page : 0.0;
 }
 
-/* The engines that share this machine's memory: a tensor-parallel job's ranks on it, or the replicas
- * of data parallelism (never both, check_options refuses it). */
+/* The engines that share this machine's memory: a tensor-parallel job's model shards on it (with
+ * data parallelism, rank 0 holds one of every replica), or the replicas of data parallelism. */
 static int sharers(const cvllm_engine *e) {
-    if (e->opts.tensor_parallel_size > 1) return cv_comm_local_ranks();
+    if (e->opts.tensor_parallel_size > 1) return cv_comm_local_shards(e->opts.data_parallel_size);
     return e->opts.data_parallel_size > 1 ? e->opts.data_parallel_size : 1;
 }
 

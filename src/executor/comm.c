@@ -16,123 +16,177 @@
 #include "base/log.h"
 #include "base/timeutil.h"
 
+struct cv_comm {
+    MPI_Comm comm;
+    int rank, size;
+    _Atomic double waiting_since; /* when group rank 0 entered the collective it waits in (0: none) */
+};
+
 static void finalize(void) {
     int done = 0;
     MPI_Finalized(&done);
     if (!done) MPI_Finalize();
 }
 
-static int ensure_init(void) {
+static int ensure_init(bool multiple) {
     int init = 0;
     MPI_Initialized(&init);
     if (init) return 0;
+    const int want = multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_SERIALIZED;
     int provided = MPI_THREAD_SINGLE;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(NULL, NULL, want, &provided) != MPI_SUCCESS)
         return cv_fail(CVLLM_ERR_INTERNAL, "MPI_Init_thread failed");
     atexit(finalize);
-    if (provided < MPI_THREAD_SERIALIZED)
-        return cv_fail(CVLLM_ERR_UNSUPPORTED, "this MPI library does not allow calls from more than one thread "
-                                              "(MPI_THREAD_SERIALIZED), which the engine thread needs");
+    if (provided < want)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "this MPI library does not allow calls from %s",
+                       multiple ? "several threads at once (MPI_THREAD_MULTIPLE), which data-parallel replicas "
+                                  "of a tensor-parallel model need"
+                                : "more than one thread (MPI_THREAD_SERIALIZED), which the engine thread needs");
     return 0;
 }
 
-/* ---- rank 0's watchdog ----------------------------------------------------------------------- */
+/* ---- world rank 0's watchdog ----------------------------------------------------------------- */
 
-/* When rank 0 entered the collective it waits in (0: none); the watchdog thread reads it. A peer
- * that is alive arrives within its own share of the same layer, so a wait past the timeout means a
- * rank hung or died without MPI noticing (SIGSTOP, a lost host). */
-static _Atomic double waiting_since;
+/* The groups whose rank 0 is this process. A peer that is alive arrives within its own share of the
+ * same layer, so a wait past the timeout means a rank hung or died without MPI noticing (SIGSTOP, a
+ * lost host). */
+enum { MAX_WATCHED = 64 };
+static pthread_mutex_t watched_mu = PTHREAD_MUTEX_INITIALIZER;
+static cv_comm *watched[MAX_WATCHED];
 static double timeout_s;
 
-static void wait_begin(void) {
-    if (timeout_s > 0) atomic_store(&waiting_since, cv_now());
+static void wait_begin(cv_comm *c) {
+    if (timeout_s > 0) atomic_store(&c->waiting_since, cv_now());
 }
 
-static void wait_end(void) {
-    if (timeout_s > 0) atomic_store(&waiting_since, 0.0);
+static void wait_end(cv_comm *c) {
+    if (timeout_s > 0) atomic_store(&c->waiting_since, 0.0);
+}
+
+static bool overdue(void) {
+    bool late = false;
+    pthread_mutex_lock(&watched_mu);
+    for (int i = 0; i < MAX_WATCHED && !late; i++) {
+        const double since = watched[i] ? atomic_load(&watched[i]->waiting_since) : 0;
+        late = since > 0 && cv_now() - since > timeout_s;
+    }
+    pthread_mutex_unlock(&watched_mu);
+    return late;
 }
 
 static void *watch(void *arg) {
     (void)arg;
-    for (;;) {
-        usleep(100 * 1000);
-        const double since = atomic_load(&waiting_since);
-        if (since > 0 && cv_now() - since > timeout_s) {
-            cv_error_log("executor", "a tensor-parallel rank has not answered for %.0f s "
-                         "(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS): it hung or died; ending the job", timeout_s);
-            kill(getpid(), SIGTERM); /* to the process: rank 0 of a job takes it as the job ending (cmd_serve.c) */
-            return NULL;
-        }
-    }
+    while (!overdue()) usleep(100 * 1000);
+    cv_error_log("executor", "a tensor-parallel rank has not answered for %.0f s (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS): "
+                 "it hung or died; ending the job", timeout_s);
+    kill(getpid(), SIGTERM); /* to the process: rank 0 of a job takes it as the job ending (cmd_serve.c) */
+    return NULL;
 }
 
-/* On rank 0 of several: the timeout (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, as vLLM's multiprocess
- * executor waits for its workers; 300 s) and the thread that enforces it. */
-static void start_watchdog(void) {
-    const char *env = getenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS");
-    timeout_s = env && atof(env) > 0 ? atof(env) : 300;
-    pthread_t t;
-    if (pthread_create(&t, NULL, watch, NULL) == 0) pthread_detach(t);
-    else timeout_s = 0;
+/* Watches c from now on; the first call starts the thread, with the timeout
+ * (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, as vLLM's multiprocess executor waits for its workers; 300 s). */
+static void watch_comm(cv_comm *c, bool on) {
+    pthread_mutex_lock(&watched_mu);
+    if (on && timeout_s == 0) {
+        const char *env = getenv("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS");
+        timeout_s = env && atof(env) > 0 ? atof(env) : 300;
+        pthread_t t;
+        if (pthread_create(&t, NULL, watch, NULL) == 0) pthread_detach(t);
+        else timeout_s = -1; /* no watchdog */
+    }
+    for (int i = 0; i < MAX_WATCHED; i++)
+        if (watched[i] == (on ? NULL : c)) {
+            watched[i] = on ? c : NULL;
+            break;
+        }
+    pthread_mutex_unlock(&watched_mu);
 }
 
 /* MPI counts are int: large transfers go in chunks of at most 2^30 elements. */
 static int chunk(size_t left) { return left > (size_t)1 << 30 ? 1 << 30 : (int)left; }
 
 static void allreduce(void *ctx, float *x, size_t n) {
-    (void)ctx;
+    cv_comm *c = ctx;
     for (size_t at = 0; at < n;) {
         const int count = chunk(n - at);
-        wait_begin();
-        MPI_Allreduce(MPI_IN_PLACE, x + at, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        wait_end();
+        wait_begin(c);
+        MPI_Allreduce(MPI_IN_PLACE, x + at, count, MPI_FLOAT, MPI_SUM, c->comm);
+        wait_end(c);
         at += (size_t)count;
     }
 }
 
 static void gather(void *ctx, const float *part, size_t n, float *all) {
-    (void)ctx;
+    cv_comm *c = ctx;
     assert(n <= INT_MAX && "one rank's slice of the logits fits an MPI count");
-    wait_begin();
-    MPI_Gather(part, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
-    wait_end();
+    wait_begin(c);
+    MPI_Gather(part, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, 0, c->comm);
+    wait_end(c);
 }
 
-int cv_comm_join(int tp_size, cv_tp *tp) {
-    int rc = ensure_init();
+int cv_comm_join(int tp_size, int dp_size, int dp_rank, cv_tp *tp, cv_comm **out) {
+    *out = NULL;
+    if (dp_size < 1) dp_size = 1;
+    int rc = ensure_init(dp_size > 1);
     if (rc) return rc;
-    int rank, size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != tp_size)
-        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor_parallel_size=%d but the MPI job has %d ranks (start it "
-                       "with mpirun -np %d)", tp_size, size, tp_size);
-    *tp = (cv_tp){.rank = rank, .size = size, .allreduce = allreduce, .gather = gather};
-    if (rank == 0 && size > 1 && timeout_s == 0) start_watchdog();
-    cv_info("executor", "tensor-parallel rank %d of %d", rank, size);
+    int world_rank, world;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    const int job = 1 + dp_size * (tp_size - 1);
+    if (world != job)
+        return dp_size > 1 ? cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "data_parallel_size=%d with tensor_parallel_size=%d "
+                                     "needs 1 + %d·%d = %d MPI ranks (mpirun -np %d), the job has %d", dp_size,
+                                     tp_size, dp_size, tp_size - 1, job, job, world)
+                           : cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor_parallel_size=%d but the MPI job has %d ranks "
+                                     "(start it with mpirun -np %d)", tp_size, world, tp_size);
+    const int replica = world_rank == 0 ? dp_rank : (world_rank - 1) / (tp_size - 1);
+    int *members = cv_xmalloc((size_t)tp_size * sizeof *members);
+    members[0] = 0;
+    for (int i = 1; i < tp_size; i++) members[i] = 1 + replica * (tp_size - 1) + (i - 1);
+    MPI_Group all, mine;
+    MPI_Comm_group(MPI_COMM_WORLD, &all);
+    MPI_Group_incl(all, tp_size, members, &mine);
+    cv_comm *c = cv_xcalloc(1, sizeof *c);
+    MPI_Comm_create_group(MPI_COMM_WORLD, mine, replica, &c->comm);
+    MPI_Group_free(&mine);
+    MPI_Group_free(&all);
+    free(members);
+    MPI_Comm_rank(c->comm, &c->rank);
+    MPI_Comm_size(c->comm, &c->size);
+    *tp = (cv_tp){.rank = c->rank, .size = c->size, .ctx = c, .allreduce = allreduce, .gather = gather};
+    if (c->rank == 0) watch_comm(c, true);
+    if (dp_size > 1) cv_info("executor", "tensor-parallel rank %d of %d of data-parallel replica %d", c->rank, c->size,
+                             replica);
+    else cv_info("executor", "tensor-parallel rank %d of %d", c->rank, c->size);
+    *out = c;
     return 0;
 }
 
-int cv_comm_agree(int rc, const char *what) {
+void cv_comm_free(cv_comm *c) {
+    if (!c) return;
+    if (c->rank == 0) watch_comm(c, false);
+    MPI_Comm_free(&c->comm);
+    free(c);
+}
+
+int cv_comm_agree(cv_comm *c, int rc, const char *what) {
     int mine = rc != 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, c->comm);
     if (rc) return rc;
     return any ? cv_fail(CVLLM_ERR_INTERNAL, "another tensor-parallel rank failed to %s (its log says why)", what) : 0;
 }
 
-void cv_comm_bcast_header(cv_comm_header *h) { MPI_Bcast(h, 8, MPI_INT64_T, 0, MPI_COMM_WORLD); }
+void cv_comm_bcast_header(cv_comm *c, cv_comm_header *h) { MPI_Bcast(h, 8, MPI_INT64_T, 0, c->comm); }
 
-void cv_comm_bcast_payload(void **payload, size_t *cap, size_t bytes) {
-    int rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank != 0 && bytes > *cap) {
+void cv_comm_bcast_payload(cv_comm *c, void **payload, size_t *cap, size_t bytes) {
+    if (c->rank != 0 && bytes > *cap) {
         free(*payload);
         *payload = cv_xmalloc(bytes);
         *cap = bytes;
     }
     for (size_t at = 0; at < bytes;) {
         const int count = chunk(bytes - at);
-        MPI_Bcast((char *)*payload + at, count, MPI_BYTE, 0, MPI_COMM_WORLD);
+        MPI_Bcast((char *)*payload + at, count, MPI_BYTE, 0, c->comm);
         at += (size_t)count;
     }
 }
@@ -142,8 +196,15 @@ bool cv_comm_in_job(void) {
     return s && atoi(s) > 1;
 }
 
-int cv_comm_local_ranks(void) {
-    const char *s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const int n = s ? atoi(s) : 1;
-    return n > 0 ? n : 1;
+static int env_int(const char *name, int fallback) {
+    const char *s = getenv(name);
+    const int n = s ? atoi(s) : fallback;
+    return n > 0 ? n : fallback;
+}
+
+int cv_comm_local_shards(int dp_size) {
+    const int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1), world = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    /* world rank 0 is here when every rank is, or when this is it */
+    const bool rank0_here = local == world || env_int("OMPI_COMM_WORLD_RANK", 0) == 0;
+    return local + (rank0_here && dp_size > 1 ? dp_size - 1 : 0);
 }

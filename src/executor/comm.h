@@ -2,20 +2,28 @@
  * comm.h — the ranks of a tensor-parallel runner and what travels between them, over OpenMPI
  * (internal to src/executor).
  *
- * Every rank runs the same model load and cache allocation; then rank 0 (the engine's) sends each
- * command to the others — allocate the caches, run a batch with its state copies, stop — as one
- * broadcast of a fixed header and one of a byte payload, and the model's own collectives (the
- * all-reduce after o_proj and down_proj) run inside the forward pass that follows. A rank that
- * fails a step every rank takes together (load, allocation) makes all of them fail it: each result
- * is agreed on with one all-reduce, so no rank waits on a peer that gave up. A rank that dies ends
- * the job: mpirun ends the others (SIGTERM, then SIGKILL), or MPI's default error handler
- * (MPI_ERRORS_ARE_FATAL) aborts them. A rank that hangs, or dies unseen, leaves rank 0 waiting in a
- * collective: a watchdog thread on rank 0 raises SIGTERM there once a wait passes
- * VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s) — rank 0 of a job takes SIGTERM as the job ending, and
- * its exit makes mpirun end the rest. Never a hang.
+ * A tensor-parallel group is the engine's rank (group rank 0) and its workers. Every rank of a
+ * group runs the same model load and cache allocation; then group rank 0 sends each command to the
+ * others — allocate the caches, run a batch with its state copies, stop — as one broadcast of a
+ * fixed header and one of a byte payload, and the model's own collectives (the all-reduce after
+ * o_proj and down_proj) run inside the forward pass that follows. A rank that fails a step every
+ * rank takes together (load, allocation) makes all of them fail it: each result is agreed on with
+ * one all-reduce, so no rank waits on a peer that gave up.
  *
- * MPI is initialised here on first use (threads: serialized, as the engine thread that steps the
- * runner is not the process's main thread) and finalised at exit.
+ * Data parallelism with tensor parallelism (`serve -dp D -tp T`): the job has 1 + D·(T−1) ranks.
+ * World rank 0 is the API server and holds group rank 0 of every replica (one engine thread each);
+ * world ranks 1 + d·(T−1) … (d+1)·(T−1) are replica d's workers. Each group has its own
+ * communicator (MPI_Comm_create_group, only its members take part), and rank 0's engine threads use
+ * theirs concurrently (MPI_THREAD_MULTIPLE; one replica needs only MPI_THREAD_SERIALIZED, as the
+ * engine thread that steps the runner is not the process's main thread).
+ *
+ * A rank that dies ends the job: mpirun ends the others (SIGTERM, then SIGKILL), or MPI's default
+ * error handler (MPI_ERRORS_ARE_FATAL) aborts them. A rank that hangs, or dies unseen, leaves rank 0
+ * waiting in a collective: a watchdog thread on world rank 0 sends the process SIGTERM once a wait
+ * of any of its groups passes VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s) — rank 0 of a job takes
+ * SIGTERM as the job ending, and its exit makes mpirun end the rest. Never a hang.
+ *
+ * MPI is initialised here on first use and finalised at exit.
  */
 #ifndef CV_EXECUTOR_COMM_H
 #define CV_EXECUTOR_COMM_H
@@ -33,19 +41,27 @@ typedef struct cv_comm_header {
     int64_t cmd, n[7];
 } cv_comm_header;
 
-/* Joins the MPI job (initialising MPI once per process) as a tensor-parallel group of tp_size ranks,
- * which must be the whole job; fills tp (rank, size and the all-reduce). */
-int cv_comm_join(int tp_size, cv_tp *tp);
-/* Whether every rank got rc == 0; the failing ranks have logged why, the others learn it here. */
-int cv_comm_agree(int rc, const char *what);
-/* Rank 0 sends (others receive) a header, then payload bytes; a receiver's payload is grown to fit
- * and stays the caller's. */
-void cv_comm_bcast_header(cv_comm_header *h);
-void cv_comm_bcast_payload(void **payload, size_t *cap, size_t bytes);
+typedef struct cv_comm cv_comm;
+
+/* Joins the MPI job (initialising MPI once per process) as a rank of a tensor-parallel group of
+ * tp_size ranks; the job must have 1 + dp_size·(tp_size − 1) ranks. On world rank 0 the group is
+ * replica dp_rank's (every replica's group is joined from there, in order); elsewhere the world
+ * rank says which. Fills tp (rank, size, the collectives, ctx: the cv_comm) and *out. */
+int cv_comm_join(int tp_size, int dp_size, int dp_rank, cv_tp *tp, cv_comm **out);
+void cv_comm_free(cv_comm *c);
+/* Whether every rank of the group got rc == 0; the failing ranks have logged why, the others
+ * learn it here. */
+int cv_comm_agree(cv_comm *c, int rc, const char *what);
+/* Group rank 0 sends (the others receive) a header, then payload bytes; a receiver's payload is
+ * grown to fit and stays the caller's. */
+void cv_comm_bcast_header(cv_comm *c, cv_comm_header *h);
+void cv_comm_bcast_payload(cv_comm *c, void **payload, size_t *cap, size_t bytes);
 
 /* Whether this process is a rank of an MPI job of more than one rank (without initialising MPI). */
 bool cv_comm_in_job(void);
-/* How many ranks of this job share this machine (for the default thread count); 1 outside MPI. */
-int cv_comm_local_ranks(void);
+/* How many model shards of a job with dp_size replicas this machine runs (its ranks, and the other
+ * replicas' group ranks 0 where world rank 0 is), for the default thread count and the memory
+ * share; 1 outside MPI. */
+int cv_comm_local_shards(int dp_size);
 
 #endif

@@ -28,6 +28,7 @@ struct cv_runner {
     size_t kv_layer_bytes;
     cv_state_cache state;
     cv_tp tp;              /* {0, 1}: one process */
+    cv_comm *comm;         /* tensor parallelism: the group's communicator */
     bool serving;          /* every rank allocated its caches: the workers wait for commands */
     void *payload;         /* the last command's payload */
     size_t payload_cap;
@@ -43,7 +44,7 @@ int cv_runner_create(const cv_runner_options *o, cv_runner **out) {
     r->tp = (cv_tp){.rank = 0, .size = 1};
     int threads = o->num_threads;
     if (o->tp_size > 1) {
-        int rc = cv_comm_join(o->tp_size, &r->tp);
+        int rc = cv_comm_join(o->tp_size, o->dp_size, o->dp_rank, &r->tp, &r->comm);
         r->tp.expert_parallel = o->expert_parallel;
         if (rc) {
             free(r);
@@ -51,7 +52,8 @@ int cv_runner_create(const cv_runner_options *o, cv_runner **out) {
         }
         /* the ranks on this machine share its cores */
         const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        if (!threads) threads = cpus / cv_comm_local_ranks() > 1 ? (int)(cpus / cv_comm_local_ranks()) : 1;
+        const int shards = cv_comm_local_shards(o->dp_size);
+        if (!threads) threads = cpus / shards > 1 ? (int)(cpus / shards) : 1;
     }
     r->pool = cv_threadpool_create(threads);
     cv_model_load_params p = {
@@ -64,7 +66,7 @@ int cv_runner_create(const cv_runner_options *o, cv_runner **out) {
         .tp = r->tp.size > 1 ? &r->tp : NULL,
     };
     int rc = cv_model_load(&p, &r->model);
-    if (r->tp.size > 1) rc = cv_comm_agree(rc, "load the model");
+    if (r->tp.size > 1) rc = cv_comm_agree(r->comm, rc, "load the model");
     if (rc) {
         cv_runner_free(r);
         return rc;
@@ -89,7 +91,7 @@ void cv_runner_free(cv_runner *r) {
     if (!r) return;
     if (r->serving && r->tp.rank == 0) { /* the workers leave cv_runner_serve */
         cv_comm_header h = {.cmd = CV_CMD_STOP};
-        cv_comm_bcast_header(&h);
+        cv_comm_bcast_header(r->comm, &h);
     }
     free(r->payload);
     free(r->tables);
@@ -102,6 +104,7 @@ void cv_runner_free(cv_runner *r) {
     cv_big_free(r->state.data, (size_t)r->state.num_slots * r->state.slot_bytes);
     cv_model_free(r->model);
     cv_threadpool_free(r->pool);
+    cv_comm_free(r->comm);
     free(r);
 }
 
@@ -114,9 +117,9 @@ int cv_runner_alloc_cache(cv_runner *r, int32_t num_blocks, int32_t block_size, 
     if (r->tp.size == 1) return alloc_cache(r, num_blocks, block_size, kv_dtype, state_slots);
     /* rank 0's sizes for all: each rank planned from its own memory */
     cv_comm_header h = {CV_CMD_ALLOC, {num_blocks, block_size, kv_dtype, state_slots}};
-    cv_comm_bcast_header(&h);
+    cv_comm_bcast_header(r->comm, &h);
     int rc = alloc_cache(r, (int32_t)h.n[0], (int32_t)h.n[1], (cv_dtype)h.n[2], (int32_t)h.n[3]);
-    rc = cv_comm_agree(rc, "allocate its KV cache");
+    rc = cv_comm_agree(r->comm, rc, "allocate its KV cache");
     r->serving = rc == 0;
     return rc;
 }
@@ -227,8 +230,8 @@ static void send_batch(cv_runner *r, int64_t cmd, const cv_batch *batch, const c
     c = (cursor){.base = r->payload, .mode = WRITE};
     walk(&c, &b, state, &copies, n_copies, &hidden, hs, r->kv.block_size, NULL);
     cv_comm_header h = {cmd, {b.n_tokens, b.n_seqs, b.n_checkpoints, b.n_logits, n_copies, (int64_t)bytes, state}};
-    cv_comm_bcast_header(&h);
-    cv_comm_bcast_payload(&r->payload, &r->payload_cap, bytes);
+    cv_comm_bcast_header(r->comm, &h);
+    cv_comm_bcast_payload(r->comm, &r->payload, &r->payload_cap, bytes);
 }
 
 int cv_runner_execute(cv_runner *r, const cv_batch *batch, const cv_state_copy *copies, int32_t n_copies,
@@ -249,11 +252,11 @@ int cv_runner_serve(cv_runner *r) {
     assert(r->tp.rank != 0 && r->serving);
     for (;;) {
         cv_comm_header h;
-        cv_comm_bcast_header(&h);
+        cv_comm_bcast_header(r->comm, &h);
         if (h.cmd == CV_CMD_STOP) return 0;
         assert(h.cmd == CV_CMD_EXECUTE || h.cmd == CV_CMD_EXECUTE_MTP);
         const bool mtp = h.cmd == CV_CMD_EXECUTE_MTP;
-        cv_comm_bcast_payload(&r->payload, &r->payload_cap, (size_t)h.n[5]);
+        cv_comm_bcast_payload(r->comm, &r->payload, &r->payload_cap, (size_t)h.n[5]);
         cv_batch b = {.n_tokens = (int32_t)h.n[0], .n_seqs = (int32_t)h.n[1], .n_checkpoints = (int32_t)h.n[2],
                       .n_logits = (int32_t)h.n[3]};
         if ((size_t)b.n_seqs > r->tables_cap) {

@@ -42,6 +42,7 @@ typedef struct cv_runner_options {
     bool load_mtp;
     bool bf16_compute;
     int tp_size;                    /* > 1: tensor parallelism over an MPI job of that many ranks */
+    int dp_size, dp_rank;           /* with it: data-parallel replicas, this one's index (comm.h) */
     bool expert_parallel;           /* with it: routed experts placed whole on the ranks (cv_tp) */
 } cv_runner_options;
 
