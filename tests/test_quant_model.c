@@ -13,6 +13,8 @@
  *   the definition bit for bit, on f32 rows and on rows handed over quantized for q_proj.
  * - The calibration observer hears the quantized linears with f32 rows, and observing (which
  *   quantizes down_proj's input apart from the SwiGLU) changes no logit bit.
+ * - FP8 linears split for tensor parallelism (rows starting inside a scale block, columns in
+ *   128-column groups) compute what the whole linear does; a split through a scale group is refused.
  * - Made-up weights in each folder's format (every static linear with its own input scale) run.
  */
 #include <dirent.h>
@@ -442,6 +444,77 @@ static void check_qkv(const char *dir, int want_weights, cv_threadpool *pool) {
     cv_weight_source_free(src);
 }
 
+/* out [T][rows of l] = x [T][cols of l] · l, l packed first. */
+static void run_linear(cv_threadpool *pool, nn_binder *b, nn_linear *l, const float *x, int64_t T, float *out) {
+    nn_linear_list list = {0};
+    nn_linear_list_add(&list, l);
+    cv_pack_cache *cache;
+    CHECK_EQ_INT(nn_pack_linears(pool, b->src, "test", &list, &cache), 0);
+    nn_linear_forward(pool, l, nn_f32(x), T, &out);
+    nn_linear_list_free(&list);
+    cv_pack_cache_close(cache);
+}
+
+/* FP8 block-scaled linears split for tensor parallelism (layers/linear.h take_shard): gate_proj's
+ * rows in 2 pieces — rank 1's 192 start 64 rows into a scale block and end in the next — give the
+ * whole linear's outputs bit for bit; down_proj's columns in 3 pieces of 128 add up to its outputs;
+ * pieces of 192 columns, which would split a 128-column scale, are refused in one line. */
+static void test_fp8_shards(cv_threadpool *pool) {
+    char *dir = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, "qwen3-dense-fp8");
+    cv_weight_source *src;
+    CHECK_EQ_INT(cv_weight_source_checkpoint(dir, &src), 0);
+    enum { T = 5, H = 192, I = 384 };
+    static const char gate[] = "model.layers.0.mlp.gate_proj", down[] = "model.layers.0.mlp.down_proj";
+    static float x[T * I], whole[T * I], piece[T * I], sum[T * H];
+    for (int i = 0; i < T * I; i++) x[i] = sinf(0.37f * (float)i) * (1.0f + (float)(i % 7));
+    for (int pass = 0; pass < 2; pass++) { /* gate_proj by rows, then down_proj by columns */
+        const bool rows = pass == 0;
+        const int n = rows ? 2 : 3;
+        const int64_t out = rows ? I : H, in = rows ? H : I;
+        nn_binder b = {.src = src, .tp = {.rank = 0, .size = 1}};
+        nn_linear l = {0};
+        nn_bind_linear(&b, &l, rows ? gate : down, out, in, "");
+        CHECK_EQ_INT(b.rc, 0);
+        run_linear(pool, &b, &l, x, T, whole);
+        nn_linear_release(&l);
+        nn_binder_free(&b);
+        memset(sum, 0, sizeof sum);
+        for (int r = 0; r < n; r++) {
+            nn_binder s = {.src = src, .tp = {.rank = r, .size = n}};
+            nn_linear p = {0};
+            nn_bind_linear_split(&s, &p, rows ? gate : down, out, in, "", rows ? NN_SPLIT_ROWS : NN_SPLIT_COLS);
+            CHECK_MSG(s.rc == 0, "%s piece %d of %d: %s", rows ? gate : down, r, n, cv_error_message());
+            if (s.rc) continue;
+            const int64_t w = rows ? out / n : out, k = rows ? in : in / n;
+            static float xs[T * I]; /* a column piece reads its columns of x */
+            for (int64_t t = 0; t < T; t++) memcpy(xs + t * k, x + t * in + (rows ? 0 : r * k), (size_t)k * sizeof *xs);
+            run_linear(pool, &s, &p, xs, T, piece);
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t j = 0; j < w; j++) {
+                    if (rows) {
+                        CHECK_MSG(piece[t * w + j] == whole[t * out + r * w + j], "%s rank %d row %lld: %g, whole %g",
+                                  gate, r, (long long)(r * w + j), piece[t * w + j], whole[t * out + r * w + j]);
+                    } else {
+                        sum[t * H + j] += piece[t * w + j];
+                    }
+                }
+            nn_linear_release(&p);
+            nn_binder_free(&s);
+        }
+        if (!rows)
+            CHECK_MSG(mf_row_error(sum, whole, T * H) <= 1e-6, "%s: the column pieces add up to %.3g off the whole", down,
+                      mf_row_error(sum, whole, T * H));
+    }
+    nn_binder s = {.src = src, .tp = {.rank = 1, .size = 2}};
+    nn_linear p = {0};
+    nn_bind_linear_split(&s, &p, down, H, I, "", NN_SPLIT_COLS);
+    CHECK_EQ_INT(s.rc, CVLLM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(cv_error_message(), "an FP8 tensor-parallel shard must be whole columns in groups of 128 (192 per rank)");
+    nn_binder_free(&s);
+    cv_weight_source_free(src);
+    free(dir);
+}
+
 static void test_linear_parts(cv_threadpool *pool) {
     char *w8a8 = vector_dir("qwen3-dense-w8a8"), *dynamic = vector_dir("qwen3-dense-w8a8-dynamic");
     check_qkv(w8a8, 1, pool);    /* one input quantization: stacked */
@@ -529,6 +602,7 @@ int main(void) {
     setenv("CVLLM_PACKED_WEIGHTS_CACHE", "0", 1); /* the edited folders pack into memory */
     test_mixed_schemes(pool);
     test_linear_parts(pool);
+    test_fp8_shards(pool);
     test_observer("qwen3-dense-w8a8", pool);
     test_observer("qwen3-dense-w8a8-dynamic", pool);
     test_observer("qwen3.5-moe-w8a8-dynamic", pool);

@@ -67,7 +67,7 @@ typedef struct cv_matrix {
  *                    128-column block: y = Σ_k x[k] · e4m3(w[n][k]) · scale(n, k); activations f32;
  *                    the scale is applied per 128-column block sum
  */
-enum { CV_PANEL_ROWS = 16 };
+enum { CV_PANEL_ROWS = 16, CV_FP8_SCALE_COLS = 128 /* FP8_PANELS: columns per scale */ };
 
 typedef enum cv_wformat {
     CV_WFORMAT_F32 = 0,
@@ -93,9 +93,13 @@ typedef struct cv_weight_part {
     const void *data;
     const float *row_scale;   /* I8: [rows] (msModelSlim deq_scale or weight_scale) */
     const int32_t *row_bias;  /* I8: [rows] added to the int32 accumulator (quant_bias), or NULL */
-    const float *block_scale; /* FP8: [ceil(rows/block)][ceil(cols/block)] (weight_scale_inv) */
+    const float *block_scale; /* FP8: [ceil((block_row0+rows)/block)][ceil((block_col0+cols)/block)]
+                               * (weight_scale_inv) */
     int32_t block;            /* FP8: the block edge (partial edge blocks included); a multiple of
                                * 128, as the packed format keeps a scale per 128 columns */
+    int32_t block_row0, block_col0; /* FP8: where the part starts inside its first scale block (a
+                               * tensor-parallel shard; 0 for a whole tensor): rows a multiple of 16,
+                               * columns of 128, so that a panel and a 128-column scale lie in one block */
 } cv_weight_part;
 
 const char *cv_wformat_name(cv_wformat f);

@@ -12,7 +12,8 @@
  *
  * A panel's 16 rows lie in one part (earlier parts are whole panels) and in one row block (the
  * block edge is a multiple of 16); the block edge must be a multiple of 128 so that each 128-column
- * scale lies in one column block. Edge blocks may be partial. The two NaN codes (S.1111.111) have
+ * scale lies in one column block. Edge blocks may be partial, and a part may start inside its first
+ * block (a tensor-parallel shard: block_row0, block_col0). The two NaN codes (S.1111.111) have
  * no f16 image here and are refused at packing: a checkpoint holding them is broken.
  */
 #include <math.h>
@@ -30,7 +31,11 @@ static int check(const cv_weight_part *p) {
     if (p->block <= 0 || p->block % CV_FP8_SCALE_COLS)
         return cv_fail(CVLLM_ERR_UNSUPPORTED, "e4m3 weights with %d×%d scale blocks: the block edge must be a multiple "
                        "of %d", p->block, p->block, CV_FP8_SCALE_COLS);
-    const int64_t rb = col_blocks(p->rows, p->block), cb = col_blocks(p->cols, p->block);
+    if (p->block_row0 % CV_PANEL_ROWS || p->block_col0 % CV_FP8_SCALE_COLS || p->block_row0 >= p->block ||
+        p->block_col0 >= p->block)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "e4m3 part starting at (%d, %d) inside its scale block of %d",
+                       p->block_row0, p->block_col0, p->block);
+    const int64_t rb = col_blocks(p->block_row0 + p->rows, p->block), cb = col_blocks(p->block_col0 + p->cols, p->block);
     for (int64_t b = 0; b < rb * cb; b++) {
         const float s = p->block_scale[b];
         if (!isfinite(s) || !isfinite(s * 256.0f))
@@ -58,8 +63,10 @@ static int64_t pack_panel(const cv_pack_ctx *c, int64_t p) {
             panel[k * CV_PANEL_ROWS + r] = codes[k];
         }
         if (r == 0) { /* the panel's row block, the same for all its rows */
-            const float *block_row = src->block_scale + (row / src->block) * col_blocks(c->cols, src->block);
-            for (int64_t b = 0; b < n_scales; b++) scale[b] = block_row[b * CV_FP8_SCALE_COLS / src->block] * 256.0f;
+            const float *block_row = src->block_scale + (src->block_row0 + row) / src->block *
+                                                            col_blocks(src->block_col0 + c->cols, src->block);
+            for (int64_t b = 0; b < n_scales; b++)
+                scale[b] = block_row[(src->block_col0 + b * CV_FP8_SCALE_COLS) / src->block] * 256.0f;
         }
     }
     return bad;

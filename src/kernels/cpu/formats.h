@@ -165,9 +165,8 @@ static inline float cv_i8_dequant(int32_t acc, int32_t bias, float scale, float 
     return v * x_scale;
 }
 
-/* FP8_PANELS aux of one panel: one f32 scale per CV_FP8_SCALE_COLS columns, times 256 (the
- * kernels widen a code to its value / 256, see cv_fp8_f16_bits). */
-enum { CV_FP8_SCALE_COLS = 128 };
+/* FP8_PANELS aux of one panel: one f32 scale per CV_FP8_SCALE_COLS (kernels.h) columns, times 256
+ * (the kernels widen a code to its value / 256, see cv_fp8_f16_bits). */
 
 /* The f16 bit pattern of an e4m3fn code's value / 256, exact for every non-NaN code (subnormals
  * included): the code sign-extended to 16 bits, shifted left by 7, with bit 14 cleared. The SIMD

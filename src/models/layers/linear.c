@@ -123,6 +123,41 @@ static void take_row_pieces(nn_binder *b, nn_linear_part *p, const int64_t *grou
                             .row_bias = bias};
 }
 
+/* An FP8 part's piece r of n, its block scales with it: the codes of a row piece are a view and
+ * the scale grid starts at the piece's first block (block_row0 rows into it); a column piece is a
+ * copy of its columns and of its columns of the grid (block_col0 columns into the first). The
+ * packed format keeps a scale per 16 rows and 128 columns, so a piece must start on those. */
+static void take_fp8_shard(nn_binder *b, nn_linear_part *p, nn_split split, int n_groups, int n, int r) {
+    const bool rows = split == NN_SPLIT_ROWS;
+    const int64_t part = (rows ? p->w.rows : p->w.cols) / n, first = (int64_t)r * part, B = p->w.block;
+    if (n_groups > 1 || part % (rows ? CV_PANEL_ROWS : CV_FP8_SCALE_COLS)) {
+        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s.weight: an FP8 tensor-parallel shard must be whole %s of "
+                        "%d (%lld per rank)", p->name, rows ? "rows in groups" : "columns in groups",
+                        rows ? CV_PANEL_ROWS : CV_FP8_SCALE_COLS, (long long)part);
+        return;
+    }
+    const int64_t grid_cols = (p->w.cols + B - 1) / B;
+    if (rows) {
+        p->w.data = (const uint8_t *)p->w.data + (size_t)first * (size_t)p->w.cols;
+        p->w.block_scale += first / B * grid_cols;
+        p->w.block_row0 = (int32_t)(first % B);
+        p->w.rows = part;
+        return;
+    }
+    const int64_t grid_rows = (p->w.rows + B - 1) / B, col0 = first % B, cols = (col0 + part + B - 1) / B;
+    uint8_t *slice = nn_own(b, (size_t)p->w.rows * (size_t)part);
+    float *scale = nn_own(b, (size_t)(grid_rows * cols) * sizeof *scale);
+    if (b->rc) return;
+    for (int64_t i = 0; i < p->w.rows; i++)
+        memcpy(slice + (size_t)(i * part), (const uint8_t *)p->w.data + (size_t)(i * p->w.cols + first), (size_t)part);
+    for (int64_t i = 0; i < grid_rows; i++)
+        memcpy(scale + i * cols, p->w.block_scale + i * grid_cols + first / B, (size_t)cols * sizeof *scale);
+    p->w.data = slice;
+    p->w.cols = part;
+    p->w.block_scale = scale;
+    p->w.block_col0 = (int32_t)col0;
+}
+
 /* Narrows p (the whole [rows][cols] tensor) to piece r of n: of its columns (an owned copy of the
  * slice), or of its rows as take_row_pieces cuts them (group: NULL for all rows as one block). */
 static void take_shard(nn_binder *b, nn_linear_part *p, nn_split split, const int64_t *group, int n_groups, int n,
@@ -140,8 +175,7 @@ static void take_shard(nn_binder *b, nn_linear_part *p, nn_split split, const in
             return;
         }
     if (p->w.block_scale) {
-        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "tensor %s.weight: FP8 block-scaled weights are not split for tensor "
-                        "parallelism yet", p->name);
+        take_fp8_shard(b, p, split, n_groups, n, r);
         return;
     }
     if (split == NN_SPLIT_ROWS) {
