@@ -22,15 +22,36 @@ static void test_lru_and_refcount(void) {
     CHECK_EQ_INT(a[3], 4);
     CHECK(!cv_block_pool_allocate(&p, 1, a));
     CHECK(cv_block_pool_usage(&p) == 1.0);
-    cv_block_pool_release(&p, a, 2); /* returned in reverse: 2 then 1 */
+    cv_block_pool_release(&p, a, 2); /* unhashed: back to the head, in table order */
     int32_t b[2];
     CHECK(cv_block_pool_allocate(&p, 2, b));
-    CHECK_EQ_INT(b[0], 2);
-    CHECK_EQ_INT(b[1], 1);
+    CHECK_EQ_INT(b[0], 1);
+    CHECK_EQ_INT(b[1], 2);
     cv_block_pool_release(&p, b, 2);
     cv_block_pool_release(&p, a + 2, 2);
     CHECK_EQ_INT(cv_block_pool_num_free(&p), 4);
     CHECK(cv_block_pool_usage(&p) == 0.0);
+    cv_block_pool_free(&p);
+}
+
+/* Where a freed block queues: one without a hash is reused before never-used blocks (its pages are
+ * already faulted in), one with a hash only after them (LRU: it may still be hit); hashed blocks of
+ * one release come back last block first. */
+static void test_reuse_order(void) {
+    cv_block_pool p;
+    cv_block_pool_init(&p, 8); /* blocks 1..7 usable */
+    int32_t a[4], b[7];
+    CHECK(cv_block_pool_allocate(&p, 4, a)); /* 1 2 3 4; 5 6 7 never used */
+    cv_block_pool_cache(&p, a[0], hash_of(10));
+    cv_block_pool_cache(&p, a[1], hash_of(20));
+    cv_block_pool_release(&p, a, 4);
+    CHECK(cv_block_pool_allocate(&p, 7, b));
+    const int32_t want[7] = {3, 4, 5, 6, 7, 2, 1};
+    for (int i = 0; i < 7; i++) CHECK_EQ_INT(b[i], want[i]);
+    CHECK_EQ_INT(cv_block_pool_lookup(&p, hash_of(10)), -1); /* both evicted by the reuse */
+    CHECK_EQ_INT(cv_block_pool_lookup(&p, hash_of(20)), -1);
+    cv_block_pool_release(&p, b, 7);
+    CHECK_EQ_INT(cv_block_pool_num_free(&p), 7);
     cv_block_pool_free(&p);
 }
 
@@ -118,6 +139,7 @@ static void test_table_churn(void) {
 }
 
 int main(void) {
+    test_reuse_order();
     test_lru_and_refcount();
     test_prefix_hits_and_eviction();
     test_block_logprobs();

@@ -32,6 +32,16 @@ static void queue_push_tail(cv_block_pool *pool, int32_t id) {
     pool->num_free++;
 }
 
+static void queue_push_head(cv_block_pool *pool, int32_t id) {
+    cv_block *b = &pool->blocks[id];
+    assert(b->prev_free == -1 && b->next_free == -1 && pool->free_head != id);
+    b->next_free = pool->free_head;
+    if (pool->free_head >= 0) pool->blocks[pool->free_head].prev_free = id;
+    else pool->free_tail = id;
+    pool->free_head = id;
+    pool->num_free++;
+}
+
 static void queue_remove(cv_block_pool *pool, int32_t id) {
     cv_block *b = &pool->blocks[id];
     if (b->prev_free >= 0) pool->blocks[b->prev_free].next_free = b->next_free;
@@ -77,11 +87,16 @@ bool cv_block_pool_allocate(cv_block_pool *pool, int32_t n, int32_t *ids) {
 }
 
 void cv_block_pool_release(cv_block_pool *pool, const int32_t *ids, int32_t n) {
+    /* Blocks with a hash queue at the tail in LRU order; blocks without one hold nothing a later
+     * request could hit, so they go to the head and are handed out again first (in table order),
+     * before never-used blocks: their pages are already faulted in and may still be in cache. */
     for (int32_t i = n - 1; i >= 0; i--) {
         cv_block *b = &pool->blocks[ids[i]];
         assert(ids[i] > 0 && b->ref_count > 0);
-        if (--b->ref_count == 0) queue_push_tail(pool, ids[i]);
+        if (--b->ref_count == 0 && b->has_hash) queue_push_tail(pool, ids[i]);
     }
+    for (int32_t i = n - 1; i >= 0; i--)
+        if (pool->blocks[ids[i]].ref_count == 0 && !pool->blocks[ids[i]].has_hash) queue_push_head(pool, ids[i]);
 }
 
 int32_t cv_block_pool_num_free(const cv_block_pool *pool) { return pool->num_free; }
