@@ -1472,9 +1472,10 @@ static void test_attention(cv_threadpool *pool) {
     free(out);
 }
 
-/* The batch of the bf16 attention tests: 37 tokens at 100..136 (three context tiles, several query
- * blocks); one decode token at 200 (four tiles); position 0 alone; 6 tokens at 60..65 (across the
- * first tile's edge); in 7-slot blocks scattered over the cache. */
+/* The batch of the bf16 attention tests: 37 tokens at 100..136 (three context tiles of 64, two of
+ * AMX's 128; several query blocks, one on AMX); one decode token at 200 (four tiles, two on AMX);
+ * position 0 alone; 6 tokens at 60..65 (across the first 64-position tile's edge); in 7-slot blocks
+ * scattered over the cache. */
 enum { ATT_BS = 7, ATT_BLOCKS = 64, ATT_SLOTS = ATT_BS * ATT_BLOCKS, ATT_T = 45, ATT_SEQS = 4 };
 typedef struct attention_batch {
     int32_t seq_start[ATT_SEQS + 1], positions[ATT_T], tables[ATT_SEQS][32];
