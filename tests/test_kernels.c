@@ -706,6 +706,16 @@ static void test_round_bf16_rows(cv_threadpool *pool) {
         CHECK_MSG(got == edge_out[i], "bf16 of 0x%08x: 0x%04x, not 0x%04x", edge_in[i], got, edge_out[i]);
         CHECK(isnan(edge[i]) == isnan(cv_bf16_to_f32(got)));
     }
+    /* the specials again in a row without subnormals (AVX512-BF16's vcvtneps2bf16 rounds such rows;
+     * a row holding a subnormal takes the integer route) */
+    static const int special[] = {5, 6, 7, 10, 11, 0};
+    float row[CV_ARRAY_LEN(special)];
+    uint16_t row_out[32];
+    for (size_t i = 0; i < CV_ARRAY_LEN(special); i++) row[i] = edge[special[i]];
+    cv_round_bf16_rows(NULL, row, 6, 1, 6, row_out);
+    for (size_t i = 0; i < CV_ARRAY_LEN(special); i++)
+        CHECK_MSG(row_out[i] == edge_out[special[i]], "bf16 of 0x%08x beside no subnormal: 0x%04x, not 0x%04x",
+                  edge_in[special[i]], row_out[i], edge_out[special[i]]);
     int bad_pad = 0;
     for (int r = 0; r < 2; r++)
         for (int c = 6; c < 32; c++) bad_pad += out[r * 32 + c] != 0;

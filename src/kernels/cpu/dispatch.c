@@ -206,6 +206,13 @@ static bool cpu_has_bf16_dot(void) {
     return cv_isa_supported(CV_ISA_AVX512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
 }
 
+bool cv_cpu_avx512_bf16(void) {
+    static int known; /* 0: not asked yet, 1: has it, -1: has not */
+    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+    if (!k) __atomic_store_n(&known, k = cpu_has_bf16_dot() ? 1 : -1, __ATOMIC_RELAXED);
+    return k > 0;
+}
+
 /* From this speed-up of the multiply-add rate on, bf16 inputs are worth their rounding. */
 #define BF16_DOT_MIN_SPEEDUP 1.3
 

@@ -125,6 +125,9 @@ bool cv_cpu_bf16_dot(void);
  * avx512/panels_bf16_dot.c). Only on CPUs with AVX512-BF16. */
 double cv_avx512_bf16_dot_speedup(void);
 
+/* The CPU has AVX512-BF16 (vdpbf16ps, vcvtneps2bf16), whether or not bf16 compute uses it. */
+bool cv_cpu_avx512_bf16(void);
+
 /* The CPU has AVX512-VNNI and its use is not switched off (cv_cpu_vnni_enable). */
 bool cv_cpu_vnni(void);
 /* Tests switch the VNNI kernels off to run the plain AVX-512 ones on a CPU that has both (not while
