@@ -192,6 +192,12 @@ void cv_add_rmsnorm_quant(cv_threadpool *pool, float *x, const float *delta, flo
 /* cv_swiglu with the result quantized with q into hq/hscale instead of written as f32. */
 void cv_swiglu_quant(cv_threadpool *pool, const float *gu, int64_t rows, int64_t n, int64_t ld, int64_t up_offset,
                      const cv_act_quant *q, int8_t *hq, float *hscale);
+/* The same two with the rows rounded to bf16 as cv_round_bf16_rows rounds them (yb, hb: rows
+ * cv_act_bf16_stride apart, zero-padded), for a bf16-input linear. */
+void cv_add_rmsnorm_bf16(cv_threadpool *pool, float *x, const float *delta, float *y, const float *w, int64_t rows,
+                         int64_t dim, float eps, uint16_t *yb);
+void cv_swiglu_bf16(cv_threadpool *pool, const float *gu, int64_t rows, int64_t n, int64_t ld, int64_t up_offset,
+                    uint16_t *hb);
 
 /* ---- element-wise and row-wise ---------------------------------------------------------------- */
 

@@ -49,7 +49,7 @@ typedef struct qwen3_layer {
 
 /* Activations for up to the scratch's capacity of tokens. */
 typedef struct qwen3_scratch {
-    nn_stream st;      /* x, a, o, cos, sin, aq */
+    nn_stream st;      /* x, a, o, cos, sin, aq, ab */
     nn_attention_scratch attn;
     nn_ffn_scratch mlp;
 } qwen3_scratch;
@@ -119,7 +119,7 @@ static int check_config(const cv_model_config *cfg) {
 static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     qwen3_model *m = model;
     qwen3_scratch *s = &m->s;
-    nn_stream_take(&s->st, ar, tokens, m->hidden, m->rope.rot_dim, m->bound.act_cols > 0);
+    nn_stream_take(&s->st, ar, tokens, m->hidden, m->rope.rot_dim, &m->bound);
     nn_linear_scratch_take(&m->bound, ar, tokens);
     nn_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
     nn_ffn_scratch_take(&s->mlp, m->intermediate, ar, tokens);
@@ -156,10 +156,10 @@ static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_
         /* Layer input: x += the previous block's output (none before layer 0), a = input_norm(x). */
         nn_input in;
         NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, l ? s->st.o : NULL, s->st.a, ly->input_norm, T, H, m->eps,
-                                                     &ly->attn.qkv, &s->st.aq));
+                                                     &ly->attn.qkv, &s->st.aq, &s->st.ab));
         nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->st.cos, s->st.sin, b, kv, l, in, &s->attn, s->st.o);
         NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, s->st.o, s->st.a, ly->post_attention_norm, T, H, m->eps,
-                                                     &ly->mlp.gate_up, &s->st.aq));
+                                                     &ly->mlp.gate_up, &s->st.aq, &s->st.ab));
         nn_ffn_forward(pool, &ly->mlp, in, T, &s->mlp, s->st.o);
     }
     /* The last residual add and the final norm, for the rows whose logits are wanted only. */

@@ -84,7 +84,7 @@ typedef struct mtp_module {
 } mtp_module;
 
 typedef struct hybrid_scratch {
-    nn_stream st;                 /* x, a, o, cos, sin, aq */
+    nn_stream st;                 /* x, a, o, cos, sin, aq, ab */
     float *pair;                            /* [capacity][2·hidden] MTP fc input; NULL without MTP */
     nn_gdn_batch gdn_batch;
     nn_attention_scratch attn;
@@ -315,7 +315,7 @@ static void bind_mtp(hybrid_model *m, const cv_model_config *cfg, const hybrid_p
 static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     hybrid_model *m = model;
     hybrid_scratch *s = &m->s;
-    nn_stream_take(&s->st, ar, tokens, m->hidden, m->rope.rot_dim, m->bound.act_cols > 0);
+    nn_stream_take(&s->st, ar, tokens, m->hidden, m->rope.rot_dim, &m->bound);
     s->pair = m->mtp ? nn_take(ar, 2 * (size_t)tokens * (size_t)m->hidden * sizeof(float)) : NULL;
     nn_linear_scratch_take(&m->bound, ar, tokens);
     nn_gdn_batch_take(&s->gdn_batch, ar, tokens);
@@ -389,7 +389,7 @@ static void run_layer(hybrid_model *m, const hybrid_layer *ly, bool first, const
     const nn_linear *mixer_input = ly->linear ? &ly->gdn.in_proj : &ly->attn.qkv;
     nn_input in;
     NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, first ? NULL : s->st.o, s->st.a, ly->input_norm, T, H, m->eps,
-                                                 mixer_input, &s->st.aq));
+                                                 mixer_input, &s->st.aq, &s->st.ab));
     if (ly->linear)
         nn_gdn_forward(pool, &ly->gdn, &m->gd, b, st, (size_t)ly->index * nn_gdn_state_bytes(&m->gd), &s->gdn_batch,
                        in, &s->gdn, s->st.o);
@@ -397,7 +397,7 @@ static void run_layer(hybrid_model *m, const hybrid_layer *ly, bool first, const
         nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->st.cos, s->st.sin, b, kv, ly->index, in, &s->attn,
                              s->st.o);
     NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, s->st.o, s->st.a, ly->post_attention_norm, T, H, m->eps,
-                                                 nn_moe_input_linear(&ly->mlp), &s->st.aq));
+                                                 nn_moe_input_linear(&ly->mlp), &s->st.aq, &s->st.ab));
     nn_moe_forward(pool, &ly->mlp, H, in, T, &s->moe, s->st.o);
 }
 

@@ -36,7 +36,7 @@ typedef struct moe_layer {
 } moe_layer;
 
 typedef struct moe_scratch {
-    nn_stream st;                 /* x, a, o, cos, sin, aq */
+    nn_stream st;                 /* x, a, o, cos, sin, aq, ab */
     nn_attention_scratch attn;
     nn_moe_scratch moe;
 } moe_scratch;
@@ -103,7 +103,7 @@ static void bind_weights(qwen3_moe_model *m, const cv_model_config *cfg, const m
 static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     qwen3_moe_model *m = model;
     moe_scratch *s = &m->s;
-    nn_stream_take(&s->st, ar, tokens, m->hidden, m->rope.rot_dim, m->bound.act_cols > 0);
+    nn_stream_take(&s->st, ar, tokens, m->hidden, m->rope.rot_dim, &m->bound);
     nn_linear_scratch_take(&m->bound, ar, tokens);
     nn_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
     nn_moe_scratch_take(&s->moe, &m->moe_sizes, m->base.pool, m->hidden, ar, tokens);
@@ -159,10 +159,10 @@ static int qwen3_moe_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv,
         const moe_layer *ly = &m->layers[l];
         nn_input in;
         NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, l ? s->st.o : NULL, s->st.a, ly->input_norm, T, H, m->eps,
-                                                     &ly->attn.qkv, &s->st.aq));
+                                                     &ly->attn.qkv, &s->st.aq, &s->st.ab));
         nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->st.cos, s->st.sin, b, kv, l, in, &s->attn, s->st.o);
         NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, s->st.o, s->st.a, ly->post_attention_norm, T, H, m->eps,
-                                                     nn_moe_input_linear(&ly->mlp), &s->st.aq));
+                                                     nn_moe_input_linear(&ly->mlp), &s->st.aq, &s->st.ab));
         nn_moe_forward(pool, &ly->mlp, H, in, T, &s->moe, s->st.o);
     }
     /* The last residual add and the final norm, for the rows whose logits are wanted only. */

@@ -15,6 +15,10 @@
  * twice. Chunking changes nothing: the norm and SiLU are element-wise with the same per-element
  * operations as the unfused kernels (cv_rms_apply, the ISA's silu_mul), so fused and unfused give
  * the same codes bit for bit. Rows split over the pool as the unfused kernels do.
+ *
+ * The same two fused forms also round to bf16 (cv_add_rmsnorm_bf16, cv_swiglu_bf16) for BF16_PANELS
+ * weights in bf16 compute: the rows cv_round_bf16_rows would make from the f32 output, without the
+ * pass that reads that output back (4-6 % of an AMX prefill).
  */
 #include <assert.h>
 #include <math.h>
@@ -72,6 +76,25 @@ void cv_quantize_rows(const cv_act_quant *q, const float *x, int64_t ldx, int64_
     for (int64_t r = 0; r < m; r++) quantize_row(q, x + r * ldx, NULL, NULL, cols, xq + r * stride, scale + r);
 }
 
+/* One row rounded to bf16 (zero-padded to cv_act_bf16_stride), its values read or made as above. */
+static void bf16_row(const float *row, row_fill fill, const void *ctx, int64_t cols, uint16_t *out) {
+    const cv_cpu_ops *ops = cv_cpu_ops_active();
+    float buf[CHUNK];
+    for (int64_t c0 = 0; c0 < cols; c0 += CHUNK) {
+        const int64_t n = cols - c0 < CHUNK ? cols - c0 : CHUNK;
+        if (!row) fill(ctx, buf, c0, n);
+        ops->round_bf16(out + c0, row ? row + c0 : buf, n);
+    }
+    memset(out + cols, 0, (size_t)(cv_act_bf16_stride(cols) - cols) * sizeof *out);
+}
+
+/* Row r's activations for the next linear: int8 codes and scale when q, else bf16 into yb. */
+static void act_row(const cv_act_quant *q, const float *row, row_fill fill, const void *ctx, int64_t cols,
+                    int64_t r, int8_t *yq, float *yscale, uint16_t *yb) {
+    if (q) quantize_row(q, row, fill, ctx, cols, yq + r * cv_act_i8_stride(cols), yscale + r);
+    else bf16_row(row, fill, ctx, cols, yb + r * cv_act_bf16_stride(cols));
+}
+
 /* ---- fused into the add + RMSNorm ------------------------------------------------------------- */
 
 typedef struct norm_quant_job {
@@ -80,9 +103,10 @@ typedef struct norm_quant_job {
     const float *delta, *w;
     int64_t rows, dim;
     float eps;
-    const cv_act_quant *q;
+    const cv_act_quant *q; /* NULL: bf16 into yb */
     int8_t *yq;
     float *yscale;
+    uint16_t *yb;
 } norm_quant_job;
 
 typedef struct norm_row {
@@ -96,7 +120,6 @@ static void fill_norm(const void *ctx, float *dst, int64_t c0, int64_t n) {
 }
 
 static void norm_quant_rows(const norm_quant_job *j, int64_t r0, int64_t r1) {
-    const int64_t stride = cv_act_i8_stride(j->dim);
     for (int64_t r = r0; r < r1; r++) {
         float *xr = j->x + r * j->dim;
         if (j->delta) {
@@ -106,7 +129,7 @@ static void norm_quant_rows(const norm_quant_job *j, int64_t r0, int64_t r1) {
         const norm_row row = {xr, j->w, cv_rms_inverse(j->ops, xr, j->dim, j->eps)};
         float *yr = j->y ? j->y + r * j->dim : NULL;
         if (yr) fill_norm(&row, yr, 0, j->dim);
-        quantize_row(j->q, yr, fill_norm, &row, j->dim, j->yq + r * stride, j->yscale + r);
+        act_row(j->q, yr, fill_norm, &row, j->dim, r, j->yq, j->yscale, j->yb);
     }
 }
 
@@ -120,7 +143,14 @@ static void norm_quant_task(void *arg, int ti, int nt) {
 void cv_add_rmsnorm_quant(cv_threadpool *pool, float *x, const float *delta, float *y, const float *w, int64_t rows,
                           int64_t dim, float eps, const cv_act_quant *q, int8_t *yq, float *yscale) {
     check_scheme(q);
-    norm_quant_job j = {cv_cpu_ops_active(), x, y, delta, w, rows, dim, eps, q, yq, yscale};
+    norm_quant_job j = {cv_cpu_ops_active(), x, y, delta, w, rows, dim, eps, q, yq, yscale, NULL};
+    if (rows * dim < PARALLEL_ELEMENTS || rows < 2) norm_quant_rows(&j, 0, rows);
+    else cv_threadpool_run(pool, norm_quant_task, &j);
+}
+
+void cv_add_rmsnorm_bf16(cv_threadpool *pool, float *x, const float *delta, float *y, const float *w, int64_t rows,
+                         int64_t dim, float eps, uint16_t *yb) {
+    norm_quant_job j = {cv_cpu_ops_active(), x, y, delta, w, rows, dim, eps, NULL, NULL, NULL, yb};
     if (rows * dim < PARALLEL_ELEMENTS || rows < 2) norm_quant_rows(&j, 0, rows);
     else cv_threadpool_run(pool, norm_quant_task, &j);
 }
@@ -131,9 +161,10 @@ typedef struct swiglu_quant_job {
     const cv_cpu_ops *ops;
     const float *gu;
     int64_t rows, n, ld, up_offset;
-    const cv_act_quant *q;
+    const cv_act_quant *q; /* NULL: bf16 into hb */
     int8_t *hq;
     float *hscale;
+    uint16_t *hb;
 } swiglu_quant_job;
 
 typedef struct swiglu_row {
@@ -147,10 +178,9 @@ static void fill_swiglu(const void *ctx, float *dst, int64_t c0, int64_t n) {
 }
 
 static void swiglu_quant_rows(const swiglu_quant_job *j, int64_t r0, int64_t r1) {
-    const int64_t stride = cv_act_i8_stride(j->n);
     for (int64_t r = r0; r < r1; r++) {
         const swiglu_row row = {j->ops, j->gu + r * j->ld, j->gu + r * j->ld + j->up_offset};
-        quantize_row(j->q, NULL, fill_swiglu, &row, j->n, j->hq + r * stride, j->hscale + r);
+        act_row(j->q, NULL, fill_swiglu, &row, j->n, r, j->hq, j->hscale, j->hb);
     }
 }
 
@@ -164,7 +194,14 @@ static void swiglu_quant_task(void *arg, int ti, int nt) {
 void cv_swiglu_quant(cv_threadpool *pool, const float *gu, int64_t rows, int64_t n, int64_t ld, int64_t up_offset,
                      const cv_act_quant *q, int8_t *hq, float *hscale) {
     check_scheme(q);
-    swiglu_quant_job j = {cv_cpu_ops_active(), gu, rows, n, ld, up_offset, q, hq, hscale};
+    swiglu_quant_job j = {cv_cpu_ops_active(), gu, rows, n, ld, up_offset, q, hq, hscale, NULL};
+    if (rows * n < PARALLEL_ELEMENTS || rows < 2) swiglu_quant_rows(&j, 0, rows);
+    else cv_threadpool_run(pool, swiglu_quant_task, &j);
+}
+
+void cv_swiglu_bf16(cv_threadpool *pool, const float *gu, int64_t rows, int64_t n, int64_t ld, int64_t up_offset,
+                    uint16_t *hb) {
+    swiglu_quant_job j = {cv_cpu_ops_active(), gu, rows, n, ld, up_offset, NULL, NULL, NULL, hb};
     if (rows * n < PARALLEL_ELEMENTS || rows < 2) swiglu_quant_rows(&j, 0, rows);
     else cv_threadpool_run(pool, swiglu_quant_task, &j);
 }

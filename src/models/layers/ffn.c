@@ -41,6 +41,10 @@ void nn_ffn_forward(cv_threadpool *pool, const nn_ffn *f, nn_input in, int32_t T
         const nn_qrows *q = f->down.scratch;
         h = (nn_input){.i8 = q->codes, .i8_scale = q->scale, .quant = *quant};
         NN_TIMED(CV_OP_SWIGLU, cv_swiglu_quant(pool, s->gate_up, T, I, I, (int64_t)T * I, &h.quant, q->codes, q->scale));
+    } else if (!quant && nn_linear_input_bf16(&f->down) && !f->down.observe.fn) {
+        /* into the shared bf16 scratch, which down reads next and nothing writes in between */
+        h = (nn_input){.bf16 = f->down.bf16_scratch->rows};
+        NN_TIMED(CV_OP_SWIGLU, cv_swiglu_bf16(pool, s->gate_up, T, I, I, (int64_t)T * I, f->down.bf16_scratch->rows));
     } else {
         NN_TIMED(CV_OP_SWIGLU, cv_swiglu(pool, s->h, s->gate_up, T, I, I, (int64_t)T * I));
     }

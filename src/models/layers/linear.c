@@ -258,6 +258,13 @@ const cv_act_quant *nn_linear_input_quant(const nn_linear *l) {
     return l->n_parts && cv_wformat_int8_input(l->w[0].format) ? &l->parts[0].quant : NULL;
 }
 
+bool nn_linear_input_bf16(const nn_linear *l) {
+    if (!l->bf16_scratch || !l->n_weights) return false;
+    for (int g = 0; g < l->n_weights; g++)
+        if (l->w[g].format != CV_WFORMAT_BF16_PANELS) return false;
+    return true;
+}
+
 /* x's rows as int8 codes quantized with q: the producer's, or the scratch's, quantized there unless
  * *in_scratch (what the scratch holds in this call, NULL: nothing yet) is q already. */
 static cv_act int8_rows(const nn_linear *l, const cv_act_quant *q, nn_input x, int64_t T,
@@ -286,6 +293,7 @@ void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int6
         cv_act act = {.f32 = x.f32};
         if (cv_wformat_int8_input(l->w[g].format)) act = int8_rows(l, &first->quant, x, T, &in_scratch);
         else if (l->bf16_scratch && l->w[g].format == CV_WFORMAT_BF16_PANELS) {
+            if (!bf16) bf16 = x.bf16;
             if (!bf16) {
                 assert(x.f32);
                 const int64_t cols = l->parts[0].w.cols;
@@ -302,8 +310,12 @@ void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int6
 }
 
 nn_input nn_add_rmsnorm_for(cv_threadpool *pool, float *x, const float *delta, float *a, const float *w, int64_t T,
-                            int64_t dim, float eps, const nn_linear *next, const nn_qrows *q) {
+                            int64_t dim, float eps, const nn_linear *next, const nn_qrows *q, const nn_brows *ab) {
     const cv_act_quant *quant = next ? nn_linear_input_quant(next) : NULL;
+    if (!quant && ab->rows && next && nn_linear_input_bf16(next)) {
+        cv_add_rmsnorm_bf16(pool, x, delta, a, w, T, dim, eps, ab->rows);
+        return (nn_input){.f32 = a, .bf16 = ab->rows};
+    }
     if (!quant) {
         cv_add_rmsnorm(pool, x, delta, a, w, T, dim, eps);
         return nn_f32(a);

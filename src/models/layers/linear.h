@@ -98,18 +98,22 @@ void nn_linear_add_view(nn_binder *b, nn_linear *l, const char *name, const cv_m
 /* The same for this rank's shard of the view under tensor parallelism (as nn_bind_linear_split). */
 void nn_linear_add_view_split(nn_binder *b, nn_linear *l, const char *name, const cv_matrix *w, nn_split split);
 
-/* A linear's input rows: f32, and the same rows already quantized by the op that produced them. */
+/* A linear's input rows: f32, and the same rows already quantized, or rounded to bf16, by the op
+ * that produced them. */
 typedef struct nn_input {
-    const float *f32;         /* [T][cols]; NULL only when i8 holds the rows for an unobserved linear */
+    const float *f32;         /* [T][cols]; NULL only when i8 or bf16 holds the rows for an unobserved linear */
     const int8_t *i8;         /* [T][cv_act_i8_stride(cols)] quantized with `quant`, or NULL */
     const float *i8_scale;    /* [T] */
     cv_act_quant quant;
+    const uint16_t *bf16;     /* [T][cv_act_bf16_stride(cols)] as cv_round_bf16_rows rounds f32, or NULL */
 } nn_input;
 
 static inline nn_input nn_f32(const float *x) { return (nn_input){.f32 = x}; }
 
 /* How the first weight of l quantizes its input; NULL when it reads f32 (or l is empty). */
 const cv_act_quant *nn_linear_input_quant(const nn_linear *l);
+/* Every weight of l reads its input rounded to bf16 (BF16_PANELS in bf16 compute). */
+bool nn_linear_input_bf16(const nn_linear *l);
 
 /* ys[j] [T][parts[j] rows] = x [T][cols] · part jᵀ for every part; the observer, when set, first
  * hears each part's name with x.f32. Codes in x are used when quantized as l reads them. */
@@ -117,9 +121,10 @@ void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int6
 
 /* x += delta (none when NULL), a = rmsnorm(x)·w (rows T of dim), as cv_add_rmsnorm; when `next`
  * (may be NULL) reads int8 (nn_linear_input_quant), the norm quantizes a for it on the way into q
- * (cv_add_rmsnorm_quant). Returns a as next's input. */
+ * (cv_add_rmsnorm_quant), and when it reads bf16 (nn_linear_input_bf16) and ab has rows, rounds a
+ * into ab (cv_add_rmsnorm_bf16). Returns a as next's input. */
 nn_input nn_add_rmsnorm_for(cv_threadpool *pool, float *x, const float *delta, float *a, const float *w, int64_t T,
-                            int64_t dim, float eps, const nn_linear *next, const nn_qrows *q);
+                            int64_t dim, float eps, const nn_linear *next, const nn_qrows *q, const nn_brows *ab);
 
 /* int8 rows for `tokens` rows of `cols` columns from the arena (nothing when cols is 0). */
 void nn_qrows_take(nn_qrows *q, nn_arena *a, int32_t tokens, int64_t cols);

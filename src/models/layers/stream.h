@@ -23,9 +23,10 @@ typedef struct nn_stream {
     float *o;          /* block output, added to x by the next norm [T][hidden] */
     float *cos, *sin;  /* [T][rot_dim/2] */
     nn_qrows aq;       /* a quantized, for an int8 linear reading it */
+    nn_brows ab;       /* a rounded to bf16, for a bf16-input linear reading it */
 } nn_stream;
 
-/* quantized: some int8 linear reads the normed rows (then aq holds `hidden` columns). */
-void nn_stream_take(nn_stream *s, nn_arena *a, int32_t tokens, int32_t hidden, int32_t rot_dim, bool quantized);
+/* aq holds `hidden` columns where some linear bound by b reads int8 rows, ab where some reads bf16. */
+void nn_stream_take(nn_stream *s, nn_arena *a, int32_t tokens, int32_t hidden, int32_t rot_dim, const nn_binder *b);
 
 #endif
