@@ -1243,7 +1243,7 @@ static void test_quantize_rows(void) {
 }
 
 /* The fused norm/SwiGLU + quantization against the unfused kernels, bit for bit, for both schemes,
- * with and without the f32 rows kept, parallel and not. */
+ * with and without the f32 rows kept, parallel and not; and the fused bf16 rounding likewise. */
 static void test_fused_quant(cv_threadpool *pool) {
     const int64_t rows = 41, dim = 403, stride = cv_act_i8_stride(dim);
     const cv_act_quant schemes[] = {{.dynamic = true}, {.dynamic = false, .scale = 0.02f, .offset = 5.0f}};
@@ -1284,6 +1284,31 @@ static void test_fused_quant(cv_threadpool *pool) {
                   schemes[s].dynamic ? "dynamic" : "static", cv_threadpool_size(pool));
         if (schemes[s].dynamic) CHECK(hs_fused[5] == 0.0f && hq_fused[5 * hstride] == 0);
     }
+    /* the bf16 forms: cv_round_bf16_rows of the unfused output, padding included (poisoned first) */
+    const int64_t bstride = cv_act_bf16_stride(dim), hbstride = cv_act_bf16_stride(n);
+    uint16_t *b_ref = cv_xmalloc((size_t)(rows * bstride) * 2), *b_fused = cv_xmalloc((size_t)(rows * bstride) * 2);
+    uint16_t *hb_ref = cv_xmalloc((size_t)(rows * hbstride) * 2), *hb_fused = cv_xmalloc((size_t)(rows * hbstride) * 2);
+    memcpy(x_ref, x0, (size_t)(rows * dim) * sizeof(float));
+    memcpy(x_fused, x0, (size_t)(rows * dim) * sizeof(float));
+    cv_add_rmsnorm(pool, x_ref, d, y_ref, w, rows, dim, 1e-6f);
+    cv_round_bf16_rows(NULL, y_ref, dim, rows, dim, b_ref);
+    memset(b_fused, 0x55, (size_t)(rows * bstride) * 2);
+    cv_add_rmsnorm_bf16(pool, x_fused, d, y_fused, w, rows, dim, 1e-6f, b_fused);
+    CHECK(memcmp(x_ref, x_fused, (size_t)(rows * dim) * sizeof(float)) == 0);
+    CHECK(memcmp(y_ref, y_fused, (size_t)(rows * dim) * sizeof(float)) == 0);
+    CHECK_MSG(memcmp(b_ref, b_fused, (size_t)(rows * bstride) * 2) == 0,
+              "%s add_rmsnorm_bf16 (%d threads) differs from add_rmsnorm + round_bf16_rows", active_path,
+              cv_threadpool_size(pool));
+    cv_swiglu(pool, h, gu, rows, n, ld, n);
+    cv_round_bf16_rows(NULL, h, n, rows, n, hb_ref);
+    memset(hb_fused, 0x55, (size_t)(rows * hbstride) * 2);
+    cv_swiglu_bf16(pool, gu, rows, n, ld, n, hb_fused);
+    CHECK_MSG(memcmp(hb_ref, hb_fused, (size_t)(rows * hbstride) * 2) == 0,
+              "%s swiglu_bf16 (%d threads) differs from swiglu + round_bf16_rows", active_path, cv_threadpool_size(pool));
+    free(b_ref);
+    free(b_fused);
+    free(hb_ref);
+    free(hb_fused);
     free(x0);
     free(d);
     free(w);
