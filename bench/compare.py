@@ -336,9 +336,14 @@ def kv_bytes_per_token(folder):
 
 def cvllm_latency(args, model, input_len, output_len, extra=()):
     """(tok/s, peak resident MiB) of `cvllm bench latency`: decode tok/s, or prefill's for output_len 1."""
+    # Warm-up of about the wall time llama-bench's own (one whole run: ~2.7 s for its pp512 here): the
+    # first seconds after the page-cache drop run slow (cvllm pp512, 3 iterations right after a drop:
+    # 1136-1290 tok/s, the next launch 1375-1444; 12 iterations: 1440 both), and one 0.35 s warm-up
+    # iteration left the timed ones in that window.
+    warmup = 1 if output_len > 1 else max(1, 4096 // input_len)
     with tempfile.NamedTemporaryFile(suffix=".json", dir=args.work) as out:
         r = run([args.cvllm, "bench", "latency", "--model", model, "--input-len", input_len, "--output-len",
-                 output_len, "--batch-size", 1, "--num-iters-warmup", 1, "--num-iters", 3, "--num-threads",
+                 output_len, "--batch-size", 1, "--num-iters-warmup", warmup, "--num-iters", 3, "--num-threads",
                  args.threads, "--max-model-len", 4096, "--kv-cache-memory-bytes", 1 << 30, "--output-json", out.name,
                  *extra], quiet=True)
         with open(out.name) as f:
