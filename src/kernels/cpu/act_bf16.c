@@ -7,11 +7,13 @@
  * padding is zero too, so padded columns add exact zeros.
  *
  * Rounding is cv_f32_to_bf16's, what PyTorch's .to(torch.bfloat16) gives: nearest even, NaN kept
- * (quieted), subnormals rounded like any other value. vcvtneps2bf16 flushes f32 subnormals to zero
- * (checked on AMD Zen), so it is not used: each ISA runs the same branch-free integer arithmetic
- * (cpu_ops.h round_bf16; at the baseline ISA it took 7 % of an AMX prefill). It is one pass over
+ * (quieted), subnormals rounded like any other value. Each ISA runs the same branch-free integer
+ * arithmetic (cpu_ops.h round_bf16; at the baseline ISA it took 7 % of an AMX prefill), except that
+ * AVX-512 uses vcvtneps2bf16 where the CPU has it for vectors without an f32 subnormal, which that
+ * instruction flushes to zero (checked on AMD Zen): the same bits. It is one pass over
  * m·cols elements against the m·n·cols multiply-adds of the GEMM that reads the rows; large inputs
- * split their rows over the pool.
+ * split their rows over the pool. The norm and SwiGLU in front of a bf16-input linear round their
+ * rows on the way instead (quantize.c), with the same op.
  */
 #include <string.h>
 

@@ -4,10 +4,9 @@
  * A unit of work is (a block of consecutive tokens of one sequence, KV head): the block's query
  * rows — tokens × the query heads sharing that KV head (the GQA group), ~64 rows (256 on AMX) —
  * meet the context in tiles of 64 positions (128 on AMX) read straight from the cache through the
- * block table. Per tile
- * K is transposed once into a [head_dim][64] buffer so that S = Q·Kᵀ and then O += P·V are both
- * small lane-wise GEMMs (cpu_ops.h gemm_rows: broadcast one operand, FMA against vectors of the
- * other), which use each K/V row for all rows of the block. The causal mask only cuts the tiles at
+ * block table. Per tile K is transposed once into a [head_dim][tile] buffer so that S = Q·Kᵀ and
+ * then O += P·V are both small lane-wise GEMMs (cpu_ops.h gemm_rows: broadcast one operand, FMA
+ * against vectors of the other), which use each K/V row for all rows of the block. The causal mask only cuts the tiles at
  * each row's own position. A decode token is the same unit with one token (group rows): it reads
  * every K/V row once, which is what bounds decode attention; the transpose is an L1-resident copy.
  *

@@ -200,16 +200,16 @@ int cv_cpu_amx_enable(bool on) {
     return 0;
 }
 
-/* AVX512-BF16: CPUID leaf 7 subleaf 1, EAX bit 5 (clang 14's __builtin_cpu_supports lacks the name). */
-static bool cpu_has_bf16_dot(void) {
-    unsigned a, b, c, d;
-    return cv_isa_supported(CV_ISA_AVX512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
-}
-
+/* AVX512-BF16: CPUID leaf 7 subleaf 1, EAX bit 5 (clang 14's __builtin_cpu_supports lacks the name);
+ * asked once, as the bf16 rounding asks per row. */
 bool cv_cpu_avx512_bf16(void) {
     static int known; /* 0: not asked yet, 1: has it, -1: has not */
     int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
-    if (!k) __atomic_store_n(&known, k = cpu_has_bf16_dot() ? 1 : -1, __ATOMIC_RELAXED);
+    if (!k) {
+        unsigned a, b, c, d;
+        k = cv_isa_supported(CV_ISA_AVX512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) ? 1 : -1;
+        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+    }
     return k > 0;
 }
 
@@ -223,7 +223,7 @@ static int decide_bf16_dot(void) {
         cv_info("kernels", "bf16 compute: bf16 inputs through AMX tdpbf16ps");
         return 1;
     }
-    if (!cpu_has_bf16_dot()) {
+    if (!cv_cpu_avx512_bf16()) {
         cv_info("kernels", "bf16 compute: f32 FMA on widened bf16 weights (this CPU has no AVX512-BF16)");
         return -1;
     }
@@ -250,7 +250,7 @@ bool cv_linear_bf16_input(void) {
 }
 
 int cv_cpu_bf16_dot_enable(bool on) {
-    if (on && !cpu_has_bf16_dot()) return cv_fail(CVLLM_ERR_UNSUPPORTED, "this CPU has no AVX512-BF16");
+    if (on && !cv_cpu_avx512_bf16()) return cv_fail(CVLLM_ERR_UNSUPPORTED, "this CPU has no AVX512-BF16");
     __atomic_store_n(&bf16_dot_state, on ? 1 : -1, __ATOMIC_RELEASE);
     return 0;
 }
