@@ -1022,6 +1022,46 @@ static void test_amx_bf16(cv_threadpool *pool) {
     free_stack(&s);
 }
 
+/* SwiGLU fused into gate|up (cv_linear_swiglu_bf16) gives the bits of the product into f32 rows and
+ * then cv_swiglu_bf16, zero padding included: bf16 weights on the bf16-input kernel of the moment,
+ * and FP8 (f32 input, block scales in the panels' aux data, reached through the same panel
+ * stride); one token, several k blocks (on vdpbf16ps), more tokens than a token block, inter not a
+ * multiple of 32. It declines a width not in whole panels and a row-major weight. */
+static void test_swiglu_fused(cv_threadpool *pool) {
+    static const int64_t shapes[][3] = {{48, 2061, 37}, {16, 64, 1}, {80, 130, 300}}; /* inter, cols, tokens */
+    static const cv_dtype dtypes[] = {CV_DTYPE_BF16, CV_DTYPE_F8_E4M3};
+    for (size_t d = 0; d < CV_ARRAY_LEN(dtypes); d++)
+        for (size_t i = 0; i < CV_ARRAY_LEN(shapes); i++) {
+            const int64_t inter = shapes[i][0], cols = shapes[i][1], m = shapes[i][2], ld = cv_act_bf16_stride(inter);
+            const int64_t part_rows[] = {inter, inter};
+            test_stack s = make_stack(dtypes[d], part_rows, 2, cols, 128);
+            cv_weight w;
+            CHECK_EQ_INT(cv_weight_pack(pool, s.parts, 2, &w), 0);
+            float *x = rand_vec(m * cols), *gu = cv_xmalloc((size_t)(m * 2 * inter) * sizeof *gu);
+            uint16_t *xb = bf16_rows_of(pool, x, m, cols);
+            const cv_act act = {.f32 = x, .bf16 = dtypes[d] == CV_DTYPE_BF16 ? xb : NULL};
+            cv_linear(pool, &w, &act, m, 2, part_rows, (float *[]){gu, gu + m * inter});
+            uint16_t *want = cv_xmalloc((size_t)(m * ld) * sizeof *want), *got = cv_xmalloc((size_t)(m * ld) * sizeof *got);
+            cv_swiglu_bf16(pool, gu, m, inter, inter, m * inter, want);
+            memset(got, 0xab, (size_t)(m * ld) * sizeof *got);
+            CHECK(cv_linear_swiglu_bf16(pool, &w, &act, m, inter, got));
+            CHECK_MSG(memcmp(got, want, (size_t)(m * ld) * sizeof *got) == 0,
+                      "fused SwiGLU, %s weights, inter %lld, %lld columns, %lld tokens (%d threads)",
+                      cv_dtype_name(dtypes[d]), (long long)inter, (long long)cols, (long long)m,
+                      cv_threadpool_size(pool));
+            CHECK(!cv_linear_swiglu_bf16(pool, &w, &act, m, inter - 8, got)); /* not whole panels */
+            free(x), free(gu), free(xb), free(want), free(got);
+            cv_weight_release(&w);
+            free_stack(&s);
+        }
+    const cv_matrix rows = {rand_vec(64 * 8), CV_DTYPE_F32, 64, 8};
+    const cv_weight view = cv_weight_view(&rows);
+    float *x = rand_vec(8);
+    uint16_t h[32];
+    CHECK(!cv_linear_swiglu_bf16(pool, &view, &(cv_act){.f32 = x}, 1, 32, h));
+    free(x), free((void *)rows.data);
+}
+
 /* The bf16-input path on every pool, where the CPU has AVX512-BF16 (else skipped with the reason);
  * it is never taken off the AVX-512 path or when switched off. vdpbf16ps runs with AMX switched off,
  * then AMX where the CPU has it. */
@@ -1036,6 +1076,7 @@ static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
     for (size_t p = 0; p < n_pools; p++) {
         test_bf16_dot(pools[p]);
         test_moe_bf16(pools[p]);
+        test_swiglu_fused(pools[p]);
     }
     if (cv_isa_force(CV_ISA_AVX2) == 0) {
         CHECK(!cv_linear_bf16_input());
@@ -1049,6 +1090,7 @@ static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
         for (size_t p = 0; p < n_pools; p++) {
             test_amx_bf16(pools[p]);
             test_moe_bf16(pools[p]);
+            test_swiglu_fused(pools[p]);
         }
         CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
     }
@@ -1071,6 +1113,34 @@ static void test_row_max(void) {
         CHECK_MSG(ops->max(x, n) == want, "%s max of %d: %g, not %g", ops->name, n, (double)ops->max(x, n), (double)want);
         free(x);
     }
+}
+
+/* The norm and rotation steps and the fused bf16 numerators give the portable formulas' bits on
+ * every ISA (this file is compiled without FMA, so its products round alone), at odd lengths, the
+ * rotation in place too. */
+static void test_row_ops(void) {
+    const cv_cpu_ops *ops = cv_cpu_ops_active();
+    int bad = 0;
+    for (int n = 1; n <= 37; n += 4) {
+        float *x = rand_vec(2 * n), *w = rand_vec(n), *c = rand_vec(n), *sn = rand_vec(n), *y = rand_vec(2 * n);
+        ops->rms_apply(y, x, w, n, 0.37f);
+        for (int i = 0; i < n; i++) bad += y[i] != w[i] * (x[i] * 0.37f);
+        ops->rotate_half(y, x, c, sn, n);
+        for (int i = 0; i < n; i++) bad += y[i] != x[i] * c[i] - x[i + n] * sn[i] || y[i + n] != x[i + n] * c[i] + x[i] * sn[i];
+        ops->rotate_half(x, x, c, sn, n);
+        bad += memcmp(x, y, (size_t)(2 * n) * sizeof *x) != 0;
+        if (ops->exp_sum_bf16) {
+            float *e = rand_vec(n);
+            uint16_t *eb = cv_xmalloc((size_t)n * sizeof *eb), *want = cv_xmalloc((size_t)n * sizeof *want);
+            for (int i = 0; i < n; i++) x[i] = 4.0f * x[i] - (i == n / 2 ? 120.0f : 0.0f); /* one subnormal numerator */
+            const float sum = ops->exp_sum(e, x, 2.0f, n), sum_b = ops->exp_sum_bf16(eb, x, 2.0f, n);
+            ops->round_bf16(want, e, n);
+            bad += sum != sum_b || memcmp(eb, want, (size_t)n * sizeof *eb) != 0;
+            free(e), free(eb), free(want);
+        }
+        free(x), free(w), free(c), free(sn), free(y);
+    }
+    CHECK_MSG(bad == 0, "%s: rms_apply, rotate_half or exp_sum_bf16 off the portable bits (%d)", ops->name, bad);
 }
 
 static void test_rmsnorm(void) {
@@ -1398,6 +1468,13 @@ static void test_rmsnorm_rope(cv_threadpool *pool) {
     for (int64_t t = 0; t < n; t++) memcpy(dst + t * n_heads * hd, src + t * ld_src, (size_t)(n_heads * hd) * sizeof *dst);
     cv_rmsnorm_rope(pool, &rope, dst, n_heads * hd, dst, n_heads * hd, n, n_heads, hd, w, 1e-6f, c, s);
     CHECK(memcmp(ref, dst, (size_t)(n * n_heads * hd) * sizeof *ref) == 0);
+    /* scaled and rounded to bf16: the f32 results times the scale, rounded */
+    uint16_t *qb = cv_xmalloc((size_t)(n * n_heads * hd) * sizeof *qb);
+    cv_rmsnorm_rope_bf16(pool, &rope, qb, n_heads * hd, src, ld_src, n, n_heads, hd, w, 1e-6f, c, s, 0.3f);
+    int bad = 0;
+    for (int64_t i = 0; i < n * n_heads * hd; i++) bad += qb[i] != cv_f32_to_bf16(ref[i] * 0.3f);
+    CHECK_MSG(bad == 0, "rmsnorm_rope_bf16 (%s): %d values off", cv_isa_name(cv_isa_active()), bad);
+    free(qb);
     free(src);
     free(w);
     free(dst);
@@ -1507,19 +1584,20 @@ static void test_attention(cv_threadpool *pool) {
     free(out);
 }
 
-/* The batch of the bf16 attention tests: 37 tokens at 100..136 (three context tiles of 64, two of
- * AMX's 128; several query blocks, one on AMX); one decode token at 200 (four tiles, two on AMX);
- * position 0 alone; 6 tokens at 60..65 (across the first 64-position tile's edge); in 7-slot blocks
- * scattered over the cache. */
-enum { ATT_BS = 7, ATT_BLOCKS = 64, ATT_SLOTS = ATT_BS * ATT_BLOCKS, ATT_T = 45, ATT_SEQS = 4 };
+/* The batch of the bf16 attention tests: 37 tokens at 480..516 (across the edge of AMX's 512-position
+ * chunk, several query blocks, and on AMX several 32-row groups whose causal end falls inside the
+ * tile); one decode token at 600 (ten tiles of 64, five of AMX's 128, two chunks); position 0
+ * alone; 6 tokens at 60..65 (across the first 64-position tile's edge); in 7-slot blocks scattered
+ * over the cache. */
+enum { ATT_BS = 7, ATT_BLOCKS = 192, ATT_SLOTS = ATT_BS * ATT_BLOCKS, ATT_T = 45, ATT_SEQS = 4 };
 typedef struct attention_batch {
-    int32_t seq_start[ATT_SEQS + 1], positions[ATT_T], tables[ATT_SEQS][32];
+    int32_t seq_start[ATT_SEQS + 1], positions[ATT_T], tables[ATT_SEQS][96];
     const int32_t *table_rows[ATT_SEQS];
     int64_t identity[ATT_SLOTS]; /* slot i for row i: cv_kv_write of the whole cache */
 } attention_batch;
 
 static void attention_batch_init(attention_batch *b) {
-    static const int32_t seq_start[ATT_SEQS + 1] = {0, 37, 38, 39, ATT_T}, first_pos[ATT_SEQS] = {100, 200, 0, 60};
+    static const int32_t seq_start[ATT_SEQS + 1] = {0, 37, 38, 39, ATT_T}, first_pos[ATT_SEQS] = {480, 600, 0, 60};
     memcpy(b->seq_start, seq_start, sizeof seq_start);
     int next_block = 0;
     for (int s = 0; s < ATT_SEQS; s++) {
@@ -1568,7 +1646,7 @@ static void test_attention_bf16_cache(cv_threadpool *pool) {
         float *k = rand_vec(cache), *v = rand_vec(cache), *q = rand_vec(rows);
         for (int64_t i = 0; i < rows; i++) q[i] *= 3.0f; /* peaky softmax */
         uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
-        cv_kv_write(kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, width);
+        cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, width);
         for (int64_t i = 0; i < cache; i++) k[i] = cv_bf16_to_f32(kb[i]), v[i] = cv_bf16_to_f32(vb[i]);
         float *out_f = rand_vec(rows), *out_b = rand_vec(rows), *out_split = rand_vec(rows);
         cv_attention_args a = attention_batch_args(&batch, nh, nkv, hd, q);
@@ -1617,7 +1695,7 @@ static void attention_bf16_dot(cv_threadpool *pool, const char *path) {
         /* the reference's query: what the kernel rounds (q · scale), divided back by the scale */
         for (int64_t i = 0; i < rows; i++) q_rounded[i] = (float)((double)cv_bf16_to_f32(cv_f32_to_bf16(q[i] * scale)) / scale);
         uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
-        cv_kv_write(kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, width);
+        cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, width);
         float *out_f = rand_vec(rows), *out_d = rand_vec(rows), *out_split = rand_vec(rows);
         cv_attention_args a = attention_batch_args(&batch, nh, nkv, hd, q);
         a.kv_dtype = CV_DTYPE_BF16, a.k_cache = kb, a.v_cache = vb, a.out = out_f;
@@ -1631,6 +1709,27 @@ static void attention_bf16_dot(cv_threadpool *pool, const char *path) {
                   cv_threadpool_size(pool));
         CHECK_MSG(memcmp(out_f, out_d, (size_t)rows * sizeof *out_d) != 0,
                   "%s attention %d/%d heads, head_dim %d: the f32 tile products' bits", path, nh, nkv, hd);
+        { /* the query given scaled and rounded (cv_rmsnorm_rope_bf16's rows): the same output */
+            uint16_t *qb = cv_xmalloc((size_t)rows * sizeof *qb);
+            for (int64_t i = 0; i < rows; i++) qb[i] = cv_f32_to_bf16(q[i] * scale);
+            float *out_q = rand_vec(rows);
+            cv_attention_args aq = ad;
+            aq.q = NULL, aq.q_bf16 = qb, aq.out = out_q;
+            cv_attention(pool, &aq);
+            CHECK_MSG(memcmp(out_q, out_d, (size_t)rows * sizeof *out_d) == 0,
+                      "%s attention %d/%d heads, head_dim %d: bf16 query rows", path, nh, nkv, hd);
+            free(qb), free(out_q);
+        }
+        if (nh * hd % 32 == 0) { /* bf16 output rows: the f32 output's, rounded */
+            uint16_t *ob = cv_xmalloc((size_t)rows * sizeof *ob), *want = cv_xmalloc((size_t)rows * sizeof *want);
+            cv_attention_args ab = ad;
+            ab.out = NULL, ab.out_bf16 = ob;
+            cv_attention(pool, &ab);
+            cv_round_bf16_rows(NULL, out_d, nh * hd, ATT_T, nh * hd, want);
+            CHECK_MSG(memcmp(ob, want, (size_t)rows * sizeof *ob) == 0, "%s attention %d/%d heads, head_dim %d: bf16 output",
+                      path, nh, nkv, hd);
+            free(ob), free(want);
+        }
         cv_attention_args r = ad;
         r.q = q_rounded;
         double *ref = cv_xmalloc((size_t)nh * hd * sizeof *ref), worst = 0;
@@ -1669,7 +1768,7 @@ static void test_kv_write(void) {
     const int64_t width = 6, slots[] = {7, 2, 4};
     float kc[8 * 6] = {0}, vc[8 * 6] = {0}, k[3 * 6], v[3 * 6];
     for (int i = 0; i < 18; i++) k[i] = (float)i, v[i] = (float)-i;
-    cv_kv_write(kc, vc, CV_DTYPE_F32, k, v, slots, 3, width);
+    cv_kv_write(NULL, kc, vc, CV_DTYPE_F32, k, v, slots, 3, width);
     int bad = 0;
     for (int t = 0; t < 3; t++)
         for (int e = 0; e < width; e++)
@@ -1689,7 +1788,7 @@ static void test_kv_write_bf16(void) {
     for (int i = 0; i < W; i++) k[i] = v[W + i] = in[i], k[W + i] = v[i] = -in[i];
     const int64_t slots[] = {3, 0};
     uint16_t kc[4 * W] = {0}, vc[4 * W] = {0};
-    cv_kv_write(kc, vc, CV_DTYPE_BF16, k, v, slots, 2, W);
+    cv_kv_write(NULL, kc, vc, CV_DTYPE_BF16, k, v, slots, 2, W);
     int bad = 0;
     for (int i = 0; i < W; i++) {
         const float got[4] = {cv_bf16_to_f32(kc[3 * W + i]), cv_bf16_to_f32(vc[i]), -cv_bf16_to_f32(kc[i]),
@@ -1756,6 +1855,7 @@ int main(void) {
         test_i8_extremes(pools[1]);
         if (kernel_paths[path].vnni) continue;
         test_rmsnorm();
+        test_row_ops();
         test_row_max();
         test_quantize_rows();
         test_elementwise();

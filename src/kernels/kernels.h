@@ -162,6 +162,13 @@ int cv_cpu_bf16_dot_enable(bool on);
  * invariance). */
 void cv_linear(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, int n_parts,
                const int64_t *part_rows, float *const *ys);
+/* SwiGLU fused into its gate|up product: w stacks gate rows [0, inter) over up rows [inter,
+ * 2·inter); h [m][cv_act_bf16_stride(inter)] (zero past inter) = bf16(silu(x·gateᵀ) ⊙ (x·upᵀ)),
+ * the bits of cv_linear into f32 rows and then cv_swiglu_bf16, without writing those rows. Returns
+ * false, having done nothing, where the fused form does not run: a row-major weight, a kernel whose
+ * tile holds one panel, or inter not a multiple of 16. */
+bool cv_linear_swiglu_bf16(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, int64_t inter,
+                           uint16_t *h);
 /* y [m][row1 − row0] = x · rows [row0, row1) of wᵀ, on the calling thread (a thread's share of a
  * weight, as the grouped MoE kernel splits experts). Packed formats: row0 a multiple of
  * CV_PANEL_ROWS. */
@@ -257,6 +264,11 @@ void cv_rope_apply(const cv_rope *r, float *x, int64_t n, int n_heads, int head_
 void cv_rmsnorm_rope(cv_threadpool *pool, const cv_rope *r, float *dst, int64_t ld_dst, const float *src,
                      int64_t ld_src, int64_t n, int n_heads, int head_dim, const float *w, float eps,
                      const float *cos, const float *sin);
+/* The same, each result then multiplied by `scale` and rounded to bf16 into dst (not in place):
+ * the query rows of bf16-dot attention (cv_attention_args.q_bf16). */
+void cv_rmsnorm_rope_bf16(cv_threadpool *pool, const cv_rope *r, uint16_t *dst, int64_t ld_dst, const float *src,
+                          int64_t ld_src, int64_t n, int n_heads, int head_dim, const float *w, float eps,
+                          const float *cos, const float *sin, float scale);
 
 /* ---- attention over a paged KV cache ---------------------------------------------------------- */
 
@@ -281,17 +293,23 @@ typedef struct cv_attention_args {
     int32_t n_heads, n_kv_heads, head_dim;
     float scale;
     const float *q;                     /* [n_tokens][n_heads·head_dim] */
+    /* With bf16_dot, instead of q when not NULL: q · scale rounded to bf16 (cv_rmsnorm_rope_bf16),
+     * the rows attention makes itself from q */
+    const uint16_t *q_bf16;
     cv_dtype kv_dtype;                  /* CV_DTYPE_F32 (0) or CV_DTYPE_BF16: the elements of k_cache, v_cache */
     const void *k_cache, *v_cache;
     bool bf16_dot;                      /* Q·Kᵀ and P·V as bf16 dot products (see above) */
     float *out;                         /* [n_tokens][n_heads·head_dim] */
+    /* Instead of out when not NULL: the output rounded as cv_round_bf16_rows rounds it, rows
+     * [n_tokens][n_heads·head_dim], a multiple of 32 (so cv_act_bf16_stride's rows, for a bf16 linear) */
+    uint16_t *out_bf16;
 } cv_attention_args;
 
 void cv_attention(cv_threadpool *pool, const cv_attention_args *a);
 
 /* Stores k and v rows [n][width] into the cache slots slot_mapping[0..n) of a cache of `dtype`
- * (F32: copied; BF16: rounded to nearest even, NaN kept). */
-void cv_kv_write(void *k_cache, void *v_cache, cv_dtype dtype, const float *k, const float *v,
+ * (F32: copied; BF16: rounded to nearest even, NaN kept), rows split over the pool (may be NULL). */
+void cv_kv_write(cv_threadpool *pool, void *k_cache, void *v_cache, cv_dtype dtype, const float *k, const float *v,
                  const int64_t *slot_mapping, int64_t n, int64_t width);
 
 /* ---- mixture of experts (moe.c) --------------------------------------------------------------- */

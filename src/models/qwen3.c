@@ -156,10 +156,10 @@ static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_
         /* Layer input: x += the previous block's output (none before layer 0), a = input_norm(x). */
         nn_input in;
         NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, l ? s->st.o : NULL, s->st.a, ly->input_norm, T, H, m->eps,
-                                                     &ly->attn.qkv, &s->st.aq, &s->st.ab));
+                                                     &ly->attn.qkv, true, &s->st.aq, &s->st.ab));
         nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->st.cos, s->st.sin, b, kv, l, in, &s->attn, s->st.o);
         NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, s->st.o, s->st.a, ly->post_attention_norm, T, H, m->eps,
-                                                     &ly->mlp.gate_up, &s->st.aq, &s->st.ab));
+                                                     &ly->mlp.gate_up, true, &s->st.aq, &s->st.ab));
         nn_ffn_forward(pool, &ly->mlp, in, T, &s->mlp, s->st.o);
     }
     /* The last residual add and the final norm, for the rows whose logits are wanted only. */

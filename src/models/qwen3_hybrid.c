@@ -389,7 +389,7 @@ static void run_layer(hybrid_model *m, const hybrid_layer *ly, bool first, const
     const nn_linear *mixer_input = ly->linear ? &ly->gdn.in_proj : &ly->attn.qkv;
     nn_input in;
     NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, first ? NULL : s->st.o, s->st.a, ly->input_norm, T, H, m->eps,
-                                                 mixer_input, &s->st.aq, &s->st.ab));
+                                                 mixer_input, false, &s->st.aq, &s->st.ab));
     if (ly->linear)
         nn_gdn_forward(pool, &ly->gdn, &m->gd, b, st, (size_t)ly->index * nn_gdn_state_bytes(&m->gd), &s->gdn_batch,
                        in, &s->gdn, s->st.o);
@@ -397,7 +397,7 @@ static void run_layer(hybrid_model *m, const hybrid_layer *ly, bool first, const
         nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->st.cos, s->st.sin, b, kv, ly->index, in, &s->attn,
                              s->st.o);
     NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, s->st.o, s->st.a, ly->post_attention_norm, T, H, m->eps,
-                                                 nn_moe_input_linear(&ly->mlp), &s->st.aq, &s->st.ab));
+                                                 nn_moe_input_linear(&ly->mlp), false, &s->st.aq, &s->st.ab));
     nn_moe_forward(pool, &ly->mlp, H, in, T, &s->moe, s->st.o);
 }
 

@@ -159,10 +159,10 @@ static int qwen3_moe_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv,
         const moe_layer *ly = &m->layers[l];
         nn_input in;
         NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, l ? s->st.o : NULL, s->st.a, ly->input_norm, T, H, m->eps,
-                                                     &ly->attn.qkv, &s->st.aq, &s->st.ab));
+                                                     &ly->attn.qkv, true, &s->st.aq, &s->st.ab));
         nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->st.cos, s->st.sin, b, kv, l, in, &s->attn, s->st.o);
         NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, s->st.o, s->st.a, ly->post_attention_norm, T, H, m->eps,
-                                                     nn_moe_input_linear(&ly->mlp), &s->st.aq, &s->st.ab));
+                                                     nn_moe_input_linear(&ly->mlp), false, &s->st.aq, &s->st.ab));
         nn_moe_forward(pool, &ly->mlp, H, in, T, &s->moe, s->st.o);
     }
     /* The last residual add and the final norm, for the rows whose logits are wanted only. */

@@ -6,9 +6,10 @@
  * meet the context in tiles of 64 positions (128 on AMX) read straight from the cache through the
  * block table. Per tile K is transposed once into a [head_dim][tile] buffer so that S = Q·Kᵀ and
  * then O += P·V are both small lane-wise GEMMs (cpu_ops.h gemm_rows: broadcast one operand, FMA
- * against vectors of the other), which use each K/V row for all rows of the block. The causal mask only cuts the tiles at
- * each row's own position. A decode token is the same unit with one token (group rows): it reads
- * every K/V row once, which is what bounds decode attention; the transpose is an L1-resident copy.
+ * against vectors of the other), which use each K/V row for all rows of the block. The causal
+ * mask only cuts the tiles at each row's own position. A decode token is the same unit with one
+ * token (group rows): it reads every K/V row once, which is what bounds decode attention; the
+ * transpose is an L1-resident copy.
  *
  * One code path for every batch shape is deliberate: each score and output element is one FMA
  * chain in a fixed order (over head_dim, then over positions tile by tile) whatever the block it
@@ -29,9 +30,10 @@
  * adjacent positions, against V rows interleaved in the same position pairs. The running max and
  * sum, the rescaling and the final division stay f32 and unchanged; still one accumulation chain
  * per element whatever the block, so batch invariance holds in this mode too. Where the CPU has AMX
- * (and head_dim is a multiple of 32), the same two products on the same pair buffers are AMX tile
- * products (amx/pairs.c): the buffers already are tiles, with zero pairs padding k to whole steps of
- * 16 pairs; a decode token takes that path too, so it keeps the prefill's bits.
+ * (and head_dim is a multiple of 32), the same two products are AMX tile products (amx/pairs.c) on
+ * the same pairs laid out as tiles, with zero pairs padding k to whole steps of 16 pairs, and the
+ * loops are ordered for them (attend_amx); a decode token takes that path too, so it keeps the
+ * prefill's bits.
  *
  * An online softmax (running max m, running sum l, output rescaled when m grows) keeps memory per
  * unit constant in the context length; with the whole context in one tile (≤ 64) it is the
@@ -56,10 +58,19 @@
 
 /* Context positions per tile and query rows per unit: 64 × 64 on the lane-wise paths (a K tile
  * transposed to f32 is 32 KiB, in L1); 128 × 256 on AMX, where the tile products are cheap and
- * what costs is per tile (softmax bookkeeping, the accumulators' round trip in P·V) and per block
- * (every block transposes and pairs each K/V tile of its context again): the larger shapes ran the
- * 3,500-token prefill 1.2× faster (bench latency, Qwen3-0.6B shape, 2 threads, AMX Xeon). */
-enum { CONTEXT_TILE = 64, BLOCK_ROWS = 64, AMX_CONTEXT_TILE = 128, AMX_BLOCK_ROWS = 256, MAX_CONTEXT_TILE = 128 };
+ * what costs is per tile (softmax bookkeeping) and per block (every block transposes and pairs each
+ * K/V tile of its context again): the larger shapes ran the 3,500-token prefill 1.2× faster (bench
+ * latency, Qwen3-0.6B shape, 2 threads, AMX Xeon). On AMX a unit's rows go through a chunk of its
+ * context 32 rows at a time (two row tiles), see attend_amx. */
+enum {
+    CONTEXT_TILE = 64,
+    BLOCK_ROWS = 64,
+    AMX_CONTEXT_TILE = 128,
+    AMX_BLOCK_ROWS = 256,
+    AMX_SUB_ROWS = 32,
+    AMX_CHUNK = 4 * AMX_CONTEXT_TILE,
+    MAX_CONTEXT_TILE = 128
+};
 
 typedef struct attention_job {
     const cv_attention_args *a;
@@ -97,64 +108,95 @@ static void cache_rows(const attention_job *job, const void *cache, const int32_
 
 /* ---- prefill: a block of tokens --------------------------------------------------------------- */
 
-/* Per-thread buffers of the tiled path, sized for a unit's rows; CT is the job's ctx_tile. */
+/* Per-thread buffers, sized for a unit's rows (attention_task); CT is the job's ctx_tile. */
 typedef struct block_scratch {
-    float *q;      /* [rows][hd], pre-scaled */
+    float *q;      /* [rows][hd], pre-scaled; bf16_dot: one row, rounded into qp */
     float *o;      /* [rows][hd] */
-    float *kt;     /* [hd][CT]; bf16_dot: [hd/2][CT] pairs */
-    float *s;      /* [rows][CT] */
+    float *kt;     /* [hd][CT]; bf16_dot: [hd/2][CT] pairs; AMX: one such tile per CT positions of a chunk */
+    float *s;      /* [rows][CT]; AMX: [AMX_SUB_ROWS][CT] */
     head_state *st;
-    /* bf16_dot only: the scaled query [rows][hd/2], the numerators [rows][CT/2] and the V tile
-     * [CT/2][hd] as bf16 pairs */
+    /* bf16_dot only: the scaled query [rows][hd/2], the numerators [rows][CT/2] (AMX: 32 rows) and
+     * the V tile [CT/2][hd] (AMX: one per tile of a chunk) as bf16 pairs */
     uint32_t *qp, *pp, *vp;
 } block_scratch;
 
-/* O += P·V of one tile on bf16 pairs: the rows' numerators s (f32, zero past each row's causal end)
- * rounded and paired over adjacent positions, V rows of the tile interleaved in the same pairs (an
- * odd last position pairs with zero). */
-static void pv_dot(const attention_job *job, block_scratch *w, const tile_rows *vrow, int rows, int n) {
-    const int hd = job->a->head_dim, pairs = (n + 1) / 2;
-    const int64_t lda = cv_act_bf16_stride(n) / 2; /* ≤ CT / 2 pairs a row, zero past n */
-    cv_round_bf16_rows(NULL, w->s, job->ctx_tile, rows, n, (uint16_t *)w->pp);
-    job->ops->pair_rows_bf16(w->vp, hd, vrow->bf16, n, hd);
-    if (job->amx) { /* k padded to lda pairs: zero V pairs meet the numerators' zero pairs */
-        memset(w->vp + (int64_t)pairs * hd, 0, (size_t)(lda - pairs) * (size_t)hd * sizeof *w->vp);
-        cv_amx_gemm_pairs(w->o, hd, w->pp, lda, w->vp, hd, rows, hd, (int)lda, true);
-        return;
-    }
-    const uint32_t *v_pairs[MAX_CONTEXT_TILE / 2];
-    for (int p = 0; p < pairs; p++) v_pairs[p] = w->vp + (int64_t)p * hd;
-    job->ops->gemm_rows_dot(w->o, hd, w->pp, lda, v_pairs, rows, hd, pairs, true);
+/* The rows r = token·group + head of the block [t0, t1) start: queries scaled (and on the bf16 dot
+ * path rounded to pairs), outputs and softmax state cleared. */
+static void start_block(const attention_job *job, block_scratch *w, int32_t t0, int32_t t1, int32_t g) {
+    const cv_attention_args *a = job->a;
+    const int hd = a->head_dim, group = job->group, rows = (t1 - t0) * group;
+    const int64_t q_pairs = cv_act_bf16_stride(hd) / 2; /* between rows of qp */
+    for (int32_t t = t0; t < t1; t++)
+        for (int h = 0; h < group; h++) {
+            const int r = (t - t0) * group + h;
+            const int64_t at = ((int64_t)t * a->n_heads + (int64_t)g * group + h) * hd;
+            w->st[r] = (head_state){-INFINITY, 0.0f};
+            if (a->q_bf16) { /* made by the producer as below */
+                uint16_t *qp = (uint16_t *)(w->qp + r * q_pairs);
+                memcpy(qp, a->q_bf16 + at, (size_t)hd * sizeof *qp);
+                memset(qp + hd, 0, (size_t)(2 * q_pairs - hd) * sizeof *qp);
+                continue;
+            }
+            const float *q = a->q + at;
+            float *qr = a->bf16_dot ? w->q : w->q + (int64_t)r * hd;
+            /* copied, then scaled by the ISA's op: the same products as a loop, at this file's
+             * baseline ISA that loop was half of the block's own time */
+            memcpy(qr, q, (size_t)hd * sizeof *q);
+            job->ops->scale(qr, a->scale, hd);
+            if (a->bf16_dot) cv_round_bf16_rows(NULL, qr, hd, 1, hd, (uint16_t *)(w->qp + r * q_pairs));
+        }
+    memset(w->o, 0, (size_t)rows * (size_t)hd * sizeof(float));
 }
 
-/* Rows r = token·group + head of the block [t0, t1) attend over their contexts. */
-static void attend_block(const attention_job *job, block_scratch *w, int32_t s, int32_t t0, int32_t t1, int32_t g) {
+/* The online-softmax step of one row over a tile: sr holds its nv ≥ 1 unmasked scores; the running
+ * max and sum are updated (the output row rescaled when the max grows), and the numerators
+ * exp(s − max) written over sr, or rounded to bf16 into pr when pr is not NULL. */
+static void softmax_step(const attention_job *job, head_state *st, float *o_row, float *sr, int nv, uint16_t *pr) {
+    const cv_cpu_ops *ops = job->ops;
+    const float tile_max = ops->max(sr, nv);
+    if (tile_max > st->max) {
+        if (st->max != -INFINITY) { /* before the first tile the output and sum are zeros */
+            const float shrink = expf(st->max - tile_max);
+            ops->scale(o_row, shrink, job->a->head_dim);
+            st->sum *= shrink;
+        }
+        st->max = tile_max;
+    }
+    st->sum += pr ? ops->exp_sum_bf16(pr, sr, st->max, nv) : ops->exp_sum(sr, sr, st->max, nv);
+}
+
+/* The rows' outputs divided by their sums, into a->out or rounded into a->out_bf16. */
+static void finish_block(const attention_job *job, block_scratch *w, int32_t t0, int32_t t1, int32_t g) {
+    const cv_attention_args *a = job->a;
+    const int hd = a->head_dim, group = job->group;
+    for (int32_t t = t0; t < t1; t++)
+        for (int h = 0; h < group; h++) {
+            const int r = (t - t0) * group + h;
+            const int64_t at = ((int64_t)t * a->n_heads + (int64_t)g * group + h) * hd;
+            float *o = w->o + (int64_t)r * hd;
+            job->ops->scale(o, 1.0f / w->st[r].sum, hd);
+            if (a->out_bf16) job->ops->round_bf16(a->out_bf16 + at, o, hd);
+            else memcpy(a->out + at, o, (size_t)hd * sizeof *o);
+        }
+}
+
+/* The lane-wise paths: the whole block against one context tile at a time. */
+static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, int32_t t0, int32_t t1, int32_t g) {
     const cv_attention_args *a = job->a;
     const cv_cpu_ops *ops = job->ops;
     const int hd = a->head_dim, group = job->group, rows = (t1 - t0) * group;
     const int32_t *table = a->block_tables[s];
     const bool dot = a->bf16_dot;
     const int CT = job->ctx_tile;
-    for (int32_t t = t0; t < t1; t++)
-        for (int h = 0; h < group; h++) {
-            int r = (t - t0) * group + h;
-            const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)g * group + h) * hd;
-            /* copied, then scaled by the ISA's op: the same products as a loop, at this file's
-             * baseline ISA that loop was half of attend_block's own time */
-            memcpy(w->q + (int64_t)r * hd, q, (size_t)hd * sizeof *q);
-            ops->scale(w->q + (int64_t)r * hd, a->scale, hd);
-            w->st[r] = (head_state){-INFINITY, 0.0f};
-        }
-    const int64_t q_pairs = cv_act_bf16_stride(hd) / 2; /* between rows of qp */
-    if (dot) cv_round_bf16_rows(NULL, w->q, hd, rows, hd, (uint16_t *)w->qp);
-    memset(w->o, 0, (size_t)rows * (size_t)hd * sizeof(float));
+    const int64_t q_pairs = cv_act_bf16_stride(hd) / 2;
     const int32_t n_ctx = a->positions[t1 - 1] + 1; /* positions ascend within a sequence */
     const float *kt_rows[1024];
-    const uint32_t *kt_pairs[512];
+    const uint32_t *kt_pairs[512], *v_pairs[MAX_CONTEXT_TILE / 2];
     tile_rows krow, vrow;
     assert(hd <= 1024);
     for (int d = 0; d < hd; d++) kt_rows[d] = w->kt + (int64_t)d * CT;
     for (int d = 0; d < hd / 2; d++) kt_pairs[d] = (const uint32_t *)w->kt + (int64_t)d * CT;
+    for (int p = 0; p < CT / 2; p++) v_pairs[p] = w->vp + (int64_t)p * hd;
     for (int32_t j0 = 0; j0 < n_ctx; j0 += CT) {
         const int n = n_ctx - j0 < CT ? n_ctx - j0 : CT;
         cache_rows(job, a->k_cache, table, j0, n, g, &krow);
@@ -162,45 +204,95 @@ static void attend_block(const attention_job *job, block_scratch *w, int32_t s, 
         if (dot) {
             /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
             ops->transpose_rows(w->kt, CT, (const float *const *)krow.bf16, n, hd / 2);
-            if (job->amx) /* whole tiles of 16 positions: the scores past n are never read */
-                cv_amx_gemm_pairs(w->s, CT, w->qp, q_pairs, (const uint32_t *)w->kt, CT, rows,
-                                  (n + 15) / 16 * 16, hd / 2, false);
-            else ops->gemm_rows_dot(w->s, CT, w->qp, q_pairs, kt_pairs, rows, n, hd / 2, false);
+            ops->gemm_rows_dot(w->s, CT, w->qp, q_pairs, kt_pairs, rows, n, hd / 2, false);
         } else {
             if (job->bf16) ops->transpose_rows_bf16(w->kt, CT, krow.bf16, n, hd);
             else ops->transpose_rows(w->kt, CT, krow.f32, n, hd);
             ops->gemm_rows(w->s, CT, w->q, hd, kt_rows, rows, n, hd, false);
         }
+        /* bf16 numerators: rows lda pairs apart, zero past each row's causal end to the row's end */
+        const int64_t lda = cv_act_bf16_stride(n) / 2;
         for (int r = 0; r < rows; r++) {
             const int valid = a->positions[t0 + r / group] + 1 - j0; /* causal: keys up to the row's position */
             float *sr = w->s + (int64_t)r * CT;
-            const int nv = valid < n ? valid : n;
-            if (nv <= 0) {
-                memset(sr, 0, (size_t)n * sizeof *sr);
-                continue;
-            }
-            const float tile_max = ops->max(sr, nv);
-            head_state *st = &w->st[r];
-            if (tile_max > st->max) {
-                float shrink = expf(st->max - tile_max);
-                ops->scale(w->o + (int64_t)r * hd, shrink, hd);
-                st->sum *= shrink;
-                st->max = tile_max;
-            }
-            st->sum += ops->exp_sum(sr, sr, st->max, nv);
-            if (nv < n) memset(sr + nv, 0, (size_t)(n - nv) * sizeof *sr);
+            uint16_t *pr = dot ? (uint16_t *)(w->pp + r * lda) : NULL;
+            const int nv = valid < 0 ? 0 : valid < n ? valid : n;
+            if (nv > 0) softmax_step(job, &w->st[r], w->o + (int64_t)r * hd, sr, nv, pr);
+            if (dot) memset(pr + nv, 0, (size_t)(2 * lda - nv) * sizeof *pr);
+            else if (nv < n) memset(sr + nv, 0, (size_t)(n - nv) * sizeof *sr);
         }
-        if (dot) pv_dot(job, w, &vrow, rows, n);
-        else if (job->bf16) ops->gemm_rows_bf16(w->o, hd, w->s, CT, vrow.bf16, rows, hd, n, true);
+        if (dot) { /* P·V over position pairs; an odd last position pairs with zero */
+            ops->pair_rows_bf16(w->vp, hd, vrow.bf16, n, hd);
+            ops->gemm_rows_dot(w->o, hd, w->pp, lda, v_pairs, rows, hd, (n + 1) / 2, true);
+        } else if (job->bf16) ops->gemm_rows_bf16(w->o, hd, w->s, CT, vrow.bf16, rows, hd, n, true);
         else ops->gemm_rows(w->o, hd, w->s, CT, vrow.f32, rows, hd, n, true);
     }
-    for (int32_t t = t0; t < t1; t++)
-        for (int h = 0; h < group; h++) {
-            int r = (t - t0) * group + h;
-            float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)g * group + h) * hd;
-            ops->scale(w->o + (int64_t)r * hd, 1.0f / w->st[r].sum, hd);
-            memcpy(out, w->o + (int64_t)r * hd, (size_t)hd * sizeof *out);
+}
+
+static int32_t min32(int32_t x, int32_t y) { return x < y ? x : y; }
+
+/* The AMX path. The K and V tiles of a chunk of AMX_CHUNK positions are put into pairs once; then
+ * each group of 32 rows (two AMX row tiles) goes through the chunk tile by tile: S = Q·Kᵀ into a
+ * 32 × CT score block, the softmax step of each row writing its bf16 numerators straight into
+ * pairs, and O += P·V — so scores and numerators never leave L1, and the 32 output rows stay hot
+ * across the chunk's tiles. The products stop at the group's last position (rounded up to whole
+ * tiles of 16 columns, or of 16 pairs in P·V, whose numerators are zero past each row's end): on
+ * the diagonal tiles a group skips the masked half. A row still meets its context tile by tile in
+ * order, each score one chain over head_dim and each output element one chain over positions
+ * whose skipped steps would have added zero products only, so its bits do not depend on the rows
+ * it is grouped with. */
+static void attend_amx(const attention_job *job, block_scratch *w, int32_t s, int32_t t0, int32_t t1, int32_t g) {
+    const cv_attention_args *a = job->a;
+    const cv_cpu_ops *ops = job->ops;
+    const int hd = a->head_dim, group = job->group, rows = (t1 - t0) * group;
+    const int32_t *table = a->block_tables[s];
+    const int CT = job->ctx_tile;
+    const int64_t q_pairs = cv_act_bf16_stride(hd) / 2, tile_words = (int64_t)hd / 2 * CT;
+    const int32_t n_ctx = a->positions[t1 - 1] + 1;
+    tile_rows krow, vrow;
+    for (int32_t c0 = 0; c0 < n_ctx; c0 += AMX_CHUNK) {
+        const int32_t c1 = min32(c0 + AMX_CHUNK, n_ctx);
+        for (int32_t j0 = c0; j0 < c1; j0 += CT) { /* both as column tiles of 16 (cv_amx_gemm_pairs) */
+            const int n = min32(CT, c1 - j0), pairs = (n + 1) / 2;
+            uint32_t *kt = (uint32_t *)w->kt + (j0 - c0) / CT * tile_words, *vp = w->vp + (j0 - c0) / CT * tile_words;
+            cache_rows(job, a->k_cache, table, j0, n, g, &krow);
+            cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
+            /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
+            for (int p0 = 0; p0 < n; p0 += 16)
+                ops->transpose_rows((float *)kt + (int64_t)p0 / 16 * (hd / 2 * 16), 16,
+                                    (const float *const *)krow.bf16 + p0, min32(16, n - p0), hd / 2);
+            const uint16_t *cols[MAX_CONTEXT_TILE];
+            for (int d0 = 0; d0 < hd; d0 += 16) {
+                uint32_t *vt = vp + (int64_t)d0 / 16 * (CT / 2 * 16);
+                for (int j = 0; j < n; j++) cols[j] = vrow.bf16[j] + d0;
+                ops->pair_rows_bf16(vt, 16, cols, n, 16);
+                /* whole steps of 16 pairs read past n: zero V pairs there meet the numerators' zeros */
+                memset(vt + (int64_t)pairs * 16, 0, (size_t)(CT / 2 - pairs) * 16 * sizeof *vt);
+            }
         }
+        for (int r0 = 0; r0 < rows; r0 += AMX_SUB_ROWS) {
+            const int m = rows - r0 < AMX_SUB_ROWS ? rows - r0 : AMX_SUB_ROWS;
+            const int32_t last = a->positions[t0 + (r0 + m - 1) / group]; /* the group's last position */
+            float *o = w->o + (int64_t)r0 * hd;
+            for (int32_t j0 = c0; j0 < c1 && j0 <= last; j0 += CT) {
+                const int n = min32(CT, c1 - j0), reach = min32(n, last + 1 - j0);
+                const uint32_t *kt = (const uint32_t *)w->kt + (j0 - c0) / CT * tile_words;
+                const uint32_t *vp = w->vp + (j0 - c0) / CT * tile_words;
+                cv_amx_gemm_pairs(w->s, CT, w->qp + r0 * q_pairs, q_pairs, kt, hd / 2 * 16, m, (reach + 15) / 16 * 16,
+                                  hd / 2, false);
+                const int kp = ((reach + 1) / 2 + 15) / 16 * 16; /* pairs of P·V */
+                for (int i = 0; i < m; i++) {
+                    const int r = r0 + i;
+                    const int valid = a->positions[t0 + r / group] + 1 - j0;
+                    const int nv = valid < 0 ? 0 : valid < n ? valid : n;
+                    uint16_t *pr = (uint16_t *)(w->pp + (int64_t)i * (CT / 2));
+                    if (nv > 0) softmax_step(job, &w->st[r], w->o + (int64_t)r * hd, w->s + (int64_t)i * CT, nv, pr);
+                    memset(pr + nv, 0, (size_t)(2 * kp - nv) * sizeof *pr);
+                }
+                cv_amx_gemm_pairs(o, hd, w->pp, CT / 2, vp, CT / 2 * 16, m, hd, kp, true);
+            }
+        }
+    }
 }
 
 /* ---- scheduling ------------------------------------------------------------------------------- */
@@ -223,26 +315,33 @@ static void run_unit(const attention_job *job, block_scratch *w, int64_t u) {
     const int32_t g = (int32_t)(local % a->n_kv_heads), block = (int32_t)(local / a->n_kv_heads);
     const int32_t t0 = first + block * job->block_tokens;
     const int32_t t1 = t0 + job->block_tokens < first + n ? t0 + job->block_tokens : first + n;
-    attend_block(job, w, s, t0, t1, g);
+    start_block(job, w, t0, t1, g);
+    if (job->amx) attend_amx(job, w, s, t0, t1, g);
+    else attend_lanes(job, w, s, t0, t1, g);
+    finish_block(job, w, t0, t1, g);
 }
 
 static void attention_task(void *arg, int ti, int nt) {
     const attention_job *job = arg;
     const cv_attention_args *a = job->a;
     const int64_t rows = (int64_t)job->block_tokens * job->group, hd = a->head_dim, CT = job->ctx_tile;
-    /* a few tens of KiB per thread and call: small-object allocation, abort on failure like cv_xmalloc */
-    float *buf = cv_xmalloc((size_t)(2 * rows * hd + hd * CT + rows * CT) * sizeof(float));
+    /* AMX: the K and V pair tiles of a whole chunk, and the scores and numerators of one row group */
+    const int64_t kt_words = job->amx ? hd / 2 * AMX_CHUNK : hd * CT;
+    const int64_t vp_words = job->amx ? hd / 2 * AMX_CHUNK : hd * CT / 2;
+    const int64_t s_rows = job->amx ? AMX_SUB_ROWS : rows, q_rows = a->bf16_dot ? 1 : rows;
+    /* tens to hundreds of KiB per thread and call: abort on failure like cv_xmalloc */
+    float *buf = cv_xmalloc((size_t)(q_rows * hd + rows * hd + kt_words + s_rows * CT) * sizeof(float));
     /* AMX reads whole tiles of the K transpose: positions past a tile's end hold earlier tiles' or
      * these zeros, never uninitialized bytes */
-    if (job->amx) memset(buf + 2 * rows * hd, 0, (size_t)(hd * CT) * sizeof(float));
-    block_scratch w = {.q = buf, .o = buf + rows * hd, .kt = buf + 2 * rows * hd,
-                       .s = buf + 2 * rows * hd + hd * CT,
+    if (job->amx) memset(buf + q_rows * hd + rows * hd, 0, (size_t)kt_words * sizeof(float));
+    block_scratch w = {.q = buf, .o = buf + q_rows * hd, .kt = buf + q_rows * hd + rows * hd,
+                       .s = buf + q_rows * hd + rows * hd + kt_words,
                        .st = cv_xmalloc((size_t)rows * sizeof(head_state))};
     if (a->bf16_dot) {
         const int64_t q_words = rows * (cv_act_bf16_stride(hd) / 2);
-        w.qp = cv_xmalloc((size_t)(q_words + rows * CT / 2 + CT / 2 * hd) * sizeof(uint32_t));
+        w.qp = cv_xmalloc((size_t)(q_words + s_rows * CT / 2 + vp_words) * sizeof(uint32_t));
         w.pp = w.qp + q_words;
-        w.vp = w.pp + rows * CT / 2;
+        w.vp = w.pp + s_rows * CT / 2;
     }
     const int64_t units = job->unit_start[a->n_seqs];
     for (int64_t u = ti; u < units; u += nt) run_unit(job, &w, u);
@@ -254,8 +353,10 @@ static void attention_task(void *arg, int ti, int nt) {
 void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
     assert(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0 && a->block_size > 0);
     assert(a->kv_dtype == CV_DTYPE_F32 || a->kv_dtype == CV_DTYPE_BF16);
+    assert(!a->out_bf16 || (int64_t)a->n_heads * a->head_dim % 32 == 0);
+    assert(!a->q_bf16 || a->bf16_dot);
     assert(!a->bf16_dot || (a->kv_dtype == CV_DTYPE_BF16 && a->head_dim % 2 == 0 && cv_cpu_ops_active()->gemm_rows_dot &&
-                            cv_cpu_ops_active()->pair_rows_bf16));
+                            cv_cpu_ops_active()->pair_rows_bf16 && cv_cpu_ops_active()->exp_sum_bf16));
     if (a->n_tokens <= 0) return;
     attention_job job = {.a = a, .ops = cv_cpu_ops_active(), .group = a->n_heads / a->n_kv_heads,
                          .bf16 = a->kv_dtype == CV_DTYPE_BF16, .kv_width = (int64_t)a->n_kv_heads * a->head_dim};

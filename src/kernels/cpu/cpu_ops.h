@@ -41,8 +41,21 @@ typedef struct cv_cpu_ops {
     /* Its b operand from pairs of bf16 rows: dst[p·ld + c] = rows[2p][c] | rows[2p+1][c] << 16 for
      * c < n_cols, an odd last row paired with zeros. NULL with gemm_rows_dot. */
     void (*pair_rows_bf16)(uint32_t *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols);
+    /* exp_sum with y rounded to bf16 (as round_bf16 rounds): softmax numerators for the bf16 dot
+     * products, the sum still of the f32 values in exp_sum's order. NULL with gemm_rows_dot. */
+    float (*exp_sum_bf16)(uint16_t *y, const float *x, float shift, int64_t n);
+    /* y[i] = w[i] · (x[i] · inv_rms): RMSNorm's scaling, after cv_rms_inverse. */
+    void (*rms_apply)(float *y, const float *x, const float *w, int64_t n, float inv_rms);
+    /* Rotate-half RoPE of one head's first 2·half elements: y[i] = x[i]·c[i] − x[i+half]·s[i] and
+     * y[i+half] = x[i+half]·c[i] + x[i]·s[i], each product rounded alone (no fused multiply-add);
+     * y may be x. */
+    void (*rotate_half)(float *y, const float *x, const float *c, const float *s, int64_t half);
     /* out[i] = silu(gate[i]) · up[i]. */
     void (*silu_mul)(float *out, const float *gate, const float *up, int64_t n);
+    /* silu_mul rounded as round_bf16 rounds, over `rows` rows of n (rows ld_in apart in gate and up,
+     * ld_out in out): the fused SwiGLU's epilogue. Only where the CPU has AVX512-BF16; NULL: none. */
+    void (*silu_mul_bf16)(uint16_t *out, int64_t ld_out, const float *gate, const float *up, int64_t ld_in, int rows,
+                          int64_t n);
     /* Σ x[i]² accumulated in f32 over 16 (or 8) lanes. */
     float (*sum_sq)(const float *x, int64_t n);
     /* The largest of x[0..n), n ≥ 1, as m = x[i] > m ? x[i] : m from m = x[0] reads it (NaNs after
@@ -66,8 +79,7 @@ extern const cv_cpu_ops cv_cpu_ops_avx512;
 const cv_cpu_ops *cv_cpu_ops_active(void);
 
 /* RMSNorm of a row in the two steps every norm kernel shares (elementwise.c): 1/sqrt(mean(x²) + eps),
- * then y[i] = w[i] · (x[i] · inv_rms) for any slice of the row. */
+ * then ops->rms_apply for any slice of the row. */
 float cv_rms_inverse(const cv_cpu_ops *ops, const float *x, int64_t dim, float eps);
-void cv_rms_apply(float *y, const float *x, const float *w, int64_t n, float inv_rms);
 
 #endif

@@ -8,7 +8,7 @@
  * over the pool and the exp-heavy inner loops go through the ISA's vector exp (cpu_ops.h).
  * The operation order follows Hugging Face's f32 code (normalise, then scale by the gain) so that
  * rounding matches as closely as the summation order allows; the fused norm + int8 quantization
- * (quantize.c) uses the same two steps (cv_rms_inverse, cv_rms_apply), so it normalises to the
+ * (quantize.c) uses the same two steps (cv_rms_inverse, then the ISA's rms_apply), so it normalises to the
  * same bits.
  */
 #include <assert.h>
@@ -27,12 +27,8 @@ float cv_rms_inverse(const cv_cpu_ops *ops, const float *x, int64_t dim, float e
     return 1.0f / sqrtf(mean_sq + eps);
 }
 
-void cv_rms_apply(float *y, const float *x, const float *w, int64_t n, float inv_rms) {
-    for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * inv_rms);
-}
-
 static void rmsnorm_row(const cv_cpu_ops *ops, float *y, const float *x, const float *w, int64_t dim, float eps) {
-    cv_rms_apply(y, x, w, dim, cv_rms_inverse(ops, x, dim, eps));
+    ops->rms_apply(y, x, w, dim, cv_rms_inverse(ops, x, dim, eps));
 }
 
 void cv_rmsnorm(float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps) {
@@ -118,20 +114,39 @@ void cv_softmax(float *x, int64_t n) {
     ops->scale(x, 1.0f / sum, n);
 }
 
-static void store_row(void *cache, cv_dtype dtype, int64_t slot, const float *x, int64_t width) {
-    if (dtype == CV_DTYPE_BF16) {
-        uint16_t *dst = (uint16_t *)cache + slot * width;
-        for (int64_t i = 0; i < width; i++) dst[i] = cv_f32_to_bf16(x[i]);
-    } else {
-        memcpy((float *)cache + slot * width, x, (size_t)width * sizeof(float));
+typedef struct kv_write_job {
+    const cv_cpu_ops *ops;
+    void *k_cache, *v_cache;
+    cv_dtype dtype;
+    const float *k, *v;
+    const int64_t *slot_mapping;
+    int64_t n, width;
+} kv_write_job;
+
+static void store_row(const kv_write_job *j, void *cache, int64_t slot, const float *x) {
+    if (j->dtype == CV_DTYPE_BF16) j->ops->round_bf16((uint16_t *)cache + slot * j->width, x, j->width);
+    else memcpy((float *)cache + slot * j->width, x, (size_t)j->width * sizeof(float));
+}
+
+static void kv_write_rows(const kv_write_job *j, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+        store_row(j, j->k_cache, j->slot_mapping[t], j->k + t * j->width);
+        store_row(j, j->v_cache, j->slot_mapping[t], j->v + t * j->width);
     }
 }
 
-void cv_kv_write(void *k_cache, void *v_cache, cv_dtype dtype, const float *k, const float *v,
+static void kv_write_task(void *arg, int ti, int nt) {
+    const kv_write_job *j = arg;
+    int64_t b, e;
+    cv_split(j->n, 1, ti, nt, &b, &e);
+    kv_write_rows(j, b, e);
+}
+
+void cv_kv_write(cv_threadpool *pool, void *k_cache, void *v_cache, cv_dtype dtype, const float *k, const float *v,
                  const int64_t *slot_mapping, int64_t n, int64_t width) {
     assert(dtype == CV_DTYPE_F32 || dtype == CV_DTYPE_BF16);
-    for (int64_t t = 0; t < n; t++) {
-        store_row(k_cache, dtype, slot_mapping[t], k + t * width, width);
-        store_row(v_cache, dtype, slot_mapping[t], v + t * width, width);
-    }
+    kv_write_job j = {cv_cpu_ops_active(), k_cache, v_cache, dtype, k, v, slot_mapping, n, width};
+    /* a prefill's rows are a few MiB: with one thread they ran at ~1 % of a pp512 forward pass */
+    if (n * width < PARALLEL_ELEMENTS || n < 2 || !pool) kv_write_rows(&j, 0, n);
+    else cv_threadpool_run(pool, kv_write_task, &j);
 }

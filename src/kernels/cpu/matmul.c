@@ -24,10 +24,22 @@
  * Work is split over panels (or rows, in multiples of 16: whole cache lines of y per thread, no
  * false sharing); when there are too few to go around but many tokens, over tokens instead. Tiny
  * products run on the caller: waking the pool would cost more than the work.
+ *
+ * SwiGLU fused into gate|up (cv_linear_swiglu_bf16): a unit is a gate panel, and its tile is that
+ * panel and the up panel of the same outputs — two panels `inter` rows apart, which the kernels
+ * reach through the tile's panel stride, so any packed kernel with two panels a tile runs it
+ * unchanged. The tile's outputs go to a per-thread buffer (a token block × 32), and once its k
+ * blocks are done each token's 16 gate and 16 up values become 16 bf16 inputs of down_proj through
+ * the ISA's silu_mul_bf16 (silu_mul and round_bf16 where it has none), one call per token block:
+ * the f32 gate|up rows (8 bytes an output) are never written or read back.
  */
 #include <assert.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/error.h"
 #include "base/threadpool.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/formats.h"
 
 enum { TOKEN_BLOCK = 64, ROW_ALIGN = 16, SERIAL_FLOPS = 1 << 15, MAX_PARTS = 4, I8_ROW_ALIGN = 64 };
@@ -56,6 +68,10 @@ typedef struct linear_job {
     /* packed formats */
     int64_t groups, panel_stride, aux_stride;
     const uint8_t *aux;
+    /* SwiGLU fused (units are gate panels): up's panel this many panels after gate's; h's rows */
+    int64_t glu_up;
+    uint16_t *h;
+    int64_t ldh;
 } linear_job;
 
 /* ---- row-major weights ------------------------------------------------------------------------ */
@@ -84,53 +100,82 @@ static void rows_block(const linear_job *job, int64_t n0, int64_t n1, int64_t m0
 
 /* ---- packed panels ---------------------------------------------------------------------------- */
 
-/* Tiles of panels [p0, p1) of one part × tokens [m0, m1) over k groups [g0, g1). */
+/* Tiles of panels [p0, p1) of one part × tokens [m0, m1) over k groups [g0, g1), into y (token m0's
+ * outputs of panel p0; rows ldy apart). SwiGLU fused: p1 = p0 + 1, the tile's second panel is up's. */
 static void panel_range(const linear_job *job, int part, int64_t p0, int64_t p1, int64_t m0, int64_t m1, int64_t g0,
-                        int64_t g1) {
+                        int64_t g1, float *y, int64_t ldy) {
     const cv_format_traits *f = job->f;
     const cv_gemm_kernel *kern = job->kern;
     const int64_t first = job->part_first[part], rows = job->part_rows[part];
-    const int64_t k0 = g0 * f->k_group;
+    const int64_t k0 = g0 * f->k_group, pair = job->glu_up ? job->glu_up : 1;
     cv_panel_tile t = {
-        .panel_stride = job->panel_stride,
-        .aux_stride = job->aux_stride,
+        .panel_stride = pair * job->panel_stride,
+        .aux_stride = pair * job->aux_stride,
         .k0 = k0,
         .k = min64(g1 * f->k_group, job->w->cols) - k0,
         .ldx = job->ldx,
         .first = g0 == 0,
         .last = g1 == job->groups,
-        .ldy = rows,
+        .ldy = ldy,
     };
     for (int64_t p = p0; p < p1; p += kern->nr) {
-        t.np = (int)min64(p1 - p, kern->nr);
+        t.np = job->glu_up ? 2 : (int)min64(p1 - p, kern->nr);
         t.w = (const uint8_t *)job->w->data + p * job->panel_stride + g0 * f->group_bytes;
         t.aux = job->aux + p * job->aux_stride;
         const int64_t c0 = (p - first) * CV_PANEL_ROWS;
-        t.n_out = (int)min64(rows - c0, (int64_t)t.np * CV_PANEL_ROWS);
+        t.n_out = job->glu_up ? 2 * CV_PANEL_ROWS : (int)min64(rows - c0, (int64_t)t.np * CV_PANEL_ROWS);
         for (int64_t i = m0; i < m1; i += kern->mr) {
             t.mr = (int)min64(m1 - i, kern->mr);
             t.x = job->x + (i * job->ldx + k0) * job->x_size;
             t.x_scale = job->x_scale ? job->x_scale + i : NULL;
-            t.y = job->ys[part] + i * rows + c0;
+            t.y = y + (i - m0) * ldy + (p - p0) * CV_PANEL_ROWS;
             kern->panel(&t);
         }
     }
 }
 
-/* Panels [p0, p1) (any parts) × tokens [m0, m1), blocked for the caches. */
-static void panel_block(const linear_job *job, int64_t p0, int64_t p1, int64_t m0, int64_t m1) {
-    const int mr = job->kern->mr, np = job->kern->nr;
+static int64_t token_block_of(const linear_job *job) {
+    const int mr = job->kern->mr;
+    return (job->kern->token_block ? job->kern->token_block : TOKEN_BLOCK) / mr * mr; /* whole tiles */
+}
+
+/* SwiGLU of gate panel p's 16 outputs for tokens [m0, m1), from buf (a token's gate values, then
+ * its up values, 32 floats a token) into h, as cv_swiglu_bf16 computes them. */
+static void glu_finish(const linear_job *job, int64_t p, int64_t m0, int64_t m1, float *buf) {
+    const cv_cpu_ops *ops = cv_cpu_ops_active();
+    const int64_t inter = job->glu_up * CV_PANEL_ROWS, c0 = p * CV_PANEL_ROWS, ld = 2 * CV_PANEL_ROWS;
+    if (ops->silu_mul_bf16 && cv_cpu_avx512_bf16()) /* one call: a call per 16 values cost 2× the SwiGLU */
+        ops->silu_mul_bf16(job->h + m0 * job->ldh + c0, job->ldh, buf, buf + CV_PANEL_ROWS, ld, (int)(m1 - m0),
+                           CV_PANEL_ROWS);
+    else
+        for (int64_t i = m0; i < m1; i++) {
+            float *g = buf + (i - m0) * ld;
+            ops->silu_mul(g, g, g + CV_PANEL_ROWS, CV_PANEL_ROWS);
+            ops->round_bf16(job->h + i * job->ldh + c0, g, CV_PANEL_ROWS);
+        }
+    if (c0 + CV_PANEL_ROWS == inter)
+        for (int64_t i = m0; i < m1; i++) memset(job->h + i * job->ldh + inter, 0, (size_t)(job->ldh - inter) * 2);
+}
+
+/* Panels [p0, p1) (any parts) × tokens [m0, m1), blocked for the caches; SwiGLU fused: gate panels,
+ * through buf (token_block_of × 32 floats). */
+static void panel_block(const linear_job *job, int64_t p0, int64_t p1, int64_t m0, int64_t m1, float *buf) {
+    const int np = job->glu_up ? 1 : job->kern->nr;
     const int64_t kblock = m1 - m0 == 1 ? job->groups : job->kern->kblock ? job->kern->kblock : job->f->kblock;
-    const int64_t token_block = (job->kern->token_block ? job->kern->token_block : TOKEN_BLOCK) / mr * mr; /* whole tiles */
+    const int64_t token_block = token_block_of(job);
     for (int64_t mb = m0; mb < m1; mb += token_block) {
         const int64_t me = min64(mb + token_block, m1);
         for (int part = 0; part < job->n_parts; part++) {
             const int64_t a = max64(p0, job->part_first[part]), b = min64(p1, job->part_first[part + 1]);
+            const int64_t rows = job->part_rows[part];
             /* k blocks innermost over panel groups, so one group's slab stays in L1 for all tokens */
             for (int64_t g = a; g < b; g += np) {
                 const int64_t ge = min64(g + np, b);
+                float *y = job->glu_up ? buf : job->ys[part] + mb * rows + (g - job->part_first[part]) * CV_PANEL_ROWS;
+                const int64_t ldy = job->glu_up ? 2 * CV_PANEL_ROWS : rows;
                 for (int64_t k0 = 0; k0 < job->groups; k0 += kblock)
-                    panel_range(job, part, g, ge, mb, me, k0, min64(k0 + kblock, job->groups));
+                    panel_range(job, part, g, ge, mb, me, k0, min64(k0 + kblock, job->groups), y, ldy);
+                if (job->glu_up) glu_finish(job, g, mb, me, buf);
             }
         }
     }
@@ -139,8 +184,15 @@ static void panel_block(const linear_job *job, int64_t p0, int64_t p1, int64_t m
 /* ---- threading -------------------------------------------------------------------------------- */
 
 static void run_block(const linear_job *job, int64_t u0, int64_t u1, int64_t m0, int64_t m1) {
-    if (job->f->packed) panel_block(job, u0, u1, m0, m1);
-    else rows_block(job, u0, u1, m0, m1);
+    if (!job->f->packed) {
+        rows_block(job, u0, u1, m0, m1);
+        return;
+    }
+    /* the fused SwiGLU's tile outputs, a token block's (up to 64 KiB; a decode token's 128 bytes) */
+    const int64_t buf_tokens = min64(token_block_of(job), m1 - m0);
+    float *buf = job->glu_up ? cv_xmalloc((size_t)buf_tokens * 2 * CV_PANEL_ROWS * sizeof *buf) : NULL;
+    panel_block(job, u0, u1, m0, m1, buf);
+    free(buf);
 }
 
 static void linear_task(void *arg, int ti, int nt) {
@@ -153,6 +205,16 @@ static void linear_task(void *arg, int ti, int nt) {
         cv_split(job->units, job->f->packed ? 1 : ROW_ALIGN, ti, nt, &b, &e);
         if (b < e) run_block(job, b, e, 0, job->m);
     }
+}
+
+/* Runs the job over the pool, or on the caller when it is tiny. */
+static void run_job(cv_threadpool *pool, linear_job *job) {
+    const int nt = cv_threadpool_size(pool);
+    /* per thread: a few register tiles' worth of panels, or 4 row groups */
+    const int64_t enough = job->f->packed ? 4LL * job->kern->nr * nt : (int64_t)ROW_ALIGN * 4 * nt;
+    job->split_tokens = job->units < enough && job->m >= (int64_t)job->kern->mr * nt;
+    if (nt == 1 || job->m * job->w->rows * job->w->cols < SERIAL_FLOPS) run_block(job, 0, job->units, 0, job->m);
+    else cv_threadpool_run(pool, linear_task, job);
 }
 
 /* The job's weight and input; the caller sets its parts. */
@@ -204,12 +266,23 @@ void cv_linear(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t
         job.part_first[j + 1] = job.part_first[j] + (f->packed ? ceil_div(part_rows[j], CV_PANEL_ROWS) : part_rows[j]);
     }
     assert(job.part_first[n_parts] == job.units);
-    const int nt = cv_threadpool_size(pool);
-    /* per thread: a few register tiles' worth of panels, or 4 row groups */
-    const int64_t enough = f->packed ? 4LL * job.kern->nr * nt : (int64_t)ROW_ALIGN * 4 * nt;
-    job.split_tokens = job.units < enough && m >= (int64_t)job.kern->mr * nt;
-    if (nt == 1 || m * w->rows * w->cols < SERIAL_FLOPS) run_block(&job, 0, job.units, 0, m);
-    else cv_threadpool_run(pool, linear_task, &job);
+    run_job(pool, &job);
+}
+
+bool cv_linear_swiglu_bf16(cv_threadpool *pool, const cv_weight *w, const cv_act *x, int64_t m, int64_t inter,
+                           uint16_t *h) {
+    linear_job job;
+    job_init(&job, w, x, m);
+    if (!job.f->packed || job.kern->nr < 2 || inter <= 0 || inter % CV_PANEL_ROWS || w->rows != 2 * inter) return false;
+    if (m <= 0) return true;
+    job.glu_up = inter / CV_PANEL_ROWS;
+    job.h = h;
+    job.ldh = cv_act_bf16_stride(inter);
+    job.n_parts = 1;
+    job.part_rows[0] = inter;
+    job.part_first[1] = job.units = job.glu_up; /* the units are gate's panels */
+    run_job(pool, &job);
+    return true;
 }
 
 /* One part that starts at unit part_first[0] instead of 0: the drivers index y and the part's

@@ -13,7 +13,7 @@
  * there, so the f32 rows need not exist (the norm's output is still written when asked for); the
  * dynamic scheme needs the row's maximum first, so without a row to keep it computes the values
  * twice. Chunking changes nothing: the norm and SiLU are element-wise with the same per-element
- * operations as the unfused kernels (cv_rms_apply, the ISA's silu_mul), so fused and unfused give
+ * operations as the unfused kernels (the ISA's rms_apply and silu_mul), so fused and unfused give
  * the same codes bit for bit. Rows split over the pool as the unfused kernels do.
  *
  * The same two fused forms also round to bf16 (cv_add_rmsnorm_bf16, cv_swiglu_bf16) for BF16_PANELS
@@ -110,13 +110,14 @@ typedef struct norm_quant_job {
 } norm_quant_job;
 
 typedef struct norm_row {
+    const cv_cpu_ops *ops;
     const float *x, *w;
     float inv_rms;
 } norm_row;
 
 static void fill_norm(const void *ctx, float *dst, int64_t c0, int64_t n) {
     const norm_row *r = ctx;
-    cv_rms_apply(dst, r->x + c0, r->w + c0, n, r->inv_rms);
+    r->ops->rms_apply(dst, r->x + c0, r->w + c0, n, r->inv_rms);
 }
 
 static void norm_quant_rows(const norm_quant_job *j, int64_t r0, int64_t r1) {
@@ -126,7 +127,7 @@ static void norm_quant_rows(const norm_quant_job *j, int64_t r0, int64_t r1) {
             const float *dr = j->delta + r * j->dim;
             for (int64_t i = 0; i < j->dim; i++) xr[i] += dr[i];
         }
-        const norm_row row = {xr, j->w, cv_rms_inverse(j->ops, xr, j->dim, j->eps)};
+        const norm_row row = {j->ops, xr, j->w, cv_rms_inverse(j->ops, xr, j->dim, j->eps)};
         float *yr = j->y ? j->y + r * j->dim : NULL;
         if (yr) fill_norm(&row, yr, 0, j->dim);
         act_row(j->q, yr, fill_norm, &row, j->dim, r, j->yq, j->yscale, j->yb);

@@ -12,10 +12,13 @@
  * cv_rmsnorm_rope fuses Qwen3's per-head q/k RMSNorm with the rotation: each head is normalised
  * into a stack buffer and rotated from there, one read and one write per head instead of two each,
  * and (head, token) units are split over the pool. The arithmetic is the unfused sequence's.
+ * cv_rmsnorm_rope_bf16 also does what bf16-dot attention does first to each query row (scale,
+ * round to bf16), so the query crosses memory once, in half the bytes.
  */
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "base/threadpool.h"
@@ -104,50 +107,41 @@ void cv_rope_cos_sin(const cv_rope *r, const int32_t *positions, int64_t n, floa
 
 void cv_rope_apply(const cv_rope *r, float *x, int64_t n, int n_heads, int head_dim, const float *cos_in,
                    const float *sin_in) {
+    const cv_cpu_ops *ops = cv_cpu_ops_active();
     const int half = r->rot_dim / 2;
-    for (int64_t t = 0; t < n; t++) {
-        const float *c = cos_in + t * half, *s = sin_in + t * half;
+    for (int64_t t = 0; t < n; t++)
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (t * n_heads + h) * head_dim;
-            for (int i = 0; i < half; i++) {
-                float a = v[i], b = v[i + half];
-                v[i] = a * c[i] - b * s[i];
-                v[i + half] = b * c[i] + a * s[i];
-            }
+            ops->rotate_half(v, v, cos_in + t * half, sin_in + t * half, half);
         }
-    }
-}
-
-static void rotate_half(float *v, const float *in, int half, const float *c, const float *s) {
-    for (int i = 0; i < half; i++) {
-        float a = in[i], b = in[i + half];
-        v[i] = a * c[i] - b * s[i];
-        v[i + half] = b * c[i] + a * s[i];
-    }
 }
 
 typedef struct norm_rope_job {
     const cv_cpu_ops *ops;
     const cv_rope *r;
     float *dst;
+    uint16_t *dst_bf16; /* instead of dst: the heads scaled by `scale` and rounded to bf16 */
     const float *src, *w, *cos, *sin;
     int64_t ld_dst, ld_src, n;
     int n_heads, head_dim;
-    float eps;
+    float eps, scale;
 } norm_rope_job;
 
 static void norm_rope_units(const norm_rope_job *j, int64_t u0, int64_t u1) {
     const int hd = j->head_dim, half = j->r->rot_dim / 2;
-    float buf[MAX_FUSED_HEAD_DIM];
+    float buf[MAX_FUSED_HEAD_DIM], rot[MAX_FUSED_HEAD_DIM];
     for (int64_t u = u0; u < u1; u++) {
         const int64_t t = u / j->n_heads;
         const int h = (int)(u % j->n_heads);
         const float *x = j->src + t * j->ld_src + (int64_t)h * hd;
-        float *y = j->dst + t * j->ld_dst + (int64_t)h * hd;
-        float inv_rms = 1.0f / sqrtf(j->ops->sum_sq(x, hd) / (float)hd + j->eps);
-        for (int i = 0; i < hd; i++) buf[i] = j->w[i] * (x[i] * inv_rms);
-        rotate_half(y, buf, half, j->cos + t * half, j->sin + t * half);
-        for (int i = 2 * half; i < hd; i++) y[i] = buf[i];
+        float *y = j->dst_bf16 ? rot : j->dst + t * j->ld_dst + (int64_t)h * hd;
+        j->ops->rms_apply(buf, x, j->w, hd, cv_rms_inverse(j->ops, x, hd, j->eps));
+        j->ops->rotate_half(y, buf, j->cos + t * half, j->sin + t * half, half);
+        if (2 * half < hd) memcpy(y + 2 * half, buf + 2 * half, (size_t)(hd - 2 * half) * sizeof *y);
+        if (j->dst_bf16) {
+            j->ops->scale(rot, j->scale, hd);
+            j->ops->round_bf16(j->dst_bf16 + t * j->ld_dst + (int64_t)h * hd, rot, hd);
+        }
     }
 }
 
@@ -158,12 +152,23 @@ static void norm_rope_task(void *arg, int ti, int nt) {
     norm_rope_units(j, b, e);
 }
 
+static void run_norm_rope(cv_threadpool *pool, const norm_rope_job *j) {
+    assert(j->head_dim <= MAX_FUSED_HEAD_DIM && j->r->rot_dim <= j->head_dim);
+    const int64_t units = j->n * j->n_heads;
+    if (units < PARALLEL_UNITS) norm_rope_units(j, 0, units);
+    else cv_threadpool_run(pool, norm_rope_task, (void *)j);
+}
+
 void cv_rmsnorm_rope(cv_threadpool *pool, const cv_rope *r, float *dst, int64_t ld_dst, const float *src,
                      int64_t ld_src, int64_t n, int n_heads, int head_dim, const float *w, float eps,
                      const float *cos_in, const float *sin_in) {
-    assert(head_dim <= MAX_FUSED_HEAD_DIM && r->rot_dim <= head_dim);
-    norm_rope_job j = {cv_cpu_ops_active(), r, dst, src, w, cos_in, sin_in, ld_dst, ld_src, n, n_heads, head_dim, eps};
-    const int64_t units = n * n_heads;
-    if (units < PARALLEL_UNITS) norm_rope_units(&j, 0, units);
-    else cv_threadpool_run(pool, norm_rope_task, &j);
+    run_norm_rope(pool, &(norm_rope_job){cv_cpu_ops_active(), r, dst, NULL, src, w, cos_in, sin_in, ld_dst, ld_src, n,
+                                         n_heads, head_dim, eps, 1.0f});
+}
+
+void cv_rmsnorm_rope_bf16(cv_threadpool *pool, const cv_rope *r, uint16_t *dst, int64_t ld_dst, const float *src,
+                          int64_t ld_src, int64_t n, int n_heads, int head_dim, const float *w, float eps,
+                          const float *cos_in, const float *sin_in, float scale) {
+    run_norm_rope(pool, &(norm_rope_job){cv_cpu_ops_active(), r, NULL, dst, src, w, cos_in, sin_in, ld_dst, ld_src, n,
+                                         n_heads, head_dim, eps, scale});
 }

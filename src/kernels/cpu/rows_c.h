@@ -31,4 +31,20 @@ static inline void cv_rows_round_bf16(uint16_t *out, const float *x, int64_t n) 
     for (int64_t i = 0; i < n; i++) out[i] = cv_f32_to_bf16(x[i]);
 }
 
+static inline void cv_rows_rms_apply(float *y, const float *x, const float *w, int64_t n, float inv_rms) {
+    for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * inv_rms);
+}
+
+/* fp-contract off: gnu17 lets gcc fuse a product into the sum after it where the folder's flags
+ * have FMA, and every ISA must give the portable path's bits (each product rounded alone) */
+__attribute__((optimize("fp-contract=off"))) static inline void cv_rows_rotate_half(float *y, const float *x,
+                                                                                   const float *c, const float *s,
+                                                                                   int64_t half) {
+    for (int64_t i = 0; i < half; i++) {
+        const float a = x[i], b = x[i + half];
+        y[i] = a * c[i] - b * s[i];
+        y[i + half] = b * c[i] + a * s[i];
+    }
+}
+
 #endif

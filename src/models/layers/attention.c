@@ -48,6 +48,7 @@ void nn_attention_scratch_take(nn_attention_scratch *s, const nn_attention_dims 
     s->q = d->gated ? nn_take(a, q) : s->qg;
     s->gate = d->gated ? nn_take(a, q) : NULL;
     s->attn = nn_take(a, q);
+    s->qb = nn_take(a, q / 2);
     s->k = nn_take(a, kv);
     s->v = nn_take(a, kv);
 }
@@ -102,14 +103,6 @@ void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_a
     const int32_t T = b->n_tokens, hd = d->head_dim;
     const int64_t q_dim = (int64_t)d->n_heads * hd, kv_dim = (int64_t)d->n_kv_heads * hd;
     float *qkv[] = {s->qg, s->k, s->v};
-    NN_TIMED(CV_OP_QKV_PROJ, nn_linear_forward(pool, &w->qkv, in, T, qkv));
-    NN_TIMED(CV_OP_QK_NORM_ROPE, {
-        if (d->gated) split_query_gate(s->qg, s->q, s->gate, T, d->n_heads, hd);
-        cv_rmsnorm_rope(pool, rope, s->q, q_dim, s->q, q_dim, T, d->n_heads, hd, w->q_norm, d->eps, cos, sin);
-        cv_rmsnorm_rope(pool, rope, s->k, kv_dim, s->k, kv_dim, T, d->n_kv_heads, hd, w->k_norm, d->eps, cos, sin);
-    });
-    NN_TIMED(CV_OP_KV_WRITE,
-             cv_kv_write(kv->k[kv_layer], kv->v[kv_layer], kv->dtype, s->k, s->v, b->slot_mapping, T, kv_dim));
     cv_attention_args args = {
         .n_tokens = T, .n_seqs = b->n_seqs, .seq_start = b->seq_start, .positions = b->positions,
         .block_tables = b->block_tables, .block_size = kv->block_size, .n_heads = d->n_heads,
@@ -117,10 +110,31 @@ void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_a
         .kv_dtype = kv->dtype, .k_cache = kv->k[kv_layer], .v_cache = kv->v[kv_layer], .out = s->attn,
         .bf16_dot = w->bf16_dot && kv->dtype == CV_DTYPE_BF16,
     };
+    NN_TIMED(CV_OP_QKV_PROJ, nn_linear_forward(pool, &w->qkv, in, T, qkv));
+    NN_TIMED(CV_OP_QK_NORM_ROPE, {
+        if (d->gated) split_query_gate(s->qg, s->q, s->gate, T, d->n_heads, hd);
+        if (args.bf16_dot) { /* the query as attention reads it: scaled and rounded here, half the bytes */
+            cv_rmsnorm_rope_bf16(pool, rope, s->qb, q_dim, s->q, q_dim, T, d->n_heads, hd, w->q_norm, d->eps, cos, sin,
+                                 args.scale);
+            args.q = NULL, args.q_bf16 = s->qb;
+        } else {
+            cv_rmsnorm_rope(pool, rope, s->q, q_dim, s->q, q_dim, T, d->n_heads, hd, w->q_norm, d->eps, cos, sin);
+        }
+        cv_rmsnorm_rope(pool, rope, s->k, kv_dim, s->k, kv_dim, T, d->n_kv_heads, hd, w->k_norm, d->eps, cos, sin);
+    });
+    NN_TIMED(CV_OP_KV_WRITE,
+             cv_kv_write(pool, kv->k[kv_layer], kv->v[kv_layer], kv->dtype, s->k, s->v, b->slot_mapping, T, kv_dim));
+    nn_input o_in = nn_f32(s->attn);
+    if (!d->gated && q_dim % 32 == 0 && nn_linear_input_bf16(&w->o_proj) && !w->o_proj.observe.fn) {
+        /* o_proj rounds its input to bf16: the attention writes those rows itself, into the shared
+         * bf16 scratch, which o_proj reads next and nothing writes in between */
+        args.out_bf16 = w->o_proj.bf16_scratch->rows;
+        o_in = (nn_input){.bf16 = args.out_bf16};
+    }
     NN_TIMED(CV_OP_ATTENTION, {
         cv_attention(pool, &args);
         if (d->gated) sigmoid_gate(s->attn, s->gate, (int64_t)T * d->n_heads * hd);
     });
-    NN_TIMED(CV_OP_O_PROJ, nn_linear_forward(pool, &w->o_proj, nn_f32(s->attn), T, &out));
+    NN_TIMED(CV_OP_O_PROJ, nn_linear_forward(pool, &w->o_proj, o_in, T, &out));
     if (w->tp) NN_TIMED(CV_OP_ALLREDUCE, w->tp->allreduce(w->tp->ctx, out, (size_t)T * (size_t)d->hidden));
 }

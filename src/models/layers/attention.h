@@ -48,6 +48,7 @@ typedef struct nn_attention {
  * [T][n_heads·head_dim], k, v [T][n_kv_heads·head_dim]. */
 typedef struct nn_attention_scratch {
     float *qg, *q, *gate, *k, *v, *attn;
+    uint16_t *qb; /* [T][n_heads·head_dim]: bf16-dot attention's query rows */
 } nn_attention_scratch;
 
 void nn_attention_scratch_take(nn_attention_scratch *s, const nn_attention_dims *d, nn_arena *a, int32_t tokens);

@@ -279,6 +279,36 @@ static cv_act int8_rows(const nn_linear *l, const cv_act_quant *q, nn_input x, i
     return (cv_act){.i8 = l->scratch->codes, .i8_scale = l->scratch->scale};
 }
 
+/* The input of l's weight g: x's int8 codes or bf16 rows, made in the scratch when the producer
+ * did not (*in_scratch, *bf16: what the scratch holds in this call, as int8_rows), or x's f32 rows. */
+static cv_act weight_input(cv_threadpool *pool, const nn_linear *l, int g, nn_input x, int64_t T,
+                           const cv_act_quant **in_scratch, const uint16_t **bf16) {
+    assert(l->w[g].data);
+    if (cv_wformat_int8_input(l->w[g].format)) return int8_rows(l, &l->parts[l->first[g]].quant, x, T, in_scratch);
+    cv_act act = {.f32 = x.f32};
+    if (l->bf16_scratch && l->w[g].format == CV_WFORMAT_BF16_PANELS) {
+        if (!*bf16) *bf16 = x.bf16;
+        if (!*bf16) {
+            assert(x.f32);
+            const int64_t cols = l->parts[0].w.cols;
+            cv_round_bf16_rows(pool, x.f32, cols, T, cols, l->bf16_scratch->rows);
+            *bf16 = l->bf16_scratch->rows;
+        }
+        act.bf16 = *bf16;
+    }
+    return act;
+}
+
+bool nn_linear_swiglu_bf16(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, uint16_t *h) {
+    if (l->observe.fn || l->n_weights != 1 || l->n_parts != 2 || l->parts[0].w.rows != l->parts[1].w.rows) return false;
+    /* h is the shared bf16 scratch: the input must not be rounded into it too */
+    if (l->bf16_scratch && l->w[0].format == CV_WFORMAT_BF16_PANELS && !x.bf16) return false;
+    const cv_act_quant *in_scratch = NULL;
+    const uint16_t *bf16 = NULL;
+    const cv_act act = weight_input(pool, l, 0, x, T, &in_scratch, &bf16);
+    return cv_linear_swiglu_bf16(pool, &l->w[0], &act, T, l->parts[0].w.rows, h);
+}
+
 void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, float *const *ys) {
     if (l->observe.fn) {
         assert(x.f32);
@@ -288,20 +318,8 @@ void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int6
     const cv_act_quant *in_scratch = NULL;
     const uint16_t *bf16 = NULL; /* x rounded, once for every bf16 weight of l */
     for (int g = 0; g < l->n_weights; g++) {
-        assert(l->w[g].data);
         const nn_linear_part *first = &l->parts[l->first[g]];
-        cv_act act = {.f32 = x.f32};
-        if (cv_wformat_int8_input(l->w[g].format)) act = int8_rows(l, &first->quant, x, T, &in_scratch);
-        else if (l->bf16_scratch && l->w[g].format == CV_WFORMAT_BF16_PANELS) {
-            if (!bf16) bf16 = x.bf16;
-            if (!bf16) {
-                assert(x.f32);
-                const int64_t cols = l->parts[0].w.cols;
-                cv_round_bf16_rows(pool, x.f32, cols, T, cols, l->bf16_scratch->rows);
-                bf16 = l->bf16_scratch->rows;
-            }
-            act.bf16 = bf16;
-        }
+        const cv_act act = weight_input(pool, l, g, x, T, &in_scratch, &bf16);
         int64_t rows[NN_MAX_PARTS];
         const int n = l->first[g + 1] - l->first[g];
         for (int j = 0; j < n; j++) rows[j] = first[j].w.rows;
@@ -310,11 +328,14 @@ void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int6
 }
 
 nn_input nn_add_rmsnorm_for(cv_threadpool *pool, float *x, const float *delta, float *a, const float *w, int64_t T,
-                            int64_t dim, float eps, const nn_linear *next, const nn_qrows *q, const nn_brows *ab) {
+                            int64_t dim, float eps, const nn_linear *next, bool only_next, const nn_qrows *q,
+                            const nn_brows *ab) {
     const cv_act_quant *quant = next ? nn_linear_input_quant(next) : NULL;
     if (!quant && ab->rows && next && nn_linear_input_bf16(next)) {
-        cv_add_rmsnorm_bf16(pool, x, delta, a, w, T, dim, eps, ab->rows);
-        return (nn_input){.f32 = a, .bf16 = ab->rows};
+        /* the f32 rows cost a write of 4 bytes an element that nothing may read */
+        float *y = only_next && !next->observe.fn ? NULL : a;
+        cv_add_rmsnorm_bf16(pool, x, delta, y, w, T, dim, eps, ab->rows);
+        return (nn_input){.f32 = y, .bf16 = ab->rows};
     }
     if (!quant) {
         cv_add_rmsnorm(pool, x, delta, a, w, T, dim, eps);

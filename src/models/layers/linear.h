@@ -110,6 +110,12 @@ typedef struct nn_input {
 
 static inline nn_input nn_f32(const float *x) { return (nn_input){.f32 = x}; }
 
+/* SwiGLU fused into l = gate|up (two parts of equal rows, stacked in one weight): h [T][cv_act_bf16_stride(inter)]
+ * = the bf16 rows cv_swiglu_bf16 makes from l's output (kernels.h cv_linear_swiglu_bf16). false,
+ * having done nothing, where that does not run (and where x's rows would have to be rounded into
+ * the shared bf16 scratch, which h may be). */
+bool nn_linear_swiglu_bf16(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, uint16_t *h);
+
 /* How the first weight of l quantizes its input; NULL when it reads f32 (or l is empty). */
 const cv_act_quant *nn_linear_input_quant(const nn_linear *l);
 /* Every weight of l reads its input rounded to bf16 (BF16_PANELS in bf16 compute). */
@@ -122,9 +128,12 @@ void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int6
 /* x += delta (none when NULL), a = rmsnorm(x)·w (rows T of dim), as cv_add_rmsnorm; when `next`
  * (may be NULL) reads int8 (nn_linear_input_quant), the norm quantizes a for it on the way into q
  * (cv_add_rmsnorm_quant), and when it reads bf16 (nn_linear_input_bf16) and ab has rows, rounds a
- * into ab (cv_add_rmsnorm_bf16). Returns a as next's input. */
+ * into ab (cv_add_rmsnorm_bf16) — and then, when `only_next` says nothing but next reads the
+ * result and next has no observer, a itself is not written (the input's f32 is NULL). Returns a as
+ * next's input. */
 nn_input nn_add_rmsnorm_for(cv_threadpool *pool, float *x, const float *delta, float *a, const float *w, int64_t T,
-                            int64_t dim, float eps, const nn_linear *next, const nn_qrows *q, const nn_brows *ab);
+                            int64_t dim, float eps, const nn_linear *next, bool only_next, const nn_qrows *q,
+                            const nn_brows *ab);
 
 /* int8 rows for `tokens` rows of `cols` columns from the arena (nothing when cols is 0). */
 void nn_qrows_take(nn_qrows *q, nn_arena *a, int32_t tokens, int64_t cols);

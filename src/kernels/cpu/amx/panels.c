@@ -118,6 +118,8 @@ INLINE void tile_body(const cv_panel_tile *t, const bool int8, const bool TWO, c
             }
             b0 = tail[0], b1 = tail[1];
         }
+        if (s < t->mr && whole_panel(t, 0) && (!NP2 || whole_panel(t, 1))) /* y's row s, for C_END's stores */
+            for (int j = 0; j < (NP2 ? 2 : 1); j++) __builtin_prefetch(y_at(t, 0, j) + s * t->ldy, 1, 3);
         if (!TWO && t->mr <= 2) /* decode streams weights from memory: prefetch ahead of the tile loads */
             for (int l = 0; l < STEP_GROUPS; l++) {
                 _mm_prefetch((const char *)b0 + PREFETCH_BYTES + l * TILE_BYTES, _MM_HINT_T0);

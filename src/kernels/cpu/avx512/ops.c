@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/formats.h"
+#include "kernels/cpu/rows_c.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -223,24 +224,33 @@ INLINE __m512 exp512(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
+/* One vector of exp_sum: exp(x − shift) of the lanes under m, added into *s (zero elsewhere). */
+INLINE __m512 exp_step(__m512 *s, const float *x, __m512 shift, __mmask16 m) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x), shift));
+    *s = _mm512_add_ps(*s, _mm512_maskz_mov_ps(m, e));
+    return e;
+}
+
 static float exp_sum_avx512(float *y, const float *x, float shift, int64_t n) {
     __m512 s = _mm512_setzero_ps(), sh = _mm512_set1_ps(shift);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
-        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), sh));
-        _mm512_mask_storeu_ps(y + i, m, e);
-        s = _mm512_add_ps(s, _mm512_maskz_mov_ps(m, e));
+        _mm512_mask_storeu_ps(y + i, m, exp_step(&s, x + i, sh, m));
     }
     return _mm512_reduce_add_ps(s);
 }
 
+/* silu(g) · u on the lanes under m (zero elsewhere). */
+INLINE __m512 silu_mul16(const float *gate, const float *up, __mmask16 m) {
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate), u = _mm512_maskz_loadu_ps(m, up);
+    const __m512 sig = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    return _mm512_mul_ps(sig, u);
+}
+
 static void silu_mul_avx512(float *out, const float *gate, const float *up, int64_t n) {
-    const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
-        __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
-        __m512 sig = _mm512_div_ps(g, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), g))));
-        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(sig, u));
+        _mm512_mask_storeu_ps(out + i, m, silu_mul16(gate + i, up + i, m));
     }
 }
 
@@ -314,15 +324,29 @@ INLINE void round16_int(uint16_t *out, __mmask16 m, __m512i u) {
 /* With AVX512-BF16, vcvtneps2bf16 gives the same bits in one instruction for every input but f32
  * subnormals, which it flushes to zero: a vector holding one takes the integer route. Rounding ran at
  * 4-6 % of an AMX prefill with the integer route alone. */
-BF16_DOT static void round_bf16_cvt(uint16_t *out, const float *x, int64_t n) {
+BF16_DOT INLINE void round16_cvt(uint16_t *out, __mmask16 m, __m512 v) {
     const __m512i exp = _mm512_set1_epi32(0x7f800000), mant = _mm512_set1_epi32(0x007fffff);
+    const __m512i u = _mm512_castps_si512(v);
+    if (_mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(u, exp), u, mant)) round16_int(out, m, u);
+    else _mm256_mask_storeu_epi16(out, m, (__m256i)_mm512_cvtneps_pbh(v));
+}
+
+BF16_DOT static void round_bf16_cvt(uint16_t *out, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
-        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-        const __m512i u = _mm512_castps_si512(v);
-        if (_mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(u, exp), u, mant)) round16_int(out + i, m, u);
-        else _mm256_mask_storeu_epi16(out + i, m, (__m256i)_mm512_cvtneps_pbh(v));
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+        round16_cvt(out + i, m, _mm512_maskz_loadu_ps(m, x + i));
     }
+}
+
+/* exp_sum with the values rounded to bf16 on the way out (only where the CPU has AVX512-BF16, as
+ * every caller of the bf16 dot products): the sum is exp_sum's, of the f32 values. */
+BF16_DOT static float exp_sum_bf16_avx512(uint16_t *y, const float *x, float shift, int64_t n) {
+    __m512 s = _mm512_setzero_ps(), sh = _mm512_set1_ps(shift);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+        round16_cvt(y + i, m, exp_step(&s, x + i, sh, m));
+    }
+    return _mm512_reduce_add_ps(s);
 }
 
 static void round_bf16_avx512(uint16_t *out, const float *x, int64_t n) {
@@ -334,6 +358,17 @@ static void round_bf16_avx512(uint16_t *out, const float *x, int64_t n) {
         const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
         round16_int(out + i, m, _mm512_castps_si512(_mm512_maskz_loadu_ps(m, x + i)));
     }
+}
+
+/* silu_mul then round_bf16 over rows (only where the CPU has AVX512-BF16, as every bf16-input
+ * linear): one call for many short rows, whose exps then overlap. */
+BF16_DOT static void silu_mul_bf16_avx512(uint16_t *out, int64_t ld_out, const float *gate, const float *up,
+                                          int64_t ld_in, int rows, int64_t n) {
+    for (int r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i += 16) {
+            __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+            round16_cvt(out + r * ld_out + i, m, silu_mul16(gate + r * ld_in + i, up + r * ld_in + i, m));
+        }
 }
 
 const cv_cpu_ops cv_cpu_ops_avx512 = {
@@ -348,10 +383,14 @@ const cv_cpu_ops cv_cpu_ops_avx512 = {
     .gemm_rows_dot = gemm_rows_dot_avx512,
     .pair_rows_bf16 = pair_rows_bf16_avx512,
     .exp_sum = exp_sum_avx512,
+    .exp_sum_bf16 = exp_sum_bf16_avx512,
     .silu_mul = silu_mul_avx512,
+    .silu_mul_bf16 = silu_mul_bf16_avx512,
     .sum_sq = sum_sq_avx512,
     .max = max_avx512,
     .absmax = absmax_avx512,
     .quantize_i8 = quantize_i8_avx512,
+    .rms_apply = cv_rows_rms_apply,
+    .rotate_half = cv_rows_rotate_half,
     .round_bf16 = round_bf16_avx512,
 };

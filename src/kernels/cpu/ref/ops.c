@@ -104,5 +104,7 @@ const cv_cpu_ops cv_cpu_ops_scalar = {
     .max = max_scalar,
     .absmax = cv_rows_absmax,
     .quantize_i8 = cv_rows_quantize_i8,
+    .rms_apply = cv_rows_rms_apply,
+    .rotate_half = cv_rows_rotate_half,
     .round_bf16 = cv_rows_round_bf16,
 };
