@@ -23,12 +23,7 @@
  *
  * Work is split over panels (or rows, in multiples of 16: whole cache lines of y per thread, no
  * false sharing); when there are too few to go around but many tokens, over tokens instead. Tiny
- * products run on the caller: waking the pool would cost more than the work. Packed products of
- * one token block (decode, small batches), which stream their weights from memory, hand the panels
- * out in chunks from a shared counter instead of halves fixed up front: on the shared VMs this runs
- * on two threads stream at rates 10-20 % apart, and with fixed halves the faster one spent the
- * difference spinning at the pool's barrier (a fifth of a W8A8 decode's CPU samples). An output's
- * arithmetic does not depend on which thread runs its panel, so the bits do not change.
+ * products run on the caller: waking the pool would cost more than the work.
  *
  * SwiGLU fused into gate|up (cv_linear_swiglu_bf16): a unit is a gate panel, and its tile is that
  * panel and the up panel of the same outputs — two panels `inter` rows apart, which the kernels
@@ -39,7 +34,6 @@
  * the f32 gate|up rows (8 bytes an output) are never written or read back.
  */
 #include <assert.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +42,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/formats.h"
 
-enum { TOKEN_BLOCK = 64, ROW_ALIGN = 16, SERIAL_FLOPS = 1 << 15, MAX_PARTS = 4, I8_ROW_ALIGN = 64, CHUNKS_PER_THREAD = 16 };
+enum { TOKEN_BLOCK = 64, ROW_ALIGN = 16, SERIAL_FLOPS = 1 << 15, MAX_PARTS = 4, I8_ROW_ALIGN = 64 };
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -71,9 +65,6 @@ typedef struct linear_job {
     int64_t part_rows[MAX_PARTS];
     float *ys[MAX_PARTS];
     int64_t units;            /* rows (row-major) or panels (packed) */
-    /* > 0: threads claim this many panels at a time from *next (streaming products, see above) */
-    int64_t chunk;
-    _Atomic int64_t *next;
     /* packed formats */
     int64_t groups, panel_stride, aux_stride;
     const uint8_t *aux;
@@ -210,9 +201,6 @@ static void linear_task(void *arg, int ti, int nt) {
     if (job->split_tokens) {
         cv_split(job->m, job->kern->mr, ti, nt, &b, &e);
         if (b < e) run_block(job, 0, job->units, b, e);
-    } else if (job->chunk) {
-        while ((b = atomic_fetch_add_explicit(job->next, job->chunk, memory_order_relaxed)) < job->units)
-            run_block(job, b, min64(b + job->chunk, job->units), 0, job->m);
     } else {
         cv_split(job->units, job->f->packed ? 1 : ROW_ALIGN, ti, nt, &b, &e);
         if (b < e) run_block(job, b, e, 0, job->m);
@@ -225,18 +213,8 @@ static void run_job(cv_threadpool *pool, linear_job *job) {
     /* per thread: a few register tiles' worth of panels, or 4 row groups */
     const int64_t enough = job->f->packed ? 4LL * job->kern->nr * nt : (int64_t)ROW_ALIGN * 4 * nt;
     job->split_tokens = job->units < enough && job->m >= (int64_t)job->kern->mr * nt;
-    if (nt == 1 || job->m * job->w->rows * job->w->cols < SERIAL_FLOPS) {
-        run_block(job, 0, job->units, 0, job->m);
-        return;
-    }
-    _Atomic int64_t next = 0;
-    if (job->f->packed && !job->split_tokens && job->m <= token_block_of(job)) {
-        /* ~CHUNKS_PER_THREAD claims a thread: the last one's imbalance is a few % of the product */
-        const int64_t step = job->glu_up ? 1 : job->kern->nr;
-        job->chunk = max64(2 * step, ceil_div(ceil_div(job->units, (int64_t)nt * CHUNKS_PER_THREAD), step) * step);
-        job->next = &next;
-    }
-    cv_threadpool_run(pool, linear_task, job);
+    if (nt == 1 || job->m * job->w->rows * job->w->cols < SERIAL_FLOPS) run_block(job, 0, job->units, 0, job->m);
+    else cv_threadpool_run(pool, linear_task, job);
 }
 
 /* The job's weight and input; the caller sets its parts. */
