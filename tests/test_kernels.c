@@ -530,8 +530,9 @@ static void test_fp8_blocks(cv_threadpool *pool) {
 }
 
 /* Every e4m3 code but the two NaNs through the packed kernels, with the identity as input so that
- * each output is one weight: exactly the code's value times its block's scale, on every path. */
-static void test_fp8_widening(cv_threadpool *pool) {
+ * each output is one weight: exactly the code's value times its block's scale, on every path; with
+ * bf16_input, as bf16 rows (the identity is exact in bf16) through the vdpbf16ps kernel. */
+static void test_fp8_widening(cv_threadpool *pool, bool bf16_input) {
     enum { CODES = 254, ROWS = 16 };
     uint8_t list[CODES], codes[ROWS * CODES];
     for (int b = 0, n = 0; b < 256; b++)
@@ -540,24 +541,28 @@ static void test_fp8_widening(cv_threadpool *pool) {
         for (int c = 0; c < CODES; c++) codes[r * CODES + c] = list[(c + 17 * r) % CODES];
     float *x = cv_xcalloc((size_t)CODES * CODES, sizeof *x), *y = rand_vec(CODES * ROWS);
     for (int t = 0; t < CODES; t++) x[t * CODES + t] = 1.0f;
+    uint16_t *xb = cv_xmalloc((size_t)(CODES * cv_act_bf16_stride(CODES)) * sizeof *xb);
+    cv_round_bf16_rows(pool, x, CODES, CODES, CODES, xb);
+    const cv_act act = {.f32 = bf16_input ? NULL : x, .bf16 = bf16_input ? xb : NULL};
     static const float scales[][2] = {{1.0f, 1.0f}, {0.3f, 3.7e-3f}};
     for (size_t s = 0; s < CV_ARRAY_LEN(scales); s++) {
         cv_weight_part part = {.dtype = CV_DTYPE_F8_E4M3, .rows = ROWS, .cols = CODES, .data = codes,
                                .block_scale = scales[s], .block = 128};
         cv_weight w;
         CHECK_EQ_INT(cv_weight_pack(pool, &part, 1, &w), 0);
-        cv_linear(pool, &w, &(cv_act){.f32 = x}, CODES, 1, &w.rows, &y);
+        cv_linear(pool, &w, &act, CODES, 1, &w.rows, &y);
         int wrong = 0;
         for (int t = 0; t < CODES; t++)
             for (int r = 0; r < ROWS; r++) {
                 const uint8_t code = codes[r * CODES + t];
                 wrong += y[t * ROWS + r] != cv_fp8_e4m3_to_f32(code) * scales[s][t / 128];
             }
-        CHECK_MSG(wrong == 0, "%s e4m3 widening (scales %g, %g): %d of %d codes wrong", active_path,
-                  (double)scales[s][0], (double)scales[s][1], wrong, ROWS * CODES);
+        CHECK_MSG(wrong == 0, "%s%s e4m3 widening (scales %g, %g): %d of %d codes wrong", active_path,
+                  bf16_input ? " bf16-input" : "", (double)scales[s][0], (double)scales[s][1], wrong, ROWS * CODES);
         cv_weight_release(&w);
     }
     free(x);
+    free(xb);
     free(y);
 }
 
@@ -756,9 +761,35 @@ static float dpbf16_lane(float acc, const uint16_t x[2], const uint16_t w[2]) {
     return flush(fmaf(flush(cv_bf16_to_f32(x[0])), flush(cv_bf16_to_f32(w[0])), acc));
 }
 
-/* The bf16-input product of the stack's row r for the token's bf16 row: one chain over the pairs
- * (zero past cols in both operands). */
+/* FP8_PANELS on bf16 rows (avx512/panels_fp8_dot.c): per 128-column block, chain A over the first
+ * k pair and chain B over the second of each 4 columns, from zero, the codes as the bf16 of their
+ * value / 256 and zero past cols (as the activations are); then y ← fma(A + B, 256·scale, y). */
+static float fp8_dot_reference(const test_stack *s, const uint16_t *xb, int64_t r) {
+    const uint8_t *codes = (const uint8_t *)s->w.data + r * s->cols;
+    int j = 0;
+    int64_t pr = r;
+    while (pr >= s->part_rows[j]) pr -= s->part_rows[j++];
+    float y = 0.0f;
+    for (int64_t b0 = 0; b0 < s->cols; b0 += 128) {
+        const int64_t b1 = b0 + 128 < s->cols ? b0 + 128 : s->cols;
+        float a = 0.0f, b = 0.0f;
+        for (int64_t k = b0; k < b1; k += 4) {
+            uint16_t w[4];
+            for (int q = 0; q < 4; q++)
+                w[q] = k + q < s->cols ? cv_f32_to_bf16(cv_fp8_e4m3_to_f32(codes[k + q]) / 256.0f) : 0;
+            a = dpbf16_lane(a, xb + k, w);
+            b = dpbf16_lane(b, xb + k + 2, w + 2);
+        }
+        const float scale = s->block_scale[j][(pr / s->block) * blocks(s->cols, s->block) + b0 / s->block];
+        y = fmaf(a + b, scale * 256.0f, y);
+    }
+    return y;
+}
+
+/* The bf16-input product of the stack's row r for the token's bf16 row: for bf16 weights one chain
+ * over the pairs (zero past cols in both operands), for e4m3 ones fp8_dot_reference. */
 static float dot_reference(const test_stack *s, const uint16_t *xb, int64_t r) {
+    if (s->dtype == CV_DTYPE_F8_E4M3) return fp8_dot_reference(s, xb, r);
     const uint16_t *w = (const uint16_t *)s->w.data + r * s->cols;
     float acc = 0.0f;
     for (int64_t c = 0; c < s->cols; c += 2) {
@@ -781,8 +812,8 @@ static void check_dot(cv_threadpool *pool, const test_stack *s, const cv_weight 
         for (int64_t t = 0; t < m; t++)
             for (int64_t c = 0; c < s->part_rows[j]; c++)
                 bad += f32_bits(ys[j][t * s->part_rows[j] + c]) != f32_bits(want[t * s->rows + r0 + c]);
-    CHECK_MSG(bad == 0, "bf16 dot %s M=%lld rows=%lld (%d parts) cols=%lld threads=%d: %d of %lld differ", what,
-              (long long)m, (long long)s->rows, s->n_parts, (long long)s->cols, cv_threadpool_size(pool), bad,
+    CHECK_MSG(bad == 0, "bf16 dot %s %s M=%lld rows=%lld (%d parts) cols=%lld threads=%d: %d of %lld differ",
+              cv_dtype_name(s->dtype), what, (long long)m, (long long)s->rows, s->n_parts, (long long)s->cols, cv_threadpool_size(pool), bad,
               (long long)(m * s->rows));
     free(out);
 }
@@ -806,11 +837,11 @@ static uint16_t *bf16_rows_of(cv_threadpool *pool, const float *x, int64_t m, in
 typedef void (*bf16_check)(cv_threadpool *pool, const test_stack *s, const cv_weight *w, const float *x,
                            const uint16_t *xb, int64_t m);
 
-/* The check on each odd shape of the f32 kernels (linear_cases), as packed bf16 weights. */
-static void on_bf16_odd_shapes(cv_threadpool *pool, bf16_check check) {
+/* The check on each odd shape of the f32 kernels (linear_cases), as packed weights of dtype. */
+static void on_bf16_odd_shapes(cv_threadpool *pool, cv_dtype dtype, bf16_check check) {
     for (size_t i = 0; i < CV_ARRAY_LEN(linear_cases); i++) {
         const struct linear_case *lc = &linear_cases[i];
-        test_stack s = make_stack(CV_DTYPE_BF16, lc->part_rows, lc->n_parts, lc->cols, 128);
+        test_stack s = make_stack(dtype, lc->part_rows, lc->n_parts, lc->cols, 128);
         cv_weight w;
         CHECK_EQ_INT(cv_weight_pack(pool, s.parts, s.n_parts, &w), 0);
         float *x = rand_vec(lc->m * lc->cols);
@@ -830,13 +861,14 @@ static void dot_odd_shape(cv_threadpool *pool, const test_stack *s, const cv_wei
     free(want);
 }
 
-static void test_bf16_dot(cv_threadpool *pool) {
-    on_bf16_odd_shapes(pool, dot_odd_shape);
-    /* three stacked parts (the last not whole panels), odd K over three k blocks of 512 pairs;
-     * every M of 1..13 and 70, each against the same per-token reference rows: a token's row is
-     * the same bits whatever it is batched with */
+/* The vdpbf16ps kernel of dtype's packed format (bf16, or e4m3 with 128-blocks and a 256-block). */
+static void test_bf16_dot(cv_threadpool *pool, cv_dtype dtype) {
+    on_bf16_odd_shapes(pool, dtype, dot_odd_shape);
+    /* three stacked parts (the last not whole panels), K over k blocks with a last partial group
+     * (of pairs; of 4 codes); every M of 1..13 and 70, each against the same per-token reference
+     * rows: a token's row is the same bits whatever it is batched with */
     const int64_t part_rows[] = {48, 16, 21}, cols = 2061, M = 70;
-    test_stack s = make_stack(CV_DTYPE_BF16, part_rows, 3, cols, 128);
+    test_stack s = make_stack(dtype, part_rows, 3, cols, dtype == CV_DTYPE_F8_E4M3 ? 256 : 128);
     cv_weight w;
     CHECK_EQ_INT(cv_weight_pack(pool, s.parts, 3, &w), 0);
     float *x = rand_vec(M * cols);
@@ -855,8 +887,8 @@ static void test_bf16_dot(cv_threadpool *pool) {
         cv_linear(pool, &w, &(cv_act){.bf16 = xb + t * stride}, 1, 1, &w.rows, (float *[]){one});
         differ += memcmp(one, big + t * s.rows, (size_t)s.rows * sizeof *one) != 0;
     }
-    CHECK_MSG(differ == 0, "bf16 dot: %d of %d tokens differ between M=1 and M=%d (threads=%d)", differ, M_BIG, M_BIG,
-              cv_threadpool_size(pool));
+    CHECK_MSG(differ == 0, "bf16 dot %s: %d of %d tokens differ between M=1 and M=%d (threads=%d)",
+              cv_dtype_name(dtype), differ, M_BIG, M_BIG, cv_threadpool_size(pool));
     free(big);
     free(one);
     free(want);
@@ -867,12 +899,12 @@ static void test_bf16_dot(cv_threadpool *pool) {
 }
 
 /* cv_moe in bf16 compute against the definition built from cv_linear on bf16 rows, expert by
- * expert in id order: BF16_PANELS experts with gate|up stacked (e0, e2) or packed apart (e1), one
- * whose down is an f32 view (e2: it reads the f32 SwiGLU rows), one whose gate and up are f32
- * views before a BF16_PANELS down (e3); hidden and widths not multiples of 16 or 32; every fifth
+ * expert in id order: packed experts of dtype (bf16, or e4m3 where FP8 reads bf16 rows or not)
+ * with gate|up stacked (e0, e2) or packed apart (e1), one whose down is an f32 view (e2: it reads
+ * the f32 SwiGLU rows), one whose gate and up are f32 views before a packed down (e3); hidden and widths not multiples of 16 or 32; every fifth
  * token's second route skipped (a negative id). The same
  * bits: the rows are rounded as cv_round_bf16_rows rounds them, and each product is one chain. */
-static void test_moe_bf16(cv_threadpool *pool) {
+static void test_moe_bf16(cv_threadpool *pool, cv_dtype dtype) {
     enum { T = 29, H = 70, R = 2, E = 4 };
     static const int64_t inter[E] = {48, 37, 32, 20};
     test_stack gu[E], down[E];
@@ -881,8 +913,8 @@ static void test_moe_bf16(cv_threadpool *pool) {
     cv_moe_expert ex[E];
     for (int e = 0; e < E; e++) {
         const int64_t two[] = {inter[e], inter[e]}, hidden[] = {H};
-        gu[e] = make_stack(CV_DTYPE_BF16, two, 2, H, 128);
-        down[e] = make_stack(CV_DTYPE_BF16, hidden, 1, inter[e], 128);
+        gu[e] = make_stack(dtype, two, 2, H, 128);
+        down[e] = make_stack(dtype, hidden, 1, inter[e], 128);
         for (int j = 0; j < 3; j++) views[e][j] = make_weights(CV_DTYPE_F32, inter[e] * H);
         vgate[e] = cv_weight_view(&(cv_matrix){views[e][0].data, CV_DTYPE_F32, inter[e], H});
         vup[e] = cv_weight_view(&(cv_matrix){views[e][1].data, CV_DTYPE_F32, inter[e], H});
@@ -936,8 +968,8 @@ static void test_moe_bf16(cv_threadpool *pool) {
                                  .weights = weights, .x = x, .y = y, .workspace = ws, .bf16_input = true});
     int bad = 0;
     for (int i = 0; i < T * H; i++) bad += f32_bits(y[i]) != f32_bits(want[i]);
-    CHECK_MSG(bad == 0, "cv_moe bf16 input threads=%d: %d of %d outputs differ from per-expert cv_linear",
-              cv_threadpool_size(pool), bad, T * H);
+    CHECK_MSG(bad == 0, "cv_moe bf16 input, %s experts, threads=%d: %d of %d outputs differ from per-expert cv_linear",
+              cv_dtype_name(dtype), cv_threadpool_size(pool), bad, T * H);
     free(ws);
     free(x);
     free(weights);
@@ -1002,7 +1034,7 @@ static void amx_odd_shape(cv_threadpool *pool, const test_stack *s, const cv_wei
 }
 
 static void test_amx_bf16(cv_threadpool *pool) {
-    on_bf16_odd_shapes(pool, amx_odd_shape);
+    on_bf16_odd_shapes(pool, CV_DTYPE_BF16, amx_odd_shape);
     const int64_t part_rows[] = {48, 16, 21}, cols = 8231, M = 290;
     test_stack s = make_stack(CV_DTYPE_BF16, part_rows, 3, cols, 128);
     cv_weight w;
@@ -1024,8 +1056,8 @@ static void test_amx_bf16(cv_threadpool *pool) {
 
 /* SwiGLU fused into gate|up (cv_linear_swiglu_bf16) gives the bits of the product into f32 rows and
  * then cv_swiglu_bf16, zero padding included: bf16 weights on the bf16-input kernel of the moment,
- * and FP8 (f32 input, block scales in the panels' aux data, reached through the same panel
- * stride); one token, several k blocks (on vdpbf16ps), more tokens than a token block, inter not a
+ * and FP8 (bf16 input where it reads it, else f32; block scales in the panels' aux data, reached
+ * through the same panel stride); one token, several k blocks (on vdpbf16ps), more tokens than a token block, inter not a
  * multiple of 32. It declines a width not in whole panels and a row-major weight. */
 static void test_swiglu_fused(cv_threadpool *pool) {
     static const int64_t shapes[][3] = {{48, 2061, 37}, {16, 64, 1}, {80, 130, 300}}; /* inter, cols, tokens */
@@ -1039,7 +1071,7 @@ static void test_swiglu_fused(cv_threadpool *pool) {
             CHECK_EQ_INT(cv_weight_pack(pool, s.parts, 2, &w), 0);
             float *x = rand_vec(m * cols), *gu = cv_xmalloc((size_t)(m * 2 * inter) * sizeof *gu);
             uint16_t *xb = bf16_rows_of(pool, x, m, cols);
-            const cv_act act = {.f32 = x, .bf16 = dtypes[d] == CV_DTYPE_BF16 ? xb : NULL};
+            const cv_act act = {.f32 = x, .bf16 = xb}; /* a format reads the bf16 rows where it can */
             cv_linear(pool, &w, &act, m, 2, part_rows, (float *[]){gu, gu + m * inter});
             uint16_t *want = cv_xmalloc((size_t)(m * ld) * sizeof *want), *got = cv_xmalloc((size_t)(m * ld) * sizeof *got);
             cv_swiglu_bf16(pool, gu, m, inter, inter, m * inter, want);
@@ -1073,23 +1105,36 @@ static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
     CHECK(cv_linear_bf16_input());
     CHECK(cv_format_gemm_bf16(CV_WFORMAT_BF16_PANELS) != NULL);
     CHECK(cv_format_gemm_bf16(CV_WFORMAT_I8_PANELS) == NULL && cv_format_gemm_bf16(CV_WFORMAT_BF16) == NULL);
+    CHECK(cv_wformat_bf16_input(CV_WFORMAT_BF16_PANELS) && !cv_wformat_bf16_input(CV_WFORMAT_I8_PANELS));
+    /* FP8 on vdpbf16ps needs the byte permutes of AVX512-VBMI */
+    const bool fp8 = cv_cpu_avx512_vbmi();
+    CHECK(cv_format_gemm_bf16(CV_WFORMAT_FP8_PANELS) == (fp8 ? &cv_avx512_panels_fp8_dot : NULL));
+    CHECK(cv_wformat_bf16_input(CV_WFORMAT_FP8_PANELS) == fp8);
+    if (!fp8) printf("test_kernels: FP8 on bf16 inputs (vdpbf16ps) skipped: this CPU has no AVX512-VBMI\n");
     for (size_t p = 0; p < n_pools; p++) {
-        test_bf16_dot(pools[p]);
-        test_moe_bf16(pools[p]);
+        test_bf16_dot(pools[p], CV_DTYPE_BF16);
+        if (fp8) {
+            test_bf16_dot(pools[p], CV_DTYPE_F8_E4M3);
+            test_fp8_widening(pools[p], true);
+        }
+        test_moe_bf16(pools[p], CV_DTYPE_BF16);
+        test_moe_bf16(pools[p], CV_DTYPE_F8_E4M3);
         test_swiglu_fused(pools[p]);
     }
     if (cv_isa_force(CV_ISA_AVX2) == 0) {
         CHECK(!cv_linear_bf16_input());
-        CHECK(cv_format_gemm_bf16(CV_WFORMAT_BF16_PANELS) == NULL);
+        CHECK(cv_format_gemm_bf16(CV_WFORMAT_BF16_PANELS) == NULL && cv_format_gemm_bf16(CV_WFORMAT_FP8_PANELS) == NULL);
         CHECK_EQ_INT(cv_isa_force(CV_ISA_AVX512), 0);
     }
     if (cv_cpu_amx_enable(true)) {
         printf("test_kernels: bf16 on AMX skipped: %s\n", cv_error_message());
     } else {
         CHECK(cv_format_gemm_bf16(CV_WFORMAT_BF16_PANELS) == &cv_amx_panels_bf16);
+        CHECK(!cv_wformat_bf16_input(CV_WFORMAT_FP8_PANELS)); /* no tile kernel: f32 input */
         for (size_t p = 0; p < n_pools; p++) {
             test_amx_bf16(pools[p]);
-            test_moe_bf16(pools[p]);
+            test_moe_bf16(pools[p], CV_DTYPE_BF16);
+            test_moe_bf16(pools[p], CV_DTYPE_F8_E4M3);
             test_swiglu_fused(pools[p]);
         }
         CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
@@ -1839,7 +1884,7 @@ int main(void) {
             test_format(pools[p], CV_DTYPE_BF16);
             test_format(pools[p], CV_DTYPE_F8_E4M3);
             test_fp8_blocks(pools[p]);
-            test_fp8_widening(pools[p]);
+            test_fp8_widening(pools[p], false);
             test_views(pools[p]);
             test_packing(pools[p]);
             test_matmul(pools[p]);

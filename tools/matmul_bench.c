@@ -2,9 +2,10 @@
  * matmul_bench.c — times cv_linear for every weight format on the Qwen3 projection shapes, for
  * kernel tuning and to compare formats (never run in CI): the checkpoint's row-major bf16, and the
  * packed BF16_PANELS, I8_PANELS (int8 activations, quantized once before timing) and FP8_PANELS.
- * BF16_PANELS runs twice where the CPU has AVX512-BF16: on f32 activations (f32 FMA, exact), and on
- * bf16 activations (vdpbf16ps, bf16 compute; rounded once before timing), whatever the start-up
- * measurement of cv_linear_bf16_input() decided — its verdict is printed in the header. Where the
+ * BF16_PANELS and FP8_PANELS run twice where the CPU has AVX512-BF16: on f32 activations (f32 FMA),
+ * and on bf16 activations (vdpbf16ps, bf16 compute; rounded once before timing; "bf16x" lines),
+ * whatever the start-up measurement of cv_linear_bf16_input() decided — its verdict is printed in
+ * the header. Where the
  * CPU has AMX, BF16_PANELS (bf16 activations) and I8_PANELS run once more on it ("amx" lines).
  *
  * Decode (M = 1) is bound by memory bandwidth, so its figure of merit is GB/s of weight bytes
@@ -91,8 +92,11 @@ static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
         if (cv_weight_pack(pool, &parts[p], 1, &w)) abort();
         if (amx) cv_cpu_amx_enable(false);
         time_format(pool, cv_wformat_name(w.format), &w, &act, m, y);
-        if (w.format == CV_WFORMAT_BF16_PANELS && bf16_dot)
-            time_format(pool, "bf16_panels bf16x", &w, &(cv_act){.bf16 = xb}, m, y);
+        if (bf16_dot && cv_wformat_bf16_input(w.format)) { /* AMX is off here: the vdpbf16ps kernels */
+            char name[32];
+            snprintf(name, sizeof name, "%s bf16x", cv_wformat_name(w.format));
+            time_format(pool, name, &w, &(cv_act){.bf16 = xb}, m, y);
+        }
         if (amx) cv_cpu_amx_enable(true);
         if (amx && w.format == CV_WFORMAT_BF16_PANELS)
             time_format(pool, "bf16_panels amx", &w, &(cv_act){.bf16 = xb}, m, y);

@@ -107,6 +107,9 @@ const char *cv_wformat_name(cv_wformat f);
 int cv_wformat_for_dtype(cv_dtype t);
 /* The format reads int8 codes (cv_act.i8) rather than f32 activations. */
 bool cv_wformat_int8_input(cv_wformat f);
+/* In bf16 compute on this CPU (cv_linear_bf16_input, asked before), weights of format f read bf16
+ * rows (cv_act.bf16) rather than f32 ones: BF16_PANELS, and FP8_PANELS without AMX. */
+bool cv_wformat_bf16_input(cv_wformat f);
 size_t cv_weight_packed_bytes(cv_wformat f, int64_t rows, int64_t cols);
 /* Packs parts[0..n_parts) (n_parts ≤ 4, one dtype, equal cols, every part but the last with
  * rows % CV_PANEL_ROWS == 0) stacked by rows, on the pool. cv_weight_pack maps memory of its own
@@ -346,13 +349,13 @@ typedef struct cv_moe_args {
     const float *x;                 /* [n_tokens][hidden] */
     float *y;                       /* [n_tokens][hidden]: y += Σ_r weight·expert_r(x), experts in id order */
     void *workspace;                /* cv_moe_workspace_bytes(...) bytes, 64-byte aligned */
-    bool bf16_input;                /* bf16 compute (only where cv_linear_bf16_input()): BF16_PANELS weights
-                                     * read bf16 rows — each expert's gathered x rows and its SwiGLU rows
+    bool bf16_input;                /* bf16 compute (only where cv_linear_bf16_input()): weights whose
+                                     * format reads them (cv_wformat_bf16_input) read bf16 rows — each expert's gathered x rows and its SwiGLU rows
                                      * rounded to bf16 (nearest even) before gate|up and before down */
 } cv_moe_args;
 
 /* Workspace for cv_moe with at most these sizes on this pool (max_inter: the widest expert; int8:
- * some expert's weights read int8; bf16: bf16_input with some BF16_PANELS expert weight). */
+ * some expert's weights read int8; bf16: bf16_input with some expert weight that reads bf16 rows). */
 size_t cv_moe_workspace_bytes(const cv_threadpool *pool, int64_t n_tokens, int32_t routes, int32_t hidden,
                               int32_t max_inter, int32_t n_experts, bool int8, bool bf16);
 /* Routed SwiGLU experts, grouped: the tokens of each expert are gathered and each selected expert's

@@ -200,17 +200,32 @@ int cv_cpu_amx_enable(bool on) {
     return 0;
 }
 
-/* AVX512-BF16: CPUID leaf 7 subleaf 1, EAX bit 5 (clang 14's __builtin_cpu_supports lacks the name);
- * asked once, as the bf16 rounding asks per row. */
-bool cv_cpu_avx512_bf16(void) {
-    static int known; /* 0: not asked yet, 1: has it, -1: has not */
-    int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
+/* A CPUID leaf-7 feature bit of an AVX-512 extension (clang 14's __builtin_cpu_supports lacks their
+ * names), asked once per feature (*known: 0 not asked yet, 1 has it, -1 has not), as the bf16
+ * rounding asks per row. reg: 0 for EAX, 2 for ECX. */
+static bool leaf7_feature(int *known, unsigned subleaf, int reg, unsigned bit) {
+    int k = __atomic_load_n(known, __ATOMIC_RELAXED);
     if (!k) {
-        unsigned a, b, c, d;
-        k = cv_isa_supported(CV_ISA_AVX512) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) ? 1 : -1;
-        __atomic_store_n(&known, k, __ATOMIC_RELAXED);
+        unsigned r[4];
+        k = cv_isa_supported(CV_ISA_AVX512) && __get_cpuid_count(7, subleaf, &r[0], &r[1], &r[2], &r[3]) &&
+                    (r[reg] & (1u << bit))
+                ? 1
+                : -1;
+        __atomic_store_n(known, k, __ATOMIC_RELAXED);
     }
     return k > 0;
+}
+
+/* AVX512-BF16: leaf 7 subleaf 1, EAX bit 5. */
+bool cv_cpu_avx512_bf16(void) {
+    static int known;
+    return leaf7_feature(&known, 1, 0, 5);
+}
+
+/* AVX512-VBMI: leaf 7 subleaf 0, ECX bit 1 (Cooper Lake has AVX512-BF16 without it). */
+bool cv_cpu_avx512_vbmi(void) {
+    static int known;
+    return leaf7_feature(&known, 0, 2, 1);
 }
 
 /* From this speed-up of the multiply-add rate on, bf16 inputs are worth their rounding. */

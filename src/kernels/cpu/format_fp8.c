@@ -15,6 +15,9 @@
  * scale lies in one column block. Edge blocks may be partial, and a part may start inside its first
  * block (a tensor-parallel shard: block_row0, block_col0). The two NaN codes (S.1111.111) have
  * no f16 image here and are refused at packing: a checkpoint holding them is broken.
+ *
+ * In bf16 compute, where vdpbf16ps is fast (AMD Zen), the activations are bf16 and the codes widen
+ * to bf16 instead, by table lookups (avx512/panels_fp8_dot.c), from the same layout.
  */
 #include <math.h>
 #include <string.h>
@@ -96,4 +99,5 @@ const cv_format_traits cv_format_fp8_panels = {
     .row = panel_row,
     .gemm = {[CV_ISA_SCALAR] = &cv_ref_panels_fp8, [CV_ISA_AVX2] = &cv_avx2_panels_fp8,
              [CV_ISA_AVX512] = &cv_avx512_panels_fp8},
+    .gemm_bf16_dot = &cv_avx512_panels_fp8_dot,
 };

@@ -45,7 +45,13 @@ const cv_gemm_kernel *cv_format_gemm(cv_wformat f, int64_t m) {
 const cv_gemm_kernel *cv_format_gemm_bf16(cv_wformat f) {
     const cv_format_traits *t = cv_formats[f];
     if (!t->gemm_bf16_dot || !cv_cpu_bf16_dot()) return NULL;
-    return t->gemm_amx && cv_cpu_amx() ? t->gemm_amx : t->gemm_bf16_dot;
+    if (cv_cpu_amx()) return t->gemm_amx; /* none: f32 input (formats.h) */
+    return t->gemm_bf16_dot->vbmi && !cv_cpu_avx512_vbmi() ? NULL : t->gemm_bf16_dot;
+}
+
+bool cv_wformat_bf16_input(cv_wformat f) {
+    assert((unsigned)f < CV_WFORMAT_COUNT);
+    return cv_format_gemm_bf16(f) != NULL;
 }
 
 const char *cv_wformat_name(cv_wformat f) { return (unsigned)f < CV_WFORMAT_COUNT ? cv_formats[f]->name : "unknown"; }

@@ -17,10 +17,12 @@
  * function-level target attribute, chosen at run time when the CPU has them (cv_format_gemm,
  * cv_format_gemm_bf16).
  *
- * A format may also read bf16 activations (cv_act.bf16) with a kernel of its own: BF16_PANELS in
- * bf16 compute, through vdpbf16ps. The BF16_PANELS and I8_PANELS layouts are also the B tiles of
- * AMX's tdpbf16ps and tdpbssd, so on CPUs with AMX their kernels are tile products (amx/), chosen
- * before the AVX-512 ones (cv_format_gemm, cv_format_gemm_bf16).
+ * A format may also read bf16 activations (cv_act.bf16) with a kernel of its own: BF16_PANELS and
+ * FP8_PANELS in bf16 compute, through vdpbf16ps. The BF16_PANELS and I8_PANELS layouts are also the
+ * B tiles of AMX's tdpbf16ps and tdpbssd, so on CPUs with AMX their kernels are tile products
+ * (amx/), chosen before the AVX-512 ones (cv_format_gemm, cv_format_gemm_bf16). There a format with
+ * no tile kernel keeps its f32 input: bf16 compute is on for AMX's sake, and those Xeons issue
+ * vdpbf16ps at half the FMA rate.
  */
 #ifndef CV_FORMATS_H
 #define CV_FORMATS_H
@@ -70,6 +72,7 @@ typedef struct cv_gemm_kernel {
     int kblock;        /* packed: groups per prefill k block where the format's kblock does not suit
                         * this kernel; 0: the format's */
     int token_block;   /* packed: tokens per prefill block (weights re-read once per block); 0: 64 */
+    bool vbmi;         /* needs AVX512-VBMI (byte permutes) besides its ISA */
 } cv_gemm_kernel;
 
 /* Packing: the stacked parts and the destination, for a format's pack_panel. */
@@ -103,7 +106,7 @@ typedef struct cv_format_traits {
     const cv_gemm_kernel *gemm[CV_ISA_COUNT];
     const cv_gemm_kernel *gemm_vnni; /* replaces gemm[CV_ISA_AVX512] on CPUs with AVX512-VNNI */
     /* reads bf16 rows (cv_act.bf16) instead of f32: AVX-512 with AVX512-BF16, where
-     * cv_linear_bf16_input(); NULL: the format has none */
+     * cv_linear_bf16_input() and AMX is not used; NULL: the format has none */
     const cv_gemm_kernel *gemm_bf16_dot;
     /* AMX tile products, on CPUs where cv_cpu_amx(): replaces gemm_bf16_dot (bf16 input) or
      * gemm_vnni (int8 input); NULL: none */
@@ -115,8 +118,9 @@ extern const cv_format_traits *const cv_formats[CV_WFORMAT_COUNT];
 /* The micro-kernel of format f on the active ISA for a product of m tokens. */
 const cv_gemm_kernel *cv_format_gemm(cv_wformat f, int64_t m);
 
-/* The micro-kernel of format f for bf16 activations on this CPU, or NULL: none, or
- * cv_linear_bf16_input() is false (not decided yet counts as false, so kernels never time the CPU). */
+/* The micro-kernel of format f for bf16 activations on this CPU, or NULL: none, none this CPU runs,
+ * or cv_linear_bf16_input() is false (not decided yet counts as false, so kernels never time the
+ * CPU). Weights of f read bf16 rows exactly where this is not NULL (cv_wformat_bf16_input). */
 const cv_gemm_kernel *cv_format_gemm_bf16(cv_wformat f);
 
 /* cv_linear_bf16_input() as decided, without deciding: false until it has been asked. */
@@ -127,6 +131,8 @@ double cv_avx512_bf16_dot_speedup(void);
 
 /* The CPU has AVX512-BF16 (vdpbf16ps, vcvtneps2bf16), whether or not bf16 compute uses it. */
 bool cv_cpu_avx512_bf16(void);
+/* The CPU has AVX512-VBMI (vpermb, vpermi2b, vpermt2b). */
+bool cv_cpu_avx512_vbmi(void);
 
 /* The CPU has AVX512-VNNI and its use is not switched off (cv_cpu_vnni_enable). */
 bool cv_cpu_vnni(void);
@@ -151,7 +157,8 @@ extern const cv_gemm_kernel cv_ref_rows_f32, cv_ref_rows_bf16, cv_ref_rows_f16, 
 extern const cv_gemm_kernel cv_avx2_rows_f32, cv_avx2_rows_bf16, cv_avx2_rows_f16, cv_avx2_panels_bf16,
     cv_avx2_panels_i8, cv_avx2_panels_fp8;
 extern const cv_gemm_kernel cv_avx512_rows_f32, cv_avx512_rows_bf16, cv_avx512_rows_f16, cv_avx512_panels_bf16,
-    cv_avx512_panels_i8, cv_avx512_panels_i8_vnni, cv_avx512_panels_fp8, cv_avx512_panels_bf16_dot;
+    cv_avx512_panels_i8, cv_avx512_panels_i8_vnni, cv_avx512_panels_fp8, cv_avx512_panels_bf16_dot,
+    cv_avx512_panels_fp8_dot;
 extern const cv_gemm_kernel cv_amx_panels_bf16, cv_amx_panels_i8;
 
 /* ---- per-format layout details shared by packing and the kernels ---------------------------- */

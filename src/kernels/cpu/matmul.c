@@ -16,10 +16,10 @@
  * bits for int8 formats, whose last block applies the dequantizing epilogue). One token (decode) skips the k blocking and streams
  * each panel once from memory.
  *
- * bf16 compute: a format with a bf16-input kernel (BF16_PANELS) reads cv_act.bf16 when it is given,
- * with the same blocking and k-block continuation (f32 partial sums in y), so an output is one
- * chain whatever M and the split; x->bf16 is only given where cv_linear_bf16_input() said yes,
- * which is asserted. Other formats read their own input from the same cv_act.
+ * bf16 compute: a format with a bf16-input kernel on this CPU (cv_wformat_bf16_input: BF16_PANELS,
+ * FP8_PANELS) reads cv_act.bf16 when it is given, with the same blocking and k-block continuation
+ * (f32 partial sums in y), so an output is one chain whatever M and the split. Other formats read
+ * their own input from the same cv_act (f32 rows must be there for them).
  *
  * Work is split over panels (or rows, in multiples of 16: whole cache lines of y per thread, no
  * false sharing); when there are too few to go around but many tokens, over tokens instead. Tiny
@@ -222,9 +222,9 @@ static void job_init(linear_job *job, const cv_weight *w, const cv_act *x, int64
     assert((unsigned)w->format < CV_WFORMAT_COUNT);
     const cv_format_traits *f = cv_formats[w->format];
     *job = (linear_job){.w = w, .f = f, .kern = cv_format_gemm(w->format, m), .m = m};
-    if (x->bf16 && f->gemm_bf16_dot) {
-        job->kern = cv_format_gemm_bf16(w->format);
-        assert(job->kern && "cv_act.bf16 is given only where cv_linear_bf16_input()");
+    const cv_gemm_kernel *bf16_kern = x->bf16 ? cv_format_gemm_bf16(w->format) : NULL;
+    if (bf16_kern) {
+        job->kern = bf16_kern;
         job->x = (const char *)x->bf16;
         job->ldx = cv_act_bf16_stride(w->cols);
         job->x_size = sizeof *x->bf16;

@@ -19,9 +19,9 @@
  * quantization is a pass of its own over the gathered rows, split by rows over the pool: before the
  * gate/up phase (each expert's rows with its gate's quantization, and again with up's where that
  * differs) and between the phases (the SwiGLU rows with down's). In bf16 compute (bf16_input),
- * BF16_PANELS weights read bf16 rows, rounded in the same passes: the gathered rows of experts
- * whose gate or up is BF16_PANELS, and the SwiGLU rows of those whose down is. Float experts
- * otherwise skip both passes.
+ * the weights whose format reads bf16 rows (cv_wformat_bf16_input: BF16_PANELS, FP8_PANELS without
+ * AMX) get them rounded in the same passes: the gathered rows of experts whose gate or up reads
+ * them, and the SwiGLU rows of those whose down does. Other float experts skip both passes.
  */
 #include <assert.h>
 #include <math.h>
@@ -145,9 +145,9 @@ typedef struct moe_job {
 
 static bool int8_x(const cv_moe_expert *ex) { return cv_wformat_int8_input(ex->gate->format); }
 static bool int8_h(const cv_moe_expert *ex) { return cv_wformat_int8_input(ex->down->format); }
-/* In bf16 compute, BF16_PANELS weights read bf16 rows. */
+/* In bf16 compute, BF16_PANELS weights (and FP8_PANELS ones without AMX) read bf16 rows. */
 static bool reads_bf16(const cv_moe_args *a, const cv_weight *w) {
-    return a->bf16_input && w->format == CV_WFORMAT_BF16_PANELS;
+    return a->bf16_input && cv_wformat_bf16_input(w->format);
 }
 static bool bf16_x(const cv_moe_args *a, const cv_moe_expert *ex) {
     return reads_bf16(a, ex->gate) || reads_bf16(a, ex->up);

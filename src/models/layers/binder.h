@@ -49,7 +49,8 @@ typedef struct nn_binder {
     nn_observer observe;
     nn_qrows *act_rows;       /* the int8 scratch of the linears bound so far (NULL: none reads int8) */
     int64_t act_cols;         /* the widest input of those linears */
-    bool bf16_input;          /* bf16 weights read bf16 rows: bf16 compute on a CPU with a bf16 dot kernel */
+    bool bf16_input;          /* weights whose format can read bf16 rows do (cv_wformat_bf16_input): bf16
+                               * compute on a CPU with a bf16 dot kernel */
     nn_brows *bf16_rows;      /* the bf16 scratch of the linears bound so far (NULL: none reads bf16) */
     int64_t bf16_cols;        /* the widest input of those linears */
     size_t matmul_bytes;      /* weight bytes streamed per token */

@@ -64,9 +64,9 @@ static int check_stack(nn_binder *b, const nn_linear *l, const nn_linear_part *p
                    cv_linear_scheme_name(part->scheme), cv_quant_config_origin(cv_weight_source_quant(b->src)));
 }
 
-static bool reads_bf16_panels(const nn_linear *l) {
+static bool reads_bf16(const nn_linear *l) {
     for (int g = 0; g < l->n_weights; g++)
-        if (l->w[g].format == CV_WFORMAT_BF16_PANELS) return true;
+        if (cv_wformat_bf16_input(l->w[g].format)) return true;
     return false;
 }
 
@@ -78,7 +78,7 @@ static void add_part(nn_binder *b, nn_linear *l, const nn_linear_part *part) {
     p->name = nn_own_string(b, part->name);
     l->observe = b->observe;
     regroup(l);
-    if (b->bf16_input && reads_bf16_panels(l)) {
+    if (b->bf16_input && reads_bf16(l)) {
         if (!b->bf16_rows) b->bf16_rows = nn_own(b, sizeof *b->bf16_rows);
         if (part->w.cols > b->bf16_cols) b->bf16_cols = part->w.cols;
         l->bf16_scratch = b->bf16_rows;
@@ -261,7 +261,7 @@ const cv_act_quant *nn_linear_input_quant(const nn_linear *l) {
 bool nn_linear_input_bf16(const nn_linear *l) {
     if (!l->bf16_scratch || !l->n_weights) return false;
     for (int g = 0; g < l->n_weights; g++)
-        if (l->w[g].format != CV_WFORMAT_BF16_PANELS) return false;
+        if (!cv_wformat_bf16_input(l->w[g].format)) return false;
     return true;
 }
 
@@ -286,7 +286,7 @@ static cv_act weight_input(cv_threadpool *pool, const nn_linear *l, int g, nn_in
     assert(l->w[g].data);
     if (cv_wformat_int8_input(l->w[g].format)) return int8_rows(l, &l->parts[l->first[g]].quant, x, T, in_scratch);
     cv_act act = {.f32 = x.f32};
-    if (l->bf16_scratch && l->w[g].format == CV_WFORMAT_BF16_PANELS) {
+    if (l->bf16_scratch && cv_wformat_bf16_input(l->w[g].format)) {
         if (!*bf16) *bf16 = x.bf16;
         if (!*bf16) {
             assert(x.f32);
@@ -302,7 +302,7 @@ static cv_act weight_input(cv_threadpool *pool, const nn_linear *l, int g, nn_in
 bool nn_linear_swiglu_bf16(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, uint16_t *h) {
     if (l->observe.fn || l->n_weights != 1 || l->n_parts != 2 || l->parts[0].w.rows != l->parts[1].w.rows) return false;
     /* h is the shared bf16 scratch: the input must not be rounded into it too */
-    if (l->bf16_scratch && l->w[0].format == CV_WFORMAT_BF16_PANELS && !x.bf16) return false;
+    if (l->bf16_scratch && cv_wformat_bf16_input(l->w[0].format) && !x.bf16) return false;
     const cv_act_quant *in_scratch = NULL;
     const uint16_t *bf16 = NULL;
     const cv_act act = weight_input(pool, l, 0, x, T, &in_scratch, &bf16);

@@ -141,8 +141,8 @@ void nn_moe_sizes_add(nn_moe_sizes *z, const nn_moe *m) {
         const cv_moe_expert *x = &m->experts[e];
         if (x->inter > z->max_inter) z->max_inter = (int32_t)x->inter;
         z->int8 = z->int8 || cv_wformat_int8_input(x->gate->format) || cv_wformat_int8_input(x->down->format);
-        z->bf16 = z->bf16 || (m->bf16_input && (x->gate->format == CV_WFORMAT_BF16_PANELS ||
-                                                x->down->format == CV_WFORMAT_BF16_PANELS));
+        z->bf16 = z->bf16 || (m->bf16_input && (cv_wformat_bf16_input(x->gate->format) ||
+                                                cv_wformat_bf16_input(x->down->format)));
     }
     if (m->n_routed > 0 && m->top_k > z->top_k) z->top_k = m->top_k;
     if (m->n_routed > z->n_routed) z->n_routed = m->n_routed;

@@ -55,7 +55,8 @@ typedef struct nn_moe {
     nn_linear *gate_up, *down; /* [n_local]: routed expert first_expert + i's gate_proj | up_proj and down_proj */
     cv_moe_expert *experts;   /* [n_local]: the same weights as the kernel takes them; owned by the binder */
     nn_observer observe;
-    bool bf16_input;          /* bf16 compute with the bf16 dot product: BF16_PANELS experts read bf16 rows */
+    bool bf16_input;          /* bf16 compute with the bf16 dot product: experts whose format can read bf16
+                               * rows do (cv_wformat_bf16_input) */
     nn_ffn ffn;               /* the shared expert, or the dense MLP */
     const cv_tp *tp;          /* tensor parallelism with routed experts: the block's output is all-reduced */
 } nn_moe;

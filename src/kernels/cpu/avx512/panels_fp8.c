@@ -56,16 +56,8 @@ INLINE void fp8_tile(const cv_panel_tile *t, const int MR, const int NP) {
                 const __m512 w = widen16(t->w + j * t->panel_stride + k * 16);
                 for (int i = 0; i < MR; i++) acc[i][j] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[i * t->ldx + k]), acc[i][j]);
             }
-        const bool fresh = t->first && b0 == 0;
-        for (int j = 0; j < NP; j++) {
-            const __mmask16 m = panel_mask(t, j);
-            const __m512 s = _mm512_set1_ps(((const float *)(t->aux + j * t->aux_stride))[(t->k0 + b0) / CV_FP8_SCALE_COLS]);
-            for (int i = 0; i < MR; i++) {
-                float *y = t->y + i * t->ldy + 16 * j;
-                const __m512 prev = fresh ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, y);
-                _mm512_mask_storeu_ps(y, m, _mm512_fmadd_ps(acc[i][j], s, prev));
-            }
-        }
+        for (int j = 0; j < NP; j++)
+            for (int i = 0; i < MR; i++) fp8_block_store(t, i, j, b0, acc[i][j]);
     }
 }
 
