@@ -4,8 +4,9 @@
 Rows (the issues' targets):
   decode   batch-1 decode tok/s: `cvllm bench latency` (1-token prompt, --tokens + 1 tokens: 128 decode
            steps by default) vs `llama-bench -p 0 -n 128` (tg128), plus the weight bytes each engine
-           streams per second and their share of the same repetition's STREAM triad bandwidth on the
-           same threads (bench/triad.c).
+           streams per second and their share of the same repetition's STREAM triad bandwidth and of
+           its read bandwidth (loads only, as a decode's weight stream) on the same threads
+           (bench/triad.c).
   prefill  512-token prompt tok/s: `cvllm bench latency --input-len 512 --output-len 1
            --no-enable-prefix-caching` vs pp512. llama-bench has no prefix cache and reuses its
            context's KV memory every repetition; with prefix caching on, cvllm keeps each measured
@@ -389,8 +390,10 @@ def cpu_isa():
 
 
 def triad(args, exe):
-    out = run([exe, args.threads], capture_output=True, text=True).stdout
-    return float(out.split("best=")[1].split()[0])
+    """(triad GB/s, read GB/s), each the best of bench/triad.c's passes."""
+    lines = run([exe, args.threads], capture_output=True, text=True).stdout.splitlines()
+    best = {line.split()[0]: float(line.split("best=")[1].split()[0]) for line in lines if "best=" in line}
+    return best["triad"], best["read"]
 
 
 def wait_ready(url, proc, timeout):
@@ -572,21 +575,21 @@ def print_header(args, why, what):
         print(f"llama.cpp columns n/a: {why}")
 
 
-def streamed(tok_s, nbytes, triad_gbs):
+def streamed(tok_s, nbytes, bw):
     """The table cell of weights streamed at tok_s tokens per second, nbytes a token: GB/s and the
-    share of the triad bandwidth."""
+    shares of the triad and the read bandwidth (bw: their GB/s)."""
     gbs = tok_s * nbytes / 1e9
-    return f"{fmt(gbs)} GB/s ({fmt(100 * ratio(gbs, triad_gbs), 0)} %)"
+    return f"{fmt(gbs)} GB/s ({fmt(100 * ratio(gbs, bw[0]), 0)} % / {fmt(100 * ratio(gbs, bw[1]), 0)} %)"
 
 
-def bandwidth_line(label, tok_s, nbytes, triad_gbs, target, path=""):
+def bandwidth_line(label, tok_s, nbytes, bw, target, path=""):
     """The table line of each engine's weight bytes streamed per second, of its own bytes per token
-    (tok_s, nbytes: (cvllm, llama.cpp))."""
+    (tok_s, nbytes: (cvllm, llama.cpp)); bw: (triad, read) GB/s of the same repetitions."""
     mib = " / ".join(fmt(b / 2**20, 0) if b else "n/a" for b in nbytes)
-    cells = [streamed(t, b, triad_gbs) if b else "n/a" for t, b in zip(tok_s, nbytes)]
+    cells = [streamed(t, b, bw) if b else "n/a" for t, b in zip(tok_s, nbytes)]
     gbs = [t * b if b else float("nan") for t, b in zip(tok_s, nbytes)]
-    return (f"| {label}: weights streamed (MiB/token {mib}), share of {fmt(triad_gbs)} GB/s triad | {cells[0]} | "
-            f"{cells[1]} | {fmt(ratio(*gbs))}× | {target} | {path} |")
+    return (f"| {label}: weights streamed (MiB/token {mib}), share of {fmt(bw[0])} GB/s triad / {fmt(bw[1])} GB/s "
+            f"read | {cells[0]} | {cells[1]} | {fmt(ratio(*gbs))}× | {target} | {path} |")
 
 
 def common_args(doc, cvllm_help):
@@ -642,12 +645,13 @@ def main():
     small = checkpoint(args, shipped("0.6B"), "qwen3-0.6B-random")
     plan = {name: plan_row(args, name, small) for name in rows if name != "serve"}
     triad_exe = build_triad(args) if any(row.files for row in plan.values()) else None
-    res = {"triad": [], **{name: {"cv": [], "other": [], "cv_rss": [], "other_rss": []} for name in plan}}
+    res = {"triad": [], "read": [], **{name: {"cv": [], "other": [], "cv_rss": [], "other_rss": []} for name in plan}}
     for rep in range(args.reps):
         log(f"repetition {rep + 1}/{args.reps}")
         drop_caches(args)
         if triad_exe:
-            res["triad"].append(triad(args, triad_exe))
+            for key, gbs in zip(("triad", "read"), triad(args, triad_exe)):
+                res[key].append(gbs)
         for name, row in plan.items():
             for side, measure in (("cv", row.cv), ("other", row.other)):
                 if measure and rep % row.every == 0:
@@ -664,7 +668,7 @@ def main():
         res["serve"] = [[r[0][0], r[1][0] if r[1] else None] for r in runs]
 
     print_header(args, why, f"medians of {args.reps} (8B rows: of every other one)")
-    triad_gbs = med(res["triad"])
+    bw = (med(res["triad"]), med(res["read"]))
     print("| workload | cvllm | llama.cpp | ratio | target | llama.cpp path |")
     print("|---|---|---|---|---|---|")
     for name, row in plan.items():
@@ -672,7 +676,7 @@ def main():
         print(f"| {row.label} | {fmt(cv)} | {fmt(other)} | {fmt(ratio(cv, other))}× | {row.target} | {row.path} |")
         if row.files:
             nbytes = (streamed_bytes(row.files[0]), row.files[1] and streamed_bytes(row.files[1]))
-            print(bandwidth_line(row.title, (cv, other), nbytes, triad_gbs, row.bw_target, row.path))
+            print(bandwidth_line(row.title, (cv, other), nbytes, bw, row.bw_target, row.path))
     if serve:
         cv, ll, ready, rss = serve
         path = llama_path(args, small[1]) if ll else ""

@@ -89,12 +89,13 @@ def bench(args):
         folder, gguf = compare.quantized(args, folder, "moe"), compare.q8_0(args, gguf)
         cv_extra += compare.ASCEND
     path = compare.llama_path(args, gguf)
-    res = {"cv": [], "ll": [], "triad": [], "cv_rss": [], "cv_pp": [], "ll_pp": []}
+    res = {"cv": [], "ll": [], "triad": [], "read": [], "cv_rss": [], "cv_pp": [], "ll_pp": []}
     triad_exe = compare.build_triad(args)
     for rep in range(args.reps):
         compare.log(f"repetition {rep + 1}/{args.reps}")
         compare.drop_caches(args)
-        res["triad"].append(compare.triad(args, triad_exe))
+        for key, gbs in zip(("triad", "read"), compare.triad(args, triad_exe)):
+            res[key].append(gbs)
         tok_s, rss = compare.cvllm_latency(args, folder, 1, 129, cv_extra)
         res["cv"].append(tok_s)
         res["cv_rss"].append(rss)
@@ -111,7 +112,7 @@ def bench(args):
     print("|---|---|---|---|---|---|")
     print(f"| {title} batch-1 decode tok/s (tg128) | {compare.fmt(m['cv'])} | {compare.fmt(m['ll'])} | "
           f"{compare.fmt(compare.ratio(m['cv'], m['ll']))}× | reported | {path} |")
-    print(compare.bandwidth_line(f"{title} decode", (m["cv"], m["ll"]), nbytes, m["triad"], "reported", path))
+    print(compare.bandwidth_line(f"{title} decode", (m["cv"], m["ll"]), nbytes, (m["triad"], m["read"]), "reported", path))
     print(f"| {title} prefill tok/s (pp{args.prompt_len}) | {compare.fmt(m['cv_pp'])} | {compare.fmt(m['ll_pp'])} | "
           f"{compare.fmt(compare.ratio(m['cv_pp'], m['ll_pp']))}× | reported | {path} |")
     print(f"cvllm peak RSS MiB (median): {compare.fmt(m['cv_rss'], 0)}")
