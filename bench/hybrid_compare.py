@@ -112,7 +112,8 @@ def bench(args):
     print("|---|---|---|---|---|---|")
     print(f"| {title} batch-1 decode tok/s (tg128) | {compare.fmt(m['cv'])} | {compare.fmt(m['ll'])} | "
           f"{compare.fmt(compare.ratio(m['cv'], m['ll']))}× | reported | {path} |")
-    print(compare.bandwidth_line(f"{title} decode", (m["cv"], m["ll"]), nbytes, (m["triad"], m["read"]), "reported", path))
+    bw = (m["triad"], m["read"])
+    print(compare.bandwidth_line(f"{title} decode", (m["cv"], m["ll"]), nbytes, bw, "reported", path))
     print(f"| {title} prefill tok/s (pp{args.prompt_len}) | {compare.fmt(m['cv_pp'])} | {compare.fmt(m['ll_pp'])} | "
           f"{compare.fmt(compare.ratio(m['cv_pp'], m['ll_pp']))}× | reported | {path} |")
     print(f"cvllm peak RSS MiB (median): {compare.fmt(m['cv_rss'], 0)}")

@@ -15,9 +15,9 @@
  * Every scenario of model_fixture.h (one-shot, chunks of 1/7/64, batched mixed prefill/decode, a
  * decode batch, teacher-forced greedy decode, and the hybrid models' state copy, checkpoints and
  * verify calls) on each bf16 reference folder and on Qwen's block-wise FP8 one (whose GEMMs read
- * bf16 inputs too where vdpbf16ps runs them, avx512/panels_fp8_dot.c): with the bf16 dot-product kernels where the CPU has
- * them — AMX tile products, and AVX512-BF16 vdpbf16ps with AMX switched off — and with them switched
- * off (bf16 compute on f32 GEMM inputs, what a CPU without them runs).
+ * bf16 inputs too where vdpbf16ps runs them, avx512/panels_fp8_dot.c): with the bf16 dot-product
+ * kernels where the CPU has them — AMX tile products, and AVX512-BF16 vdpbf16ps with AMX switched
+ * off — and with them switched off (bf16 compute on f32 GEMM inputs, what a CPU without them runs).
  * Batch invariance in bf16 compute: chunked, batched and token-by-token rows are held to the same
  * bound as one-shot ones, and a sequence's prefill and decode rows must be the same bits alone and
  * in forward calls shared with another sequence (test_batch_invariance).

@@ -262,12 +262,16 @@ static void free_stack(test_stack *s) {
 }
 
 /* Weight (r, c) of the stack as the model means it (e4m3 times its block's scale). */
-static double stack_weight(const test_stack *s, int64_t r, int64_t c) {
-    double v = s->w.exact[r * s->cols + c];
-    if (s->dtype != CV_DTYPE_F8_E4M3) return v;
+/* The e4m3 block scale of the stack's weight (r, c): its part's block holding the part's row. */
+static float stack_block_scale(const test_stack *s, int64_t r, int64_t c) {
     int j = 0;
     while (r >= s->part_rows[j]) r -= s->part_rows[j++];
-    return v * s->block_scale[j][(r / s->block) * blocks(s->cols, s->block) + c / s->block];
+    return s->block_scale[j][(r / s->block) * blocks(s->cols, s->block) + c / s->block];
+}
+
+static double stack_weight(const test_stack *s, int64_t r, int64_t c) {
+    double v = s->w.exact[r * s->cols + c];
+    return s->dtype == CV_DTYPE_F8_E4M3 ? v * stack_block_scale(s, r, c) : v;
 }
 
 /* The input of a linear: f32 rows, and the same count of int8 rows (cv_act_i8_stride apart, zero
@@ -766,9 +770,6 @@ static float dpbf16_lane(float acc, const uint16_t x[2], const uint16_t w[2]) {
  * value / 256 and zero past cols (as the activations are); then y ← fma(A + B, 256·scale, y). */
 static float fp8_dot_reference(const test_stack *s, const uint16_t *xb, int64_t r) {
     const uint8_t *codes = (const uint8_t *)s->w.data + r * s->cols;
-    int j = 0;
-    int64_t pr = r;
-    while (pr >= s->part_rows[j]) pr -= s->part_rows[j++];
     float y = 0.0f;
     for (int64_t b0 = 0; b0 < s->cols; b0 += 128) {
         const int64_t b1 = b0 + 128 < s->cols ? b0 + 128 : s->cols;
@@ -780,8 +781,7 @@ static float fp8_dot_reference(const test_stack *s, const uint16_t *xb, int64_t 
             a = dpbf16_lane(a, xb + k, w);
             b = dpbf16_lane(b, xb + k + 2, w + 2);
         }
-        const float scale = s->block_scale[j][(pr / s->block) * blocks(s->cols, s->block) + b0 / s->block];
-        y = fmaf(a + b, scale * 256.0f, y);
+        y = fmaf(a + b, stack_block_scale(s, r, b0) * 256.0f, y);
     }
     return y;
 }
@@ -813,8 +813,8 @@ static void check_dot(cv_threadpool *pool, const test_stack *s, const cv_weight 
             for (int64_t c = 0; c < s->part_rows[j]; c++)
                 bad += f32_bits(ys[j][t * s->part_rows[j] + c]) != f32_bits(want[t * s->rows + r0 + c]);
     CHECK_MSG(bad == 0, "bf16 dot %s %s M=%lld rows=%lld (%d parts) cols=%lld threads=%d: %d of %lld differ",
-              cv_dtype_name(s->dtype), what, (long long)m, (long long)s->rows, s->n_parts, (long long)s->cols, cv_threadpool_size(pool), bad,
-              (long long)(m * s->rows));
+              cv_dtype_name(s->dtype), what, (long long)m, (long long)s->rows, s->n_parts, (long long)s->cols,
+              cv_threadpool_size(pool), bad, (long long)(m * s->rows));
     free(out);
 }
 

@@ -350,8 +350,9 @@ typedef struct cv_moe_args {
     float *y;                       /* [n_tokens][hidden]: y += Σ_r weight·expert_r(x), experts in id order */
     void *workspace;                /* cv_moe_workspace_bytes(...) bytes, 64-byte aligned */
     bool bf16_input;                /* bf16 compute (only where cv_linear_bf16_input()): weights whose
-                                     * format reads them (cv_wformat_bf16_input) read bf16 rows — each expert's gathered x rows and its SwiGLU rows
-                                     * rounded to bf16 (nearest even) before gate|up and before down */
+                                     * format reads them (cv_wformat_bf16_input) read bf16 rows — each
+                                     * expert's gathered x rows and its SwiGLU rows rounded to bf16
+                                     * (nearest even) before gate|up and before down */
 } cv_moe_args;
 
 /* Workspace for cv_moe with at most these sizes on this pool (max_inter: the widest expert; int8:

@@ -31,8 +31,8 @@
  * In bf16 compute (cv_model_load_params.bf16_compute) on a CPU whose kernels have a bf16 dot product
  * (cv_linear_bf16_input), bf16 weights (and FP8 ones, without AMX: cv_wformat_bf16_input) read
  * their input rounded to bf16, once per call into the binder's shared bf16 scratch; the output, and
- * everything around the linear, stays f32. Elsewhere they read f32 rows, widened exactly. Row-major views (f32 and f16 checkpoints, float
- * routed experts) always read f32.
+ * everything around the linear, stays f32. Elsewhere they read f32 rows, widened exactly.
+ * Row-major views (f32 and f16 checkpoints, float routed experts) always read f32.
  *
  * Each part knows its name, the weight's prefix ("model.layers.0.self_attn.q_proj"), so the
  * calibration observer (model.h) hears every part before the layer runs, each with the same f32
