@@ -80,6 +80,7 @@ typedef struct attention_job {
     bool amx;            /* bf16_dot's products as AMX tile products */
     int ctx_tile;        /* context positions per tile */
     int64_t kv_width;
+    size_t row_bytes;    /* of one head's K or V row in the cache */
     int32_t *unit_start; /* [n_seqs+1]: first unit of sequence s (in KV-head-major blocks) */
 } attention_job;
 
@@ -104,6 +105,16 @@ static void cache_rows(const attention_job *job, const void *cache, const int32_
         if (job->bf16) out->bf16[j] = (const uint16_t *)cache + at;
         else out->f32[j] = (const float *)cache + at;
     }
+}
+
+/* Asks for every line of a tile's n rows up front. A head's row is a few lines out of each
+ * position's slot (a 256-byte run every 2 KiB for Qwen3-0.6B's 8 KV heads), too short for the
+ * hardware's stream prefetchers, so without this the transpose and pairing take the rows' misses
+ * one short run at a time; asked for together they overlap (attention_bench decode, Zen 5,
+ * 2 threads: 130 positions 2.5-3x faster, 3,500 positions 1.25x). */
+static void prefetch_rows(const tile_rows *rows, int n, size_t row_bytes) {
+    for (int j = 0; j < n; j++)
+        for (size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch((const char *)rows->f32[j] + at, 0, 3);
 }
 
 /* ---- prefill: a block of tokens --------------------------------------------------------------- */
@@ -201,6 +212,8 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
         const int n = n_ctx - j0 < CT ? n_ctx - j0 : CT;
         cache_rows(job, a->k_cache, table, j0, n, g, &krow);
         cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
+        prefetch_rows(&krow, n, job->row_bytes);
+        prefetch_rows(&vrow, n, job->row_bytes);
         if (dot) {
             /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
             ops->transpose_rows(w->kt, CT, (const float *const *)krow.bf16, n, hd / 2);
@@ -257,6 +270,8 @@ static void attend_amx(const attention_job *job, block_scratch *w, int32_t s, in
             uint32_t *kt = (uint32_t *)w->kt + (j0 - c0) / CT * tile_words, *vp = w->vp + (j0 - c0) / CT * tile_words;
             cache_rows(job, a->k_cache, table, j0, n, g, &krow);
             cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
+            prefetch_rows(&krow, n, job->row_bytes);
+            prefetch_rows(&vrow, n, job->row_bytes);
             /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
             for (int p0 = 0; p0 < n; p0 += 16)
                 ops->transpose_rows((float *)kt + (int64_t)p0 / 16 * (hd / 2 * 16), 16,
@@ -359,7 +374,8 @@ void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
                             cv_cpu_ops_active()->pair_rows_bf16 && cv_cpu_ops_active()->exp_sum_bf16));
     if (a->n_tokens <= 0) return;
     attention_job job = {.a = a, .ops = cv_cpu_ops_active(), .group = a->n_heads / a->n_kv_heads,
-                         .bf16 = a->kv_dtype == CV_DTYPE_BF16, .kv_width = (int64_t)a->n_kv_heads * a->head_dim};
+                         .bf16 = a->kv_dtype == CV_DTYPE_BF16, .kv_width = (int64_t)a->n_kv_heads * a->head_dim,
+                         .row_bytes = (size_t)a->head_dim * cv_dtype_size(a->kv_dtype)};
     job.amx = a->bf16_dot && a->head_dim % 32 == 0 && cv_cpu_amx();
     job.ctx_tile = job.amx ? AMX_CONTEXT_TILE : CONTEXT_TILE;
     const int block_rows = job.amx ? AMX_BLOCK_ROWS : BLOCK_ROWS;
