@@ -4,9 +4,11 @@
 Rows (the issues' targets):
   decode   batch-1 decode tok/s: `cvllm bench latency` (1-token prompt, --tokens + 1 tokens: 128 decode
            steps by default) vs `llama-bench -p 0 -n 128` (tg128), plus the weight bytes each engine
-           streams per second and their share of the same repetition's STREAM triad bandwidth and of
-           its read bandwidth (loads only, as a decode's weight stream) on the same threads
-           (bench/triad.c).
+           streams per second and their share of the STREAM triad bandwidth and of the read bandwidth
+           (loads only, as a decode's weight stream) of the same threads (bench/triad.c), measured
+           just before and just after each decode run: a run's share is of the mean of the two, and
+           the table gives the median share over the runs (the shared VMs' bandwidth moves 2x within
+           a minute, so a reading taken once per repetition put shares above 100 %).
   prefill  512-token prompt tok/s: `cvllm bench latency --input-len 512 --output-len 1
            --no-enable-prefix-caching` vs pp512. llama-bench has no prefix cache and reuses its
            context's KV memory every repetition; with prefix caching on, cvllm keeps each measured
@@ -396,6 +398,25 @@ def triad(args, exe):
     return best["triad"], best["read"]
 
 
+class Bracket:
+    """Decode runs with the bandwidth of the seconds around them: around(measure) runs bench/triad.c
+    before and after measure() and returns measure()'s result with the mean of the two readings,
+    (triad, read) GB/s. Back-to-back runs share a reading (one run's after is the next one's before);
+    break_chain() after anything else ran, so that a stale reading is not reused."""
+
+    def __init__(self, args, exe):
+        self.args, self.exe, self.last = args, exe, None
+
+    def around(self, measure):
+        before = self.last or triad(self.args, self.exe)
+        result = measure()
+        self.last = triad(self.args, self.exe)
+        return result, tuple((b + a) / 2 for b, a in zip(before, self.last))
+
+    def break_chain(self):
+        self.last = None
+
+
 def wait_ready(url, proc, timeout):
     start = time.monotonic()
     while time.monotonic() - start < timeout:
@@ -575,21 +596,25 @@ def print_header(args, why, what):
         print(f"llama.cpp columns n/a: {why}")
 
 
-def streamed(tok_s, nbytes, bw):
-    """The table cell of weights streamed at tok_s tokens per second, nbytes a token: GB/s and the
-    shares of the triad and the read bandwidth (bw: their GB/s)."""
-    gbs = tok_s * nbytes / 1e9
-    return f"{fmt(gbs)} GB/s ({fmt(100 * ratio(gbs, bw[0]), 0)} % / {fmt(100 * ratio(gbs, bw[1]), 0)} %)"
+def streamed(runs, nbytes):
+    """The table cell of an engine's decode runs, [(tok/s, (triad, read) GB/s around the run)], at
+    nbytes of weights a token: the median GB/s and the medians of the runs' shares of the triad and
+    of the read bandwidth."""
+    gbs = [t * nbytes / 1e9 for t, _ in runs]
+    share = [med([100 * g / bw[i] for g, (_, bw) in zip(gbs, runs)]) for i in (0, 1)]
+    return f"{fmt(med(gbs))} GB/s ({fmt(share[0], 0)} % / {fmt(share[1], 0)} %)"
 
 
-def bandwidth_line(label, tok_s, nbytes, bw, target, path=""):
+def bandwidth_line(label, runs, nbytes, target, path=""):
     """The table line of each engine's weight bytes streamed per second, of its own bytes per token
-    (tok_s, nbytes: (cvllm, llama.cpp)); bw: (triad, read) GB/s of the same repetitions."""
+    (runs, nbytes: (cvllm, llama.cpp); runs as streamed() takes them, possibly empty)."""
     mib = " / ".join(fmt(b / 2**20, 0) if b else "n/a" for b in nbytes)
-    cells = [streamed(t, b, bw) if b else "n/a" for t, b in zip(tok_s, nbytes)]
-    gbs = [t * b if b else float("nan") for t, b in zip(tok_s, nbytes)]
-    return (f"| {label}: weights streamed (MiB/token {mib}), share of {fmt(bw[0])} GB/s triad / {fmt(bw[1])} GB/s "
-            f"read | {cells[0]} | {cells[1]} | {fmt(ratio(*gbs))}× | {target} | {path} |")
+    cells = [streamed(r, b) if b and r else "n/a" for r, b in zip(runs, nbytes)]
+    gbs = [med([t for t, _ in r]) * b if b and r else float("nan") for r, b in zip(runs, nbytes)]
+    bws = [bw for r in runs for _, bw in r]
+    return (f"| {label}: weights streamed (MiB/token {mib}), median share of the triad / read around each run "
+            f"(medians {fmt(med([b[0] for b in bws]))} / {fmt(med([b[1] for b in bws]))} GB/s) | {cells[0]} | "
+            f"{cells[1]} | {fmt(ratio(*gbs))}× | {target} | {path} |")
 
 
 def common_args(doc, cvllm_help):
@@ -644,18 +669,23 @@ def main():
         log(f"llama.cpp not available: {why}")
     small = checkpoint(args, shipped("0.6B"), "qwen3-0.6B-random")
     plan = {name: plan_row(args, name, small) for name in rows if name != "serve"}
-    triad_exe = build_triad(args) if any(row.files for row in plan.values()) else None
-    res = {"triad": [], "read": [], **{name: {"cv": [], "other": [], "cv_rss": [], "other_rss": []} for name in plan}}
+    bracket = Bracket(args, build_triad(args)) if any(row.files for row in plan.values()) else None
+    res = {name: {"cv": [], "other": [], "cv_rss": [], "other_rss": [], "cv_bw": [], "other_bw": []} for name in plan}
     for rep in range(args.reps):
         log(f"repetition {rep + 1}/{args.reps}")
         drop_caches(args)
-        if triad_exe:
-            for key, gbs in zip(("triad", "read"), triad(args, triad_exe)):
-                res[key].append(gbs)
+        if bracket:
+            bracket.break_chain()
         for name, row in plan.items():
             for side, measure in (("cv", row.cv), ("other", row.other)):
                 if measure and rep % row.every == 0:
-                    tok_s, rss = measure()
+                    if row.files:
+                        (tok_s, rss), bw = bracket.around(measure)
+                        res[name][side + "_bw"].append(bw)
+                    else:
+                        tok_s, rss = measure()
+                        if bracket:
+                            bracket.break_chain()
                     res[name][side].append(tok_s)
                     res[name][side + "_rss"] += [rss] if rss else []
     serve = None
@@ -668,7 +698,6 @@ def main():
         res["serve"] = [[r[0][0], r[1][0] if r[1] else None] for r in runs]
 
     print_header(args, why, f"medians of {args.reps} (8B rows: of every other one)")
-    bw = (med(res["triad"]), med(res["read"]))
     print("| workload | cvllm | llama.cpp | ratio | target | llama.cpp path |")
     print("|---|---|---|---|---|---|")
     for name, row in plan.items():
@@ -676,7 +705,8 @@ def main():
         print(f"| {row.label} | {fmt(cv)} | {fmt(other)} | {fmt(ratio(cv, other))}× | {row.target} | {row.path} |")
         if row.files:
             nbytes = (streamed_bytes(row.files[0]), row.files[1] and streamed_bytes(row.files[1]))
-            print(bandwidth_line(row.title, (cv, other), nbytes, bw, row.bw_target, row.path))
+            runs = [list(zip(res[name][side], res[name][side + "_bw"])) for side in ("cv", "other")]
+            print(bandwidth_line(row.title, runs, nbytes, row.bw_target, row.path))
     if serve:
         cv, ll, ready, rss = serve
         path = llama_path(args, small[1]) if ll else ""

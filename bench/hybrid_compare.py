@@ -10,7 +10,8 @@ writes the checkpoint once under --work (8.8 GB), bench/hf_to_gguf.py converts i
 `--input-len 512 --output-len 1`), interleaved --reps times, medians reported with the ratio, and
 each engine's weight bytes streamed per second (from its own files: every projection, the router,
 top-k of the routed experts, the shared expert and the lm_head) with their share of the STREAM
-triad bandwidth measured in the same repetitions (bench/triad.c).
+triad and of the read bandwidth measured just before and after each run (bench/triad.c; see
+compare.py's Bracket).
 
 --quant w8a8: the same comparison 8-bit. cvllm runs the W8A8_DYNAMIC checkpoint `cvllm quantize
 --scheme w8a8_dynamic --recipe moe` writes from the random bf16 one (msModelSlim's Qwen3.5/3.6-MoE
@@ -89,20 +90,22 @@ def bench(args):
         folder, gguf = compare.quantized(args, folder, "moe"), compare.q8_0(args, gguf)
         cv_extra += compare.ASCEND
     path = compare.llama_path(args, gguf)
-    res = {"cv": [], "ll": [], "triad": [], "read": [], "cv_rss": [], "cv_pp": [], "ll_pp": []}
-    triad_exe = compare.build_triad(args)
+    res = {"cv": [], "ll": [], "cv_bw": [], "ll_bw": [], "cv_rss": [], "cv_pp": [], "ll_pp": []}
+    bracket = compare.Bracket(args, compare.build_triad(args))
     for rep in range(args.reps):
         compare.log(f"repetition {rep + 1}/{args.reps}")
         compare.drop_caches(args)
-        for key, gbs in zip(("triad", "read"), compare.triad(args, triad_exe)):
-            res[key].append(gbs)
-        tok_s, rss = compare.cvllm_latency(args, folder, 1, 129, cv_extra)
+        bracket.break_chain()
+        (tok_s, rss), bw = bracket.around(lambda: compare.cvllm_latency(args, folder, 1, 129, cv_extra))
         res["cv"].append(tok_s)
+        res["cv_bw"].append(bw)
         res["cv_rss"].append(rss)
-        res["ll"].append(compare.llama_bench(args, gguf, 0, 128))
+        tok_s, bw = bracket.around(lambda: compare.llama_bench(args, gguf, 0, 128))
+        res["ll"].append(tok_s)
+        res["ll_bw"].append(bw)
         res["cv_pp"].append(compare.cvllm_latency(args, folder, args.prompt_len, 1, cv_extra)[0])
         res["ll_pp"].append(compare.llama_bench(args, gguf, args.prompt_len, 0))
-    m = {k: compare.med(v) for k, v in res.items()}
+    m = {k: compare.med(v) for k, v in res.items() if not k.endswith("_bw")}
     share = expert_share(folder)
     nbytes = (compare.streamed_bytes(folder, share), compare.streamed_bytes(gguf, share))
     title = {"bf16": "bf16", "w8a8": "W8A8_DYNAMIC vs Q8_0"}[args.quant]
@@ -112,8 +115,8 @@ def bench(args):
     print("|---|---|---|---|---|---|")
     print(f"| {title} batch-1 decode tok/s (tg128) | {compare.fmt(m['cv'])} | {compare.fmt(m['ll'])} | "
           f"{compare.fmt(compare.ratio(m['cv'], m['ll']))}× | reported | {path} |")
-    bw = (m["triad"], m["read"])
-    print(compare.bandwidth_line(f"{title} decode", (m["cv"], m["ll"]), nbytes, bw, "reported", path))
+    runs = [list(zip(res[side], res[side + "_bw"])) for side in ("cv", "ll")]
+    print(compare.bandwidth_line(f"{title} decode", runs, nbytes, "reported", path))
     print(f"| {title} prefill tok/s (pp{args.prompt_len}) | {compare.fmt(m['cv_pp'])} | {compare.fmt(m['ll_pp'])} | "
           f"{compare.fmt(compare.ratio(m['cv_pp'], m['ll_pp']))}× | reported | {path} |")
     print(f"cvllm peak RSS MiB (median): {compare.fmt(m['cv_rss'], 0)}")
