@@ -72,7 +72,7 @@ static void generated_logprobs(json_t *j, double *out, size_t n) {
  * folder `folder` (its config.json updated with the fields of `config`, when given) sharded over them
  * gives the one-process run's greedy tokens and logprobs, and the reference's greedy tokens unless
  * the weights are made up (--load-format dummy). OpenMPI's own allocations are kept out of
- * LeakSanitizer's report as in test_tp (tests/CMakeLists.txt CV_OPENMPI_TEST_ENV). */
+ * LeakSanitizer's report as in test_tp (tests/CMakeLists.txt CV_OPENMPI_LSAN). */
 static void test_tensor_parallel(const char *tmp, const char *folder, const char *config, const char *flags) {
     char *model = tu_model_dir(folder);
     if (config) {
@@ -85,8 +85,7 @@ static void test_tensor_parallel(const char *tmp, const char *folder, const char
         json_decref(edit);
         free(path);
     }
-    const char *env = "CVLLM_LOG_LEVEL=warning "
-                      "LSAN_OPTIONS=suppressions=" CVLLM_SOURCE_DIR "/tests/lsan-openmpi.supp:fast_unwind_on_malloc=0";
+    const char *env = "CVLLM_LOG_LEVEL=warning LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
     double lp[2][8] = {{0}};
     json_t *ids[2] = {NULL, NULL};
     json_t *ref = strstr(flags, "dummy") ? NULL : tu_load_ref(folder, "short");
