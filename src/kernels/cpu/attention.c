@@ -69,7 +69,8 @@ enum {
     AMX_BLOCK_ROWS = 256,
     AMX_SUB_ROWS = 32,
     AMX_CHUNK = 4 * AMX_CONTEXT_TILE,
-    MAX_CONTEXT_TILE = 128
+    MAX_CONTEXT_TILE = 128,
+    STAGE_BYTES = 32768 /* a tile's K (or V) rows copied together: 64 × 256 bf16 or 128 × 128 (stage_rows) */
 };
 
 typedef struct attention_job {
@@ -107,14 +108,23 @@ static void cache_rows(const attention_job *job, const void *cache, const int32_
     }
 }
 
-/* Asks for every line of a tile's n rows up front. A head's row is a few lines out of each
- * position's slot (a 256-byte run every 2 KiB for Qwen3-0.6B's 8 KV heads), too short for the
- * hardware's stream prefetchers, so without this the transpose and pairing take the rows' misses
- * one short run at a time; asked for together they overlap (attention_bench decode, Zen 5,
- * 2 threads: 130 positions 2.5-3x faster, 3,500 positions 1.25x). */
-static void prefetch_rows(const tile_rows *rows, int n, size_t row_bytes) {
+/* Asks for every line of a tile's n rows up front and, given a `stage` (STAGE_BYTES), copies the
+ * rows there and points `rows` at the copy. A head's row is a few lines out of each position's slot
+ * (a 256-byte run every 2 KiB for Qwen3-0.6B's 8 KV heads), too short for the hardware's stream
+ * prefetchers, so the transpose and pairing, reading the rows where they lie, took the misses one
+ * short run at a time. attention_bench decode (Zen 5, 2 threads, one token over 28 layers'
+ * caches): the prefetch made 130 positions 2.5-3x faster and 3,500 positions 1.25x; the copy on
+ * top (plain loads, then the products read L1), 300 to 3,500 positions another 1.3-1.4x, but 130
+ * positions 1.3x slower, so attend_lanes stages only contexts longer than 4 tiles. The bytes are
+ * unchanged, so are the results. */
+static void stage_rows(tile_rows *rows, int n, size_t row_bytes, char *stage) {
     for (int j = 0; j < n; j++)
         for (size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch((const char *)rows->f32[j] + at, 0, 3);
+    if (!stage || (size_t)n * row_bytes > STAGE_BYTES) return; /* heads wider than 256 bf16 (f32: 128): prefetched only */
+    for (int j = 0; j < n; j++) {
+        memcpy(stage + (size_t)j * row_bytes, rows->f32[j], row_bytes);
+        rows->f32[j] = (const float *)(stage + (size_t)j * row_bytes);
+    }
 }
 
 /* ---- prefill: a block of tokens --------------------------------------------------------------- */
@@ -129,6 +139,7 @@ typedef struct block_scratch {
     /* bf16_dot only: the scaled query [rows][hd/2], the numerators [rows][CT/2] (AMX: 32 rows) and
      * the V tile [CT/2][hd] (AMX: one per tile of a chunk) as bf16 pairs */
     uint32_t *qp, *pp, *vp;
+    char *ks, *vs; /* STAGE_BYTES each: a tile's K and V rows, staged (stage_rows; lane-wise path) */
 } block_scratch;
 
 /* The rows r = token·group + head of the block [t0, t1) start: queries scaled (and on the bf16 dot
@@ -212,8 +223,8 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
         const int n = n_ctx - j0 < CT ? n_ctx - j0 : CT;
         cache_rows(job, a->k_cache, table, j0, n, g, &krow);
         cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
-        prefetch_rows(&krow, n, job->row_bytes);
-        prefetch_rows(&vrow, n, job->row_bytes);
+        stage_rows(&krow, n, job->row_bytes, n_ctx > 4 * CT ? w->ks : NULL);
+        stage_rows(&vrow, n, job->row_bytes, n_ctx > 4 * CT ? w->vs : NULL); /* long contexts only */
         if (dot) {
             /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
             ops->transpose_rows(w->kt, CT, (const float *const *)krow.bf16, n, hd / 2);
@@ -270,8 +281,9 @@ static void attend_amx(const attention_job *job, block_scratch *w, int32_t s, in
             uint32_t *kt = (uint32_t *)w->kt + (j0 - c0) / CT * tile_words, *vp = w->vp + (j0 - c0) / CT * tile_words;
             cache_rows(job, a->k_cache, table, j0, n, g, &krow);
             cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
-            prefetch_rows(&krow, n, job->row_bytes);
-            prefetch_rows(&vrow, n, job->row_bytes);
+            /* prefetched, not staged: the copy is measured on the lane-wise path only */
+            stage_rows(&krow, n, job->row_bytes, NULL);
+            stage_rows(&vrow, n, job->row_bytes, NULL);
             /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
             for (int p0 = 0; p0 < n; p0 += 16)
                 ops->transpose_rows((float *)kt + (int64_t)p0 / 16 * (hd / 2 * 16), 16,
@@ -344,6 +356,9 @@ static void attention_task(void *arg, int ti, int nt) {
     const int64_t kt_words = job->amx ? hd / 2 * AMX_CHUNK : hd * CT;
     const int64_t vp_words = job->amx ? hd / 2 * AMX_CHUNK : hd * CT / 2;
     const int64_t s_rows = job->amx ? AMX_SUB_ROWS : rows, q_rows = a->bf16_dot ? 1 : rows;
+    /* on the stack, not with the buffers below: 64 KiB more per call took those past glibc's trim
+     * threshold, and every call paid page faults for them again */
+    _Alignas(64) char stage[2][STAGE_BYTES];
     /* tens to hundreds of KiB per thread and call: abort on failure like cv_xmalloc */
     float *buf = cv_xmalloc((size_t)(q_rows * hd + rows * hd + kt_words + s_rows * CT) * sizeof(float));
     /* AMX reads whole tiles of the K transpose: positions past a tile's end hold earlier tiles' or
@@ -351,7 +366,7 @@ static void attention_task(void *arg, int ti, int nt) {
     if (job->amx) memset(buf + q_rows * hd + rows * hd, 0, (size_t)kt_words * sizeof(float));
     block_scratch w = {.q = buf, .o = buf + q_rows * hd, .kt = buf + q_rows * hd + rows * hd,
                        .s = buf + q_rows * hd + rows * hd + kt_words,
-                       .st = cv_xmalloc((size_t)rows * sizeof(head_state))};
+                       .st = cv_xmalloc((size_t)rows * sizeof(head_state)), .ks = stage[0], .vs = stage[1]};
     if (a->bf16_dot) {
         const int64_t q_words = rows * (cv_act_bf16_stride(hd) / 2);
         w.qp = cv_xmalloc((size_t)(q_words + s_rows * CT / 2 + vp_words) * sizeof(uint32_t));
