@@ -17,7 +17,15 @@
  *
  * Build (from the repository root, after building the library):
  *   cc -O2 -Isrc -Iinclude tools/matmul_bench.c build/libcv_kernels.a build/libcv_base.a -lm -lpthread -o /tmp/mmb
- * Usage: mmb [threads] [isa] [decode|prefill|all]
+ * Usage: mmb [threads] [isa] [decode|prefill|all|chain]
+ *
+ * chain: the decode GEMVs of a Qwen3-0.6B forward pass in I8_PANELS (28 layers × qkv, o, gate_up,
+ * down, every weight its own memory: 0.44 GB, beyond any L3) run in the model's order and form
+ * (q|k|v as three outputs, SwiGLU fused into gate|up), against
+ * one weight of the same bytes run alone, and a plain read of that weight's bytes by the same
+ * threads. chain/one is what the calls' boundaries cost (the pool's hand-over and end wait, the
+ * cold start of each weight's streams); one/read is the kernel's share of what the memory gives
+ * these threads, measured seconds apart, so the VM's swings cancel more than against bench/triad.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -115,6 +123,91 @@ static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
     free(xb);
 }
 
+/* A plain read of bytes [0, n) of p split over the pool as the GEMV splits its panels: each
+ * thread sums its half as 64-bit words (vectorized loads, the hardware prefetchers only). */
+typedef struct read_job {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum[64];
+} read_job;
+
+static void read_task(void *arg, int ti, int nt) {
+    read_job *r = arg;
+    const size_t b = r->n / 8 * (size_t)ti / (size_t)nt, e = r->n / 8 * (size_t)(ti + 1) / (size_t)nt;
+    uint64_t s = 0;
+    for (size_t i = b; i < e; i++) s += r->p[i];
+    r->sum[ti % 64] += s;
+}
+
+/* The chain mode (see the top): GB/s of the 0.6B's decode GEMVs in order, then of one weight as large. */
+static void run_chain(cv_threadpool *pool) {
+    enum { LAYERS = 28, REPS = 20 };
+    static const int64_t shapes[4][2] = {{4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}};
+    cv_weight w[LAYERS * 4 + 1];
+    double bytes = 0;
+    int8_t *codes = malloc((size_t)6144 * 3072);
+    float *scale = malloc((size_t)6144 * 4), *x = malloc(3072 * 4), x_scale;
+    int8_t *xq = malloc((size_t)cv_act_i8_stride(3072));
+    if (!codes || !scale || !x || !xq) abort();
+    for (int64_t i = 0; i < 6144 * 3072; i++) codes[i] = (int8_t)((i * 7919) % 255 - 127);
+    for (int64_t i = 0; i < 6144; i++) scale[i] = 1e-3f;
+    for (int64_t i = 0; i < 3072; i++) x[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    const cv_act_quant dynamic = {.dynamic = true};
+    cv_quantize_rows(&dynamic, x, 3072, 1, 3072, xq, &x_scale);
+    for (int i = 0; i < LAYERS * 4; i++) {
+        const cv_weight_part part = {.dtype = CV_DTYPE_I8, .rows = shapes[i % 4][0], .cols = shapes[i % 4][1],
+                                     .data = codes, .row_scale = scale};
+        if (cv_weight_pack(pool, &part, 1, &w[i])) abort();
+        bytes += (double)cv_weight_packed_bytes(w[i].format, w[i].rows, w[i].cols);
+    }
+    /* the single weight: rows of 1024 columns to the chain's bytes */
+    const int64_t one_rows = (int64_t)(bytes / 1040) / 16 * 16;
+    int8_t *big = malloc((size_t)one_rows * 1024);
+    float *ones = malloc((size_t)one_rows * 4), *y = malloc((size_t)one_rows * 4);
+    uint16_t *h = malloc((size_t)cv_act_bf16_stride(3072) * 2);
+    if (!big || !ones || !y || !h) abort();
+    memset(big, 1, (size_t)one_rows * 1024);
+    for (int64_t i = 0; i < one_rows; i++) ones[i] = 1e-3f;
+    const cv_weight_part one = {.dtype = CV_DTYPE_I8, .rows = one_rows, .cols = 1024, .data = big, .row_scale = ones};
+    if (cv_weight_pack(pool, &one, 1, &w[LAYERS * 4])) abort();
+    const double one_bytes = (double)cv_weight_packed_bytes(w[LAYERS * 4].format, one_rows, 1024);
+    const cv_act act = {.i8 = xq, .i8_scale = &x_scale};
+    for (int round = 0; round < 8; round++) {
+        double t0 = clock_s(CLOCK_MONOTONIC);
+        for (int r = 0; r < REPS; r++)
+            for (int i = 0; i < LAYERS * 4; i++) {
+                if (i % 4 == 0) { /* q | k | v */
+                    float *ys[3] = {y, y + 2048, y + 3072};
+                    cv_linear(pool, &w[i], &act, 1, 3, (const int64_t[]){2048, 1024, 1024}, ys);
+                } else if (i % 4 == 2) { /* gate | up, SwiGLU fused as the model runs it */
+                    if (!cv_linear_swiglu_bf16(pool, &w[i], &act, 1, 3072, h)) abort();
+                } else
+                    cv_linear(pool, &w[i], &act, 1, 1, &w[i].rows, &y);
+            }
+        const double chain = bytes * REPS / (clock_s(CLOCK_MONOTONIC) - t0) * 1e-9;
+        t0 = clock_s(CLOCK_MONOTONIC);
+        for (int r = 0; r < REPS; r++) cv_linear(pool, &w[LAYERS * 4], &act, 1, 1, &w[LAYERS * 4].rows, &y);
+        const double single = one_bytes * REPS / (clock_s(CLOCK_MONOTONIC) - t0) * 1e-9;
+        read_job rj = {.p = (const uint64_t *)w[LAYERS * 4].data, .n = (size_t)one_bytes};
+        t0 = clock_s(CLOCK_MONOTONIC);
+        for (int r = 0; r < REPS; r++) cv_threadpool_run(pool, read_task, &rj);
+        const double read = one_bytes * REPS / (clock_s(CLOCK_MONOTONIC) - t0) * 1e-9;
+        printf("i8_panels decode chain (%d calls, %.0f MB) %5.1f GB/s, one weight (%.0f MB) %5.1f GB/s, a read of "
+               "it %5.1f GB/s: chain/one %.3f, one/read %.3f (sum %llu)\n",
+               LAYERS * 4, bytes * 1e-6, chain, one_bytes * 1e-6, single, read, chain / single, single / read,
+               (unsigned long long)rj.sum[0]);
+    }
+    for (int i = 0; i <= LAYERS * 4; i++) cv_weight_release(&w[i]);
+    free(big);
+    free(h);
+    free(codes);
+    free(scale);
+    free(ones);
+    free(x);
+    free(y);
+    free(xq);
+}
+
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     if (argc > 2 && cv_isa_force((cv_isa)cv_isa_from_name(argv[2])) != 0) {
@@ -132,6 +225,11 @@ int main(int argc, char **argv) {
            : bf16_dot ? "f32 inputs (vdpbf16ps measured too slow)" : "f32 inputs");
     static const int64_t prefill[][3] = {{512, 2048, 1024}, {512, 3072, 1024}, {512, 1024, 3072}};
     static const int64_t decode[][3] = {{1, 2048, 1024}, {1, 3072, 1024}, {1, 1024, 3072}, {1, 151936, 1024}};
+    if (strcmp(which, "chain") == 0) {
+        run_chain(pool);
+        cv_threadpool_free(pool);
+        return 0;
+    }
     if (strcmp(which, "decode") != 0)
         for (size_t s = 0; s < sizeof prefill / sizeof prefill[0]; s++)
             run_shape(pool, prefill[s][0], prefill[s][1], prefill[s][2]);
