@@ -85,7 +85,7 @@ def bench(args):
         sys.exit(f"hybrid_compare: {why}")
     name = os.path.basename(os.path.normpath(args.config))
     folder, gguf = compare.checkpoint(args, args.config, f"{name}-random", tokenizer=args.tokenizer)
-    cv_extra = ("--tokenizer", args.tokenizer, "--max-num-seqs", 1)
+    cv_extra = ("--tokenizer", args.tokenizer, "--max-num-seqs", 1) + compare.NO_APC  # as compare.py's rows
     if args.quant == "w8a8":
         folder, gguf = compare.quantized(args, folder, "moe"), compare.q8_0(args, gguf)
         cv_extra += compare.ASCEND
