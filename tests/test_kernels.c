@@ -1567,7 +1567,6 @@ static double cache_at(const cv_attention_args *a, const void *cache, int64_t i)
 static void ref_attention(const cv_attention_args *a, int32_t t, int32_t s, double *out) {
     const int nh = a->n_heads, hd = a->head_dim, bs = a->block_size, group = nh / a->n_kv_heads;
     const int n_ctx = a->positions[t] + 1;
-    const int64_t width = (int64_t)a->n_kv_heads * hd;
     double *score = cv_xmalloc((size_t)n_ctx * sizeof *score);
     for (int h = 0; h < nh; h++) {
         const float *q = a->q + ((int64_t)t * nh + h) * hd;
@@ -1576,7 +1575,8 @@ static void ref_attention(const cv_attention_args *a, int32_t t, int32_t s, doub
         for (int j = 0; j < n_ctx; j++) {
             int64_t slot = (int64_t)a->block_tables[s][j / bs] * bs + j % bs;
             double d = 0;
-            for (int e = 0; e < hd; e++) d += (double)q[e] * cache_at(a, a->k_cache, slot * width + g * hd + e);
+            const int64_t row = cv_kv_row(slot, g, a->n_kv_heads, hd, bs);
+            for (int e = 0; e < hd; e++) d += (double)q[e] * cache_at(a, a->k_cache, row + e);
             score[j] = d * a->scale;
             mx = fmax(mx, score[j]);
         }
@@ -1585,7 +1585,7 @@ static void ref_attention(const cv_attention_args *a, int32_t t, int32_t s, doub
             double o = 0;
             for (int j = 0; j < n_ctx; j++) {
                 int64_t slot = (int64_t)a->block_tables[s][j / bs] * bs + j % bs;
-                o += score[j] / sum * cache_at(a, a->v_cache, slot * width + g * hd + e);
+                o += score[j] / sum * cache_at(a, a->v_cache, cv_kv_row(slot, g, a->n_kv_heads, hd, bs) + e);
             }
             out[h * hd + e] = o;
         }
@@ -1691,7 +1691,7 @@ static void test_attention_bf16_cache(cv_threadpool *pool) {
         float *k = rand_vec(cache), *v = rand_vec(cache), *q = rand_vec(rows);
         for (int64_t i = 0; i < rows; i++) q[i] *= 3.0f; /* peaky softmax */
         uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
-        cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, width);
+        cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, nkv, hd, ATT_BS);
         for (int64_t i = 0; i < cache; i++) k[i] = cv_bf16_to_f32(kb[i]), v[i] = cv_bf16_to_f32(vb[i]);
         float *out_f = rand_vec(rows), *out_b = rand_vec(rows), *out_split = rand_vec(rows);
         cv_attention_args a = attention_batch_args(&batch, nh, nkv, hd, q);
@@ -1740,7 +1740,7 @@ static void attention_bf16_dot(cv_threadpool *pool, const char *path) {
         /* the reference's query: what the kernel rounds (q · scale), divided back by the scale */
         for (int64_t i = 0; i < rows; i++) q_rounded[i] = (float)((double)cv_bf16_to_f32(cv_f32_to_bf16(q[i] * scale)) / scale);
         uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
-        cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, width);
+        cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, nkv, hd, ATT_BS);
         float *out_f = rand_vec(rows), *out_d = rand_vec(rows), *out_split = rand_vec(rows);
         cv_attention_args a = attention_batch_args(&batch, nh, nkv, hd, q);
         a.kv_dtype = CV_DTYPE_BF16, a.k_cache = kb, a.v_cache = vb, a.out = out_f;
@@ -1809,23 +1809,35 @@ static void test_attention_bf16_dot(cv_threadpool *pool) {
     CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
 }
 
+/* Element e of token row `slot`'s K or V (heads one after another) in a cache of the kernels.h layout. */
+static int64_t kv_at(int64_t slot, int e, int n_kv_heads, int head_dim, int block_size) {
+    return cv_kv_row(slot, e / head_dim, n_kv_heads, head_dim, block_size) + e % head_dim;
+}
+
+/* Rows land head by head in their blocks: 2 heads of 3 in 4-slot blocks, slots in two blocks. */
 static void test_kv_write(void) {
-    const int64_t width = 6, slots[] = {7, 2, 4};
-    float kc[8 * 6] = {0}, vc[8 * 6] = {0}, k[3 * 6], v[3 * 6];
-    for (int i = 0; i < 18; i++) k[i] = (float)i, v[i] = (float)-i;
-    cv_kv_write(NULL, kc, vc, CV_DTYPE_F32, k, v, slots, 3, width);
+    enum { NKV_W = 2, HD_W = 3, BS_W = 4, WIDTH = NKV_W * HD_W };
+    const int64_t slots[] = {7, 2, 4};
+    float kc[8 * WIDTH] = {0}, vc[8 * WIDTH] = {0}, k[3 * WIDTH], v[3 * WIDTH];
+    for (int i = 0; i < 3 * WIDTH; i++) k[i] = (float)(i + 1), v[i] = (float)-(i + 1);
+    cv_kv_write(NULL, kc, vc, CV_DTYPE_F32, k, v, slots, 3, NKV_W, HD_W, BS_W);
     int bad = 0;
     for (int t = 0; t < 3; t++)
-        for (int e = 0; e < width; e++)
-            bad += kc[slots[t] * width + e] != k[t * width + e] || vc[slots[t] * width + e] != v[t * width + e];
+        for (int e = 0; e < WIDTH; e++) {
+            const int64_t at = kv_at(slots[t], e, NKV_W, HD_W, BS_W);
+            bad += kc[at] != k[t * WIDTH + e] || vc[at] != v[t * WIDTH + e];
+        }
     CHECK_EQ_INT(bad, 0);
-    CHECK(kc[0] == 0.0f && vc[6 * 6] == 0.0f); /* untouched slots stay */
+    CHECK_EQ_INT((int)kv_at(7, 4, NKV_W, HD_W, BS_W), (1 * NKV_W + 1) * BS_W * HD_W + 3 * HD_W + 1); /* head 1, row 3 of block 1 */
+    for (int e = 0; e < WIDTH; e++) /* untouched slots stay */
+        for (int64_t slot = 0; slot < 8; slot += 6) bad += kc[kv_at(slot, e, NKV_W, HD_W, BS_W)] != 0.0f;
+    CHECK_EQ_INT(bad, 0);
 }
 
 /* Into a bf16 cache, K and V are rounded to nearest even: ties to the even neighbour, above a tie
  * up, overflow past bf16's largest to infinity; infinities, signed zero and NaN kept. */
 static void test_kv_write_bf16(void) {
-    enum { W = 8 };
+    enum { W = 8, NKV_W = 2, HD_W = 4, BS_W = 2 };
     const float in[W] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f, -2.5f, INFINITY, -0.0f, NAN,
                          0x1.fffffep127f};
     const float want[W] = {1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f, -2.5f, INFINITY, -0.0f, NAN, INFINITY};
@@ -1833,16 +1845,19 @@ static void test_kv_write_bf16(void) {
     for (int i = 0; i < W; i++) k[i] = v[W + i] = in[i], k[W + i] = v[i] = -in[i];
     const int64_t slots[] = {3, 0};
     uint16_t kc[4 * W] = {0}, vc[4 * W] = {0};
-    cv_kv_write(NULL, kc, vc, CV_DTYPE_BF16, k, v, slots, 2, W);
+    cv_kv_write(NULL, kc, vc, CV_DTYPE_BF16, k, v, slots, 2, NKV_W, HD_W, BS_W);
     int bad = 0;
     for (int i = 0; i < W; i++) {
-        const float got[4] = {cv_bf16_to_f32(kc[3 * W + i]), cv_bf16_to_f32(vc[i]), -cv_bf16_to_f32(kc[i]),
-                              -cv_bf16_to_f32(vc[3 * W + i])};
+        const int64_t at3 = kv_at(3, i, NKV_W, HD_W, BS_W), at0 = kv_at(0, i, NKV_W, HD_W, BS_W);
+        const float got[4] = {cv_bf16_to_f32(kc[at3]), cv_bf16_to_f32(vc[at0]), -cv_bf16_to_f32(kc[at0]),
+                              -cv_bf16_to_f32(vc[at3])};
         for (int j = 0; j < 4; j++)
             bad += isnan(want[i]) ? !isnan(got[j]) : got[j] != want[i] || signbit(got[j]) != signbit(want[i]);
     }
     CHECK_MSG(bad == 0, "%d bf16 KV values not rounded to nearest even", bad);
-    for (int i = W; i < 3 * W; i++) bad += kc[i] != 0 || vc[i] != 0; /* untouched slots stay */
+    for (int i = 0; i < W; i++) /* untouched slots stay */
+        for (int64_t slot = 1; slot <= 2; slot++)
+            bad += kc[kv_at(slot, i, NKV_W, HD_W, BS_W)] != 0 || vc[kv_at(slot, i, NKV_W, HD_W, BS_W)] != 0;
     CHECK_EQ_INT(bad, 0);
 }
 

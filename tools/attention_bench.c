@@ -53,7 +53,7 @@ static void run(cv_threadpool *pool, int32_t tokens, bool dot) {
         positions[t] = t;
         slots[t] = (int64_t)table[t / BLOCK] * BLOCK + t % BLOCK;
     }
-    cv_kv_write(NULL, kc, vc, CV_DTYPE_BF16, k, v, slots, tokens, width);
+    cv_kv_write(NULL, kc, vc, CV_DTYPE_BF16, k, v, slots, tokens, KV_HEADS, HEAD_DIM, BLOCK);
     const int32_t seq_start[2] = {0, tokens};
     const int32_t *tables[1] = {table};
     cv_attention_args a = {.n_tokens = tokens, .n_seqs = 1, .seq_start = seq_start, .positions = positions,

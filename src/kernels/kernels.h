@@ -276,8 +276,12 @@ void cv_rmsnorm_rope_bf16(cv_threadpool *pool, const cv_rope *r, uint16_t *dst, 
 /* ---- attention over a paged KV cache ---------------------------------------------------------- */
 
 /*
- * Cache layout: slot = block_id·block_size + offset, each slot holding [n_kv_heads·head_dim] elements
- * of kv_dtype: f32, or bf16 (what cv_kv_write rounds to). Token t (of sequence s, at position
+ * Cache layout: slot = block_id·block_size + offset; a block holds, KV head after KV head, that
+ * head's block_size rows of head_dim elements (cv_kv_row), of kv_dtype: f32, or bf16 (what
+ * cv_kv_write rounds to). One head's rows of a block are contiguous (4 KiB for a bf16 head_dim of
+ * 128 in 16-slot blocks), so attention reads runs the hardware prefetchers follow, where a
+ * slot-major layout gave it one short run (256 bytes) out of every slot; vLLM's CPU and paged
+ * attention caches are head-major within a block too. Token t (of sequence s, at position
  * positions[t]) attends causally over positions [0, positions[t]] of s, read through
  * block_tables[s]; its own K/V must already be in the cache. Query head h uses KV head
  * h / (n_heads / n_kv_heads). A bf16 cache is widened as it is read and everything else is the f32
@@ -310,10 +314,16 @@ typedef struct cv_attention_args {
 
 void cv_attention(cv_threadpool *pool, const cv_attention_args *a);
 
-/* Stores k and v rows [n][width] into the cache slots slot_mapping[0..n) of a cache of `dtype`
- * (F32: copied; BF16: rounded to nearest even, NaN kept), rows split over the pool (may be NULL). */
+/* The first element of KV head g's row at `slot` in a cache of the layout above. */
+static inline int64_t cv_kv_row(int64_t slot, int g, int n_kv_heads, int head_dim, int block_size) {
+    return ((slot / block_size * n_kv_heads + g) * block_size + slot % block_size) * head_dim;
+}
+
+/* Stores k and v rows [n][n_kv_heads·head_dim] into the cache slots slot_mapping[0..n) of a cache
+ * of `dtype` in the layout above (F32: copied; BF16: rounded to nearest even, NaN kept), rows split
+ * over the pool (may be NULL). */
 void cv_kv_write(cv_threadpool *pool, void *k_cache, void *v_cache, cv_dtype dtype, const float *k, const float *v,
-                 const int64_t *slot_mapping, int64_t n, int64_t width);
+                 const int64_t *slot_mapping, int64_t n, int n_kv_heads, int head_dim, int block_size);
 
 /* ---- mixture of experts (moe.c) --------------------------------------------------------------- */
 

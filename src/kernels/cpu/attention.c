@@ -80,7 +80,6 @@ typedef struct attention_job {
     bool bf16;           /* the cache holds bf16 */
     bool amx;            /* bf16_dot's products as AMX tile products */
     int ctx_tile;        /* context positions per tile */
-    int64_t kv_width;
     size_t row_bytes;    /* of one head's K or V row in the cache */
     int32_t *unit_start; /* [n_seqs+1]: first unit of sequence s (in KV-head-major blocks) */
 } attention_job;
@@ -95,32 +94,41 @@ typedef union tile_rows {
     const uint16_t *bf16[MAX_CONTEXT_TILE];
 } tile_rows;
 
-/* Rows of KV head g at positions [j0, j0 + n) of the sequence whose block table is `table`. */
+/* Rows of KV head g at positions [j0, j0 + n) of the sequence whose block table is `table`: a
+ * block's rows of one head lie one after another (cv_kv_row). */
 static void cache_rows(const attention_job *job, const void *cache, const int32_t *table, int32_t j0, int n, int g,
                        tile_rows *out) {
     const cv_attention_args *a = job->a;
-    for (int j = 0; j < n; j++) {
-        const int32_t pos = j0 + j;
-        const int64_t slot = (int64_t)table[pos / a->block_size] * a->block_size + pos % a->block_size;
-        const int64_t at = slot * job->kv_width + (int64_t)g * a->head_dim;
-        if (job->bf16) out->bf16[j] = (const uint16_t *)cache + at;
-        else out->f32[j] = (const float *)cache + at;
+    const int32_t bs = a->block_size;
+    for (int j = 0; j < n;) {
+        const int32_t pos = j0 + j, off = pos % bs, run = bs - off < n - j ? bs - off : n - j;
+        const int64_t at = cv_kv_row((int64_t)table[pos / bs] * bs + off, g, a->n_kv_heads, a->head_dim, bs);
+        for (int32_t i = 0; i < run; i++, j++) {
+            if (job->bf16) out->bf16[j] = (const uint16_t *)cache + at + (int64_t)i * a->head_dim;
+            else out->f32[j] = (const float *)cache + at + (int64_t)i * a->head_dim;
+        }
     }
 }
 
-/* Asks for every line of a tile's n rows up front and, given a `stage` (STAGE_BYTES), copies the
- * rows there and points `rows` at the copy. A head's row is a few lines out of each position's slot
- * (a 256-byte run every 2 KiB for Qwen3-0.6B's 8 KV heads), too short for the hardware's stream
- * prefetchers, so the transpose and pairing, reading the rows where they lie, took the misses one
- * short run at a time. attention_bench decode (Zen 5, 2 threads, one token over 28 layers'
- * caches): the prefetch made 130 positions 2.5-3x faster and 3,500 positions 1.25x; the copy on
- * top (plain loads, then the products read L1), 300 to 3,500 positions another 1.3-1.4x, but 130
- * positions 1.3x slower, so attend_lanes stages only contexts longer than 4 tiles. The bytes are
- * unchanged, so are the results. */
-static void stage_rows(tile_rows *rows, int n, size_t row_bytes, char *stage) {
+/* Asks for every line of a tile's n rows up front. One head's rows of a tile are 64 rows of 256
+ * bytes (Qwen3's head_dim in bf16) in four blocks, a 4 KiB run in each (cv_kv_row); the hardware's
+ * stream prefetchers stop at a 4 KiB page and barely start within one, so without the ask the
+ * transpose and pairing took the misses a few lines at a time. attention_bench decode (Zen 5, 2
+ * threads, one token over 28 layers' caches) without it: 130 positions 1.2-3.4x slower, 1,000 and
+ * 3,500 positions 2x. */
+static void prefetch_rows(const tile_rows *rows, int n, size_t row_bytes) {
     for (int j = 0; j < n; j++)
         for (size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch((const char *)rows->f32[j] + at, 0, 3);
-    if (!stage || (size_t)n * row_bytes > STAGE_BYTES) return; /* heads wider than 256 bf16 (f32: 128): prefetched only */
+}
+
+/* Copies a tile's n prefetched rows into `stage` (STAGE_BYTES) and points `rows` at the copy, where
+ * they fit. The copy's plain loads wait out the misses faster than the transpose's and pairing's
+ * scattered ones, which then read L1: without it (prefetch only) 1,000 and 3,500 positions ran
+ * 1.35-1.5x slower; at 130 positions the copy cost more than it saved (1.3x slower), so
+ * attend_lanes stages only contexts longer than 4 tiles. The bytes are unchanged, so are the
+ * results. */
+static void stage_rows(tile_rows *rows, int n, size_t row_bytes, char *stage) {
+    if ((size_t)n * row_bytes > STAGE_BYTES) return; /* heads wider than 256 bf16 (f32: 128): prefetched only */
     for (int j = 0; j < n; j++) {
         memcpy(stage + (size_t)j * row_bytes, rows->f32[j], row_bytes);
         rows->f32[j] = (const float *)(stage + (size_t)j * row_bytes);
@@ -212,6 +220,7 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
     const int CT = job->ctx_tile;
     const int64_t q_pairs = cv_act_bf16_stride(hd) / 2;
     const int32_t n_ctx = a->positions[t1 - 1] + 1; /* positions ascend within a sequence */
+    const bool staged = n_ctx > 4 * CT; /* see stage_rows */
     const float *kt_rows[1024];
     const uint32_t *kt_pairs[512], *v_pairs[MAX_CONTEXT_TILE / 2];
     tile_rows krow, vrow;
@@ -223,8 +232,11 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
         const int n = n_ctx - j0 < CT ? n_ctx - j0 : CT;
         cache_rows(job, a->k_cache, table, j0, n, g, &krow);
         cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
-        stage_rows(&krow, n, job->row_bytes, n_ctx > 4 * CT ? w->ks : NULL);
-        stage_rows(&vrow, n, job->row_bytes, n_ctx > 4 * CT ? w->vs : NULL); /* long contexts only */
+        /* K's copy before V's ask: all 2n rows' asks at once measured slower */
+        prefetch_rows(&krow, n, job->row_bytes);
+        if (staged) stage_rows(&krow, n, job->row_bytes, w->ks);
+        prefetch_rows(&vrow, n, job->row_bytes);
+        if (staged) stage_rows(&vrow, n, job->row_bytes, w->vs);
         if (dot) {
             /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
             ops->transpose_rows(w->kt, CT, (const float *const *)krow.bf16, n, hd / 2);
@@ -282,8 +294,8 @@ static void attend_amx(const attention_job *job, block_scratch *w, int32_t s, in
             cache_rows(job, a->k_cache, table, j0, n, g, &krow);
             cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
             /* prefetched, not staged: the copy is measured on the lane-wise path only */
-            stage_rows(&krow, n, job->row_bytes, NULL);
-            stage_rows(&vrow, n, job->row_bytes, NULL);
+            prefetch_rows(&krow, n, job->row_bytes);
+            prefetch_rows(&vrow, n, job->row_bytes);
             /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
             for (int p0 = 0; p0 < n; p0 += 16)
                 ops->transpose_rows((float *)kt + (int64_t)p0 / 16 * (hd / 2 * 16), 16,
@@ -389,7 +401,7 @@ void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
                             cv_cpu_ops_active()->pair_rows_bf16 && cv_cpu_ops_active()->exp_sum_bf16));
     if (a->n_tokens <= 0) return;
     attention_job job = {.a = a, .ops = cv_cpu_ops_active(), .group = a->n_heads / a->n_kv_heads,
-                         .bf16 = a->kv_dtype == CV_DTYPE_BF16, .kv_width = (int64_t)a->n_kv_heads * a->head_dim,
+                         .bf16 = a->kv_dtype == CV_DTYPE_BF16,
                          .row_bytes = (size_t)a->head_dim * cv_dtype_size(a->kv_dtype)};
     job.amx = a->bf16_dot && a->head_dim % 32 == 0 && cv_cpu_amx();
     job.ctx_tile = job.amx ? AMX_CONTEXT_TILE : CONTEXT_TILE;

@@ -123,7 +123,8 @@ void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_a
         cv_rmsnorm_rope(pool, rope, s->k, kv_dim, s->k, kv_dim, T, d->n_kv_heads, hd, w->k_norm, d->eps, cos, sin);
     });
     NN_TIMED(CV_OP_KV_WRITE,
-             cv_kv_write(pool, kv->k[kv_layer], kv->v[kv_layer], kv->dtype, s->k, s->v, b->slot_mapping, T, kv_dim));
+             cv_kv_write(pool, kv->k[kv_layer], kv->v[kv_layer], kv->dtype, s->k, s->v, b->slot_mapping, T,
+                         d->n_kv_heads, hd, kv->block_size));
     nn_input o_in = nn_f32(s->attn);
     if (!d->gated && q_dim % 32 == 0 && nn_linear_input_bf16(&w->o_proj) && !w->o_proj.observe.fn) {
         /* o_proj rounds its input to bf16: the attention writes those rows itself, into the shared
