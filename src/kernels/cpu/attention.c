@@ -112,10 +112,11 @@ static void cache_rows(const attention_job *job, const void *cache, const int32_
 
 /* Asks for every line of a tile's n rows up front. One head's rows of a tile are 64 rows of 256
  * bytes (Qwen3's head_dim in bf16) in four blocks, a 4 KiB run in each (cv_kv_row); the hardware's
- * stream prefetchers stop at a 4 KiB page and barely start within one, so without the ask the
- * transpose and pairing took the misses a few lines at a time. attention_bench decode (Zen 5, 2
- * threads, one token over 28 layers' caches) without it: 130 positions 1.2-3.4x slower, 1,000 and
- * 3,500 positions 2x. */
+ * stream prefetchers stop at a 4 KiB page and barely start within one, so without the ask (and
+ * without stage_rows' copy) the transpose and pairing took the misses a few lines at a time.
+ * attention_bench decode (Zen 5, 2 threads, one token over 28 layers' caches) without either: 130
+ * positions 1.2-3.4x slower, 1,000 and 3,500 positions 2x. The copy alone did within 5 % of both
+ * at 1,000 and 3,500 positions, but the short contexts, which are not staged, need the ask. */
 static void prefetch_rows(const tile_rows *rows, int n, size_t row_bytes) {
     for (int j = 0; j < n; j++)
         for (size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch((const char *)rows->f32[j] + at, 0, 3);
