@@ -261,6 +261,10 @@ static void test_completion_errors(void) {
     expect_error(C, "{\"prompt\":\"I am in the house\",\"max_tokens\":60}", 400, "max_tokens",
                  "'max_tokens' or 'max_completion_tokens' is too large: 60. This model's maximum context length is 64 "
                  "tokens and your request has 5 input tokens (60 > 64 - 5).");
+    /* the largest int64: the check must not overflow adding the prompt (fuzz_request found it) */
+    expect_error(C, "{\"prompt\":\"I am in the house\",\"max_tokens\":9223372036854775807}", 400, "max_tokens",
+                 "is too large: 9223372036854775807. This model's maximum context length is 64 tokens and your request "
+                 "has 5 input tokens (9223372036854775807 > 64 - 5).");
     expect_error(C, "{\"prompt\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,"
                     "33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64]}",
                  400, "prompt", "This model's maximum context length is 64 tokens. However, your request has 64 input tokens.");

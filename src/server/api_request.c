@@ -1669,7 +1669,7 @@ static int check_prompt(const cv_api_request *req, cv_api_prompt *p, const cv_ap
                            (long long)L, (long long)P);
     if (M == -1) {
         M = L - P;
-    } else if (P + M > L) {
+    } else if (M > L - P) { /* not P + M > L: max_tokens may be as large as int64 goes (0 < P < L here) */
         return cv_api_fail(err, 400, "max_tokens",
                            "'max_tokens' or 'max_completion_tokens' is too large: %lld. This model's maximum context "
                            "length is %lld tokens and your request has %lld input tokens (%lld > %lld - %lld).",
