@@ -538,16 +538,18 @@ static void mf_poison_slot(mf_fixture *fx, int32_t slot) {
  * read what an earlier call wrote there. */
 static void mf_poison_kv(mf_fixture *fx, const mf_sequence *s, int32_t from, int32_t to) {
     const cv_kv_spec *spec = &fx->model->kv_spec;
-    const size_t esize = cv_dtype_size(fx->cache.kv.dtype), bytes = (size_t)spec->head_dim * esize;
+    const cv_dtype dt = fx->cache.kv.dtype;
+    const size_t esize = cv_dtype_size(dt);
     for (int32_t p = from; p < to && p < s->n_blocks * MF_BLOCK_SIZE; p++) {
         int64_t slot = (int64_t)s->block_table[p / MF_BLOCK_SIZE] * MF_BLOCK_SIZE + p % MF_BLOCK_SIZE;
-        for (int g = 0; g < spec->num_kv_heads; g++) {
-            const size_t at = (size_t)cv_kv_row(slot, g, spec->num_kv_heads, spec->head_dim, MF_BLOCK_SIZE) * esize;
-            for (int l = 0; l < spec->num_layers; l++) {
-                memset((char *)fx->cache.kv.k[l] + at, 0xff, bytes); /* NaN, f32 or bf16 */
-                memset((char *)fx->cache.kv.v[l] + at, 0xff, bytes);
-            }
-        }
+        for (int g = 0; g < spec->num_kv_heads; g++)
+            for (int d = 0; d < spec->head_dim; d++)
+                for (int value = 0; value < 2; value++) {
+                    const size_t at = (size_t)cv_kv_index(dt, value, slot, g, d, spec->num_kv_heads, spec->head_dim,
+                                                          MF_BLOCK_SIZE) * esize;
+                    for (int l = 0; l < spec->num_layers; l++)
+                        memset((char *)(value ? fx->cache.kv.v[l] : fx->cache.kv.k[l]) + at, 0xff, esize); /* NaN */
+                }
     }
 }
 

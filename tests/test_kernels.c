@@ -20,6 +20,7 @@
 #include "check.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/formats.h"
+#include "kernels/cpu/kv_layout.h"
 #include "kernels/kernels.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -1558,8 +1559,10 @@ static void test_rope(void) {
 
 enum { NH = 4, NKV = 2, HD = 19, BS = 5, NBLOCKS = 40 };
 
-/* Element i of a cache of a->kv_dtype, widened. */
-static double cache_at(const cv_attention_args *a, const void *cache, int64_t i) {
+/* Element e of KV head g's K or V (value) at slot in a's cache, widened. */
+static double cache_at(const cv_attention_args *a, bool value, int64_t slot, int g, int e) {
+    const void *cache = value ? a->v_cache : a->k_cache;
+    const int64_t i = cv_kv_index(a->kv_dtype, value, slot, g, e, a->n_kv_heads, a->head_dim, a->block_size);
     return a->kv_dtype == CV_DTYPE_BF16 ? cv_bf16_to_f32(((const uint16_t *)cache)[i]) : ((const float *)cache)[i];
 }
 
@@ -1575,8 +1578,7 @@ static void ref_attention(const cv_attention_args *a, int32_t t, int32_t s, doub
         for (int j = 0; j < n_ctx; j++) {
             int64_t slot = (int64_t)a->block_tables[s][j / bs] * bs + j % bs;
             double d = 0;
-            const int64_t row = cv_kv_row(slot, g, a->n_kv_heads, hd, bs);
-            for (int e = 0; e < hd; e++) d += (double)q[e] * cache_at(a, a->k_cache, row + e);
+            for (int e = 0; e < hd; e++) d += (double)q[e] * cache_at(a, false, slot, g, e);
             score[j] = d * a->scale;
             mx = fmax(mx, score[j]);
         }
@@ -1585,7 +1587,7 @@ static void ref_attention(const cv_attention_args *a, int32_t t, int32_t s, doub
             double o = 0;
             for (int j = 0; j < n_ctx; j++) {
                 int64_t slot = (int64_t)a->block_tables[s][j / bs] * bs + j % bs;
-                o += score[j] / sum * cache_at(a, a->v_cache, cv_kv_row(slot, g, a->n_kv_heads, hd, bs) + e);
+                o += score[j] / sum * cache_at(a, true, slot, g, e);
             }
             out[h * hd + e] = o;
         }
@@ -1692,7 +1694,14 @@ static void test_attention_bf16_cache(cv_threadpool *pool) {
         for (int64_t i = 0; i < rows; i++) q[i] *= 3.0f; /* peaky softmax */
         uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
         cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, nkv, hd, ATT_BS);
-        for (int64_t i = 0; i < cache; i++) k[i] = cv_bf16_to_f32(kb[i]), v[i] = cv_bf16_to_f32(vb[i]);
+        for (int64_t slot = 0; slot < ATT_SLOTS; slot++) /* the f32 cache of the same values, in its own layout */
+            for (int g = 0; g < nkv; g++)
+                for (int d = 0; d < hd; d++) {
+                    k[cv_kv_index(CV_DTYPE_F32, false, slot, g, d, nkv, hd, ATT_BS)] =
+                        cv_bf16_to_f32(kb[cv_kv_index(CV_DTYPE_BF16, false, slot, g, d, nkv, hd, ATT_BS)]);
+                    v[cv_kv_index(CV_DTYPE_F32, true, slot, g, d, nkv, hd, ATT_BS)] =
+                        cv_bf16_to_f32(vb[cv_kv_index(CV_DTYPE_BF16, true, slot, g, d, nkv, hd, ATT_BS)]);
+                }
         float *out_f = rand_vec(rows), *out_b = rand_vec(rows), *out_split = rand_vec(rows);
         cv_attention_args a = attention_batch_args(&batch, nh, nkv, hd, q);
         a.kv_dtype = CV_DTYPE_F32, a.k_cache = k, a.v_cache = v, a.out = out_f;
@@ -1810,8 +1819,8 @@ static void test_attention_bf16_dot(cv_threadpool *pool) {
 }
 
 /* Element e of token row `slot`'s K or V (heads one after another) in a cache of the kernels.h layout. */
-static int64_t kv_at(int64_t slot, int e, int n_kv_heads, int head_dim, int block_size) {
-    return cv_kv_row(slot, e / head_dim, n_kv_heads, head_dim, block_size) + e % head_dim;
+static int64_t kv_at(cv_dtype dtype, bool value, int64_t slot, int e, int n_kv_heads, int head_dim, int block_size) {
+    return cv_kv_index(dtype, value, slot, e / head_dim, e % head_dim, n_kv_heads, head_dim, block_size);
 }
 
 /* Rows land head by head in their blocks: 2 heads of 3 in 4-slot blocks, slots in two blocks. */
@@ -1824,13 +1833,14 @@ static void test_kv_write(void) {
     int bad = 0;
     for (int t = 0; t < 3; t++)
         for (int e = 0; e < WIDTH; e++) {
-            const int64_t at = kv_at(slots[t], e, NKV_W, HD_W, BS_W);
+            const int64_t at = kv_at(CV_DTYPE_F32, false, slots[t], e, NKV_W, HD_W, BS_W);
             bad += kc[at] != k[t * WIDTH + e] || vc[at] != v[t * WIDTH + e];
+            bad += at != kv_at(CV_DTYPE_F32, true, slots[t], e, NKV_W, HD_W, BS_W); /* f32: K and V alike */
         }
     CHECK_EQ_INT(bad, 0);
-    CHECK_EQ_INT((int)kv_at(7, 4, NKV_W, HD_W, BS_W), (1 * NKV_W + 1) * BS_W * HD_W + 3 * HD_W + 1); /* head 1, row 3 of block 1 */
+    CHECK_EQ_INT((int)kv_at(CV_DTYPE_F32, false, 7, 4, NKV_W, HD_W, BS_W), (1 * NKV_W + 1) * BS_W * HD_W + 3 * HD_W + 1); /* head 1, row 3 of block 1 */
     for (int e = 0; e < WIDTH; e++) /* untouched slots stay */
-        for (int64_t slot = 0; slot < 8; slot += 6) bad += kc[kv_at(slot, e, NKV_W, HD_W, BS_W)] != 0.0f;
+        for (int64_t slot = 0; slot < 8; slot += 6) bad += kc[kv_at(CV_DTYPE_F32, false, slot, e, NKV_W, HD_W, BS_W)] != 0.0f;
     CHECK_EQ_INT(bad, 0);
 }
 
@@ -1848,17 +1858,112 @@ static void test_kv_write_bf16(void) {
     cv_kv_write(NULL, kc, vc, CV_DTYPE_BF16, k, v, slots, 2, NKV_W, HD_W, BS_W);
     int bad = 0;
     for (int i = 0; i < W; i++) {
-        const int64_t at3 = kv_at(3, i, NKV_W, HD_W, BS_W), at0 = kv_at(0, i, NKV_W, HD_W, BS_W);
-        const float got[4] = {cv_bf16_to_f32(kc[at3]), cv_bf16_to_f32(vc[at0]), -cv_bf16_to_f32(kc[at0]),
-                              -cv_bf16_to_f32(vc[at3])};
+#define AT(value, slot) kv_at(CV_DTYPE_BF16, value, slot, i, NKV_W, HD_W, BS_W)
+        const float got[4] = {cv_bf16_to_f32(kc[AT(false, 3)]), cv_bf16_to_f32(vc[AT(true, 0)]),
+                              -cv_bf16_to_f32(kc[AT(false, 0)]), -cv_bf16_to_f32(vc[AT(true, 3)])};
         for (int j = 0; j < 4; j++)
             bad += isnan(want[i]) ? !isnan(got[j]) : got[j] != want[i] || signbit(got[j]) != signbit(want[i]);
     }
     CHECK_MSG(bad == 0, "%d bf16 KV values not rounded to nearest even", bad);
     for (int i = 0; i < W; i++) /* untouched slots stay */
         for (int64_t slot = 1; slot <= 2; slot++)
-            bad += kc[kv_at(slot, i, NKV_W, HD_W, BS_W)] != 0 || vc[kv_at(slot, i, NKV_W, HD_W, BS_W)] != 0;
+            bad += kc[AT(false, slot)] != 0 || vc[AT(true, slot)] != 0;
+#undef AT
     CHECK_EQ_INT(bad, 0);
+}
+
+/* The bf16 layout is the pairs kernels.h describes: K words of two adjacent elements of a row, a
+ * block's pair rows block_size words apart; V words of two adjacent rows; an odd head_dim's last K
+ * element and an odd block's last V row plain after the words. Every slot written, each element of
+ * the cache is written once (the layout is a bijection), for even and odd shapes. */
+static void test_kv_layout_bf16(void) {
+    static const int shapes[][3] = {{2, 4, 4}, {2, 3, 3}, {1, 5, 1}, {3, 2, 7}}; /* KV heads, head_dim, block_size */
+    for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
+        const int nkv = shapes[sh][0], hd = shapes[sh][1], bs = shapes[sh][2], width = nkv * hd, slots = 3 * bs;
+        float *k = cv_xmalloc((size_t)slots * width * sizeof *k), *v = cv_xmalloc((size_t)slots * width * sizeof *v);
+        int64_t *all = cv_xmalloc((size_t)slots * sizeof *all);
+        for (int i = 0; i < slots * width; i++) k[i] = (float)(i + 1), v[i] = (float)-(i + 1); /* exact in bf16 */
+        for (int i = 0; i < slots; i++) all[i] = (i * 5 + 1) % slots; /* a permutation: 5 is prime to 3·bs here */
+        uint16_t *kc = cv_xmalloc((size_t)slots * width * sizeof *kc), *vc = cv_xmalloc((size_t)slots * width * sizeof *vc);
+        int *hits = calloc((size_t)slots * width * 2, sizeof *hits);
+        cv_kv_write(NULL, kc, vc, CV_DTYPE_BF16, k, v, all, slots, nkv, hd, bs);
+        int bad = 0;
+        for (int t = 0; t < slots; t++)
+            for (int e = 0; e < width; e++) {
+                const int64_t ak = kv_at(CV_DTYPE_BF16, false, all[t], e, nkv, hd, bs);
+                const int64_t av = kv_at(CV_DTYPE_BF16, true, all[t], e, nkv, hd, bs);
+                bad += cv_bf16_to_f32(kc[ak]) != k[t * width + e] || cv_bf16_to_f32(vc[av]) != v[t * width + e];
+                hits[ak]++, hits[slots * width + av]++;
+            }
+        for (int i = 0; i < 2 * slots * width; i++) bad += hits[i] != 1;
+        CHECK_MSG(bad == 0, "bf16 KV layout %d heads × %d in %d-slot blocks: %d wrong", nkv, hd, bs, bad);
+        free(k), free(v), free(all), free(kc), free(vc), free(hits);
+    }
+    /* where: head 1 of 2, head_dim 3, 3-slot blocks, slot 4 (block 1, row 1): region (1·2 + 1)·9 = 27 */
+    CHECK_EQ_INT((int)cv_kv_index(CV_DTYPE_BF16, false, 4, 1, 1, 2, 3, 3), 27 + (0 * 3 + 1) * 2 + 1); /* pair 0, high */
+    CHECK_EQ_INT((int)cv_kv_index(CV_DTYPE_BF16, false, 4, 1, 2, 2, 3, 3), 27 + 2 * 3 + 1);           /* plain last */
+    CHECK_EQ_INT((int)cv_kv_index(CV_DTYPE_BF16, true, 4, 1, 2, 2, 3, 3), 27 + (0 * 3 + 2) * 2 + 1);  /* rows 0|1 */
+    CHECK_EQ_INT((int)cv_kv_index(CV_DTYPE_BF16, true, 5, 1, 2, 2, 3, 3), 27 + 2 * 3 + 2);            /* plain row 2 */
+}
+
+/* The gathers put each word where kv_layout.h says, for the lane-wise tiles (W = 64 positions, W =
+ * head_dim elements) and AMX's column tiles (W = 16; several tiles per call), from blocks scattered
+ * over the cache, for even and odd head_dim and block sizes (pairs across blocks, an odd block's
+ * plain last row, an odd head_dim's plain last element, a zero past an odd n); and write nothing else. */
+static void test_kv_gather(void) {
+    static const int shapes[][3] = {{2, 128, 16}, {1, 32, 7}, {2, 19, 5}, {1, 6, 1}, {3, 8, 2}}; /* KV heads, head_dim, block_size */
+    static const int spans[][2] = {{0, 1}, {0, 16}, {2, 37}, {64, 64}, {6, 128}}; /* j0, n */
+    enum { SENTINEL = 0x5a5a5a5a };
+    for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
+        const int nkv = shapes[sh][0], hd = shapes[sh][1], bs = shapes[sh][2], width = nkv * hd;
+        const int blocks = (134 + bs - 1) / bs + 3, slots = blocks * bs, pairs = (hd + 1) / 2;
+        float *k = rand_vec((int64_t)slots * width), *v = rand_vec((int64_t)slots * width);
+        int64_t *all = cv_xmalloc((size_t)slots * sizeof *all);
+        int32_t *table = cv_xmalloc((size_t)blocks * sizeof *table);
+        for (int i = 0; i < slots; i++) all[i] = i;
+        for (int b = 0; b < blocks; b++) table[b] = (b * 11 + 3) % blocks; /* a permutation: no count here is a multiple of 11 */
+        uint16_t *kc = cv_xmalloc((size_t)slots * width * 2), *vc = cv_xmalloc((size_t)slots * width * 2);
+        cv_kv_write(NULL, kc, vc, CV_DTYPE_BF16, k, v, all, slots, nkv, hd, bs);
+        int bad = 0;
+        for (int g = 0; g < nkv; g++)
+            for (size_t sp = 0; sp < CV_ARRAY_LEN(spans); sp++)
+                for (int W = 16; W <= 64; W *= 4) {
+                    const int32_t j0 = spans[sp][0];
+                    const int n = spans[sp][1], rows = (n + 1) / 2 + 1, wv = W == 64 ? hd : W;
+                    const int64_t kwords = (int64_t)(n + W - 1) / W * pairs * W, vwords = (int64_t)(hd + wv - 1) / wv * rows * wv;
+                    uint32_t *kd = cv_xmalloc((size_t)kwords * 4), *vd = cv_xmalloc((size_t)vwords * 4);
+                    int *kwant = calloc((size_t)kwords, sizeof *kwant), *vwant = calloc((size_t)vwords, sizeof *vwant);
+                    for (int64_t i = 0; i < kwords; i++) kd[i] = SENTINEL;
+                    for (int64_t i = 0; i < vwords; i++) vd[i] = SENTINEL;
+                    const cv_kv_head kh = {kc, table, g, nkv, hd, bs}, vh = {vc, table, g, nkv, hd, bs};
+                    cv_kv_gather_k(&kh, j0, n, kd, W);
+                    cv_kv_gather_v(&vh, j0, n, vd, wv, rows);
+#define SLOT(pos) ((int64_t)table[(pos) / bs] * bs + (pos) % bs)
+#define ELEM(c, value, pos, d) (c)[cv_kv_index(CV_DTYPE_BF16, value, SLOT(pos), g, d, nkv, hd, bs)]
+                    for (int j = 0; j < n; j++)
+                        for (int p = 0; p < pairs; p++) {
+                            const int64_t at = (int64_t)(j / W) * pairs * W + (int64_t)p * W + j % W;
+                            const uint32_t hi = 2 * p + 1 < hd ? ELEM(kc, false, j0 + j, 2 * p + 1) : 0;
+                            bad += kd[at] != ((uint32_t)ELEM(kc, false, j0 + j, 2 * p) | hi << 16);
+                            kwant[at] = 1;
+                        }
+                    for (int q = 0; 2 * q < n; q++)
+                        for (int d = 0; d < hd; d++) {
+                            const int64_t at = (int64_t)(d / wv) * rows * wv + (int64_t)q * wv + d % wv;
+                            const uint32_t hi = 2 * q + 1 < n ? ELEM(vc, true, j0 + 2 * q + 1, d) : 0;
+                            bad += vd[at] != ((uint32_t)ELEM(vc, true, j0 + 2 * q, d) | hi << 16);
+                            vwant[at] = 1;
+                        }
+#undef ELEM
+#undef SLOT
+                    for (int64_t i = 0; i < kwords; i++) bad += !kwant[i] && kd[i] != SENTINEL;
+                    for (int64_t i = 0; i < vwords; i++) bad += !vwant[i] && vd[i] != SENTINEL;
+                    free(kd), free(vd), free(kwant), free(vwant);
+                }
+        CHECK_MSG(bad == 0, "KV gather %d heads × %d in %d-slot blocks (%s): %d words wrong", nkv, hd, bs,
+                  cv_isa_name(cv_isa_active()), bad);
+        free(k), free(v), free(all), free(table), free(kc), free(vc);
+    }
 }
 
 /* ---- ISA selection -------------------------------------------------------------------------- */
@@ -1923,6 +2028,8 @@ int main(void) {
         test_rope();
         test_kv_write();
         test_kv_write_bf16();
+        test_kv_layout_bf16();
+        test_kv_gather();
     }
     test_i8_paths_agree(pools[1]);
     test_bf16_compute(pools, CV_ARRAY_LEN(pools));

@@ -276,15 +276,21 @@ void cv_rmsnorm_rope_bf16(cv_threadpool *pool, const cv_rope *r, uint16_t *dst, 
 /* ---- attention over a paged KV cache ---------------------------------------------------------- */
 
 /*
- * Cache layout: slot = block_id·block_size + offset; a block holds, KV head after KV head, that
- * head's block_size rows of head_dim elements (cv_kv_row), of kv_dtype: f32, or bf16 (what
- * cv_kv_write rounds to). One head's rows of a block are contiguous (4 KiB for a bf16 head_dim of
- * 128 in 16-slot blocks), so a decode token's attention reads a few 4 KiB runs a head where a
- * slot-major layout gave it one 256-byte run out of every slot (attention_bench decode at 3,500
- * positions ~1.1x faster); vLLM's CPU and paged-attention caches are head-major within a block
- * too. Token t (of sequence s, at position
- * positions[t]) attends causally over positions [0, positions[t]] of s, read through
- * block_tables[s]; its own K/V must already be in the cache. Query head h uses KV head
+ * Cache layout: slot = block_id·block_size + offset; a block holds, KV head after KV head, a region
+ * of block_size·head_dim elements of kv_dtype: f32, or bf16 (what cv_kv_write rounds to), in which
+ * cv_kv_index places each element. An f32 region is that head's block_size rows one after another.
+ * A bf16 region is laid out in the pairs the bf16 dot products multiply (vdpbf16ps and AMX take two
+ * bf16 in each 32-bit word), so that attention copies a block's words where it used to transpose
+ * and pair its rows for every query block: K as [head_dim/2][block_size] words, word (p, i) holding
+ * elements 2p and 2p+1 of row i (Q·Kᵀ pairs over head_dim; 16 positions' words of one pair are one
+ * vector), and V as [block_size/2][head_dim] words, word (q, d) holding element d of rows 2q and
+ * 2q+1 (P·V pairs over positions); an odd head_dim's last K element and an odd block_size's last V
+ * row are a plain bf16 row after the words. vLLM's paged-attention K cache groups head_size by x
+ * elements inside the block the same way. A decode token reads one contiguous run per block and
+ * head for K and one for V (4 KiB each for a bf16 head_dim of 128 in 16-slot blocks).
+ *
+ * Token t (of sequence s, at position positions[t]) attends causally over positions
+ * [0, positions[t]] of s, read through block_tables[s]; its own K/V must already be in the cache. Query head h uses KV head
  * h / (n_heads / n_kv_heads). A bf16 cache is widened as it is read and everything else is the f32
  * computation: the output is bit for bit that of an f32 cache holding the same (bf16) values.
  * With bf16_dot (bf16 compute, a bf16 cache, and cv_linear_bf16_input()) the two tile products run
@@ -315,9 +321,22 @@ typedef struct cv_attention_args {
 
 void cv_attention(cv_threadpool *pool, const cv_attention_args *a);
 
-/* The first element of KV head g's row at `slot` in a cache of the layout above. */
-static inline int64_t cv_kv_row(int64_t slot, int g, int n_kv_heads, int head_dim, int block_size) {
-    return ((slot / block_size * n_kv_heads + g) * block_size + slot % block_size) * head_dim;
+/* The widest head attention and cv_kv_write take. */
+enum { CV_MAX_HEAD_DIM = 1024 };
+
+/* Where element d of KV head g's K (value false) or V (value true) at `slot` sits in a cache of
+ * `dtype` laid out as above. */
+static inline int64_t cv_kv_index(cv_dtype dtype, bool value, int64_t slot, int g, int d, int n_kv_heads, int head_dim,
+                                  int block_size) {
+    const int64_t region = (slot / block_size * n_kv_heads + g) * block_size * head_dim;
+    const int i = (int)(slot % block_size);
+    if (dtype != CV_DTYPE_BF16) return region + (int64_t)i * head_dim + d;
+    if (!value) {
+        const int paired = head_dim & ~1;
+        return region + (d < paired ? ((int64_t)(d / 2) * block_size + i) * 2 + d % 2 : (int64_t)paired * block_size + i);
+    }
+    const int paired = block_size & ~1;
+    return region + (i < paired ? ((int64_t)(i / 2) * head_dim + d) * 2 + i % 2 : (int64_t)paired * head_dim + d);
 }
 
 /* Stores k and v rows [n][n_kv_heads·head_dim] into the cache slots slot_mapping[0..n) of a cache

@@ -16,24 +16,25 @@
  * sits in, so a sequence gets bit-identical results alone, chunked, or batched with others — the
  * engine's batch-invariance contract.
  *
- * A bf16 KV cache (half the bytes a token, so half the traffic of decode attention) changes only
- * where the rows come from: K rows are widened while they are transposed into the f32 tile and V
- * rows inside the P·V tile product (the cpu_ops.h _bf16 variants), widening being exact. Scores,
- * softmax and accumulation are the same f32 code in the same order, so attention over a bf16 cache
- * is bit for bit attention over an f32 cache holding the same rounded values.
+ * A bf16 KV cache (half the bytes a token, so half the traffic of decode attention) is stored in
+ * the pairs of bf16 that the dot products below multiply (kernels.h): K as words of two adjacent
+ * head_dim elements, V as words of two adjacent positions, one block and KV head a contiguous run of
+ * each. A tile's words are copied out of the cache block by block (kv_layout.c: row copies,
+ * not transposes), and the f32 tile products widen them first (widen_pairs), widening being exact:
+ * scores, softmax and accumulation are the same f32 code in the same order, so attention over a
+ * bf16 cache is bit for bit attention over an f32 cache holding the same rounded values.
  *
  * In bf16 compute with a bf16 cache, on a CPU whose bf16 dot product beats f32 FMA (bf16_dot), the
- * two tile products run on bf16 pairs instead (cpu_ops.h gemm_rows_dot, twice the multiply-adds per
- * instruction): the scaled query rows are rounded to bf16 once per block, the K tile is transposed
- * as 32-bit words — a pair of adjacent head_dim elements stays together, which is what Q·Kᵀ pairs
- * over — and for P·V the softmax numerators of each row are rounded to bf16 and paired over
- * adjacent positions, against V rows interleaved in the same position pairs. The running max and
- * sum, the rescaling and the final division stay f32 and unchanged; still one accumulation chain
- * per element whatever the block, so batch invariance holds in this mode too. Where the CPU has AMX
- * (and head_dim is a multiple of 32), the same two products are AMX tile products (amx/pairs.c) on
- * the same pairs laid out as tiles, with zero pairs padding k to whole steps of 16 pairs, and the
- * loops are ordered for them (attend_amx); a decode token takes that path too, so it keeps the
- * prefill's bits.
+ * two tile products run on those pairs instead (cpu_ops.h gemm_rows_dot, twice the multiply-adds per
+ * instruction): the scaled query rows are rounded to bf16 once per block, Q·Kᵀ pairs over head_dim
+ * against the K tile's words as copied, and for P·V the softmax numerators of each row are rounded
+ * to bf16 and paired over adjacent positions, against the V tile's words as copied (an odd last
+ * position paired with zero). The running max and sum, the rescaling and the final division stay
+ * f32 and unchanged; still one accumulation chain per element whatever the block, so batch
+ * invariance holds in this mode too. Where the CPU has AMX (and head_dim is a multiple of 32), the
+ * same two products are AMX tile products (amx/pairs.c) on the same words copied into tiles of 16
+ * columns, with zero pairs padding k to whole steps of 16 pairs, and the loops are ordered for them
+ * (attend_amx); a decode token takes that path too, so it keeps the prefill's bits.
  *
  * An online softmax (running max m, running sum l, output rescaled when m grows) keeps memory per
  * unit constant in the context length; with the whole context in one tile (≤ 64) it is the
@@ -54,12 +55,14 @@
 #include "kernels/cpu/amx/amx.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/formats.h"
+#include "kernels/cpu/kv_layout.h"
 #include "kernels/kernels.h"
 
 /* Context positions per tile and query rows per unit: 64 × 64 on the lane-wise paths (a K tile
  * transposed to f32 is 32 KiB, in L1); 128 × 256 on AMX, where the tile products are cheap and
- * what costs is per tile (softmax bookkeeping) and per block (every block transposes and pairs each
- * K/V tile of its context again): the larger shapes ran the 3,500-token prefill 1.2× faster (bench
+ * what costs is per tile (softmax bookkeeping) and per block (every block copies each K/V tile of
+ * its context again; it transposed and paired them when this was measured): the larger shapes ran
+ * the 3,500-token prefill 1.2× faster (bench
  * latency, Qwen3-0.6B shape, 2 threads, AMX Xeon). On AMX a unit's rows go through a chunk of its
  * context 32 rows at a time (two row tiles), see attend_amx. */
 enum {
@@ -70,17 +73,16 @@ enum {
     AMX_SUB_ROWS = 32,
     AMX_CHUNK = 4 * AMX_CONTEXT_TILE,
     MAX_CONTEXT_TILE = 128,
-    STAGE_BYTES = 32768 /* a tile's K (or V) rows copied together: 64 × 256 bf16 or 128 × 128 (stage_rows) */
+    STAGE_BYTES = 32768 /* an f32 cache's tile of K (or V) rows copied together: 64 × 128 (fetch_rows) */
 };
 
 typedef struct attention_job {
     const cv_attention_args *a;
     const cv_cpu_ops *ops;
     int group, block_tokens;
-    bool bf16;           /* the cache holds bf16 */
+    bool bf16;           /* the cache holds bf16 (in pairs) */
     bool amx;            /* bf16_dot's products as AMX tile products */
     int ctx_tile;        /* context positions per tile */
-    size_t row_bytes;    /* of one head's K or V row in the cache */
     int32_t *unit_start; /* [n_seqs+1]: first unit of sequence s (in KV-head-major blocks) */
 } attention_job;
 
@@ -88,51 +90,55 @@ typedef struct head_state {
     float max, sum;
 } head_state;
 
-/* The K or V rows of one context tile, in the cache's element type. */
-typedef union tile_rows {
-    const float *f32[MAX_CONTEXT_TILE];
-    const uint16_t *bf16[MAX_CONTEXT_TILE];
-} tile_rows;
+/* ---- an f32 cache: rows ------------------------------------------------------------------------ */
 
 /* Rows of KV head g at positions [j0, j0 + n) of the sequence whose block table is `table`: a
- * block's rows of one head lie one after another (cv_kv_row). */
-static void cache_rows(const attention_job *job, const void *cache, const int32_t *table, int32_t j0, int n, int g,
-                       tile_rows *out) {
+ * block's rows of one head lie one after another (cv_kv_index). */
+static void cache_rows(const attention_job *job, const int32_t *table, const float *cache, int32_t j0, int n, int g,
+                       const float **out) {
     const cv_attention_args *a = job->a;
     const int32_t bs = a->block_size;
     for (int j = 0; j < n;) {
         const int32_t pos = j0 + j, off = pos % bs, run = bs - off < n - j ? bs - off : n - j;
-        const int64_t at = cv_kv_row((int64_t)table[pos / bs] * bs + off, g, a->n_kv_heads, a->head_dim, bs);
-        for (int32_t i = 0; i < run; i++, j++) {
-            if (job->bf16) out->bf16[j] = (const uint16_t *)cache + at + (int64_t)i * a->head_dim;
-            else out->f32[j] = (const float *)cache + at + (int64_t)i * a->head_dim;
-        }
+        const float *at = cache + cv_kv_index(CV_DTYPE_F32, false, (int64_t)table[pos / bs] * bs + off, g, 0,
+                                              a->n_kv_heads, a->head_dim, bs);
+        for (int32_t i = 0; i < run; i++, j++) out[j] = at + (int64_t)i * a->head_dim;
     }
 }
 
-/* Asks for every line of a tile's n rows up front. One head's rows of a tile are 64 rows of 256
- * bytes (Qwen3's head_dim in bf16) in four blocks, a 4 KiB run in each (cv_kv_row); the hardware's
- * stream prefetchers stop at a 4 KiB page and barely start within one, so without the ask (and
- * without stage_rows' copy) the transpose and pairing took the misses a few lines at a time.
- * attention_bench decode (Zen 5, 2 threads, one token over 28 layers' caches) without either: 130
- * positions 1.2-3.4x slower, 1,000 and 3,500 positions 2x. The copy alone did within 5 % of both
- * at 1,000 and 3,500 positions, but the short contexts, which are not staged, need the ask. */
-static void prefetch_rows(const tile_rows *rows, int n, size_t row_bytes) {
-    for (int j = 0; j < n; j++)
-        for (size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch((const char *)rows->f32[j] + at, 0, 3);
+/* Asks for every line of a tile's n rows up front, and copies them into `stage` (STAGE_BYTES,
+ * pointing `rows` at the copy) where they fit and `staged`. One head's rows of a tile are 64 rows in
+ * 16-slot blocks, a run in each; the hardware's stream prefetchers stop at a 4 KiB page and barely
+ * start within one, so without the ask the transpose took the misses a few lines at a time; the
+ * copy's plain loads wait out the misses faster than the transpose's scattered ones, which then
+ * read L1. attention_bench decode (Zen 5, 2 threads, bf16 rows, before the bf16 cache was stored
+ * in pairs): without either, 130 positions 1.2-3.4x slower, 1,000 and 3,500 positions 2x; without
+ * the copy 1,000 and 3,500 positions 1.35-1.5x slower, while at 130 positions the copy cost more
+ * than it saved (1.3x), so attend_lanes stages only contexts longer than 4 tiles. The bytes are
+ * unchanged, so are the results. */
+static void fetch_rows(const float **rows, int n, size_t row_bytes, char *stage, bool staged) {
+    for (int j = 0; j < n; j++) cv_prefetch_bytes(rows[j], row_bytes);
+    if (!staged || (size_t)n * row_bytes > STAGE_BYTES) return; /* heads wider than 128: prefetched only */
+    for (int j = 0; j < n; j++) {
+        memcpy(stage + (size_t)j * row_bytes, rows[j], row_bytes);
+        rows[j] = (const float *)(stage + (size_t)j * row_bytes);
+    }
 }
 
-/* Copies a tile's n prefetched rows into `stage` (STAGE_BYTES) and points `rows` at the copy, where
- * they fit. The copy's plain loads wait out the misses faster than the transpose's and pairing's
- * scattered ones, which then read L1: without it (prefetch only) 1,000 and 3,500 positions ran
- * 1.35-1.5x slower; at 130 positions the copy cost more than it saved (1.3x slower), so
- * attend_lanes stages only contexts longer than 4 tiles. The bytes are unchanged, so are the
- * results. */
-static void stage_rows(tile_rows *rows, int n, size_t row_bytes, char *stage) {
-    if ((size_t)n * row_bytes > STAGE_BYTES) return; /* heads wider than 256 bf16 (f32: 128): prefetched only */
-    for (int j = 0; j < n; j++) {
-        memcpy(stage + (size_t)j * row_bytes, rows->f32[j], row_bytes);
-        rows->f32[j] = (const float *)(stage + (size_t)j * row_bytes);
+/* ---- a bf16 cache: words (kv_layout.h) ------------------------------------------------------- */
+
+static cv_kv_head kv_head(const attention_job *job, const void *cache, const int32_t *table, int g) {
+    const cv_attention_args *a = job->a;
+    return (cv_kv_head){.cache = cache, .table = table, .g = g, .n_kv_heads = a->n_kv_heads,
+                        .head_dim = a->head_dim, .block_size = a->block_size};
+}
+
+/* lo[i] and hi[i] (hi may be NULL) the bf16 halves of w[i], widened: exact. */
+static void widen_pairs(float *lo, float *hi, const uint32_t *w, int n) {
+    for (int i = 0; i < n; i++) {
+        const uint32_t l = w[i] << 16, h = w[i] & 0xffff0000u;
+        memcpy(lo + i, &l, sizeof l);
+        if (hi) memcpy(hi + i, &h, sizeof h);
     }
 }
 
@@ -142,13 +148,17 @@ static void stage_rows(tile_rows *rows, int n, size_t row_bytes, char *stage) {
 typedef struct block_scratch {
     float *q;      /* [rows][hd], pre-scaled; bf16_dot: one row, rounded into qp */
     float *o;      /* [rows][hd] */
-    float *kt;     /* [hd][CT]; bf16_dot: [hd/2][CT] pairs; AMX: one such tile per CT positions of a chunk */
+    float *kt;     /* [hd][CT]; bf16_dot: [hd/2][CT] K words; AMX: one such tile per 16 positions of a chunk */
     float *s;      /* [rows][CT]; AMX: [AMX_SUB_ROWS][CT] */
     head_state *st;
-    /* bf16_dot only: the scaled query [rows][hd/2], the numerators [rows][CT/2] (AMX: 32 rows) and
-     * the V tile [CT/2][hd] (AMX: one per tile of a chunk) as bf16 pairs */
-    uint32_t *qp, *pp, *vp;
-    char *ks, *vs; /* STAGE_BYTES each: a tile's K and V rows, staged (stage_rows; lane-wise path) */
+    /* bf16_dot only: the scaled query [rows][hd/2] and the numerators [rows][CT/2] (AMX: 32 rows) as
+     * bf16 pairs */
+    uint32_t *qp, *pp;
+    uint32_t *vp;  /* a bf16 cache: the V tile's words [CT/2][hd] (AMX: one per 16 elements and tile of a chunk) */
+    /* f32 products over a bf16 cache: the K tile's words [⌈hd/2⌉][CT] and the V tile widened [CT][hd] */
+    uint32_t *kw;
+    float *vf;
+    char *ks, *vs; /* an f32 cache: STAGE_BYTES each, a tile's K and V rows (fetch_rows) */
 } block_scratch;
 
 /* The rows r = token·group + head of the block [t0, t1) start: queries scaled (and on the bf16 dot
@@ -221,32 +231,43 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
     const int CT = job->ctx_tile;
     const int64_t q_pairs = cv_act_bf16_stride(hd) / 2;
     const int32_t n_ctx = a->positions[t1 - 1] + 1; /* positions ascend within a sequence */
-    const bool staged = n_ctx > 4 * CT; /* see stage_rows */
-    const float *kt_rows[1024];
-    const uint32_t *kt_pairs[512], *v_pairs[MAX_CONTEXT_TILE / 2];
-    tile_rows krow, vrow;
-    assert(hd <= 1024);
+    const bool staged = n_ctx > 4 * CT;             /* an f32 cache: see fetch_rows */
+    const float *kt_rows[CV_MAX_HEAD_DIM], *vrow[MAX_CONTEXT_TILE];
+    const uint32_t *kt_pairs[CV_MAX_HEAD_DIM / 2], *v_pairs[MAX_CONTEXT_TILE / 2];
+    const cv_kv_head kh = kv_head(job, a->k_cache, table, g), vh = kv_head(job, a->v_cache, table, g);
     for (int d = 0; d < hd; d++) kt_rows[d] = w->kt + (int64_t)d * CT;
-    for (int d = 0; d < hd / 2; d++) kt_pairs[d] = (const uint32_t *)w->kt + (int64_t)d * CT;
-    for (int p = 0; p < CT / 2; p++) v_pairs[p] = w->vp + (int64_t)p * hd;
+    if (dot) {
+        for (int d = 0; d < hd / 2; d++) kt_pairs[d] = (const uint32_t *)w->kt + (int64_t)d * CT;
+        for (int p = 0; p < CT / 2; p++) v_pairs[p] = w->vp + (int64_t)p * hd;
+    } else if (job->bf16) {
+        for (int j = 0; j < CT; j++) vrow[j] = w->vf + (int64_t)j * hd;
+    }
     for (int32_t j0 = 0; j0 < n_ctx; j0 += CT) {
         const int n = n_ctx - j0 < CT ? n_ctx - j0 : CT;
-        cache_rows(job, a->k_cache, table, j0, n, g, &krow);
-        cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
-        /* K's copy before V's ask: all 2n rows' asks at once measured slower */
-        prefetch_rows(&krow, n, job->row_bytes);
-        if (staged) stage_rows(&krow, n, job->row_bytes, w->ks);
-        prefetch_rows(&vrow, n, job->row_bytes);
-        if (staged) stage_rows(&vrow, n, job->row_bytes, w->vs);
-        if (dot) {
-            /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
-            ops->transpose_rows(w->kt, CT, (const float *const *)krow.bf16, n, hd / 2);
-            ops->gemm_rows_dot(w->s, CT, w->qp, q_pairs, kt_pairs, rows, n, hd / 2, false);
+        /* K's copy before V's ask: all of both asked at once measured slower */
+        if (!job->bf16) {
+            const float *krow[MAX_CONTEXT_TILE];
+            const size_t row_bytes = (size_t)hd * sizeof(float);
+            cache_rows(job, table, a->k_cache, j0, n, g, krow);
+            cache_rows(job, table, a->v_cache, j0, n, g, vrow);
+            fetch_rows(krow, n, row_bytes, w->ks, staged);
+            fetch_rows(vrow, n, row_bytes, w->vs, staged);
+            ops->transpose_rows(w->kt, CT, krow, n, hd);
+        } else if (dot) {
+            cv_kv_gather_k(&kh, j0, n, (uint32_t *)w->kt, CT);
+            cv_kv_gather_v(&vh, j0, n, w->vp, hd, CT / 2);
         } else {
-            if (job->bf16) ops->transpose_rows_bf16(w->kt, CT, krow.bf16, n, hd);
-            else ops->transpose_rows(w->kt, CT, krow.f32, n, hd);
-            ops->gemm_rows(w->s, CT, w->q, hd, kt_rows, rows, n, hd, false);
+            cv_kv_gather_k(&kh, j0, n, w->kw, CT);
+            cv_kv_gather_v(&vh, j0, n, w->vp, hd, CT / 2);
+            for (int p = 0; p < (hd + 1) / 2; p++)
+                widen_pairs(w->kt + (int64_t)2 * p * CT, 2 * p + 1 < hd ? w->kt + (int64_t)(2 * p + 1) * CT : NULL,
+                            w->kw + (int64_t)p * CT, n);
+            for (int q = 0; 2 * q < n; q++)
+                widen_pairs(w->vf + (int64_t)2 * q * hd, 2 * q + 1 < n ? w->vf + (int64_t)(2 * q + 1) * hd : NULL,
+                            w->vp + (int64_t)q * hd, hd);
         }
+        if (dot) ops->gemm_rows_dot(w->s, CT, w->qp, q_pairs, kt_pairs, rows, n, hd / 2, false);
+        else ops->gemm_rows(w->s, CT, w->q, hd, kt_rows, rows, n, hd, false);
         /* bf16 numerators: rows lda pairs apart, zero past each row's causal end to the row's end */
         const int64_t lda = cv_act_bf16_stride(n) / 2;
         for (int r = 0; r < rows; r++) {
@@ -258,17 +279,15 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
             if (dot) memset(pr + nv, 0, (size_t)(2 * lda - nv) * sizeof *pr);
             else if (nv < n) memset(sr + nv, 0, (size_t)(n - nv) * sizeof *sr);
         }
-        if (dot) { /* P·V over position pairs; an odd last position pairs with zero */
-            ops->pair_rows_bf16(w->vp, hd, vrow.bf16, n, hd);
-            ops->gemm_rows_dot(w->o, hd, w->pp, lda, v_pairs, rows, hd, (n + 1) / 2, true);
-        } else if (job->bf16) ops->gemm_rows_bf16(w->o, hd, w->s, CT, vrow.bf16, rows, hd, n, true);
-        else ops->gemm_rows(w->o, hd, w->s, CT, vrow.f32, rows, hd, n, true);
+        /* P·V over position pairs, an odd last position paired with zero (cv_kv_gather_v) */
+        if (dot) ops->gemm_rows_dot(w->o, hd, w->pp, lda, v_pairs, rows, hd, (n + 1) / 2, true);
+        else ops->gemm_rows(w->o, hd, w->s, CT, vrow, rows, hd, n, true);
     }
 }
 
 static int32_t min32(int32_t x, int32_t y) { return x < y ? x : y; }
 
-/* The AMX path. The K and V tiles of a chunk of AMX_CHUNK positions are put into pairs once; then
+/* The AMX path. The K and V words of a chunk of AMX_CHUNK positions are copied into tiles once; then
  * each group of 32 rows (two AMX row tiles) goes through the chunk tile by tile: S = Q·Kᵀ into a
  * 32 × CT score block, the softmax step of each row writing its bf16 numerators straight into
  * pairs, and O += P·V — so scores and numerators never leave L1, and the 32 output rows stay hot
@@ -280,35 +299,23 @@ static int32_t min32(int32_t x, int32_t y) { return x < y ? x : y; }
  * it is grouped with. */
 static void attend_amx(const attention_job *job, block_scratch *w, int32_t s, int32_t t0, int32_t t1, int32_t g) {
     const cv_attention_args *a = job->a;
-    const cv_cpu_ops *ops = job->ops;
     const int hd = a->head_dim, group = job->group, rows = (t1 - t0) * group;
     const int32_t *table = a->block_tables[s];
     const int CT = job->ctx_tile;
     const int64_t q_pairs = cv_act_bf16_stride(hd) / 2, tile_words = (int64_t)hd / 2 * CT;
     const int32_t n_ctx = a->positions[t1 - 1] + 1;
-    tile_rows krow, vrow;
+    const cv_kv_head kh = kv_head(job, a->k_cache, table, g), vh = kv_head(job, a->v_cache, table, g);
     for (int32_t c0 = 0; c0 < n_ctx; c0 += AMX_CHUNK) {
         const int32_t c1 = min32(c0 + AMX_CHUNK, n_ctx);
         for (int32_t j0 = c0; j0 < c1; j0 += CT) { /* both as column tiles of 16 (cv_amx_gemm_pairs) */
             const int n = min32(CT, c1 - j0), pairs = (n + 1) / 2;
             uint32_t *kt = (uint32_t *)w->kt + (j0 - c0) / CT * tile_words, *vp = w->vp + (j0 - c0) / CT * tile_words;
-            cache_rows(job, a->k_cache, table, j0, n, g, &krow);
-            cache_rows(job, a->v_cache, table, j0, n, g, &vrow);
-            /* prefetched, not staged: the copy is measured on the lane-wise path only */
-            prefetch_rows(&krow, n, job->row_bytes);
-            prefetch_rows(&vrow, n, job->row_bytes);
-            /* K rows as hd/2 32-bit words each: the transpose moves words, never reads them as numbers */
-            for (int p0 = 0; p0 < n; p0 += 16)
-                ops->transpose_rows((float *)kt + (int64_t)p0 / 16 * (hd / 2 * 16), 16,
-                                    (const float *const *)krow.bf16 + p0, min32(16, n - p0), hd / 2);
-            const uint16_t *cols[MAX_CONTEXT_TILE];
-            for (int d0 = 0; d0 < hd; d0 += 16) {
-                uint32_t *vt = vp + (int64_t)d0 / 16 * (CT / 2 * 16);
-                for (int j = 0; j < n; j++) cols[j] = vrow.bf16[j] + d0;
-                ops->pair_rows_bf16(vt, 16, cols, n, 16);
-                /* whole steps of 16 pairs read past n: zero V pairs there meet the numerators' zeros */
-                memset(vt + (int64_t)pairs * 16, 0, (size_t)(CT / 2 - pairs) * 16 * sizeof *vt);
-            }
+            cv_kv_gather_k(&kh, j0, n, kt, 16);
+            cv_kv_gather_v(&vh, j0, n, vp, 16, CT / 2);
+            /* whole steps of 16 pairs read past n: zero V pairs there meet the numerators' zeros */
+            for (int d0 = 0; d0 < hd; d0 += 16)
+                memset(vp + (int64_t)d0 / 16 * (CT / 2 * 16) + (int64_t)pairs * 16, 0,
+                       (size_t)(CT / 2 - pairs) * 16 * sizeof *vp);
         }
         for (int r0 = 0; r0 < rows; r0 += AMX_SUB_ROWS) {
             const int m = rows - r0 < AMX_SUB_ROWS ? rows - r0 : AMX_SUB_ROWS;
@@ -365,31 +372,38 @@ static void attention_task(void *arg, int ti, int nt) {
     const attention_job *job = arg;
     const cv_attention_args *a = job->a;
     const int64_t rows = (int64_t)job->block_tokens * job->group, hd = a->head_dim, CT = job->ctx_tile;
-    /* AMX: the K and V pair tiles of a whole chunk, and the scores and numerators of one row group */
+    /* AMX: the K and V word tiles of a whole chunk, and the scores and numerators of one row group */
     const int64_t kt_words = job->amx ? hd / 2 * AMX_CHUNK : hd * CT;
     const int64_t vp_words = job->amx ? hd / 2 * AMX_CHUNK : hd * CT / 2;
     const int64_t s_rows = job->amx ? AMX_SUB_ROWS : rows, q_rows = a->bf16_dot ? 1 : rows;
-    /* on the stack, not with the buffers below: 64 KiB more per call took those past glibc's trim
-     * threshold, and every call paid page faults for them again */
+    const bool widen = job->bf16 && !a->bf16_dot; /* f32 products over a bf16 cache */
+    const int64_t vf_floats = widen ? CT * hd : 0, kw_words = widen ? (hd + 1) / 2 * CT : 0;
+    /* an f32 cache: on the stack, not with the buffers below: 64 KiB more per call took those past
+     * glibc's trim threshold, and every call paid page faults for them again */
     _Alignas(64) char stage[2][STAGE_BYTES];
     /* tens to hundreds of KiB per thread and call: abort on failure like cv_xmalloc */
-    float *buf = cv_xmalloc((size_t)(q_rows * hd + rows * hd + kt_words + s_rows * CT) * sizeof(float));
-    /* AMX reads whole tiles of the K transpose: positions past a tile's end hold earlier tiles' or
-     * these zeros, never uninitialized bytes */
+    float *buf = cv_xmalloc((size_t)(q_rows * hd + rows * hd + kt_words + s_rows * CT + vf_floats) * sizeof(float));
+    /* AMX reads whole tiles of K words: positions past a tile's end hold earlier tiles' or these
+     * zeros, never uninitialized bytes */
     if (job->amx) memset(buf + q_rows * hd + rows * hd, 0, (size_t)kt_words * sizeof(float));
     block_scratch w = {.q = buf, .o = buf + q_rows * hd, .kt = buf + q_rows * hd + rows * hd,
                        .s = buf + q_rows * hd + rows * hd + kt_words,
+                       .vf = buf + q_rows * hd + rows * hd + kt_words + s_rows * CT,
                        .st = cv_xmalloc((size_t)rows * sizeof(head_state)), .ks = stage[0], .vs = stage[1]};
-    if (a->bf16_dot) {
-        const int64_t q_words = rows * (cv_act_bf16_stride(hd) / 2);
-        w.qp = cv_xmalloc((size_t)(q_words + s_rows * CT / 2 + vp_words) * sizeof(uint32_t));
-        w.pp = w.qp + q_words;
-        w.vp = w.pp + s_rows * CT / 2;
+    uint32_t *words = NULL;
+    if (job->bf16) {
+        const int64_t q_words = a->bf16_dot ? rows * (cv_act_bf16_stride(hd) / 2) : 0;
+        const int64_t p_words = a->bf16_dot ? s_rows * CT / 2 : 0;
+        words = cv_xmalloc((size_t)(q_words + p_words + vp_words + kw_words) * sizeof(uint32_t));
+        w.qp = words;
+        w.pp = words + q_words;
+        w.vp = w.pp + p_words;
+        w.kw = w.vp + vp_words;
     }
     const int64_t units = job->unit_start[a->n_seqs];
     for (int64_t u = ti; u < units; u += nt) run_unit(job, &w, u);
     free(w.st);
-    free(w.qp);
+    free(words);
     free(buf);
 }
 
@@ -398,12 +412,12 @@ void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
     assert(a->kv_dtype == CV_DTYPE_F32 || a->kv_dtype == CV_DTYPE_BF16);
     assert(!a->out_bf16 || (int64_t)a->n_heads * a->head_dim % 32 == 0);
     assert(!a->q_bf16 || a->bf16_dot);
+    assert(a->head_dim > 0 && a->head_dim <= CV_MAX_HEAD_DIM);
     assert(!a->bf16_dot || (a->kv_dtype == CV_DTYPE_BF16 && a->head_dim % 2 == 0 && cv_cpu_ops_active()->gemm_rows_dot &&
-                            cv_cpu_ops_active()->pair_rows_bf16 && cv_cpu_ops_active()->exp_sum_bf16));
+                            cv_cpu_ops_active()->exp_sum_bf16));
     if (a->n_tokens <= 0) return;
     attention_job job = {.a = a, .ops = cv_cpu_ops_active(), .group = a->n_heads / a->n_kv_heads,
-                         .bf16 = a->kv_dtype == CV_DTYPE_BF16,
-                         .row_bytes = (size_t)a->head_dim * cv_dtype_size(a->kv_dtype)};
+                         .bf16 = a->kv_dtype == CV_DTYPE_BF16};
     job.amx = a->bf16_dot && a->head_dim % 32 == 0 && cv_cpu_amx();
     job.ctx_tile = job.amx ? AMX_CONTEXT_TILE : CONTEXT_TILE;
     const int block_rows = job.amx ? AMX_BLOCK_ROWS : BLOCK_ROWS;

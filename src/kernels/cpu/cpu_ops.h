@@ -2,7 +2,7 @@
  * cpu_ops.h — the per-instruction-set primitives behind kernels.h (internal to src/kernels).
  *
  * Only the loops that dominate run time differ per ISA: the f32 dot/axpy used by attention and
- * the delta rule, the attention tiles (on f32 or bf16 KV rows), and the vector exp behind softmax
+ * the delta rule, the attention tiles and the copies that feed them, and the vector exp behind softmax
  * and SiLU. Everything above them (softmax bookkeeping, threading) is written once in plain C and
  * calls through the active table, so the paths cannot drift apart in anything but the arithmetic
  * order. The matmul micro-kernels are per weight format as well as per ISA and live in the format
@@ -12,6 +12,7 @@
 #define CV_CPU_OPS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct cv_cpu_ops {
@@ -27,20 +28,16 @@ typedef struct cv_cpu_ops {
                       bool accumulate);
     /* dst[c·ld + r] = rows[r][c] for r < n_rows, c < n_cols (K tile → [head_dim][positions]). */
     void (*transpose_rows)(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols);
-    /* The two above on bf16 rows (a bf16 KV cache), widened as they are read: the same FMAs in the
-     * same order as on the widened rows, so the same bits. */
-    void (*gemm_rows_bf16)(float *c, int64_t ldc, const float *a, int64_t lda, const uint16_t *const *b, int m, int n,
-                           int k, bool accumulate);
-    void (*transpose_rows_bf16)(float *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols);
+    /* `rows` rows of `bytes` bytes from src to dst, rows ld_src and ld_dst bytes apart (a bf16 KV
+     * cache's words into attention's tiles: runs of 64 bytes to a few KiB, too short for memcpy's
+     * call). */
+    void (*copy_rows)(void *dst, int64_t ld_dst, const void *src, int64_t ld_src, int rows, int64_t bytes);
     /* gemm_rows on bf16 pairs (32-bit words, the even element in the low half): c[i·ldc + j] (+)=
      * Σ_p a[i·lda + p] ·· b[p][j], where ·· is the bf16 dot product of AVX512-BF16 (vdpbf16ps: per
      * lane acc + odd·odd, then + even·even, each rounded to nearest even, subnormals flushed). NULL
      * on an ISA without it. */
     void (*gemm_rows_dot)(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *const *b, int m,
                           int n, int k, bool accumulate);
-    /* Its b operand from pairs of bf16 rows: dst[p·ld + c] = rows[2p][c] | rows[2p+1][c] << 16 for
-     * c < n_cols, an odd last row paired with zeros. NULL with gemm_rows_dot. */
-    void (*pair_rows_bf16)(uint32_t *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols);
     /* exp_sum with y rounded to bf16 (as round_bf16 rounds): softmax numerators for the bf16 dot
      * products, the sum still of the f32 values in exp_sum's order. NULL with gemm_rows_dot. */
     float (*exp_sum_bf16)(uint16_t *y, const float *x, float shift, int64_t n);
@@ -77,6 +74,12 @@ extern const cv_cpu_ops cv_cpu_ops_avx2;
 extern const cv_cpu_ops cv_cpu_ops_avx512;
 
 const cv_cpu_ops *cv_cpu_ops_active(void);
+
+/* Asks for every cache line of `bytes` from p (attention's KV rows and words, ahead of their copy). */
+static inline void cv_prefetch_bytes(const void *p, size_t bytes) {
+    const uintptr_t first = (uintptr_t)p & ~(uintptr_t)63, end = (uintptr_t)p + bytes;
+    for (uintptr_t at = first; at < end; at += 64) __builtin_prefetch((const void *)at, 0, 3);
+}
 
 /* RMSNorm of a row in the two steps every norm kernel shares (elementwise.c): 1/sqrt(mean(x²) + eps),
  * then ops->rms_apply for any slice of the row. */

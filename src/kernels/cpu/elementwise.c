@@ -1,6 +1,6 @@
 /*
  * elementwise.c — the row-wise and element-wise kernels: RMSNorm (alone and fused with the residual
- * add), SwiGLU, residual add, softmax and the KV cache write (f32, or rounded to bf16 for a bf16 cache).
+ * add), SwiGLU, residual add and softmax.
  *
  * These touch each activation once. For one decode token that is a few microseconds and they run
  * on the caller; for a prefill batch (512 tokens × 3072 SwiGLU inputs, each needing an exp) they
@@ -114,48 +114,3 @@ void cv_softmax(float *x, int64_t n) {
     ops->scale(x, 1.0f / sum, n);
 }
 
-typedef struct kv_write_job {
-    const cv_cpu_ops *ops;
-    void *k_cache, *v_cache;
-    cv_dtype dtype;
-    const float *k, *v;
-    const int64_t *slot_mapping;
-    int64_t n;
-    int n_kv_heads, head_dim, block_size;
-} kv_write_job;
-
-/* Token row x's heads into their rows of `slot` (cv_kv_row). */
-static void store_row(const kv_write_job *j, void *cache, int64_t slot, const float *x) {
-    for (int g = 0; g < j->n_kv_heads; g++) {
-        const int64_t at = cv_kv_row(slot, g, j->n_kv_heads, j->head_dim, j->block_size);
-        const float *xg = x + (int64_t)g * j->head_dim;
-        if (j->dtype == CV_DTYPE_BF16) j->ops->round_bf16((uint16_t *)cache + at, xg, j->head_dim);
-        else memcpy((float *)cache + at, xg, (size_t)j->head_dim * sizeof(float));
-    }
-}
-
-static void kv_write_rows(const kv_write_job *j, int64_t t0, int64_t t1) {
-    const int64_t width = (int64_t)j->n_kv_heads * j->head_dim;
-    for (int64_t t = t0; t < t1; t++) {
-        store_row(j, j->k_cache, j->slot_mapping[t], j->k + t * width);
-        store_row(j, j->v_cache, j->slot_mapping[t], j->v + t * width);
-    }
-}
-
-static void kv_write_task(void *arg, int ti, int nt) {
-    const kv_write_job *j = arg;
-    int64_t b, e;
-    cv_split(j->n, 1, ti, nt, &b, &e);
-    kv_write_rows(j, b, e);
-}
-
-void cv_kv_write(cv_threadpool *pool, void *k_cache, void *v_cache, cv_dtype dtype, const float *k, const float *v,
-                 const int64_t *slot_mapping, int64_t n, int n_kv_heads, int head_dim, int block_size) {
-    assert(dtype == CV_DTYPE_F32 || dtype == CV_DTYPE_BF16);
-    assert(n_kv_heads > 0 && head_dim > 0 && block_size > 0);
-    kv_write_job j = {cv_cpu_ops_active(), k_cache, v_cache, dtype, k, v, slot_mapping, n, n_kv_heads, head_dim,
-                      block_size};
-    /* a prefill's rows are a few MiB: with one thread they ran at ~1 % of a pp512 forward pass */
-    if (n * n_kv_heads * head_dim < PARALLEL_ELEMENTS || n < 2 || !pool) kv_write_rows(&j, 0, n);
-    else cv_threadpool_run(pool, kv_write_task, &j);
-}

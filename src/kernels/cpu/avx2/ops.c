@@ -46,30 +46,15 @@ static void scale_avx2(float *y, float a, int64_t n) {
 
 /* ---- attention tiles --------------------------------------------------------------------------- */
 
-/* Up to 8 columns of row p of b, f32 (bf) or bf16 (bh, widened exactly; the other is NULL, a
- * constant in each caller); n ≥ 8: all. AVX2 has no 16-bit masked load, so a bf16 tail is copied. */
-INLINE __m256 load_b(const float *const *bf, const uint16_t *const *bh, int p, int col, int n) {
-    if (!bh) return load_cols(bf[p] + col, n);
-    __m128i h;
-    if (n >= 8) {
-        h = _mm_loadu_si128((const __m128i *)(bh[p] + col));
-    } else {
-        uint16_t t[8] = {0};
-        if (n > 0) memcpy(t, bh[p] + col, (size_t)n * sizeof *t);
-        h = _mm_loadu_si128((const __m128i *)t);
-    }
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
 /* MR rows × up to 16 columns from col (2 vectors, masked at the edge); see avx512/ops.c. */
-INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *bf,
-                       const uint16_t *const *bh, int col, int n, int k, bool accumulate, const int MR) {
+INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int col, int n,
+                       int k, bool accumulate, const int MR) {
     __m256 acc[4][2];
     for (int i = 0; i < MR; i++)
         for (int v = 0; v < 2; v++) acc[i][v] = accumulate ? load_cols(c + i * ldc + 8 * v, n - 8 * v) : _mm256_setzero_ps();
     for (int p = 0; p < k; p++) {
         __m256 bv[2];
-        for (int v = 0; v < 2; v++) bv[v] = load_b(bf, bh, p, col + 8 * v, n - 8 * v);
+        for (int v = 0; v < 2; v++) bv[v] = load_cols(b[p] + col + 8 * v, n - 8 * v);
         for (int i = 0; i < MR; i++) {
             __m256 av = _mm256_set1_ps(a[i * lda + p]);
             for (int v = 0; v < 2; v++) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
@@ -79,29 +64,19 @@ INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, const
         for (int v = 0; v < 2; v++) store_cols(c + i * ldc + 8 * v, acc[i][v], n - 8 * v);
 }
 
-INLINE void gemm_any(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *bf,
-                     const uint16_t *const *bh, int m, int n, int k, bool accumulate) {
+static void gemm_rows_avx2(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
+                           int k, bool accumulate) {
     for (int j = 0; j < n; j += 16) {
         int nj = n - j < 16 ? n - j : 16;
         int i = 0;
-        for (; i + 4 <= m; i += 4) gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 4);
+        for (; i + 4 <= m; i += 4) gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 4);
         switch (m - i) {
-        case 3: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 3); break;
-        case 2: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 2); break;
-        case 1: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, bf, bh, j, nj, k, accumulate, 1); break;
+        case 3: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 3); break;
+        case 2: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 2); break;
+        case 1: gemm_block(c + i * ldc + j, ldc, a + i * lda, lda, b, j, nj, k, accumulate, 1); break;
         default: break;
         }
     }
-}
-
-static void gemm_rows_avx2(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
-                           int k, bool accumulate) {
-    gemm_any(c, ldc, a, lda, b, NULL, m, n, k, accumulate);
-}
-
-static void gemm_rows_bf16_avx2(float *c, int64_t ldc, const float *a, int64_t lda, const uint16_t *const *b, int m,
-                                int n, int k, bool accumulate) {
-    gemm_any(c, ldc, a, lda, NULL, b, m, n, k, accumulate);
 }
 
 /* ---- element-wise ------------------------------------------------------------------------------ */
@@ -129,18 +104,19 @@ INLINE __m256 exp256(__m256 x) {
     return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
 
-INLINE void transpose_any(float *dst, int64_t ld, const float *const *rf, const uint16_t *const *rh, int n_rows,
-                          int n_cols) {
-    for (int r = 0; r < n_rows; r++)
-        for (int c = 0; c < n_cols; c++) dst[(int64_t)c * ld + r] = rh ? cv_bf16_to_f32(rh[r][c]) : rf[r][c];
-}
-
 static void transpose_rows_avx2(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols) {
-    transpose_any(dst, ld, rows, NULL, n_rows, n_cols);
+    for (int r = 0; r < n_rows; r++)
+        for (int c = 0; c < n_cols; c++) dst[(int64_t)c * ld + r] = rows[r][c];
 }
 
-static void transpose_rows_bf16_avx2(float *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols) {
-    transpose_any(dst, ld, NULL, rows, n_rows, n_cols);
+static void copy_rows_avx2(void *dst, int64_t ld_dst, const void *src, int64_t ld_src, int rows, int64_t bytes) {
+    for (int r = 0; r < rows; r++) {
+        const char *from = (const char *)src + r * ld_src;
+        char *to = (char *)dst + r * ld_dst;
+        int64_t i = 0;
+        for (; i + 32 <= bytes; i += 32) _mm256_storeu_si256((__m256i *)(to + i), _mm256_loadu_si256((const __m256i *)(from + i)));
+        if (i < bytes) memcpy(to + i, from + i, (size_t)(bytes - i));
+    }
 }
 
 static float exp_sum_avx2(float *y, const float *x, float shift, int64_t n) {
@@ -195,8 +171,7 @@ const cv_cpu_ops cv_cpu_ops_avx2 = {
     .scale = scale_avx2,
     .gemm_rows = gemm_rows_avx2,
     .transpose_rows = transpose_rows_avx2,
-    .gemm_rows_bf16 = gemm_rows_bf16_avx2,
-    .transpose_rows_bf16 = transpose_rows_bf16_avx2,
+    .copy_rows = copy_rows_avx2,
     .exp_sum = exp_sum_avx2,
     .silu_mul = silu_mul_avx2,
     .sum_sq = sum_sq_avx2,

@@ -50,13 +50,6 @@ static void scale_avx512(float *y, float a, int64_t n) {
 
 /* ---- attention tiles --------------------------------------------------------------------------- */
 
-/* The masked lanes from col of row p of b: f32 (bf) or bf16 (bh, widened exactly); the other is
- * NULL, a constant in each caller, so each gets its own straight-line code. */
-INLINE __m512 load_b(const float *const *bf, const uint16_t *const *bh, int p, int col, __mmask16 m) {
-    if (!bh) return _mm512_maskz_loadu_ps(m, bf[p] + col);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, bh[p] + col)), 16));
-}
-
 /* What the attention tile products share: the masks of up to 64 columns as 4 vectors (the last ones
  * partial or empty), and the MR × 4 accumulators loaded from c (accumulate) or zeroed, and stored. */
 INLINE void column_masks(int n, __mmask16 m[4]) {
@@ -93,14 +86,14 @@ INLINE void acc_store(float *c, int64_t ldc, __m512 acc[4][4], const __mmask16 m
 /* MR rows × up to 64 columns from col (4 vectors, the last ones masked): the row of a broadcasts
  * against four vectors of b's row per step, so each b load feeds MR FMAs. */
 INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, int col, int n, int k, bool accumulate,
-                       const int MR, const float *const *bf, const uint16_t *const *bh) {
+                       const int MR, const float *const *b) {
     __mmask16 m[4];
     column_masks(n, m);
     __m512 acc[4][4];
     acc_load(acc, c, ldc, m, accumulate, MR);
     for (int p = 0; p < k; p++) {
         __m512 bv[4];
-        for (int v = 0; v < 4; v++) bv[v] = load_b(bf, bh, p, col + 16 * v, m[v]);
+        for (int v = 0; v < 4; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], b[p] + col + 16 * v);
         for (int i = 0; i < MR; i++) {
             __m512 av = _mm512_set1_ps(a[i * lda + p]);
             for (int v = 0; v < 4; v++) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
@@ -111,12 +104,7 @@ INLINE void gemm_block(float *c, int64_t ldc, const float *a, int64_t lda, int c
 
 static void gemm_rows_avx512(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
                              int k, bool accumulate) {
-    TILE_ROWS(gemm_block, c, ldc, a, lda, m, n, k, accumulate, b, NULL)
-}
-
-static void gemm_rows_bf16_avx512(float *c, int64_t ldc, const float *a, int64_t lda, const uint16_t *const *b, int m,
-                                  int n, int k, bool accumulate) {
-    TILE_ROWS(gemm_block, c, ldc, a, lda, m, n, k, accumulate, NULL, b)
+    TILE_ROWS(gemm_block, c, ldc, a, lda, m, n, k, accumulate, b)
 }
 
 /* gemm_block on bf16 pairs with vdpbf16ps: MR rows × up to 64 columns, each pair of a broadcast
@@ -144,18 +132,6 @@ BF16_DOT static void gemm_rows_dot_avx512(float *c, int64_t ldc, const uint32_t 
     TILE_ROWS(dot_block, c, ldc, a, lda, m, n, k, accumulate, b)
 }
 
-static void pair_rows_bf16_avx512(uint32_t *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols) {
-    for (int p = 0; 2 * p < n_rows; p++) {
-        const uint16_t *lo = rows[2 * p], *hi = 2 * p + 1 < n_rows ? rows[2 * p + 1] : NULL;
-        for (int c = 0; c < n_cols; c += 16) {
-            const __mmask16 m = n_cols - c >= 16 ? (__mmask16)0xffff : tail_mask(n_cols - c);
-            __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo + c));
-            if (hi) v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, hi + c)), 16));
-            _mm512_mask_storeu_epi32(dst + (int64_t)p * ld + c, m, v);
-        }
-    }
-}
-
 /* 16 rows × 16 columns in registers (r[i] = row i in, column i out): 32-bit, 64-bit and two 128-bit
  * interleave stages, 64 shuffles for 256 elements instead of 256 scattered scalar stores. */
 INLINE void transpose16(__m512 r[16]) {
@@ -181,26 +157,28 @@ INLINE void transpose16(__m512 r[16]) {
     }
 }
 
-INLINE void transpose_any(float *dst, int64_t ld, const float *const *rf, const uint16_t *const *rh, int n_rows,
-                          int n_cols) {
+static void transpose_rows_avx512(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols) {
     for (int r0 = 0; r0 < n_rows; r0 += 16) {
         const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
         for (int c0 = 0; c0 < n_cols; c0 += 16) {
             const int nc = n_cols - c0 < 16 ? n_cols - c0 : 16;
             __m512 v[16];
-            for (int i = 0; i < 16; i++) v[i] = i < nr ? load_b(rf, rh, r0 + i, c0, tail_mask(nc)) : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i++) v[i] = i < nr ? _mm512_maskz_loadu_ps(tail_mask(nc), rows[r0 + i] + c0) : _mm512_setzero_ps();
             transpose16(v);
             for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(dst + (int64_t)(c0 + c) * ld + r0, tail_mask(nr), v[c]);
         }
     }
 }
 
-static void transpose_rows_avx512(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols) {
-    transpose_any(dst, ld, rows, NULL, n_rows, n_cols);
-}
-
-static void transpose_rows_bf16_avx512(float *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols) {
-    transpose_any(dst, ld, NULL, rows, n_rows, n_cols);
+static void copy_rows_avx512(void *dst, int64_t ld_dst, const void *src, int64_t ld_src, int rows, int64_t bytes) {
+    for (int r = 0; r < rows; r++) {
+        const char *from = (const char *)src + r * ld_src;
+        char *to = (char *)dst + r * ld_dst;
+        for (int64_t i = 0; i < bytes; i += 64) {
+            const __mmask64 m = bytes - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (bytes - i)) - 1;
+            _mm512_mask_storeu_epi8(to + i, m, _mm512_maskz_loadu_epi8(m, from + i));
+        }
+    }
 }
 
 /* ---- element-wise ------------------------------------------------------------------------------ */
@@ -378,10 +356,8 @@ const cv_cpu_ops cv_cpu_ops_avx512 = {
     .scale = scale_avx512,
     .gemm_rows = gemm_rows_avx512,
     .transpose_rows = transpose_rows_avx512,
-    .gemm_rows_bf16 = gemm_rows_bf16_avx512,
-    .transpose_rows_bf16 = transpose_rows_bf16_avx512,
+    .copy_rows = copy_rows_avx512,
     .gemm_rows_dot = gemm_rows_dot_avx512,
-    .pair_rows_bf16 = pair_rows_bf16_avx512,
     .exp_sum = exp_sum_avx512,
     .exp_sum_bf16 = exp_sum_bf16_avx512,
     .silu_mul = silu_mul_avx512,

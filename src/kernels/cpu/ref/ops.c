@@ -7,6 +7,7 @@
  */
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "base/dtype.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -29,46 +30,23 @@ static void scale_scalar(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
-/* The attention tiles read f32 rows (rf) or bf16 rows (rh, widened exactly); the other is NULL, a
- * constant in each caller, so each gets its own loop. */
-static inline __attribute__((always_inline)) float row_at(const float *const *rf, const uint16_t *const *rh, int r,
-                                                          int c) {
-    return rh ? cv_bf16_to_f32(rh[r][c]) : rf[r][c];
-}
-
-static inline __attribute__((always_inline)) void gemm_any(float *c, int64_t ldc, const float *a, int64_t lda,
-                                                           const float *const *bf, const uint16_t *const *bh, int m,
-                                                           int n, int k, bool accumulate) {
+static void gemm_rows_scalar(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
+                             int k, bool accumulate) {
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             float acc = accumulate ? c[i * ldc + j] : 0.0f;
-            for (int p = 0; p < k; p++) acc += a[i * lda + p] * row_at(bf, bh, p, j);
+            for (int p = 0; p < k; p++) acc += a[i * lda + p] * b[p][j];
             c[i * ldc + j] = acc;
         }
 }
 
-static void gemm_rows_scalar(float *c, int64_t ldc, const float *a, int64_t lda, const float *const *b, int m, int n,
-                             int k, bool accumulate) {
-    gemm_any(c, ldc, a, lda, b, NULL, m, n, k, accumulate);
-}
-
-static void gemm_rows_bf16_scalar(float *c, int64_t ldc, const float *a, int64_t lda, const uint16_t *const *b, int m,
-                                  int n, int k, bool accumulate) {
-    gemm_any(c, ldc, a, lda, NULL, b, m, n, k, accumulate);
-}
-
-static inline __attribute__((always_inline)) void transpose_any(float *dst, int64_t ld, const float *const *rf,
-                                                                const uint16_t *const *rh, int n_rows, int n_cols) {
-    for (int r = 0; r < n_rows; r++)
-        for (int c = 0; c < n_cols; c++) dst[(int64_t)c * ld + r] = row_at(rf, rh, r, c);
-}
-
 static void transpose_rows_scalar(float *dst, int64_t ld, const float *const *rows, int n_rows, int n_cols) {
-    transpose_any(dst, ld, rows, NULL, n_rows, n_cols);
+    for (int r = 0; r < n_rows; r++)
+        for (int c = 0; c < n_cols; c++) dst[(int64_t)c * ld + r] = rows[r][c];
 }
 
-static void transpose_rows_bf16_scalar(float *dst, int64_t ld, const uint16_t *const *rows, int n_rows, int n_cols) {
-    transpose_any(dst, ld, NULL, rows, n_rows, n_cols);
+static void copy_rows_scalar(void *dst, int64_t ld_dst, const void *src, int64_t ld_src, int rows, int64_t bytes) {
+    for (int r = 0; r < rows; r++) memcpy((char *)dst + r * ld_dst, (const char *)src + r * ld_src, (size_t)bytes);
 }
 
 static float exp_sum_scalar(float *y, const float *x, float shift, int64_t n) {
@@ -96,8 +74,7 @@ const cv_cpu_ops cv_cpu_ops_scalar = {
     .scale = scale_scalar,
     .gemm_rows = gemm_rows_scalar,
     .transpose_rows = transpose_rows_scalar,
-    .gemm_rows_bf16 = gemm_rows_bf16_scalar,
-    .transpose_rows_bf16 = transpose_rows_bf16_scalar,
+    .copy_rows = copy_rows_scalar,
     .exp_sum = exp_sum_scalar,
     .silu_mul = silu_mul_scalar,
     .sum_sq = sum_sq_scalar,

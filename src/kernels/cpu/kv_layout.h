@@ -1,0 +1,28 @@
+/*
+ * kv_layout.h — the KV cache's words into attention's tiles (internal to src/kernels). The layout
+ * itself is kernels.h's (cv_kv_index); cv_kv_write stores rows into it (kv_layout.c).
+ */
+#ifndef CV_KV_LAYOUT_H
+#define CV_KV_LAYOUT_H
+
+#include <stdint.h>
+
+/* One KV head of one sequence in a bf16 K or V cache. */
+typedef struct cv_kv_head {
+    const uint16_t *cache;
+    const int32_t *table; /* the sequence's block table */
+    int g, n_kv_heads, head_dim, block_size;
+} cv_kv_head;
+
+/* K's words at positions [j0, j0 + n), word (p, j) — elements 2p and 2p+1 of position j0 + j; an odd
+ * head_dim's last one with zero — to dst[(j / W)·(pairs·W) + p·W + j % W], pairs = ⌈head_dim/2⌉:
+ * one [pairs][W] tile per W positions (W = the lane-wise tile, or 16 for AMX's column tiles). */
+void cv_kv_gather_k(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W);
+
+/* V's words at positions [j0, j0 + n), j0 even, as position pairs, word (q, d) — element d of
+ * positions j0 + 2q (low half) and j0 + 2q + 1 (high half; zero at n) — to dst[(d / W)·(rows·W) +
+ * q·W + d % W]: one [rows][W] tile per W elements (W = head_dim on the lane-wise path, 16 for AMX's
+ * column tiles), rows ≥ ⌈n/2⌉. */
+void cv_kv_gather_v(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W, int rows);
+
+#endif
