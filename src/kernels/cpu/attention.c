@@ -19,10 +19,10 @@
  * A bf16 KV cache (half the bytes a token, so half the traffic of decode attention) is stored in
  * the pairs of bf16 that the dot products below multiply (kernels.h): K as words of two adjacent
  * head_dim elements, V as words of two adjacent positions, one block and KV head a contiguous run of
- * each. A tile's words are copied out of the cache block by block (kv_layout.c: row copies,
- * not transposes), and the f32 tile products widen them first (widen_pairs), widening being exact:
- * scores, softmax and accumulation are the same f32 code in the same order, so attention over a
- * bf16 cache is bit for bit attention over an f32 cache holding the same rounded values.
+ * each. A tile's words are copied out of the cache block by block (kv_layout.c: row copies, not
+ * transposes), and the f32 tile products widen them first (cpu_ops.h widen_pairs), widening being
+ * exact: scores, softmax and accumulation are the same f32 code in the same order, so attention
+ * over a bf16 cache is bit for bit attention over an f32 cache holding the same rounded values.
  *
  * In bf16 compute with a bf16 cache, on a CPU whose bf16 dot product beats f32 FMA (bf16_dot), the
  * two tile products run on those pairs instead (cpu_ops.h gemm_rows_dot, twice the multiply-adds per
@@ -131,15 +131,6 @@ static cv_kv_head kv_head(const attention_job *job, const void *cache, const int
     const cv_attention_args *a = job->a;
     return (cv_kv_head){.cache = cache, .table = table, .g = g, .n_kv_heads = a->n_kv_heads,
                         .head_dim = a->head_dim, .block_size = a->block_size};
-}
-
-/* lo[i] and hi[i] (hi may be NULL) the bf16 halves of w[i], widened: exact. */
-static void widen_pairs(float *lo, float *hi, const uint32_t *w, int n) {
-    for (int i = 0; i < n; i++) {
-        const uint32_t l = w[i] << 16, h = w[i] & 0xffff0000u;
-        memcpy(lo + i, &l, sizeof l);
-        if (hi) memcpy(hi + i, &h, sizeof h);
-    }
 }
 
 /* ---- prefill: a block of tokens --------------------------------------------------------------- */
@@ -260,10 +251,10 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
             cv_kv_gather_k(&kh, j0, n, w->kw, CT);
             cv_kv_gather_v(&vh, j0, n, w->vp, hd, CT / 2);
             for (int p = 0; p < (hd + 1) / 2; p++)
-                widen_pairs(w->kt + (int64_t)2 * p * CT, 2 * p + 1 < hd ? w->kt + (int64_t)(2 * p + 1) * CT : NULL,
+                ops->widen_pairs(w->kt + (int64_t)2 * p * CT, 2 * p + 1 < hd ? w->kt + (int64_t)(2 * p + 1) * CT : NULL,
                             w->kw + (int64_t)p * CT, n);
             for (int q = 0; 2 * q < n; q++)
-                widen_pairs(w->vf + (int64_t)2 * q * hd, 2 * q + 1 < n ? w->vf + (int64_t)(2 * q + 1) * hd : NULL,
+                ops->widen_pairs(w->vf + (int64_t)2 * q * hd, 2 * q + 1 < n ? w->vf + (int64_t)(2 * q + 1) * hd : NULL,
                             w->vp + (int64_t)q * hd, hd);
         }
         if (dot) ops->gemm_rows_dot(w->s, CT, w->qp, q_pairs, kt_pairs, rows, n, hd / 2, false);

@@ -32,6 +32,9 @@ typedef struct cv_cpu_ops {
      * cache's words into attention's tiles: runs of 64 bytes to a few KiB, too short for memcpy's
      * call). */
     void (*copy_rows)(void *dst, int64_t ld_dst, const void *src, int64_t ld_src, int rows, int64_t bytes);
+    /* lo[i] and hi[i] (hi may be NULL) the low and high bf16 halves of w[i], widened (exact): a bf16
+     * cache's words for the f32 tile products. */
+    void (*widen_pairs)(float *lo, float *hi, const uint32_t *w, int64_t n);
     /* gemm_rows on bf16 pairs (32-bit words, the even element in the low half): c[i·ldc + j] (+)=
      * Σ_p a[i·lda + p] ·· b[p][j], where ·· is the bf16 dot product of AVX512-BF16 (vdpbf16ps: per
      * lane acc + odd·odd, then + even·even, each rounded to nearest even, subnormals flushed). NULL

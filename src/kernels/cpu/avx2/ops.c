@@ -119,6 +119,20 @@ static void copy_rows_avx2(void *dst, int64_t ld_dst, const void *src, int64_t l
     }
 }
 
+static void widen_pairs_avx2(float *lo, float *hi, const uint32_t *w, int64_t n) {
+    const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(w + i));
+        _mm256_storeu_si256((__m256i *)(lo + i), _mm256_slli_epi32(v, 16));
+        if (hi) _mm256_storeu_si256((__m256i *)(hi + i), _mm256_and_si256(v, top));
+    }
+    for (; i < n; i++) {
+        lo[i] = cv_bf16_to_f32((uint16_t)w[i]);
+        if (hi) hi[i] = cv_bf16_to_f32((uint16_t)(w[i] >> 16));
+    }
+}
+
 static float exp_sum_avx2(float *y, const float *x, float shift, int64_t n) {
     __m256 s = _mm256_setzero_ps(), sh = _mm256_set1_ps(shift);
     int64_t i = 0;
@@ -172,6 +186,7 @@ const cv_cpu_ops cv_cpu_ops_avx2 = {
     .gemm_rows = gemm_rows_avx2,
     .transpose_rows = transpose_rows_avx2,
     .copy_rows = copy_rows_avx2,
+    .widen_pairs = widen_pairs_avx2,
     .exp_sum = exp_sum_avx2,
     .silu_mul = silu_mul_avx2,
     .sum_sq = sum_sq_avx2,

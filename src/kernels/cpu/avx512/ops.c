@@ -181,6 +181,16 @@ static void copy_rows_avx512(void *dst, int64_t ld_dst, const void *src, int64_t
     }
 }
 
+static void widen_pairs_avx512(float *lo, float *hi, const uint32_t *w, int64_t n) {
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+        const __m512i v = _mm512_maskz_loadu_epi32(m, w + i);
+        _mm512_mask_storeu_epi32(lo + i, m, _mm512_slli_epi32(v, 16));
+        if (hi) _mm512_mask_storeu_epi32(hi + i, m, _mm512_and_si512(v, top));
+    }
+}
+
 /* ---- element-wise ------------------------------------------------------------------------------ */
 
 /* exp(x) for x ≤ 0-ish inputs of softmax and SiLU: 2^n · p(r), r = x − n·ln2 in [−ln2/2, ln2/2],
@@ -357,6 +367,7 @@ const cv_cpu_ops cv_cpu_ops_avx512 = {
     .gemm_rows = gemm_rows_avx512,
     .transpose_rows = transpose_rows_avx512,
     .copy_rows = copy_rows_avx512,
+    .widen_pairs = widen_pairs_avx512,
     .gemm_rows_dot = gemm_rows_dot_avx512,
     .exp_sum = exp_sum_avx512,
     .exp_sum_bf16 = exp_sum_bf16_avx512,

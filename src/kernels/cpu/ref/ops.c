@@ -49,6 +49,13 @@ static void copy_rows_scalar(void *dst, int64_t ld_dst, const void *src, int64_t
     for (int r = 0; r < rows; r++) memcpy((char *)dst + r * ld_dst, (const char *)src + r * ld_src, (size_t)bytes);
 }
 
+static void widen_pairs_scalar(float *lo, float *hi, const uint32_t *w, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        lo[i] = cv_bf16_to_f32((uint16_t)w[i]);
+        if (hi) hi[i] = cv_bf16_to_f32((uint16_t)(w[i] >> 16));
+    }
+}
+
 static float exp_sum_scalar(float *y, const float *x, float shift, int64_t n) {
     float sum = 0.0f;
     for (int64_t i = 0; i < n; i++) sum += y[i] = expf(x[i] - shift);
@@ -75,6 +82,7 @@ const cv_cpu_ops cv_cpu_ops_scalar = {
     .gemm_rows = gemm_rows_scalar,
     .transpose_rows = transpose_rows_scalar,
     .copy_rows = copy_rows_scalar,
+    .widen_pairs = widen_pairs_scalar,
     .exp_sum = exp_sum_scalar,
     .silu_mul = silu_mul_scalar,
     .sum_sq = sum_sq_scalar,
