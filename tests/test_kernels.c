@@ -1909,7 +1909,8 @@ static void test_kv_layout_bf16(void) {
 /* The gathers put each word where kv_layout.h says, for the lane-wise tiles (W = 64 positions, W =
  * head_dim elements) and AMX's column tiles (W = 16; several tiles per call), from blocks scattered
  * over the cache, for even and odd head_dim and block sizes (pairs across blocks, an odd block's
- * plain last row, an odd head_dim's plain last element, a zero past an odd n); and write nothing else. */
+ * plain last row, an odd head_dim's plain last element, a zero past an odd n); and write nothing
+ * else. V's pair rows as pointers hold the same words, pointing into the cache where it pairs rows. */
 static void test_kv_gather(void) {
     static const int shapes[][3] = {{2, 128, 16}, {1, 32, 7}, {2, 19, 5}, {1, 6, 1}, {3, 8, 2}}; /* KV heads, head_dim, block_size */
     static const int spans[][2] = {{0, 1}, {0, 16}, {2, 37}, {64, 64}, {6, 128}}; /* j0, n */
@@ -1954,6 +1955,20 @@ static void test_kv_gather(void) {
                             bad += vd[at] != ((uint32_t)ELEM(vc, true, j0 + 2 * q, d) | hi << 16);
                             vwant[at] = 1;
                         }
+                    if (W == 64) { /* the same words as row pointers: in the cache itself where it pairs rows */
+                        const uint32_t *pr[80];
+                        uint32_t *spare = cv_xmalloc((size_t)(n + 1) / 2 * hd * 4);
+                        cv_kv_v_pair_rows(&vh, j0, n, pr, spare);
+                        for (int q = 0; 2 * q < n; q++) {
+                            const bool in_cache = (const uint16_t *)pr[q] >= vc && (const uint16_t *)pr[q] < vc + (int64_t)slots * width;
+                            bad += in_cache != (bs % 2 == 0 && 2 * q + 1 < n);
+                            for (int d = 0; d < hd; d++) {
+                                const uint32_t hi = 2 * q + 1 < n ? ELEM(vc, true, j0 + 2 * q + 1, d) : 0;
+                                bad += pr[q][d] != ((uint32_t)ELEM(vc, true, j0 + 2 * q, d) | hi << 16);
+                            }
+                        }
+                        free(spare);
+                    }
 #undef ELEM
 #undef SLOT
                     for (int64_t i = 0; i < kwords; i++) bad += !kwant[i] && kd[i] != SENTINEL;

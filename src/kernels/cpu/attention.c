@@ -28,8 +28,8 @@
  * two tile products run on those pairs instead (cpu_ops.h gemm_rows_dot, twice the multiply-adds per
  * instruction): the scaled query rows are rounded to bf16 once per block, Q·Kᵀ pairs over head_dim
  * against the K tile's words as copied, and for P·V the softmax numerators of each row are rounded
- * to bf16 and paired over adjacent positions, against the V tile's words as copied (an odd last
- * position paired with zero). The running max and sum, the rescaling and the final division stay
+ * to bf16 and paired over adjacent positions, against V's words read in place in the cache (an odd
+ * last position paired with zero). The running max and sum, the rescaling and the final division stay
  * f32 and unchanged; still one accumulation chain per element whatever the block, so batch
  * invariance holds in this mode too. Where the CPU has AMX (and head_dim is a multiple of 32), the
  * same two products are AMX tile products (amx/pairs.c) on the same words copied into tiles of 16
@@ -145,7 +145,9 @@ typedef struct block_scratch {
     /* bf16_dot only: the scaled query [rows][hd/2] and the numerators [rows][CT/2] (AMX: 32 rows) as
      * bf16 pairs */
     uint32_t *qp, *pp;
-    uint32_t *vp;  /* a bf16 cache: the V tile's words [CT/2][hd] (AMX: one per 16 elements and tile of a chunk) */
+    /* a bf16 cache: the V tile's words [CT/2][hd] (bf16_dot: those not read in place, kv_layout.h; AMX:
+     * one tile per 16 elements and context tile of a chunk) */
+    uint32_t *vp;
     /* f32 products over a bf16 cache: the K tile's words [⌈hd/2⌉][CT] and the V tile widened [CT][hd] */
     uint32_t *kw;
     float *vf;
@@ -229,7 +231,6 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
     for (int d = 0; d < hd; d++) kt_rows[d] = w->kt + (int64_t)d * CT;
     if (dot) {
         for (int d = 0; d < hd / 2; d++) kt_pairs[d] = (const uint32_t *)w->kt + (int64_t)d * CT;
-        for (int p = 0; p < CT / 2; p++) v_pairs[p] = w->vp + (int64_t)p * hd;
     } else if (job->bf16) {
         for (int j = 0; j < CT; j++) vrow[j] = w->vf + (int64_t)j * hd;
     }
@@ -246,7 +247,7 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
             ops->transpose_rows(w->kt, CT, krow, n, hd);
         } else if (dot) {
             cv_kv_gather_k(&kh, j0, n, (uint32_t *)w->kt, CT);
-            cv_kv_gather_v(&vh, j0, n, w->vp, hd, CT / 2);
+            cv_kv_v_pair_rows(&vh, j0, n, v_pairs, w->vp);
         } else {
             cv_kv_gather_k(&kh, j0, n, w->kw, CT);
             cv_kv_gather_v(&vh, j0, n, w->vp, hd, CT / 2);
@@ -270,7 +271,7 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
             if (dot) memset(pr + nv, 0, (size_t)(2 * lda - nv) * sizeof *pr);
             else if (nv < n) memset(sr + nv, 0, (size_t)(n - nv) * sizeof *sr);
         }
-        /* P·V over position pairs, an odd last position paired with zero (cv_kv_gather_v) */
+        /* P·V over position pairs, an odd last position paired with zero (kv_layout.h) */
         if (dot) ops->gemm_rows_dot(w->o, hd, w->pp, lda, v_pairs, rows, hd, (n + 1) / 2, true);
         else ops->gemm_rows(w->o, hd, w->s, CT, vrow, rows, hd, n, true);
     }

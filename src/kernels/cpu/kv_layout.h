@@ -25,4 +25,10 @@ void cv_kv_gather_k(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W
  * column tiles), rows ≥ ⌈n/2⌉. */
 void cv_kv_gather_v(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W, int rows);
 
+/* The same words (W = head_dim) as row pointers, rows[q] → word (q, 0): into the cache itself where
+ * it pairs the rows (an even block_size: no copy), else into `spare` ([⌈n/2⌉][head_dim] words)
+ * where they are gathered; an odd n's last pair, with its zero, is always in spare. Every line of
+ * the cache's rows is asked for. */
+void cv_kv_v_pair_rows(const cv_kv_head *h, int32_t j0, int n, const uint32_t **rows, uint32_t *spare);
+
 #endif
