@@ -58,13 +58,12 @@
 #include "kernels/cpu/kv_layout.h"
 #include "kernels/kernels.h"
 
-/* Context positions per tile and query rows per unit: 64 × 64 on the lane-wise paths (a K tile
- * transposed to f32 is 32 KiB, in L1); 128 × 256 on AMX, where the tile products are cheap and
- * what costs is per tile (softmax bookkeeping) and per block (every block copies each K/V tile of
- * its context again; it transposed and paired them when this was measured): the larger shapes ran
- * the 3,500-token prefill 1.2× faster (bench
- * latency, Qwen3-0.6B shape, 2 threads, AMX Xeon). On AMX a unit's rows go through a chunk of its
- * context 32 rows at a time (two row tiles), see attend_amx. */
+/* Context positions per tile and query rows per unit: 64 × 64 on the lane-wise paths (an f32 K tile
+ * is 32 KiB, in L1); 128 × 256 on AMX, where the tile products are cheap and what costs is per tile
+ * (softmax bookkeeping) and per block (every block copies each K/V tile of its context again; it
+ * transposed and paired them when this was measured): the larger shapes ran the 3,500-token
+ * prefill 1.2× faster (bench latency, Qwen3-0.6B shape, 2 threads, AMX Xeon). On AMX a unit's rows
+ * go through a chunk of its context 32 rows at a time (two row tiles), see attend_amx. */
 enum {
     CONTEXT_TILE = 64,
     BLOCK_ROWS = 64,
@@ -251,12 +250,12 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
         } else {
             cv_kv_gather_k(&kh, j0, n, w->kw, CT);
             cv_kv_gather_v(&vh, j0, n, w->vp, hd, CT / 2);
-            for (int p = 0; p < (hd + 1) / 2; p++)
+            for (int p = 0; p < (hd + 1) / 2; p++) /* K word row p → f32 rows 2p, 2p+1 */
                 ops->widen_pairs(w->kt + (int64_t)2 * p * CT, 2 * p + 1 < hd ? w->kt + (int64_t)(2 * p + 1) * CT : NULL,
-                            w->kw + (int64_t)p * CT, n);
-            for (int q = 0; 2 * q < n; q++)
+                                 w->kw + (int64_t)p * CT, n);
+            for (int q = 0; 2 * q < n; q++) /* V pair row q → f32 rows 2q, 2q+1 */
                 ops->widen_pairs(w->vf + (int64_t)2 * q * hd, 2 * q + 1 < n ? w->vf + (int64_t)(2 * q + 1) * hd : NULL,
-                            w->vp + (int64_t)q * hd, hd);
+                                 w->vp + (int64_t)q * hd, hd);
         }
         if (dot) ops->gemm_rows_dot(w->s, CT, w->qp, q_pairs, kt_pairs, rows, n, hd / 2, false);
         else ops->gemm_rows(w->s, CT, w->q, hd, kt_rows, rows, n, hd, false);

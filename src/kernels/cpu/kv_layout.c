@@ -1,17 +1,18 @@
 /*
  * kv_layout.c — the paged KV cache's layout in use (kernels.h cv_kv_index): cv_kv_write stores a
- * batch's K and V rows into their slots, and the gathers copy a bf16 cache's words into the tiles
- * attention multiplies (kv_layout.h).
+ * batch's K and V rows into their slots, and a bf16 cache's words reach the tiles attention
+ * multiplies by a copy (the gathers) or in place (cv_kv_v_pair_rows) (kv_layout.h).
  *
  * A bf16 cache is kept in the pairs the bf16 dot products take (K: two adjacent head_dim elements
  * of a row to a word; V: one element of two adjacent rows), so the write scatters each rounded row
  * into words a block_size apart (K) or into every other bf16 (V), and reading a tile is a copy of
  * runs of words — a block's pair rows for K, runs of whole pair rows for V — where it used to be a
  * transpose and a pairing per query block. attention_bench (Zen 5, 2 threads, Qwen3-0.6B heads, the
- * output bits unchanged): bf16 dot products — decode over a cache-resident context 1.2-2x faster,
- * decode from memory the same (it waits on the misses either way), prefill the same to 1.08x; f32
- * products over the bf16 cache (widened words) — the 3,500-token prefill 1.16-1.24x, 512 the same;
- * on the AVX2 path 512 1.13-1.22x, 3,500 1.14x, decode at 1,000 positions 1.25x.
+ * output bits unchanged), the copies against the transposes: bf16 dot products — decode over a
+ * cache-resident context 1.2-2x faster, decode from memory the same (it waits on the misses either
+ * way), prefill the same to 1.08x; f32 products over the bf16 cache (widened words) — the
+ * 3,500-token prefill 1.16-1.24x, 512 the same; on the AVX2 path 512 1.13-1.22x, 3,500 1.14x,
+ * decode at 1,000 positions 1.25x. Reading V in place added more (cv_kv_v_pair_rows).
  */
 #include <assert.h>
 #include <string.h>
