@@ -1634,33 +1634,37 @@ static void test_attention(cv_threadpool *pool) {
 /* The batch of the bf16 attention tests: 37 tokens at 480..516 (across the edge of AMX's 512-position
  * chunk, several query blocks, and on AMX several 32-row groups whose causal end falls inside the
  * tile); one decode token at 600 (ten tiles of 64, five of AMX's 128, two chunks); position 0
- * alone; 6 tokens at 60..65 (across the first 64-position tile's edge); in 7-slot blocks scattered
- * over the cache. */
-enum { ATT_BS = 7, ATT_BLOCKS = 192, ATT_SLOTS = ATT_BS * ATT_BLOCKS, ATT_T = 45, ATT_SEQS = 4 };
+ * alone; 6 tokens at 60..65 (across the first 64-position tile's edge); in blocks of bs slots (7:
+ * partial blocks and tiles, pairs across blocks; 16: the engine's, K and V read in place by the bf16
+ * dot products) scattered over the cache. */
+enum { ATT_MAX_BS = 16, ATT_BLOCKS = 192, ATT_T = 45, ATT_SEQS = 4 };
 typedef struct attention_batch {
+    int bs, slots;
     int32_t seq_start[ATT_SEQS + 1], positions[ATT_T], tables[ATT_SEQS][96];
     const int32_t *table_rows[ATT_SEQS];
-    int64_t identity[ATT_SLOTS]; /* slot i for row i: cv_kv_write of the whole cache */
+    int64_t identity[ATT_MAX_BS * ATT_BLOCKS]; /* slot i for row i: cv_kv_write of the whole cache */
 } attention_batch;
 
-static void attention_batch_init(attention_batch *b) {
+static void attention_batch_init(attention_batch *b, int bs) {
     static const int32_t seq_start[ATT_SEQS + 1] = {0, 37, 38, 39, ATT_T}, first_pos[ATT_SEQS] = {480, 600, 0, 60};
+    CHECK(bs <= ATT_MAX_BS);
+    b->bs = bs, b->slots = bs * ATT_BLOCKS;
     memcpy(b->seq_start, seq_start, sizeof seq_start);
     int next_block = 0;
     for (int s = 0; s < ATT_SEQS; s++) {
         for (int32_t t = seq_start[s]; t < seq_start[s + 1]; t++) b->positions[t] = first_pos[s] + t - seq_start[s];
-        for (int k = 0; k * ATT_BS <= b->positions[seq_start[s + 1] - 1]; k++)
+        for (int k = 0; k * bs <= b->positions[seq_start[s + 1] - 1]; k++)
             b->tables[s][k] = (next_block++ * 37 + 5) % ATT_BLOCKS;
         b->table_rows[s] = b->tables[s];
     }
     CHECK(next_block <= ATT_BLOCKS);
-    for (int i = 0; i < ATT_SLOTS; i++) b->identity[i] = i;
+    for (int i = 0; i < b->slots; i++) b->identity[i] = i;
 }
 
 /* The args of the whole batch (f32 cache, no output yet). */
 static cv_attention_args attention_batch_args(const attention_batch *b, int nh, int nkv, int hd, const float *q) {
     return (cv_attention_args){.n_tokens = ATT_T, .n_seqs = ATT_SEQS, .seq_start = b->seq_start,
-                               .positions = b->positions, .block_tables = b->table_rows, .block_size = ATT_BS,
+                               .positions = b->positions, .block_tables = b->table_rows, .block_size = b->bs,
                                .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
                                .scale = 1.0f / sqrtf((float)hd), .q = q};
 }
@@ -1686,21 +1690,21 @@ static void attention_batch_split(cv_threadpool *pool, const attention_batch *b,
 static void test_attention_bf16_cache(cv_threadpool *pool) {
     static const int shapes[][3] = {{3, 1, 19}, {9, 3, 40}, {7, 7, 32}, {14, 2, 128}}; /* heads, KV heads, head_dim */
     attention_batch batch;
-    attention_batch_init(&batch);
+    attention_batch_init(&batch, 7);
     for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
         const int nh = shapes[sh][0], nkv = shapes[sh][1], hd = shapes[sh][2];
-        const int64_t width = (int64_t)nkv * hd, cache = ATT_SLOTS * width, rows = (int64_t)ATT_T * nh * hd;
+        const int64_t width = (int64_t)nkv * hd, cache = batch.slots * width, rows = (int64_t)ATT_T * nh * hd;
         float *k = rand_vec(cache), *v = rand_vec(cache), *q = rand_vec(rows);
         for (int64_t i = 0; i < rows; i++) q[i] *= 3.0f; /* peaky softmax */
         uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
-        cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, nkv, hd, ATT_BS);
-        for (int64_t slot = 0; slot < ATT_SLOTS; slot++) /* the f32 cache of the same values, in its own layout */
+        cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, batch.slots, nkv, hd, batch.bs);
+        for (int64_t slot = 0; slot < batch.slots; slot++) /* the f32 cache of the same values, in its own layout */
             for (int g = 0; g < nkv; g++)
                 for (int d = 0; d < hd; d++) {
-                    k[cv_kv_index(CV_DTYPE_F32, false, slot, g, d, nkv, hd, ATT_BS)] =
-                        cv_bf16_to_f32(kb[cv_kv_index(CV_DTYPE_BF16, false, slot, g, d, nkv, hd, ATT_BS)]);
-                    v[cv_kv_index(CV_DTYPE_F32, true, slot, g, d, nkv, hd, ATT_BS)] =
-                        cv_bf16_to_f32(vb[cv_kv_index(CV_DTYPE_BF16, true, slot, g, d, nkv, hd, ATT_BS)]);
+                    k[cv_kv_index(CV_DTYPE_F32, false, slot, g, d, nkv, hd, batch.bs)] =
+                        cv_bf16_to_f32(kb[cv_kv_index(CV_DTYPE_BF16, false, slot, g, d, nkv, hd, batch.bs)]);
+                    v[cv_kv_index(CV_DTYPE_F32, true, slot, g, d, nkv, hd, batch.bs)] =
+                        cv_bf16_to_f32(vb[cv_kv_index(CV_DTYPE_BF16, true, slot, g, d, nkv, hd, batch.bs)]);
                 }
         float *out_f = rand_vec(rows), *out_b = rand_vec(rows), *out_split = rand_vec(rows);
         cv_attention_args a = attention_batch_args(&batch, nh, nkv, hd, q);
@@ -1736,20 +1740,20 @@ static void test_attention_bf16_cache(cv_threadpool *pool) {
  * not the f32 tile products' bits; and the same bits batched, per sequence and in chunks of 5.
  * Skipped where the ISA path or the CPU has no bf16 dot product. */
 /* The bf16-dot attention on the active kernels (path: their name) against the f32 one and the reference. */
-static void attention_bf16_dot(cv_threadpool *pool, const char *path) {
+static void attention_bf16_dot(cv_threadpool *pool, const char *path, int bs) {
     static const int shapes[][3] = {{9, 3, 40}, {7, 7, 32}, {14, 2, 128}, {16, 2, 256}}; /* heads, KV heads, head_dim */
     attention_batch batch;
-    attention_batch_init(&batch);
+    attention_batch_init(&batch, bs);
     for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
         const int nh = shapes[sh][0], nkv = shapes[sh][1], hd = shapes[sh][2];
-        const int64_t width = (int64_t)nkv * hd, cache = ATT_SLOTS * width, rows = (int64_t)ATT_T * nh * hd;
+        const int64_t width = (int64_t)nkv * hd, cache = batch.slots * width, rows = (int64_t)ATT_T * nh * hd;
         float *k = rand_vec(cache), *v = rand_vec(cache), *q = rand_vec(rows), *q_rounded = rand_vec(rows);
         for (int64_t i = 0; i < rows; i++) q[i] *= 3.0f; /* peaky softmax */
         const float scale = 1.0f / sqrtf((float)hd);
         /* the reference's query: what the kernel rounds (q · scale), divided back by the scale */
         for (int64_t i = 0; i < rows; i++) q_rounded[i] = (float)((double)cv_bf16_to_f32(cv_f32_to_bf16(q[i] * scale)) / scale);
         uint16_t *kb = cv_xmalloc((size_t)cache * sizeof *kb), *vb = cv_xmalloc((size_t)cache * sizeof *vb);
-        cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, ATT_SLOTS, nkv, hd, ATT_BS);
+        cv_kv_write(pool, kb, vb, CV_DTYPE_BF16, k, v, batch.identity, batch.slots, nkv, hd, batch.bs);
         float *out_f = rand_vec(rows), *out_d = rand_vec(rows), *out_split = rand_vec(rows);
         cv_attention_args a = attention_batch_args(&batch, nh, nkv, hd, q);
         a.kv_dtype = CV_DTYPE_BF16, a.k_cache = kb, a.v_cache = vb, a.out = out_f;
@@ -1759,10 +1763,11 @@ static void attention_bf16_dot(cv_threadpool *pool, const char *path) {
         cv_attention(pool, &ad);
         attention_batch_split(pool, &batch, &ad, out_split);
         CHECK_MSG(memcmp(out_split, out_d, (size_t)rows * sizeof *out_d) == 0,
-                  "%s attention %d/%d heads, head_dim %d (%d threads): batched and split differ", path, nh, nkv, hd,
-                  cv_threadpool_size(pool));
+                  "%s attention (%d-slot blocks) %d/%d heads, head_dim %d (%d threads): batched and split differ", path,
+                  bs, nh, nkv, hd, cv_threadpool_size(pool));
         CHECK_MSG(memcmp(out_f, out_d, (size_t)rows * sizeof *out_d) != 0,
-                  "%s attention %d/%d heads, head_dim %d: the f32 tile products' bits", path, nh, nkv, hd);
+                  "%s attention (%d-slot blocks) %d/%d heads, head_dim %d: the f32 tile products' bits", path, bs, nh,
+                  nkv, hd);
         { /* the query given scaled and rounded (cv_rmsnorm_rope_bf16's rows): the same output */
             uint16_t *qb = cv_xmalloc((size_t)rows * sizeof *qb);
             for (int64_t i = 0; i < rows; i++) qb[i] = cv_f32_to_bf16(q[i] * scale);
@@ -1771,7 +1776,7 @@ static void attention_bf16_dot(cv_threadpool *pool, const char *path) {
             aq.q = NULL, aq.q_bf16 = qb, aq.out = out_q;
             cv_attention(pool, &aq);
             CHECK_MSG(memcmp(out_q, out_d, (size_t)rows * sizeof *out_d) == 0,
-                      "%s attention %d/%d heads, head_dim %d: bf16 query rows", path, nh, nkv, hd);
+                      "%s attention (%d-slot blocks) %d/%d heads, head_dim %d: bf16 query rows", path, bs, nh, nkv, hd);
             free(qb), free(out_q);
         }
         if (nh * hd % 32 == 0) { /* bf16 output rows: the f32 output's, rounded */
@@ -1780,8 +1785,8 @@ static void attention_bf16_dot(cv_threadpool *pool, const char *path) {
             ab.out = NULL, ab.out_bf16 = ob;
             cv_attention(pool, &ab);
             cv_round_bf16_rows(NULL, out_d, nh * hd, ATT_T, nh * hd, want);
-            CHECK_MSG(memcmp(ob, want, (size_t)rows * sizeof *ob) == 0, "%s attention %d/%d heads, head_dim %d: bf16 output",
-                      path, nh, nkv, hd);
+            CHECK_MSG(memcmp(ob, want, (size_t)rows * sizeof *ob) == 0,
+                      "%s attention (%d-slot blocks) %d/%d heads, head_dim %d: bf16 output", path, bs, nh, nkv, hd);
             free(ob), free(want);
         }
         cv_attention_args r = ad;
@@ -1792,8 +1797,8 @@ static void attention_bf16_dot(cv_threadpool *pool, const char *path) {
                 ref_attention(&r, t, s, ref);
                 for (int i = 0; i < nh * hd; i++) worst = fmax(worst, fabs(out_d[(int64_t)t * nh * hd + i] - ref[i]));
             }
-        CHECK_MSG(worst <= 0x1p-8, "%s attention %d/%d heads, head_dim %d: %g from the reference", path, nh, nkv,
-                  hd, worst);
+        CHECK_MSG(worst <= 0x1p-8, "%s attention (%d-slot blocks) %d/%d heads, head_dim %d: %g from the reference",
+                  path, bs, nh, nkv, hd, worst);
         free(ref);
         free(k), free(v), free(q), free(q_rounded), free(kb), free(vb), free(out_f), free(out_d), free(out_split);
     }
@@ -1809,12 +1814,14 @@ static void test_attention_bf16_dot(cv_threadpool *pool) {
         return;
     }
     CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
-    attention_bf16_dot(pool, "bf16-dot");
+    attention_bf16_dot(pool, "bf16-dot", 7);
+    attention_bf16_dot(pool, "bf16-dot", 16);
     if (cv_cpu_amx_enable(true)) {
         printf("test_kernels: AMX attention skipped: %s\n", cv_error_message());
         return;
     }
-    attention_bf16_dot(pool, "amx");
+    attention_bf16_dot(pool, "amx", 7);
+    attention_bf16_dot(pool, "amx", 16);
     CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
 }
 
@@ -1910,19 +1917,22 @@ static void test_kv_layout_bf16(void) {
  * head_dim elements) and AMX's column tiles (W = 16; several tiles per call), from blocks scattered
  * over the cache, for even and odd head_dim and block sizes (pairs across blocks, an odd block's
  * plain last row, an odd head_dim's plain last element, a zero past an odd n); and write nothing
- * else. V's pair rows as pointers hold the same words, pointing into the cache where it pairs rows. */
+ * else. K's panels and V's pair rows as pointers hold the same words, pointing into the cache where
+ * a block holds whole panels (K: block_size a multiple of 16) or pairs rows (V: an even block_size). */
 static void test_kv_gather(void) {
-    static const int shapes[][3] = {{2, 128, 16}, {1, 32, 7}, {2, 19, 5}, {1, 6, 1}, {3, 8, 2}}; /* KV heads, head_dim, block_size */
-    static const int spans[][2] = {{0, 1}, {0, 16}, {2, 37}, {64, 64}, {6, 128}}; /* j0, n */
+    static const int shapes[][3] = {{2, 128, 16}, {1, 32, 7},  {2, 19, 5}, {1, 6, 1},
+                                    {3, 8, 2},    {1, 16, 32}, {1, 9, 16}}; /* KV heads, head_dim, block_size */
+    static const int spans[][2] = {{0, 1}, {0, 16}, {2, 37}, {64, 64}, {6, 128}, {32, 50}}; /* j0, n */
     enum { SENTINEL = 0x5a5a5a5a };
     for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
         const int nkv = shapes[sh][0], hd = shapes[sh][1], bs = shapes[sh][2], width = nkv * hd;
         const int blocks = (134 + bs - 1) / bs + 3, slots = blocks * bs, pairs = (hd + 1) / 2;
+        CHECK(blocks % 11 != 0);
         float *k = rand_vec((int64_t)slots * width), *v = rand_vec((int64_t)slots * width);
         int64_t *all = cv_xmalloc((size_t)slots * sizeof *all);
         int32_t *table = cv_xmalloc((size_t)blocks * sizeof *table);
         for (int i = 0; i < slots; i++) all[i] = i;
-        for (int b = 0; b < blocks; b++) table[b] = (b * 11 + 3) % blocks; /* a permutation: no count here is a multiple of 11 */
+        for (int b = 0; b < blocks; b++) table[b] = (b * 11 + 3) % blocks; /* a permutation (checked above) */
         uint16_t *kc = cv_xmalloc((size_t)slots * width * 2), *vc = cv_xmalloc((size_t)slots * width * 2);
         cv_kv_write(NULL, kc, vc, CV_DTYPE_BF16, k, v, all, slots, nkv, hd, bs);
         int bad = 0;
@@ -1955,6 +1965,24 @@ static void test_kv_gather(void) {
                             bad += vd[at] != ((uint32_t)ELEM(vc, true, j0 + 2 * q, d) | hi << 16);
                             vwant[at] = 1;
                         }
+                    if (W == 64 && n <= 64) { /* K as panels of 16 positions: in the cache where a block holds them */
+                        const uint32_t *pan[4];
+                        int64_t ldp = 0;
+                        uint32_t *spare = cv_xmalloc((size_t)pairs * 64 * 4);
+                        cv_kv_k_panels(&kh, j0, n, pan, &ldp, spare);
+                        for (int j = 0; j < n; j += 16) {
+                            const bool in_cache = (const uint16_t *)pan[j / 16] >= kc &&
+                                                  (const uint16_t *)pan[j / 16] < kc + (int64_t)slots * width;
+                            bad += in_cache != (bs % 16 == 0 && j0 % 16 == 0 && hd % 2 == 0);
+                        }
+                        for (int j = 0; j < n; j++)
+                            for (int p = 0; p < pairs; p++) {
+                                const uint32_t hi = 2 * p + 1 < hd ? ELEM(kc, false, j0 + j, 2 * p + 1) : 0;
+                                bad += pan[j / 16][p * ldp + j % 16] !=
+                                       ((uint32_t)ELEM(kc, false, j0 + j, 2 * p) | hi << 16);
+                            }
+                        free(spare);
+                    }
                     if (W == 64) { /* the same words as row pointers: in the cache itself where it pairs rows */
                         const uint32_t *pr[80];
                         uint32_t *spare = cv_xmalloc((size_t)(n + 1) / 2 * hd * 4);

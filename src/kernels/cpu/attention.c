@@ -25,16 +25,17 @@
  * over a bf16 cache is bit for bit attention over an f32 cache holding the same rounded values.
  *
  * In bf16 compute with a bf16 cache, on a CPU whose bf16 dot product beats f32 FMA (bf16_dot), the
- * two tile products run on those pairs instead (cpu_ops.h gemm_rows_dot, twice the multiply-adds per
- * instruction): the scaled query rows are rounded to bf16 once per block, Q·Kᵀ pairs over head_dim
- * against the K tile's words as copied, and for P·V the softmax numerators of each row are rounded
- * to bf16 and paired over adjacent positions, against V's words read in place in the cache (an odd
- * last position paired with zero). The running max and sum, the rescaling and the final division stay
- * f32 and unchanged; still one accumulation chain per element whatever the block, so batch
- * invariance holds in this mode too. Where the CPU has AMX (and head_dim is a multiple of 32), the
- * same two products are AMX tile products (amx/pairs.c) on the same words copied into tiles of 16
- * columns, with zero pairs padding k to whole steps of 16 pairs, and the loops are ordered for them
- * (attend_amx); a decode token takes that path too, so it keeps the prefill's bits.
+ * two tile products run on those pairs instead (cpu_ops.h gemm_panels_dot and gemm_rows_dot, twice
+ * the multiply-adds per instruction), reading the words in place in the cache (kv_layout.h): the
+ * scaled query rows are rounded to bf16 once per block, Q·Kᵀ pairs over head_dim against K's words
+ * 16 positions at a time, and for P·V the softmax numerators of each row are rounded to bf16 and
+ * paired over adjacent positions against V's pair rows (an odd last position paired with zero).
+ * The running max and sum, the rescaling and the final division stay f32 and unchanged; still one
+ * accumulation chain per element whatever the block, so batch invariance holds in this mode too.
+ * Where the CPU has AMX (and head_dim is a multiple of 32), the same two products are AMX tile
+ * products (amx/pairs.c) on the same words copied into tiles of 16 columns, with zero pairs padding
+ * k to whole steps of 16 pairs, and the loops are ordered for them (attend_amx); a decode token
+ * takes that path too, so it keeps the prefill's bits.
  *
  * An online softmax (running max m, running sum l, output rescaled when m grows) keeps memory per
  * unit constant in the context length; with the whole context in one tile (≤ 64) it is the
@@ -138,7 +139,8 @@ static cv_kv_head kv_head(const attention_job *job, const void *cache, const int
 typedef struct block_scratch {
     float *q;      /* [rows][hd], pre-scaled; bf16_dot: one row, rounded into qp */
     float *o;      /* [rows][hd] */
-    float *kt;     /* [hd][CT]; bf16_dot: [hd/2][CT] K words; AMX: one such tile per 16 positions of a chunk */
+    float *kt;     /* [hd][CT]; bf16_dot: [hd/2][CT] K words (those not read in place, kv_layout.h); AMX: one
+                    * such tile per 16 positions of a chunk */
     float *s;      /* [rows][CT]; AMX: [AMX_SUB_ROWS][CT] */
     head_state *st;
     /* bf16_dot only: the scaled query [rows][hd/2] and the numerators [rows][CT/2] (AMX: 32 rows) as
@@ -225,14 +227,12 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
     const int32_t n_ctx = a->positions[t1 - 1] + 1; /* positions ascend within a sequence */
     const bool staged = n_ctx > 4 * CT;             /* an f32 cache: see fetch_rows */
     const float *kt_rows[CV_MAX_HEAD_DIM], *vrow[MAX_CONTEXT_TILE];
-    const uint32_t *kt_pairs[CV_MAX_HEAD_DIM / 2], *v_pairs[MAX_CONTEXT_TILE / 2];
+    const uint32_t *k_panels[MAX_CONTEXT_TILE / 16], *v_pairs[MAX_CONTEXT_TILE / 2];
+    int64_t ldp = 0; /* of k_panels */
     const cv_kv_head kh = kv_head(job, a->k_cache, table, g), vh = kv_head(job, a->v_cache, table, g);
     for (int d = 0; d < hd; d++) kt_rows[d] = w->kt + (int64_t)d * CT;
-    if (dot) {
-        for (int d = 0; d < hd / 2; d++) kt_pairs[d] = (const uint32_t *)w->kt + (int64_t)d * CT;
-    } else if (job->bf16) {
+    if (job->bf16 && !dot)
         for (int j = 0; j < CT; j++) vrow[j] = w->vf + (int64_t)j * hd;
-    }
     for (int32_t j0 = 0; j0 < n_ctx; j0 += CT) {
         const int n = n_ctx - j0 < CT ? n_ctx - j0 : CT;
         /* K's copy before V's ask: all of both asked at once measured slower */
@@ -245,7 +245,7 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
             fetch_rows(vrow, n, row_bytes, w->vs, staged);
             ops->transpose_rows(w->kt, CT, krow, n, hd);
         } else if (dot) {
-            cv_kv_gather_k(&kh, j0, n, (uint32_t *)w->kt, CT);
+            cv_kv_k_panels(&kh, j0, n, k_panels, &ldp, (uint32_t *)w->kt);
             cv_kv_v_pair_rows(&vh, j0, n, v_pairs, w->vp);
         } else {
             cv_kv_gather_k(&kh, j0, n, w->kw, CT);
@@ -257,7 +257,7 @@ static void attend_lanes(const attention_job *job, block_scratch *w, int32_t s, 
                 ops->widen_pairs(w->vf + (int64_t)2 * q * hd, 2 * q + 1 < n ? w->vf + (int64_t)(2 * q + 1) * hd : NULL,
                                  w->vp + (int64_t)q * hd, hd);
         }
-        if (dot) ops->gemm_rows_dot(w->s, CT, w->qp, q_pairs, kt_pairs, rows, n, hd / 2, false);
+        if (dot) ops->gemm_panels_dot(w->s, CT, w->qp, q_pairs, k_panels, ldp, rows, n, hd / 2, false);
         else ops->gemm_rows(w->s, CT, w->q, hd, kt_rows, rows, n, hd, false);
         /* bf16 numerators: rows lda pairs apart, zero past each row's causal end to the row's end */
         const int64_t lda = cv_act_bf16_stride(n) / 2;
@@ -405,7 +405,7 @@ void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
     assert(!a->q_bf16 || a->bf16_dot);
     assert(a->head_dim > 0 && a->head_dim <= CV_MAX_HEAD_DIM);
     assert(!a->bf16_dot || (a->kv_dtype == CV_DTYPE_BF16 && a->head_dim % 2 == 0 && cv_cpu_ops_active()->gemm_rows_dot &&
-                            cv_cpu_ops_active()->exp_sum_bf16));
+                            cv_cpu_ops_active()->gemm_panels_dot && cv_cpu_ops_active()->exp_sum_bf16));
     if (a->n_tokens <= 0) return;
     attention_job job = {.a = a, .ops = cv_cpu_ops_active(), .group = a->n_heads / a->n_kv_heads,
                          .bf16 = a->kv_dtype == CV_DTYPE_BF16};

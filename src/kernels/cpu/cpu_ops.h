@@ -41,6 +41,11 @@ typedef struct cv_cpu_ops {
      * on an ISA without it. */
     void (*gemm_rows_dot)(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *const *b, int m,
                           int n, int k, bool accumulate);
+    /* The same products with b as panels of 16 columns: b[j][p] = panels[j / 16][p·ldp + j % 16],
+     * panels[] holding ⌈n/16⌉ pointers (a bf16 cache's K words in place, 16 positions of a block
+     * per panel). NULL with gemm_rows_dot. */
+    void (*gemm_panels_dot)(float *c, int64_t ldc, const uint32_t *a, int64_t lda, const uint32_t *const *panels,
+                            int64_t ldp, int m, int n, int k, bool accumulate);
     /* exp_sum with y rounded to bf16 (as round_bf16 rounds): softmax numerators for the bf16 dot
      * products, the sum still of the f32 values in exp_sum's order. NULL with gemm_rows_dot. */
     float (*exp_sum_bf16)(uint16_t *y, const float *x, float shift, int64_t n);

@@ -25,7 +25,14 @@ void cv_kv_gather_k(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W
  * column tiles), rows ≥ ⌈n/2⌉. */
 void cv_kv_gather_v(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W, int rows);
 
-/* The same words (W = head_dim) as row pointers, rows[q] → word (q, 0): into the cache itself where
+/* K's words at positions [j0, j0 + n) as panels of 16 positions for gemm_panels_dot, word (p, j) at
+ * panels[j / 16][p·ldp + j % 16] (*ldp set): in the cache itself where blocks hold whole panels
+ * (block_size and j0 multiples of 16, head_dim even: no copy), else gathered into `spare`
+ * ([⌈head_dim/2⌉][64] words, n ≤ 64).
+ * Every line of the cache's panels is asked for. */
+void cv_kv_k_panels(const cv_kv_head *h, int32_t j0, int n, const uint32_t **panels, int64_t *ldp, uint32_t *spare);
+
+/* V's words (W = head_dim) as row pointers, rows[q] → word (q, 0): into the cache itself where
  * it pairs the rows (an even block_size: no copy), else into `spare` ([⌈n/2⌉][head_dim] words)
  * where they are gathered; an odd n's last pair, with its zero, is always in spare. Every line of
  * the cache's rows is asked for. */

@@ -108,17 +108,22 @@ static void gemm_rows_avx512(float *c, int64_t ldc, const float *a, int64_t lda,
 }
 
 /* gemm_block on bf16 pairs with vdpbf16ps: MR rows × up to 64 columns, each pair of a broadcast
- * against four vectors of pairs of b's row. */
+ * against four vectors of pairs of b: of its row p (b row pointers), or of the panels of 16 columns
+ * (PANELS: b[j / 16] + p·ldp holds row p's columns j..j+15 of its panel; a constant in each caller). */
 #define BF16_DOT __attribute__((target("avx512bf16")))
 BF16_DOT INLINE void dot_block(float *c, int64_t ldc, const uint32_t *a, int64_t lda, int col, int n, int k,
-                               bool accumulate, const int MR, const uint32_t *const *b) {
+                               bool accumulate, const int MR, const uint32_t *const *b, int64_t ldp,
+                               const bool PANELS) {
     __mmask16 m[4];
     column_masks(n, m);
     __m512 acc[4][4];
     acc_load(acc, c, ldc, m, accumulate, MR);
+    const uint32_t *panel[4]; /* columns past n: no panel, a masked load of the first one's address */
+    for (int v = 0; v < 4; v++) panel[v] = PANELS ? b[col / 16 + (m[v] ? v : 0)] : NULL;
     for (int p = 0; p < k; p++) {
         __m512bh bv[4];
-        for (int v = 0; v < 4; v++) bv[v] = (__m512bh)_mm512_maskz_loadu_epi32(m[v], b[p] + col + 16 * v);
+        for (int v = 0; v < 4; v++)
+            bv[v] = (__m512bh)_mm512_maskz_loadu_epi32(m[v], PANELS ? panel[v] + p * ldp : b[p] + col + 16 * v);
         for (int i = 0; i < MR; i++) {
             const __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[i * lda + p]);
             for (int v = 0; v < 4; v++) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
@@ -129,7 +134,13 @@ BF16_DOT INLINE void dot_block(float *c, int64_t ldc, const uint32_t *a, int64_t
 
 BF16_DOT static void gemm_rows_dot_avx512(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
                                           const uint32_t *const *b, int m, int n, int k, bool accumulate) {
-    TILE_ROWS(dot_block, c, ldc, a, lda, m, n, k, accumulate, b)
+    TILE_ROWS(dot_block, c, ldc, a, lda, m, n, k, accumulate, b, 0, false)
+}
+
+BF16_DOT static void gemm_panels_dot_avx512(float *c, int64_t ldc, const uint32_t *a, int64_t lda,
+                                            const uint32_t *const *panels, int64_t ldp, int m, int n, int k,
+                                            bool accumulate) {
+    TILE_ROWS(dot_block, c, ldc, a, lda, m, n, k, accumulate, panels, ldp, true)
 }
 
 /* 16 rows × 16 columns in registers (r[i] = row i in, column i out): 32-bit, 64-bit and two 128-bit
@@ -369,6 +380,7 @@ const cv_cpu_ops cv_cpu_ops_avx512 = {
     .copy_rows = copy_rows_avx512,
     .widen_pairs = widen_pairs_avx512,
     .gemm_rows_dot = gemm_rows_dot_avx512,
+    .gemm_panels_dot = gemm_panels_dot_avx512,
     .exp_sum = exp_sum_avx512,
     .exp_sum_bf16 = exp_sum_bf16_avx512,
     .silu_mul = silu_mul_avx512,
