@@ -280,8 +280,8 @@ void cv_rmsnorm_rope_bf16(cv_threadpool *pool, const cv_rope *r, uint16_t *dst, 
  * of block_size·head_dim elements of kv_dtype: f32, or bf16 (what cv_kv_write rounds to), in which
  * cv_kv_index places each element. An f32 region is that head's block_size rows one after another.
  * A bf16 region is laid out in the pairs the bf16 dot products multiply (vdpbf16ps and AMX take two
- * bf16 in each 32-bit word), so that attention copies a block's words where it used to transpose
- * and pair its rows for every query block: K as [head_dim/2][block_size] words, word (p, i) holding
+ * bf16 in each 32-bit word), so that attention reads a block's words as they are, or copies them,
+ * where it used to transpose and pair its rows for every query block: K as [head_dim/2][block_size] words, word (p, i) holding
  * elements 2p and 2p+1 of row i (Q·Kᵀ pairs over head_dim; 16 positions' words of one pair are one
  * vector), and V as [block_size/2][head_dim] words, word (q, d) holding element d of rows 2q and
  * 2q+1 (P·V pairs over positions); an odd head_dim's last K element and an odd block_size's last V
@@ -290,9 +290,10 @@ void cv_rmsnorm_rope_bf16(cv_threadpool *pool, const cv_rope *r, uint16_t *dst, 
  * head for K and one for V (4 KiB each for a bf16 head_dim of 128 in 16-slot blocks).
  *
  * Token t (of sequence s, at position positions[t]) attends causally over positions
- * [0, positions[t]] of s, read through block_tables[s]; its own K/V must already be in the cache. Query head h uses KV head
- * h / (n_heads / n_kv_heads). A bf16 cache is widened as it is read and everything else is the f32
- * computation: the output is bit for bit that of an f32 cache holding the same (bf16) values.
+ * [0, positions[t]] of s, read through block_tables[s]; its own K/V must already be in the cache.
+ * Query head h uses KV head h / (n_heads / n_kv_heads). A bf16 cache is widened as it is read and
+ * everything else is the f32 computation: the output is bit for bit that of an f32 cache holding the
+ * same (bf16) values.
  * With bf16_dot (bf16 compute, a bf16 cache, and cv_linear_bf16_input()) the two tile products run
  * as bf16 dot products instead: the scaled query and the softmax numerators are rounded to bf16,
  * accumulation, the online softmax and the final division stay f32.

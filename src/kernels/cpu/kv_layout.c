@@ -87,9 +87,10 @@ void cv_kv_write(cv_threadpool *pool, void *k_cache, void *v_cache, cv_dtype dty
     else cv_threadpool_run(pool, kv_write_task, &j);
 }
 
-/* The first element of h's region in a block (cv_kv_index). */
+/* The first element of h's region in a block: element 0 of its first slot, K or V alike. */
 static const uint16_t *region(const cv_kv_head *h, int32_t block) {
-    return h->cache + ((int64_t)block * h->n_kv_heads + h->g) * h->block_size * h->head_dim;
+    return h->cache + cv_kv_index(CV_DTYPE_BF16, false, (int64_t)block * h->block_size, h->g, 0, h->n_kv_heads,
+                                  h->head_dim, h->block_size);
 }
 
 /* Block by block, pair row by pair row; every line is asked for before the first copy (attention.c
