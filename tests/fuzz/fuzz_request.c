@@ -82,10 +82,14 @@ static void answer(const cv_api_request *req) {
     require(cv_api_response_done(&resp));
     if (req->stream) {
         cv_api_response_stream_end(&resp, &sse, &len, &cap);
-        for (char *p = sse; p && (p = strstr(p, "data: ")); p += 6) {
+        /* Each event is "data: " PAYLOAD "\n\n"; the next one starts after the blank line, not at the next
+         * "data: ", which an echoed prompt may hold inside a JSON string. */
+        for (char *p = sse; p && *p; p += 2) {
+            require(strncmp(p, "data: ", 6) == 0);
             char *end = strstr(p, "\n\n");
             require(end != NULL);
             if (strncmp(p + 6, "[DONE]", 6)) require_json(p + 6, (size_t)(end - p - 6));
+            p = end;
         }
     }
     char *body = cv_api_response_json(&resp);
