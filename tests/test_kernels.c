@@ -69,6 +69,27 @@ static void test_threadpool(int n_threads) {
     cv_threadpool_free(pool);
 }
 
+/* More shares than threads: each share runs once a run, with n = the share count, whichever thread
+ * claims it; run with 3 threads on this 2-core machine, where a worker is often not scheduled. */
+static void test_threadpool_shares(int n_threads) {
+    cv_threadpool *pool = cv_threadpool_create(n_threads);
+    pool_probe p = {.expect_n = 7, .total = 1001};
+    const int rounds = 500;
+    for (int r = 0; r < rounds; r++) {
+        cv_threadpool_run_shares(pool, probe_task, &p, 7);
+        cv_threadpool_run_shares(pool, probe_task, &(pool_probe){.expect_n = 1, .total = 1}, 1);
+    }
+    for (int i = 0; i < 7; i++) CHECK_EQ_INT(atomic_load(&p.calls[i]), rounds);
+    CHECK_EQ_INT(atomic_load(&p.wrong_n), 0);
+    CHECK_EQ_INT(atomic_load(&p.covered), (int64_t)rounds * 1001);
+    /* a run after many shares still starts from share 0 and a NULL pool runs them all in order */
+    pool_probe q = {.expect_n = 3, .total = 30};
+    cv_threadpool_run_shares(NULL, probe_task, &q, 3);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(atomic_load(&q.calls[i]), 1);
+    CHECK_EQ_INT(atomic_load(&q.covered), 30);
+    cv_threadpool_free(pool);
+}
+
 static void test_threadpool_null_and_split(void) {
     pool_probe p = {.expect_n = 1, .total = 10};
     cv_threadpool_run(NULL, probe_task, &p);
@@ -363,6 +384,8 @@ static const struct linear_case {
 } linear_cases[] = {
     {1, 67, 1, {37}},  {7, 33, 1, {45}},  {130, 301, 1, {21}},     {61, 1, 1, {100}},       {1, 2, 1, {16}},
     {13, 300, 1, {3}}, {5, 1031, 1, {40}}, {1, 75, 3, {48, 16, 16}}, {67, 75, 3, {48, 16, 16}}, {9, 40, 2, {32, 23}},
+    /* over 1 MiB in every format: more of the pool's shares than threads, a part boundary inside one */
+    {1, 1024, 2, {1040, 500}}, {3, 1024, 2, {1040, 500}},
 };
 
 static void test_format(cv_threadpool *pool, cv_dtype dtype) {
@@ -2032,7 +2055,10 @@ int main(void) {
     CHECK(bf16_dot == cv_linear_bf16_input());
     CHECK(!bf16_dot || cv_cpu_bf16_dot_enable(true) == 0);
     test_threadpool_null_and_split();
-    for (int n = 1; n <= 3; n++) test_threadpool(n);
+    for (int n = 1; n <= 3; n++) {
+        test_threadpool(n);
+        test_threadpool_shares(n);
+    }
     test_isa_selection();
     test_format_names();
     test_pack_errors();

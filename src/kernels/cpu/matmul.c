@@ -21,9 +21,11 @@
  * (f32 partial sums in y), so an output is one chain whatever M and the split. Other formats read
  * their own input from the same cv_act (f32 rows must be there for them).
  *
- * Work is split over panels (or rows, in multiples of 16: whole cache lines of y per thread, no
- * false sharing); when there are too few to go around but many tokens, over tokens instead. Tiny
- * products run on the caller: waking the pool would cost more than the work.
+ * Work is split over panels (or rows, in multiples of 16: whole cache lines of y per share, no
+ * false sharing), in shares of about SHARE_BYTES of weights, dealt out in runs by the pool (a thread
+ * through with its own takes a slow one's last shares); when there are too few panels to go around
+ * but many tokens, over tokens instead, a share a thread.
+ * Tiny products run on the caller: waking the pool would cost more than the work.
  *
  * SwiGLU fused into gate|up (cv_linear_swiglu_bf16): a unit is a gate panel, and its tile is that
  * panel and the up panel of the same outputs — two panels `inter` rows apart, which the kernels
@@ -42,7 +44,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/formats.h"
 
-enum { TOKEN_BLOCK = 64, ROW_ALIGN = 16, SERIAL_FLOPS = 1 << 15, MAX_PARTS = 4, I8_ROW_ALIGN = 64 };
+enum { TOKEN_BLOCK = 64, ROW_ALIGN = 16, SERIAL_FLOPS = 1 << 15, MAX_PARTS = 4, I8_ROW_ALIGN = 64, SHARE_BYTES = 256 << 10 };
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -65,6 +67,7 @@ typedef struct linear_job {
     int64_t part_rows[MAX_PARTS];
     float *ys[MAX_PARTS];
     int64_t units;            /* rows (row-major) or panels (packed) */
+    int64_t unit_align;       /* a share's units come in multiples of this */
     /* packed formats */
     int64_t groups, panel_stride, aux_stride;
     const uint8_t *aux;
@@ -195,26 +198,42 @@ static void run_block(const linear_job *job, int64_t u0, int64_t u1, int64_t m0,
     free(buf);
 }
 
-static void linear_task(void *arg, int ti, int nt) {
+static void linear_task(void *arg, int share, int shares) {
     const linear_job *job = arg;
     int64_t b, e;
     if (job->split_tokens) {
-        cv_split(job->m, job->kern->mr, ti, nt, &b, &e);
+        cv_split(job->m, job->kern->mr, share, shares, &b, &e);
         if (b < e) run_block(job, 0, job->units, b, e);
     } else {
-        cv_split(job->units, job->f->packed ? 1 : ROW_ALIGN, ti, nt, &b, &e);
+        cv_split(job->units, job->unit_align, share, shares, &b, &e);
         if (b < e) run_block(job, b, e, 0, job->m);
     }
 }
 
-/* Runs the job over the pool, or on the caller when it is tiny. */
+/* Runs the job over the pool, or on the caller when it is tiny. Split over units, a share is about
+ * SHARE_BYTES of weights (at least one per thread): a thread whose vCPU started late or ran slow
+ * leaves its last shares to the others, where fixed halves kept the faster one waiting at the end of
+ * every call (with another process busy on one of 2 cores, a 0.6B W8A8 decode ran 12-14 tok/s so,
+ * 30-72 now); a thread walks its own shares in order, one stream for the prefetchers. */
 static void run_job(cv_threadpool *pool, linear_job *job) {
     const int nt = cv_threadpool_size(pool);
     /* per thread: a few register tiles' worth of panels, or 4 row groups */
     const int64_t enough = job->f->packed ? 4LL * job->kern->nr * nt : (int64_t)ROW_ALIGN * 4 * nt;
     job->split_tokens = job->units < enough && job->m >= (int64_t)job->kern->mr * nt;
-    if (nt == 1 || job->m * job->w->rows * job->w->cols < SERIAL_FLOPS) run_block(job, 0, job->units, 0, job->m);
-    else cv_threadpool_run(pool, linear_task, job);
+    job->unit_align = job->f->packed ? job->kern->nr : ROW_ALIGN; /* whole register tiles, whole lines of y */
+    if (nt == 1 || job->m * job->w->rows * job->w->cols < SERIAL_FLOPS) {
+        run_block(job, 0, job->units, 0, job->m);
+        return;
+    }
+    int64_t shares = nt;
+    if (!job->split_tokens) {
+        const int64_t unit_bytes = job->f->packed ? job->panel_stride * (job->glu_up ? 2 : 1)
+                                                  : job->w->cols * (int64_t)cv_dtype_size(job->f->dtype);
+        const int64_t aligned = ceil_div(job->units, job->unit_align);
+        const int64_t by_bytes = ceil_div(aligned * job->unit_align * unit_bytes, SHARE_BYTES);
+        shares = max64(min64(aligned, min64(CV_THREADPOOL_MAX_SHARES, by_bytes)), nt);
+    }
+    cv_threadpool_run_shares(pool, linear_task, job, (int)shares);
 }
 
 /* The job's weight and input; the caller sets its parts. */
