@@ -17,6 +17,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "base/threadpool.h"
+#include "base/timeutil.h"
 #include "check.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/formats.h"
@@ -87,6 +88,40 @@ static void test_threadpool_shares(int n_threads) {
     cv_threadpool_run_shares(NULL, probe_task, &q, 3);
     for (int i = 0; i < 3; i++) CHECK_EQ_INT(atomic_load(&q.calls[i]), 1);
     CHECK_EQ_INT(atomic_load(&q.covered), 30);
+    cv_threadpool_free(pool);
+}
+
+/* Share 4, the first of the worker's run (7 shares on 2 threads: 0-3 and 4-6), waits for share 6:
+ * it can only end if a thread through with its own run takes 6 from the back of the other's. A
+ * pool that kept each run on its own thread would wait here until the bound and fail. */
+typedef struct steal_probe {
+    _Atomic int ran[7];
+    _Atomic int gave_up;
+} steal_probe;
+
+static void steal_task(void *arg, int i, int n) {
+    steal_probe *p = arg;
+    (void)n;
+    if (i == 4) {
+        const double until = cv_now() + 10.0;
+        while (!atomic_load(&p->ran[6]))
+            if (cv_now() > until) {
+                atomic_store(&p->gave_up, 1);
+                break;
+            }
+    }
+    atomic_fetch_add(&p->ran[i], 1);
+}
+
+static void test_threadpool_steals(void) {
+    cv_threadpool *pool = cv_threadpool_create(2);
+    for (int r = 0; r < 50; r++) {
+        steal_probe p = {0};
+        cv_threadpool_run_shares(pool, steal_task, &p, 7);
+        CHECK_EQ_INT(atomic_load(&p.gave_up), 0);
+        for (int i = 0; i < 7; i++) CHECK_EQ_INT(atomic_load(&p.ran[i]), 1);
+        if (atomic_load(&p.gave_up)) break; /* once is enough to fail; don't wait 10 s 50 times */
+    }
     cv_threadpool_free(pool);
 }
 
@@ -2055,6 +2090,7 @@ int main(void) {
     CHECK(bf16_dot == cv_linear_bf16_input());
     CHECK(!bf16_dot || cv_cpu_bf16_dot_enable(true) == 0);
     test_threadpool_null_and_split();
+    test_threadpool_steals();
     for (int n = 1; n <= 3; n++) {
         test_threadpool(n);
         test_threadpool_shares(n);
