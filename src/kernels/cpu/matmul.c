@@ -22,9 +22,9 @@
  * their own input from the same cv_act (f32 rows must be there for them).
  *
  * Work is split over panels (or rows, in multiples of 16: whole cache lines of y per share, no
- * false sharing), in shares of about SHARE_BYTES of weights, dealt out in runs by the pool (a thread
- * through with its own takes a slow one's last shares); when there are too few panels to go around
- * but many tokens, over tokens instead, a share a thread.
+ * false sharing), a share a thread, or for one token (decode) shares of about SHARE_BYTES of
+ * weights, dealt out in runs by the pool (a thread through with its own takes a slow one's last
+ * shares); when there are too few panels to go around but many tokens, over tokens instead.
  * Tiny products run on the caller: waking the pool would cost more than the work.
  *
  * SwiGLU fused into gate|up (cv_linear_swiglu_bf16): a unit is a gate panel, and its tile is that
@@ -210,8 +210,8 @@ static void linear_task(void *arg, int share, int shares) {
     }
 }
 
-/* Runs the job over the pool, or on the caller when it is tiny. Split over units, a share is about
- * SHARE_BYTES of weights (at least one per thread): a thread whose vCPU started late or ran slow
+/* Runs the job over the pool, or on the caller when it is tiny. Split over units for one token, a
+ * share is about SHARE_BYTES of weights (at least one per thread): a thread whose vCPU started late or ran slow
  * leaves its last shares to the others, where fixed halves kept the faster one waiting at the end of
  * every call (with another process busy on one of 2 cores, a 0.6B W8A8 decode ran 12-14 tok/s so,
  * 30-72 now); a thread walks its own shares in order, one stream for the prefetchers. */
@@ -230,8 +230,14 @@ static void run_job(cv_threadpool *pool, linear_job *job) {
         const int64_t unit_bytes = job->f->packed ? job->panel_stride * (job->glu_up ? 2 : 1)
                                                   : job->w->cols * (int64_t)cv_dtype_size(job->f->dtype);
         const int64_t aligned = ceil_div(job->units, job->unit_align);
-        const int64_t by_bytes = ceil_div(aligned * job->unit_align * unit_bytes, SHARE_BYTES);
-        shares = max64(min64(aligned, min64(CV_THREADPOOL_MAX_SHARES, by_bytes)), nt);
+        /* Only one token's product is cut finer: every share reads all the activations, and with
+         * 256 KiB shares for every product a 16×512-token prefill ran 5-8 % slower and `bench serve`
+         * (16 streams, prefill chunks in the steps) ~5 % slower; one share a thread restored both.
+         * Between the two (decode batches) it was not measured enough to choose. */
+        if (job->m == 1) {
+            const int64_t by_bytes = ceil_div(aligned * job->unit_align * unit_bytes, SHARE_BYTES);
+            shares = max64(min64(aligned, min64(CV_THREADPOOL_MAX_SHARES, by_bytes)), nt);
+        }
     }
     cv_threadpool_run_shares(pool, linear_task, job, (int)shares);
 }
