@@ -44,7 +44,10 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/formats.h"
 
-enum { TOKEN_BLOCK = 64, ROW_ALIGN = 16, SERIAL_FLOPS = 1 << 15, MAX_PARTS = 4, I8_ROW_ALIGN = 64, SHARE_BYTES = 256 << 10 };
+enum {
+    TOKEN_BLOCK = 64, ROW_ALIGN = 16, SERIAL_FLOPS = 1 << 15, MAX_PARTS = 4, I8_ROW_ALIGN = 64,
+    SHARE_BYTES = 256 << 10
+};
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -211,10 +214,10 @@ static void linear_task(void *arg, int share, int shares) {
 }
 
 /* Runs the job over the pool, or on the caller when it is tiny. Split over units for one token, a
- * share is about SHARE_BYTES of weights (at least one per thread): a thread whose vCPU started late or ran slow
- * leaves its last shares to the others, where fixed halves kept the faster one waiting at the end of
- * every call (with another process busy on one of 2 cores, a 0.6B W8A8 decode ran 12-14 tok/s so,
- * 30-72 now); a thread walks its own shares in order, one stream for the prefetchers. */
+ * share is about SHARE_BYTES of weights (at least one per thread): a thread whose vCPU started late
+ * or ran slow leaves its last shares to the others, where fixed halves kept the faster one waiting
+ * at the end of every call (with a busy loop beside it on 2 cores, a 0.6B W8A8 decode ran 10.7-11.1
+ * tok/s so, 33.0-36.1 now); a thread walks its own shares in order, one stream for the prefetchers. */
 static void run_job(cv_threadpool *pool, linear_job *job) {
     const int nt = cv_threadpool_size(pool);
     /* per thread: a few register tiles' worth of panels, or 4 row groups */
@@ -233,7 +236,8 @@ static void run_job(cv_threadpool *pool, linear_job *job) {
         /* Only one token's product is cut finer: every share reads all the activations, and with
          * 256 KiB shares for every product a 16×512-token prefill ran 5-8 % slower and `bench serve`
          * (16 streams, prefill chunks in the steps) ~5 % slower; one share a thread restored both.
-         * Between the two (decode batches) it was not measured enough to choose. */
+         * A batch-16 decode alone ran 3-7 % faster with them, but serve's loss is not yet explained,
+         * so decode batches take one share a thread too. */
         if (job->m == 1) {
             const int64_t by_bytes = ceil_div(aligned * job->unit_align * unit_bytes, SHARE_BYTES);
             shares = max64(min64(aligned, min64(CV_THREADPOOL_MAX_SHARES, by_bytes)), nt);
