@@ -15,7 +15,7 @@
 
 typedef struct cv_threadpool cv_threadpool;
 
-typedef void (*cv_task_fn)(void *arg, int thread_index, int n_threads);
+typedef void (*cv_task_fn)(void *arg, int share, int n_shares);
 
 /* n_threads <= 0: all online CPUs. */
 cv_threadpool *cv_threadpool_create(int n_threads);

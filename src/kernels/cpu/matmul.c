@@ -70,7 +70,6 @@ typedef struct linear_job {
     int64_t part_rows[MAX_PARTS];
     float *ys[MAX_PARTS];
     int64_t units;            /* rows (row-major) or panels (packed) */
-    int64_t unit_align;       /* a share's units come in multiples of this */
     /* packed formats */
     int64_t groups, panel_stride, aux_stride;
     const uint8_t *aux;
@@ -201,6 +200,9 @@ static void run_block(const linear_job *job, int64_t u0, int64_t u1, int64_t m0,
     free(buf);
 }
 
+/* A share's units come in multiples of this: whole register tiles of panels, whole lines of y. */
+static int64_t unit_align(const linear_job *job) { return job->f->packed ? job->kern->nr : ROW_ALIGN; }
+
 static void linear_task(void *arg, int share, int shares) {
     const linear_job *job = arg;
     int64_t b, e;
@@ -208,7 +210,7 @@ static void linear_task(void *arg, int share, int shares) {
         cv_split(job->m, job->kern->mr, share, shares, &b, &e);
         if (b < e) run_block(job, 0, job->units, b, e);
     } else {
-        cv_split(job->units, job->unit_align, share, shares, &b, &e);
+        cv_split(job->units, unit_align(job), share, shares, &b, &e);
         if (b < e) run_block(job, b, e, 0, job->m);
     }
 }
@@ -223,7 +225,6 @@ static void run_job(cv_threadpool *pool, linear_job *job) {
     /* per thread: a few register tiles' worth of panels, or 4 row groups */
     const int64_t enough = job->f->packed ? 4LL * job->kern->nr * nt : (int64_t)ROW_ALIGN * 4 * nt;
     job->split_tokens = job->units < enough && job->m >= (int64_t)job->kern->mr * nt;
-    job->unit_align = job->f->packed ? job->kern->nr : ROW_ALIGN; /* whole register tiles, whole lines of y */
     if (nt == 1 || job->m * job->w->rows * job->w->cols < SERIAL_FLOPS) {
         run_block(job, 0, job->units, 0, job->m);
         return;
@@ -232,14 +233,14 @@ static void run_job(cv_threadpool *pool, linear_job *job) {
     if (!job->split_tokens) {
         const int64_t unit_bytes = job->f->packed ? job->panel_stride * (job->glu_up ? 2 : 1)
                                                   : job->w->cols * (int64_t)cv_dtype_size(job->f->dtype);
-        const int64_t aligned = ceil_div(job->units, job->unit_align);
+        const int64_t align = unit_align(job), aligned = ceil_div(job->units, align);
         /* Only one token's product is cut finer: every share reads all the activations, and with
          * 256 KiB shares for every product a 16×512-token prefill ran 5-8 % slower and `bench serve`
          * (16 streams, prefill chunks in the steps) ~5 % slower; one share a thread restored both.
          * A batch-16 decode alone ran 3-7 % faster with them, but serve's loss is not yet explained,
          * so decode batches take one share a thread too. */
         if (job->m == 1) {
-            const int64_t by_bytes = ceil_div(aligned * job->unit_align * unit_bytes, SHARE_BYTES);
+            const int64_t by_bytes = ceil_div(aligned * align * unit_bytes, SHARE_BYTES);
             shares = max64(min64(aligned, min64(CV_THREADPOOL_MAX_SHARES, by_bytes)), nt);
         }
     }
