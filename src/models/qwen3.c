@@ -128,8 +128,7 @@ static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
 static void qwen3_destroy(cv_model *base) {
     qwen3_model *m = (qwen3_model *)base;
     nn_linear_list lins = model_linears(m);
-    for (int i = 0; i < lins.n; i++) nn_linear_release(lins.at[i]);
-    nn_linear_list_free(&lins);
+    nn_linear_list_release(&lins);
     nn_scratch_free(&m->scratch);
     nn_vocab_release(&m->vocab_w);
     cv_rope_free(&m->rope);

@@ -132,8 +132,7 @@ static int pack_weights(qwen3_moe_model *m, cv_weight_source *src, cv_threadpool
 static void qwen3_moe_destroy(cv_model *base) {
     qwen3_moe_model *m = (qwen3_moe_model *)base;
     nn_linear_list lins = model_linears(m);
-    for (int i = 0; i < lins.n; i++) nn_linear_release(lins.at[i]);
-    nn_linear_list_free(&lins);
+    nn_linear_list_release(&lins);
     nn_scratch_free(&m->scratch);
     nn_vocab_release(&m->vocab_w);
     cv_rope_free(&m->rope);

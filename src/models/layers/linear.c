@@ -464,3 +464,8 @@ int nn_pack_linears(cv_threadpool *pool, cv_weight_source *src, const char *layo
 void nn_linear_release(nn_linear *l) {
     for (int g = 0; g < l->n_weights; g++) cv_weight_release(&l->w[g]);
 }
+
+void nn_linear_list_release(nn_linear_list *list) {
+    for (int i = 0; i < list->n; i++) nn_linear_release(list->at[i]);
+    nn_linear_list_free(list);
+}

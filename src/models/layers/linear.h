@@ -158,5 +158,7 @@ void nn_linear_list_free(nn_linear_list *list);
 int nn_pack_linears(cv_threadpool *pool, cv_weight_source *src, const char *layout, const nn_linear_list *lins,
                     cv_pack_cache **cache);
 void nn_linear_release(nn_linear *l);
+/* Releases every linear of list, then frees the list (a model's destroy). */
+void nn_linear_list_release(nn_linear_list *list);
 
 #endif
