@@ -17,13 +17,16 @@
  * prompt and the greedy continuation, batched mixed prefill/decode, a decode batch of both prompts,
  * prefill + teacher-forced decode against gen_logits with greedy ids checked where the reference's
  * margin exceeds twice the bound, and the hybrid model's state copy, checkpoints and verify calls)
- * on every kernel path the CPU has: scalar, AVX2, AVX-512 with its VNNI kernels switched off, and
- * AVX-512 with VNNI (a path the CPU lacks is skipped with a printed reason).
+ * on every kernel path the CPU has: scalar, AVX2, AVX-512 with its VNNI kernels switched off, AVX-512
+ * with VNNI, and AMX tile products (tdpbssd) for the batches of two tokens or more (the first two
+ * with AMX switched off, so each column names the kernels that ran; a path the CPU lacks is skipped
+ * with a printed reason).
  * The measure itself: blind to a shift of the row, ranks ties by id, reads the reference's top ids
  * only, fails on NaN.
  * The int8 arithmetic end to end: int8 × int8 sums are exact integers and the I8 epilogue runs in one
- * order on every path, so on a CPU with VNNI the model's logits with the VNNI kernels and with the
- * plain AVX-512 ones (everything else the same code) must be equal bit for bit, prefill and decode.
+ * order on every path, so the model's logits with AMX's tile products, with the VNNI kernels and with
+ * the plain AVX-512 ones (everything else the same code) must be equal bit for bit, prefill and
+ * decode, on each pair of those the CPU has.
  */
 #include <math.h>
 #include <stdint.h>
@@ -59,14 +62,15 @@ static mf_metric folder_metric(int f) {
 typedef struct kernel_path {
     const char *name;
     cv_isa isa;
-    bool vnni;
+    bool vnni, amx;
 } kernel_path;
 
 static const kernel_path PATHS[] = {
-    {"scalar", CV_ISA_SCALAR, false},
-    {"avx2", CV_ISA_AVX2, false},
-    {"avx512", CV_ISA_AVX512, false},
-    {"avx512-vnni", CV_ISA_AVX512, true},
+    {"scalar", CV_ISA_SCALAR, false, false},
+    {"avx2", CV_ISA_AVX2, false, false},
+    {"avx512", CV_ISA_AVX512, false, false},
+    {"avx512-vnni", CV_ISA_AVX512, true, false},
+    {"avx512-amx", CV_ISA_AVX512, true, true},
 };
 enum { N_PATHS = CV_ARRAY_LEN(PATHS) };
 
@@ -78,6 +82,10 @@ static bool select_path(const kernel_path *p) {
     }
     if (cv_cpu_vnni_enable(p->vnni)) {
         printf("test_quant_ref: %s path skipped: the CPU has no AVX512-VNNI\n", p->name);
+        return false;
+    }
+    if (cv_cpu_amx_enable(p->amx)) {
+        printf("test_quant_ref: %s path skipped: %s\n", p->name, cv_error_message());
         return false;
     }
     return true;
@@ -147,11 +155,23 @@ static int64_t logits_on_path(cv_model *m, const mf_reference *refs, float *out)
     return rows;
 }
 
-static void test_vnni_exact(cv_threadpool *pool, const char *folder) {
-    if (cv_isa_force(CV_ISA_AVX512) || cv_cpu_vnni_enable(true)) {
-        printf("test_quant_ref: %s: VNNI vs plain AVX-512 skipped: the CPU has no AVX512-VNNI\n", folder);
-        return;
+/* The int8 kernel sets a CPU can have, each switching the next one off: their logits must agree. */
+static const struct {
+    const char *name;
+    bool vnni, amx;
+} EXACT_KERNELS[] = {{"AMX", true, true}, {"VNNI", true, false}, {"plain AVX-512", false, false}};
+enum { N_EXACT = CV_ARRAY_LEN(EXACT_KERNELS) };
+
+static void test_int8_exact(cv_threadpool *pool, const char *folder) {
+    bool has[N_EXACT];
+    int n_has = 0;
+    for (int k = 0; k < N_EXACT; k++) {
+        has[k] = !cv_isa_force(CV_ISA_AVX512) && !cv_cpu_vnni_enable(EXACT_KERNELS[k].vnni) &&
+                 !cv_cpu_amx_enable(EXACT_KERNELS[k].amx);
+        if (!has[k]) printf("test_quant_ref: %s: the %s int8 kernels not compared: %s\n", folder, EXACT_KERNELS[k].name, cv_error_message());
+        n_has += has[k];
     }
+    if (n_has < 2) return;
     char dir[512];
     snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
     mf_reference refs[2] = {0};
@@ -164,20 +184,33 @@ static void test_vnni_exact(cv_threadpool *pool, const char *folder) {
     if (refs_ok) CHECK_MSG(rc == 0, "loading %s: %s", dir, cv_error_message());
     if (rc == 0) {
         size_t cap = (size_t)2 * (MF_MAX_TOKENS + 8) * (size_t)m->vocab_size;
-        float *with = cv_xmalloc(cap * sizeof(float)), *without = cv_xmalloc(cap * sizeof(float));
-        int64_t n_with = logits_on_path(m, refs, with);
-        cv_cpu_vnni_enable(false);
-        int64_t n_without = logits_on_path(m, refs, without);
-        CHECK_EQ_INT(n_with, n_without);
-        int64_t differ = -1;
-        for (int64_t r = 0; r < n_with && r < n_without && differ < 0; r++)
-            if (memcmp(with + r * m->vocab_size, without + r * m->vocab_size, (size_t)m->vocab_size * sizeof(float)))
-                differ = r;
-        CHECK_MSG(differ < 0, "%s: logits row %lld of %lld differ between the VNNI and the plain AVX-512 int8 kernels",
-                  folder, (long long)differ, (long long)n_with);
-        if (differ < 0) printf("test_quant_ref: %s: VNNI and plain AVX-512 logits equal bit for bit (%lld rows)\n", folder, (long long)n_with);
-        free(with);
-        free(without);
+        float *first = NULL, *other = cv_xmalloc(cap * sizeof(float));
+        int64_t n_first = 0;
+        const char *first_name = NULL;
+        for (int k = 0; k < N_EXACT; k++) {
+            if (!has[k]) continue;
+            CHECK_EQ_INT(cv_cpu_vnni_enable(EXACT_KERNELS[k].vnni), 0);
+            CHECK_EQ_INT(cv_cpu_amx_enable(EXACT_KERNELS[k].amx), 0);
+            if (!first) {
+                first = cv_xmalloc(cap * sizeof(float));
+                n_first = logits_on_path(m, refs, first);
+                first_name = EXACT_KERNELS[k].name;
+                continue;
+            }
+            int64_t n = logits_on_path(m, refs, other);
+            CHECK_EQ_INT(n_first, n);
+            int64_t differ = -1;
+            for (int64_t r = 0; r < n_first && r < n && differ < 0; r++)
+                if (memcmp(first + r * m->vocab_size, other + r * m->vocab_size, (size_t)m->vocab_size * sizeof(float)))
+                    differ = r;
+            CHECK_MSG(differ < 0, "%s: logits row %lld of %lld differ between the %s and the %s int8 kernels", folder,
+                      (long long)differ, (long long)n_first, first_name, EXACT_KERNELS[k].name);
+            if (differ < 0)
+                printf("test_quant_ref: %s: %s and %s int8 kernels give logits equal bit for bit (%lld rows)\n", folder,
+                       first_name, EXACT_KERNELS[k].name, (long long)n_first);
+        }
+        free(first);
+        free(other);
         cv_model_free(m);
         cv_weight_source_free(src);
         cv_model_config_free(&cfg);
@@ -216,7 +249,7 @@ int main(void) {
         }
     }
     for (int f = 0; f < N_FOLDERS; f++)
-        if (BOUNDS[f].int8) test_vnni_exact(pool, BOUNDS[f].folder);
+        if (BOUNDS[f].int8) test_int8_exact(pool, BOUNDS[f].folder);
 
     printf("test_quant_ref: max |Δ log-prob| over the reference's top-5 ids, worst row / worst scenario median\n");
     printf("  %-26s", "folder");
