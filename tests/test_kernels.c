@@ -1381,7 +1381,7 @@ static void test_quantize_rows(void) {
     /* static, scale 0.5 and offset 3: x / 0.5 + 3 = 5.5 6 | 3.5 4 | 1.5 2 | 4.5 4 | 203 127 | -197 -128 | 3 */
     memset(q, 0x55, (size_t)(3 * stride));
     const cv_act_quant st = {.dynamic = false, .scale = 0.5f, .offset = 3.0f};
-    cv_quantize_rows(&st, &x[0][0], COLS + 1, 3, COLS, q, scale);
+    cv_quantize_rows(NULL, &st, &x[0][0], COLS + 1, 3, COLS, q, scale);
     const int8_t want_static[COLS] = {6, 4, 2, 4, 127, -128, 3};
     CHECK(memcmp(q, want_static, COLS) == 0);
     CHECK(scale[0] == 1.0f && scale[2] == 1.0f);
@@ -1389,7 +1389,7 @@ static void test_quantize_rows(void) {
     /* dynamic: row 1 has max |x| = 127, so s = 1 and the codes are the rounded values */
     memset(q, 0x55, (size_t)(3 * stride));
     const cv_act_quant dyn = {.dynamic = true};
-    cv_quantize_rows(&dyn, &x[0][0], COLS + 1, 3, COLS, q, scale);
+    cv_quantize_rows(NULL, &dyn, &x[0][0], COLS + 1, 3, COLS, q, scale);
     const int8_t want_dynamic[COLS] = {2, 4, -2, -127, 127, 0, -2};
     CHECK(memcmp(q + stride, want_dynamic, COLS) == 0);
     CHECK(scale[1] == 1.0f);
@@ -1403,13 +1403,14 @@ static void test_quantize_rows(void) {
     /* a true division, not a product with 1/scale: next to a .5 the two round differently here */
     const float near_half[2] = {-0x1.3ae63p+1f, -0x1.382c3cp+1f}; /* x / s = -115.499992, -114.5 */
     const cv_act_quant odd_scale = {.dynamic = false, .scale = 0.0213f};
-    cv_quantize_rows(&odd_scale, near_half, 2, 1, 2, q, scale);
+    cv_quantize_rows(NULL, &odd_scale, near_half, 2, 1, 2, q, scale);
     CHECK(q[0] == -115 && q[1] == -114);
     free(q);
 }
 
 /* The fused norm/SwiGLU + quantization against the unfused kernels, bit for bit, for both schemes,
- * with and without the f32 rows kept, parallel and not; and the fused bf16 rounding likewise. */
+ * with and without the f32 rows kept, parallel and not (41 × 403 values: past the size that splits
+ * the rows of cv_quantize_rows over a pool too); and the fused bf16 rounding likewise. */
 static void test_fused_quant(cv_threadpool *pool) {
     const int64_t rows = 41, dim = 403, stride = cv_act_i8_stride(dim);
     const cv_act_quant schemes[] = {{.dynamic = true}, {.dynamic = false, .scale = 0.02f, .offset = 5.0f}};
@@ -1424,7 +1425,7 @@ static void test_fused_quant(cv_threadpool *pool) {
             memcpy(x_ref, x0, (size_t)(rows * dim) * sizeof(float));
             memcpy(x_fused, x0, (size_t)(rows * dim) * sizeof(float));
             cv_add_rmsnorm(pool, x_ref, d, y_ref, w, rows, dim, 1e-6f);
-            cv_quantize_rows(&schemes[s], y_ref, dim, rows, dim, q_ref, s_ref);
+            cv_quantize_rows(NULL, &schemes[s], y_ref, dim, rows, dim, q_ref, s_ref);
             memset(q_fused, 0x55, (size_t)(rows * stride));
             cv_add_rmsnorm_quant(pool, x_fused, d, keep ? y_fused : NULL, w, rows, dim, 1e-6f, &schemes[s], q_fused,
                                  s_fused);
@@ -1433,6 +1434,13 @@ static void test_fused_quant(cv_threadpool *pool) {
             CHECK_MSG(memcmp(q_ref, q_fused, (size_t)(rows * stride)) == 0 && memcmp(s_ref, s_fused, (size_t)rows * 4) == 0,
                       "%s add_rmsnorm_quant (%s, keep %d, %d threads) differs from add_rmsnorm + quantize_rows",
                       active_path, schemes[s].dynamic ? "dynamic" : "static", keep, cv_threadpool_size(pool));
+            if (keep) continue;
+            /* the unfused quantization on the pool (its rows split over the threads) */
+            memset(q_fused, 0x55, (size_t)(rows * stride));
+            cv_quantize_rows(pool, &schemes[s], y_ref, dim, rows, dim, q_fused, s_fused);
+            CHECK_MSG(memcmp(q_ref, q_fused, (size_t)(rows * stride)) == 0 && memcmp(s_ref, s_fused, (size_t)rows * 4) == 0,
+                      "%s quantize_rows (%s, %d threads) differs from one thread's", active_path,
+                      schemes[s].dynamic ? "dynamic" : "static", cv_threadpool_size(pool));
         }
     /* SwiGLU: gate | up | 3 unused columns, values large enough to saturate the sigmoid and the codes */
     const int64_t n = 517, ld = 2 * n + 3, hstride = cv_act_i8_stride(n);
@@ -1442,7 +1450,7 @@ static void test_fused_quant(cv_threadpool *pool) {
     memset(gu + 5 * ld, 0, (size_t)(2 * n) * sizeof(float)); /* a zero row */
     for (size_t s = 0; s < CV_ARRAY_LEN(schemes); s++) {
         cv_swiglu(pool, h, gu, rows, n, ld, n);
-        cv_quantize_rows(&schemes[s], h, n, rows, n, hq_ref, hs_ref);
+        cv_quantize_rows(NULL, &schemes[s], h, n, rows, n, hq_ref, hs_ref);
         memset(hq_fused, 0x55, (size_t)(rows * hstride));
         cv_swiglu_quant(pool, gu, rows, n, ld, n, &schemes[s], hq_fused, hs_fused);
         CHECK_MSG(memcmp(hq_ref, hq_fused, (size_t)(rows * hstride)) == 0 && memcmp(hs_ref, hs_fused, (size_t)rows * 4) == 0,

@@ -428,7 +428,7 @@ static void check_qkv(const char *dir, int want_weights, cv_threadpool *pool) {
     for (int j = 0; j < 3; j++) reference_part(src, names[j], rows[j], H, x, T, expect[j]);
     const cv_act_quant *q = nn_linear_input_quant(&l);
     CHECK(q != NULL);
-    cv_quantize_rows(q, x, H, T, H, given.codes, given.scale);
+    cv_quantize_rows(NULL, q, x, H, T, H, given.codes, given.scale);
     const nn_input inputs[] = {nn_f32(x), {.f32 = x, .i8 = given.codes, .i8_scale = given.scale, .quant = *q}};
     for (size_t i = 0; i < CV_ARRAY_LEN(inputs); i++) {
         memset(got, 0, sizeof got);

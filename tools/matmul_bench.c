@@ -84,7 +84,7 @@ static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
     for (int64_t i = 0; i < (n + 127) / 128 * ((k + 127) / 128); i++) block_scale[i] = 1e-2f;
     for (int64_t i = 0; i < m * k; i++) x[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
     const cv_act_quant dynamic = {.dynamic = true};
-    cv_quantize_rows(&dynamic, x, k, m, k, xq, x_scale);
+    cv_quantize_rows(pool, &dynamic, x, k, m, k, xq, x_scale);
     cv_round_bf16_rows(pool, x, k, m, k, xb);
     const cv_matrix rows = {bf16, CV_DTYPE_BF16, n, k};
     const cv_weight_part parts[] = {
@@ -153,7 +153,7 @@ static void run_chain(cv_threadpool *pool) {
     for (int64_t i = 0; i < 6144; i++) scale[i] = 1e-3f;
     for (int64_t i = 0; i < 3072; i++) x[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
     const cv_act_quant dynamic = {.dynamic = true};
-    cv_quantize_rows(&dynamic, x, 3072, 1, 3072, xq, &x_scale);
+    cv_quantize_rows(NULL, &dynamic, x, 3072, 1, 3072, xq, &x_scale);
     for (int i = 0; i < LAYERS * 4; i++) {
         const cv_weight_part part = {.dtype = CV_DTYPE_I8, .rows = shapes[i % 4][0], .cols = shapes[i % 4][1],
                                      .data = codes, .row_scale = scale};

@@ -192,9 +192,10 @@ static inline bool cv_act_quant_same(const cv_act_quant *a, const cv_act_quant *
     return a->dynamic == b->dynamic && (a->dynamic || (a->scale == b->scale && a->offset == b->offset));
 }
 
-/* xq [m][cv_act_i8_stride(cols)], scale [m] (written for both schemes). */
-void cv_quantize_rows(const cv_act_quant *q, const float *x, int64_t ldx, int64_t m, int64_t cols, int8_t *xq,
-                      float *scale);
+/* xq [m][cv_act_i8_stride(cols)], scale [m] (written for both schemes); large inputs split their
+ * rows over the pool (NULL: on the calling thread). */
+void cv_quantize_rows(cv_threadpool *pool, const cv_act_quant *q, const float *x, int64_t ldx, int64_t m,
+                      int64_t cols, int8_t *xq, float *scale);
 /* cv_add_rmsnorm, then the normed rows quantized with q into yq/yscale; y (f32) is still written
  * when not NULL (a later f32 consumer of the same rows). */
 void cv_add_rmsnorm_quant(cv_threadpool *pool, float *x, const float *delta, float *y, const float *w, int64_t rows,

@@ -172,9 +172,9 @@ static void convert_x_rows(const moe_job *job, int64_t r0, int64_t r1) {
         if (bf16_x(a, ex))
             cv_round_bf16_rows(NULL, x, a->hidden, end - b, a->hidden, job->xb + b * cv_act_bf16_stride(a->hidden));
         if (!int8_x(ex)) continue;
-        cv_quantize_rows(&ex->gate_quant, x, a->hidden, end - b, a->hidden, job->xq + b * stride, job->x_scale + b);
+        cv_quantize_rows(NULL, &ex->gate_quant, x, a->hidden, end - b, a->hidden, job->xq + b * stride, job->x_scale + b);
         if (own_up_codes(ex))
-            cv_quantize_rows(&ex->up_quant, x, a->hidden, end - b, a->hidden, job->uq + b * stride, job->u_scale + b);
+            cv_quantize_rows(NULL, &ex->up_quant, x, a->hidden, end - b, a->hidden, job->uq + b * stride, job->u_scale + b);
     }
 }
 
@@ -187,7 +187,7 @@ static void convert_h_rows(const moe_job *job, int64_t r0, int64_t r1) {
         if (b >= end) continue;
         const float *h = job->hs + job->hs_offset[e] + (b - first) * ex->inter;
         if (int8_h(ex))
-            cv_quantize_rows(&ex->down_quant, h, ex->inter, end - b, ex->inter,
+            cv_quantize_rows(NULL, &ex->down_quant, h, ex->inter, end - b, ex->inter,
                              job->hq + job->hq_offset[e] + (b - first) * cv_act_i8_stride(ex->inter), job->h_scale + b);
         else if (bf16_h(a, ex))
             cv_round_bf16_rows(NULL, h, ex->inter, end - b, ex->inter,

@@ -69,11 +69,36 @@ static void check_scheme(const cv_act_quant *q) {
     (void)q;
 }
 
-void cv_quantize_rows(const cv_act_quant *q, const float *x, int64_t ldx, int64_t m, int64_t cols, int8_t *xq,
-                      float *scale) {
+typedef struct quantize_job {
+    const cv_act_quant *q;
+    const float *x;
+    int64_t ldx, m, cols;
+    int8_t *xq;
+    float *scale;
+} quantize_job;
+
+static void quantize_rows(const quantize_job *j, int64_t r0, int64_t r1) {
+    const int64_t stride = cv_act_i8_stride(j->cols);
+    for (int64_t r = r0; r < r1; r++)
+        quantize_row(j->q, j->x + r * j->ldx, NULL, NULL, j->cols, j->xq + r * stride, j->scale + r);
+}
+
+static void quantize_task(void *arg, int ti, int nt) {
+    const quantize_job *j = arg;
+    int64_t b, e;
+    cv_split(j->m, 1, ti, nt, &b, &e);
+    quantize_rows(j, b, e);
+}
+
+/* On the pool from PARALLEL_ELEMENTS on: a linear whose producer did not quantize its input (the
+ * o_proj after attention) has a whole prompt's rows here, and on one thread they took as long as the
+ * 16-thread int8 GEMM that reads them (a 512-token Qwen3-0.6B prefill on AMX). */
+void cv_quantize_rows(cv_threadpool *pool, const cv_act_quant *q, const float *x, int64_t ldx, int64_t m,
+                      int64_t cols, int8_t *xq, float *scale) {
     check_scheme(q);
-    const int64_t stride = cv_act_i8_stride(cols);
-    for (int64_t r = 0; r < m; r++) quantize_row(q, x + r * ldx, NULL, NULL, cols, xq + r * stride, scale + r);
+    quantize_job j = {q, x, ldx, m, cols, xq, scale};
+    if (m > 1 && m * cols >= PARALLEL_ELEMENTS && cv_threadpool_size(pool) > 1) cv_threadpool_run(pool, quantize_task, &j);
+    else quantize_rows(&j, 0, m);
 }
 
 /* One row rounded to bf16 (zero-padded to cv_act_bf16_stride), its values read or made as above. */

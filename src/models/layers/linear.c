@@ -267,13 +267,13 @@ bool nn_linear_input_bf16(const nn_linear *l) {
 
 /* x's rows as int8 codes quantized with q: the producer's, or the scratch's, quantized there unless
  * *in_scratch (what the scratch holds in this call, NULL: nothing yet) is q already. */
-static cv_act int8_rows(const nn_linear *l, const cv_act_quant *q, nn_input x, int64_t T,
+static cv_act int8_rows(cv_threadpool *pool, const nn_linear *l, const cv_act_quant *q, nn_input x, int64_t T,
                         const cv_act_quant **in_scratch) {
     if (x.i8 && cv_act_quant_same(&x.quant, q)) return (cv_act){.i8 = x.i8, .i8_scale = x.i8_scale};
     if (!*in_scratch || !cv_act_quant_same(*in_scratch, q)) {
         assert(x.f32);
         const int64_t cols = l->parts[0].w.cols;
-        cv_quantize_rows(q, x.f32, cols, T, cols, l->scratch->codes, l->scratch->scale);
+        cv_quantize_rows(pool, q, x.f32, cols, T, cols, l->scratch->codes, l->scratch->scale);
         *in_scratch = q;
     }
     return (cv_act){.i8 = l->scratch->codes, .i8_scale = l->scratch->scale};
@@ -284,7 +284,7 @@ static cv_act int8_rows(const nn_linear *l, const cv_act_quant *q, nn_input x, i
 static cv_act weight_input(cv_threadpool *pool, const nn_linear *l, int g, nn_input x, int64_t T,
                            const cv_act_quant **in_scratch, const uint16_t **bf16) {
     assert(l->w[g].data);
-    if (cv_wformat_int8_input(l->w[g].format)) return int8_rows(l, &l->parts[l->first[g]].quant, x, T, in_scratch);
+    if (cv_wformat_int8_input(l->w[g].format)) return int8_rows(pool, l, &l->parts[l->first[g]].quant, x, T, in_scratch);
     cv_act act = {.f32 = x.f32};
     if (l->bf16_scratch && cv_wformat_bf16_input(l->w[g].format)) {
         if (!*bf16) *bf16 = x.bf16;
