@@ -12,7 +12,8 @@ cv_add_test(test_model_observer SOURCES test_model_observer.c LIBS cv_models TIM
 
 # Quantized checkpoints (msModelSlim W8A8, W8A8_DYNAMIC, FP8) against Hugging Face's logits on the
 # dequantized weights, under the folders' log-prob bounds, on every kernel path (scalar, AVX2,
-# AVX-512 with and without VNNI); int8 kernels bit-identical with and without VNNI end to end.
+# AVX-512 with and without VNNI, AMX); the AMX, VNNI and plain AVX-512 int8 kernels bit-identical
+# end to end.
 cv_add_test(test_quant_ref SOURCES test_quant_ref.c LIBS cv_models TIMEOUT 600)
 
 # The bf16 compute mode against Hugging Face's f32 logits, within Hugging Face's own bf16 run's error,
