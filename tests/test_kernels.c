@@ -1526,7 +1526,7 @@ static void check_rope(const cv_rope_params *p, int head_dim, double attention_f
     float *orig = cv_xmalloc((size_t)(n * n_heads * head_dim) * sizeof *orig);
     memcpy(orig, x, (size_t)(n * n_heads * head_dim) * sizeof *orig);
     float *c = cv_xmalloc((size_t)(n * half) * sizeof *c), *s = cv_xmalloc((size_t)(n * half) * sizeof *s);
-    cv_rope_cos_sin(&rope, positions, n, c, s);
+    cv_rope_cos_sin(NULL, &rope, positions, n, c, s);
     cv_rope_apply(&rope, x, n, n_heads, head_dim, c, s);
     int bad = 0;
     for (int64_t t = 0; t < n; t++)
@@ -1550,18 +1550,33 @@ static void check_rope(const cv_rope_params *p, int head_dim, double attention_f
     cv_rope_free(&rope);
 }
 
-/* Fused q/k norm + rope against the two unfused kernels, strided source (a fused qkv row) and in place. */
+/* Fused q/k norm + rope against the two unfused kernels, strided source (a fused qkv row) and in
+ * place; and the cos/sin of a prompt's positions on the pool against one thread's. */
 static void test_rmsnorm_rope(cv_threadpool *pool) {
     cv_rope_params p = {.kind = CV_ROPE_KIND_DEFAULT, .theta = 1e6, .factor = 1, .rot_dim = 30};
     cv_rope rope;
     CHECK_EQ_INT(cv_rope_init(&rope, &p), 0);
     const int n_heads = 5, hd = 34, half = 15;
+    {
+        enum { MANY = 100 }; /* 1500 entries: past the size that splits them over a pool */
+        int32_t many[MANY];
+        for (int i = 0; i < MANY; i++) many[i] = 37 * i + 5;
+        float *c1 = rand_vec(MANY * half), *s1 = rand_vec(MANY * half), *c2 = rand_vec(MANY * half), *s2 = rand_vec(MANY * half);
+        cv_rope_cos_sin(NULL, &rope, many, MANY, c1, s1);
+        cv_rope_cos_sin(pool, &rope, many, MANY, c2, s2);
+        CHECK_MSG(memcmp(c1, c2, sizeof(float) * MANY * half) == 0 && memcmp(s1, s2, sizeof(float) * MANY * half) == 0,
+                  "rope cos/sin of %d positions on %d threads differ from one thread's", MANY, cv_threadpool_size(pool));
+        free(c1);
+        free(s1);
+        free(c2);
+        free(s2);
+    }
     const int64_t n = 19, ld_src = n_heads * hd + 7;
     int32_t positions[19];
     for (int i = 0; i < 19; i++) positions[i] = 3 * i + 1;
     float *src = rand_vec(n * ld_src), *w = rand_vec(hd), *dst = rand_vec(n * n_heads * hd);
     float *c = cv_xmalloc((size_t)(n * half) * sizeof *c), *s = cv_xmalloc((size_t)(n * half) * sizeof *s);
-    cv_rope_cos_sin(&rope, positions, n, c, s);
+    cv_rope_cos_sin(NULL, &rope, positions, n, c, s);
     cv_rmsnorm_rope(pool, &rope, dst, n_heads * hd, src, ld_src, n, n_heads, hd, w, 1e-6f, c, s);
     float *ref = cv_xmalloc((size_t)(n * n_heads * hd) * sizeof *ref);
     for (int64_t t = 0; t < n; t++) memcpy(ref + t * n_heads * hd, src + t * ld_src, (size_t)(n_heads * hd) * sizeof *ref);

@@ -256,8 +256,9 @@ typedef struct cv_rope {
 int cv_rope_init(cv_rope *r, const cv_rope_params *p);
 void cv_rope_free(cv_rope *r);
 /* cos/sin [n][rot_dim/2] for the given positions, computed as Hugging Face does in f32 (angle =
- * f32(position · inv_freq)). */
-void cv_rope_cos_sin(const cv_rope *r, const int32_t *positions, int64_t n, float *cos, float *sin);
+ * f32(position · inv_freq)); many positions are split over the pool (NULL: the calling thread). */
+void cv_rope_cos_sin(cv_threadpool *pool, const cv_rope *r, const int32_t *positions, int64_t n, float *cos,
+                     float *sin);
 /* Rotate-half (NeoX) rotation of x [n][n_heads][head_dim] in place; entry i pairs with i + rot_dim/2. */
 void cv_rope_apply(const cv_rope *r, float *x, int64_t n, int n_heads, int head_dim, const float *cos,
                    const float *sin);

@@ -149,7 +149,7 @@ static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_
     const int64_t H = m->hidden;
     cv_threadpool *pool = base->pool;
     nn_embed(&m->vocab_w, b->token_ids, T, s->st.x);
-    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b->positions, T, s->st.cos, s->st.sin));
+    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(pool, &m->rope, b->positions, T, s->st.cos, s->st.sin));
     for (int l = 0; l < m->n_layers; l++) {
         const qwen3_layer *ly = &m->layers[l];
         /* Layer input: x += the previous block's output (none before layer 0), a = input_norm(x). */

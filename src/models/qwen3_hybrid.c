@@ -438,7 +438,7 @@ static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv
     clear_new_states(m, b, st);
     nn_gdn_batch_index(&s->gdn_batch, b);
     nn_embed(&m->vocab_w, b->token_ids, b->n_tokens, s->st.x);
-    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b->positions, b->n_tokens, s->st.cos, s->st.sin));
+    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(base->pool, &m->rope, b->positions, b->n_tokens, s->st.cos, s->st.sin));
     for (int32_t l = 0; l < m->n_layers; l++) run_layer(m, &m->layers[l], l == 0, b, kv, st);
     emit_outputs(m, b, m->final_norm, logits);
     return 0;
@@ -468,7 +468,7 @@ static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float
         cv_rmsnorm(s->pair + t * 2 * H + H, hidden + t * H, mtp->norm_hidden, 1, H, m->eps);
     });
     nn_linear_forward(base->pool, &mtp->fc, nn_f32(s->pair), T, &s->st.x);
-    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b.positions, T, s->st.cos, s->st.sin));
+    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(base->pool, &m->rope, b.positions, T, s->st.cos, s->st.sin));
     run_layer(m, &mtp->layer, true, &b, kv, NULL);
     emit_outputs(m, &b, mtp->final_norm, logits);
     return 0;

@@ -153,7 +153,7 @@ static int qwen3_moe_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv,
     const int32_t T = b->n_tokens, H = m->hidden;
     cv_threadpool *pool = base->pool;
     nn_embed(&m->vocab_w, b->token_ids, T, s->st.x);
-    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(&m->rope, b->positions, T, s->st.cos, s->st.sin));
+    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(pool, &m->rope, b->positions, T, s->st.cos, s->st.sin));
     for (int32_t l = 0; l < m->n_layers; l++) {
         const moe_layer *ly = &m->layers[l];
         nn_input in;
