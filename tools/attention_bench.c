@@ -8,10 +8,13 @@
  * "decode" mode instead times one token at the end of `tokens` of context over LAYERS caches of
  * their own (Qwen3-0.6B's 28 layers: 400 MB at 3,500 tokens, so each layer's K and V come from
  * memory as in a model's decode step): milliseconds per token and the GB/s of K and V read.
+ * "decode-cold" reads a 32 MiB buffer between the layers (untimed, on the same threads), as a decode
+ * step's weight stream does, so that short contexts also come from memory, not from the L3 they
+ * fit in.
  *
  * Build (from the repository root, after building the library):
  *   cc -O2 -Isrc -Iinclude tools/attention_bench.c build/libcv_kernels.a build/libcv_base.a -lm -lpthread -o /tmp/atb
- * Usage: atb [threads] [both|dot|f32|decode] [tokens...]   (default: 2 threads, both, 512 and 3500 tokens)
+ * Usage: atb [threads] [both|dot|f32|decode|decode-cold] [tokens...]   (default: 2 threads, both, 512 and 3500 tokens)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,8 +77,23 @@ static void run(cv_threadpool *pool, int32_t tokens, bool dot) {
     free(q), free(out), free(k), free(v), free(kc), free(vc), free(positions), free(table), free(slots);
 }
 
+typedef struct flush_job {
+    const uint64_t *words;
+    int64_t n;
+    uint64_t sums[64]; /* by share: stored, so the reads are not optimized away */
+} flush_job;
+
+static void flush_task(void *arg, int share, int n_shares) {
+    flush_job *f = arg;
+    int64_t b, e;
+    cv_split(f->n, 8, share, n_shares, &b, &e);
+    uint64_t sum = 0;
+    for (int64_t i = b; i < e; i++) sum += f->words[i];
+    f->sums[share % 64] += sum;
+}
+
 /* One decode token at position tokens - 1, layer after layer of bf16 caches of random rows. */
-static void run_decode(cv_threadpool *pool, int32_t tokens, bool dot) {
+static void run_decode(cv_threadpool *pool, int32_t tokens, bool dot, bool cold) {
     const int64_t width = (int64_t)KV_HEADS * HEAD_DIM, qw = (int64_t)HEADS * HEAD_DIM;
     const int32_t blocks = (tokens + BLOCK - 1) / BLOCK;
     const size_t cache_elems = (size_t)blocks * BLOCK * (size_t)width;
@@ -93,20 +111,24 @@ static void run_decode(cv_threadpool *pool, int32_t tokens, bool dot) {
                            .block_tables = tables, .block_size = BLOCK, .n_heads = HEADS, .n_kv_heads = KV_HEADS,
                            .head_dim = HEAD_DIM, .scale = 0.0883883f, .q = q, .kv_dtype = CV_DTYPE_BF16,
                            .bf16_dot = dot, .out = out};
-    enum { STEPS = 20 };
+    enum { STEPS = 20, FLUSH_WORDS = 4 << 20 };
+    flush_job flush = {.words = cold ? calloc(FLUSH_WORDS, sizeof(uint64_t)) : NULL, .n = FLUSH_WORDS};
     double best = 1e30;
     for (int r = 0; r < STEPS; r++) {
-        double t0 = now_s();
+        double t = 0;
         for (int l = 0; l < LAYERS; l++) {
+            if (cold) cv_threadpool_run(pool, flush_task, &flush); /* by the same threads: they stay awake */
             a.k_cache = kc + l * cache_elems, a.v_cache = vc + l * cache_elems;
+            double t0 = now_s();
             cv_attention(pool, &a);
+            t += now_s() - t0;
         }
-        double t = now_s() - t0;
         best = t < best ? t : best;
     }
+    free((void *)flush.words);
     const double bytes = 2.0 * LAYERS * tokens * width * 2;
-    printf("decode %-5s tokens=%-5d  %8.3f ms/token (best of %d)  %6.1f GB/s of K and V\n", dot ? "bf16" : "f32",
-           tokens, best * 1e3, STEPS, bytes / best * 1e-9);
+    printf("decode%s %-5s tokens=%-5d  %8.3f ms/token (best of %d)  %6.1f GB/s of K and V\n", cold ? "-cold" : "",
+           dot ? "bf16" : "f32", tokens, best * 1e3, STEPS, bytes / best * 1e-9);
     free(q), free(out), free(table);
     cv_big_free(kc, LAYERS * cache_elems * 2), cv_big_free(vc, LAYERS * cache_elems * 2);
 }
@@ -125,8 +147,8 @@ int main(int argc, char **argv) {
         for (int i = 3; i < argc && n < 8; i++) lens[n++] = atoi(argv[i]);
     }
     for (int i = 0; i < n; i++) {
-        if (!strcmp(which, "decode")) {
-            run_decode(pool, lens[i], dot);
+        if (!strncmp(which, "decode", 6)) {
+            run_decode(pool, lens[i], dot, !strcmp(which, "decode-cold"));
             continue;
         }
         if (dot && strcmp(which, "f32") != 0) run(pool, lens[i], true);
