@@ -99,22 +99,18 @@ void cv_kv_gather_k(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W
     const cv_cpu_ops *ops = cv_cpu_ops_active();
     const int32_t bs = h->block_size;
     const int full = h->head_dim / 2, pairs = (h->head_dim + 1) / 2;
-    for (int pass = 0; pass < 2; pass++)
-        for (int j = 0; j < n;) {
-            const int32_t pos = j0 + j, off = pos % bs;
-            int run = bs - off < n - j ? bs - off : n - j;
-            run = run < W - j % W ? run : W - j % W;
-            const uint16_t *r = region(h, h->table[pos / bs]) + (int64_t)off * 2; /* pair 0 of row off */
-            uint32_t *out = dst + (int64_t)(j / W) * pairs * W + j % W;
-            if (pass == 0) {
-                for (int p = 0; p < full; p++) cv_prefetch_bytes(r + (int64_t)p * bs * 2, (size_t)run * 4);
-            } else {
-                ops->copy_rows(out, (int64_t)W * 4, r, (int64_t)bs * 4, full, (int64_t)run * 4);
-                if (full < pairs) /* the odd last element: a plain row of bs bf16 after the words */
-                    for (int i = 0; i < run; i++) out[(int64_t)full * W + i] = r[(int64_t)full * 2 * bs - off + i];
-            }
-            j += run;
-        }
+    cv_kv_ask_k(h, j0, n, 0, full);
+    for (int j = 0; j < n;) {
+        const int32_t pos = j0 + j, off = pos % bs;
+        int run = bs - off < n - j ? bs - off : n - j;
+        run = run < W - j % W ? run : W - j % W;
+        const uint16_t *r = region(h, h->table[pos / bs]) + (int64_t)off * 2; /* pair 0 of row off */
+        uint32_t *out = dst + (int64_t)(j / W) * pairs * W + j % W;
+        ops->copy_rows(out, (int64_t)W * 4, r, (int64_t)bs * 4, full, (int64_t)run * 4);
+        if (full < pairs) /* the odd last element: a plain row of bs bf16 after the words */
+            for (int i = 0; i < run; i++) out[(int64_t)full * W + i] = r[(int64_t)full * 2 * bs - off + i];
+        j += run;
+    }
 }
 
 /* j0 is even, so where the cache pairs a block's rows the tile's pairs are the cache's words and runs
@@ -125,35 +121,29 @@ void cv_kv_gather_v(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W
     const int32_t bs = h->block_size, paired = bs & ~1;
     const int hd = h->head_dim;
     assert(j0 % 2 == 0 && 2 * rows >= n);
-    for (int pass = 0; pass < 2; pass++)
-        for (int j = 0; j < n;) {
-            const int32_t pos = j0 + j, off = pos % bs;
-            int run = off % 2 == 0 && off < paired ? (paired - off) / 2 : 0; /* whole pairs in this block */
-            run = run < (n - j) / 2 ? run : (n - j) / 2;
-            const int q = j / 2;
-            if (run > 0) {
-                const uint16_t *src = region(h, h->table[pos / bs]) + (int64_t)off * hd; /* pair row off/2 */
-                if (pass == 0) cv_prefetch_bytes(src, (size_t)run * hd * 4);
-                else
-                    for (int d0 = 0; d0 < hd; d0 += W)
-                        ops->copy_rows(dst + (int64_t)(d0 / W) * rows * W + (int64_t)q * W, (int64_t)W * 4,
-                                       src + (int64_t)d0 * 2, (int64_t)hd * 4, run,
-                                       (int64_t)(hd - d0 < W ? hd - d0 : W) * 4);
-                j += 2 * run;
-                continue;
-            }
-            if (pass == 1) {
-                const int64_t lo = (int64_t)h->table[pos / bs] * bs + off;
-                const int64_t hi = j + 1 < n ? (int64_t)h->table[(pos + 1) / bs] * bs + (pos + 1) % bs : -1;
-                for (int d = 0; d < hd; d++) {
-                    const uint32_t l = h->cache[cv_kv_index(CV_DTYPE_BF16, true, lo, h->g, d, h->n_kv_heads, hd, bs)];
-                    const uint32_t u =
-                        hi < 0 ? 0 : h->cache[cv_kv_index(CV_DTYPE_BF16, true, hi, h->g, d, h->n_kv_heads, hd, bs)];
-                    dst[(int64_t)(d / W) * rows * W + (int64_t)q * W + d % W] = l | u << 16;
-                }
-            }
-            j += 2;
+    cv_kv_ask_v(h, j0, n, 0, (n + 1) / 2);
+    for (int j = 0; j < n;) {
+        const int32_t pos = j0 + j, off = pos % bs;
+        int run = off % 2 == 0 && off < paired ? (paired - off) / 2 : 0; /* whole pairs in this block */
+        run = run < (n - j) / 2 ? run : (n - j) / 2;
+        const int q = j / 2;
+        if (run > 0) {
+            const uint16_t *src = region(h, h->table[pos / bs]) + (int64_t)off * hd; /* pair row off/2 */
+            for (int d0 = 0; d0 < hd; d0 += W)
+                ops->copy_rows(dst + (int64_t)(d0 / W) * rows * W + (int64_t)q * W, (int64_t)W * 4,
+                               src + (int64_t)d0 * 2, (int64_t)hd * 4, run, (int64_t)(hd - d0 < W ? hd - d0 : W) * 4);
+            j += 2 * run;
+            continue;
         }
+        const int64_t lo = (int64_t)h->table[pos / bs] * bs + off;
+        const int64_t hi = j + 1 < n ? (int64_t)h->table[(pos + 1) / bs] * bs + (pos + 1) % bs : -1;
+        for (int d = 0; d < hd; d++) {
+            const uint32_t l = h->cache[cv_kv_index(CV_DTYPE_BF16, true, lo, h->g, d, h->n_kv_heads, hd, bs)];
+            const uint32_t u = hi < 0 ? 0 : h->cache[cv_kv_index(CV_DTYPE_BF16, true, hi, h->g, d, h->n_kv_heads, hd, bs)];
+            dst[(int64_t)(d / W) * rows * W + (int64_t)q * W + d % W] = l | u << 16;
+        }
+        j += 2;
+    }
 }
 
 /* Q·Kᵀ reads K's words where they are, 16 positions of a block at a time (attention_bench, Zen 5,
@@ -168,11 +158,9 @@ void cv_kv_k_panels(const cv_kv_head *h, int32_t j0, int n, const uint32_t **pan
         *ldp = 64;
         return;
     }
-    const int pairs = h->head_dim / 2;
     for (int j = 0; j < n; j += 16) {
         const int32_t pos = j0 + j;
         panels[j / 16] = (const uint32_t *)(region(h, h->table[pos / bs]) + (int64_t)(pos % bs) * 2);
-        for (int p = 0; p < pairs; p++) cv_prefetch_bytes(panels[j / 16] + (int64_t)p * bs, 64);
     }
     *ldp = bs;
 }
@@ -190,15 +178,31 @@ void cv_kv_v_pair_rows(const cv_kv_head *h, int32_t j0, int n, const uint32_t **
         return;
     }
     for (int q = 0; 2 * q + 1 < n; q++) {
-        const int32_t pos = j0 + 2 * q, off = pos % bs;
-        rows[q] = (const uint32_t *)(region(h, h->table[pos / bs]) + (int64_t)off * hd); /* pair row off/2 */
-        if (q == 0 || off == 0) { /* this block's pair rows in the tile */
-            const int in_block = (bs - off) / 2, left = n / 2 - q;
-            cv_prefetch_bytes(rows[q], (size_t)(in_block < left ? in_block : left) * hd * 4);
-        }
+        const int32_t pos = j0 + 2 * q;
+        rows[q] = (const uint32_t *)(region(h, h->table[pos / bs]) + (int64_t)(pos % bs) * hd); /* pair row off/2 */
     }
     if (n % 2) {
         cv_kv_gather_v(h, j0 + n - 1, 1, spare + (int64_t)(n / 2) * hd, hd, 1);
         rows[n / 2] = spare + (int64_t)(n / 2) * hd;
+    }
+}
+
+void cv_kv_ask_k(const cv_kv_head *h, int32_t j0, int n, int p0, int p1) {
+    const int32_t bs = h->block_size;
+    for (int j = 0; j < n;) { /* a block's run of positions: a run of words in each pair row */
+        const int32_t pos = j0 + j, off = pos % bs, run = bs - off < n - j ? bs - off : n - j;
+        const uint16_t *r = region(h, h->table[pos / bs]) + (int64_t)off * 2;
+        for (int p = p0; p < p1; p++) cv_prefetch_bytes(r + (int64_t)p * bs * 2, (size_t)run * 4);
+        j += run;
+    }
+}
+
+void cv_kv_ask_v(const cv_kv_head *h, int32_t j0, int n, int q0, int q1) {
+    const int32_t bs = h->block_size, paired = bs & ~1;
+    for (int q = q0; q < q1 && 2 * q < n; q++) { /* the pair row of each pair's first position */
+        const int32_t pos = j0 + 2 * q, off = pos % bs;
+        const uint16_t *r = region(h, h->table[pos / bs]);
+        if (off < paired) cv_prefetch_bytes(r + (int64_t)off * h->head_dim, (size_t)h->head_dim * 4);
+        else cv_prefetch_bytes(r + (int64_t)paired * h->head_dim, (size_t)h->head_dim * 2); /* an odd block's last row */
     }
 }
