@@ -117,6 +117,43 @@ static void test_threadpool_steals(void) {
     cv_threadpool_free(pool);
 }
 
+/* cv_threadpool_run_range: every item [0, n) exactly once, in calls of non-empty ranges; on the caller
+ * in one call when not parallel, for a NULL or one-thread pool, for one item; no call for none. */
+typedef struct range_counts {
+    _Atomic int hits[1000];
+    _Atomic int calls, empty;
+} range_counts;
+
+typedef struct range_probe {
+    range_counts *c; /* the job is read-only, as a kernel's; what it writes is behind a pointer */
+} range_probe;
+
+static void range_probe_fn(const void *arg, int64_t b, int64_t e) {
+    range_counts *p = ((const range_probe *)arg)->c;
+    atomic_fetch_add(&p->calls, 1);
+    if (b >= e) atomic_fetch_add(&p->empty, 1);
+    for (int64_t i = b; i < e; i++) atomic_fetch_add(&p->hits[i], 1);
+}
+
+static void test_threadpool_range(void) {
+    cv_threadpool *pools[2] = {cv_threadpool_create(3), NULL};
+    static const int64_t sizes[] = {0, 1, 2, 5, 1000};
+    for (int q = 0; q < 2; q++)
+        for (size_t k = 0; k < CV_ARRAY_LEN(sizes); k++)
+            for (int parallel = 0; parallel < 2; parallel++) {
+                static range_counts p;
+                memset(&p, 0, sizeof p);
+                const int64_t n = sizes[k];
+                cv_threadpool_run_range(pools[q], range_probe_fn, &(range_probe){&p}, n, parallel);
+                for (int64_t i = 0; i < n; i++) CHECK_EQ_INT(atomic_load(&p.hits[i]), 1);
+                CHECK_EQ_INT(atomic_load(&p.empty), 0);
+                const bool split = parallel && n > 1 && pools[q];
+                if (!split) CHECK_EQ_INT(atomic_load(&p.calls), n > 0 ? 1 : 0);
+                else CHECK(atomic_load(&p.calls) >= 2 && atomic_load(&p.calls) <= 3);
+            }
+    cv_threadpool_free(pools[0]);
+}
+
 static void test_threadpool_null_and_split(void) {
     pool_probe p = {.expect_n = 1, .total = 10};
     cv_threadpool_run(NULL, probe_task, &p);
@@ -2105,6 +2142,7 @@ int main(void) {
     CHECK(bf16_dot == cv_linear_bf16_input());
     CHECK(!bf16_dot || cv_cpu_bf16_dot_enable(true) == 0);
     test_threadpool_null_and_split();
+    test_threadpool_range();
     test_threadpool_steals();
     for (int n = 1; n <= 3; n++) {
         test_threadpool(n);

@@ -216,6 +216,29 @@ void cv_threadpool_run(cv_threadpool *pool, cv_task_fn fn, void *arg) {
     cv_threadpool_run_shares(pool, fn, arg, cv_threadpool_size(pool));
 }
 
+typedef struct range_job {
+    cv_range_fn fn;
+    const void *arg;
+    int64_t n;
+} range_job;
+
+static void range_task(void *arg, int share, int n_shares) {
+    const range_job *j = arg;
+    int64_t b, e;
+    cv_split(j->n, 1, share, n_shares, &b, &e);
+    if (b < e) j->fn(j->arg, b, e);
+}
+
+void cv_threadpool_run_range(cv_threadpool *pool, cv_range_fn fn, const void *arg, int64_t n, bool parallel) {
+    assert(n >= 0);
+    if (parallel && n > 1 && cv_threadpool_size(pool) > 1) {
+        range_job j = {fn, arg, n};
+        cv_threadpool_run(pool, range_task, &j);
+    } else if (n > 0) {
+        fn(arg, 0, n);
+    }
+}
+
 void cv_threadpool_run_shares(cv_threadpool *pool, cv_task_fn fn, void *arg, int n_shares) {
     assert(n_shares >= 1 && n_shares <= CV_THREADPOOL_MAX_SHARES);
     if (!pool || pool->n_threads == 1 || n_shares == 1) {

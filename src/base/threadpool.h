@@ -11,6 +11,7 @@
 #ifndef CV_THREADPOOL_H
 #define CV_THREADPOOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct cv_threadpool cv_threadpool;
@@ -30,6 +31,14 @@ void cv_threadpool_run(cv_threadpool *pool, cv_task_fn fn, void *arg);
  * take the last shares of a slow one. */
 enum { CV_THREADPOOL_MAX_SHARES = 0xffff };
 void cv_threadpool_run_shares(cv_threadpool *pool, cv_task_fn fn, void *arg, int n_shares);
+
+/* fn(arg, begin, end) over the items [0, n) (n >= 0): split into the pool's shares (cv_split) when
+ * `parallel` and the pool has more than one thread and n more than one item, else one call on the
+ * caller (none for n = 0). For kernels whose items are independent, so that where an item runs never
+ * changes what it computes; `parallel` is the caller's size threshold (a pool wake costs more than
+ * a few thousand elements of work). */
+typedef void (*cv_range_fn)(const void *arg, int64_t begin, int64_t end);
+void cv_threadpool_run_range(cv_threadpool *pool, cv_range_fn fn, const void *arg, int64_t n, bool parallel);
 
 /* The [begin, end) share of `total` items for thread `i` of `n`, in multiples of `align`. */
 static inline void cv_split(int64_t total, int64_t align, int i, int n, int64_t *begin, int64_t *end) {

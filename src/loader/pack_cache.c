@@ -204,10 +204,8 @@ typedef struct hash_job {
 
 static int64_t chunks_of(size_t bytes) { return (int64_t)((bytes + CHUNK_BYTES - 1) / CHUNK_BYTES); }
 
-static void hash_task(void *arg, int ti, int nt) {
+static void hash_chunks(const void *arg, int64_t b, int64_t e) {
     const hash_job *j = arg;
-    int64_t b, e;
-    cv_split(j->first[j->c->n], 1, ti, nt, &b, &e);
     int s = 0;
     for (int64_t k = b; k < e; k++) {
         while (k >= j->first[s + 1]) s++;
@@ -223,7 +221,7 @@ static void hash_sections(const cv_pack_cache *c, cv_threadpool *pool, uint64_t 
     first[0] = 0;
     for (int i = 0; i < c->n; i++) first[i + 1] = first[i] + chunks_of(c->bytes[i]);
     hash_job job = {c, first, cv_xmalloc(sizeof(uint64_t) * (size_t)(first[c->n] ? first[c->n] : 1))};
-    cv_threadpool_run(pool, hash_task, &job);
+    cv_threadpool_run_range(pool, hash_chunks, &job, first[c->n], true);
     for (int i = 0; i < c->n; i++)
         hashes[i] = XXH3_64bits(job.chunk + first[i], sizeof(uint64_t) * (size_t)(first[i + 1] - first[i]));
     free(job.chunk);

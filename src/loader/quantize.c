@@ -34,12 +34,9 @@ static int8_t code_of(float v, float scale) {
     return (int8_t)q;
 }
 
-static void row_worker(void *arg, int thread, int n_threads) {
+static void row_range(const void *arg, int64_t begin, int64_t end) {
     const row_task *t = arg;
     const cv_quant_matrix *w = t->w;
-    int64_t begin, end;
-    cv_split(w->rows, 1, thread, n_threads, &begin, &end);
-    if (begin >= end) return;
     const size_t esize = cv_dtype_size(w->dtype);
     float *row = cv_xmalloc((size_t)(w->cols ? w->cols : 1) * sizeof *row);
     for (int64_t n = begin; n < end; n++) {
@@ -66,7 +63,7 @@ static void row_worker(void *arg, int thread, int n_threads) {
 
 static void run_rows(cv_threadpool *pool, row_task *t) {
     assert(cv_quant_dtype_supported(t->w->dtype) && t->w->rows >= 0 && t->w->cols >= 0);
-    cv_threadpool_run(pool, row_worker, t);
+    cv_threadpool_run_range(pool, row_range, t, t->w->rows, true);
 }
 
 int cv_quant_weight_scales(cv_threadpool *pool, const cv_quant_matrix *w, float *scale) {

@@ -31,7 +31,8 @@ typedef struct round_job {
     uint16_t *out;
 } round_job;
 
-static void round_rows(const round_job *j, int64_t r0, int64_t r1) {
+static void round_rows(const void *arg, int64_t r0, int64_t r1) {
+    const round_job *j = arg;
     const int64_t stride = cv_act_bf16_stride(j->cols);
     const cv_cpu_ops *ops = cv_cpu_ops_active();
     for (int64_t r = r0; r < r1; r++) {
@@ -42,15 +43,7 @@ static void round_rows(const round_job *j, int64_t r0, int64_t r1) {
     }
 }
 
-static void round_task(void *arg, int ti, int nt) {
-    const round_job *j = arg;
-    int64_t b, e;
-    cv_split(j->m, 1, ti, nt, &b, &e);
-    round_rows(j, b, e);
-}
-
 void cv_round_bf16_rows(cv_threadpool *pool, const float *x, int64_t ldx, int64_t m, int64_t cols, uint16_t *out) {
     round_job j = {x, ldx, m, cols, out};
-    if (m > 1 && m * cols >= PARALLEL_ELEMENTS && cv_threadpool_size(pool) > 1) cv_threadpool_run(pool, round_task, &j);
-    else round_rows(&j, 0, m);
+    cv_threadpool_run_range(pool, round_rows, &j, m, m * cols >= PARALLEL_ELEMENTS);
 }

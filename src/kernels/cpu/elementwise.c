@@ -44,7 +44,8 @@ typedef struct add_norm_job {
     float eps;
 } add_norm_job;
 
-static void add_norm_rows(const add_norm_job *j, int64_t r0, int64_t r1) {
+static void add_norm_rows(const void *arg, int64_t r0, int64_t r1) {
+    const add_norm_job *j = arg;
     for (int64_t r = r0; r < r1; r++) {
         float *xr = j->x + r * j->dim;
         if (j->delta) {
@@ -55,18 +56,10 @@ static void add_norm_rows(const add_norm_job *j, int64_t r0, int64_t r1) {
     }
 }
 
-static void add_norm_task(void *arg, int ti, int nt) {
-    const add_norm_job *j = arg;
-    int64_t b, e;
-    cv_split(j->rows, 1, ti, nt, &b, &e);
-    add_norm_rows(j, b, e);
-}
-
 void cv_add_rmsnorm(cv_threadpool *pool, float *x, const float *delta, float *y, const float *w, int64_t rows,
                     int64_t dim, float eps) {
     add_norm_job j = {cv_cpu_ops_active(), x, y, delta, w, rows, dim, eps};
-    if (rows * dim < PARALLEL_ELEMENTS || rows < 2) add_norm_rows(&j, 0, rows);
-    else cv_threadpool_run(pool, add_norm_task, &j);
+    cv_threadpool_run_range(pool, add_norm_rows, &j, rows, rows * dim >= PARALLEL_ELEMENTS);
 }
 
 void cv_silu_mul(float *out, const float *gate, const float *up, int64_t n) {
@@ -80,16 +73,10 @@ typedef struct swiglu_job {
     int64_t rows, n, ld, up_offset;
 } swiglu_job;
 
-static void swiglu_rows(const swiglu_job *j, int64_t r0, int64_t r1) {
+static void swiglu_rows(const void *arg, int64_t r0, int64_t r1) {
+    const swiglu_job *j = arg;
     for (int64_t r = r0; r < r1; r++)
         j->ops->silu_mul(j->out + r * j->n, j->gu + r * j->ld, j->gu + r * j->ld + j->up_offset, j->n);
-}
-
-static void swiglu_task(void *arg, int ti, int nt) {
-    const swiglu_job *j = arg;
-    int64_t b, e;
-    cv_split(j->rows, 1, ti, nt, &b, &e);
-    swiglu_rows(j, b, e);
 }
 
 void cv_swiglu(cv_threadpool *pool, float *out, const float *gu, int64_t rows, int64_t n, int64_t ld,
@@ -97,8 +84,7 @@ void cv_swiglu(cv_threadpool *pool, float *out, const float *gu, int64_t rows, i
     swiglu_job j = {cv_cpu_ops_active(), out, gu, rows, n, ld, up_offset};
     /* In place, output row r lands on input row ≈ r·n/ld, which another thread may not have read
      * yet; only a single in-order pass is safe then (n ≤ ld keeps each write behind its reads). */
-    if (rows * n < PARALLEL_ELEMENTS || rows < 2 || out == gu) swiglu_rows(&j, 0, rows);
-    else cv_threadpool_run(pool, swiglu_task, &j);
+    cv_threadpool_run_range(pool, swiglu_rows, &j, rows, rows * n >= PARALLEL_ELEMENTS && out != gu);
 }
 
 void cv_add(float *y, const float *x, int64_t n) {

@@ -61,19 +61,13 @@ static void store_row(const kv_write_job *j, void *cache, bool value, int64_t sl
     }
 }
 
-static void kv_write_rows(const kv_write_job *j, int64_t t0, int64_t t1) {
+static void kv_write_rows(const void *arg, int64_t t0, int64_t t1) {
+    const kv_write_job *j = arg;
     const int64_t width = (int64_t)j->n_kv_heads * j->head_dim;
     for (int64_t t = t0; t < t1; t++) {
         store_row(j, j->k_cache, false, j->slot_mapping[t], j->k + t * width);
         store_row(j, j->v_cache, true, j->slot_mapping[t], j->v + t * width);
     }
-}
-
-static void kv_write_task(void *arg, int ti, int nt) {
-    const kv_write_job *j = arg;
-    int64_t b, e;
-    cv_split(j->n, 1, ti, nt, &b, &e);
-    kv_write_rows(j, b, e);
 }
 
 void cv_kv_write(cv_threadpool *pool, void *k_cache, void *v_cache, cv_dtype dtype, const float *k, const float *v,
@@ -83,8 +77,7 @@ void cv_kv_write(cv_threadpool *pool, void *k_cache, void *v_cache, cv_dtype dty
     kv_write_job j = {cv_cpu_ops_active(), k_cache, v_cache, dtype, k, v, slot_mapping, n, n_kv_heads, head_dim,
                       block_size};
     /* a prefill's rows are a few MiB: with one thread they ran at ~1 % of a pp512 forward pass */
-    if (n * n_kv_heads * head_dim < PARALLEL_ELEMENTS || n < 2 || !pool) kv_write_rows(&j, 0, n);
-    else cv_threadpool_run(pool, kv_write_task, &j);
+    cv_threadpool_run_range(pool, kv_write_rows, &j, n, n * n_kv_heads * head_dim >= PARALLEL_ELEMENTS);
 }
 
 /* The first element of h's region in a block: element 0 of its first slot, K or V alike. */

@@ -160,7 +160,8 @@ static bool own_up_codes(const cv_moe_expert *ex) {
 
 /* The conversion passes: sorted routes [r0, r1) of every expert that reads int8 codes or bf16 rows
  * there. */
-static void convert_x_rows(const moe_job *job, int64_t r0, int64_t r1) {
+static void convert_x_rows(const void *arg, int64_t r0, int64_t r1) {
+    const moe_job *job = arg;
     const cv_moe_args *a = job->a;
     const int64_t stride = cv_act_i8_stride(a->hidden);
     for (int32_t e = 0; e < a->n_experts; e++) {
@@ -178,7 +179,8 @@ static void convert_x_rows(const moe_job *job, int64_t r0, int64_t r1) {
     }
 }
 
-static void convert_h_rows(const moe_job *job, int64_t r0, int64_t r1) {
+static void convert_h_rows(const void *arg, int64_t r0, int64_t r1) {
+    const moe_job *job = arg;
     const cv_moe_args *a = job->a;
     for (int32_t e = 0; e < a->n_experts; e++) {
         const int64_t first = job->offsets[e];
@@ -193,20 +195,6 @@ static void convert_h_rows(const moe_job *job, int64_t r0, int64_t r1) {
             cv_round_bf16_rows(NULL, h, ex->inter, end - b, ex->inter,
                                job->hb + job->hb_offset[e] + (b - first) * cv_act_bf16_stride(ex->inter));
     }
-}
-
-static void convert_x_task(void *arg, int ti, int nt) {
-    const moe_job *job = arg;
-    int64_t b, e;
-    cv_split(job->offsets[job->a->n_experts], 1, ti, nt, &b, &e);
-    convert_x_rows(job, b, e);
-}
-
-static void convert_h_task(void *arg, int ti, int nt) {
-    const moe_job *job = arg;
-    int64_t b, e;
-    cv_split(job->offsets[job->a->n_experts], 1, ti, nt, &b, &e);
-    convert_h_rows(job, b, e);
 }
 
 /* Expert e's gathered inputs (rows from sorted route `first` on) as its gate, or its up, reads them. */
@@ -344,9 +332,9 @@ void cv_moe(cv_threadpool *pool, const cv_moe_args *a) {
                    .h_scale = (float *)(ws + l.h_scale), .xb = (uint16_t *)(ws + l.xb), .hb = (uint16_t *)(ws + l.hb),
                    .hb_offset = hb_offset, .thread_buf = ws + l.thread_buf, .per_thread = l.per_thread};
     if (nt > 1 && work >= SERIAL_FLOPS) {
-        if (convert_x) cv_threadpool_run(pool, convert_x_task, &job);
+        if (convert_x) cv_threadpool_run_range(pool, convert_x_rows, &job, offsets[a->n_experts], true);
         cv_threadpool_run(pool, gate_up_task, &job);
-        if (convert_h) cv_threadpool_run(pool, convert_h_task, &job);
+        if (convert_h) cv_threadpool_run_range(pool, convert_h_rows, &job, offsets[a->n_experts], true);
         cv_threadpool_run(pool, down_task, &job);
         return;
     }

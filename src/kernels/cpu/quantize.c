@@ -77,17 +77,11 @@ typedef struct quantize_job {
     float *scale;
 } quantize_job;
 
-static void quantize_rows(const quantize_job *j, int64_t r0, int64_t r1) {
+static void quantize_rows(const void *arg, int64_t r0, int64_t r1) {
+    const quantize_job *j = arg;
     const int64_t stride = cv_act_i8_stride(j->cols);
     for (int64_t r = r0; r < r1; r++)
         quantize_row(j->q, j->x + r * j->ldx, NULL, NULL, j->cols, j->xq + r * stride, j->scale + r);
-}
-
-static void quantize_task(void *arg, int ti, int nt) {
-    const quantize_job *j = arg;
-    int64_t b, e;
-    cv_split(j->m, 1, ti, nt, &b, &e);
-    quantize_rows(j, b, e);
 }
 
 /* On the pool from PARALLEL_ELEMENTS on: a linear whose producer did not quantize its input (the
@@ -97,8 +91,7 @@ void cv_quantize_rows(cv_threadpool *pool, const cv_act_quant *q, const float *x
                       int64_t cols, int8_t *xq, float *scale) {
     check_scheme(q);
     quantize_job j = {q, x, ldx, m, cols, xq, scale};
-    if (m > 1 && m * cols >= PARALLEL_ELEMENTS && cv_threadpool_size(pool) > 1) cv_threadpool_run(pool, quantize_task, &j);
-    else quantize_rows(&j, 0, m);
+    cv_threadpool_run_range(pool, quantize_rows, &j, m, m * cols >= PARALLEL_ELEMENTS);
 }
 
 /* One row rounded to bf16 (zero-padded to cv_act_bf16_stride), its values read or made as above. */
@@ -145,7 +138,8 @@ static void fill_norm(const void *ctx, float *dst, int64_t c0, int64_t n) {
     r->ops->rms_apply(dst, r->x + c0, r->w + c0, n, r->inv_rms);
 }
 
-static void norm_quant_rows(const norm_quant_job *j, int64_t r0, int64_t r1) {
+static void norm_quant_rows(const void *arg, int64_t r0, int64_t r1) {
+    const norm_quant_job *j = arg;
     for (int64_t r = r0; r < r1; r++) {
         float *xr = j->x + r * j->dim;
         if (j->delta) {
@@ -159,26 +153,17 @@ static void norm_quant_rows(const norm_quant_job *j, int64_t r0, int64_t r1) {
     }
 }
 
-static void norm_quant_task(void *arg, int ti, int nt) {
-    const norm_quant_job *j = arg;
-    int64_t b, e;
-    cv_split(j->rows, 1, ti, nt, &b, &e);
-    norm_quant_rows(j, b, e);
-}
-
 void cv_add_rmsnorm_quant(cv_threadpool *pool, float *x, const float *delta, float *y, const float *w, int64_t rows,
                           int64_t dim, float eps, const cv_act_quant *q, int8_t *yq, float *yscale) {
     check_scheme(q);
     norm_quant_job j = {cv_cpu_ops_active(), x, y, delta, w, rows, dim, eps, q, yq, yscale, NULL};
-    if (rows * dim < PARALLEL_ELEMENTS || rows < 2) norm_quant_rows(&j, 0, rows);
-    else cv_threadpool_run(pool, norm_quant_task, &j);
+    cv_threadpool_run_range(pool, norm_quant_rows, &j, rows, rows * dim >= PARALLEL_ELEMENTS);
 }
 
 void cv_add_rmsnorm_bf16(cv_threadpool *pool, float *x, const float *delta, float *y, const float *w, int64_t rows,
                          int64_t dim, float eps, uint16_t *yb) {
     norm_quant_job j = {cv_cpu_ops_active(), x, y, delta, w, rows, dim, eps, NULL, NULL, NULL, yb};
-    if (rows * dim < PARALLEL_ELEMENTS || rows < 2) norm_quant_rows(&j, 0, rows);
-    else cv_threadpool_run(pool, norm_quant_task, &j);
+    cv_threadpool_run_range(pool, norm_quant_rows, &j, rows, rows * dim >= PARALLEL_ELEMENTS);
 }
 
 /* ---- fused into the SwiGLU -------------------------------------------------------------------- */
@@ -203,31 +188,23 @@ static void fill_swiglu(const void *ctx, float *dst, int64_t c0, int64_t n) {
     r->ops->silu_mul(dst, r->gate + c0, r->up + c0, n);
 }
 
-static void swiglu_quant_rows(const swiglu_quant_job *j, int64_t r0, int64_t r1) {
+static void swiglu_quant_rows(const void *arg, int64_t r0, int64_t r1) {
+    const swiglu_quant_job *j = arg;
     for (int64_t r = r0; r < r1; r++) {
         const swiglu_row row = {j->ops, j->gu + r * j->ld, j->gu + r * j->ld + j->up_offset};
         act_row(j->q, NULL, fill_swiglu, &row, j->n, r, j->hq, j->hscale, j->hb);
     }
 }
 
-static void swiglu_quant_task(void *arg, int ti, int nt) {
-    const swiglu_quant_job *j = arg;
-    int64_t b, e;
-    cv_split(j->rows, 1, ti, nt, &b, &e);
-    swiglu_quant_rows(j, b, e);
-}
-
 void cv_swiglu_quant(cv_threadpool *pool, const float *gu, int64_t rows, int64_t n, int64_t ld, int64_t up_offset,
                      const cv_act_quant *q, int8_t *hq, float *hscale) {
     check_scheme(q);
     swiglu_quant_job j = {cv_cpu_ops_active(), gu, rows, n, ld, up_offset, q, hq, hscale, NULL};
-    if (rows * n < PARALLEL_ELEMENTS || rows < 2) swiglu_quant_rows(&j, 0, rows);
-    else cv_threadpool_run(pool, swiglu_quant_task, &j);
+    cv_threadpool_run_range(pool, swiglu_quant_rows, &j, rows, rows * n >= PARALLEL_ELEMENTS);
 }
 
 void cv_swiglu_bf16(cv_threadpool *pool, const float *gu, int64_t rows, int64_t n, int64_t ld, int64_t up_offset,
                     uint16_t *hb) {
     swiglu_quant_job j = {cv_cpu_ops_active(), gu, rows, n, ld, up_offset, NULL, NULL, NULL, hb};
-    if (rows * n < PARALLEL_ELEMENTS || rows < 2) swiglu_quant_rows(&j, 0, rows);
-    else cv_threadpool_run(pool, swiglu_quant_task, &j);
+    cv_threadpool_run_range(pool, swiglu_quant_rows, &j, rows, rows * n >= PARALLEL_ELEMENTS);
 }

@@ -100,7 +100,8 @@ typedef struct cos_sin_job {
     float *cos, *sin;
 } cos_sin_job;
 
-static void cos_sin_rows(const cos_sin_job *j, int64_t t0, int64_t t1) {
+static void cos_sin_rows(const void *arg, int64_t t0, int64_t t1) {
+    const cos_sin_job *j = arg;
     const cv_rope *r = j->r;
     const int half = r->rot_dim / 2;
     for (int64_t t = t0; t < t1; t++) {
@@ -113,13 +114,6 @@ static void cos_sin_rows(const cos_sin_job *j, int64_t t0, int64_t t1) {
     }
 }
 
-static void cos_sin_task(void *arg, int ti, int nt) {
-    const cos_sin_job *j = arg;
-    int64_t b, e;
-    cv_split(j->n, 1, ti, nt, &b, &e);
-    cos_sin_rows(j, b, e);
-}
-
 /* Two libm calls an entry, in double, 64 K of them for a 512-token prompt: in 16-thread AMX profiles
  * of a Qwen3-0.6B prefill the embed op (the token gather and this table) took 2.9-3.9 ms of a
  * forward, ~2 %, so prompts split their positions over the pool (each entry is computed the same
@@ -127,10 +121,7 @@ static void cos_sin_task(void *arg, int ti, int nt) {
 void cv_rope_cos_sin(cv_threadpool *pool, const cv_rope *r, const int32_t *positions, int64_t n, float *cos_out,
                      float *sin_out) {
     cos_sin_job j = {r, positions, n, cos_out, sin_out};
-    if (n > 1 && n * (r->rot_dim / 2) >= PARALLEL_COS_SIN && cv_threadpool_size(pool) > 1)
-        cv_threadpool_run(pool, cos_sin_task, &j);
-    else
-        cos_sin_rows(&j, 0, n);
+    cv_threadpool_run_range(pool, cos_sin_rows, &j, n, n * (r->rot_dim / 2) >= PARALLEL_COS_SIN);
 }
 
 void cv_rope_apply(const cv_rope *r, float *x, int64_t n, int n_heads, int head_dim, const float *cos_in,
@@ -155,7 +146,8 @@ typedef struct norm_rope_job {
     float eps, scale;
 } norm_rope_job;
 
-static void norm_rope_units(const norm_rope_job *j, int64_t u0, int64_t u1) {
+static void norm_rope_units(const void *arg, int64_t u0, int64_t u1) {
+    const norm_rope_job *j = arg;
     const int hd = j->head_dim, half = j->r->rot_dim / 2;
     float buf[MAX_FUSED_HEAD_DIM], rot[MAX_FUSED_HEAD_DIM];
     for (int64_t u = u0; u < u1; u++) {
@@ -173,18 +165,10 @@ static void norm_rope_units(const norm_rope_job *j, int64_t u0, int64_t u1) {
     }
 }
 
-static void norm_rope_task(void *arg, int ti, int nt) {
-    const norm_rope_job *j = arg;
-    int64_t b, e;
-    cv_split(j->n * j->n_heads, 1, ti, nt, &b, &e);
-    norm_rope_units(j, b, e);
-}
-
 static void run_norm_rope(cv_threadpool *pool, const norm_rope_job *j) {
     assert(j->head_dim <= MAX_FUSED_HEAD_DIM && j->r->rot_dim <= j->head_dim);
     const int64_t units = j->n * j->n_heads;
-    if (units < PARALLEL_UNITS) norm_rope_units(j, 0, units);
-    else cv_threadpool_run(pool, norm_rope_task, (void *)j);
+    cv_threadpool_run_range(pool, norm_rope_units, j, units, units >= PARALLEL_UNITS);
 }
 
 void cv_rmsnorm_rope(cv_threadpool *pool, const cv_rope *r, float *dst, int64_t ld_dst, const float *src,
