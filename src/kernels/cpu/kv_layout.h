@@ -28,13 +28,14 @@ void cv_kv_gather_v(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W
 /* K's words at positions [j0, j0 + n) as panels of 16 positions for gemm_panels_dot, word (p, j) at
  * panels[j / 16][p·ldp + j % 16] (*ldp set): in the cache itself where blocks hold whole panels
  * (block_size and j0 multiples of 16, head_dim even: no copy), else gathered into `spare`
- * ([⌈head_dim/2⌉][64] words, n ≤ 64). Nothing is asked for: the caller asks ahead (cv_kv_ask_k). */
+ * ([⌈head_dim/2⌉][64] words, n ≤ 64). Words read in place are not asked for: the caller asks
+ * ahead (cv_kv_ask_k); a gather asks for what it copies. */
 void cv_kv_k_panels(const cv_kv_head *h, int32_t j0, int n, const uint32_t **panels, int64_t *ldp, uint32_t *spare);
 
 /* V's words (W = head_dim) as row pointers, rows[q] → word (q, 0): into the cache itself where
  * it pairs the rows (an even block_size: no copy), else into `spare` ([⌈n/2⌉][head_dim] words)
- * where they are gathered; an odd n's last pair, with its zero, is always in spare. Nothing is
- * asked for: the caller asks ahead (cv_kv_ask_v). */
+ * where they are gathered; an odd n's last pair, with its zero, is always in spare. Words read in
+ * place are not asked for: the caller asks ahead (cv_kv_ask_v); a gather asks for what it copies. */
 void cv_kv_v_pair_rows(const cv_kv_head *h, int32_t j0, int n, const uint32_t **rows, uint32_t *spare);
 
 /* Ask for (prefetch) the cache lines of K's pair rows [p0, p1) at positions [j0, j0 + n), and of V's
