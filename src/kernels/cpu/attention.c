@@ -231,9 +231,10 @@ typedef struct next_tile {
  * misses than the core tracks) with nothing to multiply meanwhile, and the hardware's stream
  * prefetchers stop at each block's 4 KiB run. Each step continues the previous one's sums through c
  * (accumulate), so the bits are those of one product. attention_bench decode-cold (Zen 5, 2
- * threads, Qwen3-0.6B heads, ms per token of 28 layers, five runs each, interleaved): 65 positions
- * 0.61-0.66 against 0.66-0.70, 1,000 5.1-5.5 against 6.0-6.4, 3,500 16.4-17.5 against 21.0-21.8;
- * steps of 16 and 8 gained about half of that at 3,500, steps of 4 and 2 less than 8 and 4. */
+ * threads, Qwen3-0.6B heads, ms per token of 28 layers, four runs each, interleaved): 16 positions
+ * 0.15-0.17 against 0.16-0.18, 65 the same (0.52-0.54 against 0.50-0.55), 130 0.76-0.81 against
+ * 0.83-0.89, 1,000 4.5-4.8 against 5.6-5.8, 3,500 15.2-19.1 against 19.3-19.9. Steps of 16 and 8
+ * gained about half as much at 3,500, steps of 4 and 2 less than 8 and 4. */
 enum { ASK_ROWS = 16, ASK_K = 8, ASK_V = 4 };
 
 /* S = Q·Kᵀ of a tile on the bf16 dot path (gemm_panels_dot), asking for the next tile's K. */
