@@ -16,6 +16,7 @@
  *   cc -O2 -Isrc -Iinclude tools/attention_bench.c build/libcv_kernels.a build/libcv_base.a -lm -lpthread -o /tmp/atb
  * Usage: atb [threads] [both|dot|f32|decode|decode-cold] [tokens...]   (default: 2 threads, both, 512 and 3500 tokens)
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,17 +80,14 @@ static void run(cv_threadpool *pool, int32_t tokens, bool dot) {
 
 typedef struct flush_job {
     const uint64_t *words;
-    int64_t n;
-    uint64_t sums[64]; /* by share: stored, so the reads are not optimized away */
+    _Atomic uint64_t *sum; /* the reads' sum, stored so that they are not optimized away */
 } flush_job;
 
-static void flush_task(void *arg, int share, int n_shares) {
-    flush_job *f = arg;
-    int64_t b, e;
-    cv_split(f->n, 8, share, n_shares, &b, &e);
+static void flush_words(const void *arg, int64_t b, int64_t e) {
+    const flush_job *f = arg;
     uint64_t sum = 0;
     for (int64_t i = b; i < e; i++) sum += f->words[i];
-    f->sums[share % 64] += sum;
+    atomic_fetch_add(f->sum, sum);
 }
 
 /* One decode token at position tokens - 1, layer after layer of bf16 caches of random rows. */
@@ -116,12 +114,13 @@ static void run_decode(cv_threadpool *pool, int32_t tokens, bool dot, bool cold)
     /* written, so that the reads come from pages of their own: untouched calloc memory is the
      * kernel's one zero page, which stays in L1 */
     for (int64_t i = 0; cold && i < FLUSH_WORDS; i++) words[i] = (uint64_t)i;
-    flush_job flush = {.words = words, .n = FLUSH_WORDS};
+    _Atomic uint64_t sum = 0;
+    const flush_job flush = {.words = words, .sum = &sum};
     double best = 1e30;
     for (int r = 0; r < STEPS; r++) {
         double t = 0;
         for (int l = 0; l < LAYERS; l++) {
-            if (cold) cv_threadpool_run(pool, flush_task, &flush); /* by the same threads: they stay awake */
+            if (cold) cv_threadpool_run_range(pool, flush_words, &flush, FLUSH_WORDS, true); /* the same threads: they stay awake */
             a.k_cache = kc + l * cache_elems, a.v_cache = vc + l * cache_elems;
             double t0 = now_s();
             cv_attention(pool, &a);
@@ -129,7 +128,7 @@ static void run_decode(cv_threadpool *pool, int32_t tokens, bool dot, bool cold)
         }
         best = t < best ? t : best;
     }
-    free((void *)flush.words);
+    free(words);
     const double bytes = 2.0 * LAYERS * tokens * width * 2;
     printf("decode%s %-5s tokens=%-5d  %8.3f ms/token (best of %d)  %6.1f GB/s of K and V\n", cold ? "-cold" : "",
            dot ? "bf16" : "f32", tokens, best * 1e3, STEPS, bytes / best * 1e-9);
