@@ -28,7 +28,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "base/error.h"
 #include "models/architectures.h"
@@ -38,8 +37,7 @@
 #include "models/layers/config.h"
 #include "models/layers/ffn.h"
 #include "models/layers/timed.h"
-#include "models/layers/stream.h"
-#include "models/layers/vocab.h"
+#include "models/layers/trunk.h"
 
 typedef struct qwen3_layer {
     const float *input_norm, *post_attention_norm;
@@ -49,31 +47,25 @@ typedef struct qwen3_layer {
 
 /* Activations for up to the scratch's capacity of tokens. */
 typedef struct qwen3_scratch {
-    nn_stream st;      /* x, a, o, cos, sin, aq, ab */
     nn_attention_scratch attn;
     nn_ffn_scratch mlp;
 } qwen3_scratch;
 
 typedef struct qwen3_model {
     cv_model base;
-    int32_t hidden, n_layers, intermediate, vocab;
-    float eps;
+    nn_trunk t;
+    int32_t n_layers, intermediate;
     nn_attention_dims dims;
-    nn_vocab vocab_w;      /* embed_tokens and lm_head */
-    const float *final_norm;
     qwen3_layer *layers;
-    cv_rope rope;
-    nn_binder bound;
-    nn_scratch scratch;
     qwen3_scratch s;
 } qwen3_model;
 
 /* ---- loading --------------------------------------------------------------------------------- */
 
 static void bind_weights(qwen3_model *m, const cv_model_config *cfg) {
-    nn_binder *b = &m->bound;
-    const int32_t H = m->hidden;
-    nn_bind_vocab(b, "model.embed_tokens.weight", m->vocab, H, cfg->tie_word_embeddings, &m->vocab_w);
+    nn_binder *b = &m->t.bound;
+    const int32_t H = m->t.hidden;
+    nn_bind_vocab(b, "model.embed_tokens.weight", m->t.vocab, H, cfg->tie_word_embeddings, &m->t.vocab_w);
     for (int l = 0; l < m->n_layers; l++) {
         qwen3_layer *ly = &m->layers[l];
         char prefix[96];
@@ -85,7 +77,7 @@ static void bind_weights(qwen3_model *m, const cv_model_config *cfg) {
         snprintf(prefix, sizeof prefix, "model.layers.%d.mlp.", l);
         nn_bind_ffn(b, prefix, H, m->intermediate, "intermediate_size", &ly->mlp);
     }
-    nn_bind_vector(b, "model.norm.weight", H, "hidden_size", &m->final_norm);
+    nn_bind_vector(b, "model.norm.weight", H, "hidden_size", &m->t.final_norm);
     m->base.weight_bytes = b->matmul_bytes;
 }
 
@@ -102,13 +94,6 @@ static nn_linear_list model_linears(qwen3_model *m) {
 /* Bump when the packed bytes of the same checkpoint would change (what is stacked, in which order). */
 #define QWEN3_PACK_LAYOUT "qwen3 panels v1: lm_head, then per layer q|k|v, o, gate|up, down"
 
-static int pack_weights(qwen3_model *m, cv_weight_source *src, cv_threadpool *pool) {
-    nn_linear_list lins = model_linears(m);
-    int rc = nn_pack_model(pool, src, QWEN3_PACK_LAYOUT, &m->vocab_w, &lins);
-    nn_linear_list_free(&lins);
-    return rc;
-}
-
 static int check_config(const cv_model_config *cfg) {
     if (cfg->num_hidden_layers <= 0 || cfg->intermediate_size <= 0 || cfg->vocab_size <= 0)
         return cv_fail(CVLLM_ERR_FORMAT, "config.json: Qwen3 needs positive num_hidden_layers, intermediate_size "
@@ -119,8 +104,7 @@ static int check_config(const cv_model_config *cfg) {
 static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     qwen3_model *m = model;
     qwen3_scratch *s = &m->s;
-    nn_stream_take(&s->st, ar, tokens, m->hidden, m->rope.rot_dim, &m->bound);
-    nn_linear_scratch_take(&m->bound, ar, tokens);
+    nn_trunk_take(&m->t, ar, tokens);
     nn_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
     nn_ffn_scratch_take(&s->mlp, m->intermediate, ar, tokens);
 }
@@ -128,11 +112,7 @@ static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
 static void qwen3_destroy(cv_model *base) {
     qwen3_model *m = (qwen3_model *)base;
     nn_linear_list lins = model_linears(m);
-    nn_linear_list_release(&lins);
-    nn_scratch_free(&m->scratch);
-    nn_vocab_release(&m->vocab_w);
-    cv_rope_free(&m->rope);
-    nn_binder_free(&m->bound);
+    nn_trunk_release(&m->t, &lins);
     free(m->layers);
     free(m);
 }
@@ -141,34 +121,27 @@ static void qwen3_destroy(cv_model *base) {
 
 static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *state, float *logits) {
     qwen3_model *m = (qwen3_model *)base;
-    int rc = nn_check_batch(b, kv, m->vocab, m->n_layers, state, 0);
-    if (!rc) rc = nn_scratch_reserve(&m->scratch, b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits, carve_scratch, m);
+    int rc = nn_check_batch(b, kv, m->t.vocab, m->n_layers, state, 0);
+    if (!rc) rc = nn_scratch_reserve(&m->t.scratch, b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits, carve_scratch, m);
     if (rc || b->n_tokens == 0) return rc;
     qwen3_scratch *s = &m->s;
-    const int32_t T = b->n_tokens;
-    const int64_t H = m->hidden;
+    nn_stream *st = &m->t.st;
+    const int32_t T = b->n_tokens, H = m->t.hidden;
+    const float eps = m->t.eps;
     cv_threadpool *pool = base->pool;
-    nn_embed(&m->vocab_w, b->token_ids, T, s->st.x);
-    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(pool, &m->rope, b->positions, T, s->st.cos, s->st.sin));
+    nn_trunk_embed(&m->t, pool, b);
     for (int l = 0; l < m->n_layers; l++) {
         const qwen3_layer *ly = &m->layers[l];
         /* Layer input: x += the previous block's output (none before layer 0), a = input_norm(x). */
         nn_input in;
-        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, l ? s->st.o : NULL, s->st.a, ly->input_norm, T, H, m->eps,
-                                                     &ly->attn.qkv, true, &s->st.aq, &s->st.ab));
-        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->st.cos, s->st.sin, b, kv, l, in, &s->attn, s->st.o);
-        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, s->st.o, s->st.a, ly->post_attention_norm, T, H, m->eps,
-                                                     &ly->mlp.gate_up, true, &s->st.aq, &s->st.ab));
-        nn_ffn_forward(pool, &ly->mlp, in, T, &s->mlp, s->st.o);
+        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, st->x, l ? st->o : NULL, st->a, ly->input_norm, T, H, eps,
+                                                     &ly->attn.qkv, true, &st->aq, &st->ab));
+        nn_attention_forward(pool, &ly->attn, &m->dims, &m->t.rope, st->cos, st->sin, b, kv, l, in, &s->attn, st->o);
+        NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, st->x, st->o, st->a, ly->post_attention_norm, T, H, eps,
+                                                     &ly->mlp.gate_up, true, &st->aq, &st->ab));
+        nn_ffn_forward(pool, &ly->mlp, in, T, &s->mlp, st->o);
     }
-    /* The last residual add and the final norm, for the rows whose logits are wanted only. */
-    NN_TIMED(CV_OP_NORM, for (int32_t i = 0; i < b->n_logits; i++) {
-        const int64_t r = b->logit_rows[i];
-        float *row = s->st.a + (int64_t)i * H; /* x itself stays: a row may be asked for twice */
-        memcpy(row, s->st.x + r * H, (size_t)H * sizeof *row);
-        cv_add_rmsnorm(NULL, row, s->st.o + r * H, row, m->final_norm, 1, H, m->eps);
-    });
-    nn_logits(pool, &m->vocab_w, s->st.a, b->n_logits, logits);
+    nn_trunk_emit(&m->t, pool, b, m->t.final_norm, logits);
     return 0;
 }
 
@@ -185,21 +158,20 @@ int cv_qwen3_load(const cv_model_load_params *p, cv_model **out) {
     qwen3_model *m = cv_xcalloc(1, sizeof *m);
     m->base = (cv_model){.ops = &qwen3_ops, .config = cfg, .vocab_size = cfg->vocab_size, .pool = p->pool};
     m->base.kv_spec = (cv_kv_spec){cfg->num_hidden_layers, dims.n_kv_heads, cfg->head_dim}; /* this rank's heads */
-    m->hidden = cfg->hidden_size;
     m->n_layers = cfg->num_hidden_layers;
     m->intermediate = cfg->intermediate_size;
-    m->vocab = cfg->vocab_size;
-    m->eps = dims.eps;
     m->dims = dims;
     m->layers = cv_xcalloc((size_t)m->n_layers, sizeof *m->layers);
-    m->bound = nn_binder_for(p);
-    rc = nn_init_rope(&m->rope, &cfg->rope, cfg->head_dim);
+    rc = nn_trunk_init(&m->t, p, dims.eps);
     if (!rc) {
         bind_weights(m, cfg);
-        rc = m->bound.rc;
+        rc = m->t.bound.rc;
     }
-    if (!rc) rc = pack_weights(m, p->weights, p->pool);
-    if (!rc) rc = nn_scratch_reserve(&m->scratch, p->max_num_batched_tokens, carve_scratch, m);
+    if (!rc) {
+        nn_linear_list lins = model_linears(m);
+        rc = nn_trunk_pack(&m->t, p->pool, p->weights, QWEN3_PACK_LAYOUT, &lins);
+    }
+    if (!rc) rc = nn_scratch_reserve(&m->t.scratch, p->max_num_batched_tokens, carve_scratch, m);
     if (rc) {
         qwen3_destroy(&m->base);
         return rc;

@@ -60,8 +60,7 @@
 #include "models/layers/gdn.h"
 #include "models/layers/moe.h"
 #include "models/layers/timed.h"
-#include "models/layers/stream.h"
-#include "models/layers/vocab.h"
+#include "models/layers/trunk.h"
 
 typedef enum hybrid_family { FAMILY_NEXT, FAMILY_QWEN3_5 } hybrid_family;
 
@@ -84,7 +83,6 @@ typedef struct mtp_module {
 } mtp_module;
 
 typedef struct hybrid_scratch {
-    nn_stream st;                 /* x, a, o, cos, sin, aq, ab */
     float *pair;                            /* [capacity][2·hidden] MTP fc input; NULL without MTP */
     nn_gdn_batch gdn_batch;
     nn_attention_scratch attn;
@@ -94,19 +92,14 @@ typedef struct hybrid_scratch {
 
 typedef struct hybrid_model {
     cv_model base;
+    nn_trunk t;                             /* its embedding and lm_head are shared with the MTP module */
     hybrid_family family;
-    int32_t hidden, n_layers, vocab, n_linear;
-    float eps;
+    int32_t n_layers, n_linear;
     nn_attention_dims dims;
     nn_gdn_dims gd;
-    nn_vocab vocab_w;                       /* embedding and lm_head, shared with the MTP module */
-    const float *final_norm;
     hybrid_layer *layers;
     mtp_module *mtp;                        /* NULL unless asked for (load_mtp) and present */
-    cv_rope rope;
-    nn_binder bound;
     nn_moe_sizes moe_sizes;
-    nn_scratch scratch;
     hybrid_scratch s;
 } hybrid_model;
 
@@ -211,7 +204,7 @@ static int text_root(const cv_model_load_params *p, const hybrid_model *m, const
     *root = wrapper ? WRAPPER_ROOT : "model.";
     if (m->family == FAMILY_NEXT || cv_weight_source_is_dummy(p->weights)) return 0;
     const char *const candidates[2] = {*root, wrapper ? "model." : WRAPPER_ROOT};
-    const int64_t shape[2] = {m->vocab, m->hidden};
+    const int64_t shape[2] = {m->t.vocab, m->t.hidden};
     for (int i = 0; i < 2; i++) {
         char name[64];
         snprintf(name, sizeof name, "%sembed_tokens.weight", candidates[i]);
@@ -227,9 +220,9 @@ static int text_root(const cv_model_load_params *p, const hybrid_model *m, const
 }
 
 static void bind_weights(hybrid_model *m, const cv_model_config *cfg, const hybrid_plan *plan, const char *root) {
-    nn_binder *b = &m->bound;
-    const int32_t H = m->hidden;
-    nn_bind_vocab(b, nn_name(b, "%sembed_tokens.weight", root), m->vocab, H, cfg->tie_word_embeddings, &m->vocab_w);
+    nn_binder *b = &m->t.bound;
+    const int32_t H = m->t.hidden;
+    nn_bind_vocab(b, nn_name(b, "%sembed_tokens.weight", root), m->t.vocab, H, cfg->tie_word_embeddings, &m->t.vocab_w);
     for (int32_t l = 0; l < m->n_layers && !b->rc; l++) {
         hybrid_layer *ly = &m->layers[l];
         char p[128];
@@ -247,7 +240,7 @@ static void bind_weights(hybrid_model *m, const cv_model_config *cfg, const hybr
         snprintf(p, sizeof p, "%slayers.%d.mlp.", root, l);
         bind_mlp(b, p, H, cfg, plan, plan->dense[l], &ly->mlp);
     }
-    nn_bind_gain_plus_one(b, nn_name(b, "%snorm.weight", root), H, "hidden_size", &m->final_norm);
+    nn_bind_gain_plus_one(b, nn_name(b, "%snorm.weight", root), H, "hidden_size", &m->t.final_norm);
     m->base.weight_bytes = b->matmul_bytes;
 }
 
@@ -279,7 +272,7 @@ static int mtp_present(const cv_model_load_params *p, const hybrid_model *m, boo
         *present = declared > 0;
         return 0;
     }
-    int64_t shape[2] = {m->hidden, 2 * (int64_t)m->hidden};
+    int64_t shape[2] = {m->t.hidden, 2 * (int64_t)m->t.hidden};
     cv_tensor t;
     rc = cv_weights_get_optional(p->weights, "mtp.fc.weight", 2, shape, "hidden_size, 2*hidden_size", &t);
     *present = rc > 0;
@@ -289,8 +282,8 @@ static int mtp_present(const cv_model_load_params *p, const hybrid_model *m, boo
 /* mtp.* as a module whose layer writes kv layer `kv_layer`; its weights are not counted in the
  * per-token weight bytes of the main model. */
 static void bind_mtp(hybrid_model *m, const cv_model_config *cfg, const hybrid_plan *plan, int32_t kv_layer) {
-    nn_binder *b = &m->bound;
-    const int32_t H = m->hidden;
+    nn_binder *b = &m->t.bound;
+    const int32_t H = m->t.hidden;
     const size_t streamed = b->matmul_bytes;
     mtp_module *t = nn_own(b, sizeof *t);
     if (!t) return;
@@ -315,11 +308,10 @@ static void bind_mtp(hybrid_model *m, const cv_model_config *cfg, const hybrid_p
 static void carve_scratch(void *model, int32_t tokens, nn_arena *ar) {
     hybrid_model *m = model;
     hybrid_scratch *s = &m->s;
-    nn_stream_take(&s->st, ar, tokens, m->hidden, m->rope.rot_dim, &m->bound);
-    s->pair = m->mtp ? nn_take(ar, 2 * (size_t)tokens * (size_t)m->hidden * sizeof(float)) : NULL;
-    nn_linear_scratch_take(&m->bound, ar, tokens);
+    nn_trunk_take(&m->t, ar, tokens);
+    s->pair = m->mtp ? nn_take(ar, 2 * (size_t)tokens * (size_t)m->t.hidden * sizeof(float)) : NULL;
     nn_gdn_batch_take(&s->gdn_batch, ar, tokens);
-    nn_moe_scratch_take(&s->moe, &m->moe_sizes, m->base.pool, m->hidden, ar, tokens);
+    nn_moe_scratch_take(&s->moe, &m->moe_sizes, m->base.pool, m->t.hidden, ar, tokens);
     const size_t mixer = ar->size;
     nn_attention_scratch_take(&s->attn, &m->dims, ar, tokens);
     const size_t attn_end = ar->size;
@@ -350,21 +342,10 @@ static nn_linear_list model_linears(hybrid_model *m) {
 /* Bump when what model_linears() lists, or how its parts stack, changes: it keys the packed-weight cache. */
 #define HYBRID_PACK_LAYOUT "qwen3-hybrid panels v1: lm_head, then model_linears() in order"
 
-static int pack_weights(hybrid_model *m, cv_weight_source *src, cv_threadpool *pool) {
-    nn_linear_list lins = model_linears(m);
-    int rc = nn_pack_model(pool, src, HYBRID_PACK_LAYOUT, &m->vocab_w, &lins);
-    nn_linear_list_free(&lins);
-    return rc;
-}
-
 static void hybrid_destroy(cv_model *base) {
     hybrid_model *m = (hybrid_model *)base;
     nn_linear_list lins = model_linears(m);
-    nn_linear_list_release(&lins);
-    nn_scratch_free(&m->scratch);
-    nn_vocab_release(&m->vocab_w);
-    cv_rope_free(&m->rope);
-    nn_binder_free(&m->bound);
+    nn_trunk_release(&m->t, &lins);
     free(m->layers);
     free(m);
 }
@@ -378,49 +359,28 @@ static void clear_new_states(const hybrid_model *m, const cv_batch *b, const cv_
             memset(st->data + (size_t)b->state_slots[q] * st->slot_bytes, 0, m->base.state_bytes_per_seq);
 }
 
-/* One decoder layer on the residual stream s->st.x, to which the previous layer's output s->st.o is added
- * first unless this is the first layer (cos/sin already filled for the batch). */
+/* One decoder layer on the residual stream x, to which the previous layer's output o is added first
+ * unless this is the first layer (cos/sin already filled for the batch). */
 static void run_layer(hybrid_model *m, const hybrid_layer *ly, bool first, const cv_batch *b, cv_kv_cache *kv,
                       const cv_state_cache *st) {
     hybrid_scratch *s = &m->s;
-    const int32_t T = b->n_tokens, H = m->hidden;
+    nn_stream *sx = &m->t.st;
+    const int32_t T = b->n_tokens, H = m->t.hidden;
+    const float eps = m->t.eps;
     cv_threadpool *pool = m->base.pool;
     const nn_linear *mixer_input = ly->linear ? &ly->gdn.in_proj : &ly->attn.qkv;
     nn_input in;
-    NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, first ? NULL : s->st.o, s->st.a, ly->input_norm, T, H, m->eps,
-                                                 mixer_input, false, &s->st.aq, &s->st.ab));
+    NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, sx->x, first ? NULL : sx->o, sx->a, ly->input_norm, T, H, eps,
+                                                 mixer_input, false, &sx->aq, &sx->ab));
     if (ly->linear)
         nn_gdn_forward(pool, &ly->gdn, &m->gd, b, st, (size_t)ly->index * nn_gdn_state_bytes(&m->gd), &s->gdn_batch,
-                       in, &s->gdn, s->st.o);
+                       in, &s->gdn, sx->o);
     else
-        nn_attention_forward(pool, &ly->attn, &m->dims, &m->rope, s->st.cos, s->st.sin, b, kv, ly->index, in, &s->attn,
-                             s->st.o);
-    NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, s->st.x, s->st.o, s->st.a, ly->post_attention_norm, T, H, m->eps,
-                                                 nn_moe_input_linear(&ly->mlp), false, &s->st.aq, &s->st.ab));
-    nn_moe_forward(pool, &ly->mlp, H, in, T, &s->moe, s->st.o);
-}
-
-/* The last residual add and the final norm with `gain`: of every token into batch->hidden_out when
- * asked, then logits of the logit rows. */
-static void emit_outputs(hybrid_model *m, const cv_batch *b, const float *gain, float *logits) {
-    hybrid_scratch *s = &m->s;
-    const int32_t H = m->hidden;
-    const size_t row = (size_t)H * sizeof(float);
-    NN_TIMED(CV_OP_NORM, {
-        if (b->hidden_out) {
-            cv_add_rmsnorm(m->base.pool, s->st.x, s->st.o, b->hidden_out, gain, b->n_tokens, H, m->eps);
-            for (int32_t i = 0; i < b->n_logits; i++)
-                memcpy(s->st.a + (int64_t)i * H, b->hidden_out + (int64_t)b->logit_rows[i] * H, row);
-        } else {
-            for (int32_t i = 0; i < b->n_logits; i++) {
-                const int64_t r = b->logit_rows[i];
-                float *out = s->st.a + (int64_t)i * H; /* x itself stays: a row may be asked for twice */
-                memcpy(out, s->st.x + r * H, row);
-                cv_add_rmsnorm(NULL, out, s->st.o + r * H, out, gain, 1, H, m->eps);
-            }
-        }
-    });
-    nn_logits(m->base.pool, &m->vocab_w, s->st.a, b->n_logits, logits);
+        nn_attention_forward(pool, &ly->attn, &m->dims, &m->t.rope, sx->cos, sx->sin, b, kv, ly->index, in, &s->attn,
+                             sx->o);
+    NN_TIMED(CV_OP_NORM, in = nn_add_rmsnorm_for(pool, sx->x, sx->o, sx->a, ly->post_attention_norm, T, H, eps,
+                                                 nn_moe_input_linear(&ly->mlp), false, &sx->aq, &sx->ab));
+    nn_moe_forward(pool, &ly->mlp, H, in, T, &s->moe, sx->o);
 }
 
 static int32_t rows_needed(const cv_batch *b) {
@@ -431,16 +391,15 @@ static int32_t rows_needed(const cv_batch *b) {
 
 static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *st, float *logits) {
     hybrid_model *m = (hybrid_model *)base;
-    int rc = nn_check_batch(b, kv, m->vocab, base->kv_spec.num_layers, st, base->state_bytes_per_seq);
-    if (!rc) rc = nn_scratch_reserve(&m->scratch, rows_needed(b), carve_scratch, m);
+    int rc = nn_check_batch(b, kv, m->t.vocab, base->kv_spec.num_layers, st, base->state_bytes_per_seq);
+    if (!rc) rc = nn_scratch_reserve(&m->t.scratch, rows_needed(b), carve_scratch, m);
     if (rc || b->n_tokens == 0) return rc;
     hybrid_scratch *s = &m->s;
     clear_new_states(m, b, st);
     nn_gdn_batch_index(&s->gdn_batch, b);
-    nn_embed(&m->vocab_w, b->token_ids, b->n_tokens, s->st.x);
-    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(base->pool, &m->rope, b->positions, b->n_tokens, s->st.cos, s->st.sin));
+    nn_trunk_embed(&m->t, base->pool, b);
     for (int32_t l = 0; l < m->n_layers; l++) run_layer(m, &m->layers[l], l == 0, b, kv, st);
-    emit_outputs(m, b, m->final_norm, logits);
+    nn_trunk_emit(&m->t, base->pool, b, m->t.final_norm, logits);
     return 0;
 }
 
@@ -455,22 +414,23 @@ static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float
     b.state_slots = NULL;
     b.checkpoints = NULL;
     b.n_checkpoints = 0;
-    int rc = nn_check_batch(&b, kv, m->vocab, base->kv_spec.num_layers, NULL, 0);
+    int rc = nn_check_batch(&b, kv, m->t.vocab, base->kv_spec.num_layers, NULL, 0);
     if (!rc && b.n_tokens > 0 && !hidden)
         rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "mtp_forward: no hidden states for its %d tokens", b.n_tokens);
-    if (!rc) rc = nn_scratch_reserve(&m->scratch, rows_needed(&b), carve_scratch, m);
+    if (!rc) rc = nn_scratch_reserve(&m->t.scratch, rows_needed(&b), carve_scratch, m);
     if (rc || b.n_tokens == 0) return rc;
     hybrid_scratch *s = &m->s;
-    const int32_t T = b.n_tokens, H = m->hidden;
-    nn_embed(&m->vocab_w, b.token_ids, T, s->st.a);
+    nn_stream *sx = &m->t.st;
+    const int32_t T = b.n_tokens, H = m->t.hidden;
+    nn_embed(&m->t.vocab_w, b.token_ids, T, sx->a);
     NN_TIMED(CV_OP_NORM, for (int64_t t = 0; t < T; t++) {
-        cv_rmsnorm(s->pair + t * 2 * H, s->st.a + t * H, mtp->norm_embedding, 1, H, m->eps);
-        cv_rmsnorm(s->pair + t * 2 * H + H, hidden + t * H, mtp->norm_hidden, 1, H, m->eps);
+        cv_rmsnorm(s->pair + t * 2 * H, sx->a + t * H, mtp->norm_embedding, 1, H, m->t.eps);
+        cv_rmsnorm(s->pair + t * 2 * H + H, hidden + t * H, mtp->norm_hidden, 1, H, m->t.eps);
     });
-    nn_linear_forward(base->pool, &mtp->fc, nn_f32(s->pair), T, &s->st.x);
-    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(base->pool, &m->rope, b.positions, T, s->st.cos, s->st.sin));
+    nn_linear_forward(base->pool, &mtp->fc, nn_f32(s->pair), T, &sx->x);
+    NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(base->pool, &m->t.rope, b.positions, T, sx->cos, sx->sin));
     run_layer(m, &mtp->layer, true, &b, kv, NULL);
-    emit_outputs(m, &b, mtp->final_norm, logits);
+    nn_trunk_emit(&m->t, base->pool, &b, mtp->final_norm, logits);
     return 0;
 }
 
@@ -493,37 +453,36 @@ int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
     m->base = (cv_model){.ops = &hybrid_ops, .config = cfg, .vocab_size = cfg->vocab_size, .pool = p->pool,
                          .state_checkpoints = true};
     m->family = strcmp(cfg->architecture, "Qwen3NextForCausalLM") == 0 ? FAMILY_NEXT : FAMILY_QWEN3_5;
-    m->hidden = cfg->hidden_size;
     m->n_layers = cfg->num_hidden_layers;
-    m->vocab = cfg->vocab_size;
-    m->eps = (float)cfg->rms_norm_eps;
     m->layers = cv_xcalloc((size_t)m->n_layers, sizeof *m->layers);
-    m->bound = nn_binder_for(p);
     hybrid_plan plan = {.dense = cv_xcalloc((size_t)m->n_layers, sizeof(bool))};
     const char *root = NULL;
-    int rc = read_config(cfg, p->tp ? p->tp->size : 1, m, &plan);
-    if (!rc) rc = nn_init_rope(&m->rope, &cfg->rope, cfg->head_dim);
+    int rc = nn_trunk_init(&m->t, p, (float)cfg->rms_norm_eps);
+    if (!rc) rc = read_config(cfg, p->tp ? p->tp->size : 1, m, &plan);
     if (!rc) rc = text_root(p, m, &root);
     if (!rc) {
         lay_out_state(m, cfg);
         bind_weights(m, cfg, &plan, root);
-        rc = m->bound.rc;
+        rc = m->t.bound.rc;
     }
     bool with_mtp = false;
     if (!rc && p->load_mtp) rc = mtp_present(p, m, &with_mtp);
     if (!rc && with_mtp) {
         bind_mtp(m, cfg, &plan, m->base.kv_spec.num_layers++);
-        rc = m->bound.rc;
+        rc = m->t.bound.rc;
     }
     free(plan.dense);
-    if (!rc) rc = pack_weights(m, p->weights, p->pool);
+    if (!rc) {
+        nn_linear_list lins = model_linears(m);
+        rc = nn_trunk_pack(&m->t, p->pool, p->weights, HYBRID_PACK_LAYOUT, &lins);
+    }
     if (!rc) {
         for (int32_t l = 0; l < m->n_layers; l++) nn_moe_sizes_add(&m->moe_sizes, &m->layers[l].mlp);
         if (m->mtp) {
             nn_moe_sizes_add(&m->moe_sizes, &m->mtp->layer.mlp);
             m->base.ops = &hybrid_mtp_ops;
         }
-        rc = nn_scratch_reserve(&m->scratch, p->max_num_batched_tokens > 0 ? p->max_num_batched_tokens : 1,
+        rc = nn_scratch_reserve(&m->t.scratch, p->max_num_batched_tokens > 0 ? p->max_num_batched_tokens : 1,
                                 carve_scratch, m);
     }
     if (rc) {
