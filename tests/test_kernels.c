@@ -559,6 +559,23 @@ static void test_i8_extremes(cv_threadpool *pool) {
     free(x);
 }
 
+/* A streamed tile's asks: CV_PANEL_AHEAD on in each panel, then past a panel's end the same place
+ * in the next tile's panel (not the tile's own next panel, which is read already), or on past the
+ * end when the walk has no next tile. */
+static void test_panel_ahead(void) {
+    static uint8_t codes[8 << 10];
+    const int64_t stride = 1 << 10, span = 1 << 10; /* 1 KiB panels, a tile of three */
+    cv_panel_tile t = {.w = codes, .panel_stride = stride, .np = 3};
+    const uint8_t *next = codes + 3 * stride;
+    CHECK((const uint8_t *)cv_panel_ahead(&t, 2, 0, 4 * span) == codes + 2 * stride + CV_PANEL_AHEAD);
+    CHECK((const uint8_t *)cv_panel_ahead(&t, 1, 64, span) == codes + stride + 64 + CV_PANEL_AHEAD);
+    t.next = next;
+    CHECK((const uint8_t *)cv_panel_ahead(&t, 0, 0, 4 * span) == codes + CV_PANEL_AHEAD);
+    for (int j = 0; j < 3; j++)
+        CHECK_MSG((const uint8_t *)cv_panel_ahead(&t, j, 64, span) == next + j * stride + 64 + CV_PANEL_AHEAD - span,
+                  "panel %d asks in the wrong place past its end", j);
+}
+
 /* Packing does not depend on the pool, pack_into writes what pack maps, and bf16 panels give back
  * their rows exactly (a tied embedding read from the packed lm_head). */
 static void test_packing(cv_threadpool *pool) {
@@ -2150,6 +2167,7 @@ int main(void) {
     }
     test_isa_selection();
     test_format_names();
+    test_panel_ahead();
     test_pack_errors();
     test_fp8_errors();
     cv_threadpool *pools[] = {NULL, cv_threadpool_create(3)};

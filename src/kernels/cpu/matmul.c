@@ -105,16 +105,25 @@ static void rows_block(const linear_job *job, int64_t n0, int64_t n1, int64_t m0
 
 /* ---- packed panels ---------------------------------------------------------------------------- */
 
-/* Tiles of panels [p0, p1) of one part × tokens [m0, m1) over k groups [g0, g1), into y (token m0's
- * outputs of panel p0; rows ldy apart). SwiGLU fused: p1 = p0 + 1, the tile's second panel is up's. */
+static const uint8_t *panel_codes(const linear_job *job, int64_t p) {
+    return (const uint8_t *)job->w->data + p * job->panel_stride;
+}
+
+/* The tiles of one register tile's panels [p0, p1) of one part (p1 − p0 ≤ nr) × tokens [m0, m1) over
+ * k groups [g0, g1), into y (token m0's outputs of panel p0; rows ldy apart). SwiGLU fused: p1 = p0 +
+ * 1, the tile's second panel is up's. next_p: the first panel of the tile the walk reaches next, for
+ * the streams to run into (−1: none known, or the next tile is these panels' next k block, where
+ * their streams run on by themselves). */
 static void panel_range(const linear_job *job, int part, int64_t p0, int64_t p1, int64_t m0, int64_t m1, int64_t g0,
-                        int64_t g1, float *y, int64_t ldy) {
+                        int64_t g1, float *y, int64_t ldy, int64_t next_p) {
     const cv_format_traits *f = job->f;
     const cv_gemm_kernel *kern = job->kern;
     const int64_t first = job->part_first[part], rows = job->part_rows[part];
     const int64_t k0 = g0 * f->k_group, pair = job->glu_up ? job->glu_up : 1;
+    assert(p1 - p0 <= kern->nr);
     cv_panel_tile t = {
         .panel_stride = pair * job->panel_stride,
+        .next = next_p >= 0 ? panel_codes(job, next_p) : NULL,
         .aux_stride = pair * job->aux_stride,
         .k0 = k0,
         .k = min64(g1 * f->k_group, job->w->cols) - k0,
@@ -129,6 +138,13 @@ static void panel_range(const linear_job *job, int part, int64_t p0, int64_t p1,
         t.aux = job->aux + p * job->aux_stride;
         const int64_t c0 = (p - first) * CV_PANEL_ROWS;
         t.n_out = job->glu_up ? 2 * CV_PANEL_ROWS : (int)min64(rows - c0, (int64_t)t.np * CV_PANEL_ROWS);
+        /* A streamed tile's kernel waits on its first aux line (the row sums of an int8 tile seed
+         * its accumulators; the scales end it), one line of another stream a tile: ask for the next
+         * tile's now (+3 % on the int8 lm_head shape, with the asks of cv_panel_ahead). */
+        if (next_p >= 0 && m1 - m0 <= CV_STREAM_TOKENS)
+            for (int j = 0; j < t.np; j++)
+                for (int64_t b = 0; b < job->aux_stride; b += 64)
+                    __builtin_prefetch(job->aux + next_p * job->aux_stride + j * t.aux_stride + b);
         for (int64_t i = m0; i < m1; i += kern->mr) {
             t.mr = (int)min64(m1 - i, kern->mr);
             t.x = job->x + (i * job->ldx + k0) * job->x_size;
@@ -178,8 +194,10 @@ static void panel_block(const linear_job *job, int64_t p0, int64_t p1, int64_t m
                 const int64_t ge = min64(g + np, b);
                 float *y = job->glu_up ? buf : job->ys[part] + mb * rows + (g - job->part_first[part]) * CV_PANEL_ROWS;
                 const int64_t ldy = job->glu_up ? 2 * CV_PANEL_ROWS : rows;
-                for (int64_t k0 = 0; k0 < job->groups; k0 += kblock)
-                    panel_range(job, part, g, ge, mb, me, k0, min64(k0 + kblock, job->groups), y, ldy);
+                for (int64_t k0 = 0; k0 < job->groups; k0 += kblock) {
+                    const int64_t k1 = min64(k0 + kblock, job->groups);
+                    panel_range(job, part, g, ge, mb, me, k0, k1, y, ldy, k1 == job->groups && ge < job->units ? ge : -1);
+                }
                 if (job->glu_up) glu_finish(job, g, mb, me, buf);
             }
         }

@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "kernels/cpu/amx/tiles.h"
-#include "kernels/cpu/avx512/panel.h" /* panel_mask, PREFETCH_BYTES: the epilogues are AVX-512 */
+#include "kernels/cpu/avx512/panel.h" /* panel_mask: the epilogues are AVX-512 */
 
 enum { TILE_ROWS = CV_AMX_TILE_ROWS, TILE_BYTES = CV_AMX_TILE_BYTES, STEP_GROUPS = 16 };
 
@@ -120,10 +120,11 @@ INLINE void tile_body(const cv_panel_tile *t, const bool int8, const bool TWO, c
         }
         if (s < t->mr && whole_panel(t, 0) && (!NP2 || whole_panel(t, 1))) /* y's row s, for C_END's stores */
             for (int j = 0; j < (NP2 ? 2 : 1); j++) __builtin_prefetch(y_at(t, 0, j) + s * t->ldy, 1, 3);
-        if (!TWO && t->mr <= 2) /* decode streams weights from memory: prefetch ahead of the tile loads */
+        if (!TWO && t->mr <= CV_STREAM_TOKENS) /* decode streams weights from memory: ask ahead of the tile loads */
             for (int l = 0; l < STEP_GROUPS; l++) {
-                _mm_prefetch((const char *)b0 + PREFETCH_BYTES + l * TILE_BYTES, _MM_HINT_T0);
-                if (NP2) _mm_prefetch((const char *)b1 + PREFETCH_BYTES + l * TILE_BYTES, _MM_HINT_T0);
+                const int64_t at = (s * STEP_GROUPS + l) * TILE_BYTES, span = groups * TILE_BYTES;
+                _mm_prefetch(cv_panel_ahead(t, 0, at, span), _MM_HINT_T0);
+                if (NP2) _mm_prefetch(cv_panel_ahead(t, 1, at, span), _MM_HINT_T0);
             }
         cv_amx_step(x + s * TILE_BYTES, x_stride, b0, b1, TILE_BYTES, int8, TWO, NP2);
     }

@@ -16,7 +16,7 @@ INLINE void bf16_tile(const cv_panel_tile *t, const int MR) {
     for (int64_t p = 0; p < pairs; p++) {
         const bool last_half = t->k % 2 && p == pairs - 1; /* x[2p+1] is past the row */
         __m256 lo[2], hi[2];
-        if (MR <= 2) _mm_prefetch((const char *)(t->w + p * 64) + PREFETCH_BYTES, _MM_HINT_T0);
+        if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, 0, p * 64, pairs * 64), _MM_HINT_T0);
         for (int h = 0; h < 2; h++) {
             __m256i v = _mm256_loadu_si256((const __m256i *)(t->w + p * 64 + h * 32));
             lo[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));

@@ -38,9 +38,6 @@ INLINE __m256 load_cols(const float *y, int n) {
     return n > 0 ? _mm256_maskload_ps(y, tail_mask(n)) : _mm256_setzero_ps();
 }
 
-/* Decode streams panels from memory: a software prefetch 1 KiB ahead in the panel stream. */
-enum { PREFETCH_BYTES = 1024 };
-
 /* static void NAME(const cv_panel_tile *t) running KERNEL(t, MR) at the tile's token count, for
  * MR_UP_TO_2 or MR_UP_TO_4; every AVX2 panel kernel is one panel wide (16 outputs are already two
  * ymm per token). */

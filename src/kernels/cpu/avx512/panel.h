@@ -15,11 +15,6 @@
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* Decode streams panels from memory: a software prefetch 1 KiB ahead in each panel stream (on top
- * of the hardware prefetchers) measured +12-15 % GEMV bandwidth on the lm_head shape (23 → 26-27
- * GB/s, 2 threads). Prefetches past a panel's end only touch the next panel, and never fault. */
-enum { PREFETCH_BYTES = 1024 };
-
 /* The lanes of panel j of a tile that hold outputs (the last panel may be partial). */
 INLINE __mmask16 panel_mask(const cv_panel_tile *t, int j) {
     int n = t->n_out - 16 * j;

@@ -39,7 +39,7 @@ INLINE void fp8_tile(const cv_panel_tile *t, const int MR, const int NP) {
         for (; k + 4 <= b1; k += 4)
             for (int j = 0; j < NP; j++) {
                 const uint8_t *p = t->w + j * t->panel_stride + k * 16;
-                if (MR <= 2) _mm_prefetch((const char *)p + PREFETCH_BYTES, _MM_HINT_T0);
+                if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, j, k * 16, t->k * 16), _MM_HINT_T0);
                 __m512 w0, w1, w2, w3;
                 widen32(p, &w0, &w1);
                 widen32(p + 32, &w2, &w3);

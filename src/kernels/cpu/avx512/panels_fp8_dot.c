@@ -98,7 +98,7 @@ DOT INLINE void dot_tile(const cv_panel_tile *t, const int MR, const int NP) {
             const __mmask64 m = k + 4 <= t->k ? ~(__mmask64)0 : ((__mmask64)1 << ((t->k - k) * 16)) - 1;
             for (int j = 0; j < NP; j++) {
                 const uint8_t *p = t->w + j * t->panel_stride + k * 16;
-                if (MR <= 2) _mm_prefetch((const char *)p + PREFETCH_BYTES, _MM_HINT_T0);
+                if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, j, k * 16, t->k * 16), _MM_HINT_T0);
                 __m512bh w0, w1;
                 widen64(&r, _mm512_maskz_loadu_epi8(m, p), &w0, &w1);
                 for (int i = 0; i < MR; i++) {
