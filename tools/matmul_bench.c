@@ -17,7 +17,7 @@
  *
  * Build (from the repository root, after building the library):
  *   cc -O2 -Isrc -Iinclude tools/matmul_bench.c build/libcv_kernels.a build/libcv_base.a -lm -lpthread -o /tmp/mmb
- * Usage: mmb [threads] [isa] [decode|prefill|all|chain]
+ * Usage: mmb [threads] [isa] [decode|prefill|all|chain|stream]
  *
  * chain: the decode GEMVs of a Qwen3-0.6B forward pass in I8_PANELS (28 layers × qkv, o, gate_up,
  * down, every weight its own memory: 0.44 GB, beyond any L3) run in the model's order and form
@@ -26,6 +26,13 @@
  * threads. chain/one is what the calls' boundaries cost (the pool's hand-over and end wait, the
  * cold start of each weight's streams); one/read is the kernel's share of what the memory gives
  * these threads, measured seconds apart, so the VM's swings cancel more than against bench/triad.
+ *
+ * stream: I8_PANELS and BF16_PANELS (bf16 activations where the CPU has the vdpbf16ps kernel)
+ * streamed from memory by one token, alternated 40 times a fraction of a second apart, on the
+ * lm_head shape (K = 1024: tiles of 48 and 96 KiB) and on one of K = 4096 with as many bytes: the
+ * medians of each, and of their ratio. A tile's fixed costs show as the gap between the two K; the
+ * alternation keeps the VM's swings (2× within minutes on a shared host) out of the ratio. To
+ * compare two versions of the library, build the bench against each and run them in turn.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -208,6 +215,63 @@ static void run_chain(cv_threadpool *pool) {
     free(xq);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The stream mode (see the top), one shape. */
+static void run_stream(cv_threadpool *pool, int64_t n, int64_t k) {
+    enum { ROUNDS = 40 };
+    uint16_t *bf16 = malloc((size_t)(n * k) * 2);
+    int8_t *i8 = malloc((size_t)(n * k));
+    float *row_scale = malloc((size_t)n * 4), *x = malloc((size_t)k * 4), *y = malloc((size_t)n * 4), x_scale;
+    int8_t *xq = malloc((size_t)cv_act_i8_stride(k));
+    uint16_t *xb = malloc((size_t)cv_act_bf16_stride(k) * 2);
+    if (!bf16 || !i8 || !row_scale || !x || !y || !xq || !xb) abort();
+    for (int64_t i = 0; i < n * k; i++) {
+        bf16[i] = cv_f32_to_bf16((float)((i * 7919) % 1000) * 1e-3f - 0.5f);
+        i8[i] = (int8_t)((i * 7919) % 255 - 127);
+    }
+    for (int64_t i = 0; i < n; i++) row_scale[i] = 1e-3f;
+    for (int64_t i = 0; i < k; i++) x[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    const cv_act_quant dynamic = {.dynamic = true};
+    cv_quantize_rows(pool, &dynamic, x, k, 1, k, xq, &x_scale);
+    cv_round_bf16_rows(pool, x, k, 1, k, xb);
+    const cv_weight_part parts[2] = {{.dtype = CV_DTYPE_I8, .rows = n, .cols = k, .data = i8, .row_scale = row_scale},
+                                     {.dtype = CV_DTYPE_BF16, .rows = n, .cols = k, .data = bf16}};
+    const cv_act acts[2] = {{.i8 = xq, .i8_scale = &x_scale}, {.f32 = x, .bf16 = bf16_dot ? xb : NULL}};
+    const int reps[2] = {4, 2}; /* about the same bytes each */
+    cv_weight w[2];
+    double gbs[2][ROUNDS], ratio[ROUNDS];
+    for (int f = 0; f < 2; f++) {
+        if (cv_weight_pack(pool, &parts[f], 1, &w[f])) abort();
+        cv_linear(pool, &w[f], &acts[f], 1, 1, &w[f].rows, &y); /* pages it in */
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int f = 0; f < 2; f++) {
+            const double t0 = clock_s(CLOCK_MONOTONIC);
+            for (int i = 0; i < reps[f]; i++) cv_linear(pool, &w[f], &acts[f], 1, 1, &w[f].rows, &y);
+            gbs[f][r] = (double)cv_weight_packed_bytes(w[f].format, n, k) * reps[f] / (clock_s(CLOCK_MONOTONIC) - t0) * 1e-9;
+        }
+        ratio[r] = gbs[0][r] / gbs[1][r];
+    }
+    qsort(gbs[0], ROUNDS, sizeof(double), cmp_double);
+    qsort(gbs[1], ROUNDS, sizeof(double), cmp_double);
+    qsort(ratio, ROUNDS, sizeof(double), cmp_double);
+    printf("stream N=%-6lld K=%-4lld medians of %d alternations: i8_panels %5.1f GB/s, bf16_panels%s %5.1f GB/s, "
+           "ratio %.3f (quartiles %.3f-%.3f)\n", (long long)n, (long long)k, ROUNDS, gbs[0][ROUNDS / 2],
+           bf16_dot ? " bf16x" : "", gbs[1][ROUNDS / 2], ratio[ROUNDS / 2], ratio[ROUNDS / 4], ratio[3 * ROUNDS / 4]);
+    for (int f = 0; f < 2; f++) cv_weight_release(&w[f]);
+    free(bf16);
+    free(i8);
+    free(row_scale);
+    free(x);
+    free(y);
+    free(xq);
+    free(xb);
+}
+
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     if (argc > 2 && cv_isa_force((cv_isa)cv_isa_from_name(argv[2])) != 0) {
@@ -227,6 +291,12 @@ int main(int argc, char **argv) {
     static const int64_t decode[][3] = {{1, 2048, 1024}, {1, 3072, 1024}, {1, 1024, 3072}, {1, 151936, 1024}};
     if (strcmp(which, "chain") == 0) {
         run_chain(pool);
+        cv_threadpool_free(pool);
+        return 0;
+    }
+    if (strcmp(which, "stream") == 0) {
+        run_stream(pool, 151936, 1024);
+        run_stream(pool, 151936 / 4, 4096);
         cv_threadpool_free(pool);
         return 0;
     }
