@@ -72,62 +72,86 @@ static bool bf16_dot;
 /* The CPU has AMX: its kernels run as extra lines, the others with it switched off. */
 static bool amx;
 
-/* One shape in every format, back to back, on random weights (the values do not change the time). */
-static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
-    uint16_t *bf16 = malloc((size_t)(n * k) * 2);
-    int8_t *i8 = malloc((size_t)(n * k));
-    uint8_t *e4m3 = malloc((size_t)(n * k));
-    float *row_scale = malloc((size_t)n * 4), *block_scale = malloc((size_t)((n + 127) / 128 * ((k + 127) / 128)) * 4);
-    float *x = malloc((size_t)(m * k) * 4), *y = malloc((size_t)(m * n) * 4), *x_scale = malloc((size_t)m * 4);
-    int8_t *xq = malloc((size_t)(m * cv_act_i8_stride(k)));
-    uint16_t *xb = malloc((size_t)(m * cv_act_bf16_stride(k)) * 2);
-    if (!bf16 || !i8 || !e4m3 || !row_scale || !block_scale || !x || !y || !x_scale || !xq || !xb) abort();
-    for (int64_t i = 0; i < n * k; i++) {
-        bf16[i] = cv_f32_to_bf16((float)((i * 7919) % 1000) * 1e-3f - 0.5f);
-        i8[i] = (int8_t)((i * 7919) % 255 - 127);
-        e4m3[i] = (uint8_t)((i * 7919) % 0x7f); /* positive, no NaN */
-    }
-    for (int64_t i = 0; i < n; i++) row_scale[i] = 1e-3f;
-    for (int64_t i = 0; i < (n + 127) / 128 * ((k + 127) / 128); i++) block_scale[i] = 1e-2f;
-    for (int64_t i = 0; i < m * k; i++) x[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-    const cv_act_quant dynamic = {.dynamic = true};
-    cv_quantize_rows(pool, &dynamic, x, k, m, k, xq, x_scale);
-    cv_round_bf16_rows(pool, x, k, m, k, xb);
-    const cv_matrix rows = {bf16, CV_DTYPE_BF16, n, k};
-    const cv_weight_part parts[] = {
-        {.dtype = CV_DTYPE_BF16, .rows = n, .cols = k, .data = bf16},
-        {.dtype = CV_DTYPE_I8, .rows = n, .cols = k, .data = i8, .row_scale = row_scale},
-        {.dtype = CV_DTYPE_F8_E4M3, .rows = n, .cols = k, .data = e4m3, .block_scale = block_scale, .block = 128},
+/* Random weights of one N × K shape in each stored form (the values do not change the time), and M
+ * activation rows in each input form the kernels read. */
+typedef struct bench_data {
+    int64_t m, n, k;
+    uint16_t *bf16;
+    int8_t *i8;
+    uint8_t *e4m3;
+    float *row_scale, *block_scale;
+    float *x, *y, *x_scale; /* x: f32 rows; y: [m][n] outputs */
+    int8_t *xq;             /* x quantized per row (scales x_scale) */
+    uint16_t *xb;           /* x rounded to bf16 */
+    cv_weight_part parts[3]; /* BF16, I8 (row scales), F8_E4M3 (128 × 128 block scales) */
+} bench_data;
+
+static bench_data make_data(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
+    const int64_t blocks = (n + 127) / 128 * ((k + 127) / 128);
+    bench_data d = {
+        .m = m, .n = n, .k = k,
+        .bf16 = malloc((size_t)(n * k) * 2), .i8 = malloc((size_t)(n * k)), .e4m3 = malloc((size_t)(n * k)),
+        .row_scale = malloc((size_t)n * 4), .block_scale = malloc((size_t)blocks * 4),
+        .x = malloc((size_t)(m * k) * 4), .y = malloc((size_t)(m * n) * 4), .x_scale = malloc((size_t)m * 4),
+        .xq = malloc((size_t)(m * cv_act_i8_stride(k))), .xb = malloc((size_t)(m * cv_act_bf16_stride(k)) * 2),
     };
-    const cv_act act = {.f32 = x, .i8 = xq, .i8_scale = x_scale};
+    if (!d.bf16 || !d.i8 || !d.e4m3 || !d.row_scale || !d.block_scale || !d.x || !d.y || !d.x_scale || !d.xq || !d.xb)
+        abort();
+    for (int64_t i = 0; i < n * k; i++) {
+        d.bf16[i] = cv_f32_to_bf16((float)((i * 7919) % 1000) * 1e-3f - 0.5f);
+        d.i8[i] = (int8_t)((i * 7919) % 255 - 127);
+        d.e4m3[i] = (uint8_t)((i * 7919) % 0x7f); /* positive, no NaN */
+    }
+    for (int64_t i = 0; i < n; i++) d.row_scale[i] = 1e-3f;
+    for (int64_t i = 0; i < blocks; i++) d.block_scale[i] = 1e-2f;
+    for (int64_t i = 0; i < m * k; i++) d.x[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    const cv_act_quant dynamic = {.dynamic = true};
+    cv_quantize_rows(pool, &dynamic, d.x, k, m, k, d.xq, d.x_scale);
+    cv_round_bf16_rows(pool, d.x, k, m, k, d.xb);
+    d.parts[0] = (cv_weight_part){.dtype = CV_DTYPE_BF16, .rows = n, .cols = k, .data = d.bf16};
+    d.parts[1] = (cv_weight_part){.dtype = CV_DTYPE_I8, .rows = n, .cols = k, .data = d.i8, .row_scale = d.row_scale};
+    d.parts[2] = (cv_weight_part){.dtype = CV_DTYPE_F8_E4M3, .rows = n, .cols = k, .data = d.e4m3,
+                                  .block_scale = d.block_scale, .block = 128};
+    return d;
+}
+
+static void free_data(bench_data *d) {
+    free(d->bf16);
+    free(d->i8);
+    free(d->e4m3);
+    free(d->row_scale);
+    free(d->block_scale);
+    free(d->x);
+    free(d->y);
+    free(d->x_scale);
+    free(d->xq);
+    free(d->xb);
+}
+
+/* One shape in every format, back to back. */
+static void run_shape(cv_threadpool *pool, int64_t m, int64_t n, int64_t k) {
+    bench_data d = make_data(pool, m, n, k);
+    const cv_matrix rows = {d.bf16, CV_DTYPE_BF16, n, k};
+    const cv_act act = {.f32 = d.x, .i8 = d.xq, .i8_scale = d.x_scale};
     const cv_weight view = cv_weight_view(&rows);
-    time_format(pool, cv_wformat_name(view.format), &view, &act, m, y);
-    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++) {
+    time_format(pool, cv_wformat_name(view.format), &view, &act, m, d.y);
+    for (size_t p = 0; p < sizeof d.parts / sizeof d.parts[0]; p++) {
         cv_weight w;
-        if (cv_weight_pack(pool, &parts[p], 1, &w)) abort();
+        if (cv_weight_pack(pool, &d.parts[p], 1, &w)) abort();
         if (amx) cv_cpu_amx_enable(false);
-        time_format(pool, cv_wformat_name(w.format), &w, &act, m, y);
+        time_format(pool, cv_wformat_name(w.format), &w, &act, m, d.y);
         if (bf16_dot && cv_wformat_bf16_input(w.format)) { /* AMX is off here: the vdpbf16ps kernels */
             char name[32];
             snprintf(name, sizeof name, "%s bf16x", cv_wformat_name(w.format));
-            time_format(pool, name, &w, &(cv_act){.bf16 = xb}, m, y);
+            time_format(pool, name, &w, &(cv_act){.bf16 = d.xb}, m, d.y);
         }
         if (amx) cv_cpu_amx_enable(true);
         if (amx && w.format == CV_WFORMAT_BF16_PANELS)
-            time_format(pool, "bf16_panels amx", &w, &(cv_act){.bf16 = xb}, m, y);
-        if (amx && w.format == CV_WFORMAT_I8_PANELS) time_format(pool, "i8_panels amx", &w, &act, m, y);
+            time_format(pool, "bf16_panels amx", &w, &(cv_act){.bf16 = d.xb}, m, d.y);
+        if (amx && w.format == CV_WFORMAT_I8_PANELS) time_format(pool, "i8_panels amx", &w, &act, m, d.y);
         cv_weight_release(&w);
     }
-    free(bf16);
-    free(i8);
-    free(e4m3);
-    free(row_scale);
-    free(block_scale);
-    free(x);
-    free(y);
-    free(x_scale);
-    free(xq);
-    free(xb);
+    free_data(&d);
 }
 
 /* A plain read of bytes [0, n) of p split over the pool as the GEMV splits its panels: each
@@ -223,35 +247,20 @@ static int cmp_double(const void *a, const void *b) {
 /* The stream mode (see the top), one shape. */
 static void run_stream(cv_threadpool *pool, int64_t n, int64_t k) {
     enum { ROUNDS = 40 };
-    uint16_t *bf16 = malloc((size_t)(n * k) * 2);
-    int8_t *i8 = malloc((size_t)(n * k));
-    float *row_scale = malloc((size_t)n * 4), *x = malloc((size_t)k * 4), *y = malloc((size_t)n * 4), x_scale;
-    int8_t *xq = malloc((size_t)cv_act_i8_stride(k));
-    uint16_t *xb = malloc((size_t)cv_act_bf16_stride(k) * 2);
-    if (!bf16 || !i8 || !row_scale || !x || !y || !xq || !xb) abort();
-    for (int64_t i = 0; i < n * k; i++) {
-        bf16[i] = cv_f32_to_bf16((float)((i * 7919) % 1000) * 1e-3f - 0.5f);
-        i8[i] = (int8_t)((i * 7919) % 255 - 127);
-    }
-    for (int64_t i = 0; i < n; i++) row_scale[i] = 1e-3f;
-    for (int64_t i = 0; i < k; i++) x[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-    const cv_act_quant dynamic = {.dynamic = true};
-    cv_quantize_rows(pool, &dynamic, x, k, 1, k, xq, &x_scale);
-    cv_round_bf16_rows(pool, x, k, 1, k, xb);
-    const cv_weight_part parts[2] = {{.dtype = CV_DTYPE_I8, .rows = n, .cols = k, .data = i8, .row_scale = row_scale},
-                                     {.dtype = CV_DTYPE_BF16, .rows = n, .cols = k, .data = bf16}};
-    const cv_act acts[2] = {{.i8 = xq, .i8_scale = &x_scale}, {.f32 = x, .bf16 = bf16_dot ? xb : NULL}};
+    bench_data d = make_data(pool, 1, n, k);
+    const cv_weight_part *parts[2] = {&d.parts[1], &d.parts[0]}; /* I8, BF16 */
+    const cv_act acts[2] = {{.i8 = d.xq, .i8_scale = d.x_scale}, {.f32 = d.x, .bf16 = bf16_dot ? d.xb : NULL}};
     const int reps[2] = {4, 2}; /* about the same bytes each */
     cv_weight w[2];
     double gbs[2][ROUNDS], ratio[ROUNDS];
     for (int f = 0; f < 2; f++) {
-        if (cv_weight_pack(pool, &parts[f], 1, &w[f])) abort();
-        cv_linear(pool, &w[f], &acts[f], 1, 1, &w[f].rows, &y); /* pages it in */
+        if (cv_weight_pack(pool, parts[f], 1, &w[f])) abort();
+        cv_linear(pool, &w[f], &acts[f], 1, 1, &w[f].rows, &d.y); /* pages it in */
     }
     for (int r = 0; r < ROUNDS; r++) {
         for (int f = 0; f < 2; f++) {
             const double t0 = clock_s(CLOCK_MONOTONIC);
-            for (int i = 0; i < reps[f]; i++) cv_linear(pool, &w[f], &acts[f], 1, 1, &w[f].rows, &y);
+            for (int i = 0; i < reps[f]; i++) cv_linear(pool, &w[f], &acts[f], 1, 1, &w[f].rows, &d.y);
             gbs[f][r] = (double)cv_weight_packed_bytes(w[f].format, n, k) * reps[f] / (clock_s(CLOCK_MONOTONIC) - t0) * 1e-9;
         }
         ratio[r] = gbs[0][r] / gbs[1][r];
@@ -263,13 +272,7 @@ static void run_stream(cv_threadpool *pool, int64_t n, int64_t k) {
            "ratio %.3f (quartiles %.3f-%.3f)\n", (long long)n, (long long)k, ROUNDS, gbs[0][ROUNDS / 2],
            bf16_dot ? " bf16x" : "", gbs[1][ROUNDS / 2], ratio[ROUNDS / 2], ratio[ROUNDS / 4], ratio[3 * ROUNDS / 4]);
     for (int f = 0; f < 2; f++) cv_weight_release(&w[f]);
-    free(bf16);
-    free(i8);
-    free(row_scale);
-    free(x);
-    free(y);
-    free(xq);
-    free(xb);
+    free_data(&d);
 }
 
 int main(int argc, char **argv) {

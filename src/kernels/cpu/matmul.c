@@ -134,7 +134,7 @@ static void panel_range(const linear_job *job, int part, int64_t p0, int64_t p1,
     };
     for (int64_t p = p0; p < p1; p += kern->nr) {
         t.np = job->glu_up ? 2 : (int)min64(p1 - p, kern->nr);
-        t.w = (const uint8_t *)job->w->data + p * job->panel_stride + g0 * f->group_bytes;
+        t.w = panel_codes(job, p) + g0 * f->group_bytes;
         t.aux = job->aux + p * job->aux_stride;
         const int64_t c0 = (p - first) * CV_PANEL_ROWS;
         t.n_out = job->glu_up ? 2 * CV_PANEL_ROWS : (int)min64(rows - c0, (int64_t)t.np * CV_PANEL_ROWS);
