@@ -53,10 +53,18 @@ typedef struct cv_http_options {
     double timeout_request_header;    /* the whole request head must arrive within this, s */
     double timeout_io;                /* no progress reading a body or writing a reply for this long
                                        * closes the connection, s */
+    bool bound;                       /* bound_fd is a socket from cv_http_bind, which the server
+                                       * takes over (host and port are then not used) */
+    int bound_fd;
 } cv_http_options;
 
-/* Binds, listens and starts the loop and the workers. Fails with cvllm_last_error when the address
- * cannot be bound. */
+/* A socket bound to host:port (NULL or "" = 0.0.0.0, port 0 = ephemeral), not yet listening (a
+ * client is refused until the server starts), into *fd for cv_http_options.bound_fd; fails with
+ * cvllm_last_error when the address cannot be bound. */
+int cv_http_bind(const char *host, int port, int *fd);
+
+/* Binds (unless given a bound socket, which it owns from then on, failing or not), listens, starts
+ * the loop and the workers. Fails with cvllm_last_error when the address cannot be bound. */
 int cv_http_start(const cv_http_options *opts, const cv_http_callbacks *cb, cv_http **out);
 int cv_http_port(const cv_http *h);
 /* Stops accepting new connections; open ones are served on. */

@@ -922,10 +922,10 @@ static void raise_fd_limit(int want) {
                 (unsigned long long)rl.rlim_cur, want);
 }
 
-static int listen_on(const cv_http_options *o, int *fd_out, int *port_out) {
+int cv_http_bind(const char *host, int port_number, int *fd_out) {
     char port[16];
-    snprintf(port, sizeof port, "%d", o->port);
-    const char *host = o->host && *o->host ? o->host : "0.0.0.0";
+    snprintf(port, sizeof port, "%d", port_number);
+    if (!host || !*host) host = "0.0.0.0";
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res;
     int rc = getaddrinfo(host, port, &hints, &res);
@@ -933,18 +933,22 @@ static int listen_on(const cv_http_options *o, int *fd_out, int *port_out) {
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
         if (fd >= 0) close(fd);
         freeaddrinfo(res);
-        return cv_fail(CVLLM_ERR_IO, "cannot listen on %s:%d (address in use or not available)", host, o->port);
+        return cv_fail(CVLLM_ERR_IO, "cannot listen on %s:%d (address in use or not available)", host, port_number);
     }
     freeaddrinfo(res);
+    *fd_out = fd;
+    return 0;
+}
+
+/* The port a socket is bound to (the one the kernel picked for port 0). */
+static int bound_port(int fd) {
     struct sockaddr_storage a;
     socklen_t alen = sizeof a;
     getsockname(fd, (struct sockaddr *)&a, &alen);
-    *port_out = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port : ((struct sockaddr_in *)&a)->sin_port);
-    *fd_out = fd;
-    return 0;
+    return ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port : ((struct sockaddr_in *)&a)->sin_port);
 }
 
 int cv_http_start(const cv_http_options *opts, const cv_http_callbacks *cb, cv_http **out) {
@@ -955,11 +959,16 @@ int cv_http_start(const cv_http_options *opts, const cv_http_callbacks *cb, cv_h
     if (h->o.max_connections <= 0) h->o.max_connections = DEFAULT_MAX_CONNECTIONS;
     if (h->o.max_connections_per_client <= 0) h->o.max_connections_per_client = h->o.max_connections;
     h->lfd = h->ep = h->wake = -1;
-    int rc = listen_on(opts, &h->lfd, &h->port);
+    int rc = opts->bound ? (h->lfd = opts->bound_fd, 0) : cv_http_bind(opts->host, opts->port, &h->lfd);
+    if (!rc && listen(h->lfd, 1024) != 0) {
+        rc = cv_fail(CVLLM_ERR_IO, "cannot listen on port %d: %s", bound_port(h->lfd), strerror(errno));
+        close(h->lfd);
+    }
     if (rc) {
         free(h);
         return rc;
     }
+    h->port = bound_port(h->lfd);
     raise_fd_limit(h->o.max_connections + 64);
     h->ep = epoll_create1(EPOLL_CLOEXEC);
     h->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

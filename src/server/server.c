@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -397,9 +398,16 @@ static void free_server(cv_server *s) {
     free(s);
 }
 
+/* A start that failed before the HTTP server took the bound socket given: it is closed here. */
+static int refuse(const cv_server_options *o, int rc) {
+    if (o->bound) close(o->bound_fd);
+    return rc;
+}
+
 int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_server **out) {
-    if (o->port < 0 || o->port > 65535) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "port must be in [0, 65535], got %d", o->port);
-    if (!o->model_root) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "no model name for the server");
+    if (o->port < 0 || o->port > 65535)
+        return refuse(o, cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "port must be in [0, 65535], got %d", o->port));
+    if (!o->model_root) return refuse(o, cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "no model name for the server"));
     cv_server *s = cv_xcalloc(1, sizeof *s);
     pthread_mutex_init(&s->sessions_mu, NULL);
     pthread_cond_init(&s->sessions_cv, NULL);
@@ -420,11 +428,13 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     int rc = setup_chat(s, o);
     if (rc) {
         free_server(s);
-        return rc;
+        return refuse(o, rc);
     }
     cv_http_options ho = {
         .host = o->host,
         .port = o->port,
+        .bound = o->bound,
+        .bound_fd = o->bound_fd,
         .max_body = s->max_body,
         .max_connections = o->limit_concurrency > 0 ? o->limit_concurrency : DEFAULT_LIMIT_CONCURRENCY,
         .max_connections_per_client = o->limit_concurrency_per_client > 0 ? o->limit_concurrency_per_client
@@ -442,6 +452,8 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     *out = s;
     return 0;
 }
+
+int cv_server_bind(const char *host, int port, int *fd) { return cv_http_bind(host, port, fd); }
 
 int cv_server_port(const cv_server *s) { return cv_http_port(s->http); }
 

@@ -44,11 +44,19 @@ typedef struct cv_server_options {
     bool enable_auto_tool_choice;      /* needs tool_call_parser */
     const char *tool_call_parser;      /* "hermes", "qwen3_coder" or NULL */
     cv_api_structured_config structured; /* --structured-outputs-config's defaults (its string copied) */
+    bool bound;                        /* bound_fd is from cv_server_bind: host and port are not used */
+    int bound_fd;
 } cv_server_options;
 
-/* Binds and starts serving. Fails (with cvllm_last_error) when the address cannot be bound or a chat
- * option is invalid (an unknown parser name, kwargs that are not a JSON object, auto tool choice
- * without a tool-call parser). */
+/* A socket bound to host:port, for cv_server_options.bound_fd: `serve` binds before it loads the
+ * model, as vLLM does, so that an address in use is reported at once; it listens from
+ * cv_server_start on (until then a client is refused, not left waiting). */
+int cv_server_bind(const char *host, int port, int *fd);
+
+/* Binds (unless given a bound socket, which it owns from then on, failing or not) and starts
+ * serving. Fails (with cvllm_last_error) when the address cannot be bound or a chat option is
+ * invalid (an unknown parser name, kwargs that are not a JSON object, auto tool choice without a
+ * tool-call parser). */
 int cv_server_start(cv_engine_group *group, const cv_server_options *opts, cv_server **out);
 
 /* The bound port (useful with port 0). */
