@@ -152,8 +152,14 @@ typedef struct cv_model_load_params {
 int cv_model_load(const cv_model_load_params *p, cv_model **out);
 void cv_model_free(cv_model *m);
 
-
 /* Comma-separated list of supported architecture names (static string). */
 const char *cv_model_supported_architectures(void);
+/* 0 when the registry has `architecture`, else cv_model_load's CVLLM_ERR_UNSUPPORTED: for checks
+ * made before any weight is read. */
+int cv_model_check_architecture(const char *architecture);
+/* 0 when the model splits over tp_size tensor-parallel ranks (with expert_parallel, its routed
+ * experts whole), else the error its loader would give on every rank: the attention heads, the
+ * linear-attention key heads and the experts, from config.json alone. */
+int cv_model_check_split(const cv_model_config *cfg, int tp_size, bool expert_parallel);
 
 #endif

@@ -11,6 +11,10 @@
 
 #include "base/error.h"
 #include "models/architectures.h"
+#include "models/layers/attention.h"
+#include "models/layers/config.h"
+#include "models/layers/gdn.h"
+#include "models/layers/moe.h"
 
 static const struct {
     const char *name;
@@ -49,6 +53,29 @@ const char *cv_model_supported_architectures(void) {
     return supported_list;
 }
 
+int cv_model_check_architecture(const char *architecture) {
+    cv_model_family family;
+    if (cv_model_family_of(architecture, &family)) return 0;
+    return cv_fail(CVLLM_ERR_UNSUPPORTED, "unsupported architecture '%s'; supported: %s", architecture,
+                   cv_model_supported_architectures());
+}
+
+int cv_model_check_split(const cv_model_config *cfg, int tp_size, bool expert_parallel) {
+    cv_model_family family;
+    if (tp_size <= 1) return 0;
+    if (!cv_model_family_of(cfg->architecture, &family)) return cv_model_check_architecture(cfg->architecture);
+    int rc;
+    nn_attention_dims attention; /* the split does not depend on the gate or the norms' form */
+    if ((rc = nn_attention_dims_from_config(cfg, false, false, tp_size, &attention))) return rc;
+    nn_gdn_dims gdn;
+    if (family >= CV_FAMILY_NEXT && (rc = nn_gdn_dims_from_config(cfg, family == CV_FAMILY_NEXT, tp_size, &gdn)))
+        return rc;
+    if (!expert_parallel || family == CV_FAMILY_DENSE || family == CV_FAMILY_QWEN3_5_DENSE) return 0;
+    int32_t experts;
+    if ((rc = nn_cfg_int(cfg, "num_experts", -1, &experts))) return rc;
+    return nn_moe_check_expert_split(experts, tp_size);
+}
+
 int cv_model_load(const cv_model_load_params *p, cv_model **out) {
     *out = NULL;
     if (!p->config || !p->weights) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "model load needs a config and weights");
@@ -56,8 +83,7 @@ int cv_model_load(const cv_model_load_params *p, cv_model **out) {
         if (strcmp(p->config->architecture, architectures[i].name)) continue;
         return architectures[i].load(p, out);
     }
-    return cv_fail(CVLLM_ERR_UNSUPPORTED, "unsupported architecture '%s'; supported: %s", p->config->architecture,
-                   cv_model_supported_architectures());
+    return cv_model_check_architecture(p->config->architecture);
 }
 
 void cv_model_free(cv_model *m) {

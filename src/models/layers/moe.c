@@ -73,6 +73,12 @@ static void kernel_expert(nn_moe *m, int32_t e, int64_t inter) {
                                     .down_quant = down->parts[0].quant};
 }
 
+int nn_moe_check_expert_split(int32_t n_experts, int ranks) {
+    if (n_experts % ranks == 0) return 0;
+    return cv_fail(CVLLM_ERR_UNSUPPORTED, "num_experts=%d does not split over %d expert-parallel ranks", n_experts,
+                   ranks);
+}
+
 void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_config *c, nn_moe *out) {
     if (b->rc) return;
     if (c->top_k > c->n_experts) {
@@ -83,11 +89,7 @@ void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_
     char p[200];
     snprintf(p, sizeof p, "%s", prefix);
     const bool ep = b->tp.expert_parallel && b->tp.size > 1;
-    if (ep && c->n_experts % b->tp.size) {
-        b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "num_experts=%d does not split over %d expert-parallel ranks",
-                        c->n_experts, b->tp.size);
-        return;
-    }
+    if (ep && (b->rc = nn_moe_check_expert_split(c->n_experts, b->tp.size))) return;
     const int32_t local = ep ? c->n_experts / b->tp.size : c->n_experts;
     const size_t E = (size_t)local;
     *out = (nn_moe){.n_routed = c->n_experts, .first_expert = ep ? b->tp.rank * local : 0, .n_local = local,

@@ -63,6 +63,8 @@ typedef struct nn_moe {
 
 /* prefix: "model.layers.0.mlp." */
 void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_config *c, nn_moe *out);
+/* 0 when n_experts routed experts split over `ranks` expert-parallel ranks, else the error. */
+int nn_moe_check_expert_split(int32_t n_experts, int ranks);
 /* The dense form: a SwiGLU of `inter` (config field intermediate_size) at prefix. */
 void nn_bind_dense_mlp(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter, nn_moe *out);
 /* Appends its linears to list: the router, the shared expert or dense MLP, the routed experts. */
