@@ -36,6 +36,16 @@ int cv_args_error(cv_args *a, const char *fmt, ...) {
     return 2;
 }
 
+void cv_args_note(const char *fmt, ...) {
+    if (getenv(CV_ARGS_NOTED_ENV)) return;
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    cv_info("args", "%s", text);
+}
+
 /* ---- argument lists ------------------------------------------------------------------------ */
 
 void cv_arglist_push(cv_arglist *l, char *owned, bool optional) {
@@ -567,7 +577,7 @@ bool cv_args_ignored(cv_args *a, const cv_ignored_flag *flags, size_t n) {
         case CV_IGNORED_SWITCH:
         case CV_IGNORED_BOOL:
             if (cv_args_flag(a, f->names) || (f->kind == CV_IGNORED_BOOL && negated(a, f->names))) {
-                cv_info("args", "%s is accepted and ignored on this backend", a->argv[a->i - 1]);
+                cv_args_note("%s is accepted and ignored on this backend", a->argv[a->i - 1]);
                 return true;
             }
             break;
@@ -586,7 +596,7 @@ bool cv_args_ignored(cv_args *a, const cv_ignored_flag *flags, size_t n) {
                 free(list);
                 ok = false;
             }
-            if (ok) cv_info("args", "%s %s is accepted and ignored on this backend", flag, v);
+            if (ok) cv_args_note("%s %s is accepted and ignored on this backend", flag, v);
             free(flag);
             return true;
         }

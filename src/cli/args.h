@@ -67,6 +67,14 @@ void cv_args_set_program(const char *argv0);
 int cv_args_init(cv_args *a, const char *cmd, int argc, char **argv);
 void cv_args_free(cv_args *a);
 
+/* Set by cvllm's tensor-parallel launcher (launch.c) in its ranks' environment: the command line
+ * they parse again was parsed, and its notes logged, by the process it was typed to. */
+#define CV_ARGS_NOTED_ENV "CVLLM_ARGS_NOTED"
+
+/* A note on the arguments, logged at info level ("--X is accepted and ignored on this backend"):
+ * once per command line, so not in a rank whose launcher noted it already (CV_ARGS_NOTED_ENV). */
+void cv_args_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Prints "cvllm CMD: message" on stderr, marks the parse failed; returns 2 for `return`. */
 int cv_args_error(cv_args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -150,7 +150,7 @@ static bool compilation_config(cv_args *a) {
     if (!j) return true;
     if (json_is_integer(j) && json_integer_value(j) >= 0 && json_integer_value(j) <= 3) {
         json_decref(j);
-        cv_info("args", "--compilation-config is accepted and ignored on the CPU backend");
+        cv_args_note("--compilation-config is accepted and ignored on the CPU backend");
         return true;
     }
     if (!json_is_object(j)) {
@@ -176,7 +176,7 @@ static bool compilation_config(cv_args *a) {
         cv_args_error(a, "argument --compilation-config/-cc: %d validation error%s for CompilationConfig: %s", n_errors,
                       n_errors > 1 ? "s" : "", errors);
     else
-        cv_info("args", "--compilation-config is accepted and ignored on the CPU backend");
+        cv_args_note("--compilation-config is accepted and ignored on the CPU backend");
     free(errors);
     return true;
 }
@@ -203,7 +203,7 @@ static bool quantization(cv_args *a, cvllm_engine_options *o) {
         return true;
     }
     o->quantization = v;
-    cv_info("args", "--quantization %s is passed to the engine", v);
+    cv_args_note("--quantization %s is passed to the engine", v);
     return true;
 }
 
@@ -264,7 +264,7 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
                parallel_size(a, "--data-parallel-size|-dp", "data parallelism outside `cvllm serve`",
                              strcmp(a->cmd, "serve") ? NULL : &o->data_parallel_size)) {
     } else if (json_object_flag(a, "--additional-config", &additional)) {
-        if (!a->failed) cv_info("args", "--additional-config is accepted and ignored on the CPU backend");
+        if (!a->failed) cv_args_note("--additional-config is accepted and ignored on the CPU backend");
     } else return cv_args_ignored(a, ignored_engine_flags, CV_ARRAY_LEN(ignored_engine_flags));
     return true;
 }
