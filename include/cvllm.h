@@ -133,6 +133,16 @@ typedef struct cvllm_engine_options {
 void cvllm_engine_options_default(cvllm_engine_options *opts);
 
 cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine **out);
+
+/* The checks cvllm_engine_create makes before it reads or makes any weight, without creating the
+ * engine: the options, the model at hand (its weights too, unless load_format is "dummy"), its
+ * config files, the speculative method, max_model_len, the dtypes, the quantization, that its heads
+ * (and experts, with enable_expert_parallel) split over tensor_parallel_size ranks, and that the
+ * model fits in memory. Returns the error create would return for them (cvllm_last_error), else
+ * CVLLM_OK. Needs no MPI job: with tensor_parallel_size N > 1 outside one, it checks a shard as the
+ * ranks of the job cvllm's launcher would start on this machine (1 + data_parallel_size·(N−1) of
+ * them) would. A launcher calls it to refuse a job once and at once, before starting its ranks. */
+cvllm_status cvllm_engine_check(const cvllm_engine_options *opts);
 void cvllm_engine_destroy(cvllm_engine *engine);
 
 /* The engine's tokenizer; owned by the engine. */

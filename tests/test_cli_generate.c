@@ -68,12 +68,21 @@ static void generated_logprobs(json_t *j, double *out, size_t n) {
     }
 }
 
-/* -tp 2 (with `flags`): cvllm starts two ranks under mpirun itself; the f32 model of reference
- * folder `folder` (its config.json updated with the fields of `config`, when given) sharded over them
- * gives the one-process run's greedy tokens and logprobs, and the reference's greedy tokens unless
- * the weights are made up (--load-format dummy). OpenMPI's own allocations are kept out of
- * LeakSanitizer's report as in test_tp (tests/CMakeLists.txt CV_OPENMPI_LSAN). */
-static void test_tensor_parallel(const char *tmp, const char *folder, const char *config, const char *flags) {
+/* How many times `needle` occurs in `s`. */
+static int occurrences(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* Two ranks asked for by `two` (-tp 2, or a --config file's tensor_parallel_size), with `flags`:
+ * cvllm starts them under mpirun itself; the f32 model of reference folder `folder` (its config.json
+ * updated with the fields of `config`, when given) sharded over them gives the one-process run's
+ * greedy tokens and logprobs, and the reference's greedy tokens unless the weights are made up
+ * (--load-format dummy). OpenMPI's own allocations are kept out of LeakSanitizer's report as in
+ * test_tp (tests/CMakeLists.txt CV_OPENMPI_LSAN). */
+static void test_tensor_parallel(const char *tmp, const char *folder, const char *config, const char *flags,
+                                 const char *two) {
     char *model = tu_model_dir(folder);
     if (config) {
         char *path = tu_strdupf("%s/%s", model, "config.json");
@@ -85,21 +94,22 @@ static void test_tensor_parallel(const char *tmp, const char *folder, const char
         json_decref(edit);
         free(path);
     }
-    const char *env = "CVLLM_LOG_LEVEL=warning LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
+    const char *env = "CVLLM_LOG_LEVEL=info LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
     double lp[2][8] = {{0}};
     json_t *ids[2] = {NULL, NULL};
     json_t *ref = strstr(flags, "dummy") ? NULL : tu_load_ref(folder, "short");
     for (int tp = 1; tp <= 2; tp++) {
-        const char *size = tp == 1 ? "1" : "2";
-        char *parallel = tu_strdupf("-tp %s %s", size, flags);
+        char *parallel = tu_strdupf("%s %s", tp == 1 ? "" : two, flags);
         char *args = tu_strdupf("generate %s --prompt-token-ids 1,2,3,4,5,6,7,8 --temperature 0 --max-tokens 8 "
-                                "--logprobs 1 --output json --max-model-len 256 --dtype float32 %s",
+                                "--logprobs 1 --output json --max-model-len 256 --dtype float32 --trust-remote-code %s",
                                 model, parallel);
         tu_run r = tu_run_cvllm(tmp, env, args);
         free(args);
         free(parallel);
         CHECK_MSG(r.status == 0, "%s -tp %d %s: %s", folder, tp, flags, r.err);
         if (tp == 2) CHECK_CONTAINS(r.err, "tensor_parallel_size 2: starting 2 ranks under mpirun");
+        /* the ranks parse the line again, but its notes are said once, by the process it was typed to */
+        CHECK_MSG(occurrences(r.err, "--trust-remote-code is accepted and ignored") == 1, "-tp %d: %s", tp, r.err);
         json_t *j = json_loads(r.out, 0, NULL);
         CHECK_MSG(j != NULL, "-tp %d: not JSON: %s", tp, r.out);
         if (j) {
@@ -206,6 +216,33 @@ static void test_errors(const char *tmp, const char *model) {
     free(env);
 }
 
+/* A -tp N command that cannot run is refused by the process it was typed to, in one line and
+ * before any rank starts: a bad flag, a quantization the checkpoint lacks, heads that do not split
+ * over N, a max_model_len over the config's (the engine's checks, made before mpirun; bench latency
+ * and serve share them). */
+static void test_tp_refused(const char *tmp, const char *model) {
+    static const struct {
+        const char *args, *error;
+        int status;
+    } cases[] = {
+        {"generate %s -tp 2 --prompt hi --bogus", "cvllm generate: unknown option --bogus", 2},
+        {"generate %s -tp 2 --prompt hi --quantization ascend", "cvllm generate: Cannot find the config file for ascend",
+         1},
+        {"generate %s -tp 3 --prompt hi", "cvllm generate: num_attention_heads=4 and num_key_value_heads=2 do not split", 1},
+        {"bench latency --model %s -tp 2 --max-model-len 99999", "cvllm bench latency: User-specified max_model_len", 1},
+        {"serve %s -tp 2 --load-format dummy --max-model-len 99999", "cvllm serve: User-specified max_model_len", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *args = tu_strdupf(cases[i].args, model, "");
+        tu_run r = tu_run_cvllm(tmp, "CVLLM_LOG_LEVEL=warning", args);
+        CHECK_MSG(r.status == cases[i].status, "%s: status %d\n%s", args, r.status, r.err);
+        CHECK_MSG(!strncmp(tu_last_line(r.err), cases[i].error, strlen(cases[i].error)), "%s: %s", args, r.err);
+        CHECK_MSG(occurrences(r.err, cases[i].error) == 1 && !strstr(r.err, "mpirun"), "%s: %s", args, r.err);
+        tu_run_free(&r);
+        free(args);
+    }
+}
+
 /* The offline fallback works: the shipped Qwen3-0.6B config with dummy weights. */
 static void test_dummy_model(const char *tmp) {
     char *env = tu_strdupf("CVLLM_LOG_LEVEL=warning HF_HUB_CACHE=%s/hub HF_HUB_OFFLINE=1%s", tmp, "");
@@ -230,15 +267,20 @@ int main(void) {
     char *tmp = tu_make_temp_dir();
     char *model = tu_model_dir("qwen3-dense-f32");
     test_json_output(tmp, model);
-    test_tensor_parallel(tmp, "qwen3-dense-f32", NULL, "");
-    test_tensor_parallel(tmp, "qwen3-moe-f32", NULL, "--enable-expert-parallel");
-    test_tensor_parallel(tmp, "qwen3.5-moe-f32", NULL, "--enable-expert-parallel");
+    static const char yaml[] = "tensor_parallel_size: 2\n"; /* the launcher reads the parsed options */
+    tu_write_file(tmp, "tp2.yaml", yaml, sizeof yaml - 1);
+    char *from_yaml = tu_strdupf("--config %s/%s", tmp, "tp2.yaml");
+    test_tensor_parallel(tmp, "qwen3-dense-f32", NULL, "", from_yaml);
+    free(from_yaml);
+    test_tensor_parallel(tmp, "qwen3-moe-f32", NULL, "--enable-expert-parallel", "-tp 2");
+    test_tensor_parallel(tmp, "qwen3.5-moe-f32", NULL, "--enable-expert-parallel", "-tp 2");
     /* an FP8 model sharded end to end (made-up weights in the FP8 fixture's format, its shape widened
      * so that every shard starts on 16 rows and 128 columns): it launches, loads its scale blocks
      * per rank and generates; test_quant_model checks the split linears' numbers */
     test_tensor_parallel(tmp, "qwen3-dense-fp8",
                          "{\"intermediate_size\": 512, \"num_attention_heads\": 12, \"num_key_value_heads\": 6}",
-                         "--load-format dummy");
+                         "--load-format dummy", "-tp 2");
+    test_tp_refused(tmp, model);
     test_text_output_and_order(tmp, model);
     test_errors(tmp, model);
     test_dummy_model(tmp);

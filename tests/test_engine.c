@@ -455,11 +455,15 @@ static void test_request_validation(void) {
     free(dir);
 }
 
+/* Creation fails with `code` and `msg`, and cvllm_engine_check, which makes no engine, says the same. */
 static void expect_create_fails(cvllm_engine_options *o, int code, const char *msg) {
     cvllm_engine *e = (cvllm_engine *)1;
     int rc = cvllm_engine_create(o, &e);
     CHECK_MSG(rc == code, "expected %d got %d (%s)", code, rc, cvllm_last_error());
     CHECK(e == NULL);
+    CHECK_CONTAINS(cvllm_last_error(), msg);
+    rc = cvllm_engine_check(o);
+    CHECK_MSG(rc == code, "check: expected %d got %d (%s)", code, rc, cvllm_last_error());
     CHECK_CONTAINS(cvllm_last_error(), msg);
 }
 
@@ -485,6 +489,23 @@ static void test_engine_creation_errors(void) {
     o.load_format = NULL;
     o.dtype = "int4";
     expect_create_fails(&o, CVLLM_ERR_INVALID_ARGUMENT, "invalid dtype 'int4'");
+    /* what passes the check: these options fixed, with a tensor-parallel size too (no MPI job needed) */
+    o.dtype = NULL;
+    CHECK_MSG(cvllm_engine_check(&o) == CVLLM_OK, "%s", cvllm_last_error());
+    o.tensor_parallel_size = 2;
+    CHECK_MSG(cvllm_engine_check(&o) == CVLLM_OK, "%s", cvllm_last_error());
+    o.quantization = "ascend";
+    expect_create_fails(&o, CVLLM_ERR_INVALID_ARGUMENT, "Cannot find the config file for ascend");
+    o.quantization = NULL;
+    o.tensor_parallel_size = 3; /* the loaders' split errors, before anything is loaded */
+    expect_create_fails(&o, CVLLM_ERR_UNSUPPORTED,
+                        "num_attention_heads=4 and num_key_value_heads=2 do not split over tensor_parallel_size=3");
+    tu_remove_tree(dir);
+    free(dir);
+    dir = tu_model_dir("qwen3.5-moe-f32");
+    o.model = dir;
+    o.tensor_parallel_size = 4;
+    expect_create_fails(&o, CVLLM_ERR_UNSUPPORTED, "linear_num_key_heads=2 does not split over tensor_parallel_size=4");
     tu_remove_tree(dir);
     free(dir);
 

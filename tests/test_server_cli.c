@@ -2,19 +2,24 @@
  * test_server_cli.c — `cvllm serve` as a process: the tutorial command line (every vLLM flag in it
  * accepted, the meaningless ones logged as ignored), the chat flags (a --chat-template file with
  * --default-chat-template-kwargs reaches /v1/chat/completions/render; a template that does not parse
- * stops startup naming its line and column), startup errors for malformed values, and SIGTERM with
+ * stops startup naming its line and column), startup errors for malformed values and for an address
+ * in use (before the model loads, and before -tp's ranks start), and SIGTERM with
  * and without --shutdown-timeout (drain vs abort).
  *
  * The server listens on port 0 and the test reads the chosen port from its startup log line
  * (serve_process.h).
  */
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "serve_process.h"
@@ -152,11 +157,35 @@ static void test_bad_template(void) {
     free(path);
 }
 
+/* An address in use is said at once, as vLLM does: before the model is loaded, and with -tp 2
+ * before any rank is started. */
+static void test_address_in_use(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof addr;
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 && listen(fd, 1) == 0 &&
+          getsockname(fd, (struct sockaddr *)&addr, &len) == 0);
+    char port[16], want[64];
+    snprintf(port, sizeof port, "%d", ntohs(addr.sin_port));
+    snprintf(want, sizeof want, "cvllm serve: cannot listen on 127.0.0.1:%s", port);
+    for (int tp = 1; tp <= 2; tp++) {
+        const char *args[] = {"--port", port, "--host", "127.0.0.1", "--num-threads", "2", "-tp", tp == 1 ? "1" : "2"};
+        sp_proc p = spawn(args, sizeof args / sizeof *args);
+        CHECK_EQ_INT(sp_wait_exit(&p, 30), 1);
+        char *log = tu_read_text(p.log);
+        CHECK_MSG(!strncmp(tu_last_line(log), want, strlen(want)), "-tp %d: %s", tp, log);
+        CHECK_MSG(!strstr(log, "[engine]") && !strstr(log, "mpirun"), "-tp %d: loaded before binding: %s", tp, log);
+        free(log);
+    }
+    close(fd);
+}
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     model_dir = tu_model_dir("qwen3-dense-f32");
     test_bad_flags();
     test_bad_template();
+    test_address_in_use();
     test_tutorial_and_drain();
     test_sigterm_aborts();
     tu_remove_tree(model_dir);

@@ -20,6 +20,7 @@
 #include "bench/bench.h"
 #include "bench/stats.h"
 #include "cli/args.h"
+#include "cli/launch.h"
 #include "cvllm.h"
 #include "kernels/profile.h"
 
@@ -194,17 +195,16 @@ int cv_bench_latency_main(int argc, char **argv) {
     cv_args a;
     int status = cv_args_init(&a, "bench latency", argc, argv);
     if (status == 0) status = parse_latency_args(&a, &l);
-    cvllm_engine *e = NULL;
-    int rc = status ? 0 : cvllm_engine_create(&l.engine, &e);
-    if (rc) cv_args_report_engine_error(&a, rc);
-    if (status || rc) {
+    cvllm_engine *e = status ? NULL : cv_launch_engine(&a, &l.engine, &status);
+    if (!e) {
         cv_args_free(&a);
-        return status < 0 ? 0 : status ? status : 1;
+        return status < 0 ? 0 : status;
     }
     cv_rng rng;
     cv_rng_seed(&rng, l.engine.seed);
     int32_t *prompt = cv_xmalloc((size_t)l.input_len * sizeof *prompt);
     batch_timing *runs = cv_xcalloc((size_t)l.iters, sizeof *runs), scratch;
+    int rc = 0;
     for (int i = 0; i < l.warmup && !rc; i++) rc = run_batch(e, &l, &rng, prompt, &scratch);
     cv_profile_reset();
     cv_profile_enable(l.profile);

@@ -20,6 +20,7 @@
 #include "bench/bench.h"
 #include "bench/dataset.h"
 #include "cli/args.h"
+#include "cli/launch.h"
 #include "cvllm.h"
 
 typedef struct throughput_args {
@@ -167,12 +168,10 @@ int cv_bench_throughput_main(int argc, char **argv) {
     cv_args a;
     int status = cv_args_init(&a, "bench throughput", argc, argv);
     if (status == 0) status = parse_throughput_args(&a, &t);
-    cvllm_engine *e = NULL;
-    int rc = status ? 0 : cvllm_engine_create(&t.engine, &e);
-    if (rc) cv_args_report_engine_error(&a, rc);
-    if (status || rc) {
+    cvllm_engine *e = status ? NULL : cv_launch_engine(&a, &t.engine, &status);
+    if (!e) {
         cv_args_free(&a);
-        return status < 0 ? 0 : status ? status : 1;
+        return status < 0 ? 0 : status;
     }
     const cvllm_tokenizer *tok = cvllm_engine_tokenizer(e);
     t.data.vocab_limit = cvllm_engine_vocab_size(e);
@@ -180,7 +179,7 @@ int cv_bench_throughput_main(int argc, char **argv) {
     cv_bench_sample *samples = NULL;
     size_t n = (size_t)t.data.num_prompts;
     totals tot = {0};
-    rc = cv_random_dataset(tok, &t.data, &samples);
+    int rc = cv_random_dataset(tok, &t.data, &samples);
     if (!rc) rc = check_fits(e, samples, n);
     if (!rc) rc = run_all(e, &t, samples, n, &tot);
     if (rc) fprintf(stderr, "cvllm bench throughput: %s\n", cvllm_last_error());

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "cli/prompts_file.h"
 #include "cvllm.h"
 
@@ -396,23 +397,17 @@ int cmd_generate(int argc, char **argv) {
     if (status == 0) status = parse_generate_args(&a, &g);
     cvllm_engine *e = NULL;
     uint64_t *ids = NULL;
-    if (status) goto out;
-    int rc = cvllm_engine_create(&g.engine, &e);
-    if (rc) {
-        cv_args_report_engine_error(&a, rc);
-        status = 1;
-        goto out;
-    }
+    if (status || !(e = cv_launch_engine(&a, &g.engine, &status))) goto out;
     cvllm_sampling_params params = request_params(e, &g);
     ids = cv_xcalloc(g.prompts.n, sizeof *ids);
     for (size_t i = 0; i < g.prompts.n; i++) {
-        if ((rc = cvllm_engine_add_request(e, &g.prompts.items[i], &params, &ids[i]))) {
+        if (cvllm_engine_add_request(e, &g.prompts.items[i], &params, &ids[i])) {
             fprintf(stderr, "cvllm generate: prompt %zu: %s\n", i + 1, cvllm_last_error());
             status = 1;
             goto out;
         }
     }
-    if ((rc = run_requests(e, &g, ids))) {
+    if (run_requests(e, &g, ids)) {
         fprintf(stderr, "cvllm generate: %s\n", cvllm_last_error());
         status = 1;
     }

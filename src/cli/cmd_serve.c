@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "chat/chat.h"
 #include "chat/tool_parser.h"
 #include "cvllm.h"
@@ -332,17 +333,38 @@ static int load_chat_template(const serve_args *g, cv_chat_template **out) {
     return rc;
 }
 
+/* vLLM binds its address before it loads the model, so that one in use is said at once, not after
+ * minutes of loading: so does this process, unless it is a worker rank of a tensor-parallel job
+ * (world rank 0 serves HTTP). */
+static int bind_early(serve_args *g) {
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (rank && atoi(rank) != 0) return 0;
+    if (cv_server_bind(g->server.host, g->server.port, &g->server.bound_fd)) {
+        fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
+        return 1;
+    }
+    g->server.bound = true;
+    return 0;
+}
+
+static void unbind(serve_args *g) {
+    if (g->server.bound) close(g->server.bound_fd);
+    g->server.bound = false;
+}
+
 static int run_server(cv_args *a, serve_args *g) {
     cv_loop_options lo = {.async_scheduling = g->async_scheduling, .log_stats_interval = g->disable_log_stats ? 0 : 5};
     cv_engine_group *group = NULL;
     int rc = cv_engine_group_start(&g->engine, &lo, &group);
     if (rc) {
         cv_args_report_engine_error(a, rc);
+        unbind(g);
         return 1;
     }
     cv_chat_template *tmpl = NULL;
     if ((rc = load_chat_template(g, &tmpl))) {
         fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
+        unbind(g);
         cv_engine_group_stop(group);
         return 1;
     }
@@ -375,7 +397,13 @@ int cmd_serve(int argc, char **argv) {
     cv_args a;
     int status = cv_args_init(&a, "serve", argc, argv);
     if (status == 0) status = parse_serve_args(&a, &g);
-    if (status == 0) status = run_server(&a, &g);
+    if (status == 0) status = bind_early(&g);
+    if (status == 0 && cv_launch_wanted(&a, &g.engine)) {
+        unbind(&g); /* the address was free: rank 0 binds it again */
+        cv_launch_ranks(&a, &g.engine, &status);
+    } else if (status == 0) {
+        status = run_server(&a, &g);
+    }
     free(g.names);
     free(g.keys);
     json_decref(g.structured_json);

@@ -11,8 +11,4 @@ int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 
-/* -tp N > 1 outside an MPI job (launch.c): runs the command line again as an N-rank mpirun job and
- * returns its exit status; -1 when there is nothing to launch. */
-int cv_launch_ranks(int argc, char **argv);
-
 #endif

@@ -1,7 +1,6 @@
 /*
  * main.c — the cvllm binary: dispatches to a subcommand, each built on the public API (cvllm.h).
  */
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,11 +53,6 @@ int main(int argc, char **argv) {
             if (!freopen("/dev/null", "w", stdout)) perror("cvllm: /dev/null");
         }
     }
-    /* the commands that run an engine start their own tensor-parallel ranks */
-    const bool engine = !strcmp(argv[1], "serve") || !strcmp(argv[1], "generate") ||
-                        (!strcmp(argv[1], "bench") && argc > 2 && strcmp(argv[2], "serve"));
-    const int launched = engine ? cv_launch_ranks(argc, argv) : -1;
-    if (launched >= 0) return launched;
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
     fprintf(stderr, "cvllm: unknown command '%s'\n%s", argv[1], usage);

@@ -202,7 +202,7 @@ static int check_memory_fit(cvllm_engine *e, bool dummy, cv_footprint *fp, bool 
                              .max_num_seqs = e->opts.max_num_seqs};
     int rc = dummy ? weight_dtype(e->opts.dtype, e->config.torch_dtype, &p.weight_dtype) : 0;
     if (rc) return rc;
-    /* Unknown architectures are named by the model registry, a moment later. */
+    /* A config whose dimensions the footprint cannot read is named by its model loader, later. */
     *known = cv_model_footprint(&e->config, &p, fp);
     const int tp = e->opts.tensor_parallel_size;
     if (*known && tp > 1) { /* this rank's shard: the embedding whole, the rest split; its KV and GDN heads */
@@ -286,23 +286,33 @@ static const int32_t *model_eos(const cvllm_engine *e, size_t *n) {
     return g->n_eos_token_ids ? g->eos_token_ids : e->config.eos_token_ids;
 }
 
-static int create_engine(cvllm_engine *e) {
+/* Everything that can refuse the options before anything big is read or made: the model at hand,
+ * its config files, the speculative method, max_model_len, the dtypes, the quantization, the
+ * tensor-parallel split and the memory fit. cvllm_engine_check stops here. */
+static int check_engine(cvllm_engine *e, cv_footprint *fp, bool *known) {
     int rc;
-    bool dummy = is_dummy_format(e->opts.load_format, &rc);
+    const bool dummy = is_dummy_format(e->opts.load_format, &rc);
     if (rc) return rc;
-    rc = cv_resolve_model(e->opts.model, e->opts.revision, !dummy, &e->model_dir);
-    if (rc) return rc;
-    cv_info("engine", "Initializing engine: model=%s (%s), load_format=%s", e->opts.model, e->model_dir,
-            dummy ? "dummy" : "safetensors");
+    if ((rc = cv_resolve_model(e->opts.model, e->opts.revision, !dummy, &e->model_dir))) return rc;
     if ((rc = cv_spec_config_parse(e->opts.speculative_config, &e->spec))) return rc;
     if ((rc = cv_model_config_load(e->model_dir, &e->config))) return rc;
+    if ((rc = cv_model_check_architecture(e->config.architecture))) return rc;
     if ((rc = load_generation_config(e))) return rc;
     if ((rc = resolve_max_model_len(e))) return rc;
     if ((rc = resolve_dtypes(e))) return rc;
     if ((rc = open_weights(e, dummy))) return rc;
+    if ((rc = cv_model_check_split(&e->config, e->opts.tensor_parallel_size, e->opts.enable_expert_parallel)))
+        return rc;
+    return check_memory_fit(e, dummy, fp, known);
+}
+
+static int create_engine(cvllm_engine *e) {
     cv_footprint fp;
     bool known;
-    if ((rc = check_memory_fit(e, dummy, &fp, &known))) return rc;
+    int rc = check_engine(e, &fp, &known);
+    if (rc) return rc;
+    cv_info("engine", "Initializing engine: model=%s (%s), load_format=%s", e->opts.model, e->model_dir,
+            cv_weight_source_is_dummy(e->weights) ? "dummy" : "safetensors");
     if ((rc = load_tokenizer(e))) return rc;
     if ((rc = load_model(e))) return rc;
     if (!known)
@@ -329,21 +339,44 @@ static int create_engine(cvllm_engine *e) {
     return 0;
 }
 
-cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine **out) {
+/* An engine holding the options with their defaults applied, nothing else yet. */
+static int new_engine(const cvllm_engine_options *opts, cvllm_engine **out) {
     *out = NULL;
     int rc = check_options(opts);
     if (rc) return rc;
     cvllm_engine *e = cv_xcalloc(1, sizeof *e);
     e->opts = *opts;
     apply_option_defaults(&e->opts);
-    rc = create_engine(e);
-    if (rc) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", cv_error_message());
-        cvllm_engine_destroy(e);
-        cv_fail(rc, "%s", msg);
-        return rc;
-    }
+    *out = e;
+    return 0;
+}
+
+/* Destroys an engine that failed to be made and returns its error, which the teardown could
+ * overwrite. */
+static int discard_engine(cvllm_engine *e, int rc) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", cv_error_message());
+    cvllm_engine_destroy(e);
+    return cv_fail(rc, "%s", msg);
+}
+
+cvllm_status cvllm_engine_check(const cvllm_engine_options *opts) {
+    cvllm_engine *e;
+    int rc = new_engine(opts, &e);
+    if (rc) return rc;
+    cv_footprint fp;
+    bool known;
+    if ((rc = check_engine(e, &fp, &known))) return discard_engine(e, rc);
+    cvllm_engine_destroy(e);
+    return CVLLM_OK;
+}
+
+cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine **out) {
+    *out = NULL;
+    cvllm_engine *e;
+    int rc = new_engine(opts, &e);
+    if (rc) return rc;
+    if ((rc = create_engine(e))) return discard_engine(e, rc);
     if (cv_runner_is_worker(e->runner)) { /* a tensor-parallel worker: serve rank 0 until it stops */
         /* mpirun forwards SIGTERM and SIGINT to every rank: rank 0 drains and then stops the workers,
          * which must still be there to finish its last batches */

@@ -50,8 +50,9 @@ static double machine_ram_bytes(void) {
 /* The engines that share this machine's memory: a tensor-parallel job's model shards on it (with
  * data parallelism, rank 0 holds one of every replica), or the replicas of data parallelism. */
 static int sharers(const cvllm_engine *e) {
-    if (e->opts.tensor_parallel_size > 1) return cv_comm_local_shards(e->opts.data_parallel_size);
-    return e->opts.data_parallel_size > 1 ? e->opts.data_parallel_size : 1;
+    const cvllm_engine_options *o = &e->opts;
+    if (o->tensor_parallel_size > 1) return cv_comm_local_shards(o->tensor_parallel_size, o->data_parallel_size);
+    return o->data_parallel_size > 1 ? o->data_parallel_size : 1;
 }
 
 /* The explicit budgets, when one is set: *set = false leaves gpu_memory_utilization to decide. A

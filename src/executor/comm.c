@@ -202,7 +202,9 @@ static int env_int(const char *name, int fallback) {
     return n > 0 ? n : fallback;
 }
 
-int cv_comm_local_shards(int dp_size) {
+int cv_comm_local_shards(int tp_size, int dp_size) {
+    if (dp_size < 1) dp_size = 1;
+    if (!getenv("OMPI_COMM_WORLD_SIZE")) return (tp_size > 1 ? tp_size : 1) * dp_size;
     const int local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1), world = env_int("OMPI_COMM_WORLD_SIZE", 1);
     /* world rank 0 is here when every rank is, or when this is it */
     const bool rank0_here = local == world || env_int("OMPI_COMM_WORLD_RANK", 0) == 0;

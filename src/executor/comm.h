@@ -59,9 +59,10 @@ void cv_comm_bcast_payload(cv_comm *c, void **payload, size_t *cap, size_t bytes
 
 /* Whether this process is a rank of an MPI job of more than one rank (without initialising MPI). */
 bool cv_comm_in_job(void);
-/* How many model shards of a job with dp_size replicas this machine runs (its ranks, and the other
+/* How many model shards of a job of tp_size × dp_size this machine runs (its ranks, and the other
  * replicas' group ranks 0 where world rank 0 is), for the default thread count and the memory
- * share; 1 outside MPI. */
-int cv_comm_local_shards(int dp_size);
+ * share. Outside MPI, those of the job cvllm's launcher would start here (cli/launch.c): all of
+ * them, tp_size · dp_size. */
+int cv_comm_local_shards(int tp_size, int dp_size);
 
 #endif

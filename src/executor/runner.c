@@ -52,7 +52,7 @@ int cv_runner_create(const cv_runner_options *o, cv_runner **out) {
         }
         /* the ranks on this machine share its cores */
         const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        const int shards = cv_comm_local_shards(o->dp_size);
+        const int shards = cv_comm_local_shards(o->tp_size, o->dp_size);
         if (!threads) threads = cpus / shards > 1 ? (int)(cpus / shards) : 1;
     }
     r->pool = cv_threadpool_create(threads);
