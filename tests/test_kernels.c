@@ -1762,9 +1762,10 @@ static void test_attention(cv_threadpool *pool) {
  * chunk, several query blocks, and on AMX several 32-row groups whose causal end falls inside the
  * tile); one decode token at 600 (ten tiles of 64, five of AMX's 128, two chunks); position 0
  * alone; 6 tokens at 60..65 (across the first 64-position tile's edge); in blocks of bs slots (7:
- * partial blocks and tiles, pairs across blocks; 16: the engine's, K and V read in place by the bf16
- * dot products) scattered over the cache. */
-enum { ATT_MAX_BS = 16, ATT_BLOCKS = 192, ATT_T = 45, ATT_SEQS = 4 };
+ * partial blocks and tiles, pairs across blocks; 16: the engine's default, K and V read in place by
+ * the bf16 dot products; 32: two K panels a block, read in place; 40: a last K panel of 8 rows, K
+ * gathered) scattered over the cache. */
+enum { ATT_MAX_BS = 40, ATT_BLOCKS = 192, ATT_T = 45, ATT_SEQS = 4 };
 typedef struct attention_batch {
     int bs, slots;
     int32_t seq_start[ATT_SEQS + 1], positions[ATT_T], tables[ATT_SEQS][96];
@@ -1812,12 +1813,13 @@ static void attention_batch_split(cv_threadpool *pool, const attention_batch *b,
 
 /* A bf16 KV cache: attention is bit for bit the f32 attention over an f32 cache holding the widened
  * bf16 values, for GQA groups of 1, 3, 7 and 2 (odd head_dim too), contexts of several 64-position
- * tiles in 7-slot blocks (partial blocks and tiles), and the batch split per sequence and in chunks;
- * and it is attention: within 1e-5 of the double reference on those values. */
-static void test_attention_bf16_cache(cv_threadpool *pool) {
+ * tiles in 7-slot blocks (partial blocks and tiles) and 40-slot ones (a partial K panel), and the
+ * batch split per sequence and in chunks; and it is attention: within 1e-5 of the double reference on
+ * those values. */
+static void attention_bf16_cache(cv_threadpool *pool, int bs) {
     static const int shapes[][3] = {{3, 1, 19}, {9, 3, 40}, {7, 7, 32}, {14, 2, 128}}; /* heads, KV heads, head_dim */
     attention_batch batch;
-    attention_batch_init(&batch, 7);
+    attention_batch_init(&batch, bs);
     for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
         const int nh = shapes[sh][0], nkv = shapes[sh][1], hd = shapes[sh][2];
         const int64_t width = (int64_t)nkv * hd, cache = batch.slots * width, rows = (int64_t)ATT_T * nh * hd;
@@ -1843,8 +1845,8 @@ static void test_attention_bf16_cache(cv_threadpool *pool) {
         attention_batch_split(pool, &batch, &ab, out_split);
         CHECK_MSG(memcmp(out_b, out_f, (size_t)rows * sizeof *out_b) == 0 &&
                       memcmp(out_split, out_b, (size_t)rows * sizeof *out_b) == 0,
-                  "bf16 KV attention %d/%d heads, head_dim %d (%s, %d threads): not the f32 bits (batched %d, split %d)",
-                  nh, nkv, hd, cv_isa_name(cv_isa_active()), cv_threadpool_size(pool),
+                  "bf16 KV attention %d/%d heads, head_dim %d, %d-slot blocks (%s, %d threads): not the f32 bits "
+                  "(batched %d, split %d)", nh, nkv, hd, bs, cv_isa_name(cv_isa_active()), cv_threadpool_size(pool),
                   memcmp(out_b, out_f, (size_t)rows * sizeof *out_b) != 0,
                   memcmp(out_split, out_b, (size_t)rows * sizeof *out_b) != 0);
         double *ref = cv_xmalloc((size_t)nh * hd * sizeof *ref), worst = 0;
@@ -1853,11 +1855,16 @@ static void test_attention_bf16_cache(cv_threadpool *pool) {
                 ref_attention(&ab, t, s, ref);
                 for (int i = 0; i < nh * hd; i++) worst = fmax(worst, fabs(out_b[(int64_t)t * nh * hd + i] - ref[i]));
             }
-        CHECK_MSG(worst <= 1e-5, "bf16 KV attention %d/%d heads, head_dim %d: %g from the reference", nh, nkv, hd,
-                  worst);
+        CHECK_MSG(worst <= 1e-5, "bf16 KV attention %d/%d heads, head_dim %d, %d-slot blocks: %g from the reference",
+                  nh, nkv, hd, bs, worst);
         free(ref);
         free(k), free(v), free(q), free(kb), free(vb), free(out_f), free(out_b), free(out_split);
     }
+}
+
+static void test_attention_bf16_cache(cv_threadpool *pool) {
+    attention_bf16_cache(pool, 7);
+    attention_bf16_cache(pool, 40);
 }
 
 /* Attention with bf16 dot products (bf16 compute over a bf16 cache): within bf16's rounding of the
@@ -1943,12 +1950,15 @@ static void test_attention_bf16_dot(cv_threadpool *pool) {
     CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
     attention_bf16_dot(pool, "bf16-dot", 7);
     attention_bf16_dot(pool, "bf16-dot", 16);
+    attention_bf16_dot(pool, "bf16-dot", 32);
+    attention_bf16_dot(pool, "bf16-dot", 40);
     if (cv_cpu_amx_enable(true)) {
         printf("test_kernels: AMX attention skipped: %s\n", cv_error_message());
         return;
     }
     attention_bf16_dot(pool, "amx", 7);
     attention_bf16_dot(pool, "amx", 16);
+    attention_bf16_dot(pool, "amx", 40);
     CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
 }
 
@@ -2006,12 +2016,14 @@ static void test_kv_write_bf16(void) {
     CHECK_EQ_INT(bad, 0);
 }
 
-/* The bf16 layout is the pairs kernels.h describes: K words of two adjacent elements of a row, a
- * block's pair rows block_size words apart; V words of two adjacent rows; an odd head_dim's last K
- * element and an odd block's last V row plain after the words. Every slot written, each element of
- * the cache is written once (the layout is a bijection), for even and odd shapes. */
+/* The bf16 layout is the pairs kernels.h describes: K words of two adjacent elements of a row, in
+ * panels of 16 rows (17-slot blocks: 16 and 1), a panel's pair rows its rows words apart; V words of
+ * two adjacent rows; an odd head_dim's last K element and an odd block's last V row plain after the
+ * words. Every slot written, each element of the cache is written once (the layout is a bijection),
+ * for even and odd shapes (values up to 256, exact in bf16). */
 static void test_kv_layout_bf16(void) {
-    static const int shapes[][3] = {{2, 4, 4}, {2, 3, 3}, {1, 5, 1}, {3, 2, 7}}; /* KV heads, head_dim, block_size */
+    static const int shapes[][3] = {{2, 4, 4}, {2, 3, 3}, {1, 5, 1}, {3, 2, 7}, {1, 5, 17}}; /* KV heads, head_dim,
+                                                                                             * block_size */
     for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
         const int nkv = shapes[sh][0], hd = shapes[sh][1], bs = shapes[sh][2], width = nkv * hd, slots = 3 * bs;
         float *k = cv_xmalloc((size_t)slots * width * sizeof *k), *v = cv_xmalloc((size_t)slots * width * sizeof *v);
@@ -2038,6 +2050,11 @@ static void test_kv_layout_bf16(void) {
     CHECK_EQ_INT((int)cv_kv_index(CV_DTYPE_BF16, false, 4, 1, 2, 2, 3, 3), 27 + 2 * 3 + 1);           /* plain last */
     CHECK_EQ_INT((int)cv_kv_index(CV_DTYPE_BF16, true, 4, 1, 2, 2, 3, 3), 27 + (0 * 3 + 2) * 2 + 1);  /* rows 0|1 */
     CHECK_EQ_INT((int)cv_kv_index(CV_DTYPE_BF16, true, 5, 1, 2, 2, 3, 3), 27 + 2 * 3 + 2);            /* plain row 2 */
+    /* K in panels of 16 rows: head_dim 5, 40-slot blocks (panels of 16, 16 and 8 rows), slot 35 (row 35:
+     * panel 2, its row 3), head 0 of 1: the earlier panels' 32 rows × 4 paired elements come first */
+    CHECK_EQ_INT((int)cv_kv_index(CV_DTYPE_BF16, false, 35, 0, 3, 1, 5, 40), 32 * 4 + (1 * 8 + 3) * 2 + 1);
+    CHECK_EQ_INT((int)cv_kv_index(CV_DTYPE_BF16, false, 17, 0, 0, 1, 5, 40), 16 * 4 + (0 * 16 + 1) * 2);
+    CHECK_EQ_INT((int)cv_kv_index(CV_DTYPE_BF16, false, 35, 0, 4, 1, 5, 40), 4 * 40 + 35); /* plain last */
 }
 
 /* The gathers put each word where kv_layout.h says, for the lane-wise tiles (W = 64 positions, W =
@@ -2048,7 +2065,8 @@ static void test_kv_layout_bf16(void) {
  * a block holds whole panels (K: block_size a multiple of 16) or pairs rows (V: an even block_size). */
 static void test_kv_gather(void) {
     static const int shapes[][3] = {{2, 128, 16}, {1, 32, 7},  {2, 19, 5}, {1, 6, 1},
-                                    {3, 8, 2},    {1, 16, 32}, {1, 9, 16}}; /* KV heads, head_dim, block_size */
+                                    {3, 8, 2},    {1, 16, 32}, {1, 9, 16}, {2, 10, 40}}; /* KV heads, head_dim,
+                                                                                         * block_size */
     static const int spans[][2] = {{0, 1}, {0, 16}, {2, 37}, {64, 64}, {6, 128}, {32, 50}}; /* j0, n */
     enum { SENTINEL = 0x5a5a5a5a };
     for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {

@@ -36,7 +36,7 @@ typedef struct kv_write_job {
 } kv_write_job;
 
 /* Token row x's heads into `slot` (cv_kv_index): f32 rows copied; bf16 rounded, then K's pairs one
- * word every block_size words and V's elements every other bf16 (an odd last K element or V row
+ * word every panel's rows words and V's elements every other bf16 (an odd last K element or V row
  * plain). */
 static void store_row(const kv_write_job *j, void *cache, bool value, int64_t slot, const float *x) {
     const int hd = j->head_dim, bs = j->block_size, i = (int)(slot % bs);
@@ -50,9 +50,11 @@ static void store_row(const kv_write_job *j, void *cache, bool value, int64_t sl
         uint16_t row[CV_MAX_HEAD_DIM];
         j->ops->round_bf16(row, xg, hd);
         uint16_t *at = (uint16_t *)cache + cv_kv_index(CV_DTYPE_BF16, value, slot, g, 0, j->n_kv_heads, hd, bs);
-        if (!value) { /* at: row i's first pair; pairs bs words apart (an odd region's words are unaligned) */
+        if (!value) { /* at: row i's first pair; pairs a panel's rows words apart (an odd region's words are
+                       * unaligned) */
+            const int64_t rows = cv_kv_panel_rows(i, bs);
             int d = 0;
-            for (; d + 1 < hd; d += 2) memcpy(at + (int64_t)d * bs, row + d, 2 * sizeof *row);
+            for (; d + 1 < hd; d += 2) memcpy(at + (int64_t)d * rows, row + d, 2 * sizeof *row);
             if (d < hd) *((uint16_t *)cache + cv_kv_index(CV_DTYPE_BF16, false, slot, g, d, j->n_kv_heads, hd, bs)) = row[d];
         } else { /* paired rows: element d at 2d; an odd block's last row plain */
             const int step = i < (bs & ~1) ? 2 : 1;
@@ -86,7 +88,21 @@ static const uint16_t *region(const cv_kv_head *h, int32_t block) {
                                   h->head_dim, h->block_size);
 }
 
-/* Block by block, pair row by pair row; every line is asked for before the first copy (attention.c
+/* Pair 0 of row `off` of h's K in `block`, and the rows of its panel (*rows): its pairs lie *rows
+ * words apart. */
+static const uint16_t *k_row(const cv_kv_head *h, int32_t block, int32_t off, int *rows) {
+    const int start = cv_kv_panel_start(off);
+    *rows = cv_kv_panel_rows(off, h->block_size);
+    return region(h, block) + (int64_t)start * (h->head_dim & ~1) + (int64_t)(off - start) * 2;
+}
+
+/* The positions from j0 + j to the end of its K panel, at most n − j. */
+static int k_run(const cv_kv_head *h, int32_t j0, int j, int n) {
+    const int32_t off = (j0 + j) % h->block_size, end = cv_kv_panel_start(off) + cv_kv_panel_rows(off, h->block_size);
+    return end - off < n - j ? end - off : n - j;
+}
+
+/* Panel by panel, pair row by pair row; every line is asked for before the first copy (attention.c
  * fetch_rows says why: the copy's plain loads wait out the misses best). */
 void cv_kv_gather_k(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W) {
     const cv_cpu_ops *ops = cv_cpu_ops_active();
@@ -94,14 +110,16 @@ void cv_kv_gather_k(const cv_kv_head *h, int32_t j0, int n, uint32_t *dst, int W
     const int full = h->head_dim / 2, pairs = (h->head_dim + 1) / 2;
     cv_kv_ask_k(h, j0, n, 0, full);
     for (int j = 0; j < n;) {
-        const int32_t pos = j0 + j, off = pos % bs;
-        int run = bs - off < n - j ? bs - off : n - j;
+        const int32_t pos = j0 + j, off = pos % bs, block = h->table[pos / bs];
+        int run = k_run(h, j0, j, n), rows;
         run = run < W - j % W ? run : W - j % W;
-        const uint16_t *r = region(h, h->table[pos / bs]) + (int64_t)off * 2; /* pair 0 of row off */
+        const uint16_t *r = k_row(h, block, off, &rows);
         uint32_t *out = dst + (int64_t)(j / W) * pairs * W + j % W;
-        ops->copy_rows(out, (int64_t)W * 4, r, (int64_t)bs * 4, full, (int64_t)run * 4);
-        if (full < pairs) /* the odd last element: a plain row of bs bf16 after the words */
-            for (int i = 0; i < run; i++) out[(int64_t)full * W + i] = r[(int64_t)full * 2 * bs - off + i];
+        ops->copy_rows(out, (int64_t)W * 4, r, (int64_t)rows * 4, full, (int64_t)run * 4);
+        if (full < pairs) { /* the odd last element: a plain row of bs bf16 after the words */
+            const uint16_t *plain = region(h, block) + (int64_t)full * 2 * bs + off;
+            for (int i = 0; i < run; i++) out[(int64_t)full * W + i] = plain[i];
+        }
         j += run;
     }
 }
@@ -151,11 +169,12 @@ void cv_kv_k_panels(const cv_kv_head *h, int32_t j0, int n, const uint32_t **pan
         *ldp = 64;
         return;
     }
+    int rows = CV_KV_PANEL;
     for (int j = 0; j < n; j += 16) {
         const int32_t pos = j0 + j;
-        panels[j / 16] = (const uint32_t *)(region(h, h->table[pos / bs]) + (int64_t)(pos % bs) * 2);
+        panels[j / 16] = (const uint32_t *)k_row(h, h->table[pos / bs], pos % bs, &rows);
     }
-    *ldp = bs;
+    *ldp = rows; /* every panel of such a block holds 16 rows */
 }
 
 /* The bf16 dot products read V's words where they are: the tile's copy cost more than it saved
@@ -182,10 +201,11 @@ void cv_kv_v_pair_rows(const cv_kv_head *h, int32_t j0, int n, const uint32_t **
 
 void cv_kv_ask_k(const cv_kv_head *h, int32_t j0, int n, int p0, int p1) {
     const int32_t bs = h->block_size;
-    for (int j = 0; j < n;) { /* a block's run of positions: a run of words in each pair row */
-        const int32_t pos = j0 + j, off = pos % bs, run = bs - off < n - j ? bs - off : n - j;
-        const uint16_t *r = region(h, h->table[pos / bs]) + (int64_t)off * 2;
-        for (int p = p0; p < p1; p++) cv_prefetch_bytes(r + (int64_t)p * bs * 2, (size_t)run * 4);
+    for (int j = 0; j < n;) { /* a panel's run of positions: a run of words in each pair row */
+        const int32_t pos = j0 + j, run = k_run(h, j0, j, n);
+        int rows;
+        const uint16_t *r = k_row(h, h->table[pos / bs], pos % bs, &rows);
+        for (int p = p0; p < p1; p++) cv_prefetch_bytes(r + (int64_t)p * rows * 2, (size_t)run * 4);
         j += run;
     }
 }
