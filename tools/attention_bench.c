@@ -28,7 +28,10 @@
 #include "kernels/cpu/formats.h"
 #include "kernels/kernels.h"
 
-enum { HEADS = 16, KV_HEADS = 8, HEAD_DIM = 128, BLOCK = 16, LAYERS = 28 };
+enum { HEADS = 16, KV_HEADS = 8, HEAD_DIM = 128, LAYERS = 28 };
+
+/* Slots per cache block: 16 (vLLM's default), or ATB_BLOCK_SIZE (the tutorials pass --block-size 128). */
+static int32_t BLOCK = 16;
 
 static double now_s(void) {
     struct timespec t;
@@ -137,6 +140,7 @@ static void run_decode(cv_threadpool *pool, int32_t tokens, bool dot, bool cold)
 }
 
 int main(int argc, char **argv) {
+    if (getenv("ATB_BLOCK_SIZE")) BLOCK = atoi(getenv("ATB_BLOCK_SIZE"));
     const int threads = argc > 1 ? atoi(argv[1]) : 2;
     cv_threadpool *pool = cv_threadpool_create(threads);
     const bool dot = cv_isa_active() == CV_ISA_AVX512 && cv_cpu_bf16_dot_enable(true) == 0;
