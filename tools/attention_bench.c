@@ -15,6 +15,7 @@
  * Build (from the repository root, after building the library):
  *   cc -O2 -Isrc -Iinclude tools/attention_bench.c build/libcv_kernels.a build/libcv_base.a -lm -lpthread -o /tmp/atb
  * Usage: atb [threads] [both|dot|f32|decode|decode-cold] [tokens...]   (default: 2 threads, both, 512 and 3500 tokens)
+ * ATB_BLOCK_SIZE=128 atb ...: the cache in 128-slot blocks (16 by default).
  */
 #include <stdatomic.h>
 #include <stdio.h>
