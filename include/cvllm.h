@@ -101,8 +101,12 @@ typedef struct cvllm_engine_options {
                                  * calling cvllm_engine_create with the same options. Rank 0 gets the
                                  * engine; on the other ranks the call serves rank 0's engine as its
                                  * worker until rank 0 destroys it, then ends the process (exit status
-                                 * 0, or 1 if it failed). Every architecture; the heads (attention
-                                 * and linear-attention key heads) must split evenly over N. */
+                                 * 0, or 1 if it failed). A step every rank takes together (loading
+                                 * the model, allocating the caches) that fails on any rank ends the
+                                 * workers without a word (status 0): rank 0's call returns the first
+                                 * failing rank's error, and its caller reports it and sets the job's
+                                 * status. Every architecture; the heads (attention and
+                                 * linear-attention key heads) must split evenly over N. */
     bool enable_expert_parallel; /* with tensor_parallel_size N > 1: MoE routed experts placed whole,
                                  * num_experts / N on each rank, instead of split within each expert
                                  * (vLLM's --enable-expert-parallel); no effect on one rank */

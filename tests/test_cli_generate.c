@@ -243,6 +243,29 @@ static void test_tp_refused(const char *tmp, const char *model) {
     }
 }
 
+/* A -tp 2 job whose ranks fail to load the model (a dense config over MoE weights: the checks before
+ * mpirun read no tensor) says why once, from rank 0, and exits 1: the workers end without a word. */
+static void test_tp_load_failure(const char *tmp) {
+    char *model = tu_model_dir("qwen3-dense-f32");
+    char *weights = tu_strdupf("%s/%s", model, "model.safetensors");
+    char *moe = tu_strdupf("%s/vectors/qwen3-moe-f32/model.safetensors", CVLLM_TEST_DATA);
+    unlink(weights);
+    tu_link(moe, model, "model.safetensors");
+    char *args = tu_strdupf("generate %s -tp 2 --prompt hi --max-tokens 2 --dtype float32", model);
+    const char *env = "CVLLM_LOG_LEVEL=warning LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
+    tu_run r = tu_run_cvllm(tmp, env, args);
+    static const char error[] = "cvllm generate: missing tensor model.layers.0.";
+    CHECK_MSG(r.status == 1, "%s: status %d\n%s", args, r.status, r.err);
+    CHECK_MSG(!strncmp(tu_last_line(r.err), error, strlen(error)) && occurrences(r.err, error) == 1, "%s: %s", args,
+              r.err);
+    tu_run_free(&r);
+    free(args);
+    free(moe);
+    free(weights);
+    tu_remove_tree(model);
+    free(model);
+}
+
 /* The offline fallback works: the shipped Qwen3-0.6B config with dummy weights. */
 static void test_dummy_model(const char *tmp) {
     char *env = tu_strdupf("CVLLM_LOG_LEVEL=warning HF_HUB_CACHE=%s/hub HF_HUB_OFFLINE=1%s", tmp, "");
@@ -281,6 +304,7 @@ int main(void) {
                          "{\"intermediate_size\": 512, \"num_attention_heads\": 12, \"num_key_value_heads\": 6}",
                          "--load-format dummy", "-tp 2");
     test_tp_refused(tmp, model);
+    test_tp_load_failure(tmp);
     test_text_output_and_order(tmp, model);
     test_errors(tmp, model);
     test_dummy_model(tmp);

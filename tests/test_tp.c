@@ -11,8 +11,8 @@
  * within the 1e-4 bound the one-process model meets; the MoE folders again with expert parallelism
  * (whole experts on each rank). A hybrid's MTP step, which has no reference
  * logits, matches a one-process runner of the same checkpoint on rank 0. Failure paths, which every
- * rank must reach together: a job size that is not tp_size, and (4 ranks) linear-attention key
- * heads that do not split over the ranks.
+ * rank must reach together: a job size that is not tp_size, (4 ranks) linear-attention key heads
+ * that do not split over the ranks, and a load that fails on the workers only.
  */
 #include <mpi.h>
 #include <stdlib.h>
@@ -258,6 +258,38 @@ static void check_mtp(const char *folder) {
     close_model(&m);
 }
 
+static int world_rank(void) {
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    return rank;
+}
+
+/* A load that fails on some ranks only (the workers' weights are another model's): rank 0 returns
+ * the first failing rank's error and reason, for its caller to report once; a worker returns
+ * CV_RUNNER_GROUP_FAILED and says nothing. */
+static void check_worker_failure(void) {
+    const int n = job_size(), rank = world_rank();
+    char dir[512], other[512];
+    snprintf(dir, sizeof dir, "%s/vectors/qwen3-dense-f32", CVLLM_TEST_DATA);
+    snprintf(other, sizeof other, "%s/vectors/qwen3-moe-f32", CVLLM_TEST_DATA);
+    tp_model m = {0};
+    CHECK_EQ_INT(cv_model_config_load(dir, &m.cfg), 0);
+    CHECK_EQ_INT(cv_weight_source_checkpoint(rank ? other : dir, &m.src), 0);
+    const cv_runner_options o = {.config = &m.cfg, .weights = m.src, .num_threads = 1, .max_num_batched_tokens = 256,
+                                 .tp_size = n};
+    const int rc = cv_runner_create(&o, &m.runner);
+    if (rank == 0) {
+        CHECK_EQ_INT(rc, CVLLM_ERR_NOT_FOUND);
+        char want[96];
+        snprintf(want, sizeof want, "tensor-parallel rank 1 of %d failed to load the model: missing tensor", n);
+        CHECK_CONTAINS(cv_error_message(), want);
+    } else {
+        CHECK_EQ_INT(rc, CV_RUNNER_GROUP_FAILED);
+    }
+    CHECK(m.runner == NULL);
+    close_model(&m);
+}
+
 static void check_refusals(void) {
     tp_model m;
     const int n = job_size();
@@ -267,17 +299,24 @@ static void check_refusals(void) {
     CHECK_CONTAINS(cv_error_message(), want);
     CHECK(m.runner == NULL);
     close_model(&m);
+    if (n > 1) check_worker_failure();
 }
 
 /* Folders whose linear-attention key heads (2 in every hybrid fixture) do not split over n ranks
- * are refused on every rank, naming the field. */
+ * are refused on every rank: rank 0 with the error naming the field, the workers with
+ * CV_RUNNER_GROUP_FAILED. */
 static bool splits(const char *folder, int n) {
     if (n <= 2 || (!strstr(folder, "next") && !strstr(folder, "3.5"))) return true;
     tp_model m;
-    CHECK_EQ_INT(open_model(folder, (cv_runner_options){.tp_size = n}, &m), CVLLM_ERR_UNSUPPORTED);
-    char want[96];
-    snprintf(want, sizeof want, "linear_num_key_heads=2 does not split over tensor_parallel_size=%d", n);
-    CHECK_CONTAINS(cv_error_message(), want);
+    const int rc = open_model(folder, (cv_runner_options){.tp_size = n}, &m);
+    if (world_rank() == 0) {
+        CHECK_EQ_INT(rc, CVLLM_ERR_UNSUPPORTED);
+        char want[96];
+        snprintf(want, sizeof want, "linear_num_key_heads=2 does not split over tensor_parallel_size=%d", n);
+        CHECK_CONTAINS(cv_error_message(), want);
+    } else {
+        CHECK_EQ_INT(rc, CV_RUNNER_GROUP_FAILED);
+    }
     CHECK(m.runner == NULL);
     close_model(&m);
     return false;
@@ -290,9 +329,7 @@ int main(void) {
         if (splits(EP_FOLDERS[i], job_size())) check_folder(EP_FOLDERS[i], true);
     if (splits("qwen3.5-moe-f32", job_size())) check_mtp("qwen3.5-moe-f32");
     check_refusals();
-    int rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     char name[32];
-    snprintf(name, sizeof name, "test_tp rank %d", rank);
+    snprintf(name, sizeof name, "test_tp rank %d", world_rank());
     return cv_check_summary(name);
 }

@@ -6,14 +6,15 @@
  * arguments are parsed, with the engine options they gave, the --config file's included. First the
  * options are checked here as the engine would (cvllm_engine_check: the model at hand, its config,
  * the quantization, the heads' split over the ranks, the memory fit of a shard), so that a job that
- * would fail is refused at once and in one line, by one process; its ranks would each print the
- * error, and mpirun then waits out the grace below. Then the command line as typed is run again
- * under OpenMPI's mpirun as an N-rank job with `--distributed-executor-backend mpi` appended, which
- * the ranks read as "already launched": every rank creates the engine (cvllm.h
+ * would fail is refused at once and in one line, by one process, with no mpirun. (What only loading
+ * finds, a tensor missing say, the ranks agree on and rank 0 alone reports.) Then the command line
+ * as typed is run again under OpenMPI's mpirun as an N-rank job with `--distributed-executor-backend
+ * mpi` appended, which the ranks read as "already launched": every rank creates the engine (cvllm.h
  * tensor_parallel_size), rank 0 runs the command and the others serve its model shard. The ranks
- * also find CV_ARGS_NOTED_ENV set: this process logged the arguments' notes already. This process stays the parent and exits with mpirun's
- * status; mpirun runs in a process group of its own and forwards the ranks' output (quietly: a
- * rank's error is the last line, without mpirun's advice after it). SIGTERM and SIGINT to this
+ * also find CV_ARGS_NOTED_ENV set: this process logged the arguments' notes already. This process
+ * stays the parent and exits with mpirun's status; mpirun runs in a process group of its own and
+ * forwards the ranks' output (quietly: a rank's error is the last line, without mpirun's advice
+ * after it). SIGTERM and SIGINT to this
  * process reach the ranks as SIGUSR2, which mpirun forwards as it is (it would answer SIGTERM itself
  * by killing the job): rank 0 of `serve` takes it as its SIGTERM and drains, the workers wait for
  * rank 0 to stop them. Ranks are spread over NUMA nodes and bound to them where the machine has
@@ -85,9 +86,12 @@ bool cv_launch_ranks(const cv_args *a, const cvllm_engine_options *o, int *statu
     char np[16];
     snprintf(np, sizeof np, "%d", 1 + replicas * (n - 1));
     const bool numa = several_numa_nodes();
-    /* When a rank dies mpirun sends the others SIGTERM, then SIGKILL: the grace lets rank 0 answer
-     * its clients (cmd_serve.c) before it goes. */
-    const char *head[] = {"mpirun", "-q", "-np", np, "--oversubscribe", "--mca", "odls_base_sigkill_timeout", "5",
+    /* When a rank exits with a failure mpirun sends the others SIGTERM, then SIGKILL: the grace lets
+     * serve's rank 0 answer its clients (cmd_serve.c) before it goes. mpirun waits it out even when
+     * every rank is gone already (generate failing at start: 10 s with a grace of 5, 1 s without),
+     * so the commands with no clients have none. */
+    const char *grace = strcmp(a->cmd, "serve") ? "0" : "5";
+    const char *head[] = {"mpirun", "-q", "-np", np, "--oversubscribe", "--mca", "odls_base_sigkill_timeout", grace,
                           numa ? "--map-by" : "--bind-to", numa ? "numa" : "none", numa ? "--bind-to" : NULL,
                           numa ? "numa" : NULL, self};
     /* the command line as typed: the command's words ("bench latency"), then its arguments */

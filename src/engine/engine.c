@@ -376,7 +376,16 @@ cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine 
     cvllm_engine *e;
     int rc = new_engine(opts, &e);
     if (rc) return rc;
-    if ((rc = create_engine(e))) return discard_engine(e, rc);
+    if ((rc = create_engine(e))) {
+        /* A worker of a group that failed to start: rank 0 reports why, once for the job, and its
+         * status is the job's. A failing status here would make mpirun end rank 0 at once, maybe
+         * before it has said why. */
+        if (rc == CV_RUNNER_GROUP_FAILED) {
+            cvllm_engine_destroy(e);
+            exit(0);
+        }
+        return discard_engine(e, rc);
+    }
     if (cv_runner_is_worker(e->runner)) { /* a tensor-parallel worker: serve rank 0 until it stops */
         /* mpirun forwards SIGTERM and SIGINT to every rank: rank 0 drains and then stops the workers,
          * which must still be there to finish its last batches */

@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timeutil.h"
+#include "executor/runner.h"
 
 struct cv_comm {
     MPI_Comm comm;
@@ -170,10 +172,18 @@ void cv_comm_free(cv_comm *c) {
 }
 
 int cv_comm_agree(cv_comm *c, int rc, const char *what) {
-    int mine = rc != 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, c->comm);
-    if (rc) return rc;
-    return any ? cv_fail(CVLLM_ERR_INTERNAL, "another tensor-parallel rank failed to %s (its log says why)", what) : 0;
+    int mine = rc ? c->rank : c->size, first = c->size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm);
+    if (first == c->size) return 0;
+    struct {
+        int32_t rc;
+        char reason[1024];
+    } why = {rc, ""};
+    if (c->rank == first) snprintf(why.reason, sizeof why.reason, "%s", cv_error_message());
+    MPI_Bcast(&why, (int)sizeof why, MPI_BYTE, first, c->comm);
+    if (c->rank != 0) return CV_RUNNER_GROUP_FAILED;
+    if (first == 0) return rc;
+    return cv_fail(why.rc, "tensor-parallel rank %d of %d failed to %s: %s", first, c->size, what, why.reason);
 }
 
 void cv_comm_bcast_header(cv_comm *c, cv_comm_header *h) { MPI_Bcast(h, 8, MPI_INT64_T, 0, c->comm); }

@@ -8,7 +8,8 @@
  * fixed header and one of a byte payload, and the model's own collectives (the all-reduce after
  * o_proj and down_proj) run inside the forward pass that follows. A rank that fails a step every
  * rank takes together (load, allocation) makes all of them fail it: each result is agreed on with
- * one all-reduce, so no rank waits on a peer that gave up.
+ * one all-reduce, so no rank waits on a peer that gave up, and the first failing rank's reason goes
+ * to rank 0, which alone reports it.
  *
  * Data parallelism with tensor parallelism (`serve -dp D -tp T`): the job has 1 + D·(T−1) ranks.
  * World rank 0 is the API server and holds group rank 0 of every replica (one engine thread each);
@@ -49,8 +50,9 @@ typedef struct cv_comm cv_comm;
  * rank says which. Fills tp (rank, size, the collectives, ctx: the cv_comm) and *out. */
 int cv_comm_join(int tp_size, int dp_size, int dp_rank, cv_tp *tp, cv_comm **out);
 void cv_comm_free(cv_comm *c);
-/* Whether every rank of the group got rc == 0; the failing ranks have logged why, the others
- * learn it here. */
+/* 0 when every rank of the group got rc == 0. Else group rank 0 returns the error of the lowest
+ * failing rank (its own, or that rank's code and reason, named "tensor-parallel rank R of N failed
+ * to <what>: ..."), and a worker CV_RUNNER_GROUP_FAILED (runner.h): one process reports it. */
 int cv_comm_agree(cv_comm *c, int rc, const char *what);
 /* Group rank 0 sends (the others receive) a header, then payload bytes; a receiver's payload is
  * grown to fit and stays the caller's. */

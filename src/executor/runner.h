@@ -63,6 +63,11 @@ typedef struct cv_state_copy {
     int32_t dst, src;
 } cv_state_copy;
 
+/* What cv_runner_create and cv_runner_alloc_cache return on a worker (tensor-parallel rank ≠ 0)
+ * when the step failed on some rank of its group: rank 0's call returns that rank's error and
+ * reason, for its caller to report once; the worker has nothing left to do. Not a cvllm_status. */
+enum { CV_RUNNER_GROUP_FAILED = -100 };
+
 /* Loads the model. */
 int cv_runner_create(const cv_runner_options *o, cv_runner **out);
 void cv_runner_free(cv_runner *r);
