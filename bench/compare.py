@@ -24,6 +24,11 @@ Rows (the issues' targets):
            never-used KV memory, whose first touch is what such a run would time on a VM that backs
            guest pages lazily (0.5 GB/s here). apc-prefill reports that run (cvllm's default) too.
   ttft     the same for a 3,500-token prompt (the Qwen3 tutorial's input length): its TTFT is 3500 / tok/s.
+  deep, w8a8-deep
+           batch-1 decode after that prompt: `cvllm bench latency --input-len 3500 --output-len 129
+           --block-size 128` (the Qwen3 tutorial's blocks) vs `llama-bench -p 0 -n 128 -d 3500`: a 0.6B
+           token's attention then reads 0.4 GB of KV cache (bf16 in cvllm, f16 in llama.cpp), against
+           1.2 GB of bf16 weights or 0.75 GB of W8A8 ones.
   f32-decode, f32-prefill, f32-ttft
            the bf16 rows with cvllm computing in f32 (--dtype float32: exact f32 FMA on the bf16 weights)
            where the unprefixed rows run cvllm's default for a bf16 checkpoint, bf16 compute (bf16 GEMM
@@ -61,7 +66,7 @@ Usage: bench/compare.py [--threads 2] [--reps 5] [--work DIR] [--llama-dir DIR] 
                         [--serve-prompts 64] [--serve-reps 1] [--tokens 128] [--prompt-len 512]
                         [--eight-b-tokens 16]
                         [--rows decode,prefill,ttft,serve,8b,f32-decode,f32-prefill,f32-ttft,
-                                w8a8-decode,w8a8-prefill,w8a8-8b,fp8-decode]
+                                w8a8-decode,w8a8-prefill,w8a8-8b,fp8-decode,deep,w8a8-deep]
 Stdlib only; the checkpoint tools need a python3 with numpy (found automatically).
 """
 import argparse
@@ -362,9 +367,9 @@ def cvllm_latency(args, model, input_len, output_len, extra=()):
     return j["decode_tokens_per_second"] if output_len > 1 else j["prefill_tokens_per_second"], r.peak_rss_mib
 
 
-def llama_bench(args, gguf, n_prompt, n_gen):
+def llama_bench(args, gguf, n_prompt, n_gen, depth=0):
     out = run([os.path.join(args.llama_bin, "llama-bench"), "-m", gguf, "-t", args.threads, "-p", n_prompt, "-n",
-               n_gen, "-r", 3, "-o", "json"], capture_output=True, text=True).stdout
+               n_gen, "-d", depth, "-r", 3, "-o", "json"], capture_output=True, text=True).stdout
     return json.loads(out)[0]["avg_ts"]
 
 
@@ -513,10 +518,11 @@ def serve_row(args, folder, gguf):
 
 # ---- rows -------------------------------------------------------------------------------------
 
-ROWS = ("decode", "f32-decode", "w8a8-decode", "fp8-decode", "prefill", "apc-prefill", "f32-prefill", "w8a8-prefill",
-        "ttft", "f32-ttft", "8b", "w8a8-8b", "serve")
+ROWS = ("decode", "f32-decode", "w8a8-decode", "fp8-decode", "deep", "w8a8-deep", "prefill", "apc-prefill",
+        "f32-prefill", "w8a8-prefill", "ttft", "f32-ttft", "8b", "w8a8-8b", "serve")
 DUMMY, ASCEND, F32 = ("--load-format", "dummy"), ("--quantization", "ascend"), ("--dtype", "float32")
 NO_APC = ("--no-enable-prefix-caching",)  # all rows but apc-prefill: see the docstring's prefill and decode
+TUTORIAL_BLOCKS = ("--block-size", "128")  # the Qwen3 tutorial's serve command
 TTFT_TOKENS = 3500  # the Qwen3 tutorial's workload: 3.5K in
 
 
@@ -543,6 +549,9 @@ def plan_row(args, name, small):
         cv_io, ll_io, kind = (args.prompt_len, 1), (args.prompt_len, 0), f"pp{args.prompt_len}"
     elif what == "ttft":  # a prompt's prefill tok/s; its time to first token is TTFT_TOKENS / that
         cv_io, ll_io, kind = (TTFT_TOKENS, 1), (TTFT_TOKENS, 0), f"pp{TTFT_TOKENS}; TTFT = {TTFT_TOKENS} / tok/s"
+    elif what == "deep":  # decode after the TTFT prompt: attention reads as many bytes as the weights
+        cv_io, ll_io = (TTFT_TOKENS, n + 1), (0, n, TTFT_TOKENS)
+        kind = f"tg{n} @ depth {TTFT_TOKENS}; cvllm in 128-slot blocks"
     else:
         cv_io, ll_io, kind = (1, n + 1), (0, n), f"tg{n}"
     if quant == "fp8":
@@ -566,11 +575,13 @@ def plan_row(args, name, small):
         extra += F32
     if quant != "apc":
         extra += NO_APC
+    if what == "deep":
+        extra += TUTORIAL_BLOCKS
     label = {"bf16": "", "f32": " (cvllm --dtype float32)", "w8a8": " W8A8_DYNAMIC vs Q8_0",
              "apc": " (cvllm prefix caching on)"}[quant]
-    title = f"{shape}{label} {step}"
+    title = f"{shape}{label} {'decode at depth ' + str(TTFT_TOKENS) if step == 'deep' else step}"
     targets = {"decode": ("≥ 1.2×", "reported"), "prefill": ("≥ 1.3× (AVX512-BF16), ≥ 8× (AMX)", "≥ 2×"),
-               "ttft": ("reported", "reported"), "8b": ("≥ 1.1×", "≥ 1.2×")}
+               "ttft": ("reported", "reported"), "deep": ("reported", "reported"), "8b": ("≥ 1.1×", "≥ 1.2×")}
     target = "reported" if quant in ("f32", "apc") else targets[what][quant == "w8a8"]  # the tok/s ratio's: (bf16, w8a8)
     return Row(title, f"{title} tok/s ({kind}{note})", target,
                lambda: cvllm_latency(args, model, *cv_io, extra),
