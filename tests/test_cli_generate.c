@@ -248,10 +248,10 @@ static void test_tp_refused(const char *tmp, const char *model) {
 static void test_tp_load_failure(const char *tmp) {
     char *model = tu_model_dir("qwen3-dense-f32");
     char *weights = tu_strdupf("%s/%s", model, "model.safetensors");
-    char *moe = tu_strdupf("%s/vectors/qwen3-moe-f32/model.safetensors", CVLLM_TEST_DATA);
+    char *moe = tu_strdupf("%s/vectors/qwen3-moe-f32/%s", CVLLM_TEST_DATA, "model.safetensors");
     unlink(weights);
     tu_link(moe, model, "model.safetensors");
-    char *args = tu_strdupf("generate %s -tp 2 --prompt hi --max-tokens 2 --dtype float32", model);
+    char *args = tu_strdupf("generate %s -tp 2 --prompt hi --max-tokens 2 --dtype float32%s", model, "");
     const char *env = "CVLLM_LOG_LEVEL=warning LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
     tu_run r = tu_run_cvllm(tmp, env, args);
     static const char error[] = "cvllm generate: missing tensor model.layers.0.";
