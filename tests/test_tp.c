@@ -264,6 +264,18 @@ static int world_rank(void) {
     return rank;
 }
 
+/* A step the group failed: rank 0 holds the error `code` with a message containing `want`, a worker
+ * CV_RUNNER_GROUP_FAILED; no runner either way. */
+static void expect_group_failure(const tp_model *m, int rc, int code, const char *want) {
+    if (world_rank() == 0) {
+        CHECK_EQ_INT(rc, code);
+        CHECK_CONTAINS(cv_error_message(), want);
+    } else {
+        CHECK_EQ_INT(rc, CV_RUNNER_GROUP_FAILED);
+    }
+    CHECK(m->runner == NULL);
+}
+
 /* A load that fails on some ranks only (the workers' weights are another model's): rank 0 returns
  * the first failing rank's error and reason, for its caller to report once; a worker returns
  * CV_RUNNER_GROUP_FAILED and says nothing. */
@@ -278,15 +290,9 @@ static void check_worker_failure(void) {
     const cv_runner_options o = {.config = &m.cfg, .weights = m.src, .num_threads = 1, .max_num_batched_tokens = 256,
                                  .tp_size = n};
     const int rc = cv_runner_create(&o, &m.runner);
-    if (rank == 0) {
-        CHECK_EQ_INT(rc, CVLLM_ERR_NOT_FOUND);
-        char want[96];
-        snprintf(want, sizeof want, "tensor-parallel rank 1 of %d failed to load the model: missing tensor", n);
-        CHECK_CONTAINS(cv_error_message(), want);
-    } else {
-        CHECK_EQ_INT(rc, CV_RUNNER_GROUP_FAILED);
-    }
-    CHECK(m.runner == NULL);
+    char want[96];
+    snprintf(want, sizeof want, "tensor-parallel rank 1 of %d failed to load the model: missing tensor", n);
+    expect_group_failure(&m, rc, CVLLM_ERR_NOT_FOUND, want);
     close_model(&m);
 }
 
@@ -309,15 +315,9 @@ static bool splits(const char *folder, int n) {
     if (n <= 2 || (!strstr(folder, "next") && !strstr(folder, "3.5"))) return true;
     tp_model m;
     const int rc = open_model(folder, (cv_runner_options){.tp_size = n}, &m);
-    if (world_rank() == 0) {
-        CHECK_EQ_INT(rc, CVLLM_ERR_UNSUPPORTED);
-        char want[96];
-        snprintf(want, sizeof want, "linear_num_key_heads=2 does not split over tensor_parallel_size=%d", n);
-        CHECK_CONTAINS(cv_error_message(), want);
-    } else {
-        CHECK_EQ_INT(rc, CV_RUNNER_GROUP_FAILED);
-    }
-    CHECK(m.runner == NULL);
+    char want[96];
+    snprintf(want, sizeof want, "linear_num_key_heads=2 does not split over tensor_parallel_size=%d", n);
+    expect_group_failure(&m, rc, CVLLM_ERR_UNSUPPORTED, want);
     close_model(&m);
     return false;
 }
