@@ -337,8 +337,7 @@ static int load_chat_template(const serve_args *g, cv_chat_template **out) {
  * minutes of loading: so does this process, unless it is a worker rank of a tensor-parallel job
  * (world rank 0 serves HTTP). */
 static int bind_early(serve_args *g) {
-    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (rank && atoi(rank) != 0) return 0;
+    if (cv_launch_job_rank() > 0) return 0;
     if (cv_server_bind(g->server.host, g->server.port, &g->server.bound_fd)) {
         fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
         return 1;

@@ -14,13 +14,13 @@
  * also find CV_ARGS_NOTED_ENV set: this process logged the arguments' notes already. This process
  * stays the parent and exits with mpirun's status; mpirun runs in a process group of its own and
  * forwards the ranks' output (quietly: a rank's error is the last line, without mpirun's advice
- * after it). SIGTERM and SIGINT to this
- * process reach the ranks as SIGUSR2, which mpirun forwards as it is (it would answer SIGTERM itself
- * by killing the job): rank 0 of `serve` takes it as its SIGTERM and drains, the workers wait for
- * rank 0 to stop them. Ranks are spread over NUMA nodes and bound to them where the machine has
- * several (each socket's memory bandwidth serves its own shard); on one node they are not bound, and
- * mpirun may start more ranks than cores (--oversubscribe). As root, mpirun refuses to start unless
- * told: cvllm tells it (OMPI_ALLOW_RUN_AS_ROOT), since the user asked for the ranks.
+ * after it). SIGTERM and SIGINT to this process reach the ranks as SIGUSR2, which mpirun forwards as
+ * it is (it would answer SIGTERM itself by killing the job): rank 0 of `serve` takes it as its
+ * SIGTERM and drains, the workers wait for rank 0 to stop them. Ranks are spread over NUMA nodes
+ * and bound to them where the machine has several (each socket's memory bandwidth serves its own
+ * shard); on one node they are not bound, and mpirun may start more ranks than cores
+ * (--oversubscribe). As root, mpirun refuses to start unless told: cvllm tells it
+ * (OMPI_ALLOW_RUN_AS_ROOT), since the user asked for the ranks.
  *
  * serve with -dp D shards each of its D replicas: 1 + D·(N−1) ranks (executor/comm.h).
  */
@@ -60,6 +60,11 @@ static void forward(int sig) {
 }
 
 static bool several_numa_nodes(void) { return access("/sys/devices/system/node/node1", F_OK) == 0; }
+
+int cv_launch_job_rank(void) {
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    return rank ? atoi(rank) : -1;
+}
 
 bool cv_launch_wanted(const cv_args *a, const cvllm_engine_options *o) {
     const char *backend = executor_backend(a);

@@ -19,6 +19,8 @@
 bool cv_launch_ranks(const cv_args *a, const cvllm_engine_options *o, int *status);
 /* Whether cv_launch_ranks would start ranks (rather than return false). */
 bool cv_launch_wanted(const cv_args *a, const cvllm_engine_options *o);
+/* This process's world rank in an MPI job (its ranks' or the user's own mpirun), or -1 outside one. */
+int cv_launch_job_rank(void);
 
 /* The engine of a command that runs one (generate, bench latency and throughput), once its
  * arguments `a` are parsed into `o`: NULL when the command ends here, with *status its exit status,

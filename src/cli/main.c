@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/launch.h"
 #include "cvllm.h"
 
 static const char usage[] =
@@ -45,10 +46,10 @@ int main(int argc, char **argv) {
      * every rank's output, never splices two ranks' lines; rank 0 alone speaks on stdout, and the
      * other ranks log warnings and errors only (unless CVLLM_LOG_LEVEL says otherwise): their info
      * lines would repeat rank 0's. */
-    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (rank) {
+    const int rank = cv_launch_job_rank();
+    if (rank >= 0) {
         setvbuf(stderr, NULL, _IOLBF, 0);
-        if (atoi(rank) > 0) {
+        if (rank > 0) {
             setenv("CVLLM_LOG_LEVEL", "warning", 0);
             if (!freopen("/dev/null", "w", stdout)) perror("cvllm: /dev/null");
         }
