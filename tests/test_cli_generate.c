@@ -75,6 +75,24 @@ static int occurrences(const char *s, const char *needle) {
     return n;
 }
 
+/* A log line of `err` (INFO or WARNING, from its component on) said more than once, or NULL; the
+ * result is malloc'ed. */
+static char *repeated_log_line(const char *err) {
+    for (const char *line = err; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line)) {
+        if (strncmp(line, "INFO ", 5) && strncmp(line, "WARNING ", 8)) continue;
+        const char *from = strchr(line, '['), *end = strchr(line, '\n');
+        if (!end) end = line + strlen(line);
+        if (!from || from > end) continue;
+        const size_t n = (size_t)(end - from);
+        char *text = malloc(n + 1);
+        memcpy(text, from, n);
+        text[n] = '\0';
+        if (occurrences(err, text) > 1) return text;
+        free(text);
+    }
+    return NULL;
+}
+
 /* Two ranks asked for by `two` (-tp 2, or a --config file's tensor_parallel_size), with `flags`:
  * cvllm starts them under mpirun itself; the f32 model of reference folder `folder` (its config.json
  * updated with the fields of `config`, when given) sharded over them gives the one-process run's
@@ -94,7 +112,8 @@ static void test_tensor_parallel(const char *tmp, const char *folder, const char
         json_decref(edit);
         free(path);
     }
-    const char *env = "CVLLM_LOG_LEVEL=info LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
+    /* the default log level: rank 0 logs info lines, the other ranks warnings only */
+    const char *env = "env -u CVLLM_LOG_LEVEL LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
     double lp[2][8] = {{0}};
     json_t *ids[2] = {NULL, NULL};
     json_t *ref = strstr(flags, "dummy") ? NULL : tu_load_ref(folder, "short");
@@ -110,6 +129,10 @@ static void test_tensor_parallel(const char *tmp, const char *folder, const char
         if (tp == 2) CHECK_CONTAINS(r.err, "tensor_parallel_size 2: starting 2 ranks under mpirun");
         /* the ranks parse the line again, but its notes are said once, by the process it was typed to */
         CHECK_MSG(occurrences(r.err, "--trust-remote-code is accepted and ignored") == 1, "-tp %d: %s", tp, r.err);
+        /* and the launcher's own check of the options is silent but for its verdict: rank 0 logs it */
+        char *again = repeated_log_line(r.err);
+        CHECK_MSG(!again, "-tp %d: said more than once: %s", tp, again);
+        free(again);
         json_t *j = json_loads(r.out, 0, NULL);
         CHECK_MSG(j != NULL, "-tp %d: not JSON: %s", tp, r.out);
         if (j) {
@@ -243,6 +266,30 @@ static void test_tp_refused(const char *tmp, const char *model) {
     }
 }
 
+/* The launcher checks a -tp 2 command's options as the engine would, then rank 0 checks them again
+ * and logs what it finds: a quantized checkpoint's "found" line is said once, by rank 0. */
+static void test_tp_logs_once(const char *tmp) {
+    char *model = tu_model_dir("qwen3-dense-w8a8-dynamic");
+    static const char *files[] = {"quant_model_description.json", "quant_model_weights.safetensors"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char *from = tu_strdupf("%s/vectors/qwen3-dense-w8a8-dynamic/%s", CVLLM_TEST_DATA, files[i]);
+        tu_link(from, model, files[i]);
+        free(from);
+    }
+    char *args = tu_strdupf("generate %s -tp 2 --prompt-token-ids 1,2,3 --max-tokens 2%s", model, "");
+    const char *env = "env -u CVLLM_LOG_LEVEL LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
+    tu_run r = tu_run_cvllm(tmp, env, args);
+    CHECK_MSG(r.status == 0, "%s: status %d\n%s", args, r.status, r.err);
+    CHECK_MSG(occurrences(r.err, "quant_model_description.json found") == 1, "%s: %s", args, r.err);
+    char *again = repeated_log_line(r.err);
+    CHECK_MSG(!again, "%s: said more than once: %s", args, again);
+    free(again);
+    tu_run_free(&r);
+    free(args);
+    tu_remove_tree(model);
+    free(model);
+}
+
 /* A -tp 2 job whose ranks fail to load the model (a dense config over MoE weights: the checks before
  * mpirun read no tensor) says why once, from rank 0, and exits 1: the workers end without a word. */
 static void test_tp_load_failure(const char *tmp) {
@@ -303,6 +350,7 @@ int main(void) {
                          "{\"intermediate_size\": 512, \"num_attention_heads\": 12, \"num_key_value_heads\": 6}",
                          "--load-format dummy", "-tp 2");
     test_tp_refused(tmp, model);
+    test_tp_logs_once(tmp);
     test_tp_load_failure(tmp);
     test_text_output_and_order(tmp, model);
     test_errors(tmp, model);

@@ -27,6 +27,13 @@ int cv_log_enabled(enum cv_log_level level) {
     return (int)level >= threshold;
 }
 
+enum cv_log_level cv_log_set_threshold(enum cv_log_level level) {
+    if (threshold < 0) threshold = level_from_env();
+    const enum cv_log_level was = (enum cv_log_level)threshold;
+    threshold = (int)level;
+    return was;
+}
+
 void cv_log(enum cv_log_level level, const char *component, const char *fmt, ...) {
     static const char *names[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
     if (!cv_log_enabled(level)) return;

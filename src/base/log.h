@@ -11,6 +11,9 @@ enum cv_log_level { CV_LOG_DEBUG, CV_LOG_INFO, CV_LOG_WARNING, CV_LOG_ERROR };
 void cv_log(enum cv_log_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int cv_log_enabled(enum cv_log_level level);
+/* Sets the lowest level written and returns the one before, for a caller that says nothing for a
+ * while (a check that another process repeats aloud) and then restores it. */
+enum cv_log_level cv_log_set_threshold(enum cv_log_level level);
 
 #define cv_debug(comp, ...) cv_log(CV_LOG_DEBUG, comp, __VA_ARGS__)
 #define cv_info(comp, ...) cv_log(CV_LOG_INFO, comp, __VA_ARGS__)

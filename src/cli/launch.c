@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "cli/launch.h"
 
 /* The --distributed-executor-backend the arguments name (after --config and the spellings were
@@ -75,7 +76,10 @@ bool cv_launch_ranks(const cv_args *a, const cvllm_engine_options *o, int *statu
     if (!cv_launch_wanted(a, o)) return false;
     const int n = o->tensor_parallel_size;
     *status = 1;
+    /* rank 0 runs the same check and logs what it finds; here only its verdict is said */
+    const enum cv_log_level was = cv_log_set_threshold(CV_LOG_ERROR);
     int rc = cvllm_engine_check(o);
+    cv_log_set_threshold(was);
     if (rc) {
         cv_args_report_engine_error(a, rc);
         return true;
