@@ -48,29 +48,32 @@ INLINE int x_quad(const cv_panel_tile *t, int i, int64_t g) {
     return q;
 }
 
+/* The accumulators are int32-lane vectors (__v16si) fed to the builtin directly: held as __m512i
+ * (64-bit lanes, a view cast at each vpdpbusd) gcc 12 moved the 6 × 3 tile's accumulators through
+ * the stack and other registers every group, and the kernel ran at half its multiply-adds. */
 VNNI INLINE void i8_vnni_tile(const cv_panel_tile *t, const int MR, const int NP) {
-    __m512i acc[6][3];
+    __v16si acc[6][3];
     for (int j = 0; j < NP; j++) {
-        const __m512i start = _mm512_sub_epi32(
+        const __v16si start = (__v16si)_mm512_sub_epi32(
             _mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512(t->aux + j * t->aux_stride + 4 * CV_I8_AUX_SUM), 7));
-        for (int i = 0; i < MR; i++) acc[i][j] = t->first ? start : i8_partial(t, i, j);
+        for (int i = 0; i < MR; i++) acc[i][j] = t->first ? start : (__v16si)i8_partial(t, i, j);
     }
-    const __m512i flip = _mm512_set1_epi32((int)0x80808080u); /* x + 128 as an unsigned byte */
     const int64_t groups = (t->k + 3) / 4; /* x is zero past the row, so whole groups are read */
     for (int64_t g = 0; g < groups; g++) {
-        __m512i w[3];
+        __v16si w[3];
         for (int j = 0; j < NP; j++) {
             const uint8_t *p = t->w + j * t->panel_stride + g * 64;
             if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, j, g * 64, groups * 64), _MM_HINT_T0);
-            w[j] = _mm512_loadu_si512(p);
+            w[j] = (__v16si)_mm512_loadu_si512(p);
         }
         for (int i = 0; i < MR; i++) {
-            const __m512i xb = _mm512_xor_si512(_mm512_set1_epi32(x_quad(t, i, g)), flip);
-            for (int j = 0; j < NP; j++) acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], xb, w[j]);
+            /* x + 128 as unsigned bytes: a flip of each code's top bit */
+            const __v16si xb = (__v16si)_mm512_set1_epi32(x_quad(t, i, g) ^ (int)0x80808080u);
+            for (int j = 0; j < NP; j++) acc[i][j] = __builtin_ia32_vpdpbusd_v16si(acc[i][j], xb, w[j]);
         }
     }
     for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NP; j++) i8_finish(t, i, j, acc[i][j]);
+        for (int j = 0; j < NP; j++) i8_finish(t, i, j, (__m512i)acc[i][j]);
 }
 
 /* Row sums from the pair lanes: lo holds rows 0-7 at lanes 2r and 2r+1, hi rows 8-15. */
