@@ -84,9 +84,9 @@ INLINE __m512i pair_sums(__m512i lo, __m512i hi) {
 }
 
 INLINE void i8_madd_tile(const cv_panel_tile *t, const int MR, const int NP) {
-    __m512i lo[4][2], hi[4][2];
+    __v16su lo[4][2], hi[4][2]; /* int32 lanes, as in i8_vnni_tile (unsigned: the adds wrap) */
     for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NP; j++) lo[i][j] = hi[i][j] = _mm512_setzero_si512();
+        for (int j = 0; j < NP; j++) lo[i][j] = hi[i][j] = (__v16su)_mm512_setzero_si512();
     const int64_t groups = (t->k + 3) / 4;
     for (int64_t g = 0; g < groups; g++) {
         __m512i wlo[2], whi[2];
@@ -100,14 +100,14 @@ INLINE void i8_madd_tile(const cv_panel_tile *t, const int MR, const int NP) {
             /* x0..x3 as int16, repeated in every 64-bit lane: row r's 4 codes meet them in lanes 2r, 2r+1 */
             const __m512i xb = _mm512_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(x_quad(t, i, g))));
             for (int j = 0; j < NP; j++) {
-                lo[i][j] = _mm512_add_epi32(lo[i][j], _mm512_madd_epi16(wlo[j], xb));
-                hi[i][j] = _mm512_add_epi32(hi[i][j], _mm512_madd_epi16(whi[j], xb));
+                lo[i][j] += (__v16su)_mm512_madd_epi16(wlo[j], xb);
+                hi[i][j] += (__v16su)_mm512_madd_epi16(whi[j], xb);
             }
         }
     }
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NP; j++) {
-            __m512i acc = pair_sums(lo[i][j], hi[i][j]);
+            __m512i acc = pair_sums((__m512i)lo[i][j], (__m512i)hi[i][j]);
             if (!t->first) acc = _mm512_add_epi32(acc, i8_partial(t, i, j));
             i8_finish(t, i, j, acc);
         }
