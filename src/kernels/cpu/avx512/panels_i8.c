@@ -8,7 +8,8 @@
  * of 16 outputs. The activations are the unsigned operand, offset by 128 (a flip of the top bit):
  * Σ (x+128)·w = Σ x·w + 128·Σ w, so the accumulators start at −128 × the row's code sum (stored in
  * the panel) and end at the exact Σ x·w. Intermediate sums may wrap; the int32 arithmetic is
- * modular, so the result is still exact. Up to 8 tokens × 3 panels: 24 accumulators (6 measured 10-15 % slower at 16 tokens).
+ * modular, so the result is still exact. Up to 8 tokens × 3 panels: 24 accumulators (6 tokens
+ * measured 10-15 % slower at 16).
  *
  * Without VNNI (vpmaddwd): the codes are sign-extended to int16, each 32-bit lane then holds the
  * sum of 2 products (never near overflow), rows 0-7 and 8-15 of a group in two vectors with 2
