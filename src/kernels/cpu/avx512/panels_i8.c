@@ -49,9 +49,10 @@ INLINE int x_quad(const cv_panel_tile *t, int i, int64_t g) {
     return q;
 }
 
-/* The accumulators are int32-lane vectors (__v16si) fed to the builtin directly: held as __m512i
- * (64-bit lanes, a view cast at each vpdpbusd) gcc 12 moved the 6 × 3 tile's accumulators through
- * the stack and other registers every group, and the kernel ran at half its multiply-adds. */
+/* The accumulators are int32-lane vectors (__v16si), the intrinsic's __m512i only a view at each
+ * vpdpbusd: held as __m512i (64-bit lanes) across the k loop, gcc 12 moved a 6 × 3 tile's
+ * accumulators through the stack and other registers every group, and the kernel ran at half its
+ * multiply-adds. */
 VNNI INLINE void i8_vnni_tile(const cv_panel_tile *t, const int MR, const int NP) {
     __v16si acc[8][3];
     for (int j = 0; j < NP; j++) {
@@ -70,7 +71,8 @@ VNNI INLINE void i8_vnni_tile(const cv_panel_tile *t, const int MR, const int NP
         for (int i = 0; i < MR; i++) {
             /* x + 128 as unsigned bytes: a flip of each code's top bit */
             const __v16si xb = (__v16si)_mm512_set1_epi32(x_quad(t, i, g) ^ (int)0x80808080u);
-            for (int j = 0; j < NP; j++) acc[i][j] = __builtin_ia32_vpdpbusd_v16si(acc[i][j], xb, w[j]);
+            for (int j = 0; j < NP; j++)
+                acc[i][j] = (__v16si)_mm512_dpbusd_epi32((__m512i)acc[i][j], (__m512i)xb, (__m512i)w[j]);
         }
     }
     for (int i = 0; i < MR; i++)
