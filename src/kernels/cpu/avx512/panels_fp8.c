@@ -36,19 +36,22 @@ INLINE void fp8_tile(const cv_panel_tile *t, const int MR, const int NP) {
         for (int i = 0; i < MR; i++)
             for (int j = 0; j < NP; j++) acc[i][j] = _mm512_setzero_ps();
         int64_t k = b0;
+        /* A group's two k pairs in turn: the NP panels' widened pair (2·NP vectors), then each
+         * token's two activations broadcast once for all panels. (With every panel's whole group
+         * widened first, gcc kept all 4·MR broadcasts in registers beside the accumulators and
+         * spilled them to the stack every group.) */
         for (; k + 4 <= b1; k += 4)
-            for (int j = 0; j < NP; j++) {
-                const uint8_t *p = t->w + j * t->panel_stride + k * 16;
-                if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, j, k * 16, t->k * 16), _MM_HINT_T0);
-                __m512 w0, w1, w2, w3;
-                widen32(p, &w0, &w1);
-                widen32(p + 32, &w2, &w3);
+            for (int h = 0; h < 4; h += 2) {
+                __m512 w0[3], w1[3];
+                for (int j = 0; j < NP; j++) {
+                    const uint8_t *p = t->w + j * t->panel_stride + k * 16;
+                    if (MR <= CV_STREAM_TOKENS && h == 0)
+                        _mm_prefetch(cv_panel_ahead(t, j, k * 16, t->k * 16), _MM_HINT_T0);
+                    widen32(p + 16 * h, &w0[j], &w1[j]);
+                }
                 for (int i = 0; i < MR; i++) {
-                    const float *xi = x + i * t->ldx + k;
-                    acc[i][j] = _mm512_fmadd_ps(w0, _mm512_set1_ps(xi[0]), acc[i][j]);
-                    acc[i][j] = _mm512_fmadd_ps(w1, _mm512_set1_ps(xi[1]), acc[i][j]);
-                    acc[i][j] = _mm512_fmadd_ps(w2, _mm512_set1_ps(xi[2]), acc[i][j]);
-                    acc[i][j] = _mm512_fmadd_ps(w3, _mm512_set1_ps(xi[3]), acc[i][j]);
+                    const __m512 x0 = _mm512_set1_ps(x[i * t->ldx + k + h]), x1 = _mm512_set1_ps(x[i * t->ldx + k + h + 1]);
+                    for (int j = 0; j < NP; j++) acc[i][j] = _mm512_fmadd_ps(w1[j], x1, _mm512_fmadd_ps(w0[j], x0, acc[i][j]));
                 }
             }
         for (; k < b1; k++) /* the block's last columns when K is not a multiple of 4 */
