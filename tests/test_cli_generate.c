@@ -78,11 +78,10 @@ static int occurrences(const char *s, const char *needle) {
 /* A log line of `err` (INFO or WARNING, from its component on) said more than once, or NULL; the
  * result is malloc'ed. */
 static char *repeated_log_line(const char *err) {
-    for (const char *line = err; *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : line + strlen(line)) {
-        if (strncmp(line, "INFO ", 5) && strncmp(line, "WARNING ", 8)) continue;
-        const char *from = strchr(line, '['), *end = strchr(line, '\n');
-        if (!end) end = line + strlen(line);
-        if (!from || from > end) continue;
+    for (const char *line = err, *end; *line; line = *end ? end + 1 : end) {
+        end = line + strcspn(line, "\n");
+        const char *from = memchr(line, '[', (size_t)(end - line));
+        if (!from || (strncmp(line, "INFO ", 5) && strncmp(line, "WARNING ", 8))) continue;
         const size_t n = (size_t)(end - from);
         char *text = malloc(n + 1);
         memcpy(text, from, n);
@@ -93,12 +92,16 @@ static char *repeated_log_line(const char *err) {
     return NULL;
 }
 
+/* The environment of a -tp 2 run at the default log level (rank 0 logs info lines, the other ranks
+ * warnings only), OpenMPI's own allocations kept out of LeakSanitizer's report as in test_tp
+ * (tests/CMakeLists.txt CV_OPENMPI_LSAN). */
+#define TP_DEFAULT_LOG_ENV "env -u CVLLM_LOG_LEVEL LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0"
+
 /* Two ranks asked for by `two` (-tp 2, or a --config file's tensor_parallel_size), with `flags`:
  * cvllm starts them under mpirun itself; the f32 model of reference folder `folder` (its config.json
  * updated with the fields of `config`, when given) sharded over them gives the one-process run's
  * greedy tokens and logprobs, and the reference's greedy tokens unless the weights are made up
- * (--load-format dummy). OpenMPI's own allocations are kept out of LeakSanitizer's report as in
- * test_tp (tests/CMakeLists.txt CV_OPENMPI_LSAN). */
+ * (--load-format dummy); at the default log level (TP_DEFAULT_LOG_ENV). */
 static void test_tensor_parallel(const char *tmp, const char *folder, const char *config, const char *flags,
                                  const char *two) {
     char *model = tu_model_dir(folder);
@@ -112,8 +115,6 @@ static void test_tensor_parallel(const char *tmp, const char *folder, const char
         json_decref(edit);
         free(path);
     }
-    /* the default log level: rank 0 logs info lines, the other ranks warnings only */
-    const char *env = "env -u CVLLM_LOG_LEVEL LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
     double lp[2][8] = {{0}};
     json_t *ids[2] = {NULL, NULL};
     json_t *ref = strstr(flags, "dummy") ? NULL : tu_load_ref(folder, "short");
@@ -122,7 +123,7 @@ static void test_tensor_parallel(const char *tmp, const char *folder, const char
         char *args = tu_strdupf("generate %s --prompt-token-ids 1,2,3,4,5,6,7,8 --temperature 0 --max-tokens 8 "
                                 "--logprobs 1 --output json --max-model-len 256 --dtype float32 --trust-remote-code %s",
                                 model, parallel);
-        tu_run r = tu_run_cvllm(tmp, env, args);
+        tu_run r = tu_run_cvllm(tmp, TP_DEFAULT_LOG_ENV, args);
         free(args);
         free(parallel);
         CHECK_MSG(r.status == 0, "%s -tp %d %s: %s", folder, tp, flags, r.err);
@@ -277,8 +278,7 @@ static void test_tp_logs_once(const char *tmp) {
         free(from);
     }
     char *args = tu_strdupf("generate %s -tp 2 --prompt-token-ids 1,2,3 --max-tokens 2%s", model, "");
-    const char *env = "env -u CVLLM_LOG_LEVEL LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
-    tu_run r = tu_run_cvllm(tmp, env, args);
+    tu_run r = tu_run_cvllm(tmp, TP_DEFAULT_LOG_ENV, args);
     CHECK_MSG(r.status == 0, "%s: status %d\n%s", args, r.status, r.err);
     CHECK_MSG(occurrences(r.err, "quant_model_description.json found") == 1, "%s: %s", args, r.err);
     char *again = repeated_log_line(r.err);
