@@ -34,6 +34,11 @@
 #define NAME "dp-test"
 enum { N_PROMPTS = 16, N_COPIES = 4, N_REQUESTS = N_PROMPTS * N_COPIES, BLOCK = 16 };
 
+/* How long a server may take to say it is ready: a guard against a hang, not a speed. Under ASan a
+ * -dp 3 start beside the suite's mpirun jobs on 2 cores once took over a minute (it is seconds
+ * alone). */
+enum { READY_SECONDS = 300 };
+
 static char *model_dir;
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -136,7 +141,7 @@ static sp_proc start(const char *dp, const char *tp) {
     char tag[16];
     snprintf(tag, sizeof tag, "dp%s-tp%s", dp, tp);
     sp_proc p = sp_spawn(model_dir, model_dir, tag, args, n);
-    CHECK_MSG(sp_wait_ready(&p, 120), "cvllm serve -dp %s -tp %s did not start", dp, tp);
+    CHECK_MSG(sp_wait_ready(&p, READY_SECONDS), "cvllm serve -dp %s -tp %s did not start", dp, tp);
     return p;
 }
 
@@ -350,7 +355,7 @@ static void test_flags(void) {
     const char *three[] = {"--host", "127.0.0.1", "--port", "0", "-dp", "3", "--num-threads", "2",
                            "--kv-cache-memory-bytes", "48M", "--max-model-len", "1024"};
     p = sp_spawn(model_dir, model_dir, "dp3", three, sizeof three / sizeof *three);
-    CHECK_MSG(sp_wait_ready(&p, 60), "cvllm serve -dp 3 did not start");
+    CHECK_MSG(sp_wait_ready(&p, READY_SECONDS), "cvllm serve -dp 3 did not start");
     stop(&p);
     log = tu_read_text(p.log);
     CHECK_EQ_INT(count(log, "data_parallel_size 3 with 2 kernel threads: each replica runs on 1 thread"), 1);
