@@ -140,7 +140,7 @@ cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine 
 
 /* The checks cvllm_engine_create makes before it reads or makes any weight, without creating the
  * engine: the options, the model at hand (its weights too, unless load_format is "dummy"), its
- * config files, the speculative method, max_model_len, the dtypes, the quantization, that its heads
+ * config files, that its tokenizer's file is there, the speculative method, max_model_len, the dtypes, the quantization, that its heads
  * (and experts, with enable_expert_parallel) split over tensor_parallel_size ranks, and that the
  * model fits in memory. Returns the error create would return for them (cvllm_last_error), else
  * CVLLM_OK. Needs no MPI job: with tensor_parallel_size N > 1 outside one, it checks a shard as the
@@ -148,6 +148,14 @@ cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine 
  * them) would. A launcher calls it to refuse a job once and at once, before starting its ranks. */
 cvllm_status cvllm_engine_check(const cvllm_engine_options *opts);
 void cvllm_engine_destroy(cvllm_engine *engine);
+
+/* On rank 0 of a tensor-parallel job: true once every group of ranks this process created an engine
+ * over has let its workers go, because a step they took together failed (cvllm_engine_create
+ * returned its error) or the engine was destroyed; the workers then end by themselves, with status
+ * 0. So the process may end too, and a launcher need not end the job's other ranks: cvllm's own
+ * passes rank 0's status outside MPI's, as mpirun waits out its grace for them on a failing one
+ * (cli/launch.c). False anywhere else, and while a worker may still wait for this process. */
+bool cvllm_job_workers_released(void);
 
 /* The engine's tokenizer; owned by the engine. */
 const cvllm_tokenizer *cvllm_engine_tokenizer(const cvllm_engine *engine);

@@ -291,21 +291,47 @@ static void test_tp_logs_once(const char *tmp) {
 }
 
 /* A -tp 2 job whose ranks fail to load the model (a dense config over MoE weights: the checks before
- * mpirun read no tensor) says why once, from rank 0, and exits 1: the workers end without a word. */
+ * mpirun read no tensor) says why once, from rank 0, and exits 1: the workers end without a word.
+ * Rank 0 hands its status to the launcher in a file (cli/launch.c), which is gone afterwards. A model
+ * without a tokenizer is refused by the launcher's check, in one line, with no ranks started. */
 static void test_tp_load_failure(const char *tmp) {
     char *model = tu_model_dir("qwen3-dense-f32");
     char *weights = tu_strdupf("%s/%s", model, "model.safetensors");
     char *moe = tu_strdupf("%s/vectors/qwen3-moe-f32/%s", CVLLM_TEST_DATA, "model.safetensors");
+    char *jobs = tu_strdupf("%s/%s", tmp, "jobs");
+    CHECK(mkdir(jobs, 0700) == 0);
     unlink(weights);
     tu_link(moe, model, "model.safetensors");
-    char *args = tu_strdupf("generate %s -tp 2 --prompt hi --max-tokens 2 --dtype float32%s", model, "");
-    const char *env = "CVLLM_LOG_LEVEL=warning LSAN_OPTIONS=" CV_OPENMPI_LSAN ":fast_unwind_on_malloc=0";
+    char *env = tu_strdupf("TMPDIR=%s CVLLM_LOG_LEVEL=warning LSAN_OPTIONS=%s:fast_unwind_on_malloc=0", jobs,
+                           CV_OPENMPI_LSAN);
+    static const char *const commands[] = {"generate %s -tp 2 --prompt hi --max-tokens 2 --dtype float32",
+                                           "serve %s -tp 2 --host 127.0.0.1 --port 0 --dtype float32"};
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++) {
+        char *args = tu_strdupf(commands[i], model, "");
+        tu_run r = tu_run_cvllm(tmp, env, args);
+        const char *cmd = i ? "serve" : "generate";
+        char *error = tu_strdupf("cvllm %s: missing tensor model.layers.0.%s", cmd, "");
+        CHECK_MSG(r.status == 1, "%s: status %d\n%s", args, r.status, r.err);
+        CHECK_MSG(occurrences(r.err, error) == 1, "%s: %s", args, r.err); /* LeakSanitizer's lines may follow */
+        CHECK_MSG(tu_dir_entries(jobs) == 0, "%s: the job's status file is left in %s", args, jobs);
+        tu_run_free(&r);
+        free(error);
+        free(args);
+    }
+    char *tokenizer = tu_strdupf("%s/%s", model, "tokenizer.json");
+    CHECK(unlink(tokenizer) == 0);
+    char *args = tu_strdupf("serve %s -tp 2 --host 127.0.0.1 --port 0 --dtype float32%s", model, "");
     tu_run r = tu_run_cvllm(tmp, env, args);
-    static const char error[] = "cvllm generate: missing tensor model.layers.0.";
     CHECK_MSG(r.status == 1, "%s: status %d\n%s", args, r.status, r.err);
-    CHECK_MSG(occurrences(r.err, error) == 1, "%s: %s", args, r.err); /* under ASan LeakSanitizer's lines follow */
+    char *error = tu_strdupf("cvllm serve: cannot open %s: No such file or directory\n%s", tokenizer, "");
+    CHECK_MSG(!strcmp(r.err, error), "%s: %s", args, r.err);
     tu_run_free(&r);
+    free(error);
     free(args);
+    free(tokenizer);
+    free(env);
+    tu_remove_tree(jobs);
+    free(jobs);
     free(moe);
     free(weights);
     tu_remove_tree(model);

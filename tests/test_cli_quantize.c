@@ -952,11 +952,8 @@ static void test_failed_write(void) {
     expect_error((const char *[]){model, out, "--scheme", "w8a8_dynamic", "--max-shard-size", "100KB", NULL}, 1, line, out);
     CHECK(mkdir(empty, 0755) == 0);
     expect_error((const char *[]){model, empty, "--scheme", "w8a8_dynamic", "--max-shard-size", "100KB", NULL}, 1, line, NULL);
-    DIR *d = opendir(empty);
-    size_t entries = 0;
-    for (struct dirent *e; d && (e = readdir(d));) entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    if (d) closedir(d);
-    CHECK_MSG(d && entries == 0, "%zu files left in %s", entries, empty);
+    const int entries = tu_dir_entries(empty);
+    CHECK_MSG(entries == 0, "%d files left in %s", entries, empty);
     tu_remove_tree(model);
     free(model), free(out), free(empty);
 }

@@ -7,6 +7,7 @@
 #ifndef CV_TESTUTIL_H
 #define CV_TESTUTIL_H
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -43,6 +44,16 @@ static inline void tu_remove_tree(const char *dir) {
     char *cmd = tu_strdupf("rm -rf '%s'%s", dir, "");
     if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
     free(cmd);
+}
+
+/* How many entries DIR holds besides . and .., or -1 when it cannot be read. */
+static inline int tu_dir_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
 }
 
 /* A symbolic link DIR/NAME to target. */

@@ -12,7 +12,8 @@
  * mpi` appended, which the ranks read as "already launched": every rank creates the engine (cvllm.h
  * tensor_parallel_size), rank 0 runs the command and the others serve its model shard. The ranks
  * also find CV_ARGS_NOTED_ENV set: this process logged the arguments' notes already. This process
- * stays the parent and exits with mpirun's status; mpirun runs in a process group of its own and
+ * stays the parent and exits with mpirun's status (or the one rank 0 left it in a file, when rank 0
+ * failed but let its workers go and so could end with 0: see STATUS_FILE_ENV); mpirun runs in a process group of its own and
  * forwards the ranks' output (quietly: a rank's error is the last line, without mpirun's advice
  * after it). SIGTERM and SIGINT to this process reach the ranks as SIGUSR2, which mpirun forwards as
  * it is (it would answer SIGTERM itself by killing the job): rank 0 of `serve` takes it as its
@@ -54,6 +55,23 @@ static const char *executor_backend(const cv_args *a) {
 }
 
 static volatile pid_t job;
+
+/* Where rank 0 of a job this launcher started leaves its exit status when that is not 0 and its
+ * workers end by themselves (cv_launch_rank_exit); rank 0 then exits 0. mpirun answers a rank's
+ * failing status by ending the job (SIGTERM, the grace, SIGKILL), and waits out the grace twice even
+ * when every rank is gone: a serve job whose model failed to load took 12 s to exit, 3 s this way. */
+#define STATUS_FILE_ENV "CVLLM_JOB_STATUS_FILE"
+
+/* The status rank 0 left in path: mpirun ended with 0, so rank 0 did too or said otherwise there. */
+static int rank0_status(const char *path) {
+    FILE *f = fopen(path, "r");
+    int st = 0;
+    if (f) {
+        if (fscanf(f, "%d", &st) != 1 || st < 0 || st > 255) st = 0;
+        fclose(f);
+    }
+    return st;
+}
 
 static void forward(int sig) {
     (void)sig;
@@ -115,6 +133,18 @@ bool cv_launch_ranks(const cv_args *a, const cvllm_engine_options *o, int *statu
     args[k++] = "mpi";
     args[k] = NULL;
     setenv(CV_ARGS_NOTED_ENV, "1", 1); /* the ranks need not repeat this parse's notes */
+    const char *tmp = getenv("TMPDIR");
+    char status_file[PATH_MAX];
+    snprintf(status_file, sizeof status_file, "%s/cvllm-job-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    const int fd = mkstemp(status_file);
+    if (fd < 0) {
+        fprintf(stderr, "cvllm: cannot create %s: %s\n", status_file, strerror(errno));
+        free(args);
+        free(words);
+        return true;
+    }
+    close(fd);
+    setenv(STATUS_FILE_ENV, status_file, 1);
     if (geteuid() == 0) {
         setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
@@ -148,14 +178,28 @@ bool cv_launch_ranks(const cv_args *a, const cvllm_engine_options *o, int *statu
     free(words);
     if (pid < 0) {
         perror("cvllm: fork");
+        unlink(status_file);
         return true;
     }
     job = pid;
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return true;
-    *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    pid_t waited;
+    while ((waited = waitpid(pid, &st, 0)) < 0 && errno == EINTR) continue;
+    if (waited == pid) {
+        *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (*status == 0) *status = rank0_status(status_file);
+    }
+    unlink(status_file);
     return true;
+}
+
+int cv_launch_rank_exit(int status) {
+    const char *path = getenv(STATUS_FILE_ENV);
+    if (!status || cv_launch_job_rank() != 0 || !path || !cvllm_job_workers_released()) return status;
+    FILE *f = fopen(path, "r+"); /* the launcher's file, never a new one: a rank 0 on another host has none */
+    if (!f) return status;
+    const bool said = fprintf(f, "%d\n", status) > 0;
+    return fclose(f) == 0 && said ? 0 : status;
 }
 
 cvllm_engine *cv_launch_engine(const cv_args *a, const cvllm_engine_options *o, int *status) {

@@ -21,6 +21,11 @@ bool cv_launch_ranks(const cv_args *a, const cvllm_engine_options *o, int *statu
 bool cv_launch_wanted(const cv_args *a, const cvllm_engine_options *o);
 /* This process's world rank in an MPI job (its ranks' or the user's own mpirun), or -1 outside one. */
 int cv_launch_job_rank(void);
+/* The exit status of this process, whose command ended with `status`: 0 on rank 0 of a job that
+ * cv_launch_ranks started when status is not 0 but the job's workers end by themselves
+ * (cvllm_job_workers_released), with status left for the launcher, which exits with it; else
+ * status. */
+int cv_launch_rank_exit(int status);
 
 /* The engine of a command that runs one (generate, bench latency and throughput), once its
  * arguments `a` are parsed into `o`: NULL when the command ends here, with *status its exit status,

@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
         }
     }
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) return cv_launch_rank_exit(commands[i].run(argc - 1, argv + 1));
     fprintf(stderr, "cvllm: unknown command '%s'\n%s", argv[1], usage);
     return 2;
 }

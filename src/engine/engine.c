@@ -216,13 +216,15 @@ static int check_memory_fit(cvllm_engine *e, bool dummy, cv_footprint *fp, bool 
     return *known ? cv_kv_cache_check_fit(e, fp) : 0;
 }
 
-static int load_tokenizer(cvllm_engine *e) {
-    if (!e->opts.tokenizer) return cv_tokenizer_load(e->model_dir, &e->tokenizer);
-    char *dir = NULL;
-    int rc = cv_resolve_model(e->opts.tokenizer, e->opts.revision, false, &dir);
-    if (!rc) rc = cv_tokenizer_load(dir, &e->tokenizer);
-    free(dir);
-    return rc;
+/* Where the tokenizer comes from, and that its file is there: a check, so that under tensor
+ * parallelism the launcher refuses a model without one once, rather than every rank at load. */
+static int find_tokenizer(cvllm_engine *e) {
+    if (!e->opts.tokenizer) e->tokenizer_dir = cv_xstrdup(e->model_dir);
+    else {
+        const int rc = cv_resolve_model(e->opts.tokenizer, e->opts.revision, false, &e->tokenizer_dir);
+        if (rc) return rc;
+    }
+    return cv_tokenizer_check(e->tokenizer_dir);
 }
 
 /* The kernel threads of one data-parallel replica: its share of num_threads, or of the machine's CPUs,
@@ -296,6 +298,7 @@ static int check_engine(cvllm_engine *e, cv_footprint *fp, bool *known) {
     if ((rc = cv_resolve_model(e->opts.model, e->opts.revision, !dummy, &e->model_dir))) return rc;
     if ((rc = cv_spec_config_parse(e->opts.speculative_config, &e->spec))) return rc;
     if ((rc = cv_model_config_load(e->model_dir, &e->config))) return rc;
+    if ((rc = find_tokenizer(e))) return rc;
     if ((rc = cv_model_check_architecture(e->config.architecture))) return rc;
     if ((rc = load_generation_config(e))) return rc;
     if ((rc = resolve_max_model_len(e))) return rc;
@@ -313,7 +316,7 @@ static int create_engine(cvllm_engine *e) {
     if (rc) return rc;
     cv_info("engine", "Initializing engine: model=%s (%s), load_format=%s", e->opts.model, e->model_dir,
             cv_weight_source_is_dummy(e->weights) ? "dummy" : "safetensors");
-    if ((rc = load_tokenizer(e))) return rc;
+    if ((rc = cv_tokenizer_load(e->tokenizer_dir, &e->tokenizer))) return rc;
     if ((rc = load_model(e))) return rc;
     if (!known)
         return cv_fail(CVLLM_ERR_INTERNAL, "no memory footprint for architecture %s (models/footprint.c lacks it)",
@@ -401,6 +404,8 @@ cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine 
     return CVLLM_OK;
 }
 
+bool cvllm_job_workers_released(void) { return cv_runner_workers_released(); }
+
 static void free_finished(cvllm_engine *e) {
     for (size_t i = 0; i < e->n_finished; i++) cv_request_free(e->finished[i]);
     e->n_finished = 0;
@@ -439,6 +444,7 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     free(e->batch.checkpoints);
     free(e->batch.new_ckpt_hashes);
     free(e->model_dir);
+    free(e->tokenizer_dir);
     free(e);
 }
 

@@ -57,6 +57,7 @@ typedef struct cv_mtp_seq {
 struct cvllm_engine {
     cvllm_engine_options opts;     /* strings not kept; see model_dir */
     char *model_dir;
+    char *tokenizer_dir; /* --tokenizer's folder, or model_dir's copy */
     cv_model_config config;
     cv_generation_config gen;
     bool use_generation_defaults;

@@ -22,7 +22,13 @@ struct cv_comm {
     MPI_Comm comm;
     int rank, size;
     _Atomic double waiting_since; /* when group rank 0 entered the collective it waits in (0: none) */
+    bool released; /* group rank 0: its workers leave by themselves, a step failed together (cv_comm_agree)
+                    * or CV_CMD_STOP went out */
 };
+
+/* World rank 0's groups: how many it joined, and how many of those it freed after letting their
+ * workers go (cv_comm_workers_released). */
+static atomic_int groups_led, groups_released;
 
 static void finalize(void) {
     int done = 0;
@@ -156,7 +162,10 @@ int cv_comm_join(int tp_size, int dp_size, int dp_rank, cv_tp *tp, cv_comm **out
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
     *tp = (cv_tp){.rank = c->rank, .size = c->size, .ctx = c, .allreduce = allreduce, .gather = gather};
-    if (c->rank == 0) watch_comm(c, true);
+    if (c->rank == 0) {
+        watch_comm(c, true);
+        groups_led++;
+    }
     if (dp_size > 1) cv_info("executor", "tensor-parallel rank %d of %d of data-parallel replica %d", c->rank, c->size,
                              replica);
     else cv_info("executor", "tensor-parallel rank %d of %d", c->rank, c->size);
@@ -166,7 +175,10 @@ int cv_comm_join(int tp_size, int dp_size, int dp_rank, cv_tp *tp, cv_comm **out
 
 void cv_comm_free(cv_comm *c) {
     if (!c) return;
-    if (c->rank == 0) watch_comm(c, false);
+    if (c->rank == 0) {
+        watch_comm(c, false);
+        if (c->released) groups_released++;
+    }
     MPI_Comm_free(&c->comm);
     free(c);
 }
@@ -182,11 +194,17 @@ int cv_comm_agree(cv_comm *c, int rc, const char *what) {
     if (c->rank == first) snprintf(why.reason, sizeof why.reason, "%s", cv_error_message());
     MPI_Bcast(&why, (int)sizeof why, MPI_BYTE, first, c->comm);
     if (c->rank != 0) return CV_RUNNER_GROUP_FAILED;
+    c->released = true;
     if (first == 0) return rc;
     return cv_fail(why.rc, "tensor-parallel rank %d of %d failed to %s: %s", first, c->size, what, why.reason);
 }
 
-void cv_comm_bcast_header(cv_comm *c, cv_comm_header *h) { MPI_Bcast(h, 8, MPI_INT64_T, 0, c->comm); }
+void cv_comm_bcast_header(cv_comm *c, cv_comm_header *h) {
+    MPI_Bcast(h, 8, MPI_INT64_T, 0, c->comm);
+    if (c->rank == 0 && h->cmd == CV_CMD_STOP) c->released = true;
+}
+
+bool cv_comm_workers_released(void) { return groups_led > 0 && groups_released == groups_led; }
 
 void cv_comm_bcast_payload(cv_comm *c, void **payload, size_t *cap, size_t bytes) {
     if (c->rank != 0 && bytes > *cap) {

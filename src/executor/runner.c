@@ -248,6 +248,8 @@ int cv_runner_execute_mtp(cv_runner *r, const cv_batch *batch, const float *hidd
 
 bool cv_runner_is_worker(const cv_runner *r) { return r->tp.rank != 0; }
 
+bool cv_runner_workers_released(void) { return cv_comm_workers_released(); }
+
 int cv_runner_serve(cv_runner *r) {
     assert(r->tp.rank != 0 && r->serving);
     for (;;) {

@@ -122,14 +122,18 @@ static void merge_insert(cv_tokenizer *tok, int32_t left, int32_t right, int32_t
 
 /* ---- JSON helpers ---------------------------------------------------------------------------- */
 
+/* *f is NULL, with 0, when the file is not there and not required. */
+static int open_file(const char *path, bool required, FILE **f) {
+    *f = fopen(path, "rb");
+    if (*f || (!required && errno == ENOENT)) return 0;
+    return cv_fail(errno == ENOENT ? CVLLM_ERR_NOT_FOUND : CVLLM_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+}
+
 static int load_json(const char *path, bool required, json_t **out) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (!required && errno == ENOENT) return 0;
-        return cv_fail(errno == ENOENT ? CVLLM_ERR_NOT_FOUND : CVLLM_ERR_IO, "cannot open %s: %s",
-                       path, strerror(errno));
-    }
+    FILE *f;
+    int rc = open_file(path, required, &f);
+    if (rc || !f) return rc;
     json_error_t err;
     *out = json_loadf(f, JSON_ALLOW_NUL, &err);
     fclose(f);
@@ -550,6 +554,15 @@ static int build(cv_tokenizer *tok, const json_t *root) {
     build_added_set(&tok->raw_set, tok->added, tok->n_added, false);
     build_added_set(&tok->norm_set, tok->added, tok->n_added, true);
     return compile_word_re(tok);
+}
+
+int cv_tokenizer_check(const char *dir) {
+    char *path = cv_xasprintf("%s/tokenizer.json", dir);
+    FILE *f;
+    const int rc = open_file(path, true, &f);
+    if (f) fclose(f);
+    free(path);
+    return rc;
 }
 
 int cv_tokenizer_load(const char *dir, cv_tokenizer **out) {

@@ -21,6 +21,8 @@ typedef struct cv_tokenizer cv_tokenizer;
 
 /* Reads DIR/tokenizer.json and (optionally) DIR/tokenizer_config.json. */
 int cv_tokenizer_load(const char *dir, cv_tokenizer **out);
+/* The error cv_tokenizer_load would give for DIR/tokenizer.json not being there, without reading it. */
+int cv_tokenizer_check(const char *dir);
 void cv_tokenizer_free(cv_tokenizer *tok);
 
 /* *ids is cv_xmalloc'd. Invalid UTF-8 is CVLLM_ERR_INVALID_ARGUMENT naming the byte offset. */
