@@ -39,7 +39,7 @@ INLINE __m256 load_cols(const float *y, int n) {
 }
 
 /* static void NAME(const cv_panel_tile *t) running KERNEL(t, MR) at the tile's token count, for
- * MR_UP_TO_2 or MR_UP_TO_4; every AVX2 panel kernel is one panel wide (16 outputs are already two
+ * MR_UP_TO_2, MR_UP_TO_4 or MR_UP_TO_5; every AVX2 panel kernel is one panel wide (16 outputs are already two
  * ymm per token). */
 #define MR_UP_TO_2(KERNEL) \
     case 1: KERNEL(t, 1); return; \
@@ -47,6 +47,8 @@ INLINE __m256 load_cols(const float *y, int n) {
 #define MR_UP_TO_4(KERNEL) MR_UP_TO_2(KERNEL) \
     case 3: KERNEL(t, 3); return; \
     case 4: KERNEL(t, 4); return;
+#define MR_UP_TO_5(KERNEL) MR_UP_TO_4(KERNEL) \
+    case 5: KERNEL(t, 5); return;
 #define PANEL_DISPATCH(NAME, KERNEL, CASES)     \
     static void NAME(const cv_panel_tile *t) {  \
         switch (t->mr) {                        \
