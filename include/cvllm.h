@@ -149,12 +149,13 @@ cvllm_status cvllm_engine_create(const cvllm_engine_options *opts, cvllm_engine 
 cvllm_status cvllm_engine_check(const cvllm_engine_options *opts);
 void cvllm_engine_destroy(cvllm_engine *engine);
 
-/* On rank 0 of a tensor-parallel job: true once every group of ranks this process created an engine
- * over has let its workers go, because a step they took together failed (cvllm_engine_create
- * returned its error) or the engine was destroyed; the workers then end by themselves, with status
- * 0. So the process may end too, and a launcher need not end the job's other ranks: cvllm's own
- * passes rank 0's status outside MPI's, as mpirun waits out its grace for them on a failing one
- * (cli/launch.c). False anywhere else, and while a worker may still wait for this process. */
+/* On rank 0 of a tensor-parallel job: true once the group of ranks of every replica of the job
+ * (data_parallel_size of them) has let its workers go, because a step they took together failed
+ * (cvllm_engine_create returned its error) or its engine was destroyed; the workers then end by
+ * themselves, with status 0. So the process may end too, and a launcher need not end the job's
+ * other ranks: cvllm's own passes rank 0's status outside MPI's, as mpirun waits out its grace for
+ * them on a failing one (cli/launch.c). False anywhere else, and while a worker may still wait for
+ * this process (a replica not created because an earlier one failed). */
 bool cvllm_job_workers_released(void);
 
 /* The engine's tokenizer; owned by the engine. */

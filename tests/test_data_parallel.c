@@ -14,7 +14,7 @@
  * not (load alone would pick replica 0). -dp 2 -tp 2 (three OpenMPI ranks that cvllm starts: rank
  * 0 holds both replicas' first shards) gives the same texts again, both replicas serving. Then the
  * flags: -dp 0 a usage error, more replicas than threads warned about once, generate -dp 2 running
- * one engine.
+ * one engine. Last, -dp 2 -tp 2 over weights that fail to load exits 1, saying why once.
  */
 #include <curl/curl.h>
 #include <jansson.h>
@@ -372,6 +372,28 @@ static void test_flags(void) {
     free(gen);
 }
 
+/* A -dp 2 -tp 2 job whose first replica fails to load (a dense config over MoE weights) exits 1 and
+ * says why once. The second replica's workers wait for rank 0 to form their group, which it never
+ * will: rank 0 must not end as if its workers were let go (cli/launch.c), or the job hangs. */
+static void test_load_failure(void) {
+    char *bad = tu_model_dir("qwen3-dense-f32");
+    char *weights = tu_strdupf("%s/%s", bad, "model.safetensors");
+    char *moe = tu_strdupf("%s/vectors/qwen3-moe-f32/%s", CVLLM_TEST_DATA, "model.safetensors");
+    CHECK(unlink(weights) == 0);
+    tu_link(moe, bad, "model.safetensors");
+    const char *args[] = {"--host", "127.0.0.1", "--port", "0", "-dp", "2", "-tp", "2", "--num-threads", "2",
+                          "--dtype", "float32", "--max-model-len", "1024"};
+    sp_proc p = sp_spawn(bad, model_dir, "dp2-tp2-bad", args, sizeof args / sizeof *args);
+    CHECK_EQ_INT(sp_wait_exit(&p, READY_SECONDS), 1);
+    char *log = tu_read_text(p.log);
+    CHECK_MSG(count(log, "cvllm serve: missing tensor model.layers.0.") == 1, "%s", log);
+    free(log);
+    free(moe);
+    free(weights);
+    tu_remove_tree(bad);
+    free(bad);
+}
+
 int main(void) {
     test_least_loaded();
     test_prefix_match();
@@ -380,6 +402,7 @@ int main(void) {
     model_dir = tu_model_dir("qwen3-dense-f32");
     test_serve();
     test_flags();
+    test_load_failure();
     tu_remove_tree(model_dir);
     free(model_dir);
     curl_global_cleanup();

@@ -26,11 +26,16 @@ struct cv_comm {
                     * or CV_CMD_STOP went out */
 };
 
-/* World rank 0's groups: how many it joined, and how many of those it freed after letting their
- * workers go (cv_comm_workers_released). */
-static atomic_int groups_led, groups_released;
+/* World rank 0's view of the job's groups (one per data-parallel replica): how many there are, and
+ * how many it freed after letting their workers go (cv_comm_workers_released). A replica it never
+ * joined, because an earlier one failed, has workers waiting in MPI_Comm_create_group. */
+static atomic_int job_groups, groups_released;
 
 static void finalize(void) {
+    /* MPI_Finalize waits for every rank: for the workers of a replica that world rank 0 never
+     * joined (an earlier one failed), forever. MPI_Abort has mpirun end them instead (quietly under
+     * cvllm's launcher, which ran it with -q), and the job's status is 1. */
+    if (job_groups > 0 && groups_released < job_groups) MPI_Abort(MPI_COMM_WORLD, 1);
     int done = 0;
     MPI_Finalized(&done);
     if (!done) MPI_Finalize();
@@ -164,7 +169,7 @@ int cv_comm_join(int tp_size, int dp_size, int dp_rank, cv_tp *tp, cv_comm **out
     *tp = (cv_tp){.rank = c->rank, .size = c->size, .ctx = c, .allreduce = allreduce, .gather = gather};
     if (c->rank == 0) {
         watch_comm(c, true);
-        groups_led++;
+        job_groups = dp_size;
     }
     if (dp_size > 1) cv_info("executor", "tensor-parallel rank %d of %d of data-parallel replica %d", c->rank, c->size,
                              replica);
@@ -204,7 +209,7 @@ void cv_comm_bcast_header(cv_comm *c, cv_comm_header *h) {
     if (c->rank == 0 && h->cmd == CV_CMD_STOP) c->released = true;
 }
 
-bool cv_comm_workers_released(void) { return groups_led > 0 && groups_released == groups_led; }
+bool cv_comm_workers_released(void) { return job_groups > 0 && groups_released == job_groups; }
 
 void cv_comm_bcast_payload(cv_comm *c, void **payload, size_t *cap, size_t bytes) {
     if (c->rank != 0 && bytes > *cap) {

@@ -58,8 +58,8 @@ int cv_comm_agree(cv_comm *c, int rc, const char *what);
  * grown to fit and stays the caller's. */
 void cv_comm_bcast_header(cv_comm *c, cv_comm_header *h);
 void cv_comm_bcast_payload(cv_comm *c, void **payload, size_t *cap, size_t bytes);
-/* On world rank 0: whether it joined a group and has freed every group it joined after letting its
- * workers go (a failed cv_comm_agree, or a CV_CMD_STOP header), so that no worker waits on it. */
+/* On world rank 0: whether it has freed every group of the job after letting its workers go (a
+ * failed cv_comm_agree, or a CV_CMD_STOP header), so that no worker waits on it. */
 bool cv_comm_workers_released(void);
 
 /* Whether this process is a rank of an MPI job of more than one rank (without initialising MPI). */
