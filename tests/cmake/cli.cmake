@@ -1,5 +1,5 @@
 # End-to-end tests of the cvllm binary.
-cv_add_test(test_cli_generate SOURCES test_cli_generate.c LIBS cv_base TIMEOUT 300)
+cv_add_test(test_cli_generate SOURCES test_cli_generate.c LIBS cv_base TIMEOUT 600)
 add_dependencies(test_cli_generate cvllm)
 # its -tp 2 runs start OpenMPI ranks: LeakSanitizer's options for them (tests/CMakeLists.txt)
 target_compile_definitions(test_cli_generate PRIVATE CV_OPENMPI_LSAN="${CV_OPENMPI_LSAN}")
