@@ -93,7 +93,8 @@ int cv_runner_execute_mtp(cv_runner *r, const cv_batch *batch, const float *hidd
  * (then 0) or a batch fails on it (its error; the job should end, as rank 0 cannot go on). */
 bool cv_runner_is_worker(const cv_runner *r);
 int cv_runner_serve(cv_runner *r);
-/* On rank 0: every group it led was freed with its workers let go (cvllm_job_workers_released). */
+/* On rank 0: every replica's group of the job was freed with its workers let go
+ * (cvllm_job_workers_released). */
 bool cv_runner_workers_released(void);
 
 /* For tests that drive the model beside the engine: the loaded model and its state memory. */

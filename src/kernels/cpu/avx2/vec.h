@@ -39,8 +39,8 @@ INLINE __m256 load_cols(const float *y, int n) {
 }
 
 /* static void NAME(const cv_panel_tile *t) running KERNEL(t, MR) at the tile's token count, for
- * MR_UP_TO_2, MR_UP_TO_4 or MR_UP_TO_5; every AVX2 panel kernel is one panel wide (16 outputs are already two
- * ymm per token). */
+ * MR_UP_TO_2, MR_UP_TO_4 or MR_UP_TO_5; every AVX2 panel kernel is one panel wide (16 outputs are
+ * already two ymm per token). */
 #define MR_UP_TO_2(KERNEL) \
     case 1: KERNEL(t, 1); return; \
     case 2: KERNEL(t, 2); return;
