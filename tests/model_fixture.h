@@ -664,6 +664,59 @@ __attribute__((unused)) static int mf_load_model(const char *dir, cv_model_confi
     return mf_load_model_as(dir, false, cfg, src, pool, model);
 }
 
+/* Loads the checkpoint in dir with its config.json first changed by edit, and frees the model
+ * again: the load's status (a failed load must leave the model NULL). edit gets the text model's
+ * part of the config: its text_config where the file nests one (Qwen3.5), else the whole file. */
+__attribute__((unused)) static int mf_load_edited(const char *dir, void (*edit)(json_t *text), cv_threadpool *pool) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *root = json_load_file(path, 0, NULL);
+    if (!root) return -1000;
+    json_t *text = json_object_get(root, "text_config");
+    edit(text ? text : root);
+    char *dumped = json_dumps(root, 0);
+    json_decref(root);
+    cv_model_config cfg;
+    int rc = cv_model_config_parse(dumped, strlen(dumped), "config.json", &cfg);
+    free(dumped);
+    if (rc) return rc;
+    cv_weight_source *src;
+    rc = cv_weight_source_checkpoint(dir, &src);
+    if (rc) {
+        cv_model_config_free(&cfg);
+        return rc;
+    }
+    cv_model *m = (cv_model *)&cfg; /* must come back NULL on failure */
+    cv_model_load_params p = {.config = &cfg, .weights = src, .pool = pool, .max_num_batched_tokens = 8};
+    rc = cv_model_load(&p, &m);
+    if (rc) CHECK(m == NULL);
+    else cv_model_free(m);
+    cv_weight_source_free(src);
+    cv_model_config_free(&cfg);
+    return rc;
+}
+
+/* The step's forward must succeed with every logit finite (dummy weights: no reference to match). */
+__attribute__((unused)) static void mf_expect_finite(cv_model *m, mf_cache *c, mf_step *st) {
+    const size_t n = (size_t)st->batch.n_logits * (size_t)m->vocab_size;
+    float *logits = cv_xmalloc(n * sizeof(float));
+    CHECK_EQ_INT(m->ops->forward(m, &st->batch, &c->kv, m->state_bytes_per_seq ? &c->state : NULL, logits), 0);
+    size_t finite = 0;
+    for (size_t i = 0; i < n; i++) finite += isfinite(logits[i]) != 0;
+    CHECK_EQ_INT(finite, n);
+    free(logits);
+}
+
+/* The step's forward (with state, which may differ from the cache's own) must fail as an invalid
+ * argument whose message says needle. The tests' malformed batches ask for at most 8 logit rows. */
+__attribute__((unused)) static void mf_expect_forward_error(cv_model *m, mf_cache *c, mf_step *st,
+                                                            cv_state_cache *state, const char *needle) {
+    float *logits = cv_xmalloc(8 * (size_t)m->vocab_size * sizeof(float));
+    CHECK_EQ_INT(m->ops->forward(m, &st->batch, &c->kv, state, logits), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cv_error_message(), needle);
+    free(logits);
+}
+
 static const char *const MF_PROMPTS[] = {"short", "long150"};
 
 /* What one folder measured on one kernel path: the worst row and the worst scenario median. */

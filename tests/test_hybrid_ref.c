@@ -155,40 +155,6 @@ static void test_conv_state(void) {
 
 /* ---- failure paths ---------------------------------------------------------------------------- */
 
-static json_t *text_of(json_t *root) {
-    json_t *t = json_object_get(root, "text_config");
-    return t ? t : root;
-}
-
-static int load_with(const char *folder, void (*edit)(json_t *text), cv_threadpool *pool) {
-    char dir[512], path[600];
-    snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    json_t *root = json_load_file(path, 0, NULL);
-    if (!root) return -1000;
-    edit(text_of(root));
-    char *text = json_dumps(root, 0);
-    json_decref(root);
-    cv_model_config cfg;
-    int rc = cv_model_config_parse(text, strlen(text), "config.json", &cfg);
-    free(text);
-    if (rc) return rc;
-    cv_weight_source *src;
-    rc = cv_weight_source_checkpoint(dir, &src);
-    if (rc) {
-        cv_model_config_free(&cfg);
-        return rc;
-    }
-    cv_model *m = (cv_model *)&cfg; /* must come back NULL on failure */
-    cv_model_load_params p = {.config = &cfg, .weights = src, .pool = pool, .max_num_batched_tokens = 8};
-    rc = cv_model_load(&p, &m);
-    if (rc) CHECK(m == NULL);
-    else cv_model_free(m);
-    cv_weight_source_free(src);
-    cv_model_config_free(&cfg);
-    return rc;
-}
-
 static void unchanged(json_t *t) { (void)t; }
 static void no_key_heads(json_t *t) { json_object_del(t, "linear_num_key_heads"); }
 static void string_value_dim(json_t *t) { json_object_set_new(t, "linear_value_head_dim", json_string("32")); }
@@ -218,48 +184,42 @@ static void test_load_errors(cv_threadpool *pool) {
         const char *folder = folders[f];
         const char *root = f ? "model.language_model." : "model.";
         const bool dense = f == 2;
-        char want[160];
-        CHECK_EQ_INT(load_with(folder, unchanged, pool), 0);
-        CHECK_EQ_INT(load_with(folder, no_key_heads, pool), CVLLM_ERR_FORMAT);
+        char dir[512], want[160];
+        snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
+        CHECK_EQ_INT(mf_load_edited(dir, unchanged, pool), 0);
+        CHECK_EQ_INT(mf_load_edited(dir, no_key_heads, pool), CVLLM_ERR_FORMAT);
         CHECK_CONTAINS(cv_error_message(), "missing required field \"linear_num_key_heads\"");
-        CHECK_EQ_INT(load_with(folder, string_value_dim, pool), CVLLM_ERR_FORMAT);
+        CHECK_EQ_INT(mf_load_edited(dir, string_value_dim, pool), CVLLM_ERR_FORMAT);
         CHECK_CONTAINS(cv_error_message(), "\"linear_value_head_dim\" must be a positive integer");
-        CHECK_EQ_INT(load_with(folder, odd_value_heads, pool), CVLLM_ERR_FORMAT);
+        CHECK_EQ_INT(mf_load_edited(dir, odd_value_heads, pool), CVLLM_ERR_FORMAT);
         CHECK_CONTAINS(cv_error_message(), "linear_num_value_heads=3 is not a multiple of linear_num_key_heads=2");
-        CHECK_EQ_INT(load_with(folder, wide_key_heads, pool), CVLLM_ERR_FORMAT);
+        CHECK_EQ_INT(mf_load_edited(dir, wide_key_heads, pool), CVLLM_ERR_FORMAT);
         snprintf(want, sizeof want, "%slayers.0.linear_attn.in_proj_qkv", root);
         CHECK_CONTAINS(cv_error_message(), want);
-        CHECK_EQ_INT(load_with(folder, short_layer_types, pool), CVLLM_ERR_FORMAT);
+        CHECK_EQ_INT(mf_load_edited(dir, short_layer_types, pool), CVLLM_ERR_FORMAT);
         CHECK_CONTAINS(cv_error_message(), "layer_types must list one type for each of the 4 layers");
-        CHECK_EQ_INT(load_with(folder, misspelt_layer_type, pool), CVLLM_ERR_FORMAT);
+        CHECK_EQ_INT(mf_load_edited(dir, misspelt_layer_type, pool), CVLLM_ERR_FORMAT);
         CHECK_CONTAINS(cv_error_message(), "layer_types[1] must be");
-        CHECK_EQ_INT(load_with(folder, interval_two, pool), CVLLM_ERR_NOT_FOUND);
+        CHECK_EQ_INT(mf_load_edited(dir, interval_two, pool), CVLLM_ERR_NOT_FOUND);
         snprintf(want, sizeof want, "missing tensor %slayers.1.self_attn.q_proj.weight", root);
         CHECK_CONTAINS(cv_error_message(), want);
-        CHECK_EQ_INT(load_with(folder, ungated, pool), CVLLM_ERR_UNSUPPORTED);
+        CHECK_EQ_INT(mf_load_edited(dir, ungated, pool), CVLLM_ERR_UNSUPPORTED);
         CHECK_CONTAINS(cv_error_message(), "attn_output_gate=false");
         if (dense) {
-            CHECK_EQ_INT(load_with(folder, no_dense_width, pool), CVLLM_ERR_FORMAT);
+            CHECK_EQ_INT(mf_load_edited(dir, no_dense_width, pool), CVLLM_ERR_FORMAT);
             CHECK_CONTAINS(cv_error_message(), "missing required field \"intermediate_size\" for "
                                                "Qwen3_5ForConditionalGeneration");
-            CHECK_EQ_INT(load_with(folder, narrow_dense_width, pool), CVLLM_ERR_FORMAT);
+            CHECK_EQ_INT(mf_load_edited(dir, narrow_dense_width, pool), CVLLM_ERR_FORMAT);
             snprintf(want, sizeof want, "%slayers.0.mlp.gate_proj.weight", root);
             CHECK_CONTAINS(cv_error_message(), want);
         } else {
-            CHECK_EQ_INT(load_with(folder, no_shared_width, pool), CVLLM_ERR_FORMAT);
+            CHECK_EQ_INT(mf_load_edited(dir, no_shared_width, pool), CVLLM_ERR_FORMAT);
             CHECK_CONTAINS(cv_error_message(), "shared_expert_intermediate_size");
         }
-        CHECK_EQ_INT(load_with(folder, wide_kernel, pool), CVLLM_ERR_FORMAT);
+        CHECK_EQ_INT(mf_load_edited(dir, wide_kernel, pool), CVLLM_ERR_FORMAT);
         snprintf(want, sizeof want, "%slayers.0.linear_attn.conv1d.weight", root);
         CHECK_CONTAINS(cv_error_message(), want);
     }
-}
-
-static void expect_state_error(cv_model *m, mf_cache *c, mf_step *st, cv_state_cache *state, const char *needle) {
-    float *logits = cv_xmalloc(8 * (size_t)m->vocab_size * sizeof(float));
-    CHECK_EQ_INT(m->ops->forward(m, &st->batch, &c->kv, state, logits), CVLLM_ERR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cv_error_message(), needle);
-    free(logits);
 }
 
 static void test_bad_state(cv_threadpool *pool) {
@@ -284,17 +244,17 @@ static void test_bad_state(cv_threadpool *pool) {
     mf_step_begin(&st);
     mf_step_add(&st, &c, &a, 2);
     mf_step_add(&st, &c, &b, 2);
-    expect_state_error(m, &c, &st, &c.state, "share state slot 1");
+    mf_expect_forward_error(m, &c, &st, &c.state, "share state slot 1");
     st.state_slots[1] = MF_STATE_SLOTS;
-    expect_state_error(m, &c, &st, &c.state, "state slot 10, outside [0, 10)");
+    mf_expect_forward_error(m, &c, &st, &c.state, "state slot 10, outside [0, 10)");
     st.state_slots[1] = 2;
-    expect_state_error(m, &c, &st, NULL, "no state cache");
+    mf_expect_forward_error(m, &c, &st, NULL, "no state cache");
     st.batch.state_slots = NULL;
-    expect_state_error(m, &c, &st, &c.state, "no state cache");
+    mf_expect_forward_error(m, &c, &st, &c.state, "no state cache");
     st.batch.state_slots = st.state_slots;
     cv_state_cache small = c.state;
     small.slot_bytes -= 64;
-    expect_state_error(m, &c, &st, &small, "the model needs");
+    mf_expect_forward_error(m, &c, &st, &small, "the model needs");
     /* Checkpoints: a, b run in slots 1 and 2. */
     const cv_state_checkpoint good[] = {{0, 1, 0}, {1, 0, 3}};
     st.batch.checkpoints = good;
@@ -316,15 +276,15 @@ static void test_bad_state(cv_threadpool *pool) {
     };
     for (size_t i = 0; i < CV_ARRAY_LEN(bad); i++) {
         st.batch.checkpoints = bad[i].list;
-        expect_state_error(m, &c, &st, &c.state, bad[i].error);
+        mf_expect_forward_error(m, &c, &st, &c.state, bad[i].error);
     }
     st.batch.checkpoints = NULL;
-    expect_state_error(m, &c, &st, &c.state, "n_checkpoints=2 without a checkpoint list");
+    mf_expect_forward_error(m, &c, &st, &c.state, "n_checkpoints=2 without a checkpoint list");
     st.batch.n_checkpoints = 0;
     st.positions[1] = 2; /* a gap: the state would skip a token */
     st.slots[1] = (int64_t)a.block_table[0] * MF_BLOCK_SIZE + 2;
     st.context_lens[0] = 3;
-    expect_state_error(m, &c, &st, &c.state, "not consecutive");
+    mf_expect_forward_error(m, &c, &st, &c.state, "not consecutive");
     mf_cache_free(&c);
     cv_model_free(m);
     cv_weight_source_free(src);
@@ -351,7 +311,7 @@ static void test_checkpoints_without_state(cv_threadpool *pool) {
     mf_step_begin(&st);
     mf_step_add(&st, &c, &a, 2);
     mf_step_checkpoint(&st, 0, 1, 0);
-    expect_state_error(m, &c, &st, NULL, "state checkpoints asked of a model without recurrent state");
+    mf_expect_forward_error(m, &c, &st, NULL, "state checkpoints asked of a model without recurrent state");
     mf_cache_free(&c);
     cv_model_free(m);
     cv_weight_source_free(src);
@@ -382,12 +342,7 @@ static void test_dummy_weights(cv_threadpool *pool, const char *folder, size_t m
     mf_step_begin(&st);
     mf_step_add(&st, &c, &a, 3);
     mf_step_add(&st, &c, &b, 2);
-    float *logits = cv_xmalloc(5 * V * sizeof(float));
-    CHECK_EQ_INT(m->ops->forward(m, &st.batch, &c.kv, &c.state, logits), 0);
-    int finite = 0;
-    for (size_t i = 0; i < 5 * V; i++) finite += isfinite(logits[i]) != 0;
-    CHECK_EQ_INT(finite, 5 * V);
-    free(logits);
+    mf_expect_finite(m, &c, &st);
     mf_cache_free(&c);
     cv_model_free(m);
     cv_weight_source_free(src);

@@ -308,34 +308,6 @@ static void test_grouped_int8_experts(cv_threadpool *pool) {
 
 /* ---- failure paths ---------------------------------------------------------------------------- */
 
-static int load_with(const char *dir, void (*edit)(json_t *root), cv_threadpool *pool) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    json_t *root = json_load_file(path, 0, NULL);
-    if (!root) return -1000;
-    edit(root);
-    char *text = json_dumps(root, 0);
-    json_decref(root);
-    cv_model_config cfg;
-    int rc = cv_model_config_parse(text, strlen(text), "config.json", &cfg);
-    free(text);
-    if (rc) return rc;
-    cv_weight_source *src;
-    rc = cv_weight_source_checkpoint(dir, &src);
-    if (rc) {
-        cv_model_config_free(&cfg);
-        return rc;
-    }
-    cv_model *m = (cv_model *)&cfg; /* must come back NULL on failure */
-    cv_model_load_params p = {.config = &cfg, .weights = src, .pool = pool, .max_num_batched_tokens = 8};
-    rc = cv_model_load(&p, &m);
-    if (rc) CHECK(m == NULL);
-    else cv_model_free(m);
-    cv_weight_source_free(src);
-    cv_model_config_free(&cfg);
-    return rc;
-}
-
 static void no_experts(json_t *r) { json_object_del(r, "num_experts"); }
 static void narrow_experts(json_t *r) { json_object_set_new(r, "moe_intermediate_size", json_integer(40)); }
 static void too_many_routes(json_t *r) { json_object_set_new(r, "num_experts_per_tok", json_integer(9)); }
@@ -350,23 +322,23 @@ static void test_load_errors(cv_threadpool *pool) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/vectors/qwen3-moe-bf16", CVLLM_TEST_DATA);
     CHECK_CONTAINS(cv_model_supported_architectures(), "Qwen3MoeForCausalLM");
-    CHECK_EQ_INT(load_with(dir, unchanged, pool), 0);
-    CHECK_EQ_INT(load_with(dir, no_experts, pool), CVLLM_ERR_FORMAT);
+    CHECK_EQ_INT(mf_load_edited(dir, unchanged, pool), 0);
+    CHECK_EQ_INT(mf_load_edited(dir, no_experts, pool), CVLLM_ERR_FORMAT);
     CHECK_CONTAINS(cv_error_message(), "missing required field \"num_experts\"");
-    CHECK_EQ_INT(load_with(dir, narrow_experts, pool), CVLLM_ERR_FORMAT);
+    CHECK_EQ_INT(mf_load_edited(dir, narrow_experts, pool), CVLLM_ERR_FORMAT);
     CHECK_CONTAINS(cv_error_message(), "model.layers.0.mlp.experts.0.gate_proj.weight");
     CHECK_CONTAINS(cv_error_message(), "moe_intermediate_size");
-    CHECK_EQ_INT(load_with(dir, too_many_routes, pool), CVLLM_ERR_FORMAT);
+    CHECK_EQ_INT(mf_load_edited(dir, too_many_routes, pool), CVLLM_ERR_FORMAT);
     CHECK_CONTAINS(cv_error_message(), "num_experts_per_tok=9 exceeds num_experts=8");
-    CHECK_EQ_INT(load_with(dir, negative_top_k, pool), CVLLM_ERR_FORMAT);
+    CHECK_EQ_INT(mf_load_edited(dir, negative_top_k, pool), CVLLM_ERR_FORMAT);
     CHECK_CONTAINS(cv_error_message(), "\"num_experts_per_tok\" must be a positive integer");
-    CHECK_EQ_INT(load_with(dir, dense_layer, pool), CVLLM_ERR_NOT_FOUND);
+    CHECK_EQ_INT(mf_load_edited(dir, dense_layer, pool), CVLLM_ERR_NOT_FOUND);
     CHECK_CONTAINS(cv_error_message(), "model.layers.1.mlp.gate_proj.weight");
-    CHECK_EQ_INT(load_with(dir, dense_by_step, pool), CVLLM_ERR_NOT_FOUND);
+    CHECK_EQ_INT(mf_load_edited(dir, dense_by_step, pool), CVLLM_ERR_NOT_FOUND);
     CHECK_CONTAINS(cv_error_message(), "model.layers.0.mlp.gate_proj.weight");
-    CHECK_EQ_INT(load_with(dir, bad_layer_list, pool), CVLLM_ERR_FORMAT);
+    CHECK_EQ_INT(mf_load_edited(dir, bad_layer_list, pool), CVLLM_ERR_FORMAT);
     CHECK_CONTAINS(cv_error_message(), "\"mlp_only_layers\" entry 0 is not a layer index in [0, 2)");
-    CHECK_EQ_INT(load_with(dir, string_norm_flag, pool), CVLLM_ERR_FORMAT);
+    CHECK_EQ_INT(mf_load_edited(dir, string_norm_flag, pool), CVLLM_ERR_FORMAT);
     CHECK_CONTAINS(cv_error_message(), "\"norm_topk_prob\" must be true or false");
 }
 
@@ -392,12 +364,7 @@ static void test_dummy_weights(cv_threadpool *pool) {
     mf_step st;
     mf_step_begin(&st);
     mf_step_add(&st, &c, &s, 3);
-    float *logits = cv_xmalloc(3 * V * sizeof(float));
-    CHECK_EQ_INT(m->ops->forward(m, &st.batch, &c.kv, NULL, logits), 0);
-    int finite = 0;
-    for (size_t i = 0; i < 3 * V; i++) finite += isfinite(logits[i]) != 0;
-    CHECK_EQ_INT(finite, 3 * V);
-    free(logits);
+    mf_expect_finite(m, &c, &st);
     mf_cache_free(&c);
     cv_model_free(m);
     cv_weight_source_free(src);

@@ -91,23 +91,11 @@ static void test_dummy_weights(cv_threadpool *pool) {
     mf_step st;
     mf_step_begin(&st);
     mf_step_add(&st, &c, &s, 3);
-    float *logits = cv_xmalloc(3 * V * sizeof(float));
-    CHECK_EQ_INT(m->ops->forward(m, &st.batch, &c.kv, NULL, logits), 0);
-    int finite = 0;
-    for (size_t i = 0; i < 3 * V; i++) finite += isfinite(logits[i]) != 0;
-    CHECK_EQ_INT(finite, 3 * V);
-    free(logits);
+    mf_expect_finite(m, &c, &st);
     mf_cache_free(&c);
     cv_model_free(m);
     cv_weight_source_free(src);
     cv_model_config_free(&cfg);
-}
-
-static void expect_batch_error(cv_model *m, mf_cache *c, mf_step *st, const char *needle) {
-    float *logits = cv_xmalloc(8 * (size_t)m->vocab_size * sizeof(float));
-    CHECK_EQ_INT(m->ops->forward(m, &st->batch, &c->kv, NULL, logits), CVLLM_ERR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(cv_error_message(), needle);
-    free(logits);
 }
 
 static void test_bad_batches(cv_threadpool *pool) {
@@ -133,34 +121,34 @@ static void test_bad_batches(cv_threadpool *pool) {
     } while (0)
     FRESH_STEP();
     st.token_ids[2] = 4096;
-    expect_batch_error(m, &c, &st, "outside the vocabulary");
+    mf_expect_forward_error(m, &c, &st, NULL, "outside the vocabulary");
     FRESH_STEP();
     st.token_ids[0] = -1;
-    expect_batch_error(m, &c, &st, "outside the vocabulary");
+    mf_expect_forward_error(m, &c, &st, NULL, "outside the vocabulary");
     FRESH_STEP();
     st.slots[1] += 1;
-    expect_batch_error(m, &c, &st, "block table says");
+    mf_expect_forward_error(m, &c, &st, NULL, "block table says");
     FRESH_STEP();
     st.positions[3] = 4; /* beyond context_lens = 4 */
-    expect_batch_error(m, &c, &st, "outside its context");
+    mf_expect_forward_error(m, &c, &st, NULL, "outside its context");
     FRESH_STEP();
     st.positions[1] = 0;
     st.slots[1] = st.slots[0];
-    expect_batch_error(m, &c, &st, "not consecutive");
+    mf_expect_forward_error(m, &c, &st, NULL, "not consecutive");
     FRESH_STEP();
     st.positions[2] = 3; /* increasing, but position 2's K/V would never be written */
     st.slots[2] = st.slots[3];
-    expect_batch_error(m, &c, &st, "not consecutive");
+    mf_expect_forward_error(m, &c, &st, NULL, "not consecutive");
     FRESH_STEP();
     s.block_table[0] = MF_NUM_BLOCKS;
-    expect_batch_error(m, &c, &st, "outside [0, 48)");
+    mf_expect_forward_error(m, &c, &st, NULL, "outside [0, 48)");
     s.block_table[0] = 1;
     FRESH_STEP();
     st.logit_rows[0] = 4;
-    expect_batch_error(m, &c, &st, "logit row 4");
+    mf_expect_forward_error(m, &c, &st, NULL, "logit row 4");
     FRESH_STEP();
     st.seq_start[1] = 3;
-    expect_batch_error(m, &c, &st, "seq_start");
+    mf_expect_forward_error(m, &c, &st, NULL, "seq_start");
 #undef FRESH_STEP
     mf_cache_free(&c);
     cv_model_free(m);
