@@ -295,13 +295,9 @@ static void test_tp_logs_once(const char *tmp) {
  * Rank 0 hands its status to the launcher in a file (cli/launch.c), which is gone afterwards. A model
  * without a tokenizer is refused by the launcher's check, in one line, with no ranks started. */
 static void test_tp_load_failure(const char *tmp) {
-    char *model = tu_model_dir("qwen3-dense-f32");
-    char *weights = tu_strdupf("%s/%s", model, "model.safetensors");
-    char *moe = tu_strdupf("%s/vectors/qwen3-moe-f32/%s", CVLLM_TEST_DATA, "model.safetensors");
+    char *model = tu_model_dir_over("qwen3-dense-f32", "qwen3-moe-f32");
     char *jobs = tu_strdupf("%s/%s", tmp, "jobs");
     CHECK(mkdir(jobs, 0700) == 0);
-    unlink(weights);
-    tu_link(moe, model, "model.safetensors");
     char *env = tu_strdupf("TMPDIR=%s CVLLM_LOG_LEVEL=warning LSAN_OPTIONS=%s:fast_unwind_on_malloc=0", jobs,
                            CV_OPENMPI_LSAN);
     static const char *const commands[] = {"generate %s -tp 2 --prompt hi --max-tokens 2 --dtype float32",
@@ -332,8 +328,6 @@ static void test_tp_load_failure(const char *tmp) {
     free(env);
     tu_remove_tree(jobs);
     free(jobs);
-    free(moe);
-    free(weights);
     tu_remove_tree(model);
     free(model);
 }

@@ -87,6 +87,23 @@ static inline char *tu_model_dir(const char *vector_name) {
     return dir;
 }
 
+/* A model folder as tu_model_dir(config_from) but with the weights of weights_from: with a dense
+ * config over MoE weights, a model that passes every check of its config and fails only when its
+ * tensors are bound (missing tensor ...layers.0...). */
+static inline char *tu_model_dir_over(const char *config_from, const char *weights_from) {
+    char *dir = tu_model_dir(config_from);
+    char *weights = tu_strdupf("%s/%s", dir, "model.safetensors");
+    char *target = tu_strdupf("%s/vectors/%s/model.safetensors", CVLLM_TEST_DATA, weights_from);
+    if (unlink(weights) != 0) {
+        perror(weights);
+        exit(1);
+    }
+    tu_link(target, dir, "model.safetensors");
+    free(target);
+    free(weights);
+    return dir;
+}
+
 /* Writes `text` to DIR/NAME. */
 static inline void tu_write_file(const char *dir, const char *name, const char *text, size_t len) {
     char *path = tu_strdupf("%s/%s", dir, name);
