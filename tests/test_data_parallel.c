@@ -373,8 +373,9 @@ static void test_flags(void) {
 }
 
 /* A -dp 2 -tp 2 job whose first replica fails to load (a dense config over MoE weights) exits 1 and
- * says why once. The second replica's workers wait for rank 0 to form their group, which it never
- * will: rank 0 must not end as if its workers were let go (cli/launch.c), or the job hangs. */
+ * says why once. The second replica's workers wait for rank 0 to form their group: rank 0 forms it
+ * only to let them go, so every rank ends by itself (without it the job hung, and then ended by
+ * MPI_Abort after mpirun's kill sequence). */
 static void test_load_failure(void) {
     char *bad = tu_model_dir_over("qwen3-dense-f32", "qwen3-moe-f32");
     const char *args[] = {"--host", "127.0.0.1", "--port", "0", "-dp", "2", "-tp", "2", "--num-threads", "2",
@@ -383,6 +384,7 @@ static void test_load_failure(void) {
     CHECK_EQ_INT(sp_wait_exit(&p, READY_SECONDS), 1);
     char *log = tu_read_text(p.log);
     CHECK_MSG(count(log, "cvllm serve: missing tensor model.layers.0.") == 1, "%s", log);
+    CHECK_MSG(count(log, "data-parallel replica 1 of 2: its workers let go before it started") == 1, "%s", log);
     free(log);
     tu_remove_tree(bad);
     free(bad);

@@ -16,6 +16,7 @@
 #include "base/timeutil.h"
 #include "engine/engine.h"
 #include "engine/router.h"
+#include "executor/runner.h"
 
 struct cv_engine_group {
     int n;
@@ -63,6 +64,7 @@ int cv_engine_group_start(const cvllm_engine_options *options, const cv_loop_opt
         if (rc) {
             stop_loops(loops, i);
             free(loops);
+            cv_runner_release_unstarted(options->tensor_parallel_size, n);
             return rc;
         }
     }

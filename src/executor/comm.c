@@ -26,15 +26,16 @@ struct cv_comm {
                     * or CV_CMD_STOP went out */
 };
 
-/* World rank 0's view of the job's groups (one per data-parallel replica): how many there are, and
- * how many it freed after letting their workers go (cv_comm_workers_released). A replica it never
- * joined, because an earlier one failed, has workers waiting in MPI_Comm_create_group. */
-static atomic_int job_groups, groups_released;
+/* World rank 0's view of the job's groups (one per data-parallel replica): how many there are, how
+ * many it joined (in replica order), and how many it freed after letting their workers go
+ * (cv_comm_workers_released). A replica it never joined, because an earlier one failed, has workers
+ * waiting in MPI_Comm_create_group until cv_comm_release_unjoined. */
+static atomic_int job_groups, groups_joined, groups_released;
 
 static void finalize(void) {
-    /* MPI_Finalize waits for every rank: for the workers of a replica that world rank 0 never
-     * joined (an earlier one failed), forever. MPI_Abort has mpirun end them instead (quietly under
-     * cvllm's launcher, which ran it with -q), and the job's status is 1. */
+    /* MPI_Finalize waits for every rank: for workers that still wait on world rank 0 (a replica
+     * that failed before its workers were let go), forever. MPI_Abort has mpirun end them instead
+     * (quietly under cvllm's launcher, which ran it with -q), and the job's status is 1. */
     if (job_groups > 0 && groups_released < job_groups) MPI_Abort(MPI_COMM_WORLD, 1);
     int done = 0;
     MPI_Finalized(&done);
@@ -137,6 +138,23 @@ static void gather(void *ctx, const float *part, size_t n, float *all) {
     wait_end(c);
 }
 
+/* The communicator of replica `replica`'s group: world rank 0 and the replica's workers, which
+ * all wait here for each other. */
+static MPI_Comm create_group(int tp_size, int replica) {
+    int *members = cv_xmalloc((size_t)tp_size * sizeof *members);
+    members[0] = 0;
+    for (int i = 1; i < tp_size; i++) members[i] = 1 + replica * (tp_size - 1) + (i - 1);
+    MPI_Group all, mine;
+    MPI_Comm_group(MPI_COMM_WORLD, &all);
+    MPI_Group_incl(all, tp_size, members, &mine);
+    MPI_Comm comm;
+    MPI_Comm_create_group(MPI_COMM_WORLD, mine, replica, &comm);
+    MPI_Group_free(&mine);
+    MPI_Group_free(&all);
+    free(members);
+    return comm;
+}
+
 int cv_comm_join(int tp_size, int dp_size, int dp_rank, cv_tp *tp, cv_comm **out) {
     *out = NULL;
     if (dp_size < 1) dp_size = 1;
@@ -153,23 +171,22 @@ int cv_comm_join(int tp_size, int dp_size, int dp_rank, cv_tp *tp, cv_comm **out
                            : cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "tensor_parallel_size=%d but the MPI job has %d ranks "
                                      "(start it with mpirun -np %d)", tp_size, world, tp_size);
     const int replica = world_rank == 0 ? dp_rank : (world_rank - 1) / (tp_size - 1);
-    int *members = cv_xmalloc((size_t)tp_size * sizeof *members);
-    members[0] = 0;
-    for (int i = 1; i < tp_size; i++) members[i] = 1 + replica * (tp_size - 1) + (i - 1);
-    MPI_Group all, mine;
-    MPI_Comm_group(MPI_COMM_WORLD, &all);
-    MPI_Group_incl(all, tp_size, members, &mine);
     cv_comm *c = cv_xcalloc(1, sizeof *c);
-    MPI_Comm_create_group(MPI_COMM_WORLD, mine, replica, &c->comm);
-    MPI_Group_free(&mine);
-    MPI_Group_free(&all);
-    free(members);
+    c->comm = create_group(tp_size, replica);
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
+    int go = 1; /* 0: rank 0 joined only to let the workers go (cv_comm_release_unjoined) */
+    MPI_Bcast(&go, 1, MPI_INT, 0, c->comm);
+    if (!go) {
+        MPI_Comm_free(&c->comm);
+        free(c);
+        return CV_RUNNER_GROUP_FAILED;
+    }
     *tp = (cv_tp){.rank = c->rank, .size = c->size, .ctx = c, .allreduce = allreduce, .gather = gather};
     if (c->rank == 0) {
         watch_comm(c, true);
         job_groups = dp_size;
+        groups_joined++;
     }
     if (dp_size > 1) cv_info("executor", "tensor-parallel rank %d of %d of data-parallel replica %d", c->rank, c->size,
                              replica);
@@ -210,6 +227,20 @@ void cv_comm_bcast_header(cv_comm *c, cv_comm_header *h) {
 }
 
 bool cv_comm_workers_released(void) { return job_groups > 0 && groups_released == job_groups; }
+
+void cv_comm_release_unjoined(int tp_size, int dp_size) {
+    /* Nothing joined yet: whatever stopped replica 0 before its group formed (the same files, the
+     * same checks) stops its workers too, and a rank that has ended cannot be waited on. */
+    if (groups_joined == 0) return;
+    for (int replica = groups_joined; replica < dp_size; replica++) {
+        MPI_Comm comm = create_group(tp_size, replica);
+        int go = 0;
+        MPI_Bcast(&go, 1, MPI_INT, 0, comm);
+        MPI_Comm_free(&comm);
+        groups_released++;
+        cv_info("executor", "data-parallel replica %d of %d: its workers let go before it started", replica, dp_size);
+    }
+}
 
 void cv_comm_bcast_payload(cv_comm *c, void **payload, size_t *cap, size_t bytes) {
     if (c->rank != 0 && bytes > *cap) {

@@ -47,7 +47,8 @@ typedef struct cv_comm cv_comm;
 /* Joins the MPI job (initialising MPI once per process) as a rank of a tensor-parallel group of
  * tp_size ranks; the job must have 1 + dp_size·(tp_size − 1) ranks. On world rank 0 the group is
  * replica dp_rank's (every replica's group is joined from there, in order); elsewhere the world
- * rank says which. Fills tp (rank, size, the collectives, ctx: the cv_comm) and *out. */
+ * rank says which. Fills tp (rank, size, the collectives, ctx: the cv_comm) and *out. A worker
+ * whose rank 0 joined only to let it go (cv_comm_release_unjoined) gets CV_RUNNER_GROUP_FAILED. */
 int cv_comm_join(int tp_size, int dp_size, int dp_rank, cv_tp *tp, cv_comm **out);
 void cv_comm_free(cv_comm *c);
 /* 0 when every rank of the group got rc == 0. Else group rank 0 returns the error of the lowest
@@ -59,8 +60,13 @@ int cv_comm_agree(cv_comm *c, int rc, const char *what);
 void cv_comm_bcast_header(cv_comm *c, cv_comm_header *h);
 void cv_comm_bcast_payload(cv_comm *c, void **payload, size_t *cap, size_t bytes);
 /* On world rank 0: whether it has freed every group of the job after letting its workers go (a
- * failed cv_comm_agree, or a CV_CMD_STOP header), so that no worker waits on it. */
+ * failed cv_comm_agree, a CV_CMD_STOP header, cv_comm_release_unjoined), so that no worker waits
+ * on it. */
 bool cv_comm_workers_released(void);
+/* On world rank 0, after a replica failed to start: joins the groups of the replicas it has not
+ * joined yet, whose workers wait for it, and lets their workers go at once (their cv_comm_join
+ * returns CV_RUNNER_GROUP_FAILED), so that the job can end without mpirun's kill sequence. */
+void cv_comm_release_unjoined(int tp_size, int dp_size);
 
 /* Whether this process is a rank of an MPI job of more than one rank (without initialising MPI). */
 bool cv_comm_in_job(void);

@@ -250,6 +250,10 @@ bool cv_runner_is_worker(const cv_runner *r) { return r->tp.rank != 0; }
 
 bool cv_runner_workers_released(void) { return cv_comm_workers_released(); }
 
+void cv_runner_release_unstarted(int tp_size, int dp_size) {
+    if (tp_size > 1) cv_comm_release_unjoined(tp_size, dp_size);
+}
+
 int cv_runner_serve(cv_runner *r) {
     assert(r->tp.rank != 0 && r->serving);
     for (;;) {

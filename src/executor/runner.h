@@ -64,8 +64,10 @@ typedef struct cv_state_copy {
 } cv_state_copy;
 
 /* What cv_runner_create and cv_runner_alloc_cache return on a worker (tensor-parallel rank ≠ 0)
- * when the step failed on some rank of its group: rank 0's call returns that rank's error and
- * reason, for its caller to report once; the worker has nothing left to do. Not a cvllm_status. */
+ * when the step failed on some rank of its group (rank 0's call returns that rank's error and
+ * reason, for its caller to report once), and cv_runner_create when an earlier data-parallel
+ * replica failed to start (cv_runner_release_unstarted): the worker has nothing left to do. Not a
+ * cvllm_status. */
 enum { CV_RUNNER_GROUP_FAILED = -100 };
 
 /* Loads the model. */
@@ -96,6 +98,9 @@ int cv_runner_serve(cv_runner *r);
 /* On rank 0: every replica's group of the job was freed with its workers let go
  * (cvllm_job_workers_released). */
 bool cv_runner_workers_released(void);
+/* On rank 0, when replica i of dp_size failed to start (data parallelism starts them in order): lets
+ * the workers of replicas i+1… go, which wait to start with it, so the job ends at once. */
+void cv_runner_release_unstarted(int tp_size, int dp_size);
 
 /* For tests that drive the model beside the engine: the loaded model and its state memory. */
 cv_model *cv_runner_model(cv_runner *r);
