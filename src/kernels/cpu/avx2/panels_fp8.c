@@ -2,7 +2,10 @@
  * avx2/panels_fp8.c — the FP8_PANELS micro-kernel for AVX2: per k, a panel's 16 codes sign-extend
  * to int16 (vpmovsxbw), become the f16 of value / 256 with a shift and an AND, and widen in two
  * halves of 8 rows (vcvtph2ps); each 128-column block's sum is added to y times the panel's stored
- * 256·scale, as in avx512/panels_fp8.c. Up to 4 tokens × 1 panel: 8 accumulators, 2 weights.
+ * 256·scale, as in avx512/panels_fp8.c. Up to 5 tokens × 1 panel: 10 accumulators, 2 widened
+ * weights, a broadcast and the AND's constant fit the 16 ymm with no spill. Each output is one FMA chain a k; at 4 tokens the 8 chains
+ * were just enough to cover the FMA latency on 2 ports, so every stall cost slots, and the widening
+ * of each k's 16 codes served 4 tokens instead of 5.
  */
 #include "kernels/cpu/avx2/vec.h"
 
@@ -11,7 +14,7 @@ INLINE void fp8_tile(const cv_panel_tile *t, const int MR) {
     const __m256i top = _mm256_set1_epi16((short)0xbf80);
     for (int64_t b0 = 0; b0 < t->k; b0 += CV_FP8_SCALE_COLS) {
         const int64_t b1 = b0 + CV_FP8_SCALE_COLS < t->k ? b0 + CV_FP8_SCALE_COLS : t->k;
-        __m256 acc[4][2];
+        __m256 acc[5][2];
         for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
         for (int64_t k = b0; k < b1; k++) {
             const uint8_t *p = t->w + k * 16;
@@ -35,6 +38,6 @@ INLINE void fp8_tile(const cv_panel_tile *t, const int MR) {
     }
 }
 
-PANEL_DISPATCH(panels_fp8, fp8_tile, MR_UP_TO_4)
+PANEL_DISPATCH(panels_fp8, fp8_tile, MR_UP_TO_5)
 
-const cv_gemm_kernel cv_avx2_panels_fp8 = {.panel = panels_fp8, .mr = 4, .nr = 1};
+const cv_gemm_kernel cv_avx2_panels_fp8 = {.panel = panels_fp8, .mr = 5, .nr = 1};
