@@ -14,12 +14,12 @@
  * also find CV_ARGS_NOTED_ENV set: this process logged the arguments' notes already. This process
  * stays the parent and exits with mpirun's status (or the one rank 0 left it in a file, when rank 0
  * failed but let its workers go and so could end with 0: see STATUS_FILE_ENV); mpirun runs in a
- * process group of its own and forwards the ranks' output (quietly: a rank's error is the last line, without mpirun's advice
- * after it). SIGTERM and SIGINT to this process reach the ranks as SIGUSR2, which mpirun forwards as
- * it is (it would answer SIGTERM itself by killing the job): rank 0 of `serve` takes it as its
- * SIGTERM and drains, the workers wait for rank 0 to stop them. Ranks are spread over NUMA nodes
- * and bound to them where the machine has several (each socket's memory bandwidth serves its own
- * shard); on one node they are not bound, and mpirun may start more ranks than cores
+ * process group of its own and forwards the ranks' output (quietly: a rank's error is the last line,
+ * without mpirun's advice after it). SIGTERM and SIGINT to this process reach the ranks as SIGUSR2,
+ * which mpirun forwards as it is (it would answer SIGTERM itself by killing the job): rank 0 of
+ * `serve` takes it as its SIGTERM and drains, the workers wait for rank 0 to stop them. Ranks are
+ * spread over NUMA nodes and bound to them where the machine has several (each socket's memory
+ * bandwidth serves its own shard); on one node they are not bound, and mpirun may start more ranks than cores
  * (--oversubscribe). As root, mpirun refuses to start unless told: cvllm tells it
  * (OMPI_ALLOW_RUN_AS_ROOT), since the user asked for the ranks.
  *

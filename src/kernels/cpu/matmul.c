@@ -11,11 +11,12 @@
  * Panels (packed formats). A micro-tile is mr tokens × np panels (np·16 outputs); its accumulators
  * are the outputs themselves, so K can be split into blocks: a block of np panels × kblock groups
  * (≈ 24 KiB; a kernel may ask for larger ones) stays in L1 while every token tile of a 64-token
- * block (a kernel may ask for more: AMX's rate needs the weights re-read less often) runs over it, and the token block's activations stay in L2. The k blocks of one output
- * run in order, each continuing from the previous one's partial sums in y (f32 values, or int32
- * bits for int8 formats, whose last block applies the dequantizing epilogue). One token (decode) skips the k blocking and streams
- * each panel once from memory, a tile's panels taken from np parts of its range so that each
- * stream runs on through the range (panel_block).
+ * block (a kernel may ask for more: AMX's rate needs the weights re-read less often) runs over it,
+ * and the token block's activations stay in L2. The k blocks of one output run in order, each
+ * continuing from the previous one's partial sums in y (f32 values, or int32 bits for int8 formats,
+ * whose last block applies the dequantizing epilogue). One token (decode) skips the k blocking and
+ * streams each panel once from memory, a tile's panels taken from np parts of its range so that
+ * each stream runs on through the range (panel_block).
  *
  * bf16 compute: a format with a bf16-input kernel on this CPU (cv_wformat_bf16_input: BF16_PANELS,
  * FP8_PANELS) reads cv_act.bf16 when it is given, with the same blocking and k-block continuation
@@ -206,13 +207,13 @@ static void panel_block(const linear_job *job, int64_t p0, int64_t p1, int64_t m
              * so each stream runs on through the range, and the hardware prefetchers keep up with
              * it (+5-10 % GB/s at K = 1024, where K = 4096 streamed no faster or slower). A
              * partial last panel goes as usual. */
-            if (me - mb == 1 && np > 1 && !job->glu_up) {
-                const int64_t partial = b == job->part_first[part + 1] && rows % CV_PANEL_ROWS;
-                const int64_t spread = (b - a - partial) / np;
-                for (int64_t q = 0; spread > 1 && q < spread; q++)
+            const int64_t partial = b == job->part_first[part + 1] && rows % CV_PANEL_ROWS;
+            const int64_t spread = me - mb == 1 && np > 1 && !job->glu_up ? (b - a - partial) / np : 0;
+            if (spread > 1) {
+                for (int64_t q = 0; q < spread; q++)
                     panel_range(job, part, a + q, a + q + np, spread, mb, me, 0, job->groups,
                                 part_y + (a + q - first) * CV_PANEL_ROWS, rows, q + 1 < spread ? a + q + 1 : -1);
-                if (spread > 1) g = a + np * spread;
+                g = a + np * spread;
             }
             /* k blocks innermost over panel groups, so one group's slab stays in L1 for all tokens */
             for (; g < b; g += np) {

@@ -3,9 +3,9 @@
  * to int16 (vpmovsxbw), become the f16 of value / 256 with a shift and an AND, and widen in two
  * halves of 8 rows (vcvtph2ps); each 128-column block's sum is added to y times the panel's stored
  * 256·scale, as in avx512/panels_fp8.c. Up to 5 tokens × 1 panel: 10 accumulators, 2 widened
- * weights, a broadcast and the AND's constant fit the 16 ymm with no spill. Each output is one FMA chain a k; at 4 tokens the 8 chains
- * were just enough to cover the FMA latency on 2 ports, so every stall cost slots, and the widening
- * of each k's 16 codes served 4 tokens instead of 5.
+ * weights, a broadcast and the AND's constant fit the 16 ymm with no spill. Each output is one FMA
+ * chain a k; at 4 tokens the 8 chains were just enough to cover the FMA latency on 2 ports, so every
+ * stall cost slots, and the widening of each k's 16 codes served 4 tokens instead of 5.
  */
 #include "kernels/cpu/avx2/vec.h"
 
