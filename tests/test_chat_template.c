@@ -73,8 +73,18 @@ static void test_loading(void) {
     cv_chat_template_free(t);
     free(override);
 
+    /* a value that names no file: vLLM's error when it reads like a path, else the template itself */
     CHECK(cv_chat_template_load(dir, "/nonexistent/template.jinja", &t) == CVLLM_ERR_IO);
-    CHECK_CONTAINS(cv_error_message(), "/nonexistent/template.jinja");
+    CHECK_STR_EQ(cv_error_message(), "The supplied chat template (/nonexistent/template.jinja) looks like a file "
+                                     "path, but it failed to be opened. Reason: [Errno 2] No such file or directory: "
+                                     "'/nonexistent/template.jinja'");
+    CHECK(cv_chat_template_load(dir, "{% for m in messages %}({{ m.content }}){% endfor %}{{ eos_token }}", &t) == 0);
+    out = render_simple(t, "[{\"role\": \"user\", \"content\": \"hi\"}]", true);
+    CHECK_STR_EQ(out, "(hi)<|im_end|>"); /* the folder's special tokens still apply */
+    free(out);
+    cv_chat_template_free(t);
+    CHECK(cv_chat_template_load(dir, "line one\n{{ m.content }", &t) == CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cv_error_message(), "the --chat-template string: chat template: line 2 column");
 
     /* a template that does not parse names the file, the line and the column */
     write_file(dir, "chat_template.jinja", "ok\n{% for m in messages %}\n{{ m.content }");

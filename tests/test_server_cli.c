@@ -50,11 +50,11 @@ static void test_tutorial_and_drain(void) {
     for (size_t i = 0; i < sizeof tutorial / sizeof *tutorial; i++) args[n++] = tutorial[i];
     args[n++] = "--shutdown-timeout";
     args[n++] = "30";
-    /* Qwen3's own template needs special tokens the test vocabulary lacks: a plain one instead. */
-    const char tmpl[] = "{{ greeting }}{% for m in messages %} {{ m.content }}{% endfor %}";
-    tu_write_file(model_dir, "plain.jinja", tmpl, sizeof tmpl - 1);
-    char *tmpl_path = tu_strdupf("%s/%s", model_dir, "plain.jinja");
-    const char *chat_flags[] = {"--chat-template", tmpl_path, "--default-chat-template-kwargs", "{\"greeting\": \"We\"}",
+    /* Qwen3's own template needs special tokens the test vocabulary lacks: a plain one instead, given
+     * as the value itself (vLLM takes a --chat-template that names no file and holds braces as the
+     * template; the file form: test_bad_template) */
+    const char *chat_flags[] = {"--chat-template", "{{ greeting }}{% for m in messages %} {{ m.content }}{% endfor %}",
+                                "--default-chat-template-kwargs", "{\"greeting\": \"We\"}",
                                 "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
                                 "--reasoning-content"};
     for (size_t i = 0; i < sizeof chat_flags / sizeof *chat_flags; i++) args[n++] = chat_flags[i];
@@ -74,7 +74,6 @@ static void test_tutorial_and_drain(void) {
     CHECK_EQ_INT(rc.status, 200);
     CHECK_CONTAINS(rc.reply, "\"prompt\":\"We are in the house\"");
     free(rc.reply);
-    free(tmpl_path);
     sp_call c = {.port = p.port,
               .body = "{\"model\":\"qwen3\",\"prompt\":\"I am in the house\",\"max_tokens\":1500,\"temperature\":0,\"ignore_eos\":true}"};
     pthread_t t;

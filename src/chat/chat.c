@@ -146,11 +146,18 @@ int cv_chat_template_load(const char *model_dir, const char *template_file, cv_c
     size_t len = 0;
     if (template_file) {
         text = read_text_file(template_file, &len);
-        if (!text) {
+        if (text) {
+            origin = cv_xstrdup(template_file);
+        } else if (strpbrk(template_file, "{}\n")) { /* no such file, and written like a template: the template */
+            text = cv_xstrdup(template_file);
+            len = strlen(text);
+            origin = cv_xstrdup("the --chat-template string");
+        } else {
+            const int e = errno;
             json_decref(config);
-            return cv_fail(CVLLM_ERR_IO, "chat template %s: %s", template_file, strerror(errno));
+            return cv_fail(CVLLM_ERR_IO, "The supplied chat template (%s) looks like a file path, but it failed to be "
+                           "opened. Reason: [Errno %d] %s: '%s'", template_file, e, strerror(e), template_file);
         }
-        origin = cv_xstrdup(template_file);
     } else if (model_dir) {
         origin = cv_xasprintf("%s/chat_template.jinja", model_dir);
         text = read_text_file(origin, &len);

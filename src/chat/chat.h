@@ -49,8 +49,9 @@ const char *cv_chat_content_format_name(cv_chat_content_format f);
 
 typedef struct cv_chat_template cv_chat_template;
 
-/* Loads the template a model directory ships: template_file when not NULL (--chat-template),
- * else DIR/chat_template.jinja, else the "chat_template" of DIR/tokenizer_config.json (a string,
+/* Loads the template a model directory ships: template_file when not NULL (--chat-template; as in
+ * vLLM, a value that names no file but holds a '{', '}' or newline is the template itself), else
+ * DIR/chat_template.jinja, else the "chat_template" of DIR/tokenizer_config.json (a string,
  * or a list of {"name", "template"} of which "default" is used). Special tokens are read from
  * DIR/tokenizer_config.json when it exists. No template at all is CVLLM_ERR_NOT_FOUND. */
 int cv_chat_template_load(const char *model_dir, const char *template_file, cv_chat_template **out);
