@@ -411,6 +411,53 @@ static void expect_chat_error(const cv_api_chat_config *cfg, const char *body, c
     cv_api_request_free(&req);
 }
 
+/* --trust-request-chat-template: without it a template in the request (its chat_template, or one in
+ * chat_template_kwargs) is refused as vLLM refuses it; with it the request's chat_template renders
+ * the messages, with the server template's special tokens (none when the server has no template),
+ * its content format detected from it, and its parse errors are 400s. */
+static void test_request_template(void) {
+    cv_api_chat_config plain = {.tmpl = qwen3_tmpl}, trusted = {.tmpl = qwen3_tmpl, .trust_request_template = true},
+                       bare = {.trust_request_template = true};
+    static const char own[] = "{\"messages\":" USER_HI ",\"chat_template\":"
+                              "\"{% for m in messages %}<{{ m.content }}>{% endfor %}{{ eos_token }}\"}";
+    expect_chat_error(&plain, own, "chat_template", "--trust-request-chat-template is not set");
+    expect_chat_error(&plain, "{\"messages\":" USER_HI ",\"chat_template_kwargs\":{\"chat_template\":\"x\"}}",
+                      "chat_template", "Refused request with untrusted chat template.");
+    expect_chat_error(&trusted, "{\"messages\":" USER_HI ",\"chat_template_kwargs\":{\"chat_template\":\"x\"}}", "",
+                      "Found unexpected chat template kwargs from request: {'chat_template'}");
+    expect_chat_error(&trusted, "{\"messages\":" USER_HI ",\"chat_template\":\"{% for m in messages %}\"}", "",
+                      "line 1");
+    /* a hostile one meets the renderer's budgets (steps, memory): a 400, not a hung worker */
+    expect_chat_error(&trusted, "{\"messages\":" USER_HI ",\"chat_template\":\"{% for i in range(100000) %}"
+                      "{% for j in range(100000) %}x{% endfor %}{% endfor %}\"}", "", "chat template: line 1: rendering");
+    const struct {
+        const cv_api_chat_config *cfg;
+        const char *body, *want;
+    } cases[] = {
+        {&trusted, own, "<Hi><|im_end|>"},
+        {&bare, own, "<Hi>"}, /* no server template, so no special tokens: eos_token is undefined, "" */
+        /* a template that loops over content parts gets them (format detected from it, not the server's) */
+        {&trusted,
+         "{\"messages\":" USER_HI ",\"chat_template\":\"{% for m in messages %}{% for p in m.content %}[{{ p.text }}]"
+         "{% endfor %}{% endfor %}\"}",
+         "[Hi]"},
+        /* without a template of its own the request gets the server's */
+        {&trusted, "{\"messages\":" USER_HI ",\"chat_template_kwargs\":{\"enable_thinking\":false}}",
+         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cv_api_limits l = limits(4096, QWEN3_VOCAB);
+        l.chat = cases[i].cfg;
+        cv_api_request r;
+        cv_api_error err = {0};
+        CHECK_MSG(cv_api_parse_chat(cases[i].body, strlen(cases[i].body), &l, &r, &err) == 0, "case %zu: %s", i,
+                  err.message);
+        CHECK_MSG(r.n_prompts == 1 && !strcmp(r.prompts[0].text, cases[i].want), "case %zu: %s", i,
+                  r.n_prompts ? r.prompts[0].text : "(none)");
+        cv_api_request_free(&r);
+    }
+}
+
 static void test_chat_errors(void) {
     const cv_api_kind H = CV_API_CHAT;
     expect_validation(H, "{}", "body.messages",
@@ -1984,6 +2031,7 @@ int main(void) {
     test_completion_errors();
     test_chat_render();
     test_chat_errors();
+    test_request_template();
     test_tokenize_parse();
     test_chat_content_format();
     test_ignored_fields();

@@ -54,7 +54,7 @@ static void test_tutorial_and_drain(void) {
      * as the value itself (vLLM takes a --chat-template that names no file and holds braces as the
      * template; the file form: test_bad_template) */
     const char *chat_flags[] = {"--chat-template", "{{ greeting }}{% for m in messages %} {{ m.content }}{% endfor %}",
-                                "--default-chat-template-kwargs", "{\"greeting\": \"We\"}",
+                                "--default-chat-template-kwargs", "{\"greeting\": \"We\"}", "--trust-request-chat-template",
                                 "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
                                 "--reasoning-content"};
     for (size_t i = 0; i < sizeof chat_flags / sizeof *chat_flags; i++) args[n++] = chat_flags[i];
@@ -74,6 +74,14 @@ static void test_tutorial_and_drain(void) {
     CHECK_EQ_INT(rc.status, 200);
     CHECK_CONTAINS(rc.reply, "\"prompt\":\"We are in the house\"");
     free(rc.reply);
+    /* trusted, a request's own template renders it */
+    sp_call own = {.port = p.port, .path = "/v1/chat/completions/render",
+                   .body = "{\"messages\":[{\"role\":\"user\",\"content\":\"house\"}],"
+                           "\"chat_template\":\"{% for m in messages %}in the {{ m.content }}{% endfor %}\"}"};
+    sp_post(&own);
+    CHECK_EQ_INT(own.status, 200);
+    CHECK_CONTAINS(own.reply, "\"prompt\":\"in the house\"");
+    free(own.reply);
     sp_call c = {.port = p.port,
               .body = "{\"model\":\"qwen3\",\"prompt\":\"I am in the house\",\"max_tokens\":1500,\"temperature\":0,\"ignore_eos\":true}"};
     pthread_t t;

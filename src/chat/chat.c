@@ -184,6 +184,10 @@ int cv_chat_template_load(const char *model_dir, const char *template_file, cv_c
     return rc;
 }
 
+int cv_chat_template_with_text(const cv_chat_template *base, const char *src, size_t len, cv_chat_template **out) {
+    return cv_chat_template_from_string(src, len, base ? base->special_tokens : NULL, out);
+}
+
 void cv_chat_template_free(cv_chat_template *t) {
     if (!t)
         return;

@@ -60,6 +60,9 @@ int cv_chat_template_load(const char *model_dir, const char *template_file, cv_c
  * list of those for additional_special_tokens), may be NULL. */
 int cv_chat_template_from_string(const char *src, size_t len, const json_t *special_tokens,
                                  cv_chat_template **out);
+/* A template from text with base's special tokens (none when base is NULL): a request's own
+ * chat_template, under --trust-request-chat-template. */
+int cv_chat_template_with_text(const cv_chat_template *base, const char *src, size_t len, cv_chat_template **out);
 void cv_chat_template_free(cv_chat_template *t);
 
 /* The format vLLM's auto-detection picks for the template (STRING or OPENAI). */

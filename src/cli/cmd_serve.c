@@ -80,6 +80,8 @@ static const char usage[] =
     "  --chat-template-content-format F  auto (detected from the template), string or openai\n"
     "  --default-chat-template-kwargs J  JSON object of template variables, under each request's\n"
     "                                    chat_template_kwargs (e.g. '{\"enable_thinking\": false}')\n"
+    "  --trust-request-chat-template     a request's chat_template (or chat_template_kwargs'\n"
+    "                                    chat_template) renders its messages; refused (400) without it\n"
     "  --reasoning-parser qwen3          <think> blocks go to message.reasoning / delta.reasoning\n"
     "  --reasoning-content               (cvllm) also emit the pre-2026 field name reasoning_content\n"
     "  --enable-auto-tool-choice         tool_choice \"auto\" (needs --tool-call-parser)\n"
@@ -208,6 +210,7 @@ static bool chat_flag(cv_args *a, serve_args *g) {
         g->server.tool_call_parser = v;
     } else if (cv_args_flag(a, "--enable-auto-tool-choice")) g->server.enable_auto_tool_choice = true;
     else if (cv_args_flag(a, "--reasoning-content")) g->server.reasoning_content = true;
+    else if (cv_args_flag(a, "--trust-request-chat-template")) g->server.trust_request_chat_template = true;
     else return structured_config(a, g);
     return true;
 }

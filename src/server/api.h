@@ -72,6 +72,7 @@ typedef struct cv_api_chat_config {
     const cv_chat_template *tmpl;  /* NULL: chat is refused, as vLLM refuses a model without one */
     cv_chat_content_format content_format; /* --chat-template-content-format (AUTO: detected) */
     const json_t *default_kwargs;  /* --default-chat-template-kwargs (an object) or NULL */
+    bool trust_request_template;   /* --trust-request-chat-template */
     bool reasoning_parser;         /* --reasoning-parser qwen3 */
     bool reasoning_content;        /* also emit the pre-2026 name reasoning_content */
     bool has_tool_parser;          /* --tool-call-parser given */

@@ -29,8 +29,10 @@
  * kept or ignored. vllm_xargs is validated as dict[str, str | int | float | list[str | int | float]]
  * and has no effect, as in vLLM without custom logits processors; nothing of it is kept.
  *
- * Chat requests are rendered here with the server's chat template (see api.h); the template's own
- * errors, raise_exception() messages included, are 400s carrying its message.
+ * Chat requests are rendered here with the server's chat template (see api.h), or under
+ * --trust-request-chat-template with the request's own, compiled for it; the template's own errors
+ * (parse errors of a request's template too), raise_exception() messages included, are 400s
+ * carrying its message.
  *
  * response_format, structured_outputs and a forced tool choice become the request's one constraint
  * (the "Structured outputs" section says in which steps vLLM reads them); cv_api_prepare decides from
@@ -1449,11 +1451,15 @@ static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool gen
         cv_get_bool(o, NULL, "continue_final_message", 0, &continue_final, err))
         return -1;
     if (json_array_size(messages) == 0) return cv_api_fail(err, 400, "messages", "'messages' must not be empty");
-    if (field(o, "chat_template"))
+    /* vLLM's _validate_chat_template: a template in either place is refused unless trusted; trusted,
+     * the request's chat_template renders it, and one in chat_template_kwargs is the rendering's
+     * "unexpected chat template kwargs" error, as in vLLM's resolve_chat_template_kwargs */
+    const json_t *own = field(o, "chat_template"); /* a string: checked with the request's fields */
+    if ((own || field(field(o, "chat_template_kwargs"), "chat_template")) && !(cfg && cfg->trust_request_template))
         return cv_api_fail(err, 400, "chat_template",
                            "Chat template is passed with request, but --trust-request-chat-template is not set. "
                            "Refused request with untrusted chat template.");
-    if (!cfg || !cfg->tmpl) return cv_api_fail(err, 400, NULL, "%s", NO_TEMPLATE);
+    if (!own && (!cfg || !cfg->tmpl)) return cv_api_fail(err, 400, NULL, "%s", NO_TEMPLATE);
     if (truthy(field(o, "mm_processor_kwargs"))) return not_multimodal(lim, err);
     /* add_generation_prompt left to its default: transformers' apply_chat_template refuses the pair. */
     if (continue_final && add_generation_prompt)
@@ -1470,7 +1476,10 @@ static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool gen
                           .add_generation_prompt = add_generation_prompt, .continue_final_message = continue_final,
                           .content_format = cfg->content_format};
     cv_api_prompt p = {0};
-    int rc = cv_chat_render(cfg->tmpl, &cr, &p.text, &p.text_len);
+    cv_chat_template *tmpl = NULL;
+    int rc = own ? cv_chat_template_with_text(cfg->tmpl, json_string_value(own), json_string_length(own), &tmpl) : 0;
+    if (!rc) rc = cv_chat_render(tmpl ? tmpl : cfg->tmpl, &cr, &p.text, &p.text_len);
+    cv_chat_template_free(tmpl);
     json_decref(kwargs);
     if (rc) return cv_api_fail(err, 400, NULL, "%s", cvllm_last_error());
     add_prompt(req, p);

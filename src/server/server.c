@@ -357,6 +357,7 @@ static int setup_chat(cv_server *s, const cv_server_options *o) {
                 "`--chat-template-content-format` to override this.",
                 cv_chat_content_format_name(cv_chat_template_content_format(chat->tmpl)));
     chat->reasoning_content = o->reasoning_content;
+    chat->trust_request_template = o->trust_request_chat_template;
     if (o->reasoning_parser) {
         if (strcmp(o->reasoning_parser, "qwen3") != 0)
             return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "unknown reasoning parser '%s' (supported: qwen3)", o->reasoning_parser);
