@@ -148,19 +148,25 @@ static void test_bad_flags(void) {
 #undef EXPECT_USAGE_ERROR
 }
 
-/* A chat template that does not parse stops startup (status 1) with its line and column. */
+/* A chat template that does not parse, or a path that names no file, stops startup (status 1) with
+ * its line and column, or vLLM's words, before the model is loaded. */
 static void test_bad_template(void) {
     const char bad[] = "{% for m in messages %}\n{{ m.content }\n{% endfor %}";
     tu_write_file(model_dir, "bad.jinja", bad, sizeof bad - 1);
     char *path = tu_strdupf("%s/%s", model_dir, "bad.jinja");
-    const char *args[] = {"--port", "0", "--host", "127.0.0.1", "--num-threads", "2", "--kv-cache-memory-bytes", "64M",
-                          "--chat-template", path};
-    sp_proc p = spawn(args, sizeof args / sizeof *args);
-    CHECK_EQ_INT(sp_wait_exit(&p, 30), 1);
-    char *log = tu_read_text(p.log);
-    CHECK_CONTAINS(log, "bad.jinja");
-    CHECK_CONTAINS(log, "line 2 column");
-    free(log);
+    const char *wants[][2] = {{path, "bad.jinja: chat template: line 2 column"},
+                              {"/nonexistent/chat.jinja", "cvllm serve: The supplied chat template (/nonexistent/"
+                                                          "chat.jinja) looks like a file path, but it failed to be opened."}};
+    for (size_t i = 0; i < sizeof wants / sizeof *wants; i++) {
+        const char *args[] = {"--port", "0", "--host", "127.0.0.1", "--num-threads", "2", "--kv-cache-memory-bytes",
+                              "64M", "--chat-template", wants[i][0]};
+        sp_proc p = spawn(args, sizeof args / sizeof *args);
+        CHECK_EQ_INT(sp_wait_exit(&p, 30), 1);
+        char *log = tu_read_text(p.log);
+        CHECK_CONTAINS(log, wants[i][1]);
+        CHECK_MSG(!strstr(log, "Initializing engine"), "the model was loaded first:\n%s", log);
+        free(log);
+    }
     free(path);
 }
 

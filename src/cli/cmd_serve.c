@@ -337,6 +337,19 @@ static int load_chat_template(const serve_args *g, cv_chat_template **out) {
     return rc;
 }
 
+/* A --chat-template that cannot be read or does not parse is said before the model loads (minutes
+ * for a large one) and before any rank starts, as vLLM's startup checks its path at once; it is
+ * loaded again, with the model folder's special tokens, once the engine is up. */
+static int check_chat_template(const serve_args *g) {
+    if (!g->chat_template_file) return 0;
+    cv_chat_template *t = NULL;
+    const int rc = cv_chat_template_load(NULL, g->chat_template_file, &t);
+    cv_chat_template_free(t);
+    if (!rc) return 0;
+    fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
+    return 1;
+}
+
 /* vLLM binds its address before it loads the model, so that one in use is said at once, not after
  * minutes of loading: so does this process, unless it is a worker rank of a tensor-parallel job
  * (world rank 0 serves HTTP). */
@@ -400,6 +413,7 @@ int cmd_serve(int argc, char **argv) {
     cv_args a;
     int status = cv_args_init(&a, "serve", argc, argv);
     if (status == 0) status = parse_serve_args(&a, &g);
+    if (status == 0) status = check_chat_template(&g);
     if (status == 0) status = bind_early(&g);
     if (status == 0 && cv_launch_wanted(&a, &g.engine)) {
         unbind(&g); /* the address was free: rank 0 binds it again */
