@@ -39,7 +39,7 @@ typedef struct cv_server_options {
     const cv_chat_template *chat_template;
     cv_chat_content_format chat_template_content_format; /* --chat-template-content-format; AUTO = detect */
     const char *default_chat_template_kwargs; /* JSON object text, or NULL */
-    bool trust_request_chat_template;  /* a request's chat_template (or chat_template_kwargs') is used */
+    bool trust_request_chat_template;  /* a request's chat_template renders it (else refused) */
     const char *reasoning_parser;      /* "qwen3" or NULL */
     bool reasoning_content;            /* also emit the pre-2026 field name reasoning_content */
     bool enable_auto_tool_choice;      /* needs tool_call_parser */
