@@ -1066,6 +1066,17 @@ static void parser_free(parser *p) {
     free(p->class_slots);
 }
 
+/* Whether the start state stays within the matcher's limits (matcher.c): a grammar whose every
+ * request would start with no stacks is refused here, once, with a message. */
+static bool start_fits(const cv_grammar *g) {
+    cv_gpool pool = {0};
+    cv_gstep st = {0};
+    const bool ok = cv_gstep_start(g, &pool, &st);
+    cv_gstep_free(&st);
+    cv_gpool_free(&pool);
+    return ok;
+}
+
 cv_grammar *cv_grammar_parse(const char *text, size_t len, const cv_vocab *vocab, char *err, size_t err_len) {
     parser p = {.s = text, .len = len, .err = err, .err_len = err_len};
     if (err && err_len) err[0] = '\0';
@@ -1092,6 +1103,14 @@ cv_grammar *cv_grammar_parse(const char *text, size_t len, const cv_vocab *vocab
     if (!p.failed) check_left_recursion(&p);
     cv_grammar *g = p.failed ? NULL : flatten(&p, root, vocab);
     parser_free(&p);
+    if (g && !start_fits(g)) {
+        if (err && err_len)
+            snprintf(err, err_len, "the grammar is too ambiguous: its start alone expands %d rule references more than "
+                     "it has rules, or leaves more than %d stacks (nested repetitions of parts that may be empty?)",
+                     CV_GRAMMAR_MAX_EXPANSIONS, CV_GRAMMAR_MAX_STACKS);
+        cv_grammar_free(g);
+        g = NULL;
+    }
     return g;
 }
 

@@ -93,6 +93,11 @@ struct cv_vocab {
 /* Refused: an input byte that would leave more stacks than this (a badly ambiguous grammar) is
  * treated as not allowed, so one byte never costs more than bounded time and memory. */
 #define CV_GRAMMAR_MAX_STACKS 4096
+/* And one whose closure expands more (rule, return) pairs than the grammar has rules plus this:
+ * every rule once is fair (a chain of 50,000 rules expands them all for its first byte), but nested
+ * repetitions of parts that may be empty, ((x?)+)+…, have as many distinct return stacks as paths
+ * through them, 2^depth, with no byte set on top, so the stacks' count alone never stops them. */
+#define CV_GRAMMAR_MAX_EXPANSIONS (8 * CV_GRAMMAR_MAX_STACKS)
 
 typedef struct cv_gpool {
     uint32_t *pos, *parent;
@@ -119,10 +124,11 @@ typedef struct cv_gstep {
 } cv_gstep;
 
 void cv_gstep_free(cv_gstep *st);
-/* The stacks that start the grammar (root expanded). */
-void cv_gstep_start(const cv_grammar *g, cv_gpool *p, cv_gstep *st);
+/* The stacks that start the grammar (root expanded). False (and no stacks) past the limits above:
+ * cv_grammar_parse refuses such a grammar. */
+bool cv_gstep_start(const cv_grammar *g, cv_gpool *p, cv_gstep *st);
 /* The stacks after byte b from tops[0 .. n). False (and no stacks) when the result would exceed
- * CV_GRAMMAR_MAX_STACKS. */
+ * CV_GRAMMAR_MAX_STACKS or its closure CV_GRAMMAR_MAX_EXPANSIONS. */
 bool cv_gstep_byte(const cv_grammar *g, cv_gpool *p, cv_gstep *st, const uint32_t *tops, size_t n, uint8_t b);
 
 /* ---- matchers ------------------------------------------------------------------------------------ */

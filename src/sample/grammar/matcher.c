@@ -160,9 +160,10 @@ static int cmp_u32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Runs the pending work to byte-set tops; false when the stacks pass the limit. */
+/* Runs the pending work to byte-set tops; false when the stacks or the expansions pass their limit. */
 static bool closure(const cv_grammar *g, cv_gpool *p, cv_gstep *st) {
-    while (st->n_work) {
+    const uint64_t max_seen = (uint64_t)g->n_rules + CV_GRAMMAR_MAX_EXPANSIONS;
+    while (st->n_work && st->n_seen <= max_seen) {
         uint32_t ret = st->work[--st->n_work];
         uint32_t pos = st->work[--st->n_work];
         for (;;) {
@@ -211,10 +212,10 @@ static bool closure(const cv_grammar *g, cv_gpool *p, cv_gstep *st) {
     return true;
 }
 
-void cv_gstep_start(const cv_grammar *g, cv_gpool *p, cv_gstep *st) {
+bool cv_gstep_start(const cv_grammar *g, cv_gpool *p, cv_gstep *st) {
     step_reset(st);
     for (uint32_t a = g->rule_alt[g->root + 1]; a-- > g->rule_alt[g->root];) work_push(st, g->alt_start[a], CV_GNIL);
-    closure(g, p, st);
+    return closure(g, p, st);
 }
 
 bool cv_gstep_byte(const cv_grammar *g, cv_gpool *p, cv_gstep *st, const uint32_t *tops, size_t n, uint8_t b) {
@@ -258,7 +259,9 @@ static uint32_t *scratch(cv_matcher *m, size_t n) {
 cv_matcher *cv_matcher_new(const cv_grammar *g) {
     cv_matcher *m = cv_xcalloc(1, sizeof *m);
     m->g = g;
-    cv_gstep_start(g, &m->pool, &m->step);
+    const bool fits = cv_gstep_start(g, &m->pool, &m->step);
+    assert(fits && "cv_grammar_parse refuses a grammar whose start does not fit");
+    (void)fits;
     push_state(m, m->step.out, m->step.n_out, m->step.accept ? CV_MS_ACCEPT : 0);
     return m;
 }
