@@ -12,7 +12,7 @@
  *
  * Built without sanitizers: it is preloaded into mpirun and the Python test drivers as well.
  */
-int dlclose(void *handle);
+#include <dlfcn.h>
 
 int dlclose(void *handle) {
     (void)handle;
