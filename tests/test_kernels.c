@@ -1807,6 +1807,10 @@ static void attention_batch_split(cv_threadpool *pool, const attention_batch *b,
             cv_attention_args c = *a;
             c.n_tokens = n, c.n_seqs = 1, c.seq_start = one, c.positions = b->positions + t0;
             c.block_tables = b->table_rows + s, c.q = a->q + t0 * row, c.out = out + t0 * row;
+            if (a->k_new) { /* the chunk's own rows */
+                const int64_t kv_row = (int64_t)a->n_kv_heads * a->head_dim;
+                c.k_new = a->k_new + t0 * kv_row, c.v_new = a->v_new + t0 * kv_row, c.slot_mapping = a->slot_mapping + t0;
+            }
             cv_attention(pool, &c);
         }
 }
@@ -1860,6 +1864,79 @@ static void attention_bf16_cache(cv_threadpool *pool, int bs) {
         free(ref);
         free(k), free(v), free(q), free(kb), free(vb), free(out_f), free(out_b), free(out_split);
     }
+}
+
+/* Attention given its batch's own K and V rows (k_new) stores them as cv_kv_write does before it
+ * reads them: the caches' bytes and the output's bits are those of cv_kv_write then attention, for
+ * the whole batch (its 37-token sequence is several units a KV head where the GQA group is large:
+ * the rows stored before the units) and split per sequence in chunks of 5 (a unit a KV head, which
+ * stores that head's rows itself: a decode batch's way). f32 and bf16 caches, bf16 dot products
+ * where `dot`. */
+static void attention_new_rows(cv_threadpool *pool, int bs, cv_dtype dtype, bool dot) {
+    static const int shapes[][3] = {{3, 1, 20}, {7, 7, 32}, {16, 2, 128}}; /* heads, KV heads, head_dim */
+    attention_batch batch;
+    attention_batch_init(&batch, bs);
+    const size_t el = dtype == CV_DTYPE_BF16 ? 2 : 4;
+    int64_t slot[ATT_T];
+    for (int s = 0; s < ATT_SEQS; s++)
+        for (int32_t t = batch.seq_start[s]; t < batch.seq_start[s + 1]; t++)
+            slot[t] = (int64_t)batch.tables[s][batch.positions[t] / bs] * bs + batch.positions[t] % bs;
+    for (size_t sh = 0; sh < CV_ARRAY_LEN(shapes); sh++) {
+        const int nh = shapes[sh][0], nkv = shapes[sh][1], hd = shapes[sh][2];
+        const int64_t width = (int64_t)nkv * hd, cache = batch.slots * width, rows = (int64_t)ATT_T * nh * hd;
+        float *k = rand_vec(cache), *v = rand_vec(cache), *q = rand_vec(rows), *noise = rand_vec(ATT_T * width);
+        float *kn = cv_xmalloc((size_t)(ATT_T * width) * sizeof *kn), *vn = cv_xmalloc((size_t)(ATT_T * width) * sizeof *vn);
+        for (int t = 0; t < ATT_T; t++) { /* the batch's rows: the values the reference has at their slots */
+            memcpy(kn + t * width, k + slot[t] * width, (size_t)width * sizeof *kn);
+            memcpy(vn + t * width, v + slot[t] * width, (size_t)width * sizeof *vn);
+        }
+        void *want_k = cv_xmalloc((size_t)cache * el), *want_v = cv_xmalloc((size_t)cache * el);
+        void *got_k = cv_xmalloc((size_t)cache * el), *got_v = cv_xmalloc((size_t)cache * el);
+        cv_kv_write(pool, want_k, want_v, dtype, k, v, batch.identity, batch.slots, nkv, hd, bs);
+        float *want = rand_vec(rows), *got = rand_vec(rows);
+        cv_attention_args a = attention_batch_args(&batch, nh, nkv, hd, q);
+        a.kv_dtype = dtype, a.k_cache = want_k, a.v_cache = want_v, a.bf16_dot = dot, a.out = want;
+        cv_attention(pool, &a);
+        cv_attention_args g = a;
+        g.k_cache = got_k, g.v_cache = got_v, g.k_new = kn, g.v_new = vn, g.slot_mapping = slot, g.out = got;
+        for (int split = 0; split < 2; split++) {
+            memcpy(got_k, want_k, (size_t)cache * el), memcpy(got_v, want_v, (size_t)cache * el);
+            cv_kv_write(pool, got_k, got_v, dtype, noise, noise, slot, ATT_T, nkv, hd, bs); /* not the rows */
+            memset(got, 0, (size_t)rows * sizeof *got);
+            if (split) attention_batch_split(pool, &batch, &g, got);
+            else cv_attention(pool, &g);
+            CHECK_MSG(memcmp(got, want, (size_t)rows * sizeof *got) == 0 &&
+                          memcmp(got_k, want_k, (size_t)cache * el) == 0 && memcmp(got_v, want_v, (size_t)cache * el) == 0,
+                      "attention storing its rows (%s cache%s, %d-slot blocks, %d/%d heads, head_dim %d, %s, %d "
+                      "threads, %s): output %d, K %d, V %d differ", dtype == CV_DTYPE_BF16 ? "bf16" : "f32",
+                      dot ? ", bf16 dot" : "", bs, nh, nkv, hd, cv_isa_name(cv_isa_active()), cv_threadpool_size(pool),
+                      split ? "split" : "batched", memcmp(got, want, (size_t)rows * sizeof *got) != 0,
+                      memcmp(got_k, want_k, (size_t)cache * el) != 0, memcmp(got_v, want_v, (size_t)cache * el) != 0);
+        }
+        free(k), free(v), free(q), free(noise), free(kn), free(vn), free(want_k), free(want_v), free(got_k), free(got_v);
+        free(want), free(got);
+    }
+}
+
+static void test_attention_new_rows(cv_threadpool *pool) {
+    attention_new_rows(pool, 16, CV_DTYPE_F32, false);
+    attention_new_rows(pool, 7, CV_DTYPE_BF16, false);
+    attention_new_rows(pool, 16, CV_DTYPE_BF16, false);
+    if (!cv_cpu_ops_active()->gemm_rows_dot || cv_cpu_bf16_dot_enable(true)) {
+        printf("test_kernels: attention storing its rows with bf16 dot products skipped on %s: %s\n",
+               cv_isa_name(cv_isa_active()),
+               cv_cpu_ops_active()->gemm_rows_dot ? cv_error_message() : "no bf16 dot product on this path");
+        return;
+    }
+    CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
+    attention_new_rows(pool, 16, CV_DTYPE_BF16, true);
+    attention_new_rows(pool, 40, CV_DTYPE_BF16, true);
+    if (cv_cpu_amx_enable(true)) {
+        printf("test_kernels: AMX attention storing its rows skipped: %s\n", cv_error_message());
+        return;
+    }
+    attention_new_rows(pool, 16, CV_DTYPE_BF16, true);
+    CHECK_EQ_INT(cv_cpu_amx_enable(false), 0);
 }
 
 static void test_attention_bf16_cache(cv_threadpool *pool) {
@@ -2205,6 +2282,7 @@ int main(void) {
             test_attention(pools[p]);
             test_attention_bf16_cache(pools[p]);
             test_attention_bf16_dot(pools[p]);
+            test_attention_new_rows(pools[p]);
             test_add_rmsnorm(pools[p]);
             test_swiglu(pools[p]);
             test_fused_quant(pools[p]);

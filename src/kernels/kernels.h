@@ -298,7 +298,8 @@ void cv_rmsnorm_rope_bf16(cv_threadpool *pool, const cv_rope *r, uint16_t *dst, 
  * Zen 5); in panels the two read alike.
  *
  * Token t (of sequence s, at position positions[t]) attends causally over positions
- * [0, positions[t]] of s, read through block_tables[s]; its own K/V must already be in the cache.
+ * [0, positions[t]] of s, read through block_tables[s]; its own K/V must be in the cache, or be
+ * given as k_new and v_new, which attention stores first.
  * Query head h uses KV head h / (n_heads / n_kv_heads). A bf16 cache is widened as it is read and
  * everything else is the f32 computation: the output is bit for bit that of an f32 cache holding the
  * same (bf16) values.
@@ -320,7 +321,15 @@ typedef struct cv_attention_args {
      * the rows attention makes itself from q */
     const uint16_t *q_bf16;
     cv_dtype kv_dtype;                  /* CV_DTYPE_F32 (0) or CV_DTYPE_BF16: the elements of k_cache, v_cache */
-    const void *k_cache, *v_cache;
+    void *k_cache, *v_cache;            /* written only with k_new */
+    /* When not NULL: the batch's own K and V rows [n_tokens][n_kv_heads·head_dim], stored into slots
+     * slot_mapping[t] (as cv_kv_write stores them) before they are read. Where each sequence's tokens
+     * are one unit of work (a decode batch), the thread that reads a sequence's KV head stores that
+     * head's rows just before: in a decode step the rows' lines are in that thread's cache when it
+     * reads them, and no separate pass waits on them (a decode token's K row alone touches
+     * head_dim/2 lines a head, one pair a line, each a miss after the weights streamed through). */
+    const float *k_new, *v_new;
+    const int64_t *slot_mapping;
     bool bf16_dot;                      /* Q·Kᵀ and P·V as bf16 dot products (see above) */
     float *out;                         /* [n_tokens][n_heads·head_dim] */
     /* Instead of out when not NULL: the output rounded as cv_round_bf16_rows rounds it, rows

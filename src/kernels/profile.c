@@ -36,11 +36,10 @@ const char *cv_op_kind_name(cv_op_kind kind) {
     static const char *const names[CV_OP_COUNT] = {
         [CV_OP_EMBED] = "embed",           [CV_OP_NORM] = "rmsnorm",
         [CV_OP_QKV_PROJ] = "qkv_proj",     [CV_OP_QK_NORM_ROPE] = "qk_norm_rope",
-        [CV_OP_KV_WRITE] = "kv_write",     [CV_OP_ATTENTION] = "attention",
-        [CV_OP_O_PROJ] = "o_proj",         [CV_OP_GATE_UP_PROJ] = "gate_up_proj",
-        [CV_OP_SWIGLU] = "swiglu",         [CV_OP_DOWN_PROJ] = "down_proj",
-        [CV_OP_MOE] = "moe_experts",       [CV_OP_LINEAR_ATTENTION] = "linear_attention",
-        [CV_OP_LM_HEAD] = "lm_head",
+        [CV_OP_ATTENTION] = "attention",   [CV_OP_O_PROJ] = "o_proj",
+        [CV_OP_GATE_UP_PROJ] = "gate_up_proj", [CV_OP_SWIGLU] = "swiglu",
+        [CV_OP_DOWN_PROJ] = "down_proj",   [CV_OP_MOE] = "moe_experts",
+        [CV_OP_LINEAR_ATTENTION] = "linear_attention", [CV_OP_LM_HEAD] = "lm_head",
         [CV_OP_ALLREDUCE] = "allreduce",
     };
     return (unsigned)kind < CV_OP_COUNT ? names[kind] : "unknown";

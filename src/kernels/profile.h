@@ -19,8 +19,7 @@ typedef enum cv_op_kind {
     CV_OP_NORM,            /* RMSNorms (with their fused residual adds) */
     CV_OP_QKV_PROJ,
     CV_OP_QK_NORM_ROPE,
-    CV_OP_KV_WRITE,
-    CV_OP_ATTENTION,
+    CV_OP_ATTENTION,       /* with the batch's K and V rows stored into the cache (cv_attention_args.k_new) */
     CV_OP_O_PROJ,
     CV_OP_GATE_UP_PROJ,
     CV_OP_SWIGLU,

@@ -41,6 +41,14 @@
  * unit constant in the context length; with the whole context in one tile (≤ 64) it is the
  * textbook f32 softmax exactly.
  *
+ * The batch's own K and V rows are stored into the cache here (cv_attention_args.k_new). Where every
+ * sequence's tokens fit one block (a decode batch), the unit that reads a sequence's KV head stores
+ * that head's rows first, on its own thread: no other unit reads them, and the lines a decode
+ * token's rows land in — misses once the weights have streamed through, and the panel the unit reads
+ * last — are then in that thread's cache. A separate pass before took 7.5-9 µs a layer of a 0.6B
+ * W8A8 decode on one thread (Zen 5), and attention plus the store in units 2-8 µs less than the two
+ * apart, 4 of 4 pairs. Otherwise the rows are stored over the pool before the units start.
+ *
  * Units are dealt to threads round-robin: in a prefill, later blocks see longer contexts, and
  * interleaving evens out the per-thread work. Positions come from the batch, not from the token's
  * index, so chunked prefill (earlier context already cached) and batches mixing sequences at
@@ -84,6 +92,8 @@ typedef struct attention_job {
     bool amx;            /* bf16_dot's products as AMX tile products */
     int ctx_tile;        /* context positions per tile */
     int32_t *unit_start; /* [n_seqs+1]: first unit of sequence s (in KV-head-major blocks) */
+    bool store_in_units; /* each unit stores its sequence's new rows of its KV head (k_new) */
+    cv_kv_rows rows;     /* k_new's */
 } attention_job;
 
 typedef struct head_state {
@@ -425,6 +435,7 @@ static next_tile first_tile(const attention_job *job, int64_t u) {
 
 static void run_unit(const attention_job *job, block_scratch *w, int64_t u, const next_tile *after) {
     const unit x = unit_at(job, u);
+    if (job->store_in_units) cv_kv_store(&job->rows, x.t0, x.t1, x.g, x.g + 1);
     start_block(job, w, x.t0, x.t1, x.g);
     if (job->amx) attend_amx(job, w, x.s, x.t0, x.t1, x.g);
     else attend_lanes(job, w, x.s, x.t0, x.t1, x.g, after);
@@ -484,6 +495,7 @@ void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
     assert(a->kv_dtype == CV_DTYPE_F32 || a->kv_dtype == CV_DTYPE_BF16);
     assert(!a->out_bf16 || (int64_t)a->n_heads * a->head_dim % 32 == 0);
     assert(!a->q_bf16 || a->bf16_dot);
+    assert(!a->k_new || (a->v_new && a->slot_mapping));
     assert(a->head_dim > 0 && a->head_dim <= CV_MAX_HEAD_DIM);
     assert(!a->bf16_dot || (a->kv_dtype == CV_DTYPE_BF16 && a->head_dim % 2 == 0 && cv_cpu_ops_active()->gemm_rows_dot &&
                             cv_cpu_ops_active()->gemm_panels_dot && cv_cpu_ops_active()->exp_sum_bf16));
@@ -494,13 +506,21 @@ void cv_attention(cv_threadpool *pool, const cv_attention_args *a) {
     job.ctx_tile = job.amx ? AMX_CONTEXT_TILE : CONTEXT_TILE;
     const int block_rows = job.amx ? AMX_BLOCK_ROWS : BLOCK_ROWS;
     job.block_tokens = block_rows / job.group > 1 ? block_rows / job.group : 1;
+    job.store_in_units = a->k_new != NULL;
     job.unit_start = cv_xmalloc(((size_t)a->n_seqs + 1) * sizeof *job.unit_start);
     job.unit_start[0] = 0;
     for (int32_t s = 0; s < a->n_seqs; s++) {
         int32_t n = a->seq_start[s + 1] - a->seq_start[s];
         int32_t blocks = (n + job.block_tokens - 1) / job.block_tokens;
         job.unit_start[s + 1] = job.unit_start[s] + blocks * a->n_kv_heads;
+        if (blocks > 1) job.store_in_units = false;
     }
+    /* store_in_units: one unit a sequence and KV head, the only reader of the rows it stores */
+    job.rows = (cv_kv_rows){a->k_cache, a->v_cache, a->kv_dtype, a->k_new, a->v_new, a->slot_mapping,
+                            a->n_kv_heads, a->head_dim, a->block_size};
+    if (a->k_new && !job.store_in_units)
+        cv_kv_write(pool, a->k_cache, a->v_cache, a->kv_dtype, a->k_new, a->v_new, a->slot_mapping, a->n_tokens,
+                    a->n_kv_heads, a->head_dim, a->block_size);
     cv_threadpool_run(pool, attention_task, &job);
     free(job.unit_start);
 }

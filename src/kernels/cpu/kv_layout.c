@@ -25,37 +25,28 @@
 /* Below this many elements the write runs on the caller: a pool wake costs more. */
 enum { PARALLEL_ELEMENTS = 1 << 14 };
 
-typedef struct kv_write_job {
-    const cv_cpu_ops *ops;
-    void *k_cache, *v_cache;
-    cv_dtype dtype;
-    const float *k, *v;
-    const int64_t *slot_mapping;
-    int64_t n;
-    int n_kv_heads, head_dim, block_size;
-} kv_write_job;
-
-/* Token row x's heads into `slot` (cv_kv_index): f32 rows copied; bf16 rounded, then K's pairs one
+/* Row x's heads [g0, g1) into `slot` (cv_kv_index): f32 rows copied; bf16 rounded, then K's pairs one
  * word every panel's rows words and V's elements every other bf16 (an odd last K element or V row
  * plain). */
-static void store_row(const kv_write_job *j, void *cache, bool value, int64_t slot, const float *x) {
-    const int hd = j->head_dim, bs = j->block_size, i = (int)(slot % bs);
-    for (int g = 0; g < j->n_kv_heads; g++) {
+static void store_row(const cv_cpu_ops *ops, const cv_kv_rows *r, void *cache, bool value, int64_t slot,
+                      const float *x, int g0, int g1) {
+    const int hd = r->head_dim, bs = r->block_size, i = (int)(slot % bs);
+    for (int g = g0; g < g1; g++) {
         const float *xg = x + (int64_t)g * hd;
-        if (j->dtype != CV_DTYPE_BF16) {
-            memcpy((float *)cache + cv_kv_index(j->dtype, value, slot, g, 0, j->n_kv_heads, hd, bs), xg,
+        if (r->dtype != CV_DTYPE_BF16) {
+            memcpy((float *)cache + cv_kv_index(r->dtype, value, slot, g, 0, r->n_kv_heads, hd, bs), xg,
                    (size_t)hd * sizeof(float));
             continue;
         }
         uint16_t row[CV_MAX_HEAD_DIM];
-        j->ops->round_bf16(row, xg, hd);
-        uint16_t *at = (uint16_t *)cache + cv_kv_index(CV_DTYPE_BF16, value, slot, g, 0, j->n_kv_heads, hd, bs);
+        ops->round_bf16(row, xg, hd);
+        uint16_t *at = (uint16_t *)cache + cv_kv_index(CV_DTYPE_BF16, value, slot, g, 0, r->n_kv_heads, hd, bs);
         if (!value) { /* at: row i's first pair; pairs a panel's rows words apart (an odd region's words are
                        * unaligned) */
             const int64_t rows = cv_kv_panel_rows(i, bs);
             int d = 0;
             for (; d + 1 < hd; d += 2) memcpy(at + (int64_t)d * rows, row + d, 2 * sizeof *row);
-            if (d < hd) *((uint16_t *)cache + cv_kv_index(CV_DTYPE_BF16, false, slot, g, d, j->n_kv_heads, hd, bs)) = row[d];
+            if (d < hd) *((uint16_t *)cache + cv_kv_index(CV_DTYPE_BF16, false, slot, g, d, r->n_kv_heads, hd, bs)) = row[d];
         } else { /* paired rows: element d at 2d; an odd block's last row plain */
             const int step = i < (bs & ~1) ? 2 : 1;
             for (int d = 0; d < hd; d++) at[(int64_t)d * step] = row[d];
@@ -63,23 +54,28 @@ static void store_row(const kv_write_job *j, void *cache, bool value, int64_t sl
     }
 }
 
-static void kv_write_rows(const void *arg, int64_t t0, int64_t t1) {
-    const kv_write_job *j = arg;
-    const int64_t width = (int64_t)j->n_kv_heads * j->head_dim;
+void cv_kv_store(const cv_kv_rows *r, int64_t t0, int64_t t1, int g0, int g1) {
+    assert(r->dtype == CV_DTYPE_F32 || r->dtype == CV_DTYPE_BF16);
+    assert(r->n_kv_heads > 0 && r->head_dim > 0 && r->block_size > 0 && r->head_dim <= CV_MAX_HEAD_DIM);
+    assert(0 <= g0 && g0 <= g1 && g1 <= r->n_kv_heads);
+    const cv_cpu_ops *ops = cv_cpu_ops_active();
+    const int64_t width = (int64_t)r->n_kv_heads * r->head_dim;
     for (int64_t t = t0; t < t1; t++) {
-        store_row(j, j->k_cache, false, j->slot_mapping[t], j->k + t * width);
-        store_row(j, j->v_cache, true, j->slot_mapping[t], j->v + t * width);
+        store_row(ops, r, r->k_cache, false, r->slot_mapping[t], r->k + t * width, g0, g1);
+        store_row(ops, r, r->v_cache, true, r->slot_mapping[t], r->v + t * width, g0, g1);
     }
+}
+
+static void store_rows(const void *arg, int64_t t0, int64_t t1) {
+    const cv_kv_rows *r = arg;
+    cv_kv_store(r, t0, t1, 0, r->n_kv_heads);
 }
 
 void cv_kv_write(cv_threadpool *pool, void *k_cache, void *v_cache, cv_dtype dtype, const float *k, const float *v,
                  const int64_t *slot_mapping, int64_t n, int n_kv_heads, int head_dim, int block_size) {
-    assert(dtype == CV_DTYPE_F32 || dtype == CV_DTYPE_BF16);
-    assert(n_kv_heads > 0 && head_dim > 0 && block_size > 0 && head_dim <= CV_MAX_HEAD_DIM);
-    kv_write_job j = {cv_cpu_ops_active(), k_cache, v_cache, dtype, k, v, slot_mapping, n, n_kv_heads, head_dim,
-                      block_size};
+    const cv_kv_rows r = {k_cache, v_cache, dtype, k, v, slot_mapping, n_kv_heads, head_dim, block_size};
     /* a prefill's rows are a few MiB: with one thread they ran at ~1 % of a pp512 forward pass */
-    cv_threadpool_run_range(pool, kv_write_rows, &j, n, n * n_kv_heads * head_dim >= PARALLEL_ELEMENTS);
+    cv_threadpool_run_range(pool, store_rows, &r, n, n * n_kv_heads * head_dim >= PARALLEL_ELEMENTS);
 }
 
 /* The first element of h's region in a block: element 0 of its first slot, K or V alike. */

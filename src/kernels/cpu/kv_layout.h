@@ -1,11 +1,26 @@
 /*
  * kv_layout.h — the KV cache's words into attention's tiles (internal to src/kernels). The layout
- * itself is kernels.h's (cv_kv_index); cv_kv_write stores rows into it (kv_layout.c).
+ * itself is kernels.h's (cv_kv_index); cv_kv_write and cv_kv_store store rows into it (kv_layout.c).
  */
 #ifndef CV_KV_LAYOUT_H
 #define CV_KV_LAYOUT_H
 
 #include <stdint.h>
+
+#include "base/dtype.h"
+
+/* A batch's new K and V rows and the cache slots they go to (cv_kv_write's arguments). */
+typedef struct cv_kv_rows {
+    void *k_cache, *v_cache;
+    cv_dtype dtype;              /* CV_DTYPE_F32 or CV_DTYPE_BF16 */
+    const float *k, *v;          /* [n][n_kv_heads·head_dim] */
+    const int64_t *slot_mapping; /* [n] */
+    int n_kv_heads, head_dim, block_size;
+} cv_kv_rows;
+
+/* Stores KV heads [g0, g1) of rows [t0, t1) on the calling thread, as cv_kv_write stores them:
+ * decode attention writes a sequence's head just before it reads that head's context. */
+void cv_kv_store(const cv_kv_rows *r, int64_t t0, int64_t t1, int g0, int g1);
 
 /* One KV head of one sequence in a bf16 K or V cache. */
 typedef struct cv_kv_head {

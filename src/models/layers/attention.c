@@ -1,6 +1,6 @@
 /*
  * attention.c — see attention.h. Each op is charged to its profile role (q|k|v projection, q/k norm
- * and RoPE, KV write, attention, o_proj).
+ * and RoPE, attention with the KV cache's write, o_proj).
  */
 #include "models/layers/attention.h"
 
@@ -107,7 +107,8 @@ void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_a
         .n_tokens = T, .n_seqs = b->n_seqs, .seq_start = b->seq_start, .positions = b->positions,
         .block_tables = b->block_tables, .block_size = kv->block_size, .n_heads = d->n_heads,
         .n_kv_heads = d->n_kv_heads, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = s->q,
-        .kv_dtype = kv->dtype, .k_cache = kv->k[kv_layer], .v_cache = kv->v[kv_layer], .out = s->attn,
+        .kv_dtype = kv->dtype, .k_cache = kv->k[kv_layer], .v_cache = kv->v[kv_layer], .k_new = s->k,
+        .v_new = s->v, .slot_mapping = b->slot_mapping, .out = s->attn,
         .bf16_dot = w->bf16_dot && kv->dtype == CV_DTYPE_BF16,
     };
     NN_TIMED(CV_OP_QKV_PROJ, nn_linear_forward(pool, &w->qkv, in, T, qkv));
@@ -122,9 +123,6 @@ void nn_attention_forward(cv_threadpool *pool, const nn_attention *w, const nn_a
         }
         cv_rmsnorm_rope(pool, rope, s->k, kv_dim, s->k, kv_dim, T, d->n_kv_heads, hd, w->k_norm, d->eps, cos, sin);
     });
-    NN_TIMED(CV_OP_KV_WRITE,
-             cv_kv_write(pool, kv->k[kv_layer], kv->v[kv_layer], kv->dtype, s->k, s->v, b->slot_mapping, T,
-                         d->n_kv_heads, hd, kv->block_size));
     nn_input o_in = nn_f32(s->attn);
     if (!d->gated && q_dim % 32 == 0 && nn_linear_input_bf16(&w->o_proj) && !w->o_proj.observe.fn) {
         /* o_proj rounds its input to bf16: the attention writes those rows itself, into the shared
