@@ -1,15 +1,19 @@
 /*
  * fileutil.c — see fileutil.h. Config files and index files are small (kilobytes to a few
- * megabytes), so they are read whole with stdio; tensor data never goes through here (it is mmap'd).
+ * megabytes), so they are read whole with stdio; tensor data never goes through here (it is mmap'd),
+ * nor does tokenizer.json (mapped: a copy of its megabytes was fresh memory, slow to touch on a VM).
  */
 #include "loader/fileutil.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -34,6 +38,29 @@ char *cv_read_file(const char *path, size_t *len) {
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+const char *cv_map_file(const char *path, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct stat st;
+    void *map = MAP_FAILED;
+    int err = fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : 0;
+    if (!err && st.st_size > 0) {
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) err = errno;
+    }
+    close(fd);
+    if (err) {
+        errno = err;
+        return NULL;
+    }
+    *len = (size_t)st.st_size;
+    return st.st_size > 0 ? map : "";
+}
+
+void cv_unmap_file(const char *p, size_t len) {
+    if (p && len) munmap((void *)p, len);
 }
 
 bool cv_path_exists(const char *path) {
@@ -71,6 +98,14 @@ char **cv_list_names(const char *dir, const char *prefix, const char *suffix, si
 void cv_free_names(char **names) {
     for (char **p = names; *p; p++) free(*p);
     free(names);
+}
+
+char *cv_cache_dir(const char *name) {
+    const char *root = getenv("CVLLM_CACHE_ROOT"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (root && *root) return cv_xasprintf("%s/%s", root, name);
+    if (xdg && *xdg) return cv_xasprintf("%s/cvllm/%s", xdg, name);
+    if (home && *home) return cv_xasprintf("%s/.cache/cvllm/%s", home, name);
+    return NULL;
 }
 
 int cv_mkdirs(const char *path) {

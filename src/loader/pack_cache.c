@@ -233,12 +233,9 @@ static void hash_sections(const cv_pack_cache *c, cv_threadpool *pool, uint64_t 
 static char *cache_dir(void) {
     const char *off = getenv("CVLLM_PACKED_WEIGHTS_CACHE");
     if (off && (!strcmp(off, "0") || !strcasecmp(off, "false") || !strcasecmp(off, "off"))) return NULL;
-    const char *root = getenv("CVLLM_CACHE_ROOT"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (root && *root) return cv_xasprintf("%s/packed", root);
-    if (xdg && *xdg) return cv_xasprintf("%s/cvllm/packed", xdg);
-    if (home && *home) return cv_xasprintf("%s/.cache/cvllm/packed", home);
-    cv_warn("loader", "packed-weight cache off: neither CVLLM_CACHE_ROOT, XDG_CACHE_HOME nor HOME is set");
-    return NULL;
+    char *dir = cv_cache_dir("packed");
+    if (!dir) cv_warn("loader", "packed-weight cache off: neither CVLLM_CACHE_ROOT, XDG_CACHE_HOME nor HOME is set");
+    return dir;
 }
 
 /* Offsets of the sections after a header of `header_bytes`; returns the file size. */
