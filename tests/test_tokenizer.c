@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <utf8proc.h>
@@ -20,6 +21,8 @@
 #include "base/error.h"
 #include "base/utf8.h"
 #include "check.h"
+#include "loader/fileutil.h"
+#include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 
 #define QWEN_DIR CVLLM_SOURCE_DIR "/models/qwen3-tokenizer"
@@ -125,7 +128,7 @@ static int32_t *json_ids(const json_t *arr, size_t *n) {
 
 /* ---- reference cases ------------------------------------------------------------------------- */
 
-static void test_reference_cases(void) {
+static void reference_cases(const cv_tokenizer *tok) {
     json_t *cases = read_cases();
     CHECK_EQ_INT(json_array_size(cases), 400);
     size_t exact = 0, i;
@@ -136,16 +139,16 @@ static void test_reference_cases(void) {
         size_t text_len = json_string_length(jt), decoded_len = json_string_length(jd), n_want;
         int32_t *want = json_ids(json_object_get(c, "ids"), &n_want);
         int before = cv_checks_failed;
-        check_encode(qwen, text, text_len, want, n_want);
+        check_encode(tok, text, text_len, want, n_want);
         size_t len;
-        char *got = decode_ok(qwen, want, n_want, false, &len);
+        char *got = decode_ok(tok, want, n_want, false, &len);
         CHECK_MSG(got && len == decoded_len && memcmp(got, decoded, len) == 0,
                   "case %zu: decode \"%s\" != \"%s\"", i, got, decoded);
         size_t norm_len;
         char *norm = nfc(text, text_len, &norm_len);
         CHECK_MSG(norm && norm_len == len && memcmp(norm, got, len) == 0,
                   "case %zu: decode(encode(x)) != NFC(x)", i);
-        check_detok(qwen, want, n_want, false, decoded, decoded_len);
+        check_detok(tok, want, n_want, false, decoded, decoded_len);
         free(norm);
         free(got);
         free(want);
@@ -154,6 +157,8 @@ static void test_reference_cases(void) {
     printf("reference cases: %zu/%zu exact\n", exact, json_array_size(cases));
     json_decref(cases);
 }
+
+static void test_reference_cases(void) { reference_cases(qwen); }
 
 /* ---- random round trips ---------------------------------------------------------------------- */
 
@@ -706,6 +711,164 @@ static void test_split_patterns(void) {
     json_decref(mini);
 }
 
+/* ---- the tables' cache (tok_cache.c) --------------------------------------------------------- */
+
+/* The .tok entries under root/tokenizer; the path of the last one read in *last (cv_xmalloc'd). */
+static size_t cache_entries(const char *root, char **last) {
+    char *dir = cv_xasprintf("%s/tokenizer", root);
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len < 4 || strcmp(e->d_name + len - 4, ".tok")) continue;
+        n++;
+        free(*last);
+        *last = cv_xasprintf("%s/%s", dir, e->d_name);
+    }
+    if (d) closedir(d);
+    free(dir);
+    return n;
+}
+
+/* a and b have the same tokens: bytes, specialness and added tokens. */
+static void check_same_tokens(const cv_tokenizer *a, const cv_tokenizer *b) {
+    CHECK_EQ_INT(cv_tokenizer_vocab_size(a), cv_tokenizer_vocab_size(b));
+    size_t differ = 0;
+    for (int32_t id = 0; id < cv_tokenizer_vocab_size(a); id++) {
+        size_t la = 0, lb = 0;
+        const char *ba = cv_tokenizer_id_to_bytes(a, id, &la), *bb = cv_tokenizer_id_to_bytes(b, id, &lb);
+        if ((ba == NULL) != (bb == NULL) || la != lb || (ba && memcmp(ba, bb, la)) ||
+            cv_tokenizer_is_special(a, id) != cv_tokenizer_is_special(b, id))
+            differ++;
+    }
+    CHECK_MSG(differ == 0, "%zu tokens differ", differ);
+    CHECK_EQ_INT(a->n_added, b->n_added);
+    for (size_t i = 0; i < a->n_added && i < b->n_added; i++)
+        CHECK(a->added[i].id == b->added[i].id && a->added[i].len == b->added[i].len &&
+              !memcmp(a->added[i].content, b->added[i].content, a->added[i].len));
+}
+
+/* A load of dir; *mapped: whether its tables came from the cache. */
+static cv_tokenizer *load_dir(const char *dir, bool *mapped) {
+    cv_tokenizer *tok = NULL;
+    const int rc = cv_tokenizer_load(dir, &tok);
+    CHECK_MSG(rc == 0, "load %s: %s", dir, cv_error_message());
+    *mapped = tok && tok->map;
+    return tok;
+}
+
+/* The first load of a tokenizer.json writes its tables' entry and the next maps it; both give the
+ * reference cases' ids and the same tokens. A damaged or truncated entry is not used and is written
+ * again; another text is another entry; no cache folder to write still loads. */
+static void test_cache(void) {
+    char root[] = "/tmp/cvllm_tokcache_XXXXXX", *entry = NULL;
+    CHECK(mkdtemp(root) != NULL);
+    char *saved = getenv("CVLLM_CACHE_ROOT") ? cv_xstrdup(getenv("CVLLM_CACHE_ROOT")) : NULL;
+    setenv("CVLLM_CACHE_ROOT", root, 1);
+    bool mapped;
+    cv_tokenizer *built = load_dir(QWEN_DIR, &mapped);
+    CHECK(!mapped);
+    CHECK_EQ_INT(cache_entries(root, &entry), 1);
+    cv_tokenizer *cached = load_dir(QWEN_DIR, &mapped);
+    CHECK(mapped);
+    if (built && cached) {
+        check_same_tokens(built, cached);
+        reference_cases(cached);
+    }
+    cv_tokenizer_free(cached);
+    struct stat st;
+    CHECK(entry && stat(entry, &st) == 0);
+    if (entry) { /* one byte of the merges' table flipped */
+        FILE *f = fopen(entry, "r+b");
+        CHECK(f != NULL);
+        if (f) {
+            fseek(f, (long)st.st_size - 100, SEEK_SET);
+            int c = fgetc(f);
+            fseek(f, (long)st.st_size - 100, SEEK_SET);
+            fputc(c ^ 0x10, f);
+            fclose(f);
+        }
+        cached = load_dir(QWEN_DIR, &mapped);
+        CHECK(!mapped);
+        if (cached) check_same_tokens(built, cached);
+        cv_tokenizer_free(cached);
+        cv_tokenizer_free(load_dir(QWEN_DIR, &mapped));
+        CHECK_MSG(mapped, "the damaged entry was written again");
+        CHECK_EQ_INT(truncate(entry, st.st_size - 1), 0);
+        cv_tokenizer_free(load_dir(QWEN_DIR, &mapped));
+        CHECK(!mapped);
+        cv_tokenizer_free(load_dir(QWEN_DIR, &mapped));
+        CHECK(mapped);
+    }
+    { /* the same JSON with a newline more: its own entry */
+        size_t len;
+        char *text = cv_read_file(QWEN_DIR "/tokenizer.json", &len);
+        char *path = cv_xasprintf("%s/tokenizer.json", tmp_dir);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && text && fwrite(text, 1, len, f) == len && fputc('\n', f) == '\n');
+        if (f) fclose(f);
+        cv_tokenizer_free(load_dir(tmp_dir, &mapped));
+        CHECK(!mapped);
+        CHECK_EQ_INT(cache_entries(root, &entry), 2);
+        cached = load_dir(tmp_dir, &mapped);
+        CHECK(mapped);
+        if (built && cached) check_same_tokens(built, cached);
+        cv_tokenizer_free(cached);
+        unlink(path);
+        free(path);
+        free(text);
+    }
+    { /* a cache root under a file: nothing written, the load is whole */
+        char *file = cv_xasprintf("%s/file", root), *under = cv_xasprintf("%s/file/below", root);
+        FILE *f = fopen(file, "w");
+        if (f) fclose(f);
+        setenv("CVLLM_CACHE_ROOT", under, 1);
+        cv_tokenizer_free(load_dir(QWEN_DIR, &mapped));
+        CHECK(!mapped);
+        unlink(file);
+        free(file), free(under);
+    }
+    cv_tokenizer_free(built);
+    while (cache_entries(root, &entry)) unlink(entry);
+    free(entry);
+    char *dir = cv_xasprintf("%s/tokenizer", root);
+    rmdir(dir);
+    free(dir);
+    rmdir(root);
+    if (saved) setenv("CVLLM_CACHE_ROOT", saved, 1);
+    else unsetenv("CVLLM_CACHE_ROOT");
+    free(saved);
+}
+
+/* tok_blank_tables empties model.vocab and model.merges of the root object, only those, through
+ * strings that hold brackets and escaped quotes; anything else gives NULL. */
+static void test_blank_tables(void) {
+    static const struct {
+        const char *in, *out; /* out NULL: refused */
+    } cases[] = {
+        {"{\"model\": {\"vocab\": {\"a\": 0, \"}\": 1, \"\\\"]\": 2}, \"merges\": [[\"a\", \"]\"], \"a }\"], \"x\": 1}, \"y\": \"model\"}",
+         "{\"model\": {\"vocab\": {}, \"merges\": [], \"x\": 1}, \"y\": \"model\"}"},
+        {" {\"x\": {\"vocab\": {\"a\": 1}}, \"model\":{\"merges\":[\"b b\"],\"vocab\":{\"b\":2}}}\n",
+         " {\"x\": {\"vocab\": {\"a\": 1}}, \"model\":{\"merges\":[],\"vocab\":{}}}\n"},
+        {"{\"model\": {\"vocab\": {\"a\": 0}}}", NULL},
+        {"{\"model\": {\"vocab\": [], \"merges\": []}}", NULL},
+        {"{\"model\": [{\"vocab\": {}, \"merges\": []}]}", NULL},
+        {"[{\"model\": {\"vocab\": {}, \"merges\": []}}]", NULL},
+        {"{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [\"a a\"", NULL},
+        {"{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [\"a a\"]} \"x\": 1}", NULL},
+    };
+    for (size_t i = 0; i < CV_ARRAY_LEN(cases); i++) {
+        size_t len = 0;
+        char *out = tok_blank_tables(cases[i].in, strlen(cases[i].in), &len);
+        if (cases[i].out) {
+            CHECK_MSG(out && len == strlen(cases[i].out) && !strcmp(out, cases[i].out), "case %zu: %s", i, out ? out : "NULL");
+        } else {
+            CHECK_MSG(!out, "case %zu: %s", i, out);
+        }
+        free(out);
+    }
+}
+
 int main(void) {
     CHECK(mkdtemp(tmp_dir) != NULL);
     int rc = cv_tokenizer_load(QWEN_DIR, &qwen);
@@ -726,6 +889,8 @@ int main(void) {
     test_added_token_flags();
     test_string_merges();
     test_split_patterns();
+    test_blank_tables();
+    test_cache();
     cv_tokenizer_free(qwen);
     char *path = cv_xasprintf("%s/tokenizer.json", tmp_dir);
     unlink(path);

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <xxhash.h>
 
 #include "tokenizer/tokenizer.h"
 
@@ -65,11 +66,32 @@ struct cv_tokenizer {
     pcre2_code *word_re;          /* \w for single_word tokens, NULL when none needs it */
 
     char *eos_token, *pad_token, *bos_token, *unk_token; /* from tokenizer_config.json */
+
+    /* The cache entry that off, len, arena, vocab_slots and merge_slots point into (tok_cache.c),
+     * read-only; NULL when they were built here and are the tokenizer's own. */
+    const char *map;
+    size_t map_bytes;
 };
 
 /* Hash-table lookups (tok_load.c). */
 int32_t tok_vocab_find(const cv_tokenizer *tok, const char *bytes, size_t len);
 const tok_merge_slot *tok_merge_find(const cv_tokenizer *tok, int32_t left, int32_t right);
+
+#define TOK_MAX_ID (1 << 24) /* far above any real vocabulary; guards the per-id tables */
+/* The cache's entries (tok_cache.c) hold tok_load.c's tables as they are built: a change to their
+ * hashing, sizes or layout takes a new version, or old entries would be read as the new tables. */
+#define TOK_TABLES_VERSION 1
+
+/* The large tables on disk (tok_cache.c): the key of a tokenizer.json's bytes; a valid entry of the
+ * key read into tok's vocab_size, off, len, arena, byte_id, vocabulary and merge tables (is_special
+ * zeroed), false and tok untouched without one; tok's tables written under key (best effort). */
+XXH128_hash_t tok_cache_key(const char *json, size_t len);
+bool tok_cache_read(XXH128_hash_t key, cv_tokenizer *tok);
+void tok_cache_write(XXH128_hash_t key, const cv_tokenizer *tok);
+/* A cv_xmalloc'd copy of tokenizer.json's text with model.vocab made {} and model.merges []
+ * (*out_len bytes and a NUL); NULL when the text does not have both where a root object's "model"
+ * holds them. */
+char *tok_blank_tables(const char *json, size_t len, size_t *out_len);
 
 /* NFC of valid UTF-8 into a malloc'd, NUL-terminated *out (tok_load.c). */
 int tok_nfc(const char *s, size_t len, char **out, size_t *out_len);

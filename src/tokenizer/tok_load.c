@@ -28,9 +28,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/utf8.h"
+#include "loader/fileutil.h"
 #include "tokenizer/tok_internal.h"
 
-#define TOK_MAX_ID (1 << 24) /* far above any real vocabulary; guards the per-id tables */
 
 /* ---- byte-level alphabet ------------------------------------------------------------------- */
 
@@ -64,7 +64,7 @@ static size_t token_to_bytes(const int16_t *char_byte, const char *s, size_t len
     return n_out;
 }
 
-/* ---- hash tables ----------------------------------------------------------------------------- */
+/* ---- hash tables (kept by tok_cache.c: a change here takes a new TOK_TABLES_VERSION) ---------- */
 
 static size_t table_size_for(size_t n) {
     size_t size = 16;
@@ -187,6 +187,24 @@ static int checked_id(const json_t *v, const char *what, const char *name, int32
     return 0;
 }
 
+/* Every added token has content and a valid id; raises *max_id to theirs and adds their lengths to
+ * *bytes. */
+static int check_added(const json_t *added, int32_t *max_id, size_t *bytes) {
+    size_t i;
+    json_t *v;
+    json_array_foreach(added, i, v) {
+        const char *content = json_string_value(json_object_get(v, "content"));
+        if (!content || !*content)
+            return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: added_tokens[%zu] has no content", i);
+        int32_t id = 0;
+        if (checked_id(json_object_get(v, "id"), "added token", content, &id))
+            return CVLLM_ERR_FORMAT;
+        if (id > *max_id) *max_id = id;
+        *bytes += json_string_length(json_object_get(v, "content"));
+    }
+    return 0;
+}
+
 /* Sizes the per-id tables from the largest id and the total text length. */
 static int size_tables(cv_tokenizer *tok, const json_t *vocab, const json_t *added,
                        size_t *arena_bytes) {
@@ -201,17 +219,7 @@ static int size_tables(cv_tokenizer *tok, const json_t *vocab, const json_t *add
         if (id > max_id) max_id = id;
         bytes += key_len;
     }
-    size_t i;
-    json_array_foreach(added, i, v) {
-        const char *content = json_string_value(json_object_get(v, "content"));
-        if (!content || !*content)
-            return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: added_tokens[%zu] has no content", i);
-        int32_t id = 0;
-        if (checked_id(json_object_get(v, "id"), "added token", content, &id))
-            return CVLLM_ERR_FORMAT;
-        if (id > max_id) max_id = id;
-        bytes += json_string_length(json_object_get(v, "content"));
-    }
+    if (check_added(added, &max_id, &bytes)) return CVLLM_ERR_FORMAT;
     if (max_id < 0) return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: the vocabulary is empty");
     tok->vocab_size = max_id + 1;
     tok->off = cv_xcalloc((size_t)tok->vocab_size, sizeof *tok->off);
@@ -312,6 +320,8 @@ static int load_merges(cv_tokenizer *tok, const json_t *merges, const int16_t *c
 
 /* ---- added tokens ---------------------------------------------------------------------------- */
 
+/* The added tokens' entries; their bytes go into the arena at *used, unless used is NULL (tables
+ * read from the cache already hold them). */
 static int load_added(cv_tokenizer *tok, const json_t *added, const int16_t *char_byte,
                       size_t *used) {
     tok->n_added = json_array_size(added);
@@ -337,7 +347,7 @@ static int load_added(cv_tokenizer *tok, const json_t *added, const int16_t *cha
             a->len = len;
         }
         /* HF looks added tokens up before the model, so their text wins for decoding. */
-        store_bytes(tok, used, a->id, char_byte, s, len);
+        if (used) store_bytes(tok, used, a->id, char_byte, s, len);
         tok->is_special[a->id] = a->special;
     }
     return 0;
@@ -528,7 +538,20 @@ int32_t cv_tokenizer_token_to_id(const cv_tokenizer *tok, const char *token) {
 
 /* ---- entry points ---------------------------------------------------------------------------- */
 
-static int build(cv_tokenizer *tok, const json_t *root) {
+/* With tables from the cache: the text they came from had its vocab and merges blanked, and its
+ * added tokens' ids are inside the cached tables. Anything else: a full load decides. */
+static int check_cached(const cv_tokenizer *tok, const json_t *model, const json_t *added) {
+    int32_t max_id = -1;
+    size_t bytes = 0;
+    if (json_object_size(json_object_get(model, "vocab")) || json_array_size(json_object_get(model, "merges")) ||
+        check_added(added, &max_id, &bytes) || max_id >= tok->vocab_size)
+        return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: the cached tables do not fit this file");
+    return 0;
+}
+
+/* From tokenizer.json's root; `cached`: tok already holds the cache's tables and root is the text
+ * with vocab and merges blanked (tok_cache.c). */
+static int build(cv_tokenizer *tok, const json_t *root, bool cached) {
     if (!json_is_object(root)) return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: not an object");
     const json_t *model = json_object_get(root, "model");
     const json_t *added = json_object_get(root, "added_tokens");
@@ -543,10 +566,14 @@ static int build(cv_tokenizer *tok, const json_t *root) {
     int16_t char_byte[BYTE_CHAR_LIMIT];
     build_char_to_byte(char_byte);
     size_t arena_bytes = 0, used = 0;
-    if (!rc) rc = size_tables(tok, json_object_get(model, "vocab"), added, &arena_bytes);
-    if (!rc) rc = load_vocab(tok, json_object_get(model, "vocab"), char_byte, &used);
-    if (!rc) rc = load_merges(tok, json_object_get(model, "merges"), char_byte);
-    if (!rc) rc = load_added(tok, added, char_byte, &used);
+    if (cached) {
+        if (!rc) rc = check_cached(tok, model, added);
+    } else {
+        if (!rc) rc = size_tables(tok, json_object_get(model, "vocab"), added, &arena_bytes);
+        if (!rc) rc = load_vocab(tok, json_object_get(model, "vocab"), char_byte, &used);
+        if (!rc) rc = load_merges(tok, json_object_get(model, "merges"), char_byte);
+    }
+    if (!rc) rc = load_added(tok, added, char_byte, cached ? NULL : &used);
     json_decref((json_t *)added);
     if (rc) return rc;
     assert(used <= arena_bytes);
@@ -565,16 +592,53 @@ int cv_tokenizer_check(const char *dir) {
     return rc;
 }
 
+/* Through the cache's tables of this text when it has them: the rest of the file is parsed from a
+ * copy with vocab and merges emptied (tok_cache.c). NULL when there are none or they do not fit the
+ * text (then a full load decides). */
+static cv_tokenizer *load_cached(const char *path, XXH128_hash_t key, const char *text, size_t len) {
+    cv_tokenizer *tok = cv_xcalloc(1, sizeof *tok);
+    if (!tok_cache_read(key, tok)) {
+        free(tok);
+        return NULL;
+    }
+    size_t rest_len;
+    char *rest = tok_blank_tables(text, len, &rest_len);
+    json_error_t err;
+    json_t *root = rest ? json_loadb(rest, rest_len, JSON_ALLOW_NUL, &err) : NULL;
+    const int rc = root ? build(tok, root, true) : CVLLM_ERR_FORMAT;
+    json_decref(root);
+    free(rest);
+    if (!rc) return tok;
+    cv_debug("tokenizer", "the cached tables of %s do not fit it: loading it whole", path);
+    cv_tokenizer_free(tok);
+    return NULL;
+}
+
 int cv_tokenizer_load(const char *dir, cv_tokenizer **out) {
     *out = NULL;
     char *path = cv_xasprintf("%s/tokenizer.json", dir);
-    json_t *root;
-    int rc = load_json(path, true, &root);
+    size_t len;
+    const char *text = cv_map_file(path, &len);
+    if (!text) {
+        const int rc = cv_fail(errno == ENOENT ? CVLLM_ERR_NOT_FOUND : CVLLM_ERR_IO, "cannot open %s: %s", path,
+                               strerror(errno));
+        free(path);
+        return rc;
+    }
+    const XXH128_hash_t key = tok_cache_key(text, len);
+    cv_tokenizer *tok = load_cached(path, key, text, len);
+    int rc = 0;
+    if (!tok) {
+        json_error_t err;
+        json_t *root = json_loadb(text, len, JSON_ALLOW_NUL, &err);
+        tok = cv_xcalloc(1, sizeof *tok);
+        rc = root ? build(tok, root, false)
+                  : cv_fail(CVLLM_ERR_FORMAT, "%s: line %d column %d: %s", path, err.line, err.column, err.text);
+        json_decref(root);
+        if (!rc) tok_cache_write(key, tok);
+    }
+    cv_unmap_file(text, len);
     free(path);
-    if (rc) return rc;
-    cv_tokenizer *tok = cv_xcalloc(1, sizeof *tok);
-    rc = build(tok, root);
-    json_decref(root);
     if (!rc) rc = load_config(tok, dir);
     if (rc) {
         cv_tokenizer_free(tok);
@@ -586,12 +650,16 @@ int cv_tokenizer_load(const char *dir, cv_tokenizer **out) {
 
 void cv_tokenizer_free(cv_tokenizer *tok) {
     if (!tok) return;
-    free(tok->off);
-    free(tok->len);
+    if (tok->map) {
+        cv_unmap_file(tok->map, tok->map_bytes);
+    } else {
+        free(tok->off);
+        free(tok->len);
+        free(tok->arena);
+        free(tok->vocab_slots);
+        free(tok->merge_slots);
+    }
     free(tok->is_special);
-    free(tok->arena);
-    free(tok->vocab_slots);
-    free(tok->merge_slots);
     for (size_t i = 0; i < tok->n_added; i++) free(tok->added[i].content);
     free(tok->added);
     free(tok->raw_set.tokens);
