@@ -158,6 +158,29 @@ static void take_fp8_shard(nn_binder *b, nn_linear_part *p, nn_split split, int 
     p->w.block_col0 = (int32_t)col0;
 }
 
+/* Returns the whole pages inside [p, p + n) to the kernel: a file mapping re-reads them if ever
+ * touched again, anonymous memory (dummy weights) reads back zeros, so only for weights never read
+ * again. */
+static void drop_pages(const void *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t begin = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + n) / page * page;
+    if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
+}
+
+/* Dummy weights are made whole on every rank: once a rank has taken its shard (a copy, or a view of
+ * some rows) of `whole`, the pages of the rest go back, so that a rank holds its shard and not the
+ * model (a -tp 2 rank of the 0.6B held all 1.49 GB of it). */
+static void drop_unsharded(const cv_tensor *whole, const cv_weight_part *shard) {
+    const uintptr_t w0 = (uintptr_t)whole->data, w1 = w0 + whole->nbytes, s0 = (uintptr_t)shard->data;
+    const uintptr_t s1 = s0 + (uintptr_t)shard->rows * (uintptr_t)shard->cols * cv_dtype_size(shard->dtype);
+    if (s0 >= w0 && s1 <= w1) { /* a view: the rows around it */
+        drop_pages(whole->data, s0 - w0);
+        drop_pages((const void *)s1, w1 - s1);
+    } else {
+        drop_pages(whole->data, whole->nbytes);
+    }
+}
+
 /* Narrows p (the whole [rows][cols] tensor) to piece r of n: of its columns (an owned copy of the
  * slice), or of its rows as take_row_pieces cuts them (group: NULL for all rows as one block). */
 static void take_shard(nn_binder *b, nn_linear_part *p, nn_split split, const int64_t *group, int n_groups, int n,
@@ -209,7 +232,10 @@ static void bind_part(nn_binder *b, nn_linear *l, const char *name, int64_t rows
               .row_bias = q.row_bias, .block_scale = q.block_scale, .block = q.block},
         .quant = {.dynamic = q.scheme == CV_SCHEME_W8A8_DYNAMIC, .scale = q.input_scale, .offset = q.input_offset},
     };
-    if (split != NN_WHOLE && parts > 1) take_shard(b, &part, split, group, n_groups, parts, index);
+    if (split != NN_WHOLE && parts > 1) {
+        take_shard(b, &part, split, group, n_groups, parts, index);
+        if (!b->rc && cv_weight_source_is_dummy(b->src)) drop_unsharded(&q.weight, &part.w);
+    }
     if (b->rc) return;
     add_part(b, l, &part);
     if (b->rc) return;
@@ -376,15 +402,6 @@ typedef struct pack_item {
     nn_linear *l;
     int g;
 } pack_item;
-
-/* Returns the whole pages inside [p, p + n) to the kernel: a file mapping re-reads them if ever
- * touched again, anonymous memory (dummy weights) reads back zeros, so only for weights never read
- * again. */
-static void drop_pages(const void *p, size_t n) {
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t begin = ((uintptr_t)p + page - 1) / page * page, end = ((uintptr_t)p + n) / page * page;
-    if (end > begin) madvise((void *)begin, end - begin, MADV_DONTNEED);
-}
 
 /* What the cache key must cover besides the checkpoint files: the packing, every packed weight's
  * format and the shapes of its parts. */
