@@ -850,6 +850,8 @@ static void test_blank_tables(void) {
          "{\"model\": {\"vocab\": {}, \"merges\": [], \"x\": 1}, \"y\": \"model\"}"},
         {" {\"x\": {\"vocab\": {\"a\": 1}}, \"model\":{\"merges\":[\"b b\"],\"vocab\":{\"b\":2}}}\n",
          " {\"x\": {\"vocab\": {\"a\": 1}}, \"model\":{\"merges\":[],\"vocab\":{}}}\n"},
+        {"{\"model\": {\"merges\": [\"\\\\\", \"\\\\\\\"\"], \"vocab\": {\"a\\\\\": 0, \"\\\\\\\\\": 1}}}",
+         "{\"model\": {\"merges\": [], \"vocab\": {}}}"},
         {"{\"model\": {\"vocab\": {\"a\": 0}}}", NULL},
         {"{\"model\": {\"vocab\": [], \"merges\": []}}", NULL},
         {"{\"model\": [{\"vocab\": {}, \"merges\": []}]}", NULL},

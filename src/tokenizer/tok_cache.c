@@ -183,11 +183,18 @@ static size_t skip_ws(const char *s, size_t i, size_t n) {
     return i;
 }
 
-/* The index after the string that opens at s[i] == '"', or n + 1 when it does not close. */
+/* The index after the string that opens at s[i] == '"', or n + 1 when it does not close: the next
+ * quote that an even run of backslashes (none included) precedes. */
 static size_t skip_string(const char *s, size_t i, size_t n) {
-    for (i++; i < n; i++) {
-        if (s[i] == '\\') i++;
-        else if (s[i] == '"') return i + 1;
+    const size_t first = i + 1;
+    for (i = first; i < n;) {
+        const char *q = memchr(s + i, '"', n - i);
+        if (!q) return n + 1;
+        const size_t at = (size_t)(q - s);
+        size_t slashes = 0;
+        while (at - slashes > first && s[at - slashes - 1] == '\\') slashes++;
+        if (slashes % 2 == 0) return at + 1;
+        i = at + 1;
     }
     return n + 1;
 }

@@ -31,7 +31,6 @@
 #include "loader/fileutil.h"
 #include "tokenizer/tok_internal.h"
 
-
 /* ---- byte-level alphabet ------------------------------------------------------------------- */
 
 #define BYTE_CHAR_LIMIT 324 /* the alphabet's characters are all below U+0144 */
@@ -538,7 +537,7 @@ int32_t cv_tokenizer_token_to_id(const cv_tokenizer *tok, const char *token) {
 
 /* ---- entry points ---------------------------------------------------------------------------- */
 
-/* With tables from the cache: the text they came from had its vocab and merges blanked, and its
+/* With tables from the cache: the text they came from had its vocab and merges emptied, and its
  * added tokens' ids are inside the cached tables. Anything else: a full load decides. */
 static int check_cached(const cv_tokenizer *tok, const json_t *model, const json_t *added) {
     int32_t max_id = -1;
@@ -550,7 +549,7 @@ static int check_cached(const cv_tokenizer *tok, const json_t *model, const json
 }
 
 /* From tokenizer.json's root; `cached`: tok already holds the cache's tables and root is the text
- * with vocab and merges blanked (tok_cache.c). */
+ * with vocab and merges emptied (tok_cache.c). */
 static int build(cv_tokenizer *tok, const json_t *root, bool cached) {
     if (!json_is_object(root)) return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: not an object");
     const json_t *model = json_object_get(root, "model");
