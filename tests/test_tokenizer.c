@@ -761,8 +761,8 @@ static cv_tokenizer *load_dir(const char *dir, bool *mapped) {
  * reference cases' ids and the same tokens. A damaged or truncated entry is not used and is written
  * again; another text is another entry; no cache folder to write still loads. */
 static void test_cache(void) {
-    char root[] = "/tmp/cvllm_tokcache_XXXXXX", *entry = NULL;
-    CHECK(mkdtemp(root) != NULL);
+    char *root = cv_xasprintf("%s/cache", tmp_dir), *entry = NULL; /* in the test's own folder */
+    CHECK_EQ_INT(mkdir(root, 0700), 0);
     char *saved = getenv("CVLLM_CACHE_ROOT") ? cv_xstrdup(getenv("CVLLM_CACHE_ROOT")) : NULL;
     setenv("CVLLM_CACHE_ROOT", root, 1);
     bool mapped;
@@ -835,6 +835,7 @@ static void test_cache(void) {
     rmdir(dir);
     free(dir);
     rmdir(root);
+    free(root);
     if (saved) setenv("CVLLM_CACHE_ROOT", saved, 1);
     else unsetenv("CVLLM_CACHE_ROOT");
     free(saved);

@@ -52,13 +52,15 @@ XXH128_hash_t tok_cache_key(const char *json, size_t len) {
     return XXH3_128bits_withSeed(json, len, (uint64_t)TOK_TABLES_VERSION << 32 ^ sizeof(cache_header));
 }
 
-/* <cache>/tokenizer/<key>.tok, or NULL when there is no cache folder. */
-static char *entry_path(XXH128_hash_t key) {
-    char *dir = cv_cache_dir("tokenizer");
-    if (!dir) return NULL;
-    char *path = cv_xasprintf("%s/%016llx%016llx.tok", dir, (unsigned long long)key.high64,
+/* <cache>/tokenizer/<key>.tok, or NULL when there is no cache folder; its folder in *dir when dir is
+ * not NULL (cv_xmalloc'd too). */
+static char *entry_path(XXH128_hash_t key, char **dir) {
+    char *folder = cv_cache_dir("tokenizer");
+    if (!folder) return NULL;
+    char *path = cv_xasprintf("%s/%016llx%016llx.tok", folder, (unsigned long long)key.high64,
                               (unsigned long long)key.low64);
-    free(dir);
+    if (dir) *dir = folder;
+    else free(folder);
     return path;
 }
 
@@ -101,7 +103,7 @@ static bool tables_sane(const cv_tokenizer *t, uint64_t arena_bytes, const int32
 }
 
 bool tok_cache_read(XXH128_hash_t key, cv_tokenizer *tok) {
-    char *path = entry_path(key);
+    char *path = entry_path(key, NULL);
     size_t len = 0;
     const char *map = path ? cv_map_file(path, &len) : NULL;
     free(path);
@@ -138,9 +140,9 @@ bool tok_cache_read(XXH128_hash_t key, cv_tokenizer *tok) {
 }
 
 void tok_cache_write(XXH128_hash_t key, const cv_tokenizer *tok) {
-    char *path = entry_path(key);
+    char *dir = NULL, *path = entry_path(key, &dir);
     if (!path) return;
-    char *dir = cv_cache_dir("tokenizer"), *tmp = cv_xasprintf("%s.tmp.%ld", path, (long)getpid());
+    char *tmp = cv_xasprintf("%s.tmp.%ld", path, (long)getpid());
     uint64_t arena_bytes = 0;
     for (int32_t id = 0; id < tok->vocab_size; id++)
         if (tok->len[id] >= 0 && (uint64_t)tok->off[id] + (uint64_t)tok->len[id] > arena_bytes)
