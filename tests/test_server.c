@@ -336,6 +336,10 @@ static double aborted_total(const fixture *f) {
     return metric(f, "vllm:request_success_total{engine=\"0\",finished_reason=\"abort\",model_name=\"" NAME "\"} ");
 }
 
+static double length_total(const fixture *f) {
+    return metric(f, "vllm:request_success_total{engine=\"0\",finished_reason=\"length\",model_name=\"" NAME "\"} ");
+}
+
 static char *scrape(const fixture *f) {
     reply r = http(f, "GET", "/metrics", NULL);
     CHECK_EQ_INT(r.status, 200);
@@ -1510,6 +1514,168 @@ static void test_structured_outputs(void) {
     expect_forced_calls("{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", "stop");
 }
 
+/* ---- beam search --------------------------------------------------------------------------------- */
+
+typedef struct ref_beam {
+    int32_t ids[16]; /* prompt then output */
+    int n;
+    double cum;
+} ref_beam;
+
+static int ref_beam_desc(const void *a, const void *b) {
+    const ref_beam *x = a, *y = b;
+    return x->cum > y->cum ? -1 : x->cum < y->cum;
+}
+
+static char *ids_text(const int32_t *ids, int n) {
+    char *s = calloc(1, 16 * (size_t)n + 3);
+    strcat(s, "[");
+    for (int i = 0; i < n; i++) sprintf(s + strlen(s), "%s%d", i ? "," : "", ids[i]);
+    strcat(s, "]");
+    return s;
+}
+
+/* vLLM's beam search written again over the server's own single-token requests (greedy, so each
+ * step's candidates are its top 2·width entries), for the reference checkpoint, whose 4,096-token
+ * vocabulary holds no eos: width beams after `steps` steps, best first. */
+static int reference_beams(const int32_t *prompt, int n_prompt, int width, int steps, ref_beam *out) {
+    ref_beam live[8] = {0}, cand[64];
+    memcpy(live[0].ids, prompt, (size_t)n_prompt * sizeof *prompt);
+    live[0].n = n_prompt;
+    int n_live = 1;
+    for (int step = 0; step < steps; step++) {
+        int n_cand = 0;
+        for (int b = 0; b < n_live; b++) {
+            char *ids = ids_text(live[b].ids, live[b].n), body[1024];
+            snprintf(body, sizeof body,
+                     "{\"prompt\":%s,\"max_tokens\":1,\"temperature\":0,\"logprobs\":%d,\"return_tokens_as_token_ids\":true}",
+                     ids, 2 * width);
+            free(ids);
+            long status;
+            json_t *j = completion_reply(body, &status);
+            json_t *top = json_array_get(json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                                                                         "logprobs"),
+                                                         "top_logprobs"),
+                                         0);
+            CHECK_EQ_INT(status, 200);
+            CHECK_EQ_INT(json_object_size(top), 2 * width); /* the greedy token is the first of its top entries */
+            const char *key;
+            json_t *v;
+            json_object_foreach(top, key, v) {
+                ref_beam *c = &cand[n_cand++];
+                *c = live[b];
+                c->ids[c->n++] = atoi(key + strlen("token_id:"));
+                c->cum = live[b].cum + json_real_value(v);
+            }
+            json_decref(j);
+        }
+        qsort(cand, (size_t)n_cand, sizeof *cand, ref_beam_desc);
+        n_live = n_cand < width ? n_cand : width;
+        memcpy(live, cand, (size_t)n_live * sizeof *live);
+    }
+    memcpy(out, live, (size_t)n_live * sizeof *live);
+    return n_live;
+}
+
+static bool same_output(const json_t *choice, const ref_beam *b, int n_prompt) {
+    const json_t *ids = json_object_get(choice, "token_ids");
+    bool same = (int)json_array_size(ids) == b->n - n_prompt;
+    for (size_t i = 0; same && i < json_array_size(ids); i++)
+        same = json_integer_value(json_array_get(ids, i)) == b->ids[n_prompt + (int)i];
+    return same;
+}
+
+static void test_beam_search(void) {
+    const int32_t prompt[] = {40, 1079, 304, 279, 3753};
+    enum { N_PROMPT = 5, WIDTH = 3, STEPS = 4 };
+    ref_beam expect[WIDTH];
+    const int n_expect = reference_beams(prompt, N_PROMPT, WIDTH, STEPS, expect);
+    CHECK_EQ_INT(n_expect, WIDTH);
+    char *ids = ids_text(prompt, N_PROMPT), body[1024];
+    snprintf(body, sizeof body,
+             "{\"prompt\":%s,\"max_tokens\":%d,\"n\":%d,\"use_beam_search\":true,\"temperature\":0,"
+             "\"return_token_ids\":true}",
+             ids, STEPS, WIDTH);
+    long status;
+    json_t *j = completion_reply(body, &status);
+    CHECK_EQ_INT(status, 200);
+    json_t *choices = json_object_get(j, "choices");
+    CHECK_EQ_INT(json_array_size(choices), WIDTH);
+    for (int i = 0; i < n_expect && i < (int)json_array_size(choices); i++) {
+        json_t *c = json_array_get(choices, (size_t)i);
+        CHECK_MSG(same_output(c, &expect[i], N_PROMPT), "beam %d: %s", i, json_dumps(c, JSON_COMPACT));
+        CHECK_STR_EQ(json_string_value(json_object_get(c, "finish_reason")), "length");
+    }
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), WIDTH * STEPS);
+
+    /* streamed: the same texts, one chunk a choice, then [DONE] */
+    snprintf(body, sizeof body, "{\"prompt\":%s,\"max_tokens\":%d,\"n\":%d,\"use_beam_search\":true,\"temperature\":0,"
+                                "\"stream\":true}", ids, STEPS, WIDTH);
+    reply r = http(&ref_srv, "POST", "/v1/completions", body);
+    stream_result s = parse_sse(r.body, false);
+    CHECK(s.well_formed && s.done_last);
+    for (int i = 0; i < WIDTH; i++) {
+        CHECK_STR_EQ(s.text[i], json_string_value(json_object_get(json_array_get(choices, (size_t)i), "text")));
+        CHECK_STR_EQ(s.finish[i], "length");
+    }
+    free_stream(&s);
+    free(r.body);
+    json_decref(j);
+
+    /* width 1 is greedy decoding */
+    snprintf(body, sizeof body, "{\"prompt\":%s,\"max_tokens\":6,\"use_beam_search\":true,\"temperature\":0}", ids);
+    j = completion_reply(body, &status);
+    snprintf(body, sizeof body, "{\"prompt\":%s,\"max_tokens\":6,\"temperature\":0}", ids);
+    json_t *greedy = completion_reply(body, &status);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text")),
+                 json_string_value(json_object_get(json_array_get(json_object_get(greedy, "choices"), 0), "text")));
+    json_decref(j);
+    json_decref(greedy);
+    free(ids);
+
+    /* chat: n messages */
+    r = http(&chat_srv, "POST", "/v1/chat/completions",
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":3,\"n\":2,\"use_beam_search\":true,"
+             "\"chat_template_kwargs\":{\"enable_thinking\":false}}");
+    CHECK_EQ_INT(r.status, 200);
+    j = reply_json(&r);
+    CHECK_EQ_INT(json_array_size(json_object_get(j, "choices")), 2);
+    CHECK(json_is_string(json_object_get(json_object_get(json_array_get(json_object_get(j, "choices"), 1), "message"),
+                                         "content")));
+    json_decref(j);
+    free(r.body);
+
+    /* a client that gives up: the step in flight is aborted, the server serves on */
+    double aborted0 = aborted_total(&ref_srv);
+    CURL *c = curl_easy_init();
+    struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
+                                               "Authorization: Bearer " KEY);
+    char url[128];
+    snprintf(url, sizeof url, "%s/v1/completions", ref_srv.base);
+    reply rn = {0};
+    const char *nb = "{\"prompt\":\"I am in the house\",\"max_tokens\":3000,\"n\":4,\"use_beam_search\":true}";
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, nb);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &rn);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 300L);
+    CHECK_EQ_INT(curl_easy_perform(c), CURLE_OPERATION_TIMEDOUT);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(hdr);
+    free(rn.body);
+    double dt = wait_idle(&ref_srv, 3);
+    CHECK_MSG(dt < 3, "beam search steps not ended after %.2f s", dt);
+    /* a step request caught in flight ends "abort", one that had finished is not followed by another */
+    const double ended = aborted_total(&ref_srv) + length_total(&ref_srv);
+    usleep(300000);
+    CHECK(aborted_total(&ref_srv) + length_total(&ref_srv) == ended);
+    CHECK(ended > aborted0);
+    j = completion_reply("{\"prompt\":\"I am in the house\",\"max_tokens\":2,\"n\":2,\"use_beam_search\":true}", &status);
+    CHECK_EQ_INT(status, 200);
+    json_decref(j);
+}
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     easy = curl_easy_init();
@@ -1531,6 +1697,7 @@ int main(void) {
     test_chat_content_parts();
     test_request_fields();
     test_structured_outputs();
+    test_beam_search();
     curl_easy_cleanup(easy);
     stop_server(&ref_srv);
     stop_server(&chat_srv);

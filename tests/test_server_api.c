@@ -22,6 +22,7 @@
 #include "check.h"
 #include "cvllm.h"
 #include "server/api.h"
+#include "server/beam_search.h"
 #include "server/metrics.h"
 #include "testutil.h"
 
@@ -254,7 +255,10 @@ static void test_completion_errors(void) {
     expect_error(C, "{\"prompt\":\"a\",\"logprobs\":-3}", 400, "logprobs",
                  "'Value error, `logprobs` must be a positive value or -1. (parameter=logprobs, value=-3)'");
     expect_error(C, "{\"prompt\":\"a\",\"suffix\":\"b\"}", 400, "suffix", "not currently supported");
-    expect_error(C, "{\"prompt\":\"a\",\"use_beam_search\":true}", 400, "use_beam_search", "beam search");
+    expect_error(C, "{\"prompt\":\"a\",\"use_beam_search\":true,\"structured_outputs\":{\"regex\":\"[ab]+\"}}", 400,
+                 "use_beam_search", "beam search does not support structured outputs");
+    expect_error(C, "{\"prompt\":\"a\",\"use_beam_search\":\"maybe\"}", 400, "body.use_beam_search", "valid boolean");
+    expect_error(C, "{\"prompt\":\"a\",\"length_penalty\":null}", 400, "body.length_penalty", "valid number");
     expect_error(C, "{\"prompt\":\"a\",\"request_id\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}", 400,
                  "request_id", "longer");
     /* Context-length rules and their vLLM wording. */
@@ -2010,6 +2014,129 @@ static void test_forced_tool_output(void) {
 #undef REQUIRED
 }
 
+/* ---- beam search (beam_search.h), fed made-up step results ----------------------------------- */
+
+enum { EOS = 151645 }; /* <|im_end|>, Qwen3's eos_token */
+
+static cvllm_position_logprobs step_result(cvllm_logprob chosen, const cvllm_logprob *top, int32_t n_top) {
+    return (cvllm_position_logprobs){.chosen = chosen, .top = top, .n_top = n_top};
+}
+
+static void check_output(const cv_completion_delta *d, const int32_t *ids, size_t n, cvllm_finish_reason finish) {
+    CHECK_EQ_INT(d->n_token_ids, n);
+    for (size_t i = 0; i < n && i < d->n_token_ids; i++) CHECK_EQ_INT(d->token_ids[i], ids[i]);
+    CHECK_EQ_INT(d->finish_reason, finish);
+    CHECK_EQ_INT(d->stop_token_id, finish == CVLLM_FINISH_STOP ? EOS : -1);
+}
+
+/* Width 2, two steps, prompt of 3 tokens (lengths 3 + output in the score):
+ *   step 1: top 10 (-0.1), 11 (-0.5), eos (-1.0), 12 (-2.0); sampled 10. The eos candidate finishes
+ *           "" at -1.0; the beams are [10] -0.1 and [11] -0.5.
+ *   step 2: [10]: top 13 (-2.0), 14 (-2.5), 15 (-3), 16 (-4), sampled 99 (-5.0), outside the top;
+ *           [11]: top 17 (-0.05), eos (-0.1), 18 (-1), 19 (-2), sampled 17. [11]+eos finishes at
+ *           -0.6; the beams are [11 17] -0.55 and [11 18] -1.5 ([10 13] is -2.1).
+ *   ranked by cum / len: [11 17] -0.55/5, [11] -0.6/4 (eos not counted where kept), [11 18] -1.5/5,
+ *   "" -1.0/3, [10 13] was never kept. */
+static cv_beam_search *two_steps(bool include_stop, int32_t top_logprobs) {
+    const cv_beam_config cfg = {.width = 2, .max_tokens = 2, .length_penalty = 1.0f, .eos_token_id = EOS,
+                                .include_stop_str_in_output = include_stop, .top_logprobs = top_logprobs, .n_prompt = 3};
+    cv_beam_search *bs = cv_beam_search_new(&cfg);
+    CHECK_EQ_INT(cv_beam_search_step_logprobs(bs), top_logprobs > 4 ? top_logprobs : 4);
+    const cvllm_logprob t1[] = {{10, -0.1f, 1}, {11, -0.5f, 2}, {EOS, -1.0f, 3}, {12, -2.0f, 4}};
+    cvllm_position_logprobs r1[] = {step_result(t1[0], t1, 4)};
+    CHECK_EQ_INT(cv_beam_search_live(bs), 1);
+    cv_beam_search_step(bs, r1);
+    CHECK_EQ_INT(cv_beam_search_live(bs), 2);
+    size_t n;
+    const int32_t *b0 = cv_beam_search_tokens(bs, 0, &n);
+    CHECK(n == 1 && b0[0] == 10);
+    const int32_t *b1 = cv_beam_search_tokens(bs, 1, &n);
+    CHECK(n == 1 && b1[0] == 11);
+    const cvllm_logprob t2a[] = {{13, -2.0f, 1}, {14, -2.5f, 2}, {15, -3.0f, 3}, {16, -4.0f, 4}};
+    const cvllm_logprob t2b[] = {{17, -0.05f, 1}, {EOS, -0.1f, 2}, {18, -1.0f, 3}, {19, -2.0f, 4}};
+    cvllm_position_logprobs r2[] = {step_result((cvllm_logprob){99, -5.0f, 900}, t2a, 4), step_result(t2b[0], t2b, 4)};
+    cv_beam_search_step(bs, r2);
+    CHECK_EQ_INT(cv_beam_search_live(bs), 0); /* max_tokens reached */
+    return bs;
+}
+
+static void test_beam_search(void) {
+    const int32_t prompt[] = {40, 1079, 304};
+    cv_beam_search *bs = two_steps(false, -1);
+    cv_request_event *ev = cv_beam_search_result(bs, tok, prompt);
+    CHECK(ev->finished && ev->n_prompt_token_ids == 3 && ev->prompt_token_ids[2] == 304);
+    CHECK_EQ_INT(ev->n_outputs, 2);
+    check_output(&ev->outputs[0], (const int32_t[]){11, 17}, 2, CVLLM_FINISH_LENGTH);
+    check_output(&ev->outputs[1], (const int32_t[]){11}, 1, CVLLM_FINISH_STOP);
+    CHECK(ev->outputs[0].logprobs == NULL);
+    char *text = NULL;
+    CHECK(cvllm_detokenize(tok, (const int32_t[]){11}, 1, false, &text) == CVLLM_OK);
+    CHECK_STR_EQ(ev->outputs[1].text, text);
+    cvllm_free(text);
+    cv_request_event_free(ev);
+    cv_beam_search_free(bs);
+
+    /* include_stop_str_in_output keeps eos in token_ids, not in the text; logprobs keep every
+     * position's step entries, the chosen token's own entry first */
+    bs = two_steps(true, 3);
+    ev = cv_beam_search_result(bs, tok, prompt);
+    CHECK_EQ_INT(ev->n_outputs, 2);
+    check_output(&ev->outputs[1], (const int32_t[]){11, EOS}, 2, CVLLM_FINISH_STOP);
+    char *text11 = NULL;
+    CHECK(cvllm_detokenize(tok, (const int32_t[]){11}, 1, false, &text11) == CVLLM_OK);
+    CHECK_STR_EQ(ev->outputs[1].text, text11);
+    cvllm_free(text11);
+    const cvllm_position_logprobs *lp = ev->outputs[0].logprobs;
+    CHECK(lp != NULL);
+    if (lp) {
+        CHECK(lp[0].chosen.token_id == 11 && lp[0].chosen.rank == 2 && lp[0].n_top == 4 && lp[0].top[0].token_id == 10);
+        CHECK(lp[1].chosen.token_id == 17 && fabsf(lp[1].chosen.logprob + 0.05f) < 1e-6f && lp[1].top[1].token_id == EOS);
+    }
+    lp = ev->outputs[1].logprobs;
+    CHECK(lp && lp[1].chosen.token_id == EOS && lp[1].chosen.rank == 2);
+    cv_request_event_free(ev);
+    cv_beam_search_free(bs);
+
+    /* length_penalty 0 ranks by the cumulative logprob alone: [11 17] -0.55, [11] -0.6 */
+    const cv_beam_config flat = {.width = 3, .max_tokens = 1, .length_penalty = 0.0f, .eos_token_id = EOS,
+                                 .top_logprobs = -1, .n_prompt = 3};
+    bs = cv_beam_search_new(&flat);
+    const cvllm_logprob t[] = {{5, -0.3f, 1}, {6, -0.4f, 2}, {7, -0.9f, 3}, {8, -1.0f, 4}, {9, -1.1f, 5}, {3, -1.2f, 6}};
+    /* a sampled eos outside the top entries finishes a hypothesis too (vLLM's logprobs hold it) */
+    cvllm_position_logprobs r[] = {step_result((cvllm_logprob){EOS, -0.5f, 40}, t, 6)};
+    cv_beam_search_step(bs, r);
+    ev = cv_beam_search_result(bs, tok, prompt);
+    CHECK_EQ_INT(ev->n_outputs, 3);
+    check_output(&ev->outputs[0], (const int32_t[]){5}, 1, CVLLM_FINISH_LENGTH);
+    check_output(&ev->outputs[1], (const int32_t[]){6}, 1, CVLLM_FINISH_LENGTH);
+    check_output(&ev->outputs[2], NULL, 0, CVLLM_FINISH_STOP);
+    cv_request_event_free(ev);
+    cv_beam_search_free(bs);
+
+    /* ignore_eos: eos is a token like any other */
+    const cv_beam_config no_stop = {.width = 1, .max_tokens = 1, .length_penalty = 1.0f, .eos_token_id = EOS,
+                                    .ignore_eos = true, .top_logprobs = -1, .n_prompt = 3};
+    bs = cv_beam_search_new(&no_stop);
+    const cvllm_logprob te[] = {{EOS, -0.1f, 1}, {6, -0.4f, 2}};
+    cvllm_position_logprobs re[] = {step_result(te[0], te, 2)};
+    cv_beam_search_step(bs, re);
+    ev = cv_beam_search_result(bs, tok, prompt);
+    CHECK_EQ_INT(ev->n_outputs, 1);
+    check_output(&ev->outputs[0], (const int32_t[]){EOS}, 1, CVLLM_FINISH_LENGTH);
+    CHECK(strstr(ev->outputs[0].text, "<|im_end|>") != NULL); /* decoded with special tokens, as vLLM */
+    cv_request_event_free(ev);
+    cv_beam_search_free(bs);
+
+    /* the request: n is the width; length_penalty kept */
+    cv_api_request req;
+    parse_ok(CV_API_COMPLETION, "{\"prompt\":\"a\",\"use_beam_search\":true,\"n\":3,\"length_penalty\":0.5}", &req, 64);
+    CHECK(req.beam_search && req.params.n == 3 && req.length_penalty == 0.5f);
+    cv_api_request_free(&req);
+    parse_ok(CV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"use_beam_search\":true}", &req, 64);
+    CHECK(req.beam_search && req.params.n == 1 && req.length_penalty == 1.0f);
+    cv_api_request_free(&req);
+}
+
 int main(void) {
     setenv("CVLLM_LOG_LEVEL", "debug", 1); /* test_ignored_fields reads the DEBUG lines */
     CHECK(cvllm_tokenizer_create(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", &tok) == CVLLM_OK);
@@ -2047,6 +2174,7 @@ int main(void) {
     test_truncate_prompt_tokens();
     test_return_prompt_text();
     test_metrics_text();
+    test_beam_search();
     cvllm_tokenizer_destroy(tok);
     cv_chat_template_free(qwen3_tmpl);
     cv_chat_template_free(qwen36_tmpl);

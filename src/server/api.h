@@ -134,6 +134,8 @@ typedef struct cv_api_request {
     char *echo_text;            /* chat echo: the final assistant message, else NULL */
     int32_t top_logprobs;       /* entries to print per position; -1 = no logprobs */
     int32_t prompt_logprobs;    /* -1 = none */
+    bool beam_search;           /* use_beam_search: params.n is the beam width (beam_search.h) */
+    float length_penalty;       /* beam search's score: cumulative logprob / length ** length_penalty */
     bool return_token_ids, tokens_as_ids;
     bool return_prompt_text;    /* chat: the rendered prompt goes back as prompt_text */
     char *cache_salt;

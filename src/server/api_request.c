@@ -24,7 +24,7 @@
  *
  * Fields that do change the output but have no effect here are not dropped: prompt_embeds, kv/ec
  * transfer params, mm_processor_kwargs (a text-only model), logprob_token_ids, repetition_detection,
- * thinking_token_budget, watermarking and beam search are refused. Fields that only label a request
+ * thinking_token_budget and watermarking are refused. Fields that only label a request
  * (user, session_id, request_id) or only shape its delivery (stream_interval) are type-checked and
  * kept or ignored. vllm_xargs is validated as dict[str, str | int | float | list[str | int | float]]
  * and has no effect, as in vLLM without custom logits processors; nothing of it is kept.
@@ -435,13 +435,13 @@ static int check_vllm_xargs(const json_t *o, cv_api_error *err) {
 
 /* Fields whose effect this backend does not have: refused rather than silently dropped, once every
  * field has been validated. Their own values are type-checked first, as pydantic does. */
-static int check_unsupported(const json_t *o, cv_api_error *err) {
-    bool beam = false, watermarking = false;
+static int check_unsupported(const json_t *o, cv_api_request *req, cv_api_error *err) {
+    bool watermarking = false;
     int64_t budget = -1;
     const json_t *kv, *ec, *ids = NULL;
     int32_t *unused_ids = NULL;
     size_t n_ids = 0;
-    if (cv_get_bool(o, NULL, "use_beam_search", 0, &beam, err) ||
+    if (cv_get_bool(o, NULL, "use_beam_search", 0, &req->beam_search, err) ||
         cv_get_bool(o, NULL, "watermarking", CV_OPTIONAL, &watermarking, err) ||
         cv_get_ids(o, NULL, "logprob_token_ids", CV_OPTIONAL, SIZE_MAX, &unused_ids, &n_ids, err) ||
         cv_check_dict(o, NULL, "kv_transfer_params", CV_OPTIONAL, &kv, err) ||
@@ -450,7 +450,6 @@ static int check_unsupported(const json_t *o, cv_api_error *err) {
         return -1;
     ids = field(o, "logprob_token_ids");
     free(unused_ids);
-    if (beam) return cv_api_fail(err, 400, "use_beam_search", "beam search is not supported by this server");
     if (watermarking) return cv_api_fail(err, 400, "watermarking", "watermarking is not supported by this server");
     if (ids) return cv_api_fail(err, 400, "logprob_token_ids", "logprob_token_ids is not supported by this server");
     if (field(o, "repetition_detection"))
@@ -887,7 +886,7 @@ static int parse_sampling(const json_t *o, const cv_api_limits *lim, bool chat, 
     cvllm_sampling_params *p = &req->params;
     int64_t seed = p->seed, priority = p->priority, experts_start = 0, interval = 1;
     bool seed_given = false, interval_given = false, prompt_logprobs_given = false, unused_bool = false;
-    float length_penalty = 1;
+    req->length_penalty = 1;
     if (cv_get_str(o, NULL, "model", CV_OPTIONAL, &req->model, err) ||
         cv_get_float(o, NULL, "frequency_penalty", CV_OPTIONAL, &p->frequency_penalty, err) ||
         parse_logit_bias(o, req, err) || cv_get_int32(o, NULL, "n", chat ? CV_OPTIONAL : 0, &p->n, NULL, err) ||
@@ -902,7 +901,7 @@ static int parse_sampling(const json_t *o, const cv_api_limits *lim, bool chat, 
         cv_get_float(o, NULL, "min_p", CV_OPTIONAL, &p->min_p, err) ||
         cv_get_float(o, NULL, "repetition_penalty", CV_OPTIONAL, &p->repetition_penalty, err) ||
         /* beam search's alone, as vLLM uses it: accepted and unused without use_beam_search */
-        cv_get_float(o, NULL, "length_penalty", 0, &length_penalty, err) ||
+        cv_get_float(o, NULL, "length_penalty", 0, &req->length_penalty, err) ||
         cv_get_ids(o, NULL, "stop_token_ids", CV_OPTIONAL, MAX_ID_LIST, &req->stop_token_ids, &p->n_stop_token_ids, err) ||
         cv_get_bool(o, NULL, "include_stop_str_in_output", 0, &p->include_stop_str_in_output, err) ||
         cv_get_bool(o, NULL, "ignore_eos", 0, &p->ignore_eos, err) ||
@@ -1133,7 +1132,7 @@ static int parse_completion_fields(const json_t *o, const cv_api_limits *lim, cv
              cv_get_int32(o, NULL, "logprobs", CV_OPTIONAL, &req->top_logprobs, NULL, err) ||
              cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &req->max_tokens, NULL, err) ||
              cv_check_str(o, NULL, "suffix", CV_OPTIONAL, &suffix, err) || read_structured(o, &in, err) ||
-             check_unsupported(o, err) || settle_constraint(lim, &in, req, err);
+             check_unsupported(o, req, err) || settle_constraint(lim, &in, req, err);
     structured_in_free(&in);
     if (rc) return -1;
     /* What vLLM's serving code says once the model validated. */
@@ -1503,7 +1502,7 @@ static int check_chat_request(const json_t *o, const cv_api_limits *lim, cv_api_
            cv_get_bool(o, NULL, "parallel_tool_calls", CV_OPTIONAL, &req->parallel_tool_calls, err) ||
            cv_get_bool(o, NULL, "echo", 0, &req->echo, err) ||
            cv_get_bool(o, NULL, "return_prompt_text", CV_OPTIONAL, &req->return_prompt_text, err) ||
-           read_structured(o, in, err) || check_unsupported(o, err);
+           read_structured(o, in, err) || check_unsupported(o, req, err);
 }
 
 static int parse_chat_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
@@ -1708,6 +1707,11 @@ static int32_t grammar_after(const cv_api_request *req, const cv_api_prompt *p, 
 
 int cv_api_prepare(cv_api_request *req, const cvllm_tokenizer *tok, const cv_api_limits *lim, cv_api_error *err) {
     req->echo_only = req->kind == CV_API_COMPLETION && req->echo && req->max_tokens == 0;
+    /* vLLM's beam search passes no constraint to its step requests and would return unconstrained
+     * text; cvllm says so instead */
+    if (req->beam_search && req->has_constraint)
+        return cv_api_fail(err, 400, "use_beam_search",
+                           "beam search does not support structured outputs or a required or named tool_choice");
     for (size_t i = 0; i < req->n_prompts; i++) {
         if (tokenize_prompt(&req->prompts[i], tok, err) || truncate_prompt(req, &req->prompts[i], lim, err) ||
             check_prompt(req, &req->prompts[i], lim, err))

@@ -14,6 +14,10 @@
  * that final event for every submitted request, also after an abort, so the session is freed
  * exactly once, by whichever side lets go last.
  *
+ * A beam search request (use_beam_search) runs one cv_beam_driver per prompt instead of one engine
+ * request (beam_search.h); the driver's final event arrives through the same callback, as the prompt's
+ * only event, so the reply is built the same way.
+ *
  * Aborts come from the HTTP layer (the client hung up: on_gone, on the HTTP loop thread) or from
  * shutdown (cv_generate_abort_all). They must not take the session's mutex, which the output
  * thread holds while it writes to the connection (the HTTP layer calls on_gone under the
@@ -28,7 +32,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timeutil.h"
+#include "server/beam_search.h"
 #include "server/server_internal.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct gen_slot {
     gen_session *g;
@@ -46,6 +52,8 @@ struct gen_session {
     gen_slot *slots;
     uint64_t *ids;              /* engine request ids; the first n_submitted are valid */
     atomic_size_t n_submitted;
+    cv_beam_driver **beams;     /* beam search: a driver a prompt; the first n_beams are valid */
+    atomic_size_t n_beams;
     size_t n_open;              /* prompts without their final event (or never submitted) */
     double arrival;             /* when the body was complete, before tokenization (TTFT start) */
     atomic_bool aborted;
@@ -69,6 +77,7 @@ static gen_session *session_new(cv_server *s, cv_http_req *r, cv_api_request *re
     g->n_open = g->req.n_prompts;
     g->slots = cv_xcalloc(g->req.n_prompts, sizeof *g->slots);
     g->ids = cv_xcalloc(g->req.n_prompts, sizeof *g->ids);
+    if (g->req.beam_search) g->beams = cv_xcalloc(g->req.n_prompts, sizeof *g->beams);
     cv_api_response_init(&g->resp, &g->req, s->tok, s->names[0], s->cached_details);
     pthread_mutex_lock(&s->sessions_mu);
     g->next = s->sessions;
@@ -97,6 +106,8 @@ static void release(gen_session *g, int n) {
     cv_api_response_free(&g->resp);
     cv_api_request_free(&g->req);
     cvllm_grammar_release(g->grammar);
+    for (size_t i = 0; i < atomic_load(&g->n_beams); i++) cv_beam_driver_free(g->beams[i]);
+    free(g->beams);
     free(g->slots);
     free(g->ids);
     free(g->sse);
@@ -110,6 +121,8 @@ static void abort_session(gen_session *g, const char *why) {
     cv_info("server", "aborted request %s (%s)", g->resp.id, why);
     size_t n = atomic_load(&g->n_submitted);
     for (size_t i = 0; i < n; i++) cv_engine_group_abort(g->s->group, g->ids[i]);
+    size_t n_beams = atomic_load(&g->n_beams);
+    for (size_t i = 0; i < n_beams; i++) cv_beam_driver_abort(g->beams[i]);
 }
 
 static void on_gone(void *arg) { abort_session(arg, "client disconnected"); }
@@ -181,9 +194,35 @@ static void on_event(void *user, cv_request_event *ev) {
     release(g, drop);
 }
 
-/* Submits one engine request per prompt, publishing each id before checking for an abort. On
- * failure the ones already in are aborted, the rest are written off, and *err says why. The
- * caller holds g->mu, so no event is folded before the reply has begun. */
+/* The tokenizer's eos_token as an id (vLLM's beam search ends a hypothesis there), or -1. */
+static int32_t eos_token_id(const cvllm_tokenizer *tok) {
+    const cv_tokenizer *t = (const cv_tokenizer *)tok; /* the public handle is the internal object */
+    const char *eos = cv_tokenizer_special_string(t, "eos_token");
+    return eos ? cv_tokenizer_token_to_id(t, eos) : -1;
+}
+
+/* Prompt i's beam search driver, published before checking for an abort; 0 or the submit's code. */
+static int start_beams(gen_session *g, size_t i) {
+    const cv_api_request *req = &g->req;
+    const cv_api_prompt *p = &req->prompts[i];
+    const cv_beam_config cfg = {.width = req->params.n, .max_tokens = p->max_tokens, .ignore_eos = req->params.ignore_eos,
+                                .include_stop_str_in_output = req->params.include_stop_str_in_output,
+                                .length_penalty = req->length_penalty, .temperature = req->params.temperature,
+                                .eos_token_id = eos_token_id(g->s->tok), .top_logprobs = req->top_logprobs,
+                                .n_prompt = p->n_ids};
+    int rc = 0;
+    cv_beam_driver *d = cv_beam_driver_start(g->s->group, g->s->tok, &cfg, p->ids, req->cache_salt, g->arrival, on_event,
+                                             &g->slots[i], &rc);
+    if (!d) return rc;
+    g->beams[i] = d;
+    atomic_fetch_add(&g->n_beams, 1);
+    if (atomic_load(&g->aborted)) cv_beam_driver_abort(d);
+    return 0;
+}
+
+/* Submits one engine request per prompt (or starts its beam search), publishing each id before
+ * checking for an abort. On failure the ones already in are aborted, the rest are written off, and
+ * *err says why. The caller holds g->mu, so no event is folded before the reply has begun. */
 static int submit_all(gen_session *g, cv_api_error *err) {
     const cv_api_request *req = &g->req;
     for (size_t i = 0; i < req->n_prompts; i++) {
@@ -196,7 +235,10 @@ static int submit_all(gen_session *g, cv_api_error *err) {
                          .on_event = on_event,
                          .user = &g->slots[i],
                          .arrival_time = g->arrival};
-        int rc = cv_engine_group_submit(g->s->group, &sub, &g->ids[i]);
+        /* completions echo with max_tokens 0 generates nothing either way */
+        const bool beams = req->beam_search && !req->echo_only;
+        int rc = beams ? start_beams(g, i) : cv_engine_group_submit(g->s->group, &sub, &g->ids[i]);
+        if (rc == 0 && beams) continue;
         if (rc == 0) {
             atomic_fetch_add(&g->n_submitted, 1);
             if (atomic_load(&g->aborted)) cv_engine_group_abort(g->s->group, g->ids[i]);
@@ -209,8 +251,9 @@ static int submit_all(gen_session *g, cv_api_error *err) {
         size_t unsent = req->n_prompts - i;
         g->n_open -= unsent;
         g->refs -= (int)unsent; /* the HTTP reference keeps refs above zero */
-        size_t n = atomic_load(&g->n_submitted);
+        size_t n = atomic_load(&g->n_submitted), n_beams = atomic_load(&g->n_beams);
         for (size_t k = 0; k < n; k++) cv_engine_group_abort(g->s->group, g->ids[k]);
+        for (size_t k = 0; k < n_beams; k++) cv_beam_driver_abort(g->beams[k]);
         return -1;
     }
     return 0;
