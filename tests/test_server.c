@@ -828,6 +828,26 @@ static size_t drop_after_three(char *data, size_t size, size_t n, void *user) {
     return chunks >= 3 ? 0 : size * n; /* 0 makes libcurl abort the transfer and close the socket */
 }
 
+/* Posts `body` to the reference server's completions and hangs up after 300 ms without an answer. */
+static void give_up_after_300ms(const char *body) {
+    struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
+                                               "Authorization: Bearer " KEY);
+    char url[128];
+    snprintf(url, sizeof url, "%s/v1/completions", ref_srv.base);
+    CURL *c = curl_easy_init();
+    reply r = {0};
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 300L);
+    CHECK_EQ_INT(curl_easy_perform(c), CURLE_OPERATION_TIMEDOUT);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(hdr);
+    free(r.body);
+}
+
 static void test_disconnects(void) {
     double aborted0 = aborted_total(&ref_srv);
     const char *prompt = "We are at the house";
@@ -879,18 +899,7 @@ static void test_disconnects(void) {
     CHECK(aborted_total(&ref_srv) == aborted0 + 1);
 
     /* Non-streaming: the client gives up after 300 ms. */
-    CURL *c = curl_easy_init();
-    reply rn = {0};
-    const char *nb = "{\"prompt\":\"I am in the house\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true}";
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, nb);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &rn);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 300L);
-    CHECK_EQ_INT(curl_easy_perform(c), CURLE_OPERATION_TIMEDOUT);
-    curl_easy_cleanup(c);
-    free(rn.body);
+    give_up_after_300ms("{\"prompt\":\"I am in the house\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true}");
     dt = wait_idle(&ref_srv, 3);
     CHECK_MSG(dt < 3, "blocks of the abandoned request not freed after %.2f s", dt);
     CHECK(aborted_total(&ref_srv) == aborted0 + 2);
@@ -1647,23 +1656,7 @@ static void test_beam_search(void) {
 
     /* a client that gives up: the step in flight is aborted, the server serves on */
     double aborted0 = aborted_total(&ref_srv);
-    CURL *c = curl_easy_init();
-    struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
-                                               "Authorization: Bearer " KEY);
-    char url[128];
-    snprintf(url, sizeof url, "%s/v1/completions", ref_srv.base);
-    reply rn = {0};
-    const char *nb = "{\"prompt\":\"I am in the house\",\"max_tokens\":3000,\"n\":4,\"use_beam_search\":true}";
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, nb);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &rn);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 300L);
-    CHECK_EQ_INT(curl_easy_perform(c), CURLE_OPERATION_TIMEDOUT);
-    curl_easy_cleanup(c);
-    curl_slist_free_all(hdr);
-    free(rn.body);
+    give_up_after_300ms("{\"prompt\":\"I am in the house\",\"max_tokens\":3000,\"n\":4,\"use_beam_search\":true}");
     double dt = wait_idle(&ref_srv, 3);
     CHECK_MSG(dt < 3, "beam search steps not ended after %.2f s", dt);
     /* a step request caught in flight ends "abort", one that had finished is not followed by another */
