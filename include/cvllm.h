@@ -345,6 +345,40 @@ typedef struct cvllm_request_output {
 cvllm_status cvllm_engine_step(cvllm_engine *engine, const cvllm_request_output *const **outputs,
                                size_t *n_outputs);
 
+/* Beam search as vLLM's LLM.beam_search runs it: each step asks the engine for one token of every
+ * live beam of every prompt (one batch), with the top 2 × beam_width logprobs; eos ends a hypothesis
+ * unless ignore_eos; the best beam_width by cumulative logprob over (prompt + output length) **
+ * length_penalty come back, best first. Prompts are token ids. The call steps the engine itself, so
+ * the engine must have no unfinished requests; with prefix caching on, a step costs about one token
+ * a beam. */
+typedef struct cvllm_beam_search_params {
+    int32_t beam_width;          /* >= 1 */
+    int32_t max_tokens;          /* >= 1 */
+    bool ignore_eos;
+    float temperature;           /* of each step's sampled candidate (vLLM's offline default: 0) */
+    float length_penalty;        /* vLLM's default: 1 */
+    bool include_stop_str_in_output; /* an eos-finished sequence keeps eos in token_ids (never in text) */
+} cvllm_beam_search_params;
+
+typedef struct cvllm_beam_sequence {
+    int32_t *token_ids;          /* output tokens */
+    size_t n_token_ids;
+    char *text;                  /* decoded with special tokens kept, a final eos left out */
+    double cumulative_logprob;
+    cvllm_finish_reason finish_reason; /* STOP (eos) or LENGTH */
+} cvllm_beam_sequence;
+
+typedef struct cvllm_beam_search_output {
+    cvllm_beam_sequence *sequences; /* at most beam_width, best first */
+    int32_t n_sequences;
+} cvllm_beam_search_output;
+
+/* outputs[i] is prompt i's (caller's array of n_prompts; free with cvllm_beam_search_output_free).
+ * On failure the outputs are empty. */
+cvllm_status cvllm_engine_beam_search(cvllm_engine *engine, const cvllm_prompt *prompts, size_t n_prompts,
+                                      const cvllm_beam_search_params *params, cvllm_beam_search_output *outputs);
+void cvllm_beam_search_output_free(cvllm_beam_search_output *outputs, size_t n_prompts);
+
 #ifdef __cplusplus
 }
 #endif

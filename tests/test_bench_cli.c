@@ -348,6 +348,18 @@ static void test_throughput(const char *model) {
     CHECK_MSG(prompt_tokens >= 6 * 11 && prompt_tokens <= 6 * 27, "%ld prompt tokens", prompt_tokens);
     tu_run_free(&r);
 
+    /* beam search: each prompt's tokens and its best sequence's */
+    r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "16", "--output-len", "4",
+                                    "--num-prompts", "3", "--n", "2", "--use-beam-search", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "\nTotal num prompt tokens:  48\nTotal num output tokens:  12\n");
+    tu_run_free(&r);
+    r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "16", "--output-len", "4",
+                                    "--num-prompts", "6", "--random-range-ratio", "0.5", "--use-beam-search", NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "beam search needs one output length for every request");
+    tu_run_free(&r);
+
     r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "60", "--output-len", "8",
                                     "--num-prompts", "2", "--max-model-len", "64", NULL});
     CHECK_EQ_INT(r.status, 1);
@@ -380,6 +392,14 @@ static void test_latency(const char *model) {
     CHECK(json_number_value(json_object_get(pct, "10")) >= lo && json_number_value(json_object_get(pct, "99")) <= hi);
     CHECK(json_number_value(json_object_get(pct, "50")) <= json_number_value(json_object_get(pct, "90")));
     json_decref(j);
+    tu_run_free(&r);
+    /* vLLM's latency --use-beam-search: the same lines, no prefill/decode split */
+    r = bench((const char *const[]){"latency", "--model", model, "--input-len", "8", "--output-len", "4",
+                                    "--batch-size", "2", "--n", "3", "--num-iters-warmup", "0", "--num-iters", "2",
+                                    "--use-beam-search", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "Avg latency: ");
+    CHECK(strstr(r.out, "Decode throughput") == NULL);
     tu_run_free(&r);
     free(out);
 }

@@ -1617,6 +1617,35 @@ static void test_beam_search(void) {
     }
     CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens")), WIDTH * STEPS);
 
+    /* the C API's offline beam search: the same sequences, their cumulative logprobs the reference's */
+    cvllm_engine_options o = engine_options(ref_srv.dir, NULL);
+    cvllm_engine *e = NULL;
+    CHECK_MSG(cvllm_engine_create(&o, &e) == 0, "%s", cvllm_last_error());
+    const cvllm_prompt pr = {.token_ids = prompt, .n_token_ids = N_PROMPT};
+    cvllm_beam_search_output out[1];
+    const cvllm_beam_search_params bp = {.beam_width = WIDTH, .max_tokens = STEPS, .length_penalty = 1.0f};
+    CHECK(e && cvllm_engine_beam_search(e, &pr, 1, &bp, out) == CVLLM_OK);
+    CHECK_EQ_INT(out[0].n_sequences, WIDTH);
+    for (int i = 0; i < out[0].n_sequences && i < WIDTH; i++) {
+        const cvllm_beam_sequence *q = &out[0].sequences[i];
+        bool same = (int)q->n_token_ids == STEPS;
+        for (int t = 0; same && t < STEPS; t++) same = q->token_ids[t] == expect[i].ids[N_PROMPT + t];
+        CHECK_MSG(same, "offline beam %d differs", i);
+        CHECK(q->cumulative_logprob == expect[i].cum && q->finish_reason == CVLLM_FINISH_LENGTH);
+        CHECK_STR_EQ(q->text, json_string_value(json_object_get(json_array_get(choices, (size_t)i), "text")));
+    }
+    cvllm_beam_search_output_free(out, 1);
+    /* refused: no beams, and an engine with requests of its own in flight */
+    const cvllm_beam_search_params none = {.beam_width = 0, .max_tokens = 1};
+    CHECK(cvllm_engine_beam_search(e, &pr, 1, &none, out) == CVLLM_ERR_INVALID_ARGUMENT);
+    cvllm_sampling_params sp;
+    cvllm_sampling_params_default(e, &sp);
+    sp.max_tokens = 2;
+    CHECK(cvllm_engine_add_request(e, &pr, &sp, NULL) == CVLLM_OK);
+    CHECK(cvllm_engine_beam_search(e, &pr, 1, &bp, out) == CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "no unfinished requests");
+    cvllm_engine_destroy(e);
+
     /* streamed: the same texts, one chunk a choice, then [DONE] */
     snprintf(body, sizeof body, "{\"prompt\":%s,\"max_tokens\":%d,\"n\":%d,\"use_beam_search\":true,\"temperature\":0,"
                                 "\"stream\":true}", ids, STEPS, WIDTH);

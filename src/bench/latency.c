@@ -8,6 +8,9 @@
  * Prefill time is from submission until every request has its first token; decode is the rest.
  * Mean, standard deviation and percentiles are numpy's (stats.h), as vLLM computes them.
  * --profile (cvllm's own) adds the time per op kind of the measured iterations (kernels/profile.h).
+ * --use-beam-search times one cvllm_engine_beam_search of the batch instead, as vLLM times
+ * LLM.beam_search (beam width --n, --output-len tokens, eos ignored); a step there is its own set of
+ * requests, so the prefill and decode lines are not printed.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -28,7 +31,7 @@ typedef struct latency_args {
     cvllm_engine_options engine;
     int32_t input_len, output_len, batch_size, n, warmup, iters;
     const char *output_json;
-    bool profile;
+    bool profile, beam_search;
 } latency_args;
 
 typedef struct batch_timing {
@@ -38,7 +41,7 @@ typedef struct batch_timing {
 static const char latency_usage[] =
     "usage: cvllm bench latency --model MODEL [--input-len 32] [--output-len 128] [--batch-size 8]\n"
     "                           [--n 1] [--num-iters-warmup 10] [--num-iters 30] [--output-json FILE]\n"
-    "                           [--profile] [engine options]\n"
+    "                           [--use-beam-search] [--profile] [engine options]\n"
     "  --profile                    print the time per op kind (cvllm's own flag)\n";
 
 static int parse_latency_args(cv_args *a, latency_args *l) {
@@ -61,6 +64,7 @@ static int parse_latency_args(cv_args *a, latency_args *l) {
         else if (cv_args_value(a, "--num-iters", &v)) { if (cv_args_int(a, "--num-iters", v, 1, 1 << 20, &x)) l->iters = (int32_t)x; }
         else if (cv_args_value(a, "--output-json", &v)) l->output_json = v;
         else if (cv_args_flag(a, "--profile")) l->profile = true;
+        else if (cv_args_flag(a, "--use-beam-search")) l->beam_search = true;
         else if (arg[0] != '-' && !l->engine.model) { l->engine.model = arg; a->i++; }
         else if (arg[0] != '-') return cv_args_error(a, "unexpected argument '%s'", arg);
         else if (!cv_args_unknown(a)) return 2;
@@ -70,6 +74,31 @@ static int parse_latency_args(cv_args *a, latency_args *l) {
     return 0;
 }
 
+/* The batch's random prompt ids, input_len each, into ids. */
+static void random_prompts(const cvllm_engine *e, const latency_args *l, cv_rng *rng, int32_t *ids) {
+    int32_t vocab = cvllm_engine_vocab_size(e), range = vocab < 10000 ? vocab : 10000;
+    for (int64_t t = 0; t < (int64_t)l->batch_size * l->input_len; t++) ids[t] = (int32_t)(cv_rng_next(rng) % (uint64_t)range);
+}
+
+/* vLLM's latency.py with --use-beam-search: BeamSearchParams(beam_width=n, max_tokens=output_len,
+ * ignore_eos=True), its temperature 0 and length_penalty 1. */
+static int run_beam_batch(cvllm_engine *e, const latency_args *l, cv_rng *rng, int32_t *ids, batch_timing *t) {
+    random_prompts(e, l, rng, ids);
+    cvllm_prompt *prompts = cv_xcalloc((size_t)l->batch_size, sizeof *prompts);
+    cvllm_beam_search_output *out = cv_xcalloc((size_t)l->batch_size, sizeof *out);
+    for (int32_t b = 0; b < l->batch_size; b++)
+        prompts[b] = (cvllm_prompt){.token_ids = ids + (int64_t)b * l->input_len, .n_token_ids = (size_t)l->input_len};
+    const cvllm_beam_search_params bp = {.beam_width = l->n, .max_tokens = l->output_len, .ignore_eos = true,
+                                         .length_penalty = 1.0f};
+    double start = cv_now();
+    int rc = cvllm_engine_beam_search(e, prompts, (size_t)l->batch_size, &bp, out);
+    *t = (batch_timing){.total = cv_now() - start};
+    cvllm_beam_search_output_free(out, (size_t)l->batch_size);
+    free(out);
+    free(prompts);
+    return rc;
+}
+
 static int submit_batch(cvllm_engine *e, const latency_args *l, cv_rng *rng, int32_t *prompt) {
     cvllm_sampling_params p;
     cvllm_sampling_params_default(e, &p);
@@ -77,10 +106,9 @@ static int submit_batch(cvllm_engine *e, const latency_args *l, cv_rng *rng, int
     p.ignore_eos = true;
     p.max_tokens = l->output_len;
     p.n = l->n;
-    int32_t vocab = cvllm_engine_vocab_size(e), range = vocab < 10000 ? vocab : 10000;
+    random_prompts(e, l, rng, prompt);
     for (int32_t b = 0; b < l->batch_size; b++) {
-        for (int32_t t = 0; t < l->input_len; t++) prompt[t] = (int32_t)(cv_rng_next(rng) % (uint64_t)range);
-        cvllm_prompt pr = {.token_ids = prompt, .n_token_ids = (size_t)l->input_len};
+        cvllm_prompt pr = {.token_ids = prompt + (int64_t)b * l->input_len, .n_token_ids = (size_t)l->input_len};
         int rc = cvllm_engine_add_request(e, &pr, &p, NULL);
         if (rc) return rc;
     }
@@ -88,6 +116,7 @@ static int submit_batch(cvllm_engine *e, const latency_args *l, cv_rng *rng, int
 }
 
 static int run_batch(cvllm_engine *e, const latency_args *l, cv_rng *rng, int32_t *prompt, batch_timing *t) {
+    if (l->beam_search) return run_beam_batch(e, l, rng, prompt, t);
     double start = cv_now(), first_tokens_at = 0;
     int rc = submit_batch(e, l, rng, prompt);
     if (rc) return rc;
@@ -138,9 +167,9 @@ static void report(const latency_args *l, batch_timing *runs, int n) {
         printf("%d%% percentile latency: %.6f seconds\n", pcts[k], cv_stats_percentile(sorted, (size_t)n, pcts[k]));
     double prompt_tokens = (double)l->batch_size * l->n * l->input_len;
     double decode_tokens = (double)l->batch_size * l->n * (l->output_len - 1);
-    printf("Prefill throughput: %.2f tokens/s (%d x %d prompt tokens in %.4f s)\n", prompt_tokens * n / prefill,
+    if (!l->beam_search) printf("Prefill throughput: %.2f tokens/s (%d x %d prompt tokens in %.4f s)\n", prompt_tokens * n / prefill,
            l->batch_size * l->n, l->input_len, prefill / n);
-    if (l->output_len > 1)
+    if (l->output_len > 1 && !l->beam_search)
         printf("Decode throughput: %.2f tokens/s (%.2f tokens/s per sequence)\n", decode_tokens * n / decode,
                (l->output_len - 1) * n / decode);
     if (l->output_json) {
@@ -155,8 +184,10 @@ static void report(const latency_args *l, batch_timing *runs, int n) {
         json_object_set_new(o, "std_latency", json_real(cv_stats_std(lat, (size_t)n)));
         json_object_set_new(o, "latencies", all);
         json_object_set_new(o, "percentiles", pj);
-        json_object_set_new(o, "prefill_tokens_per_second", json_real(prompt_tokens * n / prefill));
-        json_object_set_new(o, "decode_tokens_per_second", json_real(l->output_len > 1 ? decode_tokens * n / decode : 0));
+        if (!l->beam_search) {
+            json_object_set_new(o, "prefill_tokens_per_second", json_real(prompt_tokens * n / prefill));
+            json_object_set_new(o, "decode_tokens_per_second", json_real(l->output_len > 1 ? decode_tokens * n / decode : 0));
+        }
         if (json_dump_file(o, l->output_json, JSON_INDENT(4)))
             fprintf(stderr, "cvllm bench latency: cannot write %s\n", l->output_json);
         json_decref(o);
@@ -202,7 +233,7 @@ int cv_bench_latency_main(int argc, char **argv) {
     }
     cv_rng rng;
     cv_rng_seed(&rng, l.engine.seed);
-    int32_t *prompt = cv_xmalloc((size_t)l.input_len * sizeof *prompt);
+    int32_t *prompt = cv_xmalloc((size_t)l.batch_size * (size_t)l.input_len * sizeof *prompt);
     batch_timing *runs = cv_xcalloc((size_t)l.iters, sizeof *runs), scratch;
     int rc = 0;
     for (int i = 0; i < l.warmup && !rc; i++) rc = run_batch(e, &l, &rng, prompt, &scratch);

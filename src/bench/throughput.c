@@ -9,6 +9,10 @@
  * ids — the same ids the engine would get by tokenizing the dataset's text, without timing the
  * tokenizer. When the model's embedding table is smaller than the tokenizer (test checkpoints),
  * prompt ids are drawn below it and not round-tripped through text.
+ *
+ * --use-beam-search runs the dataset through one cvllm_engine_beam_search instead, as vLLM's run_vllm
+ * calls LLM.beam_search (beam width --n, the output length every request shares, eos ignored); the
+ * tokens counted are each prompt's and its best sequence's.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -26,7 +30,7 @@
 typedef struct throughput_args {
     cvllm_engine_options engine;
     cv_random_dataset_options data;
-    bool has_input_len;
+    bool has_input_len, beam_search;
     int32_t n;
     const char *output_json;
 } throughput_args;
@@ -39,7 +43,7 @@ typedef struct totals {
 static const char throughput_usage[] =
     "usage: cvllm bench throughput --model MODEL --input-len N [--output-len 128] [--num-prompts 1000]\n"
     "                              [--n 1] [--dataset-name random] [--prefix-len 0] [--random-range-ratio 0]\n"
-    "                              [--output-json FILE] [--backend vllm] [engine options]\n"
+    "                              [--use-beam-search] [--output-json FILE] [--backend vllm] [engine options]\n"
     "Runs --num-prompts random requests through the engine at once and prints vLLM's\n"
     "\"Throughput: X requests/s, Y total tokens/s, Z output tokens/s\".\n";
 
@@ -93,6 +97,10 @@ static int parse_throughput_args(cv_args *a, throughput_args *t) {
         if (cv_args_engine(a, &t->engine) || dataset_option(a, t)) continue;
         /* detokenization is part of every engine step here; the flag changes nothing */
         if (cv_args_flag(a, "--disable-detokenize")) continue;
+        if (cv_args_flag(a, "--use-beam-search")) {
+            t->beam_search = true;
+            continue;
+        }
         if (cv_args_value(a, "--output-json", &v)) t->output_json = v;
         else if (arg[0] != '-' && !t->engine.model) t->engine.model = arg, a->i++;
         else if (arg[0] != '-') return cv_args_error(a, "unexpected argument '%s'", arg);
@@ -121,7 +129,33 @@ static void count_finished(const cvllm_request_output *o, totals *t) {
     for (int32_t c = 0; c < o->n_outputs; c++) t->output_tokens += (int64_t)o->outputs[c].n_token_ids;
 }
 
+/* vLLM's run_vllm with use_beam_search: every request must share one output length. */
+static int run_beam_search(cvllm_engine *e, const throughput_args *ta, const cv_bench_sample *s, size_t n, totals *t) {
+    for (size_t i = 1; i < n; i++)
+        if (s[i].output_len != s[0].output_len)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "beam search needs one output length for every request "
+                                                       "(--random-range-ratio 0); request %zu has %d, request 0 %d",
+                           i, s[i].output_len, s[0].output_len);
+    cvllm_prompt *prompts = cv_xcalloc(n, sizeof *prompts);
+    cvllm_beam_search_output *out = cv_xcalloc(n, sizeof *out);
+    for (size_t i = 0; i < n; i++) prompts[i] = (cvllm_prompt){.token_ids = s[i].ids, .n_token_ids = (size_t)s[i].prompt_len};
+    const cvllm_beam_search_params bp = {.beam_width = ta->n, .max_tokens = s[0].output_len, .ignore_eos = true,
+                                         .length_penalty = 1.0f};
+    double start = cv_now();
+    int rc = cvllm_engine_beam_search(e, prompts, n, &bp, out);
+    t->elapsed = cv_now() - start;
+    for (size_t i = 0; i < n && !rc; i++) {
+        t->prompt_tokens += s[i].prompt_len;
+        if (out[i].n_sequences) t->output_tokens += (int64_t)out[i].sequences[0].n_token_ids;
+    }
+    cvllm_beam_search_output_free(out, n);
+    free(out);
+    free(prompts);
+    return rc;
+}
+
 static int run_all(cvllm_engine *e, const throughput_args *ta, const cv_bench_sample *s, size_t n, totals *t) {
+    if (ta->beam_search) return run_beam_search(e, ta, s, n, t);
     cvllm_sampling_params p;
     cvllm_sampling_params_default(NULL, &p); /* vLLM's neutral SamplingParams: temperature 1, top_p 1 */
     p.ignore_eos = true;

@@ -15,7 +15,7 @@
  * exactly once, by whichever side lets go last.
  *
  * A beam search request (use_beam_search) runs one cv_beam_driver per prompt instead of one engine
- * request (beam_search.h); the driver's final event arrives through the same callback, as the prompt's
+ * request (beam_driver.h); the driver's final event arrives through the same callback, as the prompt's
  * only event, so the reply is built the same way.
  *
  * Aborts come from the HTTP layer (the client hung up: on_gone, on the HTTP loop thread) or from
@@ -32,9 +32,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timeutil.h"
-#include "server/beam_search.h"
+#include "server/beam_driver.h"
 #include "server/server_internal.h"
-#include "tokenizer/tokenizer.h"
 
 typedef struct gen_slot {
     gen_session *g;
@@ -194,13 +193,6 @@ static void on_event(void *user, cv_request_event *ev) {
     release(g, drop);
 }
 
-/* The tokenizer's eos_token as an id (vLLM's beam search ends a hypothesis there), or -1. */
-static int32_t eos_token_id(const cvllm_tokenizer *tok) {
-    const cv_tokenizer *t = (const cv_tokenizer *)tok; /* the public handle is the internal object */
-    const char *eos = cv_tokenizer_special_string(t, "eos_token");
-    return eos ? cv_tokenizer_token_to_id(t, eos) : -1;
-}
-
 /* Prompt i's beam search driver, published before checking for an abort; 0 or the submit's code. */
 static int start_beams(gen_session *g, size_t i) {
     const cv_api_request *req = &g->req;
@@ -208,7 +200,7 @@ static int start_beams(gen_session *g, size_t i) {
     const cv_beam_config cfg = {.width = req->params.n, .max_tokens = p->max_tokens, .ignore_eos = req->params.ignore_eos,
                                 .include_stop_str_in_output = req->params.include_stop_str_in_output,
                                 .length_penalty = req->length_penalty, .temperature = req->params.temperature,
-                                .eos_token_id = eos_token_id(g->s->tok), .top_logprobs = req->top_logprobs,
+                                .eos_token_id = cv_beam_eos_token_id(g->s->tok), .top_logprobs = req->top_logprobs,
                                 .n_prompt = p->n_ids};
     int rc = 0;
     cv_beam_driver *d = cv_beam_driver_start(g->s->group, g->s->tok, &cfg, p->ids, req->cache_salt, g->arrival, on_event,
