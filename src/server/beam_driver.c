@@ -65,7 +65,8 @@ struct cv_beam_driver {
     int32_t *prompt;
     size_t n_prompt;
     char *cache_salt;
-    double arrival;
+    double arrival;               /* the first step's (the HTTP request's); later steps arrive when submitted,
+                                   * so that their TTFT and queue time in /metrics are their own */
     cv_event_fn done;
     void *user;
     cvllm_sampling_params params; /* of every step request */
@@ -106,7 +107,7 @@ static size_t submit_step(cv_beam_driver *d) {
         cvllm_prompt prompt = {.token_ids = ids, .n_token_ids = d->n_prompt + n, .cache_salt = d->cache_salt};
         d->slots[i] = (step_slot){d, i};
         const cv_submit sub = {.prompt = &prompt, .params = &d->params, .on_event = on_step_event,
-                               .user = &d->slots[i], .arrival_time = d->arrival};
+                               .user = &d->slots[i], .arrival_time = d->first_step ? d->arrival : 0};
         d->submit_rc = cv_engine_group_submit(d->group, &sub, &d->ids[i]);
         if (d->submit_rc != 0) {
             d->failure = CVLLM_FINISH_ERROR;
