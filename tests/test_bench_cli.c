@@ -145,6 +145,8 @@ static void test_serve_completions(void) {
     CHECK_CONTAINS(r.out, "Traffic request rate: 50.0\nBurstiness factor: 1.0 (Poisson process)\n"
                           "Maximum request concurrency: 3\n");
     CHECK(strstr(r.out, "WARNING: vllm bench serve no longer sets temperature") == NULL);
+    CHECK_CONTAINS(r.out, "Starting initial single prompt test run...\nSkipping endpoint ready check.\n");
+    CHECK(strstr(r.out, "Speculative Decoding") == NULL); /* the mock has no /metrics here */
     CHECK_CONTAINS(r.out, "\n============ Serving Benchmark Result ============\n");
     check_row(r.out, "Successful requests:", "6");
     check_row(r.out, "Failed requests:", "0");
@@ -222,6 +224,54 @@ static void test_serve_completions(void) {
     json_decref(reqs);
     tu_run_free(&r);
     stop_mock(&s);
+}
+
+/* --ready-check-timeout-sec sends the first request until it succeeds; the speculative-decoding
+ * section comes from the server's counters read around the timed run only. */
+static void test_serve_ready_check_and_spec_decode(void) {
+    server s = start_mock("spec", (const char *const[]){"--ttft-ms", "5", "--itl-ms", "1", "--spec-metrics", NULL});
+    tu_run r = bench((const char *const[]){"serve", "--port", s.port, "--num-prompts", "4", "--random-input-len", "8",
+                                           "--random-output-len", "3", "--num-warmups", "2", "--ready-check-timeout-sec",
+                                           "10", "--save-result", "--result-dir", tmp, "--result-filename",
+                                           "spec.json", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "Starting initial single prompt test run...\nWaiting for endpoint to become up in 10 seconds\n"
+                          "Initial test run completed.\nWarming up with 2 requests...\n");
+    /* 4 timed requests of the 7: 8 drafts, 24 draft tokens, 12 accepted; per position 8, 4, 0 */
+    CHECK_CONTAINS(r.out, "\n---------------Speculative Decoding---------------\n");
+    check_row(r.out, "Acceptance rate (%):", "50.00");
+    check_row(r.out, "Acceptance length:", "2.50");
+    check_row(r.out, "Drafts:", "8");
+    check_row(r.out, "Draft tokens:", "24");
+    check_row(r.out, "Accepted tokens:", "12");
+    CHECK_CONTAINS(r.out, "\nPer-position acceptance (%):\n");
+    check_row(r.out, "  Position 0:", "100.00");
+    check_row(r.out, "  Position 1:", "50.00");
+    check_row(r.out, "  Position 2:", "0.00");
+    char *last = cv_xasprintf("%-40s %-10s\n%s\n", "  Position 2:", "0.00", "==================================================");
+    CHECK_CONTAINS(r.out, last); /* the section closes the block */
+    free(last);
+    char *path = cv_xasprintf("%s/spec.json", tmp);
+    json_t *j = load_json(path);
+    CHECK(num(j, "spec_decode_acceptance_rate") == 50 && num(j, "spec_decode_acceptance_length") == 2.5);
+    CHECK(num(j, "spec_decode_num_drafts") == 8 && num(j, "spec_decode_draft_tokens") == 24 &&
+          num(j, "spec_decode_accepted_tokens") == 12);
+    const json_t *pos = json_object_get(j, "spec_decode_per_position_acceptance_rates");
+    CHECK(json_array_size(pos) == 3 && json_number_value(json_array_get(pos, 1)) == 0.5);
+    json_decref(j);
+    free(path);
+    tu_run_free(&r);
+    stop_mock(&s);
+
+    /* a server whose every request fails: the check gives up after the timeout with the error */
+    server f = start_mock("failing", (const char *const[]){"--fail-every", "1", NULL});
+    r = bench((const char *const[]){"serve", "--port", f.port, "--num-prompts", "2", "--random-input-len", "8",
+                                    "--random-output-len", "3", "--ready-check-timeout-sec", "1", NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "Initial test run failed - Please make sure benchmark arguments are correctly specified. "
+                          "Error: HTTP 500");
+    tu_run_free(&r);
+    stop_mock(&f);
 }
 
 static void test_serve_chat_without_usage(void) {
@@ -408,6 +458,7 @@ int main(void) {
     alarm(120);
     tmp = tu_make_temp_dir();
     test_serve_completions();
+    test_serve_ready_check_and_spec_decode();
     test_serve_chat_without_usage();
     test_serve_failures();
     char *model = tu_model_dir("qwen3-dense-f32");

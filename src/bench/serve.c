@@ -45,7 +45,7 @@ typedef struct serve_args {
     json_t *sampling;                /* sampling flags, then --extra-body on top */
     const char *extra_body;
     const char *request_id_prefix;
-    int32_t num_warmups, logprobs;
+    int32_t num_warmups, logprobs, ready_check_timeout;
 } serve_args;
 
 static const char serve_usage[] =
@@ -56,9 +56,10 @@ static const char serve_usage[] =
     "                         [--random-prefix-len 0] [--input-len N] [--output-len N] [--seed 0]\n"
     "                         [--request-rate inf] [--burstiness 1.0] [--max-concurrency N] [--ignore-eos]\n"
     "                         [--percentile-metrics ttft,tpot,itl] [--metric-percentiles 99]\n"
-    "                         [--goodput ttft:MS tpot:MS e2el:MS] [--num-warmups 0] [--header K=V ...]\n"
-    "                         [--temperature F] [--top-p F] [--top-k N] [--min-p F] [--frequency-penalty F]\n"
-    "                         [--presence-penalty F] [--repetition-penalty F] [--logprobs N] [--extra-body JSON]\n"
+    "                         [--goodput ttft:MS tpot:MS e2el:MS] [--num-warmups 0] [--ready-check-timeout-sec 0]\n"
+    "                         [--header K=V ...] [--temperature F] [--top-p F] [--top-k N] [--min-p F]\n"
+    "                         [--frequency-penalty F] [--presence-penalty F] [--repetition-penalty F]\n"
+    "                         [--logprobs N] [--extra-body JSON]\n"
     "                         [--request-id-prefix P] [--save-result] [--save-detailed] [--append-result]\n"
     "                         [--result-dir DIR] [--result-filename NAME] [--label L] [--metadata K=V ...]\n"
     "Sends --num-prompts streaming requests to an OpenAI-compatible server and prints vLLM's\n"
@@ -172,7 +173,8 @@ static bool parse_option(cv_args *a, serve_args *s) {
         int32_option(a, "--random-input-len", 0, &s->data.input_len) || int32_option(a, "--input-len", 0, &s->data.input_len) ||
         int32_option(a, "--random-output-len", 1, &s->data.output_len) || int32_option(a, "--output-len", 1, &s->data.output_len) ||
         int32_option(a, "--random-prefix-len", 0, &s->data.prefix_len) || int32_option(a, "--num-warmups", 0, &s->num_warmups) ||
-        int32_option(a, "--logprobs", 0, &s->logprobs))
+        int32_option(a, "--logprobs", 0, &s->logprobs) ||
+        int32_option(a, "--ready-check-timeout-sec", 0, &s->ready_check_timeout))
         return true;
     if (rate_option(a, "--request-rate", &c->request_rate) || rate_option(a, "--burstiness", &c->burstiness)) return true;
     if (flag_option(a, "--ignore-eos", &s->ignore_eos) || flag_option(a, "--save-result", &c->save_result) ||
@@ -402,6 +404,42 @@ static void print_traffic(const serve_config *c) {
     fflush(stdout);
 }
 
+/* vLLM's initial test run: with --ready-check-timeout-sec N > 0 the first sample's request is sent
+ * until it succeeds, every 5 s for up to N s (a server still loading refuses connections), and the
+ * run stops with its error if it never does; 0 (the default) skips it. */
+static int ready_check(const serve_args *s, const char *url, const cv_bench_sample *first) {
+    puts("Starting initial single prompt test run...");
+    if (s->ready_check_timeout <= 0) {
+        puts("Skipping endpoint ready check.");
+        return 0;
+    }
+    printf("Waiting for endpoint to become up in %d seconds\n", s->ready_check_timeout);
+    fflush(stdout);
+    const double deadline = cv_now() + s->ready_check_timeout;
+    char *error = NULL;
+    for (double remaining; (remaining = deadline - cv_now()) > 0;) {
+        workload w = {0};
+        workload_init(&w, s, first, 1, 1, "ready-check-");
+        double duration;
+        int rc = run_workload(s, url, &w, &duration);
+        const bool ok = rc == 0 && w.results[0].success;
+        free(error);
+        error = cv_xstrdup(rc ? cvllm_last_error() : w.results[0].error ? w.results[0].error : "");
+        workload_free(&w);
+        if (ok) {
+            free(error);
+            puts("Initial test run completed.");
+            return 0;
+        }
+        remaining = deadline - cv_now();
+        if (remaining > 0) usleep((useconds_t)((remaining < 5 ? remaining : 5) * 1e6));
+    }
+    int rc = cv_fail(CVLLM_ERR_NETWORK, "Initial test run failed - Please make sure benchmark arguments are correctly "
+                                        "specified. Error: %s", error ? error : "no request was sent");
+    free(error);
+    return rc;
+}
+
 static int warm_up(const serve_args *s, const char *url, const cv_bench_sample *first) {
     if (s->num_warmups <= 0) return 0;
     printf("Warming up with %d requests...\n", s->num_warmups);
@@ -414,8 +452,10 @@ static int warm_up(const serve_args *s, const char *url, const cv_bench_sample *
     return rc;
 }
 
-/* Benchmark proper: schedule, send, measure, report, save. */
-static int benchmark(serve_args *s, const char *url, const cvllm_tokenizer *tok, const cv_bench_sample *samples) {
+/* Benchmark proper: schedule, send, measure, report, save. The server's speculative-decoding
+ * counters are read around the timed run (spec_stats.h). */
+static int benchmark(serve_args *s, const char *base, const char *url, const cvllm_tokenizer *tok,
+                     const cv_bench_sample *samples) {
     serve_config *c = &s->c;
     char *prefix = s->request_id_prefix ? cv_xstrdup(s->request_id_prefix) : random_prefix();
     workload w = {0};
@@ -425,14 +465,19 @@ static int benchmark(serve_args *s, const char *url, const cvllm_tokenizer *tok,
     cv_rng_seed(&rng, s->data.seed ^ 0x9e3779b97f4a7c15ULL); /* a stream apart from the dataset's */
     cv_arrival_times(&rng, w.n, c->request_rate, c->burstiness, w.arrivals);
     print_traffic(c);
+    cv_spec_counters before, after;
+    cv_spec_counters_read(base, (const char *const *)s->headers, s->n_headers, &before);
     double duration = 0;
     int rc = run_workload(s, url, &w, &duration);
     if (!rc) {
+        cv_spec_counters_read(base, (const char *const *)s->headers, s->n_headers, &after);
+        cv_spec_stats spec;
+        const cv_spec_stats *sp = cv_spec_stats_between(&before, &after, &spec) ? &spec : NULL;
         cv_bench_metrics m;
         cv_bench_metrics_compute(w.results, w.n, duration, tok, &c->slo, &m);
-        serve_print_report(c, &m, w.results, w.n, duration);
+        serve_print_report(c, &m, w.results, w.n, duration, sp);
         if (c->save_result || c->append_result) {
-            json_t *result = serve_result_json(c, &m, w.results, w.n, duration);
+            json_t *result = serve_result_json(c, &m, w.results, w.n, duration, sp);
             rc = serve_save_result(c, result);
             json_decref(result);
         }
@@ -471,9 +516,10 @@ static int run_serve(serve_args *s) {
             puts("WARNING: vllm bench serve no longer sets temperature==0 (greedy) in requests by default. "
                  "The default will be determined on the server side and can be model/API specific. "
                  "For the old behavior, include --temperature=0.");
-        rc = warm_up(s, url, samples);
+        rc = ready_check(s, url, samples);
     }
-    if (!rc) rc = benchmark(s, url, tok, samples);
+    if (!rc) rc = warm_up(s, url, samples);
+    if (!rc) rc = benchmark(s, base, url, tok, samples);
     cv_bench_samples_free(samples, samples ? (size_t)c->num_prompts : 0);
     cvllm_tokenizer_destroy(tok);
     free(url);

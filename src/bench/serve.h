@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "bench/metrics.h"
+#include "bench/spec_stats.h"
 #include "bench/stream.h"
 
 typedef struct serve_config {
@@ -31,12 +32,13 @@ typedef struct serve_config {
     size_t n_metadata;
 } serve_config;
 
-/* Prints the failure list and vLLM's "Serving Benchmark Result" block to stdout. */
+/* Prints the failure list and vLLM's "Serving Benchmark Result" block to stdout; `spec` (NULL: none)
+ * adds the speculative-decoding section. */
 void serve_print_report(const serve_config *c, const cv_bench_metrics *m, const cv_request_result *r,
-                        size_t n, double duration);
+                        size_t n, double duration, const cv_spec_stats *spec);
 /* vLLM's result JSON (the run's settings first, then the benchmark results). */
 json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, const cv_request_result *r,
-                          size_t n, double duration);
+                          size_t n, double duration, const cv_spec_stats *spec);
 /* Writes the JSON where --result-dir/--result-filename (or vLLM's default name) say, appending
  * with --append-result. Returns 0 or a cv_fail code. */
 int serve_save_result(const serve_config *c, json_t *result);

@@ -57,7 +57,7 @@ static void print_failures(const cv_request_result *r, size_t n) {
 }
 
 void serve_print_report(const serve_config *c, const cv_bench_metrics *m, const cv_request_result *r, size_t n,
-                        double duration) {
+                        double duration, const cv_spec_stats *spec) {
     print_failures(r, n);
     print_title(" Serving Benchmark Result ", '=', 50);
     row_int("Successful requests:", m->completed);
@@ -92,6 +92,7 @@ void serve_print_report(const serve_config *c, const cv_bench_metrics *m, const 
         }
     }
     free(pct);
+    if (spec) cv_spec_stats_print(spec);
     print_title("", '=', 50);
     fflush(stdout);
 }
@@ -143,7 +144,7 @@ static void add_run_settings(json_t *o, const serve_config *c) {
 }
 
 json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, const cv_request_result *r, size_t n,
-                          double duration) {
+                          double duration, const cv_spec_stats *spec) {
     json_t *o = json_object();
     add_run_settings(o, c);
     json_object_set_new(o, "duration", json_real(duration));
@@ -184,6 +185,7 @@ json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, cons
         }
     }
     free(pct);
+    if (spec) cv_spec_stats_json(spec, o);
     return o;
 }
 

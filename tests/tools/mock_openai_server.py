@@ -4,6 +4,9 @@
 Listens on 127.0.0.1 at an ephemeral port and prints the port on stdout (one line) once ready.
 
   GET  /v1/models             {"object":"list","data":[{"id": --model-name, "root": --model-root}]}
+  GET  /metrics               with --spec-metrics: vLLM's vllm:spec_decode_* counters, two engines'
+                              series, grown by every completed request (2 drafts of 3 tokens, 3
+                              accepted: 2 at position 0, 1 at position 1, 0 at position 2)
   POST /v1/completions        streams max_tokens chunks {"choices":[{"text": --text}]} as SSE
   POST /v1/chat/completions   the same with {"choices":[{"delta":{"content": --text}}]}, preceded
                               by vLLM's role-only chunk {"delta":{"role":"assistant","content":""}}
@@ -21,6 +24,7 @@ Options:
   --ping                send an SSE comment ": ping" before the first chunk (as llama.cpp does)
   --log PATH            append each request's JSON body as one line
   --lifetime S          exit after S seconds whatever happens
+  --spec-metrics        serve /metrics as above
 
 Standard library only.
 """
@@ -35,6 +39,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ARGS = None
 LOCK = threading.Lock()
 COUNTER = [0]
+COMPLETED = [0]
+
+
+def spec_metrics():
+    """Two engines, the requests split between them: the client must sum the series."""
+    lines = []
+    with LOCK:
+        done = COMPLETED[0]
+    halves = (done // 2, done - done // 2)
+    for name, per_request in (("vllm:spec_decode_num_drafts_total", 2),
+                              ("vllm:spec_decode_num_draft_tokens_total", 6),
+                              ("vllm:spec_decode_num_accepted_tokens_total", 3)):
+        lines.append("# TYPE %s counter" % name)
+        for engine, n in enumerate(halves):
+            lines.append('%s{engine="%d",model_name="%s"} %.1f' % (name, engine, ARGS.model_name, n * per_request))
+    lines.append("# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter")
+    for engine, n in enumerate(halves):
+        for pos, per_request in enumerate((2, 1, 0)):
+            lines.append('vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="%d",model_name="%s",position="%d"} %.1f'
+                         % (engine, ARGS.model_name, pos, n * per_request))
+    return ("\n".join(lines) + "\n").encode()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -53,6 +78,14 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        if self.path == "/metrics" and ARGS.spec_metrics:
+            body = spec_metrics()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path != "/v1/models":
             self.send_json(404, {"error": {"message": "not found", "type": "NotFoundError", "code": 404}})
             return
@@ -124,6 +157,8 @@ class Handler(BaseHTTPRequestHandler):
                              "choices": [], "usage": u})
         self.send_event(b"[DONE]")
         self.write_chunk(b"")
+        with LOCK:
+            COMPLETED[0] += 1
 
 
 def main():
@@ -141,6 +176,7 @@ def main():
     p.add_argument("--ping", action="store_true")
     p.add_argument("--log", default=None)
     p.add_argument("--lifetime", type=float, default=120)
+    p.add_argument("--spec-metrics", action="store_true")
     ARGS = p.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
