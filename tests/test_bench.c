@@ -110,6 +110,24 @@ static void test_arrivals(void) {
     }
 }
 
+/* --ramp-up-strategy: each request at its own rate, nothing rescaled */
+static void test_arrivals_ramp(void) {
+    cv_rng rng;
+    double t[5], rates[5];
+    cv_rng_seed(&rng, 1);
+    cv_arrival_times_ramp(&rng, 5, CV_RAMP_LINEAR, 2.0, 10.0, INFINITY, t, rates);
+    double sum = 0;
+    for (int i = 0; i < 5; i++) {
+        CHECK_MSG(rates[i] == 2.0 + 2.0 * i, "linear rate %d: %g", i, rates[i]);
+        sum += 1.0 / rates[i];
+        CHECK_MSG(NEAR(t[i], sum, 1e-12), "t[%d] = %g, expected %g", i, t[i], sum);
+    }
+    cv_arrival_times_ramp(&rng, 5, CV_RAMP_EXPONENTIAL, 1.0, 16.0, INFINITY, t, rates);
+    for (int i = 0; i < 5; i++) CHECK_MSG(NEAR(rates[i], pow(2.0, i), 1e-12), "exponential rate %d: %g", i, rates[i]);
+    cv_arrival_times_ramp(&rng, 1, CV_RAMP_LINEAR, 3.0, 9.0, 1.0, t, rates);
+    CHECK(rates[0] == 3.0 && t[0] > 0);
+}
+
 static void test_gamma_moments(void) {
     static const double cases[][2] = {{0.5, 2.0}, {1.0, 0.3}, {3.0, 0.5}};
     enum { N = 200000 };
@@ -444,6 +462,7 @@ int main(void) {
     test_stats();
     test_py_float();
     test_arrivals();
+    test_arrivals_ramp();
     test_gamma_moments();
     test_sse();
     test_stream_completions();

@@ -274,6 +274,42 @@ static void test_serve_ready_check_and_spec_decode(void) {
     stop_mock(&f);
 }
 
+/* --ramp-up-strategy: vLLM's lines, settings, file name and rps_change_events. */
+static void test_serve_ramp_up(void) {
+    server s = start_mock("ramp", (const char *const[]){"--ttft-ms", "2", "--itl-ms", "1", NULL});
+    tu_run r = bench((const char *const[]){"serve", "--port", s.port, "--num-prompts", "5", "--random-input-len", "8",
+                                           "--random-output-len", "2", "--ramp-up-strategy", "linear",
+                                           "--ramp-up-start-rps", "20", "--ramp-up-end-rps", "60", "--save-result",
+                                           "--result-dir", tmp, NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "Starting main benchmark run...\nTraffic ramp-up strategy: linear.\n"
+                          "Will increase RPS from 20 to 60 RPS over the duration of the benchmark.\n"
+                          "Burstiness factor: 1.0 (Poisson process)\n");
+    CHECK(line_of(r.out, "Request rate configured (RPS):") == NULL);
+    char *cmd = cv_xasprintf("ls %s/openai-ramp-up-linear-20qps-60qps-qwen3-tokenizer-*.json > %s/ramp.list", tmp, tmp);
+    CHECK_MSG(system(cmd) == 0, "no result file named openai-ramp-up-linear-20qps-60qps-<model>-<date>.json");
+    free(cmd);
+    char *list = cv_xasprintf("%s/ramp.list", tmp);
+    FILE *f = fopen(list, "r");
+    char path[1024] = "";
+    if (f && fgets(path, sizeof path, f)) path[strcspn(path, "\n")] = '\0';
+    if (f) fclose(f);
+    json_t *j = load_json(path);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "ramp_up_strategy")), "linear");
+    CHECK(num(j, "ramp_up_start_rps") == 20 && num(j, "ramp_up_end_rps") == 60);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "request_rate")), "inf");
+    /* rates 20, 30, 40, 50, 60 by request: one event for 20, then one for each whole rate up to 60 */
+    const json_t *ev = json_object_get(j, "rps_change_events");
+    CHECK_EQ_INT(json_array_size(ev), 41);
+    CHECK(num(json_array_get(ev, 0), "rps") == 20 && num(json_array_get(ev, 40), "rps") == 60);
+    const char *ts = json_string_value(json_object_get(json_array_get(ev, 40), "timestamp"));
+    CHECK_MSG(ts && strlen(ts) >= 19 && ts[10] == 'T', "timestamp %s", ts ? ts : "(none)");
+    json_decref(j);
+    free(list);
+    tu_run_free(&r);
+    stop_mock(&s);
+}
+
 static void test_serve_chat_without_usage(void) {
     server s = start_mock("chat", (const char *const[]){"--ttft-ms", "20", "--itl-ms", "5", "--no-usage", "--ping",
                                                          "--fail-every", "3", NULL});
@@ -340,7 +376,7 @@ static void test_serve_failures(void) {
     tu_run_free(&r);
 
     static const struct {
-        const char *args[8], *message;
+        const char *args[12], *message;
     } usage[] = {
         {{"serve", "--bogus"}, "unknown option --bogus"},
         {{"serve", "--dataset-name", "sharegpt"}, "--dataset-name sharegpt is not supported"},
@@ -353,6 +389,15 @@ static void test_serve_failures(void) {
         {{"serve", "--header", "novalue"}, "--header 'novalue': use KEY=VALUE"},
         {{"serve", "--extra-body", "[1]"}, "--extra-body must be a JSON object"},
         {{"serve", "--backend", "tgi"}, "--backend tgi is not supported"},
+        {{"serve", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "4", "--request-rate",
+          "2"},
+         "When using ramp-up, do not specify --request-rate."},
+        {{"serve", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1"}, "both --ramp-up-start-rps and"},
+        {{"serve", "--ramp-up-strategy", "exponential", "--ramp-up-start-rps", "0", "--ramp-up-end-rps", "4"},
+         "For exponential ramp-up, the start RPS cannot be 0."},
+        {{"serve", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "5", "--ramp-up-end-rps", "4"},
+         "Ramp-up start RPS must be less than end RPS"},
+        {{"serve", "--ramp-up-strategy", "step", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "4"}, "invalid choice: 'step'"},
         {{"throughput", "--model", "x"}, "--input-len must be provided"},
         {{"throughput", "--model", "x", "--input-len", "4", "--dataset-name", "sonnet"}, "not supported"},
         {{"nonsense"}, "unknown benchmark 'nonsense'"},
@@ -459,6 +504,7 @@ int main(void) {
     tmp = tu_make_temp_dir();
     test_serve_completions();
     test_serve_ready_check_and_spec_decode();
+    test_serve_ramp_up();
     test_serve_chat_without_usage();
     test_serve_failures();
     char *model = tu_model_dir("qwen3-dense-f32");

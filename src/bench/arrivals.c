@@ -40,18 +40,33 @@ double cv_gamma_sample(cv_rng *rng, double shape, double scale) {
     return scale * gamma_large(rng, shape + 1.0) * pow(u, 1.0 / shape);
 }
 
+/* The gap before a request sent at `rate` (vLLM's get_request). */
+static double gap_at(cv_rng *rng, double rate, double burstiness) {
+    if (isinf(rate)) return 0;
+    if (isinf(burstiness)) return 1.0 / rate;
+    return cv_gamma_sample(rng, burstiness, 1.0 / (rate * burstiness));
+}
+
 void cv_arrival_times(cv_rng *rng, size_t n, double rate, double burstiness, double *t) {
     assert(rate > 0 && burstiness > 0);
     double sum = 0;
     for (size_t i = 0; i < n; i++) {
-        double gap;
-        if (isinf(rate)) gap = 0;
-        else if (isinf(burstiness)) gap = 1.0 / rate;
-        else gap = cv_gamma_sample(rng, burstiness, 1.0 / (rate * burstiness));
-        sum += gap;
+        sum += gap_at(rng, rate, burstiness);
         t[i] = sum;
     }
     if (n == 0 || sum == 0) return;
     double factor = ((double)n / rate) / sum;
     for (size_t i = 0; i < n; i++) t[i] *= factor;
+}
+
+void cv_arrival_times_ramp(cv_rng *rng, size_t n, cv_ramp_strategy strategy, double start, double end,
+                           double burstiness, double *t, double *rates) {
+    assert(start > 0 && end > 0 && burstiness > 0);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double share = (double)i / (double)(n > 2 ? n - 1 : 1);
+        rates[i] = strategy == CV_RAMP_LINEAR ? start + (end - start) * share : start * pow(end / start, share);
+        sum += gap_at(rng, rates[i], burstiness);
+        t[i] = sum;
+    }
 }

@@ -21,4 +21,11 @@ double cv_gamma_sample(cv_rng *rng, double shape, double scale);
  * `burstiness` must be > 0 and may be INFINITY. Deterministic for a given rng state. */
 void cv_arrival_times(cv_rng *rng, size_t n, double rate, double burstiness, double *t);
 
+/* vLLM's --ramp-up-strategy: request i's rate goes from `start` to `end` requests/s with its share
+ * i/(n−1) of the run, linearly or exponentially (start·(end/start)^share), its gap drawn at that rate
+ * as above, and the times are not rescaled. rates[i] gets request i's rate. start, end > 0. */
+typedef enum { CV_RAMP_LINEAR, CV_RAMP_EXPONENTIAL } cv_ramp_strategy;
+void cv_arrival_times_ramp(cv_rng *rng, size_t n, cv_ramp_strategy strategy, double start, double end,
+                           double burstiness, double *t, double *rates);
+
 #endif

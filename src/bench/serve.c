@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -46,6 +47,7 @@ typedef struct serve_args {
     const char *extra_body;
     const char *request_id_prefix;
     int32_t num_warmups, logprobs, ready_check_timeout;
+    bool ramp_start_given, ramp_end_given;
 } serve_args;
 
 static const char serve_usage[] =
@@ -55,6 +57,7 @@ static const char serve_usage[] =
     "                         [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]\n"
     "                         [--random-prefix-len 0] [--input-len N] [--output-len N] [--seed 0]\n"
     "                         [--request-rate inf] [--burstiness 1.0] [--max-concurrency N] [--ignore-eos]\n"
+    "                         [--ramp-up-strategy linear|exponential --ramp-up-start-rps N --ramp-up-end-rps N]\n"
     "                         [--percentile-metrics ttft,tpot,itl] [--metric-percentiles 99]\n"
     "                         [--goodput ttft:MS tpot:MS e2el:MS] [--num-warmups 0] [--ready-check-timeout-sec 0]\n"
     "                         [--header K=V ...] [--temperature F] [--top-p F] [--top-k N] [--min-p F]\n"
@@ -167,7 +170,8 @@ static bool parse_option(cv_args *a, serve_args *s) {
         string_option(a, "--tokenizer", &s->tokenizer) || string_option(a, "--dataset-name", &s->dataset_name) ||
         string_option(a, "--dataset-path", &s->dataset_path) || string_option(a, "--label", &c->label) ||
         string_option(a, "--result-dir", &c->result_dir) || string_option(a, "--result-filename", &c->result_filename) ||
-        string_option(a, "--extra-body", &s->extra_body) || string_option(a, "--request-id-prefix", &s->request_id_prefix))
+        string_option(a, "--extra-body", &s->extra_body) || string_option(a, "--request-id-prefix", &s->request_id_prefix) ||
+        string_option(a, "--ramp-up-strategy", &c->ramp_up_strategy))
         return true;
     if (int32_option(a, "--num-prompts", 1, &c->num_prompts) || int32_option(a, "--max-concurrency", 1, &c->max_concurrency) ||
         int32_option(a, "--random-input-len", 0, &s->data.input_len) || int32_option(a, "--input-len", 0, &s->data.input_len) ||
@@ -187,6 +191,10 @@ static bool parse_option(cv_args *a, serve_args *s) {
         return true;
     if (cv_args_value(a, "--port", &v)) {
         if (cv_args_int(a, "--port", v, 1, 65535, &x)) s->port = x;
+    } else if (cv_args_value(a, "--ramp-up-start-rps", &v)) {
+        if (cv_args_int(a, "--ramp-up-start-rps", v, INT32_MIN, INT32_MAX, &x)) c->ramp_up_start_rps = x, s->ramp_start_given = true;
+    } else if (cv_args_value(a, "--ramp-up-end-rps", &v)) {
+        if (cv_args_int(a, "--ramp-up-end-rps", v, INT32_MIN, INT32_MAX, &x)) c->ramp_up_end_rps = x, s->ramp_end_given = true;
     } else if (cv_args_value(a, "--seed", &v)) {
         if (cv_args_int(a, "--seed", v, 0, INT64_MAX, &x)) s->data.seed = (uint64_t)x;
     } else if (cv_args_value(a, "--random-range-ratio", &v)) {
@@ -228,6 +236,24 @@ static int validate(cv_args *a, serve_args *s) {
     if (n < 11 || strcmp(s->endpoint + n - 11, "completions") != 0)
         return cv_args_error(a, "--endpoint %s: expected a /v1/completions or /v1/chat/completions endpoint",
                              s->endpoint);
+    if (c->ramp_up_strategy) { /* vLLM's checks and words */
+        if (strcmp(c->ramp_up_strategy, "linear") && strcmp(c->ramp_up_strategy, "exponential"))
+            return cv_args_error(a, "argument --ramp-up-strategy: invalid choice: '%s' (choose from 'linear', 'exponential')",
+                                 c->ramp_up_strategy);
+        if (!isinf(c->request_rate))
+            return cv_args_error(a, "When using ramp-up, do not specify --request-rate. The request rate will be "
+                                    "controlled by ramp-up parameters. Please remove the --request-rate argument.");
+        if (!s->ramp_start_given || !s->ramp_end_given)
+            return cv_args_error(a, "When using --ramp-up-strategy, both --ramp-up-start-rps and --ramp-up-end-rps "
+                                    "must be specified");
+        if (c->ramp_up_start_rps < 0 || c->ramp_up_end_rps < 0)
+            return cv_args_error(a, "Ramp-up start and end RPS must be non-negative");
+        if (c->ramp_up_start_rps > c->ramp_up_end_rps) return cv_args_error(a, "Ramp-up start RPS must be less than end RPS");
+        if (!strcmp(c->ramp_up_strategy, "exponential") && c->ramp_up_start_rps == 0)
+            return cv_args_error(a, "For exponential ramp-up, the start RPS cannot be 0.");
+        if (c->ramp_up_start_rps == 0) /* the first request's rate (vLLM asserts it) */
+            return cv_args_error(a, "Obtained non-positive request rate 0.0.");
+    }
     if (s->n_goodput) {
         size_t len = 1;
         for (size_t i = 0; i < s->n_goodput; i++) len += strlen(s->goodput[i]) + 1;
@@ -397,7 +423,13 @@ static void print_traffic(const serve_config *c) {
     cv_stats_py_float(c->request_rate, rate, sizeof rate);
     cv_stats_py_float(c->burstiness, burst, sizeof burst);
     puts("Starting main benchmark run...");
-    printf("Traffic request rate: %s\n", rate);
+    if (c->ramp_up_strategy) {
+        printf("Traffic ramp-up strategy: %s.\n", c->ramp_up_strategy);
+        printf("Will increase RPS from %lld to %lld RPS over the duration of the benchmark.\n",
+               (long long)c->ramp_up_start_rps, (long long)c->ramp_up_end_rps);
+    } else {
+        printf("Traffic request rate: %s\n", rate);
+    }
     printf("Burstiness factor: %s (%s)\n", burst, c->burstiness == 1.0 ? "Poisson process" : "Gamma distribution");
     if (c->max_concurrency) printf("Maximum request concurrency: %d\n", c->max_concurrency);
     else puts("Maximum request concurrency: None");
@@ -452,6 +484,36 @@ static int warm_up(const serve_args *s, const char *url, const cv_bench_sample *
     return rc;
 }
 
+/* datetime.now().isoformat() of wall-clock second `t`. */
+static json_t *iso_time(double t) {
+    const time_t sec = (time_t)t;
+    const long us = (long)((t - (double)sec) * 1e6);
+    struct tm tm;
+    localtime_r(&sec, &tm);
+    char date[32], text[48];
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (us) snprintf(text, sizeof text, "%s.%06ld", date, us);
+    else snprintf(text, sizeof text, "%s", date);
+    return json_string(text);
+}
+
+/* vLLM's rps_change_events of a ramp-up: the start rate when the run begins, then each whole rate
+ * as the first request sent at or above it goes out (sent at its scheduled time). */
+static json_t *rps_change_events(const serve_config *c, const double *rates, const double *arrivals, size_t n,
+                                 double wall_start) {
+    json_t *events = json_array();
+    long long last = c->ramp_up_start_rps;
+    json_array_append_new(events, json_pack("{s:I, s:o}", "rps", (json_int_t)last, "timestamp", iso_time(wall_start)));
+    for (size_t i = 0; i < n; i++) {
+        const long long now = (long long)rates[i];
+        for (long long r = last + 1; r <= now; r++)
+            json_array_append_new(events, json_pack("{s:I, s:o}", "rps", (json_int_t)r, "timestamp",
+                                                    iso_time(wall_start + arrivals[i])));
+        if (now > last) last = now;
+    }
+    return events;
+}
+
 /* Benchmark proper: schedule, send, measure, report, save. The server's speculative-decoding
  * counters are read around the timed run (spec_stats.h). */
 static int benchmark(serve_args *s, const char *base, const char *url, const cvllm_tokenizer *tok,
@@ -463,12 +525,22 @@ static int benchmark(serve_args *s, const char *base, const char *url, const cvl
     free(prefix);
     cv_rng rng;
     cv_rng_seed(&rng, s->data.seed ^ 0x9e3779b97f4a7c15ULL); /* a stream apart from the dataset's */
-    cv_arrival_times(&rng, w.n, c->request_rate, c->burstiness, w.arrivals);
+    double *rates = NULL;
+    if (c->ramp_up_strategy) {
+        rates = cv_xmalloc(w.n * sizeof *rates);
+        cv_arrival_times_ramp(&rng, w.n, !strcmp(c->ramp_up_strategy, "linear") ? CV_RAMP_LINEAR : CV_RAMP_EXPONENTIAL,
+                              (double)c->ramp_up_start_rps, (double)c->ramp_up_end_rps, c->burstiness, w.arrivals, rates);
+    } else {
+        cv_arrival_times(&rng, w.n, c->request_rate, c->burstiness, w.arrivals);
+    }
     print_traffic(c);
     cv_spec_counters before, after;
     cv_spec_counters_read(base, (const char *const *)s->headers, s->n_headers, &before);
+    const double wall_start = cv_wall_now();
     double duration = 0;
     int rc = run_workload(s, url, &w, &duration);
+    json_t *rps_events = rates ? rps_change_events(c, rates, w.arrivals, w.n, wall_start) : NULL;
+    free(rates);
     if (!rc) {
         cv_spec_counters_read(base, (const char *const *)s->headers, s->n_headers, &after);
         cv_spec_stats spec;
@@ -477,13 +549,15 @@ static int benchmark(serve_args *s, const char *base, const char *url, const cvl
         cv_bench_metrics_compute(w.results, w.n, duration, tok, &c->slo, &m);
         serve_print_report(c, &m, w.results, w.n, duration, sp);
         if (c->save_result || c->append_result) {
-            json_t *result = serve_result_json(c, &m, w.results, w.n, duration, sp);
+            json_t *result = serve_result_json(c, &m, w.results, w.n, duration, sp, rps_events);
+            rps_events = NULL;
             rc = serve_save_result(c, result);
             json_decref(result);
         }
         if (!rc && m.completed == 0) rc = cv_fail(CVLLM_ERR_NETWORK, "all %zu requests failed", w.n);
         cv_bench_metrics_free(&m);
     }
+    json_decref(rps_events);
     workload_free(&w);
     return rc;
 }

@@ -21,6 +21,8 @@ typedef struct serve_config {
     cv_bench_api api;
     int32_t num_prompts;
     double request_rate, burstiness;   /* may be INFINITY */
+    const char *ramp_up_strategy;      /* "linear", "exponential" or NULL */
+    int64_t ramp_up_start_rps, ramp_up_end_rps;
     int32_t max_concurrency;           /* 0 = none */
     bool metric_selected[CV_METRIC_COUNT];
     double *percentiles;               /* --metric-percentiles */
@@ -36,9 +38,10 @@ typedef struct serve_config {
  * adds the speculative-decoding section. */
 void serve_print_report(const serve_config *c, const cv_bench_metrics *m, const cv_request_result *r,
                         size_t n, double duration, const cv_spec_stats *spec);
-/* vLLM's result JSON (the run's settings first, then the benchmark results). */
+/* vLLM's result JSON (the run's settings first, then the benchmark results); `rps_change_events`
+ * (a ramp-up's, or NULL) is taken over. */
 json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, const cv_request_result *r,
-                          size_t n, double duration, const cv_spec_stats *spec);
+                          size_t n, double duration, const cv_spec_stats *spec, json_t *rps_change_events);
 /* Writes the JSON where --result-dir/--result-filename (or vLLM's default name) say, appending
  * with --append-result. Returns 0 or a cv_fail code. */
 int serve_save_result(const serve_config *c, json_t *result);

@@ -141,10 +141,15 @@ static void add_run_settings(json_t *o, const serve_config *c) {
     json_object_set_new(o, "request_rate", rate_json(c->request_rate));
     json_object_set_new(o, "burstiness", rate_json(c->burstiness));
     json_object_set_new(o, "max_concurrency", c->max_concurrency ? json_integer(c->max_concurrency) : json_null());
+    if (c->ramp_up_strategy) {
+        json_object_set_new(o, "ramp_up_strategy", json_string(c->ramp_up_strategy));
+        json_object_set_new(o, "ramp_up_start_rps", json_integer(c->ramp_up_start_rps));
+        json_object_set_new(o, "ramp_up_end_rps", json_integer(c->ramp_up_end_rps));
+    }
 }
 
 json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, const cv_request_result *r, size_t n,
-                          double duration, const cv_spec_stats *spec) {
+                          double duration, const cv_spec_stats *spec, json_t *rps_change_events) {
     json_t *o = json_object();
     add_run_settings(o, c);
     json_object_set_new(o, "duration", json_real(duration));
@@ -165,6 +170,8 @@ json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, cons
     json_object_set_new(o, "max_output_tokens_per_s", json_real(m->max_output_tokens_per_s));
     json_object_set_new(o, "max_concurrent_requests", json_integer(m->max_concurrent_requests));
     json_object_set_new(o, "rtfx", json_real(0.0));
+    if (rps_change_events) json_object_set_new(o, "rps_change_events", rps_change_events);
+    if (spec) cv_spec_stats_json(spec, o);
     double *pct = cv_xmalloc((c->n_percentiles + 1) * sizeof *pct);
     for (int k = 0; k < CV_METRIC_COUNT; k++) {
         if (!metric_reported(c, k)) continue;
@@ -185,7 +192,6 @@ json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, cons
         }
     }
     free(pct);
-    if (spec) cv_spec_stats_json(spec, o);
     return o;
 }
 
@@ -217,7 +223,11 @@ static char *default_file_name(const serve_config *c) {
     const char *base_model = strrchr(c->model_id, '/') ? strrchr(c->model_id, '/') + 1 : c->model_id;
     char conc[32] = "";
     if (c->max_concurrency) snprintf(conc, sizeof conc, "-concurrency%d", c->max_concurrency);
-    return cv_xasprintf("%s-%sqps%s-%s-%s.json", c->label ? c->label : c->backend, rate, conc, base_model, date);
+    const char *label = c->label ? c->label : c->backend;
+    if (c->ramp_up_strategy)
+        return cv_xasprintf("%s-ramp-up-%s-%lldqps-%lldqps%s-%s-%s.json", label, c->ramp_up_strategy,
+                            (long long)c->ramp_up_start_rps, (long long)c->ramp_up_end_rps, conc, base_model, date);
+    return cv_xasprintf("%s-%sqps%s-%s-%s.json", label, rate, conc, base_model, date);
 }
 
 int serve_save_result(const serve_config *c, json_t *result) {
