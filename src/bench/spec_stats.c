@@ -60,12 +60,12 @@ void cv_spec_counters_read(const char *base_url, const char *const *headers, siz
 
 bool cv_spec_stats_between(const cv_spec_counters *before, const cv_spec_counters *after, cv_spec_stats *out) {
     if (!before->found || !after->found) return false;
-    const double drafts = after->drafts - before->drafts;
-    if (drafts <= 0) return false;
-    *out = (cv_spec_stats){.drafts = drafts, .draft_tokens = after->draft_tokens - before->draft_tokens,
-                           .accepted = after->accepted - before->accepted, .n_pos = after->n_pos};
-    out->acceptance_rate = out->draft_tokens > 0 ? out->accepted / out->draft_tokens * 100.0 : 0.0;
-    out->acceptance_length = 1.0 + out->accepted / drafts;
+    const double drafts = after->drafts - before->drafts, draft_tokens = after->draft_tokens - before->draft_tokens;
+    if (draft_tokens <= 0) return false; /* vLLM's condition for the section */
+    *out = (cv_spec_stats){.drafts = drafts, .draft_tokens = draft_tokens, .accepted = after->accepted - before->accepted,
+                           .n_pos = drafts > 0 ? after->n_pos : 0};
+    out->acceptance_rate = out->accepted / draft_tokens * 100.0;
+    out->acceptance_length = drafts > 0 ? 1.0 + out->accepted / drafts : 0.0;
     for (int i = 0; i < out->n_pos; i++)
         out->per_position[i] = (after->accepted_per_pos[i] - (i < before->n_pos ? before->accepted_per_pos[i] : 0)) / drafts;
     return true;

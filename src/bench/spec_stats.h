@@ -32,7 +32,7 @@ typedef struct cv_spec_stats {
 void cv_spec_counters_read(const char *base_url, const char *const *headers, size_t n_headers, cv_spec_counters *out);
 /* Parses Prometheus text (the part of cv_spec_counters_read that needs no server). */
 void cv_spec_counters_parse(const char *text, cv_spec_counters *out);
-/* The run's statistics; false (no section) unless both readings exist and drafts were made. */
+/* The run's statistics; false (no section) unless both readings exist and draft tokens were made. */
 bool cv_spec_stats_between(const cv_spec_counters *before, const cv_spec_counters *after, cv_spec_stats *out);
 /* The section as vLLM prints it, before the closing line of the result block. */
 void cv_spec_stats_print(const cv_spec_stats *s);
