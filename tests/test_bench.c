@@ -15,6 +15,7 @@
 #include "bench/arrivals.h"
 #include "bench/dataset.h"
 #include "bench/metrics.h"
+#include "bench/pyrandom.h"
 #include "bench/sse.h"
 #include "bench/stats.h"
 #include "bench/stream.h"
@@ -126,6 +127,29 @@ static void test_arrivals_ramp(void) {
     for (int i = 0; i < 5; i++) CHECK_MSG(NEAR(rates[i], pow(2.0, i), 1e-12), "exponential rate %d: %g", i, rates[i]);
     cv_arrival_times_ramp(&rng, 1, CV_RAMP_LINEAR, 3.0, 9.0, 1.0, t, rates);
     CHECK(rates[0] == 3.0 && t[0] > 0);
+}
+
+/* Python's random module, values printed by CPython 3.11 */
+static void test_pyrandom(void) {
+    cv_pyrandom r;
+    size_t x[10];
+    static const size_t shuffled0[] = {7, 8, 1, 5, 3, 4, 2, 0, 9, 6}, shuffled_big[] = {1, 0, 6, 5, 3, 2, 4};
+    cv_pyrandom_seed(&r, 0); /* random.seed(0); random.shuffle(list(range(10))) */
+    for (size_t i = 0; i < 10; i++) x[i] = i;
+    cv_pyrandom_shuffle(&r, x, 10);
+    CHECK(memcmp(x, shuffled0, sizeof shuffled0) == 0);
+    cv_pyrandom_seed(&r, 12345678901ull); /* a seed of two 32-bit words */
+    for (size_t i = 0; i < 7; i++) x[i] = i;
+    cv_pyrandom_shuffle(&r, x, 7);
+    CHECK(memcmp(x, shuffled_big, sizeof shuffled_big) == 0);
+    cv_pyrandom_seed(&r, 0); /* random.choices(range(5), k=6) */
+    static const size_t choices[] = {4, 3, 2, 1, 2, 2};
+    for (size_t i = 0; i < 6; i++) CHECK_EQ_INT(cv_pyrandom_choice(&r, 5), choices[i]);
+    cv_pyrandom_seed(&r, 3);
+    CHECK(cv_pyrandom_bits(&r, 1) == 0 && cv_pyrandom_bits(&r, 5) == 18 && cv_pyrandom_bits(&r, 31) == 1168723365u &&
+          cv_pyrandom_bits(&r, 32) == 560161641u);
+    cv_pyrandom_seed(&r, 0);
+    CHECK(cv_pyrandom_double(&r) == 0.8444218515250481);
 }
 
 static void test_gamma_moments(void) {
@@ -463,6 +487,7 @@ int main(void) {
     test_py_float();
     test_arrivals();
     test_arrivals_ramp();
+    test_pyrandom();
     test_gamma_moments();
     test_sse();
     test_stream_completions();

@@ -310,6 +310,53 @@ static void test_serve_ramp_up(void) {
     stop_mock(&s);
 }
 
+/* --dataset-name sharegpt: the file's conversations in the order Python's random.shuffle gives for
+ * the seed (worked out with CPython: seed 5 orders the kept entries b a e g d f; "Hi" is too short, the
+ * one-turn entry was never kept), then random.choices fills up to --num-prompts (d, d). */
+static void test_serve_sharegpt(void) {
+    static const char data[] =
+        "[{\"id\":\"a\",\"conversations\":[{\"from\":\"human\",\"value\":\"Tell me about the Roman Empire please.\"},"
+        "{\"from\":\"gpt\",\"value\":\"It was large and long lived.\"}]},"
+        "{\"id\":\"b\",\"conversations\":[{\"from\":\"human\",\"value\":\"Hi\"},{\"from\":\"gpt\",\"value\":\"Hello there, how can I help?\"}]},"
+        "{\"id\":\"c\",\"conversations\":[{\"from\":\"human\",\"value\":\"Only one turn here, no answer.\"}]},"
+        "{\"id\":\"d\",\"conversations\":[{\"from\":\"human\",\"value\":\"Why do cats like boxes so much?\"},"
+        "{\"from\":\"gpt\",\"value\":\"Boxes feel safe and warm to them.\"}]},"
+        "{\"id\":\"e\",\"conversations\":[{\"from\":\"human\",\"value\":\"Write a haiku about autumn leaves.\"},"
+        "{\"from\":\"gpt\",\"value\":\"Red leaves drift and fall, quiet wind.\"}]},"
+        "{\"id\":\"f\",\"conversations\":[{\"from\":\"human\",\"value\":\"How far away is the Moon from Earth?\"},"
+        "{\"from\":\"gpt\",\"value\":\"About 384,400 kilometres on average.\"}]},"
+        "{\"id\":\"g\",\"conversations\":[{\"from\":\"human\",\"value\":\"Name three primary colours for painting.\"},"
+        "{\"from\":\"gpt\",\"value\":\"Red, yellow and blue are the usual three.\"},{\"from\":\"human\",\"value\":\"Thanks\"}]}]";
+    static const char *const expect[] = {"Tell me about the Roman Empire please.", "Write a haiku about autumn leaves.",
+                                         "Name three primary colours for painting.", "Why do cats like boxes so much?",
+                                         "How far away is the Moon from Earth?", "Why do cats like boxes so much?",
+                                         "Why do cats like boxes so much?"};
+    tu_write_file(tmp, "sharegpt.json", data, sizeof data - 1);
+    char *path = cv_xasprintf("%s/sharegpt.json", tmp);
+    server s = start_mock("sharegpt", (const char *const[]){"--ttft-ms", "2", "--itl-ms", "1", NULL});
+    tu_run r = bench((const char *const[]){"serve", "--port", s.port, "--dataset-name", "sharegpt", "--dataset-path", path,
+                                           "--num-prompts", "7", "--seed", "5", "--max-concurrency", "1", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    check_row(r.out, "Successful requests:", "7");
+    json_t *reqs = logged_requests(s.log);
+    CHECK_EQ_INT(json_array_size(reqs), 7);
+    for (size_t i = 0; i < json_array_size(reqs) && i < 7; i++) {
+        const json_t *b = json_array_get(reqs, i);
+        CHECK_STR_EQ(json_string_value(json_object_get(b, "prompt")), expect[i]);
+        CHECK(json_integer_value(json_object_get(b, "max_tokens")) >= 4); /* the answer's own length */
+        CHECK(json_object_get(b, "ignore_eos") == NULL);                  /* forced for random data only */
+    }
+    json_decref(reqs);
+    tu_run_free(&r);
+    stop_mock(&s);
+    r = bench((const char *const[]){"serve", "--port", "1", "--model", "m", "--tokenizer", QWEN_TOKENIZER,
+                                    "--dataset-name", "sharegpt", "--dataset-path", "/nonexistent.json", NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "sharegpt dataset /nonexistent.json");
+    tu_run_free(&r);
+    free(path);
+}
+
 static void test_serve_chat_without_usage(void) {
     server s = start_mock("chat", (const char *const[]){"--ttft-ms", "20", "--itl-ms", "5", "--no-usage", "--ping",
                                                          "--fail-every", "3", NULL});
@@ -379,7 +426,8 @@ static void test_serve_failures(void) {
         const char *args[12], *message;
     } usage[] = {
         {{"serve", "--bogus"}, "unknown option --bogus"},
-        {{"serve", "--dataset-name", "sharegpt"}, "--dataset-name sharegpt is not supported"},
+        {{"serve", "--dataset-name", "sonnet"}, "--dataset-name sonnet is not supported"},
+        {{"serve", "--dataset-name", "sharegpt"}, "the 'sharegpt' dataset needs --dataset-path"},
         {{"serve", "--endpoint", "/v1/embeddings"}, "--endpoint /v1/embeddings"},
         {{"serve", "--max-concurrency", "0"}, "--max-concurrency must be in"},
         {{"serve", "--request-rate", "fast"}, "--request-rate expects a number"},
@@ -505,6 +553,7 @@ int main(void) {
     test_serve_completions();
     test_serve_ready_check_and_spec_decode();
     test_serve_ramp_up();
+    test_serve_sharegpt();
     test_serve_chat_without_usage();
     test_serve_failures();
     char *model = tu_model_dir("qwen3-dense-f32");

@@ -1,5 +1,6 @@
 /*
- * dataset.h — vLLM's "random" benchmark dataset: synthetic prompts of controlled token length.
+ * dataset.h — vLLM's benchmark datasets: "random", synthetic prompts of controlled token length, and
+ * "sharegpt", conversations from a file (below).
  *
  * Per request i: an input length drawn uniformly from [⌊L·(1−r)⌋, ⌈L·(1+r)⌉], an output length from
  * [max(1, ⌊O·(1−r)⌋), max(1, ⌈O·(1+r)⌉)] and an offset; the prompt is a shared random prefix of P
@@ -41,6 +42,18 @@ typedef struct cv_bench_sample {
 /* *out gets opts->num_prompts samples; free with cv_bench_samples_free. */
 int cv_random_dataset(const cvllm_tokenizer *tok, const cv_random_dataset_options *opts,
                       cv_bench_sample **out);
+
+/* vLLM's "sharegpt" dataset (sharegpt.c): a JSON list of {"conversations": [{"value": prompt},
+ * {"value": completion}, ...]} entries, shuffled with Python's random.seed(seed), taken in that order
+ * while they pass vLLM's length checks, then drawn again (random.choices) up to num_prompts. */
+typedef struct cv_sharegpt_options {
+    const char *path;
+    int32_t num_prompts;
+    int32_t output_len;      /* --sharegpt-output-len; -1: the completion's own token count */
+    uint64_t seed;
+} cv_sharegpt_options;
+
+int cv_sharegpt_dataset(const cvllm_tokenizer *tok, const cv_sharegpt_options *opts, cv_bench_sample **out);
 void cv_bench_samples_free(cv_bench_sample *s, size_t n);
 
 #endif

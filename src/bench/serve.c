@@ -3,8 +3,8 @@
  * server (vllm/benchmarks/serve.py).
  *
  * The run follows vLLM's main(): resolve the model (the first one from /v1/models when --model is
- * not given), load the tokenizer locally (--tokenizer, else the model id), build the random dataset
- * with it, turn each sample into a streaming /v1/completions or /v1/chat/completions body, release
+ * not given), load the tokenizer locally (--tokenizer, else the model id), build the dataset with it
+ * (random, or sharegpt from --dataset-path), turn each sample into a streaming /v1/completions or /v1/chat/completions body, release
  * the requests on a Poisson/Gamma schedule through the client (client.h), and report. The API is
  * chosen by the endpoint (…/chat/completions means chat) or by --backend openai-chat. As in vLLM,
  * the random dataset turns --ignore-eos on so every request runs to its output length.
@@ -48,12 +48,14 @@ typedef struct serve_args {
     const char *request_id_prefix;
     int32_t num_warmups, logprobs, ready_check_timeout;
     bool ramp_start_given, ramp_end_given;
+    int32_t sharegpt_output_len;     /* -1: each conversation's own */
 } serve_args;
 
 static const char serve_usage[] =
     "usage: cvllm bench serve [--base-url URL | --host 127.0.0.1 --port 8000] [--endpoint /v1/completions]\n"
     "                         [--backend openai|openai-chat|vllm] [--model NAME] [--served-model-name NAME]\n"
-    "                         [--tokenizer MODEL] [--dataset-name random] [--num-prompts 1000]\n"
+    "                         [--tokenizer MODEL] [--dataset-name random|sharegpt] [--dataset-path FILE]\n"
+    "                         [--sharegpt-output-len N] [--num-prompts 1000]\n"
     "                         [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]\n"
     "                         [--random-prefix-len 0] [--input-len N] [--output-len N] [--seed 0]\n"
     "                         [--request-rate inf] [--burstiness 1.0] [--max-concurrency N] [--ignore-eos]\n"
@@ -175,7 +177,8 @@ static bool parse_option(cv_args *a, serve_args *s) {
         return true;
     if (int32_option(a, "--num-prompts", 1, &c->num_prompts) || int32_option(a, "--max-concurrency", 1, &c->max_concurrency) ||
         int32_option(a, "--random-input-len", 0, &s->data.input_len) || int32_option(a, "--input-len", 0, &s->data.input_len) ||
-        int32_option(a, "--random-output-len", 1, &s->data.output_len) || int32_option(a, "--output-len", 1, &s->data.output_len) ||
+        int32_option(a, "--random-output-len", 1, &s->data.output_len) ||
+        int32_option(a, "--sharegpt-output-len", 1, &s->sharegpt_output_len) ||
         int32_option(a, "--random-prefix-len", 0, &s->data.prefix_len) || int32_option(a, "--num-warmups", 0, &s->num_warmups) ||
         int32_option(a, "--logprobs", 0, &s->logprobs) ||
         int32_option(a, "--ready-check-timeout-sec", 0, &s->ready_check_timeout))
@@ -191,6 +194,8 @@ static bool parse_option(cv_args *a, serve_args *s) {
         return true;
     if (cv_args_value(a, "--port", &v)) {
         if (cv_args_int(a, "--port", v, 1, 65535, &x)) s->port = x;
+    } else if (cv_args_value(a, "--output-len", &v)) { /* vLLM: the random and the sharegpt output length */
+        if (cv_args_int(a, "--output-len", v, 1, INT32_MAX, &x)) s->data.output_len = s->sharegpt_output_len = (int32_t)x;
     } else if (cv_args_value(a, "--ramp-up-start-rps", &v)) {
         if (cv_args_int(a, "--ramp-up-start-rps", v, INT32_MIN, INT32_MAX, &x)) c->ramp_up_start_rps = x, s->ramp_start_given = true;
     } else if (cv_args_value(a, "--ramp-up-end-rps", &v)) {
@@ -221,10 +226,12 @@ static int validate(cv_args *a, serve_args *s) {
         s->headers = cv_xrealloc(s->headers, (s->n_headers + 1) * sizeof *s->headers);
         s->headers[s->n_headers++] = cv_xasprintf("%.*s: %s", (int)(eq - h), h, eq + 1);
     }
-    if (strcmp(s->dataset_name, "random") != 0)
-        return cv_args_error(a, "--dataset-name %s is not supported (only 'random')", s->dataset_name);
-    if (s->dataset_path)
+    if (strcmp(s->dataset_name, "random") != 0 && strcmp(s->dataset_name, "sharegpt") != 0)
+        return cv_args_error(a, "--dataset-name %s is not supported (random, sharegpt)", s->dataset_name);
+    if (!strcmp(s->dataset_name, "random") && s->dataset_path)
         return cv_args_error(a, "cannot use the 'random' dataset with --dataset-path %s", s->dataset_path);
+    if (!strcmp(s->dataset_name, "sharegpt") && !s->dataset_path)
+        return cv_args_error(a, "the 'sharegpt' dataset needs --dataset-path (e.g. ShareGPT_V3_unfiltered_cleaned_split.json)");
     if (!strcmp(c->backend, "openai-chat")) c->api = CV_API_CHAT;
     else if (!strcmp(c->backend, "openai") || !strcmp(c->backend, "vllm")) {
         size_t n = strlen(s->endpoint);
@@ -293,6 +300,7 @@ static void set_defaults(serve_args *s) {
     s->dataset_name = "random";
     s->data.input_len = 1024;
     s->data.output_len = 128;
+    s->sharegpt_output_len = -1;
     s->logprobs = -1;
     s->sampling = json_object();
 }
@@ -583,9 +591,15 @@ static int run_serve(serve_args *s) {
         rc = cvllm_tokenizer_create(c->tokenizer_id, &tok);
         if (rc) cv_fail_prefix(rc, "cannot load the tokenizer '%s' (give --tokenizer)", c->tokenizer_id);
     }
-    if (!rc) rc = cv_random_dataset(tok, &s->data, &samples);
+    const bool random = !strcmp(s->dataset_name, "random");
+    if (!rc && random) rc = cv_random_dataset(tok, &s->data, &samples);
+    if (!rc && !random) {
+        const cv_sharegpt_options so = {.path = s->dataset_path, .num_prompts = c->num_prompts,
+                                        .output_len = s->sharegpt_output_len, .seed = s->data.seed};
+        rc = cv_sharegpt_dataset(tok, &so, &samples);
+    }
     if (!rc) {
-        s->ignore_eos = true; /* vLLM: random datasets run every request to its output length */
+        if (random) s->ignore_eos = true; /* vLLM: random datasets run every request to its output length */
         if (!json_object_get(s->sampling, "temperature"))
             puts("WARNING: vllm bench serve no longer sets temperature==0 (greedy) in requests by default. "
                  "The default will be determined on the server side and can be model/API specific. "
