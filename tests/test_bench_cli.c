@@ -503,6 +503,31 @@ static void test_throughput(const char *model) {
     CHECK_CONTAINS(r.err, "beam search needs one output length for every request");
     tu_run_free(&r);
 
+    /* a ShareGPT file (test_serve_sharegpt's) on the same shape with the whole vocabulary, dummy weights:
+     * 7 prompts of 7-8 tokens, 6 output tokens each */
+    char *full = tu_model_dir("qwen3-dense-f32"), *cfg = cv_xasprintf("%s/config.json", full);
+    json_t *c = json_load_file(cfg, 0, NULL);
+    json_object_set_new(c, "vocab_size", json_integer(151936));
+    unlink(cfg);
+    CHECK(json_dump_file(c, cfg, 0) == 0);
+    json_decref(c);
+    char *data = cv_xasprintf("%s/sharegpt.json", tmp);
+    r = bench((const char *const[]){"throughput", "--model", full, "--load-format", "dummy", "--dataset-name", "sharegpt",
+                                    "--dataset-path", data, "--num-prompts", "7", "--seed", "5", "--output-len", "6", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "\nTotal num output tokens:  42\n");
+    const char *pt = line_of(r.out, "Total num prompt tokens:");
+    CHECK_MSG(pt && atol(pt + 24) >= 7 * 6 && atol(pt + 24) <= 7 * 10, "%s", pt ? pt : "no prompt tokens line");
+    tu_run_free(&r);
+    r = bench((const char *const[]){"throughput", "--model", full, "--dataset-name", "sharegpt", NULL});
+    CHECK_EQ_INT(r.status, 2);
+    CHECK_CONTAINS(r.err, "the 'sharegpt' dataset needs --dataset-path");
+    tu_run_free(&r);
+    tu_remove_tree(full);
+    free(full);
+    free(cfg);
+    free(data);
+
     r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "60", "--output-len", "8",
                                     "--num-prompts", "2", "--max-model-len", "64", NULL});
     CHECK_EQ_INT(r.status, 1);

@@ -1,6 +1,7 @@
 /*
  * throughput.c — `cvllm bench throughput`: vLLM's offline throughput benchmark
- * (vllm/benchmarks/throughput.py). The whole random dataset goes into the engine at once and the clock covers queueing to the
+ * (vllm/benchmarks/throughput.py). The whole dataset (random, or sharegpt from --dataset-path, see
+ * dataset.h) goes into the engine at once and the clock covers queueing to the
  * last token; the scheduler's batching is what is being measured.
  *
  * As vLLM's run_vllm(): every request samples with temperature 1.0 and top_p 1.0 (explicit
@@ -30,7 +31,8 @@
 typedef struct throughput_args {
     cvllm_engine_options engine;
     cv_random_dataset_options data;
-    bool has_input_len, beam_search;
+    const char *dataset_name, *dataset_path; /* "random" or "sharegpt" (from dataset_path) */
+    bool has_input_len, has_output_len, beam_search;
     int32_t n;
     const char *output_json;
 } throughput_args;
@@ -42,7 +44,8 @@ typedef struct totals {
 
 static const char throughput_usage[] =
     "usage: cvllm bench throughput --model MODEL --input-len N [--output-len 128] [--num-prompts 1000]\n"
-    "                              [--n 1] [--dataset-name random] [--prefix-len 0] [--random-range-ratio 0]\n"
+    "                              [--n 1] [--dataset-name random|sharegpt] [--dataset-path FILE]\n"
+    "                              [--prefix-len 0] [--random-range-ratio 0]\n"
     "                              [--use-beam-search] [--output-json FILE] [--backend vllm] [engine options]\n"
     "Runs --num-prompts random requests through the engine at once and prints vLLM's\n"
     "\"Throughput: X requests/s, Y total tokens/s, Z output tokens/s\".\n";
@@ -58,11 +61,13 @@ static bool int32_option(cv_args *a, const char *name, int64_t min, int32_t *out
 static bool dataset_option(cv_args *a, throughput_args *t) {
     const char *v;
     if (cv_args_value(a, "--dataset-name", &v)) {
-        if (v && strcmp(v, "random") != 0) cv_args_error(a, "--dataset-name %s is not supported (only 'random')", v);
+        if (v && strcmp(v, "random") != 0 && strcmp(v, "sharegpt") != 0)
+            cv_args_error(a, "--dataset-name %s is not supported (random, sharegpt)", v);
+        else if (v) t->dataset_name = v;
         return true;
     }
     if (cv_args_value(a, "--dataset-path", &v) || cv_args_value(a, "--dataset", &v)) {
-        cv_args_error(a, "dataset files are not supported; the random dataset needs no --dataset-path");
+        t->dataset_path = v;
         return true;
     }
     if (cv_args_value(a, "--backend", &v)) {
@@ -77,7 +82,11 @@ static bool dataset_option(cv_args *a, throughput_args *t) {
         t->has_input_len = true;
         return true;
     }
-    return int32_option(a, "--output-len", 1, &t->data.output_len) ||
+    if (int32_option(a, "--output-len", 1, &t->data.output_len)) {
+        t->has_output_len = true;
+        return true;
+    }
+    return
            int32_option(a, "--num-prompts", 1, &t->data.num_prompts) ||
            int32_option(a, "--prefix-len", 0, &t->data.prefix_len) || int32_option(a, "--n", 1, &t->n);
 }
@@ -86,6 +95,7 @@ static int parse_throughput_args(cv_args *a, throughput_args *t) {
     cvllm_engine_options_default(&t->engine);
     t->data.num_prompts = 1000;
     t->data.output_len = 128;
+    t->dataset_name = "random";
     t->n = 1;
     while (a->i < a->argc && !a->failed) {
         const char *arg = a->argv[a->i], *v;
@@ -108,7 +118,11 @@ static int parse_throughput_args(cv_args *a, throughput_args *t) {
     }
     if (a->failed) return 2;
     if (!t->engine.model) return cv_args_error(a, "no model given (--model MODEL)");
-    if (!t->has_input_len) return cv_args_error(a, "--input-len must be provided for a random dataset");
+    const bool random = !strcmp(t->dataset_name, "random");
+    if (random && t->dataset_path)
+        return cv_args_error(a, "the random dataset needs no --dataset-path (use --dataset-name sharegpt for a file)");
+    if (!random && !t->dataset_path) return cv_args_error(a, "the 'sharegpt' dataset needs --dataset-path");
+    if (random && !t->has_input_len) return cv_args_error(a, "--input-len must be provided for a random dataset");
     t->data.seed = t->engine.seed;
     return 0;
 }
@@ -133,8 +147,9 @@ static void count_finished(const cvllm_request_output *o, totals *t) {
 static int run_beam_search(cvllm_engine *e, const throughput_args *ta, const cv_bench_sample *s, size_t n, totals *t) {
     for (size_t i = 1; i < n; i++)
         if (s[i].output_len != s[0].output_len)
-            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "beam search needs one output length for every request "
-                                                       "(--random-range-ratio 0); request %zu has %d, request 0 %d",
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
+                           "beam search needs one output length for every request (--random-range-ratio 0, or "
+                           "--output-len with a file); request %zu has %d, request 0 %d",
                            i, s[i].output_len, s[0].output_len);
     cvllm_prompt *prompts = cv_xcalloc(n, sizeof *prompts);
     cvllm_beam_search_output *out = cv_xcalloc(n, sizeof *out);
@@ -213,7 +228,14 @@ int cv_bench_throughput_main(int argc, char **argv) {
     cv_bench_sample *samples = NULL;
     size_t n = (size_t)t.data.num_prompts;
     totals tot = {0};
-    int rc = cv_random_dataset(tok, &t.data, &samples);
+    int rc;
+    if (!strcmp(t.dataset_name, "random")) {
+        rc = cv_random_dataset(tok, &t.data, &samples);
+    } else { /* vLLM: the conversations' own output lengths unless --output-len */
+        const cv_sharegpt_options so = {.path = t.dataset_path, .num_prompts = t.data.num_prompts,
+                                        .output_len = t.has_output_len ? t.data.output_len : -1, .seed = t.data.seed};
+        rc = cv_sharegpt_dataset(tok, &so, &samples);
+    }
     if (!rc) rc = check_fits(e, samples, n);
     if (!rc) rc = run_all(e, &t, samples, n, &tot);
     if (rc) fprintf(stderr, "cvllm bench throughput: %s\n", cvllm_last_error());
