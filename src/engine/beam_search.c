@@ -240,6 +240,17 @@ cvllm_position_logprobs *cv_beam_hyp_logprobs(const cv_beam_hyp *h) {
     return lp;
 }
 
+cvllm_position_logprobs cv_beam_result_copy(const cvllm_position_logprobs *src) {
+    cvllm_logprob *top = cv_xmalloc((src->n_top ? (size_t)src->n_top : 1) * sizeof *top);
+    if (src->n_top) memcpy(top, src->top, (size_t)src->n_top * sizeof *top);
+    return (cvllm_position_logprobs){.chosen = src->chosen, .top = top, .n_top = src->n_top};
+}
+
+void cv_beam_result_free(cvllm_position_logprobs *r) {
+    free((void *)r->top);
+    *r = (cvllm_position_logprobs){0};
+}
+
 int32_t cv_beam_eos_token_id(const cvllm_tokenizer *tok) {
     if (!tok) return -1;
     const cv_tokenizer *t = (const cv_tokenizer *)tok; /* the public handle is the internal object */
@@ -303,16 +314,17 @@ static cvllm_status run_step(cvllm_engine *e, cv_beam_search **searches, int32_t
         const cvllm_request_output *const *outs;
         size_t n_outs;
         cvllm_status step_rc = cvllm_engine_step(e, &outs, &n_outs);
-        if (step_rc != CVLLM_OK) return step_rc; /* the engine failed: nothing to hand back */
+        if (step_rc != CVLLM_OK) { /* the engine failed: nothing more to hand back */
+            rc = step_rc;
+            break;
+        }
         for (size_t k = 0; k < n_outs; k++) {
             const step_request *r = find_request(reqs, n_reqs, outs[k]->request_id);
             const cvllm_completion_output *o = outs[k]->n_outputs ? &outs[k]->outputs[0] : NULL;
             if (!r || !o || o->n_token_ids == 0 || !o->logprobs) continue;
             cvllm_position_logprobs *dst = &results[r->prompt][r->beam];
             if (dst->top) continue; /* already taken */
-            cvllm_logprob *top = cv_xmalloc((o->logprobs[0].n_top ? (size_t)o->logprobs[0].n_top : 1) * sizeof *top);
-            if (o->logprobs[0].n_top) memcpy(top, o->logprobs[0].top, (size_t)o->logprobs[0].n_top * sizeof *top);
-            *dst = (cvllm_position_logprobs){.chosen = o->logprobs[0].chosen, .top = top, .n_top = o->logprobs[0].n_top};
+            *dst = cv_beam_result_copy(&o->logprobs[0]);
             seen++;
         }
     }
@@ -321,10 +333,7 @@ static cvllm_status run_step(cvllm_engine *e, cv_beam_search **searches, int32_t
         if (!searches[p] || !cv_beam_search_live(searches[p])) continue;
         const size_t live = cv_beam_search_live(searches[p]);
         if (rc == CVLLM_OK) cv_beam_search_step(searches[p], results[p]);
-        for (size_t b = 0; b < live; b++) {
-            free((void *)results[p][b].top);
-            results[p][b] = (cvllm_position_logprobs){0};
-        }
+        for (size_t b = 0; b < live; b++) cv_beam_result_free(&results[p][b]);
     }
     return rc;
 }

@@ -62,6 +62,10 @@ size_t cv_beam_search_best(const cv_beam_search *bs, const int32_t *prompt, cons
 char *cv_beam_hyp_text(const cv_beam_search *bs, const cv_beam_hyp *h, const cvllm_tokenizer *tok);
 /* Its positions' logprobs as an engine event carries them (deep copies), or NULL when not kept. */
 cvllm_position_logprobs *cv_beam_hyp_logprobs(const cv_beam_hyp *h);
+/* A step result held until the step's other beams are back: a copy of `src` with its own top
+ * entries, and their release (which leaves it zeroed). */
+cvllm_position_logprobs cv_beam_result_copy(const cvllm_position_logprobs *src);
+void cv_beam_result_free(cvllm_position_logprobs *r);
 /* tokenizer_config.json's eos_token as an id (vLLM's beam search ends a hypothesis there), or -1. */
 int32_t cv_beam_eos_token_id(const cvllm_tokenizer *tok);
 

@@ -89,7 +89,7 @@ static void on_step_event(void *user, cv_request_event *ev);
 
 static void clear_results(cv_beam_driver *d) {
     for (size_t i = 0; i < d->n_step; i++)
-        if (d->have[i]) free((void *)d->results[i].top);
+        if (d->have[i]) cv_beam_result_free(&d->results[i]);
     memset(d->have, 0, (size_t)d->width * sizeof *d->have);
 }
 
@@ -165,10 +165,7 @@ static void on_step_event(void *user, cv_request_event *ev) {
     for (int32_t k = 0; k < ev->n_outputs; k++) {
         const cv_completion_delta *o = &ev->outputs[k];
         if (o->n_token_ids > 0 && o->logprobs && !d->have[i]) {
-            const cvllm_position_logprobs *lp = &o->logprobs[0];
-            cvllm_logprob *top = cv_xmalloc((lp->n_top ? (size_t)lp->n_top : 1) * sizeof *top);
-            if (lp->n_top) memcpy(top, lp->top, (size_t)lp->n_top * sizeof *top);
-            d->results[i] = (cvllm_position_logprobs){.chosen = lp->chosen, .top = top, .n_top = lp->n_top};
+            d->results[i] = cv_beam_result_copy(&o->logprobs[0]);
             d->have[i] = true;
         }
         if (o->finish_reason != CVLLM_FINISH_NONE) finish = o->finish_reason;
