@@ -88,6 +88,9 @@ typedef struct cvllm_engine_options {
                                  * storage of --load-format dummy weights; NULL = auto */
     const char *kv_cache_dtype; /* "auto" (the compute dtype), "bfloat16", "float32"; NULL = auto */
     const char *generation_config; /* "auto" (model folder), "vllm" (none), or a folder; NULL = auto */
+    const char *override_generation_config; /* vLLM's --override-generation-config: a JSON object of
+                                 * temperature, top_p, top_k, min_p, repetition_penalty and max_new_tokens
+                                 * set over generation_config (also over "vllm"); NULL = none */
     int32_t max_model_len;      /* 0 = max_position_embeddings from config.json */
     int32_t max_num_seqs;       /* 0 = default (256) */
     int32_t max_num_batched_tokens; /* 0 = default (max(max_model_len, 2048) capped at 8192) */

@@ -171,6 +171,8 @@ static void test_dotted_json(void) {
     expect_usage(ARGS("generate", "/nonexistent", "--prompt", "hi", "--max-tokens", "-1.5"),
                  "--max-tokens expects an integer, got '-1.5'");
     expect_usage(ARGS("serve", "/nonexistent", "--speculative-config.method"), "--speculative-config.method needs a value");
+    expect_usage(ARGS("serve", "/nonexistent", "--override-generation-config", "[0.5]"),
+                 "--override-generation-config must be a JSON object");
 }
 
 static void test_config_file(void) {

@@ -3,7 +3,8 @@
  * through the public API on the tiny f32 reference checkpoint: allowed_token_ids, bad_words (also
  * under n-gram speculative decoding, whose verification samples several positions in one step),
  * priority under the "priority" scheduling policy (queue order and the preemption victim, against
- * "fcfs" on the same load), and each of their validation errors in vLLM's words.
+ * "fcfs" on the same load), and each of their validation errors in vLLM's words; and the sampling
+ * defaults --override-generation-config sets.
  *
  * The bad words are taken from the model's own unconstrained greedy output, so what must change is
  * known exactly: the output stays the same up to the position that would complete the word and
@@ -348,8 +349,52 @@ static void test_validation(void) {
     CHECK_CONTAINS(cvllm_last_error(), "invalid scheduling_policy 'lifo'; choose from fcfs, priority");
 }
 
+/* --override-generation-config: its sampling fields over generation_config.json (temperature 0.6,
+ * top_k 20, top_p 0.95 here), or over vLLM's neutral defaults with generation_config "vllm". */
+static cvllm_engine *engine_with(const char *generation_config, const char *override, int *rc) {
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = model_dir;
+    o.kv_cache_memory_bytes = 8 << 20;
+    o.max_model_len = 256;
+    o.num_threads = 2;
+    o.generation_config = generation_config;
+    o.override_generation_config = override;
+    cvllm_engine *e = NULL;
+    *rc = cvllm_engine_create(&o, &e);
+    return e;
+}
+
+static void test_generation_override(void) {
+    int rc;
+    cvllm_engine *e = engine_with(NULL, "{\"temperature\": 0.25, \"top_k\": 3, \"max_new_tokens\": 5}", &rc);
+    CHECK_MSG(rc == 0, "%s", cvllm_last_error());
+    cvllm_sampling_params p;
+    if (e) {
+        cvllm_sampling_params_default(e, &p);
+        CHECK(p.temperature == 0.25f && p.top_k == 3 && p.top_p == 0.95f);
+        CHECK_EQ_INT(cvllm_engine_generation_max_tokens(e), 5);
+        cvllm_engine_destroy(e);
+    }
+    e = engine_with("vllm", "{\"top_p\": 0.5}", &rc);
+    CHECK_MSG(rc == 0, "%s", cvllm_last_error());
+    if (e) {
+        cvllm_sampling_params_default(e, &p);
+        CHECK(p.temperature == 1.0f && p.top_p == 0.5f && (p.top_k == 0 || p.top_k == -1));
+        CHECK_EQ_INT(cvllm_engine_generation_max_tokens(e), -1);
+        cvllm_engine_destroy(e);
+    }
+    e = engine_with(NULL, "{\"temperature\": \"hot\"}", &rc);
+    CHECK(rc == CVLLM_ERR_FORMAT && e == NULL);
+    CHECK_CONTAINS(cvllm_last_error(), "--override-generation-config: field \"temperature\" must be a number");
+    e = engine_with(NULL, "{\"temperature\": 0.3", &rc);
+    CHECK(rc == CVLLM_ERR_FORMAT && e == NULL);
+    CHECK_CONTAINS(cvllm_last_error(), "--override-generation-config: invalid JSON");
+}
+
 int main(void) {
     model_dir = tu_model_dir(vec);
+    test_generation_override();
     test_allowed_token_ids();
     test_bad_words();
     test_priority_order();

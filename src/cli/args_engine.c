@@ -250,6 +250,7 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (cv_args_value(a, "--kv-cache-dtype", &v)) o->kv_cache_dtype = v;
     else if (cv_args_value(a, "--load-format", &v)) o->load_format = v;
     else if (cv_args_value(a, "--generation-config", &v)) o->generation_config = v;
+    else if (json_object_flag(a, "--override-generation-config", &v)) o->override_generation_config = v;
     else if (cv_args_value(a, "--tokenizer", &v)) o->tokenizer = v;
     else if (cv_args_value(a, "--revision", &v)) o->revision = v;
     else if (cv_args_value(a, "--model", &v)) o->model = v;
@@ -281,6 +282,7 @@ const char cv_args_engine_help[] =
     "  --kv-cache-dtype auto|bfloat16|float32  KV cache storage (auto: the compute dtype)\n"
     "  --load-format auto|safetensors|dummy\n"
     "  --generation-config auto|vllm|FOLDER\n"
+    "  --override-generation-config JSON  e.g. '{\"temperature\": 0.5}' over generation_config\n"
     "  --tokenizer MODEL  --revision REV  --seed N  --max-logprobs N\n"
     "  --num-threads N              kernel threads (default: all CPUs)\n"
     "  --speculative-config, -sc JSON  e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'\n"

@@ -123,13 +123,35 @@ static int resolve_dtypes(cvllm_engine *e) {
     return 0;
 }
 
+/* vLLM's get_diff_sampling_param: the sampling fields of --override-generation-config go over the
+ * file's (or, with "vllm", over none); its eos ids are not read. */
+static int apply_generation_override(cvllm_engine *e) {
+    const char *json = e->opts.override_generation_config;
+    if (!json) return 0;
+    cv_generation_config o;
+    int rc = cv_generation_config_parse(json, strlen(json), "--override-generation-config", &o);
+    if (rc) return rc;
+    cv_generation_config *g = &e->gen;
+#define OVERRIDE(field)                                                                                      \
+    if (o.has_##field) g->has_##field = true, g->field = o.field;
+    OVERRIDE(temperature) OVERRIDE(top_p) OVERRIDE(top_k) OVERRIDE(min_p) OVERRIDE(repetition_penalty)
+    OVERRIDE(max_new_tokens)
+#undef OVERRIDE
+    if (o.has_temperature || o.has_top_p || o.has_top_k || o.has_min_p || o.has_repetition_penalty ||
+        o.has_max_new_tokens)
+        e->use_generation_defaults = true;
+    return 0;
+}
+
 static int load_generation_config(cvllm_engine *e) {
     const char *which = e->opts.generation_config;
     memset(&e->gen, 0, sizeof e->gen);
-    if (which && !strcmp(which, "vllm")) return 0;
-    e->use_generation_defaults = true;
-    if (!which || !strcmp(which, "auto")) return cv_generation_config_load(e->model_dir, &e->gen);
-    return cv_generation_config_load(which, &e->gen);
+    int rc = 0;
+    if (!which || strcmp(which, "vllm") != 0) {
+        e->use_generation_defaults = true;
+        rc = cv_generation_config_load(!which || !strcmp(which, "auto") ? e->model_dir : which, &e->gen);
+    }
+    return rc ? rc : apply_generation_override(e);
 }
 
 /* vLLM's derived max_model_len (_get_and_verify_max_len): max_position_embeddings, stretched by the
