@@ -25,6 +25,7 @@
 #include <regex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,7 +78,10 @@ static void start_server(fixture *f, const char *load_format, cv_api_structured_
                             .model_root = f->dir, .api_keys = keys, .n_api_keys = 2,
                             .enable_prompt_tokens_details = true, .max_body_bytes = MAX_BODY,
                             .chat_template = f->tmpl, .reasoning_parser = "qwen3", .enable_auto_tool_choice = true,
-                            .tool_call_parser = "hermes", .structured = structured};
+                            .tool_call_parser = "hermes", .structured = structured,
+                            /* the chat server (dummy weights) tracks load and echoes request ids */
+                            .enable_request_id_headers = load_format != NULL,
+                            .enable_server_load_tracking = load_format != NULL};
     rc = cv_server_start(f->group, &so, &f->srv);
     CHECK_MSG(rc == 0, "server: %s", cvllm_last_error());
     if (rc) exit(1);
@@ -1523,6 +1527,110 @@ static void test_structured_outputs(void) {
     expect_forced_calls("{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", "stop");
 }
 
+/* ---- X-Request-Id and /load ------------------------------------------------------------------------ */
+
+static size_t header_line(char *data, size_t size, size_t n, void *user) {
+    char *id = user;
+    if (n * size > 14 && !strncasecmp(data, "x-request-id: ", 14)) {
+        size_t len = n * size - 14;
+        while (len && (data[14 + len - 1] == '\r' || data[14 + len - 1] == '\n')) len--;
+        snprintf(id, 128, "%.*s", (int)len, data + 14);
+    }
+    return size * n;
+}
+
+/* POSTs body to f's completions with an optional X-Request-Id; echoed gets the reply's header ("" if none). */
+static json_t *post_with_id(const fixture *f, const char *body, const char *request_id, char echoed[128]) {
+    CURL *c = curl_easy_init();
+    reply r = {0};
+    char url[160], hid[200];
+    snprintf(url, sizeof url, "%s/v1/completions", f->base);
+    struct curl_slist *h = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
+                                             "Authorization: Bearer " KEY);
+    if (request_id) {
+        snprintf(hid, sizeof hid, "X-Request-Id: %s", request_id);
+        h = curl_slist_append(h, hid);
+    }
+    echoed[0] = '\0';
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_line);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, echoed);
+    CHECK_EQ_INT(curl_easy_perform(c), CURLE_OK);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(h);
+    json_t *j = reply_json(&r);
+    free(r.body);
+    return j;
+}
+
+static json_int_t server_load(const fixture *f) {
+    reply r = http(f, "GET", "/load", NULL);
+    json_t *j = reply_json(&r);
+    json_int_t n = json_integer_value(json_object_get(j, "server_load"));
+    CHECK(r.status == 200 && json_is_integer(json_object_get(j, "server_load")));
+    json_decref(j);
+    free(r.body);
+    return n;
+}
+
+static void test_request_ids_and_load(void) {
+    char echoed[128];
+    /* the header names the reply on either server (vLLM's _base_request_id), over the body's field */
+    json_t *j = post_with_id(&ref_srv, "{\"prompt\":\"I am\",\"max_tokens\":1,\"request_id\":\"body-id\"}", "trace-7",
+                             echoed);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "id")), "cmpl-trace-7");
+    CHECK_STR_EQ(echoed, ""); /* no --enable-request-id-headers there */
+    json_decref(j);
+    j = post_with_id(&chat_srv, "{\"prompt\":\"I am\",\"max_tokens\":1}", "trace-8", echoed);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "id")), "cmpl-trace-8");
+    CHECK_STR_EQ(echoed, "trace-8");
+    json_decref(j);
+    j = post_with_id(&chat_srv, "{\"prompt\":\"I am\",\"max_tokens\":1}", NULL, echoed);
+    CHECK_MSG(strlen(echoed) == 32 && strspn(echoed, "0123456789abcdef") == 32, "a new id: '%s'", echoed);
+    json_decref(j);
+
+    /* /load: 0 idle; with tracking, 1 while a generation runs */
+    CHECK_EQ_INT(server_load(&ref_srv), 0);
+    CHECK_EQ_INT(server_load(&chat_srv), 0);
+    char url[160];
+    snprintf(url, sizeof url, "%s/v1/completions", chat_srv.base);
+    struct curl_slist *h = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
+                                             "Authorization: Bearer " KEY);
+    CURLM *m = curl_multi_init();
+    CURL *c = curl_easy_init();
+    reply rl = {0};
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, "{\"prompt\":\"I am\",\"max_tokens\":3000,\"ignore_eos\":true}");
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &rl);
+    curl_multi_add_handle(m, c);
+    json_int_t seen = 0;
+    for (int i = 0; i < 200 && seen == 0; i++) { /* until the server has the request */
+        int running;
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 10, NULL);
+        seen = server_load(&chat_srv);
+    }
+    CHECK_EQ_INT(seen, 1);
+    CHECK_EQ_INT(server_load(&ref_srv), 0);
+    curl_multi_remove_handle(m, c); /* hangs up: the generation is aborted */
+    curl_easy_cleanup(c);
+    curl_multi_cleanup(m);
+    curl_slist_free_all(h);
+    free(rl.body);
+    json_int_t left = 1;
+    for (int i = 0; i < 300 && left; i++) {
+        usleep(10000);
+        left = server_load(&chat_srv);
+    }
+    CHECK_EQ_INT(left, 0);
+}
+
 /* ---- beam search --------------------------------------------------------------------------------- */
 
 typedef struct ref_beam {
@@ -1720,6 +1828,7 @@ int main(void) {
     test_request_fields();
     test_structured_outputs();
     test_beam_search();
+    test_request_ids_and_load();
     curl_easy_cleanup(easy);
     stop_server(&ref_srv);
     stop_server(&chat_srv);

@@ -62,6 +62,8 @@ static const char usage[] =
     "  --api-key KEY [KEY..]             require 'Authorization: Bearer KEY' on /v1 (also VLLM_API_KEY)\n"
     "  --enable-prompt-tokens-details    report usage.prompt_tokens_details.cached_tokens\n"
     "  --enable-force-include-usage      a usage chunk on every stream\n"
+    "  --enable-request-id-headers       replies carry X-Request-Id (the client's, else a new one)\n"
+    "  --enable-server-load-tracking     /load counts the generations in flight\n"
     "  --shutdown-timeout S              on SIGTERM, let requests finish for up to S seconds (0)\n"
     "  --disable-log-stats               no periodic throughput / KV-cache log line\n"
     "  --[no-]async-scheduling           overlap output processing with the next step (on)\n"
@@ -225,6 +227,8 @@ static bool server_flag(cv_args *a, serve_args *g) {
     } else if (cv_args_list(a, "--api-key", &g->keys, &g->n_keys)) {
     } else if (cv_args_flag(a, "--enable-prompt-tokens-details")) g->server.enable_prompt_tokens_details = true;
     else if (cv_args_flag(a, "--enable-force-include-usage")) g->server.enable_force_include_usage = true;
+    else if (cv_args_flag(a, "--enable-request-id-headers")) g->server.enable_request_id_headers = true;
+    else if (cv_args_flag(a, "--enable-server-load-tracking")) g->server.enable_server_load_tracking = true;
     else if (cv_args_value(a, "--shutdown-timeout", &v)) cv_args_float(a, "--shutdown-timeout", v, 0, 1e9, &g->shutdown_timeout);
     else if (cv_args_flag(a, "--disable-log-stats")) g->disable_log_stats = true;
     else if (cv_args_flag(a, "--async-scheduling")) g->async_scheduling = true;

@@ -228,6 +228,10 @@ typedef struct cv_api_response {
     bool prompt_text_sent;      /* streaming return_prompt_text: the first chunk carried it */
 } cv_api_response;
 
+/* 2 × n_bytes lowercase hex digits of fresh randomness, NUL-terminated (out has 2n + 1 bytes): reply
+ * ids, tool-call ids, X-Request-Id. */
+void cv_api_random_hex(char *out, size_t n_bytes);
+
 void cv_api_response_init(cv_api_response *r, const cv_api_request *req, const cvllm_tokenizer *tok,
                           const char *model, bool cached_tokens_details);
 void cv_api_response_free(cv_api_response *r);

@@ -12,9 +12,6 @@
 
 #include "server/api.h"
 
-/* 2 × n_bytes lowercase hex digits of fresh randomness, NUL-terminated (out has 2n + 1 bytes). */
-void cv_api_random_hex(char *out, size_t n_bytes);
-
 /* Parser states of one chat choice; only streaming keeps any (non-streaming parses at the end). */
 void cv_api_chat_choice_init(const cv_api_request *req, cv_api_choice *c);
 void cv_api_chat_choice_free(const cv_api_request *req, cv_api_choice *c);

@@ -72,6 +72,7 @@ static gen_session *session_new(cv_server *s, cv_http_req *r, cv_api_request *re
     g->grammar = grammar;
     g->req = *req;
     memset(req, 0, sizeof *req);
+    if (s->load_tracking) atomic_fetch_add(&s->load, 1);
     g->refs = 1 + (int)g->req.n_prompts;
     g->n_open = g->req.n_prompts;
     g->slots = cv_xcalloc(g->req.n_prompts, sizeof *g->slots);
@@ -102,6 +103,7 @@ static void release(gen_session *g, int n) {
     if (g->next) g->next->prev = g->prev;
     pthread_cond_broadcast(&s->sessions_cv);
     pthread_mutex_unlock(&s->sessions_mu);
+    if (s->load_tracking) atomic_fetch_sub(&s->load, 1);
     cv_api_response_free(&g->resp);
     cv_api_request_free(&g->req);
     cvllm_grammar_release(g->grammar);
@@ -288,6 +290,12 @@ void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind) {
         cv_api_request_free(&req);
         cv_server_reply_error(r, &err);
         return;
+    }
+    /* vLLM's _base_request_id: an X-Request-Id header names the reply (cmpl-ID) over the body's request_id */
+    const char *header_id = cv_http_get_header(r, "X-Request-Id");
+    if (header_id) {
+        free(req.request_id);
+        req.request_id = cv_xstrdup(header_id);
     }
     gen_session *g = session_new(s, r, &req, grammar, arrival);
     /* OpenAI's `user` identifies the end user for abuse monitoring: it goes to the log only. */

@@ -93,6 +93,7 @@ struct cv_http_req {
     bool handed_back;                     /* ... and is over: it touches nothing more (server mutex) */
     void (*gone)(void *);
     void *gone_arg;
+    char *extra_header;                   /* "name: value" of cv_http_set_header, or NULL */
     cv_http_req *next;                    /* the worker queue */
 };
 
@@ -234,10 +235,19 @@ static void flush_locked(conn *c) {
     update_events(c);
 }
 
-/* Appends a status line and headers; body_len < 0: none announced (a stream). */
-static void put_head(conn *c, int status, const char *content_type, long long body_len, bool chunked, bool close) {
+/* Appends a status line and headers; body_len < 0: none announced (a stream); `extra` is one more
+ * "name: value" line or NULL. */
+static void put_head(conn *c, int status, const char *content_type, long long body_len, bool chunked, bool close,
+                     const char *extra) {
+    if (extra) { /* after the status line, as the fixed head below starts with it */
+        char status_line[64];
+        int k = snprintf(status_line, sizeof status_line, "HTTP/1.1 %d %s\r\n", status, reason(status));
+        out_append(c, status_line, (size_t)k);
+        out_append(c, extra, strlen(extra));
+        out_append(c, "\r\n", 2);
+    }
     char head[512];
-    int n = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\n", status, reason(status));
+    int n = extra ? 0 : snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\n", status, reason(status));
     if (content_type) n += snprintf(head + n, sizeof head - (size_t)n, "content-type: %s\r\n", content_type);
     if (body_len >= 0) n += snprintf(head + n, sizeof head - (size_t)n, "content-length: %lld\r\n", body_len);
     else n += snprintf(head + n, sizeof head - (size_t)n, "cache-control: no-cache\r\n");
@@ -276,7 +286,7 @@ static void reply_error(conn *c, int status, const char *message) {
     char *body = c->h->cb.error_body(c->h->cb.user, status, message);
     pthread_mutex_lock(&c->mu);
     if (!c->closed) {
-        put_head(c, status, "application/json", (long long)strlen(body), false, true);
+        put_head(c, status, "application/json", (long long)strlen(body), false, true, NULL);
         out_append(c, body, strlen(body));
         c->out_progress = cv_now();
     }
@@ -306,6 +316,12 @@ const char *cv_http_get_header(const cv_http_req *r, const char *name) {
     return hd->value;
 }
 
+void cv_http_set_header(cv_http_req *r, const char *name, const char *value) {
+    if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n")) return; /* no header injection */
+    free(r->extra_header);
+    r->extra_header = cv_xasprintf("%s: %s", name, value);
+}
+
 void cv_http_respond(cv_http_req *r, int status, const char *content_type, const char *body, size_t len) {
     conn *c = r->c;
     pthread_mutex_lock(&c->mu);
@@ -313,7 +329,7 @@ void cv_http_respond(cv_http_req *r, int status, const char *content_type, const
     r->status = status;
     r->finished = true;
     if (!c->closed) {
-        put_head(c, status, content_type, (long long)len, false, c->close_after);
+        put_head(c, status, content_type, (long long)len, false, c->close_after, r->extra_header);
         if (!r->head_only) out_append(c, body, len);
         flush_locked(c);
     }
@@ -329,7 +345,7 @@ void cv_http_stream_begin(cv_http_req *r, int status, const char *content_type) 
     r->chunked_out = r->parsed.version_minor >= 1 && !r->head_only;
     if (!r->chunked_out) c->close_after = true;
     if (!c->closed) {
-        put_head(c, status, content_type, -1, r->chunked_out, c->close_after);
+        put_head(c, status, content_type, -1, r->chunked_out, c->close_after, r->extra_header);
         flush_locked(c);
     }
     pthread_mutex_unlock(&c->mu);
@@ -439,6 +455,7 @@ static void bury(cv_http *h) {
 }
 
 static void free_req(cv_http_req *r) {
+    free(r->extra_header);
     free(r->head);
     free(r->path);
     free(r->body);

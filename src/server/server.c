@@ -174,7 +174,8 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 /* Routing                                                                                           */
 
 typedef enum route_id {
-    R_HEALTH, R_PING, R_VERSION, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT, R_CHAT_RENDER
+    R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
+    R_CHAT_RENDER
 } route_id;
 
 typedef struct route {
@@ -188,6 +189,7 @@ static const route routes[] = {
     {"/health", R_HEALTH, "GET", false},
     {"/ping", R_PING, "GET POST", false},
     {"/version", R_VERSION, "GET", false},
+    {"/load", R_LOAD, "GET", false},
     {"/v1/models", R_MODELS, "GET", false},
     {"/metrics", R_METRICS, NULL, false},
     {"/tokenize", R_TOKENIZE, "POST", true},
@@ -265,6 +267,12 @@ static void on_head(void *user, cv_http_req *r) {
     m->handler = cv_http_metrics_handler(m->route ? m->route->path : NULL, path);
     snprintf(m->method, sizeof m->method, "%s", method);
     cv_http_set_data(r, m);
+    if (s->request_id_headers) { /* vLLM's XRequestIdMiddleware: the client's id, else a uuid4 hex */
+        const char *id = cv_http_get_header(r, "X-Request-Id");
+        char hex[33];
+        if (!id) cv_api_random_hex(hex, 16);
+        cv_http_set_header(r, "X-Request-Id", id ? id : hex);
+    }
     if (needs_key(path) && !authorized(s, r)) {
         /* vLLM's authentication middleware wraps the metrics one: a 401 never reaches the counts. */
         m->handler = NULL;
@@ -292,6 +300,7 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
         else cv_http_respond(r, 200, NULL, "", 0);
         return;
     case R_VERSION: send_json(r, json_pack("{s:s}", "version", CVLLM_VERSION)); return;
+    case R_LOAD: send_json(r, json_pack("{s:I}", "server_load", (json_int_t)atomic_load(&s->load))); return;
     case R_MODELS: handle_models(s, r); return;
     case R_METRICS: handle_metrics(s, r); return;
     case R_TOKENIZE: handle_tokenize(s, r, body, len); return;
@@ -422,6 +431,8 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     s->n_keys = o->n_api_keys;
     s->cached_details = o->enable_prompt_tokens_details;
     s->force_usage = o->enable_force_include_usage;
+    s->request_id_headers = o->enable_request_id_headers;
+    s->load_tracking = o->enable_server_load_tracking;
     s->max_body = o->max_body_bytes ? o->max_body_bytes : DEFAULT_MAX_BODY;
     s->started = (int64_t)time(NULL);
     s->http_metrics = cv_http_metrics_create();

@@ -27,6 +27,8 @@ typedef struct cv_server_options {
     size_t n_api_keys;
     bool enable_prompt_tokens_details; /* usage.prompt_tokens_details.cached_tokens */
     bool enable_force_include_usage;   /* usage chunk on every stream */
+    bool enable_request_id_headers;    /* every reply carries X-Request-Id: the request's own, or a new one */
+    bool enable_server_load_tracking;  /* /load counts the generations in flight (else it says 0) */
     size_t max_body_bytes;             /* larger bodies get 413; 0 = 32 MiB */
     /* Connection limits (uvicorn's names where it has them). */
     double timeout_keep_alive;         /* idle seconds allowed between requests; 0 = 5 */

@@ -33,6 +33,9 @@ struct cv_server {
     char **keys;
     size_t n_keys;
     bool cached_details, force_usage;
+    bool request_id_headers;      /* --enable-request-id-headers */
+    bool load_tracking;           /* --enable-server-load-tracking */
+    atomic_long load;             /* generations in flight, with load_tracking (vLLM's server_load_metrics) */
     size_t max_body;
     int64_t started;              /* wall-clock seconds, for "created" of model cards */
     atomic_bool draining;         /* refuse new generations (503) */
