@@ -2137,6 +2137,30 @@ static void test_beam_search(void) {
     cv_api_request_free(&req);
 }
 
+/* --exclude-tools-when-tool-choice-none: tool_choice "none" renders the prompt without the tools */
+static void test_exclude_tools_when_none(void) {
+    static const char with_none[] = "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":\"none\"}";
+    cv_api_request plain, kept, dropped;
+    parse_ok(CV_API_CHAT, "{\"messages\":" USER_HI "}", &plain, 4096);
+    parse_ok(CV_API_CHAT, with_none, &kept, 4096);
+    CHECK_CONTAINS(kept.prompts[0].text, "<tools>");
+    cv_api_chat_config exclude = qwen3_chat;
+    exclude.exclude_tools_when_none = true;
+    cv_api_limits l = limits(4096, QWEN3_VOCAB);
+    l.chat = &exclude;
+    cv_api_error err = {0};
+    CHECK(cv_api_parse_chat(with_none, strlen(with_none), &l, &dropped, &err) == 0);
+    CHECK_STR_EQ(dropped.prompts[0].text, plain.prompts[0].text);
+    cv_api_request_free(&dropped);
+    /* auto keeps them */
+    static const char with_auto[] = "{\"messages\":" USER_HI ",\"tools\":" WEATHER_TOOL ",\"tool_choice\":\"auto\"}";
+    CHECK(cv_api_parse_chat(with_auto, strlen(with_auto), &l, &dropped, &err) == 0);
+    CHECK_CONTAINS(dropped.prompts[0].text, "<tools>");
+    cv_api_request_free(&dropped);
+    cv_api_request_free(&kept);
+    cv_api_request_free(&plain);
+}
+
 int main(void) {
     setenv("CVLLM_LOG_LEVEL", "debug", 1); /* test_ignored_fields reads the DEBUG lines */
     CHECK(cvllm_tokenizer_create(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", &tok) == CVLLM_OK);
@@ -2175,6 +2199,7 @@ int main(void) {
     test_return_prompt_text();
     test_metrics_text();
     test_beam_search();
+    test_exclude_tools_when_none();
     cvllm_tokenizer_destroy(tok);
     cv_chat_template_free(qwen3_tmpl);
     cv_chat_template_free(qwen36_tmpl);

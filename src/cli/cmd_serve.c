@@ -87,6 +87,7 @@ static const char usage[] =
     "  --reasoning-parser qwen3          <think> blocks go to message.reasoning / delta.reasoning\n"
     "  --reasoning-content               (cvllm) also emit the pre-2026 field name reasoning_content\n"
     "  --enable-auto-tool-choice         tool_choice \"auto\" (needs --tool-call-parser)\n"
+    "  --exclude-tools-when-tool-choice-none  tool_choice \"none\" renders no tools into the prompt\n"
     "  --tool-call-parser NAME           hermes (Qwen3) or qwen3_coder (Qwen3-Coder, Qwen3.5/3.6)\n"
     "  --structured-outputs-config JSON  vLLM's keys: backend (any: all run cvllm's grammar engine),\n"
     "                                    disable_any_whitespace, disable_additional_properties,\n"
@@ -211,6 +212,7 @@ static bool chat_flag(cv_args *a, serve_args *g) {
         if (v && cv_tool_parser_from_name(v, &kind)) cv_args_error(a, "%s", cvllm_last_error());
         g->server.tool_call_parser = v;
     } else if (cv_args_flag(a, "--enable-auto-tool-choice")) g->server.enable_auto_tool_choice = true;
+    else if (cv_args_flag(a, "--exclude-tools-when-tool-choice-none")) g->server.exclude_tools_when_tool_choice_none = true;
     else if (cv_args_flag(a, "--reasoning-content")) g->server.reasoning_content = true;
     else if (cv_args_flag(a, "--trust-request-chat-template")) g->server.trust_request_chat_template = true;
     else return structured_config(a, g);

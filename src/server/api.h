@@ -78,6 +78,7 @@ typedef struct cv_api_chat_config {
     bool has_tool_parser;          /* --tool-call-parser given */
     cv_tool_parser_kind tool_parser;
     bool auto_tool_choice;         /* --enable-auto-tool-choice */
+    bool exclude_tools_when_none;  /* --exclude-tools-when-tool-choice-none: tool_choice "none" renders no tools */
     int32_t think_start_id, think_end_id; /* "<think>" and "</think>" with a reasoning parser, else -1:
                                            * a constraint waits for the end of the reasoning */
 } cv_api_chat_config;

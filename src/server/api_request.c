@@ -1470,7 +1470,9 @@ static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool gen
     if (generation ? chat_tools(o, cfg, req, err) : check_tools(field(o, "tools"), err)) return -1;
     json_t *kwargs;
     if (chat_kwargs(o, generation, &kwargs, err)) return -1;
-    cv_chat_request cr = {.messages = messages, .tools = field(o, "tools"), .documents = docs,
+    /* vLLM's --exclude-tools-when-tool-choice-none: the template sees no tools then */
+    const bool no_tools = generation && req->tool_choice == CV_TOOL_CHOICE_NONE && cfg->exclude_tools_when_none;
+    cv_chat_request cr = {.messages = messages, .tools = no_tools ? NULL : field(o, "tools"), .documents = docs,
                           .default_kwargs = cfg->default_kwargs, .kwargs = kwargs,
                           .add_generation_prompt = add_generation_prompt, .continue_final_message = continue_final,
                           .content_format = cfg->content_format};

@@ -384,6 +384,7 @@ static int setup_chat(cv_server *s, const cv_server_options *o) {
     if (o->enable_auto_tool_choice && !chat->has_tool_parser)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "--enable-auto-tool-choice requires --tool-call-parser");
     chat->auto_tool_choice = o->enable_auto_tool_choice;
+    chat->exclude_tools_when_none = o->exclude_tools_when_tool_choice_none;
     if (o->default_chat_template_kwargs) {
         json_error_t jerr;
         s->default_kwargs = json_loads(o->default_chat_template_kwargs, 0, &jerr);

@@ -45,6 +45,7 @@ typedef struct cv_server_options {
     const char *reasoning_parser;      /* "qwen3" or NULL */
     bool reasoning_content;            /* also emit the pre-2026 field name reasoning_content */
     bool enable_auto_tool_choice;      /* needs tool_call_parser */
+    bool exclude_tools_when_tool_choice_none; /* the template gets no tools when tool_choice is "none" */
     const char *tool_call_parser;      /* "hermes", "qwen3_coder" or NULL */
     cv_api_structured_config structured; /* --structured-outputs-config's defaults (its string copied) */
     bool bound;                        /* bound_fd is from cv_server_bind: host and port are not used */
