@@ -173,6 +173,8 @@ static void test_dotted_json(void) {
     expect_usage(ARGS("serve", "/nonexistent", "--speculative-config.method"), "--speculative-config.method needs a value");
     expect_usage(ARGS("serve", "/nonexistent", "--override-generation-config", "[0.5]"),
                  "--override-generation-config must be a JSON object");
+    expect_usage(ARGS("serve", "/nonexistent", "--prefix-caching-hash-algo", "md5"),
+                 "argument --prefix-caching-hash-algo: invalid choice: 'md5'");
 }
 
 static void test_config_file(void) {

@@ -58,6 +58,16 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     {"--optimization-level", CV_IGNORED_CHOICE, (const char *const[]){"0", "1", "2", "3", NULL}},
     {"--swap-space", CV_IGNORED_FLOAT, NULL},
     {"--max-seq-len-to-capture", CV_IGNORED_INT, NULL},
+    /* the weights are in CPU memory already */
+    {"--cpu-offload-gb", CV_IGNORED_FLOAT, NULL},
+    /* how vLLM's scheduler interleaves concurrent partial prefills; cvllm's schedules its own way and
+     * the outputs do not depend on it */
+    {"--max-num-partial-prefills", CV_IGNORED_INT, NULL},
+    {"--max-long-partial-prefills", CV_IGNORED_INT, NULL},
+    {"--long-prefill-token-threshold", CV_IGNORED_INT, NULL},
+    /* the prefix cache's block keys are XXH3-128 (src/engine/block_pool.c) whatever is asked */
+    {"--prefix-caching-hash-algo", CV_IGNORED_CHOICE, (const char *const[]){"sha256", "sha256_cbor", "xxhash",
+                                                                             "xxhash_cbor", NULL}},
     /* AsyncEngineArgs, which `vllm bench throughput` takes as well as `vllm serve` */
     {"--enable-log-requests", CV_IGNORED_BOOL, NULL},
     {"--disable-log-requests", CV_IGNORED_SWITCH, NULL},

@@ -105,6 +105,9 @@ static const cv_ignored_flag ignored_serve_flags[] = {
     {"--response-role", CV_IGNORED_STRING, NULL},
     {"--disable-fastapi-docs", CV_IGNORED_SWITCH, NULL},
     {"--disable-uvicorn-access-log", CV_IGNORED_SWITCH, NULL},
+    /* streamed chunks carry each step's tokens; the text is the same */
+    {"--stream-interval", CV_IGNORED_INT, NULL},
+    {"--show-hidden-metrics-for-version", CV_IGNORED_STRING, NULL},
 };
 
 /* One key of --structured-outputs-config into g; an error in pydantic's words, or NULL. */
