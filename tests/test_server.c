@@ -180,6 +180,38 @@ static json_t *reply_json(const reply *r) {
     return j;
 }
 
+/* A POST of `body` to f's /v1/completions (JSON, the API key, and `extra_header` when not NULL), its
+ * reply collected into r; the caller performs it (or adds it to a multi handle) and frees it with
+ * post_free. */
+typedef struct post {
+    CURL *c;
+    struct curl_slist *h;
+    reply r;
+} post;
+
+static post *post_new(const fixture *f, const char *body, const char *extra_header) {
+    post *p = calloc(1, sizeof *p);
+    char url[160];
+    snprintf(url, sizeof url, "%s/v1/completions", f->base);
+    p->h = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"), "Authorization: Bearer " KEY);
+    if (extra_header) p->h = curl_slist_append(p->h, extra_header);
+    p->c = curl_easy_init();
+    curl_easy_setopt(p->c, CURLOPT_URL, url);
+    curl_easy_setopt(p->c, CURLOPT_HTTPHEADER, p->h);
+    curl_easy_setopt(p->c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(p->c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(p->c, CURLOPT_WRITEDATA, &p->r);
+    curl_easy_setopt(p->c, CURLOPT_TIMEOUT, 60L);
+    return p;
+}
+
+static void post_free(post *p) {
+    curl_easy_cleanup(p->c);
+    curl_slist_free_all(p->h);
+    free(p->r.body);
+    free(p);
+}
+
 /* The reply is vLLM's error object with `status`; its message contains `needle`. */
 static bool is_error(const reply *r, long status, const char *needle) {
     json_error_t e;
@@ -777,22 +809,10 @@ static void test_concurrent_streams(void) {
     }
     char **expect = offline_greedy(ref_srv.dir, prompts, max_tokens, N);
     CURLM *m = curl_multi_init();
-    CURL *h[N];
-    reply r[N];
-    struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
-                                               "Authorization: Bearer " KEY);
-    char url[128];
-    snprintf(url, sizeof url, "%s/v1/completions", ref_srv.base);
+    post *h[N];
     for (size_t i = 0; i < N; i++) {
-        memset(&r[i], 0, sizeof r[i]);
-        h[i] = curl_easy_init();
-        curl_easy_setopt(h[i], CURLOPT_URL, url);
-        curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, bodies[i]);
-        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, collect);
-        curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &r[i]);
-        curl_easy_setopt(h[i], CURLOPT_TIMEOUT, 60L);
-        curl_multi_add_handle(m, h[i]);
+        h[i] = post_new(&ref_srv, bodies[i], NULL);
+        curl_multi_add_handle(m, h[i]->c);
     }
     int running = 1;
     while (running) {
@@ -801,24 +821,23 @@ static void test_concurrent_streams(void) {
     }
     int ok = 0;
     for (size_t i = 0; i < N; i++) {
-        curl_easy_getinfo(h[i], CURLINFO_RESPONSE_CODE, &r[i].status);
-        stream_result s = parse_sse(r[i].body ? r[i].body : "", false);
-        bool good = r[i].status == 200 && s.well_formed && s.done_last && expect[i] && !strcmp(s.text[0], expect[i]) &&
+        reply *r = &h[i]->r;
+        curl_easy_getinfo(h[i]->c, CURLINFO_RESPONSE_CODE, &r->status);
+        stream_result s = parse_sse(r->body ? r->body : "", false);
+        bool good = r->status == 200 && s.well_formed && s.done_last && expect[i] && !strcmp(s.text[0], expect[i]) &&
                     s.completion_tokens == max_tokens[i];
-        CHECK_MSG(good, "client %zu: status %ld, text '%s', expected '%s'", i, r[i].status, s.text[0],
+        CHECK_MSG(good, "client %zu: status %ld, text '%s', expected '%s'", i, r->status, s.text[0],
                   expect[i] ? expect[i] : "?");
         ok += good;
         free_stream(&s);
-        curl_multi_remove_handle(m, h[i]);
-        curl_easy_cleanup(h[i]);
-        free(r[i].body);
+        curl_multi_remove_handle(m, h[i]->c);
+        post_free(h[i]);
         free(bodies[i]);
         free((char *)prompts[i]);
         free(expect[i]);
     }
     CHECK_EQ_INT(ok, N);
     free(expect);
-    curl_slist_free_all(hdr);
     curl_multi_cleanup(m);
     CHECK_MSG(wait_idle(&ref_srv, 5) < 5, "the KV cache did not drain after the streams");
 }
@@ -834,22 +853,10 @@ static size_t drop_after_three(char *data, size_t size, size_t n, void *user) {
 
 /* Posts `body` to the reference server's completions and hangs up after 300 ms without an answer. */
 static void give_up_after_300ms(const char *body) {
-    struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
-                                               "Authorization: Bearer " KEY);
-    char url[128];
-    snprintf(url, sizeof url, "%s/v1/completions", ref_srv.base);
-    CURL *c = curl_easy_init();
-    reply r = {0};
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 300L);
-    CHECK_EQ_INT(curl_easy_perform(c), CURLE_OPERATION_TIMEDOUT);
-    curl_easy_cleanup(c);
-    curl_slist_free_all(hdr);
-    free(r.body);
+    post *p = post_new(&ref_srv, body, NULL);
+    curl_easy_setopt(p->c, CURLOPT_TIMEOUT_MS, 300L);
+    CHECK_EQ_INT(curl_easy_perform(p->c), CURLE_OPERATION_TIMEDOUT);
+    post_free(p);
 }
 
 static void test_disconnects(void) {
@@ -859,25 +866,11 @@ static void test_disconnects(void) {
     char **expect = offline_greedy(ref_srv.dir, &prompt, &short_tokens, 1);
     const char *long_body = "{\"prompt\":\"I am in the house\",\"max_tokens\":4000,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}";
     char *short_body = completion_body(prompt, short_tokens, true);
-    struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
-                                               "Authorization: Bearer " KEY);
-    char url[128];
-    snprintf(url, sizeof url, "%s/v1/completions", ref_srv.base);
     CURLM *m = curl_multi_init();
-    CURL *dropper = curl_easy_init(), *other = curl_easy_init();
-    reply rd = {0}, ro = {0};
-    curl_easy_setopt(dropper, CURLOPT_URL, url);
-    curl_easy_setopt(dropper, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(dropper, CURLOPT_POSTFIELDS, long_body);
-    curl_easy_setopt(dropper, CURLOPT_WRITEFUNCTION, drop_after_three);
-    curl_easy_setopt(dropper, CURLOPT_WRITEDATA, &rd);
-    curl_easy_setopt(other, CURLOPT_URL, url);
-    curl_easy_setopt(other, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(other, CURLOPT_POSTFIELDS, short_body);
-    curl_easy_setopt(other, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(other, CURLOPT_WRITEDATA, &ro);
-    curl_multi_add_handle(m, dropper);
-    curl_multi_add_handle(m, other);
+    post *dropper = post_new(&ref_srv, long_body, NULL), *other = post_new(&ref_srv, short_body, NULL);
+    curl_easy_setopt(dropper->c, CURLOPT_WRITEFUNCTION, drop_after_three);
+    curl_multi_add_handle(m, dropper->c);
+    curl_multi_add_handle(m, other->c);
     int running = 1;
     while (running) {
         curl_multi_perform(m, &running);
@@ -886,18 +879,16 @@ static void test_disconnects(void) {
     CURLMsg *msg;
     int left;
     while ((msg = curl_multi_info_read(m, &left)))
-        if (msg->easy_handle == dropper) CHECK_EQ_INT(msg->data.result, CURLE_WRITE_ERROR);
-    stream_result s = parse_sse(ro.body ? ro.body : "", false);
+        if (msg->easy_handle == dropper->c) CHECK_EQ_INT(msg->data.result, CURLE_WRITE_ERROR);
+    stream_result s = parse_sse(other->r.body ? other->r.body : "", false);
     CHECK(s.done_last);
     CHECK_STR_EQ(s.text[0], expect[0]);
     free_stream(&s);
-    curl_multi_remove_handle(m, dropper);
-    curl_multi_remove_handle(m, other);
-    curl_easy_cleanup(dropper);
-    curl_easy_cleanup(other);
+    curl_multi_remove_handle(m, dropper->c);
+    curl_multi_remove_handle(m, other->c);
+    post_free(dropper);
+    post_free(other);
     curl_multi_cleanup(m);
-    free(rd.body);
-    free(ro.body);
     double dt = wait_idle(&ref_srv, 3);
     CHECK_MSG(dt < 3, "blocks of the dropped stream not freed after %.2f s", dt);
     CHECK(aborted_total(&ref_srv) == aborted0 + 1);
@@ -907,7 +898,6 @@ static void test_disconnects(void) {
     dt = wait_idle(&ref_srv, 3);
     CHECK_MSG(dt < 3, "blocks of the abandoned request not freed after %.2f s", dt);
     CHECK(aborted_total(&ref_srv) == aborted0 + 2);
-    curl_slist_free_all(hdr);
     free(short_body);
     free(expect[0]);
     free(expect);
@@ -1541,29 +1531,15 @@ static size_t header_line(char *data, size_t size, size_t n, void *user) {
 
 /* POSTs body to f's completions with an optional X-Request-Id; echoed gets the reply's header ("" if none). */
 static json_t *post_with_id(const fixture *f, const char *body, const char *request_id, char echoed[128]) {
-    CURL *c = curl_easy_init();
-    reply r = {0};
-    char url[160], hid[200];
-    snprintf(url, sizeof url, "%s/v1/completions", f->base);
-    struct curl_slist *h = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
-                                             "Authorization: Bearer " KEY);
-    if (request_id) {
-        snprintf(hid, sizeof hid, "X-Request-Id: %s", request_id);
-        h = curl_slist_append(h, hid);
-    }
+    char hid[200];
+    if (request_id) snprintf(hid, sizeof hid, "X-Request-Id: %s", request_id);
+    post *p = post_new(f, body, request_id ? hid : NULL);
     echoed[0] = '\0';
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, header_line);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, echoed);
-    CHECK_EQ_INT(curl_easy_perform(c), CURLE_OK);
-    curl_easy_cleanup(c);
-    curl_slist_free_all(h);
-    json_t *j = reply_json(&r);
-    free(r.body);
+    curl_easy_setopt(p->c, CURLOPT_HEADERFUNCTION, header_line);
+    curl_easy_setopt(p->c, CURLOPT_HEADERDATA, echoed);
+    CHECK_EQ_INT(curl_easy_perform(p->c), CURLE_OK);
+    json_t *j = reply_json(&p->r);
+    post_free(p);
     return j;
 }
 
@@ -1596,19 +1572,9 @@ static void test_request_ids_and_load(void) {
     /* /load: 0 idle; with tracking, 1 while a generation runs */
     CHECK_EQ_INT(server_load(&ref_srv), 0);
     CHECK_EQ_INT(server_load(&chat_srv), 0);
-    char url[160];
-    snprintf(url, sizeof url, "%s/v1/completions", chat_srv.base);
-    struct curl_slist *h = curl_slist_append(curl_slist_append(NULL, "Content-Type: application/json"),
-                                             "Authorization: Bearer " KEY);
     CURLM *m = curl_multi_init();
-    CURL *c = curl_easy_init();
-    reply rl = {0};
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, "{\"prompt\":\"I am\",\"max_tokens\":3000,\"ignore_eos\":true}");
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &rl);
-    curl_multi_add_handle(m, c);
+    post *p = post_new(&chat_srv, "{\"prompt\":\"I am\",\"max_tokens\":3000,\"ignore_eos\":true}", NULL);
+    curl_multi_add_handle(m, p->c);
     json_int_t seen = 0;
     for (int i = 0; i < 200 && seen == 0; i++) { /* until the server has the request */
         int running;
@@ -1618,11 +1584,9 @@ static void test_request_ids_and_load(void) {
     }
     CHECK_EQ_INT(seen, 1);
     CHECK_EQ_INT(server_load(&ref_srv), 0);
-    curl_multi_remove_handle(m, c); /* hangs up: the generation is aborted */
-    curl_easy_cleanup(c);
+    curl_multi_remove_handle(m, p->c); /* hangs up: the generation is aborted */
+    post_free(p);
     curl_multi_cleanup(m);
-    curl_slist_free_all(h);
-    free(rl.body);
     json_int_t left = 1;
     for (int i = 0; i < 300 && left; i++) {
         usleep(10000);

@@ -2063,7 +2063,7 @@ static cv_beam_search *two_steps(bool include_stop, int32_t top_logprobs) {
 static void test_beam_search(void) {
     const int32_t prompt[] = {40, 1079, 304};
     cv_beam_search *bs = two_steps(false, -1);
-    cv_request_event *ev = cv_beam_result_event(bs, tok, prompt, 3, 2, EOS);
+    cv_request_event *ev = cv_beam_result_event(bs, tok, prompt);
     CHECK(ev->finished && ev->n_prompt_token_ids == 3 && ev->prompt_token_ids[2] == 304);
     CHECK_EQ_INT(ev->n_outputs, 2);
     check_output(&ev->outputs[0], (const int32_t[]){11, 17}, 2, CVLLM_FINISH_LENGTH);
@@ -2079,7 +2079,7 @@ static void test_beam_search(void) {
     /* include_stop_str_in_output keeps eos in token_ids, not in the text; logprobs keep every
      * position's step entries, the chosen token's own entry first */
     bs = two_steps(true, 3);
-    ev = cv_beam_result_event(bs, tok, prompt, 3, 2, EOS);
+    ev = cv_beam_result_event(bs, tok, prompt);
     CHECK_EQ_INT(ev->n_outputs, 2);
     check_output(&ev->outputs[1], (const int32_t[]){11, EOS}, 2, CVLLM_FINISH_STOP);
     char *text11 = NULL;
@@ -2105,7 +2105,7 @@ static void test_beam_search(void) {
     /* a sampled eos outside the top entries finishes a hypothesis too (vLLM's logprobs hold it) */
     cvllm_position_logprobs r[] = {step_result((cvllm_logprob){EOS, -0.5f, 40}, t, 6)};
     cv_beam_search_step(bs, r);
-    ev = cv_beam_result_event(bs, tok, prompt, 3, 3, EOS);
+    ev = cv_beam_result_event(bs, tok, prompt);
     CHECK_EQ_INT(ev->n_outputs, 3);
     check_output(&ev->outputs[0], (const int32_t[]){5}, 1, CVLLM_FINISH_LENGTH);
     check_output(&ev->outputs[1], (const int32_t[]){6}, 1, CVLLM_FINISH_LENGTH);
@@ -2120,7 +2120,7 @@ static void test_beam_search(void) {
     const cvllm_logprob te[] = {{EOS, -0.1f, 1}, {6, -0.4f, 2}};
     cvllm_position_logprobs re[] = {step_result(te[0], te, 2)};
     cv_beam_search_step(bs, re);
-    ev = cv_beam_result_event(bs, tok, prompt, 3, 1, EOS);
+    ev = cv_beam_result_event(bs, tok, prompt);
     CHECK_EQ_INT(ev->n_outputs, 1);
     check_output(&ev->outputs[0], (const int32_t[]){EOS}, 1, CVLLM_FINISH_LENGTH);
     CHECK(strstr(ev->outputs[0].text, "<|im_end|>") != NULL); /* decoded with special tokens, as vLLM */

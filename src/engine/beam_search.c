@@ -33,26 +33,24 @@ struct cv_beam_top {
     cvllm_logprob *top;
     int32_t n_top;
 };
-typedef cv_beam_top step_top;
-typedef cv_beam_hyp hyp;
 
 struct cv_beam_search {
     cv_beam_config cfg;
-    hyp *live;
+    cv_beam_hyp *live;
     size_t n_live;
-    hyp *done;
+    cv_beam_hyp *done;
     size_t n_done, cap_done;
     int32_t steps;
 };
 
-static void top_release(step_top *t) {
+static void top_release(cv_beam_top *t) {
     if (t && --t->refs == 0) {
         free(t->top);
         free(t);
     }
 }
 
-static void hyp_free(hyp *h) {
+static void hyp_free(cv_beam_hyp *h) {
     for (size_t i = 0; h->tops && i < h->n; i++) top_release(h->tops[i]);
     free(h->tokens);
     free(h->chosen);
@@ -60,9 +58,10 @@ static void hyp_free(hyp *h) {
 }
 
 /* parent's positions, then `entry` from step result `top` (NULL: no logprobs) unless `add` is false */
-static hyp hyp_extend(const hyp *parent, const cvllm_logprob *entry, step_top *top, bool add, bool eos) {
+static cv_beam_hyp hyp_extend(const cv_beam_hyp *parent, const cvllm_logprob *entry, cv_beam_top *top, bool add,
+                              bool eos) {
     const size_t n = parent->n + (add ? 1 : 0);
-    hyp h = {.tokens = cv_xmalloc((n ? n : 1) * sizeof *h.tokens), .n = n, .cum = parent->cum + entry->logprob,
+    cv_beam_hyp h = {.tokens = cv_xmalloc((n ? n : 1) * sizeof *h.tokens), .n = n, .cum = parent->cum + entry->logprob,
              .eos = eos};
     if (parent->n) memcpy(h.tokens, parent->tokens, parent->n * sizeof *h.tokens);
     if (add) h.tokens[parent->n] = entry->token_id;
@@ -111,6 +110,8 @@ int32_t cv_beam_search_step_logprobs(const cv_beam_search *bs) {
     return bs->cfg.top_logprobs > k ? bs->cfg.top_logprobs : k;
 }
 
+const cv_beam_config *cv_beam_search_config(const cv_beam_search *bs) { return &bs->cfg; }
+
 size_t cv_beam_search_live(const cv_beam_search *bs) { return bs->steps < bs->cfg.max_tokens ? bs->n_live : 0; }
 
 const int32_t *cv_beam_search_tokens(const cv_beam_search *bs, size_t beam, size_t *n) {
@@ -124,7 +125,7 @@ typedef struct candidate {
     size_t order; /* ties keep the order candidates were met in */
     size_t parent;
     cvllm_logprob entry;
-    step_top *top;
+    cv_beam_top *top;
 } candidate;
 
 static int by_cum(const void *a, const void *b) {
@@ -138,15 +139,15 @@ void cv_beam_search_step(cv_beam_search *bs, const cvllm_position_logprobs *resu
     const int32_t k = 2 * c->width;
     assert(cv_beam_search_live(bs) > 0);
     candidate *cands = cv_xmalloc(bs->n_live * (size_t)(k + 1) * sizeof *cands);
-    step_top **tops = cv_xcalloc(bs->n_live, sizeof *tops);
+    cv_beam_top **tops = cv_xcalloc(bs->n_live, sizeof *tops);
     size_t n_cands = 0;
     for (size_t i = 0; i < bs->n_live; i++) {
         const cvllm_position_logprobs *r = &results[i];
         const int32_t n_top = r->n_top < k ? r->n_top : k;
         if (c->top_logprobs >= 0) { /* the step's own reference, dropped below */
             tops[i] = cv_xmalloc(sizeof *tops[i]);
-            *tops[i] = (step_top){.refs = 1, .top = cv_xmalloc((r->n_top ? (size_t)r->n_top : 1) * sizeof *tops[i]->top),
-                                  .n_top = r->n_top};
+            *tops[i] = (cv_beam_top){.refs = 1, .n_top = r->n_top,
+                                     .top = cv_xmalloc((r->n_top ? (size_t)r->n_top : 1) * sizeof *tops[i]->top)};
             if (r->n_top) memcpy(tops[i]->top, r->top, (size_t)r->n_top * sizeof *tops[i]->top);
         }
         /* the top entries, then the sampled token where it is not among them (vLLM's logprobs dict) */
@@ -168,7 +169,7 @@ void cv_beam_search_step(cv_beam_search *bs, const cvllm_position_logprobs *resu
     }
     qsort(cands, n_cands, sizeof *cands, by_cum);
     const size_t n_next = n_cands < (size_t)c->width ? n_cands : (size_t)c->width;
-    hyp *next = cv_xcalloc(n_next ? n_next : 1, sizeof *next);
+    cv_beam_hyp *next = cv_xcalloc(n_next ? n_next : 1, sizeof *next);
     for (size_t j = 0; j < n_next; j++)
         next[j] = hyp_extend(&bs->live[cands[j].parent], &cands[j].entry, cands[j].top, true, false);
     for (size_t i = 0; i < bs->n_live; i++) {
@@ -184,7 +185,7 @@ void cv_beam_search_step(cv_beam_search *bs, const cvllm_position_logprobs *resu
 }
 
 /* vLLM's get_beam_search_score: the sequence counts the prompt, and a last eos does not count. */
-static double score(const cv_beam_search *bs, const hyp *h, const int32_t *prompt) {
+static double score(const cv_beam_search *bs, const cv_beam_hyp *h, const int32_t *prompt) {
     const cv_beam_config *c = &bs->cfg;
     size_t len = c->n_prompt + h->n;
     const int32_t last = h->n ? h->tokens[h->n - 1] : c->n_prompt ? prompt[c->n_prompt - 1] : -1;
@@ -193,7 +194,7 @@ static double score(const cv_beam_search *bs, const hyp *h, const int32_t *promp
 }
 
 typedef struct ranked {
-    const hyp *h;
+    const cv_beam_hyp *h;
     double score;
     size_t order; /* finished first, then live, each in its order: vLLM's stable sort */
 } ranked;
@@ -208,7 +209,7 @@ size_t cv_beam_search_best(const cv_beam_search *bs, const int32_t *prompt, cons
     const size_t total = bs->n_done + bs->n_live;
     ranked *all = cv_xmalloc((total ? total : 1) * sizeof *all);
     for (size_t i = 0; i < total; i++) {
-        const hyp *h = i < bs->n_done ? &bs->done[i] : &bs->live[i - bs->n_done];
+        const cv_beam_hyp *h = i < bs->n_done ? &bs->done[i] : &bs->live[i - bs->n_done];
         all[i] = (ranked){h, score(bs, h, prompt), i};
     }
     qsort(all, total, sizeof *all, by_score);
@@ -232,7 +233,7 @@ cvllm_position_logprobs *cv_beam_hyp_logprobs(const cv_beam_hyp *h) {
     if (!h->chosen) return NULL;
     cvllm_position_logprobs *lp = cv_xmalloc((h->n ? h->n : 1) * sizeof *lp);
     for (size_t p = 0; p < h->n; p++) {
-        const step_top *t = h->tops[p];
+        const cv_beam_top *t = h->tops[p];
         cvllm_logprob *top = cv_xmalloc((t->n_top ? (size_t)t->n_top : 1) * sizeof *top);
         if (t->n_top) memcpy(top, t->top, (size_t)t->n_top * sizeof *top);
         lp[p] = (cvllm_position_logprobs){.chosen = h->chosen[p], .top = top, .n_top = t->n_top};

@@ -40,6 +40,7 @@ typedef struct cv_beam_hyp {
 
 cv_beam_search *cv_beam_search_new(const cv_beam_config *cfg);
 void cv_beam_search_free(cv_beam_search *bs);
+const cv_beam_config *cv_beam_search_config(const cv_beam_search *bs);
 /* The logprobs each step request asks for: 2 × width candidates a beam, as vLLM, or more where a
  * reply prints more top entries. */
 int32_t cv_beam_search_step_logprobs(const cv_beam_search *bs);

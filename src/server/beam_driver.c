@@ -27,11 +27,11 @@ static cv_request_event *event_new(const int32_t *prompt, size_t n_prompt, int32
     return ev;
 }
 
-cv_request_event *cv_beam_result_event(const cv_beam_search *bs, const cvllm_tokenizer *tok, const int32_t *prompt,
-                                      size_t n_prompt, int32_t width, int32_t eos_token_id) {
-    const cv_beam_hyp **best = cv_xmalloc((size_t)width * sizeof *best);
+cv_request_event *cv_beam_result_event(const cv_beam_search *bs, const cvllm_tokenizer *tok, const int32_t *prompt) {
+    const cv_beam_config *cfg = cv_beam_search_config(bs);
+    const cv_beam_hyp **best = cv_xmalloc((size_t)cfg->width * sizeof *best);
     const int32_t n_out = (int32_t)cv_beam_search_best(bs, prompt, best);
-    cv_request_event *ev = event_new(prompt, n_prompt, n_out);
+    cv_request_event *ev = event_new(prompt, cfg->n_prompt, n_out);
     for (int32_t i = 0; i < n_out; i++) {
         const cv_beam_hyp *h = best[i];
         cv_completion_delta *d = &ev->outputs[i];
@@ -43,7 +43,7 @@ cv_request_event *cv_beam_result_event(const cv_beam_search *bs, const cvllm_tok
         d->text = cv_beam_hyp_text(bs, h, tok);
         d->text_len = strlen(d->text);
         d->finish_reason = h->eos ? CVLLM_FINISH_STOP : CVLLM_FINISH_LENGTH;
-        d->stop_token_id = h->eos ? eos_token_id : -1; /* vLLM's stop_reason of an eos-finished beam */
+        d->stop_token_id = h->eos ? cfg->eos_token_id : -1; /* vLLM's stop_reason of an eos-finished beam */
         d->logprobs = cv_beam_hyp_logprobs(h);
     }
     free(best);
@@ -62,16 +62,13 @@ struct cv_beam_driver {
     cv_engine_group *group;
     const cvllm_tokenizer *tok;
     cv_beam_search *bs;
-    int32_t *prompt;
-    size_t n_prompt;
+    int32_t *prompt;              /* cv_beam_search_config(bs)->n_prompt ids */
     char *cache_salt;
     double arrival;               /* the first step's (the HTTP request's); later steps arrive when submitted,
                                    * so that their TTFT and queue time in /metrics are their own */
     cv_event_fn done;
     void *user;
     cvllm_sampling_params params; /* of every step request */
-    int32_t width, eos_token_id;
-    size_t max_tokens;
     /* the step in flight: one request a live beam */
     step_slot *slots;             /* [width] */
     uint64_t *ids;                /* [width] */
@@ -90,21 +87,22 @@ static void on_step_event(void *user, cv_request_event *ev);
 static void clear_results(cv_beam_driver *d) {
     for (size_t i = 0; i < d->n_step; i++)
         if (d->have[i]) cv_beam_result_free(&d->results[i]);
-    memset(d->have, 0, (size_t)d->width * sizeof *d->have);
+    memset(d->have, 0, (size_t)cv_beam_search_config(d->bs)->width * sizeof *d->have);
 }
 
 /* Submits one request a live beam; the caller holds d->mu. Returns how many are in. A refused
  * submit is a failure of the search (the engine is stopping, or it refused the prompt). */
 static size_t submit_step(cv_beam_driver *d) {
+    const cv_beam_config *cfg = cv_beam_search_config(d->bs);
     clear_results(d);
     d->n_step = cv_beam_search_live(d->bs);
-    int32_t *ids = cv_xmalloc((d->n_prompt + d->max_tokens + 1) * sizeof *ids);
-    memcpy(ids, d->prompt, d->n_prompt * sizeof *ids);
+    int32_t *ids = cv_xmalloc((cfg->n_prompt + (size_t)cfg->max_tokens + 1) * sizeof *ids);
+    memcpy(ids, d->prompt, cfg->n_prompt * sizeof *ids);
     for (size_t i = 0; i < d->n_step && d->failure == CVLLM_FINISH_NONE; i++) {
         size_t n;
         const int32_t *tokens = cv_beam_search_tokens(d->bs, i, &n);
-        if (n) memcpy(ids + d->n_prompt, tokens, n * sizeof *ids);
-        cvllm_prompt prompt = {.token_ids = ids, .n_token_ids = d->n_prompt + n, .cache_salt = d->cache_salt};
+        if (n) memcpy(ids + cfg->n_prompt, tokens, n * sizeof *ids);
+        cvllm_prompt prompt = {.token_ids = ids, .n_token_ids = cfg->n_prompt + n, .cache_salt = d->cache_salt};
         d->slots[i] = (step_slot){d, i};
         const cv_submit sub = {.prompt = &prompt, .params = &d->params, .on_event = on_step_event,
                                .user = &d->slots[i], .arrival_time = d->first_step ? d->arrival : 0};
@@ -122,7 +120,8 @@ static size_t submit_step(cv_beam_driver *d) {
 
 /* Every choice finished `reason`, no tokens: a step request failed or the search was aborted. */
 static cv_request_event *failure_event(const cv_beam_driver *d) {
-    cv_request_event *ev = event_new(d->prompt, d->n_prompt, d->width);
+    const cv_beam_config *cfg = cv_beam_search_config(d->bs);
+    cv_request_event *ev = event_new(d->prompt, cfg->n_prompt, cfg->width);
     for (int32_t i = 0; i < ev->n_outputs; i++) {
         ev->outputs[i].index = i;
         ev->outputs[i].text = cv_xstrdup("");
@@ -140,7 +139,7 @@ static cv_request_event *advance(cv_beam_driver *d) {
         cv_beam_search_step(d->bs, d->results);
         d->first_step = false;
         if (cv_beam_search_live(d->bs) == 0) {
-            cv_request_event *ev = cv_beam_result_event(d->bs, d->tok, d->prompt, d->n_prompt, d->width, d->eos_token_id);
+            cv_request_event *ev = cv_beam_result_event(d->bs, d->tok, d->prompt);
             ev->n_cached_tokens = d->n_cached_tokens;
             return ev;
         }
@@ -190,17 +189,13 @@ cv_beam_driver *cv_beam_driver_start(cv_engine_group *group, const cvllm_tokeniz
     d->group = group;
     d->tok = tok;
     d->bs = cv_beam_search_new(cfg);
-    d->n_prompt = cfg->n_prompt;
-    d->prompt = cv_xmalloc((d->n_prompt ? d->n_prompt : 1) * sizeof *d->prompt);
-    if (d->n_prompt) memcpy(d->prompt, prompt, d->n_prompt * sizeof *prompt);
+    d->prompt = cv_xmalloc((cfg->n_prompt ? cfg->n_prompt : 1) * sizeof *d->prompt);
+    if (cfg->n_prompt) memcpy(d->prompt, prompt, cfg->n_prompt * sizeof *prompt);
     d->cache_salt = cache_salt ? cv_xstrdup(cache_salt) : NULL;
     d->arrival = arrival;
     d->done = done;
     d->user = user;
     d->first_step = true;
-    d->max_tokens = (size_t)cfg->max_tokens;
-    d->width = cfg->width;
-    d->eos_token_id = cfg->eos_token_id;
     cv_beam_step_params(cv_engine_group_engine(group), d->bs, &d->params);
     const size_t w = (size_t)cfg->width;
     d->slots = cv_xcalloc(w, sizeof *d->slots);

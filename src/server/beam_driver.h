@@ -12,8 +12,7 @@
 
 /* The best hypotheses as the final event of one request: outputs[i] is choice i, its whole text,
  * finish_reason "stop" (eos, stop_token_id the eos id as vLLM's stop_reason) or "length". */
-cv_request_event *cv_beam_result_event(const cv_beam_search *bs, const cvllm_tokenizer *tok, const int32_t *prompt,
-                                      size_t n_prompt, int32_t width, int32_t eos_token_id);
+cv_request_event *cv_beam_result_event(const cv_beam_search *bs, const cvllm_tokenizer *tok, const int32_t *prompt);
 
 typedef struct cv_beam_driver cv_beam_driver;
 

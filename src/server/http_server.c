@@ -239,24 +239,21 @@ static void flush_locked(conn *c) {
  * "name: value" line or NULL. */
 static void put_head(conn *c, int status, const char *content_type, long long body_len, bool chunked, bool close,
                      const char *extra) {
-    if (extra) { /* after the status line, as the fixed head below starts with it */
-        char status_line[64];
-        int k = snprintf(status_line, sizeof status_line, "HTTP/1.1 %d %s\r\n", status, reason(status));
-        out_append(c, status_line, (size_t)k);
-        out_append(c, extra, strlen(extra));
-        out_append(c, "\r\n", 2);
-    }
     char head[512];
-    int n = extra ? 0 : snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\n", status, reason(status));
+    int n = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\n", status, reason(status));
     if (content_type) n += snprintf(head + n, sizeof head - (size_t)n, "content-type: %s\r\n", content_type);
     if (body_len >= 0) n += snprintf(head + n, sizeof head - (size_t)n, "content-length: %lld\r\n", body_len);
     else n += snprintf(head + n, sizeof head - (size_t)n, "cache-control: no-cache\r\n");
     if (chunked) n += snprintf(head + n, sizeof head - (size_t)n, "transfer-encoding: chunked\r\n");
-    /* HTTP/1.0 closes by default: a kept connection must say so. */
-    n += snprintf(head + n, sizeof head - (size_t)n, "%s\r\n",
-                  close ? "connection: close\r\n" : c->http10 ? "connection: keep-alive\r\n" : "");
     assert(n > 0 && (size_t)n < sizeof head);
     out_append(c, head, (size_t)n);
+    if (extra) { /* its own append: a client's id can be longer than the fixed head's buffer */
+        out_append(c, extra, strlen(extra));
+        out_append(c, "\r\n", 2);
+    }
+    /* HTTP/1.0 closes by default: a kept connection must say so. */
+    const char *end = close ? "connection: close\r\n\r\n" : c->http10 ? "connection: keep-alive\r\n\r\n" : "\r\n";
+    out_append(c, end, strlen(end));
 }
 
 /* The last step of every finish call: hands the request back to the loop, which completes it.
