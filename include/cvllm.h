@@ -76,6 +76,13 @@ int32_t cvllm_tokenizer_vocab_size(const cvllm_tokenizer *tok);
 
 typedef struct cvllm_engine cvllm_engine;
 
+/* A LoRA adapter served beside the base model: vLLM's --lora-modules NAME=PATH. PATH is a PEFT
+ * adapter folder (adapter_config.json, adapter_model.safetensors). */
+typedef struct cvllm_lora_module {
+    const char *name;           /* what prompts name it by (cvllm_prompt.lora_name; the server's "model") */
+    const char *path;
+} cvllm_lora_module;
+
 typedef struct cvllm_engine_options {
     const char *model;          /* folder or hub id (ORG/NAME), required */
     const char *tokenizer;      /* folder or hub id of the tokenizer; NULL = model */
@@ -135,6 +142,16 @@ typedef struct cvllm_engine_options {
                                  * quant_model_description.json anyway); "fp8": a block-wise FP8 checkpoint
                                  * (detected by config.json's quantization_config). Another method, or one
                                  * the checkpoint does not match, fails the load in one line. */
+    bool enable_lora;           /* vLLM's --enable-lora: serve lora_modules beside the base model */
+    const cvllm_lora_module *lora_modules; /* [n_lora_modules], read at create (names unique); only with
+                                 * enable_lora and without tensor parallelism. Adapters may target the
+                                 * linears of attention, the dense MLP or shared expert, the linear-
+                                 * attention projections and the MoE router, of float (not quantized)
+                                 * weights; anything else fails create in one line */
+    int32_t n_lora_modules;
+    int32_t max_loras;          /* vLLM's --max-loras: distinct adapters in one batch, 0 = 1 */
+    int32_t max_lora_rank;      /* vLLM's --max-lora-rank (1, 8, 16, 32, 64, 128, 256, 320 or 512): the
+                                 * largest r an adapter may have, 0 = 16 */
 } cvllm_engine_options;
 
 void cvllm_engine_options_default(cvllm_engine_options *opts);
@@ -281,6 +298,8 @@ typedef struct cvllm_prompt {
     const int32_t *token_ids;
     size_t n_token_ids;
     const char *cache_salt;      /* isolates this prompt's prefix-cache entries (vLLM's cache_salt); NULL = none */
+    const char *lora_name;       /* runs with this adapter of the engine's lora_modules (vLLM's LoRARequest);
+                                  * NULL = the base model */
 } cvllm_prompt;
 
 /* Queues a request. *request_id receives an engine-unique id. Fails (and queues nothing) when the

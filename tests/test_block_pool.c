@@ -10,7 +10,7 @@
 
 static cv_block_hash hash_of(int32_t k) {
     int32_t toks[4] = {k, k + 1, k + 2, k + 3};
-    return cv_block_hash_tokens((cv_block_hash){0, 0}, toks, 4, NULL);
+    return cv_block_hash_tokens((cv_block_hash){0, 0}, toks, 4, NULL, 0);
 }
 
 static void test_lru_and_refcount(void) {
@@ -138,7 +138,36 @@ static void test_table_churn(void) {
     cv_block_pool_free(&p);
 }
 
+static bool same_hash(cv_block_hash a, cv_block_hash b) { return a.lo == b.lo && a.hi == b.hi; }
+
+/* The first block's salt and LoRA adapter keep blocks apart, every pairing of them, and the later
+ * blocks inherit the difference. */
+static void test_salt_and_lora_keys(void) {
+    const int32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const char *salts[] = {NULL, "", "a", "\x01"};
+    const int32_t loras[] = {0, 1, 2, 256};
+    cv_block_hash first[16], second[16];
+    int n = 0;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++, n++) {
+            cv_block_hash h[2];
+            cv_block_hash_chain(toks, 4, salts[i], loras[j], 0, 2, h);
+            first[n] = h[0];
+            second[n] = h[1];
+        }
+    for (int x = 0; x < n; x++)
+        for (int y = 0; y < x; y++) {
+            CHECK_MSG(!same_hash(first[x], first[y]), "first blocks %d and %d share a hash", x, y);
+            CHECK_MSG(!same_hash(second[x], second[y]), "second blocks %d and %d share a hash", x, y);
+        }
+    /* the same key twice is the same hash */
+    cv_block_hash again[2];
+    cv_block_hash_chain(toks, 4, "a", 2, 0, 2, again);
+    CHECK(same_hash(again[1], second[2 * 4 + 2]));
+}
+
 int main(void) {
+    test_salt_and_lora_keys();
     test_reuse_order();
     test_lru_and_refcount();
     test_prefix_hits_and_eviction();

@@ -49,7 +49,7 @@ static char *model_dir;
 static void chain(int32_t first, int32_t n, const char *salt, cv_block_hash *out) {
     int32_t tokens[64];
     for (int32_t i = 0; i < 4 * n; i++) tokens[i] = first + i;
-    cv_block_hash_chain(tokens, 4, salt, 0, n, out);
+    cv_block_hash_chain(tokens, 4, salt, 0, 0, n, out);
 }
 
 static cv_replica_load load(size_t requests, double usage) { return (cv_replica_load){requests, usage}; }

@@ -68,6 +68,11 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     /* the prefix cache's block keys are XXH3-128 (src/engine/block_pool.c) whatever is asked */
     {"--prefix-caching-hash-algo", CV_IGNORED_CHOICE, (const char *const[]){"sha256", "sha256_cbor", "xxhash",
                                                                              "xxhash_cbor", NULL}},
+    /* LoRA: every adapter is kept in memory (no CPU cache to size), deltas are computed in f32 on one
+     * rank whatever the dtype asked */
+    {"--max-cpu-loras", CV_IGNORED_INT, NULL},
+    {"--lora-dtype", CV_IGNORED_CHOICE, (const char *const[]){"auto", "float16", "bfloat16", NULL}},
+    {"--fully-sharded-loras", CV_IGNORED_BOOL, NULL},
     /* AsyncEngineArgs, which `vllm bench throughput` takes as well as `vllm serve` */
     {"--enable-log-requests", CV_IGNORED_BOOL, NULL},
     {"--disable-log-requests", CV_IGNORED_SWITCH, NULL},
@@ -267,6 +272,10 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (json_object_flag(a, "--speculative-config|-sc", &v)) o->speculative_config = v;
     else if (cv_args_flag(a, "--enable-prefix-caching")) o->enable_prefix_caching = true;
     else if (cv_args_flag(a, "--no-enable-prefix-caching")) o->enable_prefix_caching = false;
+    else if (cv_args_flag(a, "--enable-lora")) o->enable_lora = true;
+    else if (cv_args_flag(a, "--no-enable-lora")) o->enable_lora = false;
+    else if (int_option(a, "--max-loras", 1, 1 << 16, &n)) o->max_loras = (int32_t)n;
+    else if (int_option(a, "--max-lora-rank", 1, 512, &n)) o->max_lora_rank = (int32_t)n; /* the engine checks it */
     else if (cv_args_flag(a, "--enable-expert-parallel|-ep")) o->enable_expert_parallel = true;
     else if (cv_args_flag(a, "--no-enable-expert-parallel")) o->enable_expert_parallel = false;
     else if (quantization(a, o) || scheduling_policy(a, o) || compilation_config(a)) {
@@ -297,6 +306,7 @@ const char cv_args_engine_help[] =
     "  --num-threads N              kernel threads (default: all CPUs)\n"
     "  --speculative-config, -sc JSON  e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'\n"
     "  --[no-]enable-prefix-caching\n"
+    "  --enable-lora  --max-loras N (1)  --max-lora-rank R (16)  LoRA adapters (serve: --lora-modules)\n"
     "  --quantization, -q METHOD    vLLM's method names (checked; the checkpoint decides)\n"
     "  --scheduling-policy fcfs|priority  queue order: arrival, or the requests' priority (lower first)\n"
     "  --config FILE.yaml           flags from a YAML file (the command line wins)\n"
@@ -312,7 +322,8 @@ const char cv_args_engine_help[] =
     "  --distributed-executor-backend ray|mp|uni|external_launcher,\n"
     "  --compilation-config/-cc JSON, -O0..-O3, --additional-config JSON, --[no-]trust-remote-code,\n"
     "  --[no-]enforce-eager, --[no-]enable-chunked-prefill, --swap-space,\n"
-    "  --disable-custom-all-reduce, --max-seq-len-to-capture, --[no-]enable-log-requests\n";
+    "  --disable-custom-all-reduce, --max-seq-len-to-capture, --[no-]enable-log-requests,\n"
+    "  --max-cpu-loras, --lora-dtype (adapters run in f32), --[no-]fully-sharded-loras\n";
 
 /* ---- the offline hint ------------------------------------------------------------------------ */
 

@@ -48,6 +48,11 @@ typedef struct serve_args {
     const char *config_reasoning_parser; /* --structured-outputs-config's reasoning_parser */
     const char *structured_backend;      /* its backend, NULL when not given */
     json_t *structured_json;             /* its value, which the strings above point into */
+    const char **lora_items;             /* --lora-modules as given */
+    size_t n_lora_items;
+    cv_server_lora *loras;               /* parsed, into the items and lora_json */
+    cvllm_lora_module *lora_modules;     /* the same, for the engine */
+    json_t *lora_json;                   /* the JSON items' values */
     double shutdown_timeout;
     bool disable_log_stats;
     bool async_scheduling;
@@ -59,6 +64,8 @@ static const char usage[] =
     "  --host HOST                       address to listen on (default: all interfaces)\n"
     "  --port N                          port (8000; 0 = any free port)\n"
     "  --served-model-name NAME [NAME..] names clients use in \"model\" (default: MODEL)\n"
+    "  --lora-modules NAME=PATH [..]     LoRA adapters (PEFT folders) served as \"model\": NAME, with\n"
+    "                                    --enable-lora; or '{\"name\": N, \"path\": P, \"base_model_name\": B}'\n"
     "  --api-key KEY [KEY..]             require 'Authorization: Bearer KEY' on /v1 (also VLLM_API_KEY)\n"
     "  --enable-prompt-tokens-details    report usage.prompt_tokens_details.cached_tokens\n"
     "  --enable-force-include-usage      a usage chunk on every stream\n"
@@ -196,6 +203,58 @@ static bool structured_config(cv_args *a, serve_args *g) {
     return true;
 }
 
+/* The --lora-modules items as vLLM's LoRAParserAction reads them: NAME=PATH, else a JSON object of
+ * name, path and base_model_name. */
+static int parse_lora_modules(cv_args *a, serve_args *g) {
+    g->loras = cv_xcalloc(g->n_lora_items + 1, sizeof *g->loras);
+    g->lora_modules = cv_xcalloc(g->n_lora_items + 1, sizeof *g->lora_modules);
+    g->lora_json = json_array();
+    size_t n = 0;
+    for (size_t i = 0; i < g->n_lora_items; i++) {
+        const char *item = g->lora_items[i], *eq = strchr(item, '=');
+        cv_server_lora *l = &g->loras[n];
+        if (!*item) continue;
+        if (eq && !strchr(item, ',')) {
+            if (strchr(eq + 1, '=') || eq == item || !eq[1])
+                return cv_args_error(a, "Invalid format for --lora-modules: %s (expected NAME=PATH)", item);
+            char *name = cv_xstrndup(item, (size_t)(eq - item));
+            json_array_append_new(g->lora_json, json_string(name)); /* keeps the copy */
+            free(name);
+            l->name = json_string_value(json_array_get(g->lora_json, json_array_size(g->lora_json) - 1));
+            l->path = eq + 1;
+        } else {
+            json_t *j = json_loads(item, 0, NULL);
+            if (!json_is_object(j)) {
+                json_decref(j);
+                return cv_args_error(a, "Invalid JSON format for --lora-modules: %s", item);
+            }
+            json_array_append_new(g->lora_json, j);
+            const char *key;
+            json_t *v;
+            json_object_foreach(j, key, v) {
+                const char **field = !strcmp(key, "name") ? &l->name : !strcmp(key, "path") ? &l->path
+                                     : !strcmp(key, "base_model_name")                    ? &l->base_model_name
+                                                                                          : NULL;
+                if (!field || !(json_is_string(v) || (field == &l->base_model_name && json_is_null(v))))
+                    return cv_args_error(a, "Invalid fields for --lora-modules: %s - %s", item,
+                                         field ? "name, path and base_model_name must be strings"
+                                               : "unexpected keyword argument");
+                *field = json_string_value(v);
+            }
+            if (!l->name || !l->path)
+                return cv_args_error(a, "Invalid fields for --lora-modules: %s - missing the required name and path",
+                                     item);
+        }
+        g->lora_modules[n] = (cvllm_lora_module){l->name, l->path};
+        n++;
+    }
+    g->engine.lora_modules = g->lora_modules;
+    g->engine.n_lora_modules = (int32_t)n;
+    g->server.loras = g->loras;
+    g->server.n_loras = n;
+    return 0;
+}
+
 static bool chat_flag(cv_args *a, serve_args *g) {
     const char *v;
     if (cv_args_value(a, "--chat-template", &v)) g->chat_template_file = v;
@@ -229,6 +288,7 @@ static bool server_flag(cv_args *a, serve_args *g) {
     else if (cv_args_value(a, "--port", &v)) {
         if (cv_args_int(a, "--port", v, 0, 65535, &n)) g->server.port = (int)n;
     } else if (cv_args_list(a, "--served-model-name", &g->names, &g->n_names)) {
+    } else if (cv_args_list(a, "--lora-modules", &g->lora_items, &g->n_lora_items)) {
     } else if (cv_args_list(a, "--api-key", &g->keys, &g->n_keys)) {
     } else if (cv_args_flag(a, "--enable-prompt-tokens-details")) g->server.enable_prompt_tokens_details = true;
     else if (cv_args_flag(a, "--enable-force-include-usage")) g->server.enable_force_include_usage = true;
@@ -278,6 +338,7 @@ static int parse_serve_args(cv_args *a, serve_args *g) {
     }
     if (a->failed) return 2;
     if (!g->engine.model) return cv_args_error(a, "no MODEL given (see cvllm serve --help)");
+    if (parse_lora_modules(a, g)) return 2;
     if (g->server.enable_auto_tool_choice && !g->server.tool_call_parser)
         return cv_args_error(a, "--enable-auto-tool-choice requires --tool-call-parser");
     /* vLLM's --reasoning-parser is the same setting as the config's reasoning_parser. */
@@ -433,6 +494,10 @@ int cmd_serve(int argc, char **argv) {
     free(g.names);
     free(g.keys);
     json_decref(g.structured_json);
+    free(g.lora_items);
+    free(g.loras);
+    free(g.lora_modules);
+    json_decref(g.lora_json);
     cv_args_free(&a);
     return status < 0 ? 0 : status;
 }

@@ -304,7 +304,8 @@ static cvllm_status run_step(cvllm_engine *e, cv_beam_search **searches, int32_t
             size_t n;
             const int32_t *tokens = cv_beam_search_tokens(searches[p], b, &n);
             if (n) memcpy(ids[p] + n_prompt, tokens, n * sizeof *tokens);
-            const cvllm_prompt pr = {.token_ids = ids[p], .n_token_ids = n_prompt + n, .cache_salt = prompts[p].cache_salt};
+            const cvllm_prompt pr = {.token_ids = ids[p], .n_token_ids = n_prompt + n, .cache_salt = prompts[p].cache_salt,
+                                     .lora_name = prompts[p].lora_name};
             reqs[n_reqs] = (step_request){0, p, b};
             rc = cvllm_engine_add_request(e, &pr, sp, &reqs[n_reqs].id);
             if (rc == CVLLM_OK) n_reqs++;

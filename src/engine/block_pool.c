@@ -106,21 +106,27 @@ double cv_block_pool_usage(const cv_block_pool *pool) {
     return usable > 0 ? (double)(usable - pool->num_free) / usable : 0.0;
 }
 
-cv_block_hash cv_block_hash_tokens(cv_block_hash parent, const int32_t *tokens, int32_t n, const char *salt) {
+cv_block_hash cv_block_hash_tokens(cv_block_hash parent, const int32_t *tokens, int32_t n, const char *salt,
+                                   int32_t lora) {
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
     XXH3_128bits_update(&st, &parent, sizeof parent);
     XXH3_128bits_update(&st, tokens, (size_t)n * sizeof *tokens);
     if (salt) XXH3_128bits_update(&st, salt, strlen(salt) + 1);
+    if (lora) { /* the tag begins with a NUL, which no salt but "" (a NUL alone) begins with */
+        static const char tag[5] = "\0lora";
+        XXH3_128bits_update(&st, tag, sizeof tag);
+        XXH3_128bits_update(&st, &lora, sizeof lora);
+    }
     XXH128_hash_t h = XXH3_128bits_digest(&st);
     return (cv_block_hash){h.low64, h.high64};
 }
 
-void cv_block_hash_chain(const int32_t *tokens, int32_t block_size, const char *salt, int32_t from, int32_t to,
-                         cv_block_hash *hashes) {
+void cv_block_hash_chain(const int32_t *tokens, int32_t block_size, const char *salt, int32_t lora, int32_t from,
+                         int32_t to, cv_block_hash *hashes) {
     for (int32_t b = from; b < to; b++)
-        hashes[b] = cv_block_hash_tokens(b ? hashes[b - 1] : (cv_block_hash){0, 0},
-                                         tokens + (size_t)b * (size_t)block_size, block_size, b == 0 ? salt : NULL);
+        hashes[b] = b ? cv_block_hash_tokens(hashes[b - 1], tokens + (size_t)b * (size_t)block_size, block_size, NULL, 0)
+                      : cv_block_hash_tokens((cv_block_hash){0, 0}, tokens, block_size, salt, lora);
 }
 
 int32_t cv_block_pool_lookup(const cv_block_pool *pool, cv_block_hash h) { return cv_hash_index_get(&pool->cached, h); }

@@ -70,13 +70,16 @@ void cv_block_pool_release(cv_block_pool *pool, const int32_t *ids, int32_t n);
 int32_t cv_block_pool_num_free(const cv_block_pool *pool);
 
 /* Hash of one full block: the parent's hash (zero for the first block), the block's tokens and, for
- * the first block only, the request's cache_salt. */
-cv_block_hash cv_block_hash_tokens(cv_block_hash parent, const int32_t *tokens, int32_t n, const char *salt);
+ * the first block only, the request's cache_salt and LoRA adapter (0: the base model), which the
+ * later blocks inherit through their parents: K/V computed with an adapter differ from the base
+ * model's (vLLM puts the LoRA name in every block's extra keys). */
+cv_block_hash cv_block_hash_tokens(cv_block_hash parent, const int32_t *tokens, int32_t n, const char *salt,
+                                   int32_t lora);
 /* The chained hashes of full blocks [from, to) of `tokens` into hashes[from..to), hashes[0..from)
  * holding the earlier ones: what a sequence's blocks are cached under, and what the data-parallel
  * router (engine_group.c) matches prompts with. */
-void cv_block_hash_chain(const int32_t *tokens, int32_t block_size, const char *salt, int32_t from, int32_t to,
-                         cv_block_hash *hashes);
+void cv_block_hash_chain(const int32_t *tokens, int32_t block_size, const char *salt, int32_t lora, int32_t from,
+                         int32_t to, cv_block_hash *hashes);
 /* The cached block with this hash, or -1. */
 int32_t cv_block_pool_lookup(const cv_block_pool *pool, cv_block_hash h);
 /* Takes one more reference to a cached block (leaving the free queue if it was there). */

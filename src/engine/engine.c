@@ -48,6 +48,27 @@ void cvllm_engine_options_default(cvllm_engine_options *o) {
 /* ------------------------------------------------------------------------------------------------ */
 /* Creation                                                                                          */
 
+static int check_lora_options(const cvllm_engine_options *o) {
+    if (o->n_lora_modules < 0 || (o->n_lora_modules && !o->lora_modules))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "n_lora_modules must be >= 0 and lora_modules given with it");
+    if (o->n_lora_modules && !o->enable_lora)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "LoRA modules need LoRA enabled (--enable-lora)");
+    if (o->max_loras < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_loras must be >= 1, got %d", o->max_loras);
+    if (o->max_lora_rank && cv_lora_check_max_rank(o->max_lora_rank)) return CVLLM_ERR_INVALID_ARGUMENT;
+    if (o->enable_lora && o->tensor_parallel_size > 1)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "LoRA adapters with tensor_parallel_size %d are not supported; serve "
+                       "them on one rank", o->tensor_parallel_size);
+    for (int32_t i = 0; i < o->n_lora_modules; i++) {
+        const cvllm_lora_module *m = &o->lora_modules[i];
+        if (!m->name || !*m->name || !m->path || !*m->path)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "LoRA module %d needs a name and a path", i);
+        for (int32_t j = 0; j < i; j++)
+            if (!strcmp(o->lora_modules[j].name, m->name))
+                return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "LoRA module name %s is given twice", m->name);
+    }
+    return 0;
+}
+
 static int check_options(const cvllm_engine_options *o) {
     if (!o->model || !*o->model) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "no model given");
     if (o->max_model_len < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_model_len must be positive, got %d", o->max_model_len);
@@ -70,7 +91,7 @@ static int check_options(const cvllm_engine_options *o) {
     const char *policy = o->scheduling_policy;
     if (policy && strcmp(policy, "fcfs") && strcmp(policy, "priority"))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid scheduling_policy '%s'; choose from fcfs, priority", policy);
-    return 0;
+    return check_lora_options(o);
 }
 
 static void apply_option_defaults(cvllm_engine_options *o) {
@@ -81,6 +102,22 @@ static void apply_option_defaults(cvllm_engine_options *o) {
     if (!o->block_size) o->block_size = d.block_size;
     if (o->gpu_memory_utilization == 0) o->gpu_memory_utilization = d.gpu_memory_utilization;
     if (!o->max_logprobs) o->max_logprobs = d.max_logprobs;
+    if (!o->max_loras) o->max_loras = 1;
+    if (!o->max_lora_rank) o->max_lora_rank = CV_LORA_DEFAULT_MAX_RANK;
+}
+
+/* Reads the adapters of lora_modules, which the caller's options hold only while create runs. */
+static int load_loras(cvllm_engine *e) {
+    const cvllm_engine_options *o = &e->opts;
+    if (!o->n_lora_modules) return 0;
+    e->loras = cv_xcalloc((size_t)o->n_lora_modules, sizeof *e->loras);
+    for (; e->n_loras < o->n_lora_modules; e->n_loras++) {
+        const cvllm_lora_module *m = &o->lora_modules[e->n_loras];
+        int rc = cv_lora_adapter_load(m->name, m->path, o->max_lora_rank, &e->loras[e->n_loras]);
+        if (rc) return rc;
+    }
+    e->opts.lora_modules = NULL;
+    return 0;
 }
 
 static bool is_dummy_format(const char *load_format, int *rc) {
@@ -270,6 +307,8 @@ static int load_model(cvllm_engine *e) {
         .expert_parallel = e->opts.enable_expert_parallel,
         .dp_size = e->opts.data_parallel_size,
         .dp_rank = e->opts.data_parallel_rank,
+        .loras = (const cv_lora_adapter *const *)e->loras,
+        .n_loras = e->n_loras,
     };
     int rc = cv_runner_create(&o, &e->runner);
     if (rc) return rc;
@@ -326,6 +365,7 @@ static int check_engine(cvllm_engine *e, cv_footprint *fp, bool *known) {
     if ((rc = resolve_max_model_len(e))) return rc;
     if ((rc = resolve_dtypes(e))) return rc;
     if ((rc = open_weights(e, dummy))) return rc;
+    if ((rc = load_loras(e))) return rc;
     if ((rc = cv_model_check_split(&e->config, e->opts.tensor_parallel_size, e->opts.enable_expert_parallel)))
         return rc;
     return check_memory_fit(e, dummy, fp, known);
@@ -349,6 +389,10 @@ static int create_engine(cvllm_engine *e) {
     cv_scheduler_init(&e->sched, &e->blocks, e->opts.max_num_seqs, e->opts.max_num_batched_tokens,
                       e->opts.block_size, e->max_model_len, e->opts.enable_prefix_caching, priority,
                       e->states.num_slots ? &e->states : NULL);
+    e->sched.max_loras = e->n_loras ? e->opts.max_loras : 0;
+    for (int32_t i = 0; i < e->n_loras; i++)
+        cv_info("engine", "LoRA adapter %s: %s, rank %d, %zu modules (max_loras %d)", e->loras[i]->name,
+                e->loras[i]->path, e->loras[i]->rank, e->loras[i]->n_modules, e->opts.max_loras);
     if (priority) cv_info("engine", "scheduling policy priority: lower priority values are scheduled first");
     e->max_logprobs = e->opts.max_logprobs;
     e->sample_scratch = cv_xmalloc(2 * (size_t)e->vocab_size * sizeof(float));
@@ -446,6 +490,8 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     cv_runner_free(e->runner);
     cv_weight_source_free(e->weights);
     cv_grammar_cache_free(e->grammars);
+    for (int32_t i = 0; i < e->n_loras; i++) cv_lora_adapter_free(e->loras[i]);
+    free(e->loras);
     cv_tokenizer_free(e->tokenizer);
     cv_model_config_free(&e->config);
     free(e->batch.token_ids);
@@ -456,6 +502,7 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     free(e->batch.slot_mapping);
     free(e->batch.block_tables);
     free(e->batch.state_slots);
+    free(e->batch.lora_ids);
     free(e->batch.logits);
     free(e->sample_scratch);
     free(e->top_scratch);
@@ -663,11 +710,26 @@ static void push_request(cvllm_engine *e, cv_request *req) {
     e->requests[e->n_requests++] = req;
 }
 
+/* The request's adapter: 0 for none, else its index in e->loras plus one. */
+static int find_lora(const cvllm_engine *e, const char *name, int32_t *out) {
+    *out = 0;
+    if (!name) return 0;
+    for (int32_t i = 0; i < e->n_loras; i++)
+        if (!strcmp(e->loras[i]->name, name)) {
+            *out = i + 1;
+            return 0;
+        }
+    return cv_fail(CVLLM_ERR_NOT_FOUND, "LoRA adapter %s is not loaded%s", name,
+                   e->n_loras ? "" : " (the engine serves none: enable_lora and lora_modules)");
+}
+
 int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm_sampling_params *params,
                               cv_request **out) {
     *out = NULL;
     int rc = check_sampling_params(e, params);
     if (rc) return rc;
+    int32_t lora = 0;
+    if ((rc = find_lora(e, prompt->lora_name, &lora))) return rc;
     int32_t *ids = NULL;
     size_t n = 0;
     cv_token_seqs bad_words = {0};
@@ -684,6 +746,7 @@ int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const
     const int32_t *eos = model_eos(e, &n_eos);
     uint64_t id = ++e->next_request_id;
     *out = cv_request_create(id, ids, n, prompt->cache_salt, params, max_tokens, eos, n_eos, &bad_words);
+    (*out)->lora = lora;
     free(ids);
     return 0;
 }
@@ -764,6 +827,7 @@ static void ensure_batch_capacity(cv_batch_buf *b, int32_t n_tokens, int32_t n_s
         b->context_lens = cv_xrealloc(b->context_lens, (size_t)n_seqs * sizeof(int32_t));
         b->block_tables = cv_xrealloc(b->block_tables, (size_t)n_seqs * sizeof(int32_t *));
         b->state_slots = cv_xrealloc(b->state_slots, (size_t)n_seqs * sizeof(int32_t));
+        b->lora_ids = cv_xrealloc(b->lora_ids, (size_t)n_seqs * sizeof(int32_t));
     }
 }
 
@@ -855,6 +919,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
             for (int32_t d = seq->n_draft; d >= 0; d--) b->logit_rows[n_logits++] = t - 1 - d;
         b->context_lens[s] = (int32_t)(seq->num_computed + (size_t)seq->num_scheduled);
         b->block_tables[s] = seq->block_table;
+        b->lora_ids[s] = seq->req->lora;
         if (e->states.num_slots) {
             attach_state_slot(e, seq);
             b->state_slots[s] = seq->state_slot;
@@ -885,6 +950,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         .n_checkpoints = b->n_checkpoints,
         .n_logits = n_logits,
         .logit_rows = b->logit_rows,
+        .lora_ids = e->n_loras ? b->lora_ids : NULL,
     };
     if ((size_t)n_logits > b->cap_logits) {
         b->cap_logits = (size_t)n_logits;

@@ -25,7 +25,7 @@
 
 /* Reusable arrays for building one forward batch. */
 typedef struct cv_batch_buf {
-    int32_t *token_ids, *positions, *seq_start, *context_lens, *logit_rows, *state_slots;
+    int32_t *token_ids, *positions, *seq_start, *context_lens, *logit_rows, *state_slots, *lora_ids;
     int64_t *slot_mapping;
     const int32_t **block_tables;
     int32_t cap_tokens, cap_seqs;
@@ -94,6 +94,8 @@ struct cvllm_engine {
     float *hidden;                 /* [batch tokens][hidden] from forward(), for the MTP */
     size_t cap_hidden;
     cv_grammar_cache *grammars;    /* compiled constraints (cvllm_grammar_compile; any thread) */
+    cv_lora_adapter **loras;       /* lora_modules, read at create; request lora i + 1 runs loras[i] */
+    int32_t n_loras;
     /* Counters for logs and metrics. */
     uint64_t prompt_tokens_total, generation_tokens_total;
 };

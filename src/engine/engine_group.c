@@ -114,7 +114,7 @@ int cv_engine_group_submit(cv_engine_group *g, const cv_submit *s, uint64_t *req
      * always computed (scheduler.h). */
     const int32_t n = g->prefix_caching ? (int32_t)((req->n_prompt - 1) / (size_t)g->block_size) : 0;
     cv_block_hash *hashes = cv_xmalloc((n ? (size_t)n : 1) * sizeof *hashes);
-    cv_block_hash_chain(req->prompt, g->block_size, req->cache_salt, 0, n, hashes);
+    cv_block_hash_chain(req->prompt, g->block_size, req->cache_salt, req->lora, 0, n, hashes);
     pthread_mutex_lock(&g->mu);
     for (int i = 0; i < g->n; i++)
         cv_engine_loop_load(g->loops[i], &g->loads[i].requests, &g->loads[i].kv_cache_usage);

@@ -79,6 +79,7 @@ struct cv_request {
     int32_t *prompt;
     size_t n_prompt;
     char *cache_salt;              /* NULL = none */
+    int32_t lora;                  /* 0: the base model; 1…n: the engine's LoRA adapter (cv_batch.lora_ids) */
     size_t n_cached_tokens;        /* prefix-cache hit of the first admission */
     bool admitted;                 /* seq 0 (the first of its request to run) was scheduled once:
                                     * n_cached_tokens is set and the queue time is over */

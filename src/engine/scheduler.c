@@ -93,7 +93,7 @@ void cv_scheduler_hash_blocks(const cv_scheduler *s, cv_seq *seq) {
         seq->cap_block_hashes = full * 2;
         seq->block_hashes = cv_xrealloc(seq->block_hashes, (size_t)seq->cap_block_hashes * sizeof *seq->block_hashes);
     }
-    cv_block_hash_chain(seq->tokens, bs, seq->req->cache_salt, seq->n_block_hashes, full, seq->block_hashes);
+    cv_block_hash_chain(seq->tokens, bs, seq->req->cache_salt, seq->req->lora, seq->n_block_hashes, full, seq->block_hashes);
     if (full > seq->n_block_hashes) seq->n_block_hashes = full;
 }
 
@@ -277,9 +277,38 @@ static void schedule_running(cv_scheduler *s, cv_schedule *out, int32_t *budget)
     }
 }
 
+/* The distinct adapters of the running sequences into active (room for running.n); their count. */
+static int32_t running_loras(const cv_scheduler *s, int32_t *active) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->running.n; i++) {
+        const int32_t l = s->running.items[i]->req->lora;
+        bool seen = l == 0;
+        for (int32_t j = 0; j < n && !seen; j++) seen = active[j] == l;
+        if (!seen) active[n++] = l;
+    }
+    return n;
+}
+
+/* Whether adapter `lora` may run beside the active ones (within max_loras); if so it is active. */
+static bool lora_fits(const cv_scheduler *s, int32_t *active, int32_t *n_active, int32_t lora) {
+    if (!lora) return true;
+    for (int32_t j = 0; j < *n_active; j++)
+        if (active[j] == lora) return true;
+    if (*n_active >= s->max_loras) return false;
+    active[(*n_active)++] = lora;
+    return true;
+}
+
 static void schedule_waiting(cv_scheduler *s, cv_schedule *out, int32_t *budget) {
-    while (s->waiting.n > 0 && *budget > 0 && s->running.n < s->max_num_seqs) {
-        cv_seq *seq = s->waiting.items[0];
+    int32_t *active = s->max_loras ? cv_xmalloc(((size_t)s->running.n + (size_t)s->max_loras) * sizeof *active) : NULL;
+    int32_t n_active = active ? running_loras(s, active) : 0;
+    int32_t at = 0; /* the waiting sequences before it wait for their adapter */
+    while (at < s->waiting.n && *budget > 0 && s->running.n < s->max_num_seqs) {
+        cv_seq *seq = s->waiting.items[at];
+        if (active && !lora_fits(s, active, &n_active, seq->req->lora)) {
+            at++;
+            continue;
+        }
         size_t hit = take_cached_prefix(s, seq);
         int32_t n = tokens_wanted(s, seq, *budget);
         assert(n > 0);
@@ -298,7 +327,7 @@ static void schedule_waiting(cv_scheduler *s, cv_schedule *out, int32_t *budget)
             req->n_cached_tokens = hit;
             req->admitted = true;
         }
-        list_remove_at(&s->waiting, 0);
+        list_remove_at(&s->waiting, at);
         seq->status = CV_SEQ_RUNNING;
         list_push(&s->running, seq);
         seq->num_scheduled = n;
@@ -306,6 +335,7 @@ static void schedule_waiting(cv_scheduler *s, cv_schedule *out, int32_t *budget)
         out->total_tokens += n;
         *budget -= n;
     }
+    free(active);
 }
 
 void cv_scheduler_schedule(cv_scheduler *s, cv_schedule *out) {

@@ -46,6 +46,9 @@ typedef struct cv_scheduler {
     cv_state_pool *states;         /* models with recurrent state: a hit also needs a state checkpoint */
     bool enable_prefix_caching;
     bool priority_policy;          /* "priority", else "fcfs" */
+    int32_t max_loras;             /* LoRA: distinct adapters among the running sequences, at most (0: no
+                                    * adapters; set after init). A waiting sequence whose adapter would
+                                    * pass it waits, and those behind it are admitted, as in vLLM */
     cv_seq_list running;           /* in admission order */
     cv_seq_list waiting;           /* front = next to admit */
     uint64_t num_preemptions;      /* total, for metrics */

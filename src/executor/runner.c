@@ -64,7 +64,10 @@ int cv_runner_create(const cv_runner_options *o, cv_runner **out) {
         .load_mtp = o->load_mtp,
         .bf16_compute = o->bf16_compute,
         .tp = r->tp.size > 1 ? &r->tp : NULL,
+        .loras = o->loras,
+        .n_loras = o->n_loras,
     };
+    assert(!o->n_loras || o->tp_size <= 1); /* the batch a worker gets carries no lora_ids */
     int rc = cv_model_load(&p, &r->model);
     if (r->tp.size > 1) rc = cv_comm_agree(r->comm, rc, "load the model");
     if (rc) {

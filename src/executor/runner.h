@@ -44,6 +44,8 @@ typedef struct cv_runner_options {
     int tp_size;                    /* > 1: tensor parallelism over an MPI job of that many ranks */
     int dp_size, dp_rank;           /* with it: data-parallel replicas, this one's index (comm.h) */
     bool expert_parallel;           /* with it: routed experts placed whole on the ranks (cv_tp) */
+    const cv_lora_adapter *const *loras; /* borrowed: the batches' lora_ids (model.h); only with tp_size 1 */
+    int32_t n_loras;
 } cv_runner_options;
 
 /* What the engine needs to know of the model it runs (sizes, never memory). */

@@ -30,6 +30,12 @@
  * The engine asks forward() for the final-normed hidden states of every token (batch->hidden_out),
  * then runs mtp_forward over the same positions with the *next* token of each position as input,
  * as vLLM's proposer does (vllm/v1/spec_decode/eagle.py, which also runs the MTP methods).
+ *
+ * LoRA adapters (vLLM's --enable-lora): the load gets every adapter the engine serves, and each
+ * sequence of a batch names the one it runs with (lora_ids), so one forward pass mixes adapters and
+ * the base model, as vLLM's punica kernels do. They adapt the linears whose rows are the batch's
+ * tokens (attention, the dense MLP and shared expert, the linear-attention projections, the
+ * router); the MTP module, the lm_head and routed experts run without them.
  */
 #ifndef CV_MODEL_H
 #define CV_MODEL_H
@@ -40,6 +46,7 @@
 
 #include "base/dtype.h"
 #include "loader/config.h"
+#include "loader/lora.h"
 #include "loader/weights.h"
 
 typedef struct cv_threadpool cv_threadpool;
@@ -88,6 +95,8 @@ typedef struct cv_batch {
     float *hidden_out;            /* optional [n_tokens][hidden]: final-normed hidden state of every token */
     int32_t n_logits;
     const int32_t *logit_rows;    /* [n_logits] token indices whose logits are wanted */
+    const int32_t *lora_ids;      /* [n_seqs]: 1…n_loras, the load's adapter the sequence runs with, or 0 for
+                                   * the base model; NULL: every sequence runs the base model */
 } cv_batch;
 
 typedef struct cv_model cv_model;
@@ -145,6 +154,10 @@ typedef struct cv_model_load_params {
     const cv_tp *tp;                /* NULL: the whole model in this process */
     cv_linear_observer observe;     /* NULL: none */
     void *observe_ctx;
+    const cv_lora_adapter *const *loras; /* [n_loras] LoRA adapters the batches may ask for (lora_ids),
+                                    * borrowed; every module of each must be a linear of the model; only
+                                    * without tensor parallelism */
+    int32_t n_loras;
 } cv_model_load_params;
 
 /* Picks the architecture from config->architecture. Unknown: CVLLM_ERR_UNSUPPORTED naming it and

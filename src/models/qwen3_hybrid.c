@@ -287,6 +287,7 @@ static void bind_mtp(hybrid_model *m, const cv_model_config *cfg, const hybrid_p
     const size_t streamed = b->matmul_bytes;
     mtp_module *t = nn_own(b, sizeof *t);
     if (!t) return;
+    b->adapters_off = true; /* drafts come from the base model's MTP module */
     nn_bind_gain_plus_one(b, "mtp.pre_fc_norm_embedding.weight", H, "hidden_size", &t->norm_embedding);
     nn_bind_gain_plus_one(b, "mtp.pre_fc_norm_hidden.weight", H, "hidden_size", &t->norm_hidden);
     nn_bind_linear(b, &t->fc, "mtp.fc", H, 2 * (int64_t)H, "hidden_size, 2*hidden_size");
@@ -298,6 +299,7 @@ static void bind_mtp(hybrid_model *m, const cv_model_config *cfg, const hybrid_p
     nn_bind_gain_plus_one(b, "mtp.layers.0.post_attention_layernorm.weight", H, "hidden_size",
                           &ly->post_attention_norm);
     bind_mlp(b, "mtp.layers.0.mlp.", H, cfg, plan, plan->dense_mtp, &ly->mlp);
+    b->adapters_off = false;
     b->matmul_bytes = streamed;
     if (!b->rc) m->mtp = t;
 }
@@ -391,7 +393,8 @@ static int32_t rows_needed(const cv_batch *b) {
 
 static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *st, float *logits) {
     hybrid_model *m = (hybrid_model *)base;
-    int rc = nn_check_batch(b, kv, m->t.vocab, base->kv_spec.num_layers, st, base->state_bytes_per_seq);
+    int rc = nn_check_batch(b, kv, m->t.vocab, base->kv_spec.num_layers, m->t.bound.n_loras, st,
+                            base->state_bytes_per_seq);
     if (!rc) rc = nn_scratch_reserve(&m->t.scratch, rows_needed(b), carve_scratch, m);
     if (rc || b->n_tokens == 0) return rc;
     hybrid_scratch *s = &m->s;
@@ -414,7 +417,7 @@ static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float
     b.state_slots = NULL;
     b.checkpoints = NULL;
     b.n_checkpoints = 0;
-    int rc = nn_check_batch(&b, kv, m->t.vocab, base->kv_spec.num_layers, NULL, 0);
+    int rc = nn_check_batch(&b, kv, m->t.vocab, base->kv_spec.num_layers, m->t.bound.n_loras, NULL, 0);
     if (!rc && b.n_tokens > 0 && !hidden)
         rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "mtp_forward: no hidden states for its %d tokens", b.n_tokens);
     if (!rc) rc = nn_scratch_reserve(&m->t.scratch, rows_needed(&b), carve_scratch, m);

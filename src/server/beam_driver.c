@@ -63,7 +63,7 @@ struct cv_beam_driver {
     const cvllm_tokenizer *tok;
     cv_beam_search *bs;
     int32_t *prompt;              /* cv_beam_search_config(bs)->n_prompt ids */
-    char *cache_salt;
+    char *cache_salt, *lora_name; /* the prompt's, copied */
     double arrival;               /* the first step's (the HTTP request's); later steps arrive when submitted,
                                    * so that their TTFT and queue time in /metrics are their own */
     cv_event_fn done;
@@ -102,7 +102,8 @@ static size_t submit_step(cv_beam_driver *d) {
         size_t n;
         const int32_t *tokens = cv_beam_search_tokens(d->bs, i, &n);
         if (n) memcpy(ids + cfg->n_prompt, tokens, n * sizeof *ids);
-        cvllm_prompt prompt = {.token_ids = ids, .n_token_ids = cfg->n_prompt + n, .cache_salt = d->cache_salt};
+        cvllm_prompt prompt = {.token_ids = ids, .n_token_ids = cfg->n_prompt + n, .cache_salt = d->cache_salt,
+                               .lora_name = d->lora_name};
         d->slots[i] = (step_slot){d, i};
         const cv_submit sub = {.prompt = &prompt, .params = &d->params, .on_event = on_step_event,
                                .user = &d->slots[i], .arrival_time = d->first_step ? d->arrival : 0};
@@ -182,16 +183,17 @@ static void on_step_event(void *user, cv_request_event *ev) {
 }
 
 cv_beam_driver *cv_beam_driver_start(cv_engine_group *group, const cvllm_tokenizer *tok, const cv_beam_config *cfg,
-                                     const int32_t *prompt, const char *cache_salt, double arrival, cv_event_fn done,
-                                     void *user, int *rc) {
+                                     const cvllm_prompt *prompt, double arrival, cv_event_fn done, void *user, int *rc) {
+    assert(prompt->token_ids && prompt->n_token_ids == cfg->n_prompt);
     cv_beam_driver *d = cv_xcalloc(1, sizeof *d);
     pthread_mutex_init(&d->mu, NULL);
     d->group = group;
     d->tok = tok;
     d->bs = cv_beam_search_new(cfg);
     d->prompt = cv_xmalloc((cfg->n_prompt ? cfg->n_prompt : 1) * sizeof *d->prompt);
-    if (cfg->n_prompt) memcpy(d->prompt, prompt, cfg->n_prompt * sizeof *prompt);
-    d->cache_salt = cache_salt ? cv_xstrdup(cache_salt) : NULL;
+    if (cfg->n_prompt) memcpy(d->prompt, prompt->token_ids, cfg->n_prompt * sizeof *d->prompt);
+    d->cache_salt = prompt->cache_salt ? cv_xstrdup(prompt->cache_salt) : NULL;
+    d->lora_name = prompt->lora_name ? cv_xstrdup(prompt->lora_name) : NULL;
     d->arrival = arrival;
     d->done = done;
     d->user = user;
@@ -228,6 +230,7 @@ void cv_beam_driver_free(cv_beam_driver *d) {
     cv_beam_search_free(d->bs);
     free(d->prompt);
     free(d->cache_salt);
+    free(d->lora_name);
     free(d->slots);
     free(d->ids);
     free(d->open);

@@ -16,13 +16,13 @@ cv_request_event *cv_beam_result_event(const cv_beam_search *bs, const cvllm_tok
 
 typedef struct cv_beam_driver cv_beam_driver;
 
-/* Starts the search for one prompt; `done(user, ev)` receives its final event exactly once — the
+/* Starts the search for one prompt (its token ids, cfg->n_prompt of them; every step request keeps
+ * its cache_salt and LoRA adapter); `done(user, ev)` receives its final event exactly once — the
  * result, or outputs that finished "abort" or "error" when a step request did — from an engine
  * thread. Returns NULL with *rc and cvllm_last_error() when the first step cannot be submitted
  * (done is then never called). */
 cv_beam_driver *cv_beam_driver_start(cv_engine_group *group, const cvllm_tokenizer *tok, const cv_beam_config *cfg,
-                                     const int32_t *prompt, const char *cache_salt, double arrival, cv_event_fn done,
-                                     void *user, int *rc);
+                                     const cvllm_prompt *prompt, double arrival, cv_event_fn done, void *user, int *rc);
 /* Aborts the step in flight and submits no other; done follows with finish_reason "abort". Safe
  * from any thread until the driver is freed. */
 void cv_beam_driver_abort(cv_beam_driver *d);

@@ -47,6 +47,7 @@ struct gen_session {
     cv_http_req *http;          /* until `replied` */
     cv_api_request req;
     cvllm_grammar *grammar;     /* req.params.grammar's reference, or NULL */
+    const char *lora;           /* the LoRA adapter it names (the server's), or NULL */
     cv_api_response resp;
     gen_slot *slots;
     uint64_t *ids;              /* engine request ids; the first n_submitted are valid */
@@ -63,10 +64,11 @@ struct gen_session {
 };
 
 static gen_session *session_new(cv_server *s, cv_http_req *r, cv_api_request *req, cvllm_grammar *grammar,
-                                double arrival) {
+                                const char *lora, double arrival) {
     gen_session *g = cv_xcalloc(1, sizeof *g);
     pthread_mutex_init(&g->mu, NULL);
     g->s = s;
+    g->lora = lora;
     g->http = r;
     g->arrival = arrival;
     g->grammar = grammar;
@@ -78,7 +80,8 @@ static gen_session *session_new(cv_server *s, cv_http_req *r, cv_api_request *re
     g->slots = cv_xcalloc(g->req.n_prompts, sizeof *g->slots);
     g->ids = cv_xcalloc(g->req.n_prompts, sizeof *g->ids);
     if (g->req.beam_search) g->beams = cv_xcalloc(g->req.n_prompts, sizeof *g->beams);
-    cv_api_response_init(&g->resp, &g->req, s->tok, s->names[0], s->cached_details);
+    /* vLLM names the adapter in the replies of a LoRA request, the first served name otherwise */
+    cv_api_response_init(&g->resp, &g->req, s->tok, lora ? lora : s->names[0], s->cached_details);
     pthread_mutex_lock(&s->sessions_mu);
     g->next = s->sessions;
     if (s->sessions) s->sessions->prev = g;
@@ -205,8 +208,10 @@ static int start_beams(gen_session *g, size_t i) {
                                 .eos_token_id = cv_beam_eos_token_id(g->s->tok), .top_logprobs = req->top_logprobs,
                                 .n_prompt = p->n_ids};
     int rc = 0;
-    cv_beam_driver *d = cv_beam_driver_start(g->s->group, g->s->tok, &cfg, p->ids, req->cache_salt, g->arrival, on_event,
-                                             &g->slots[i], &rc);
+    const cvllm_prompt prompt = {.token_ids = p->ids, .n_token_ids = p->n_ids, .cache_salt = req->cache_salt,
+                                 .lora_name = g->lora};
+    cv_beam_driver *d = cv_beam_driver_start(g->s->group, g->s->tok, &cfg, &prompt, g->arrival, on_event, &g->slots[i],
+                                             &rc);
     if (!d) return rc;
     g->beams[i] = d;
     atomic_fetch_add(&g->n_beams, 1);
@@ -221,7 +226,8 @@ static int submit_all(gen_session *g, cv_api_error *err) {
     const cv_api_request *req = &g->req;
     for (size_t i = 0; i < req->n_prompts; i++) {
         const cv_api_prompt *p = &req->prompts[i];
-        cvllm_prompt prompt = {.token_ids = p->ids, .n_token_ids = p->n_ids, .cache_salt = req->cache_salt};
+        cvllm_prompt prompt = {.token_ids = p->ids, .n_token_ids = p->n_ids, .cache_salt = req->cache_salt,
+                               .lora_name = g->lora};
         cvllm_sampling_params params = cv_api_prompt_params(req, i);
         g->slots[i] = (gen_slot){g, i};
         cv_submit sub = {.prompt = &prompt,
@@ -269,12 +275,13 @@ static int compile_constraint(cv_server *s, cv_api_request *req, cvllm_grammar *
 }
 
 static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, size_t len, cv_api_request *req,
-                             cvllm_grammar **grammar, cv_api_error *err) {
+                             cvllm_grammar **grammar, const char **lora, cv_api_error *err) {
     *grammar = NULL;
+    *lora = NULL;
     int rc = kind == CV_API_CHAT ? cv_api_parse_chat(body, len, &s->limits, req, err)
                                  : cv_api_parse_completion(body, len, &s->limits, req, err);
     if (rc) return rc;
-    if (!cv_server_model_name(s, req->model, err)) return -1;
+    if (!cv_server_model_name(s, req->model, lora, err)) return -1;
     if (atomic_load(&s->failed)) return cv_api_fail(err, 503, NULL, "%s", s->failure);
     if (atomic_load(&s->draining)) return cv_api_fail(err, 503, NULL, "The server is shutting down");
     if (req->stream && s->force_usage) req->include_usage = true;
@@ -286,7 +293,8 @@ void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind) {
     cv_api_error err;
     cvllm_grammar *grammar;
     double arrival = cv_now();
-    if (parse_and_prepare(s, kind, cv_http_body(r), cv_http_body_len(r), &req, &grammar, &err)) {
+    const char *lora;
+    if (parse_and_prepare(s, kind, cv_http_body(r), cv_http_body_len(r), &req, &grammar, &lora, &err)) {
         cv_api_request_free(&req);
         cv_server_reply_error(r, &err);
         return;
@@ -297,7 +305,7 @@ void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind) {
         free(req.request_id);
         req.request_id = cv_xstrdup(header_id);
     }
-    gen_session *g = session_new(s, r, &req, grammar, arrival);
+    gen_session *g = session_new(s, r, &req, grammar, lora, arrival);
     /* OpenAI's `user` identifies the end user for abuse monitoring: it goes to the log only. */
     if (g->req.user) cv_info("server", "request %s from user '%.200s'", g->resp.id, g->req.user);
     cv_http_on_gone(r, on_gone, g);

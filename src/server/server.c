@@ -66,10 +66,16 @@ static char *error_body(void *user, int status, const char *message) {
     return cv_api_error_json(&err);
 }
 
-const char *cv_server_model_name(const cv_server *s, const char *requested, cv_api_error *err) {
+const char *cv_server_model_name(const cv_server *s, const char *requested, const char **lora, cv_api_error *err) {
+    if (lora) *lora = NULL;
     if (!requested) return s->names[0];
     for (size_t i = 0; i < s->n_names; i++)
         if (!strcmp(requested, s->names[i])) return s->names[i];
+    for (size_t i = 0; i < s->n_loras; i++)
+        if (!strcmp(requested, s->lora_names[i])) {
+            if (lora) *lora = s->lora_names[i];
+            return s->lora_names[i];
+        }
     cv_api_fail(err, 404, "model", "The model `%.200s` does not exist.", requested);
     return NULL;
 }
@@ -77,21 +83,29 @@ const char *cv_server_model_name(const cv_server *s, const char *requested, cv_a
 /* ------------------------------------------------------------------------------------------------ */
 /* Small endpoints                                                                                   */
 
+/* A card of /v1/models; parent NULL is null, max_model_len 0 null (vLLM's LoRA cards have none). */
+static json_t *model_card(const cv_server *s, const char *id, const char *root, const char *parent,
+                          int32_t max_model_len, size_t index) {
+    char *perm = cv_xasprintf("modelperm-%s-%zu", s->names[0], index);
+    json_t *permission = json_pack(
+        "[{s:s, s:s, s:I, s:b, s:b, s:b, s:b, s:b, s:b, s:s, s:n, s:b}]", "id", perm, "object", "model_permission",
+        "created", (json_int_t)s->started, "allow_create_engine", 0, "allow_sampling", 1, "allow_logprobs", 1,
+        "allow_search_indices", 0, "allow_view", 1, "allow_fine_tuning", 0, "organization", "*", "group",
+        "is_blocking", 0);
+    free(perm);
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o, s:o}", "id", id, "object", "model", "created",
+                     (json_int_t)s->started, "owned_by", "vllm", "root", root, "parent",
+                     parent ? json_string(parent) : json_null(), "max_model_len",
+                     max_model_len ? json_integer(max_model_len) : json_null(), "permission", permission);
+}
+
 static void handle_models(cv_server *s, cv_http_req *c) {
     json_t *data = json_array();
-    for (size_t i = 0; i < s->n_names; i++) {
-        char *perm = cv_xasprintf("modelperm-%s-%zu", s->names[0], i);
-        json_t *permission = json_pack(
-            "[{s:s, s:s, s:I, s:b, s:b, s:b, s:b, s:b, s:b, s:s, s:n, s:b}]", "id", perm, "object", "model_permission",
-            "created", (json_int_t)s->started, "allow_create_engine", 0, "allow_sampling", 1, "allow_logprobs", 1,
-            "allow_search_indices", 0, "allow_view", 1, "allow_fine_tuning", 0, "organization", "*", "group",
-            "is_blocking", 0);
-        free(perm);
-        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:s, s:n, s:i, s:o}", "id", s->names[i], "object",
-                                              "model", "created", (json_int_t)s->started, "owned_by", "vllm", "root",
-                                              s->root, "parent", "max_model_len", s->limits.max_model_len,
-                                              "permission", permission));
-    }
+    for (size_t i = 0; i < s->n_names; i++)
+        json_array_append_new(data, model_card(s, s->names[i], s->root, NULL, s->limits.max_model_len, i));
+    for (size_t i = 0; i < s->n_loras; i++)
+        json_array_append_new(data, model_card(s, s->lora_names[i], s->lora_roots[i], s->lora_parents[i], 0,
+                                               s->n_names + i));
     send_json(c, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
@@ -115,7 +129,7 @@ static void handle_tokenize(cv_server *s, cv_http_req *c, const char *body, size
     cv_api_request req;
     cv_api_error err;
     int rc = cv_api_parse_tokenize(body, len, &s->limits, &req, &err);
-    if (!rc && !cv_server_model_name(s, req.model, &err)) rc = -1;
+    if (!rc && !cv_server_model_name(s, req.model, NULL, &err)) rc = -1;
     cv_api_prompt *p = rc ? NULL : &req.prompts[0];
     if (p && cvllm_tokenize(s->tok, p->text, p->text_len, &p->ids, &p->n_ids) != CVLLM_OK)
         rc = cv_api_fail(&err, 400, "prompt", "%s", cvllm_last_error());
@@ -137,7 +151,7 @@ static void handle_render(cv_server *s, cv_http_req *c, const char *body, size_t
     cv_api_request req;
     cv_api_error err;
     int rc = cv_api_parse_chat(body, len, &s->limits, &req, &err);
-    const char *model = rc ? NULL : cv_server_model_name(s, req.model, &err);
+    const char *model = rc ? NULL : cv_server_model_name(s, req.model, NULL, &err);
     if (!model || cv_api_prepare(&req, s->tok, &s->limits, &err)) {
         cv_api_request_free(&req);
         cv_server_reply_error(c, &err);
@@ -155,7 +169,7 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
     cv_api_error err;
     char *text = NULL;
     int rc = cv_api_parse_detokenize(body, len, &req, &err);
-    if (!rc && !cv_server_model_name(s, req.model, &err)) rc = -1;
+    if (!rc && !cv_server_model_name(s, req.model, NULL, &err)) rc = -1;
     for (size_t i = 0; !rc && i < req.prompts[0].n_ids; i++)
         if (req.prompts[0].ids[i] < 0 || req.prompts[0].ids[i] >= s->limits.vocab_size)
             rc = cv_api_fail(&err, 400, "tokens", "Token id %d is out of vocabulary", req.prompts[0].ids[i]);
@@ -400,6 +414,9 @@ static int setup_chat(cv_server *s, const cv_server_options *o) {
 static void free_server(cv_server *s) {
     cv_http_metrics_free(s->http_metrics);
     free_strings(s->names, s->n_names);
+    free_strings(s->lora_names, s->n_loras);
+    free_strings(s->lora_roots, s->n_loras);
+    free_strings(s->lora_parents, s->n_loras);
     free_strings(s->keys, s->n_keys);
     free(s->root);
     json_decref(s->default_kwargs);
@@ -430,6 +447,15 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
                                        : copy_strings((const char *const *)&s->root, 1);
     s->keys = copy_strings(o->api_keys, o->n_api_keys);
     s->n_keys = o->n_api_keys;
+    s->n_loras = o->n_loras;
+    s->lora_names = cv_xcalloc(o->n_loras + 1, sizeof *s->lora_names);
+    s->lora_roots = cv_xcalloc(o->n_loras + 1, sizeof *s->lora_roots);
+    s->lora_parents = cv_xcalloc(o->n_loras + 1, sizeof *s->lora_parents);
+    for (size_t i = 0; i < o->n_loras; i++) {
+        s->lora_names[i] = cv_xstrdup(o->loras[i].name);
+        s->lora_roots[i] = cv_xstrdup(o->loras[i].path);
+        s->lora_parents[i] = cv_xstrdup(o->loras[i].base_model_name ? o->loras[i].base_model_name : s->names[0]);
+    }
     s->cached_details = o->enable_prompt_tokens_details;
     s->force_usage = o->enable_force_include_usage;
     s->request_id_headers = o->enable_request_id_headers;

@@ -17,12 +17,22 @@
 
 typedef struct cv_server cv_server;
 
+/* A LoRA adapter the engines serve (vLLM's --lora-modules): requests whose "model" is its name run
+ * with it, and /v1/models lists it. */
+typedef struct cv_server_lora {
+    const char *name;                  /* as in the engines' lora_modules */
+    const char *path;                  /* its card's "root" */
+    const char *base_model_name;       /* its card's "parent"; NULL = the first served model name */
+} cv_server_lora;
+
 typedef struct cv_server_options {
     const char *host;                  /* address to bind; NULL = all interfaces (0.0.0.0) */
     int port;                          /* 0 = an ephemeral port (see cv_server_port) */
     const char *const *served_model_names; /* the first one is printed in replies and metrics */
     size_t n_served_model_names;       /* 0 = model_root */
     const char *model_root;            /* the MODEL argument, /v1/models "root" */
+    const cv_server_lora *loras;       /* [n_loras], copied */
+    size_t n_loras;
     const char *const *api_keys;       /* Bearer keys for /v1/...; none = open */
     size_t n_api_keys;
     bool enable_prompt_tokens_details; /* usage.prompt_tokens_details.cached_tokens */

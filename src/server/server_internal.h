@@ -29,6 +29,8 @@ struct cv_server {
     char *whitespace_pattern;     /* owned; limits.structured.whitespace_pattern */
     char **names;                 /* served model names (copies) */
     size_t n_names;
+    char **lora_names, **lora_roots, **lora_parents; /* the LoRA adapters' cards (copies) */
+    size_t n_loras;
     char *root;
     char **keys;
     size_t n_keys;
@@ -61,7 +63,9 @@ void cv_generate_abort_all(cv_server *s);
  * [DONE]) without waiting for the engine, which has failed; generations that begin later abort. */
 void cv_generate_fail_all(cv_server *s, const char *why);
 
-/* The served name a request's "model" field selects; NULL (with *err set to 404) when none does. */
-const char *cv_server_model_name(const cv_server *s, const char *requested, cv_api_error *err);
+/* The served name a request's "model" field selects — a served model name, or a LoRA adapter's,
+ * which *lora then receives too (NULL for the base model; lora may be NULL) — or NULL with *err set
+ * to vLLM's 404 when none does. The names live as long as the server. */
+const char *cv_server_model_name(const cv_server *s, const char *requested, const char **lora, cv_api_error *err);
 
 #endif

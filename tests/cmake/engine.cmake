@@ -7,3 +7,6 @@ cv_add_test(test_kv_dtype SOURCES test_kv_dtype.c LIBS cv_engine TIMEOUT 300)
 cv_add_test(test_engine_params SOURCES test_engine_params.c LIBS cv_engine TIMEOUT 300)
 # Structured outputs end to end; validates outputs with python3 and node (ajv).
 cv_add_test(test_structured SOURCES test_structured.c LIBS cv_engine TIMEOUT 600)
+# LoRA adapters against the merged model, through the C API and `cvllm serve`.
+cv_add_test(test_lora SOURCES test_lora.c LIBS cv_engine PkgConfig::CURL Threads::Threads TIMEOUT 300)
+add_dependencies(test_lora cvllm)

@@ -71,6 +71,11 @@ typedef struct nn_linear {
     const nn_qrows *scratch;  /* where an int8-input linear quantizes its input (the binder's) */
     const nn_brows *bf16_scratch; /* where its BF16_PANELS weights' input is rounded (NULL: they read f32) */
     nn_observer observe;
+    /* LoRA (layers/lora.h): part j's module of adapter a (1…n_loras) at lora[j * n_loras + a - 1],
+     * NULL where that adapter leaves the part alone; lora itself NULL when no adapter targets l */
+    const cv_lora_module **lora;
+    int n_loras;
+    const struct nn_lora_tokens *lora_tokens; /* the binder's: each token's adapter */
 } nn_linear;
 
 /* Appends the part `name` (its linear's tensors "<name>.weight" and the scheme's scales,
@@ -112,8 +117,8 @@ static inline nn_input nn_f32(const float *x) { return (nn_input){.f32 = x}; }
 
 /* SwiGLU fused into l = gate|up (two parts of equal rows, stacked in one weight): h [T][cv_act_bf16_stride(inter)]
  * = the bf16 rows cv_swiglu_bf16 makes from l's output (kernels.h cv_linear_swiglu_bf16). false,
- * having done nothing, where that does not run (and where x's rows would have to be rounded into
- * the shared bf16 scratch, which h may be). */
+ * having done nothing, where that does not run (where x's rows would have to be rounded into the
+ * shared bf16 scratch, which h may be, and where an adapter adds to gate or up before the SwiGLU). */
 bool nn_linear_swiglu_bf16(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, uint16_t *h);
 
 /* How the first weight of l quantizes its input; NULL when it reads f32 (or l is empty). */
@@ -121,8 +126,9 @@ const cv_act_quant *nn_linear_input_quant(const nn_linear *l);
 /* Every weight of l reads its input rounded to bf16 (BF16_PANELS in bf16 compute). */
 bool nn_linear_input_bf16(const nn_linear *l);
 
-/* ys[j] [T][parts[j] rows] = x [T][cols] · part jᵀ for every part; the observer, when set, first
- * hears each part's name with x.f32. Codes in x are used when quantized as l reads them. */
+/* ys[j] [T][parts[j] rows] = x [T][cols] · part jᵀ for every part, plus each token's LoRA delta
+ * where its adapter targets the part; the observer, when set, first hears each part's name with
+ * x.f32. Codes in x are used when quantized as l reads them. */
 void nn_linear_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, float *const *ys);
 
 /* x += delta (none when NULL), a = rmsnorm(x)·w (rows T of dim), as cv_add_rmsnorm; when `next`

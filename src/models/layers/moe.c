@@ -104,9 +104,11 @@ void nn_bind_moe(nn_binder *b, const char *prefix, int32_t hidden, const nn_moe_
     for (size_t e = 0; e < E; e++) out->gate_up[e].float_views = out->down[e].float_views = !b->bf16_input;
     nn_bind_linear(b, &out->route, nn_name(b, "%sgate", p), c->n_experts, hidden, "num_experts, hidden_size");
     const size_t before = b->matmul_bytes;
+    b->adapters_off = true; /* an expert's rows are the tokens routed to it */
     if (!b->rc && !bind_fused_experts(b, p, hidden, c, out))
         for (int32_t i = 0; i < local && !b->rc; i++)
             bind_expert(b, p, out->first_expert + i, i, hidden, c->expert_inter, out);
+    b->adapters_off = false;
     for (int32_t i = 0; i < local && !b->rc; i++)
         kernel_expert(out, i, ep ? c->expert_inter : c->expert_inter / b->tp.size);
     /* A token streams only its top_k experts, of which this rank holds local / n_experts. */

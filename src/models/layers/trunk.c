@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "models/layers/config.h"
+#include "models/layers/lora.h"
 #include "models/layers/timed.h"
 
 int nn_trunk_init(nn_trunk *t, const cv_model_load_params *p, float eps) {
@@ -14,6 +15,7 @@ int nn_trunk_init(nn_trunk *t, const cv_model_load_params *p, float eps) {
     t->vocab = cfg->vocab_size;
     t->eps = eps;
     t->bound = nn_binder_for(p);
+    nn_lora_init(&t->bound, p);
     return nn_init_rope(&t->rope, &cfg->rope, cfg->head_dim);
 }
 
@@ -32,12 +34,18 @@ void nn_trunk_take(nn_trunk *t, nn_arena *a, int32_t tokens) {
 }
 
 int nn_trunk_pack(nn_trunk *t, cv_threadpool *pool, cv_weight_source *src, const char *layout, nn_linear_list *lins) {
+    nn_lora_check_bound(&t->bound);
+    if (t->bound.rc) {
+        nn_linear_list_free(lins);
+        return t->bound.rc;
+    }
     int rc = nn_pack_model(pool, src, layout, &t->vocab_w, lins);
     nn_linear_list_free(lins);
     return rc;
 }
 
 void nn_trunk_embed(nn_trunk *t, cv_threadpool *pool, const cv_batch *b) {
+    nn_lora_set_batch(&t->bound, b);
     nn_embed(&t->vocab_w, b->token_ids, b->n_tokens, t->st.x);
     NN_TIMED(CV_OP_EMBED, cv_rope_cos_sin(pool, &t->rope, b->positions, b->n_tokens, t->st.cos, t->st.sin));
 }

@@ -20,6 +20,7 @@ void nn_bind_vocab(nn_binder *b, const char *embed_name, int32_t vocab, int32_t 
     out->embed = cv_weight_view(&embed);
     out->tied = tied;
     out->tp = b->tp.size > 1 ? &b->tp : NULL;
+    b->adapters_off = true; /* its rows are the logit rows, not the batch's tokens */
     if (tied) {
         nn_linear_add_view_split(b, &out->lm_head, "lm_head", &embed, NN_SPLIT_ROWS);
         if (!b->rc)
@@ -28,6 +29,7 @@ void nn_bind_vocab(nn_binder *b, const char *embed_name, int32_t vocab, int32_t 
         nn_bind_linear_split(b, &out->lm_head, "lm_head", vocab, hidden,
                              "vocab_size, hidden_size (tie_word_embeddings=false)", NN_SPLIT_ROWS);
     }
+    b->adapters_off = false;
 }
 
 int nn_pack_model(cv_threadpool *pool, cv_weight_source *src, const char *layout, nn_vocab *v,

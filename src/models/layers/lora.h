@@ -1,0 +1,41 @@
+/*
+ * lora.h — LoRA adapters on a model's linears (internal to src/models).
+ *
+ * A linear part that an adapter targets keeps the adapter's f32 A [r][in] and scaled B [out][r]
+ * (loader/lora.h) beside its weight, and after the weight's product every token that runs with that
+ * adapter gets y += B·(A·x): the tokens of one adapter gathered, two small products through the
+ * same kernels (cv_linear on f32 views), the rows added back. The base product is never changed, so
+ * one forward pass serves the base model and any mix of adapters, each token as its sequence asks
+ * (cv_batch.lora_ids), like vLLM's punica path; and a token of the base model costs nothing more.
+ *
+ * The delta reads the linear's input at f32 (or its bf16 rows widened, where the op before wrote
+ * only those), so quantized parts, whose input may exist only as int8 codes, are refused; as are
+ * linears whose rows are not the batch's tokens (nn_binder.adapters_off) and tensor parallelism.
+ * An adapter module that no linear of the model took fails the load (nn_lora_check_bound), as
+ * vLLM refuses target modules it does not expect.
+ */
+#ifndef CV_LAYERS_LORA_H
+#define CV_LAYERS_LORA_H
+
+#include "models/layers/binder.h"
+#include "models/layers/linear.h"
+
+/* The adapter of each token of the current batch. */
+typedef struct nn_lora_tokens {
+    int32_t *of_token; /* [max tokens]: 0 the base model, else 1…n_loras */
+    int64_t n_tokens;
+    bool any;          /* some token runs with an adapter */
+} nn_lora_tokens;
+
+/* Sets up b for p's adapters (nothing when it has none), for batches of up to max_tokens tokens. */
+void nn_lora_init(nn_binder *b, const cv_model_load_params *p);
+/* Attaches to l the adapters' tensors for its part j, just bound (sticky error in b->rc). */
+void nn_lora_attach(nn_binder *b, nn_linear *l, int j);
+/* Fails (sticky) naming the first adapter module no linear took. */
+void nn_lora_check_bound(nn_binder *b);
+/* Each token's adapter, from the batch's sequences (forward passes start with it). */
+void nn_lora_set_batch(const nn_binder *b, const cv_batch *batch);
+/* ys[j] += B·(A·x) of every part j of l for the tokens of each adapter that targets it. */
+void nn_lora_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, float *const *ys);
+
+#endif

@@ -1,0 +1,601 @@
+/*
+ * test_lora.c — LoRA adapters (vLLM's --enable-lora --lora-modules) through the C API.
+ *
+ * The reference is the merged model: a random PEFT adapter over the f32 Qwen3 test checkpoint, and a
+ * copy of that checkpoint whose adapted weights are W + s·B·A. A request naming the adapter must
+ * match the merged model (f32 compute, prompt logprobs to 1e-4, the same greedy ids), alone, batched
+ * with requests of the base model and of another adapter, and after the same prompt ran on the base
+ * model (the prefix cache keeps them apart); the base model's requests must be untouched. max_loras
+ * holds a second adapter back until the first one's requests are through. In bf16 compute the
+ * adapter still reaches every linear (its inputs there exist as bf16 rows only). `cvllm serve
+ * --enable-lora --lora-modules` lists the adapters in /v1/models and runs a request whose "model"
+ * names one with it (a beam search too). Malformed adapters and options fail in one line naming
+ * what is wrong.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "checkpoint_edit.h"
+#include "cvllm.h"
+#include "loader/safetensors.h"
+#include "serve_process.h"
+#include "testutil.h"
+
+enum { RANK = 8, N_PROMPT = 24, N_GEN = 6, MAX_STEPS = 400 };
+
+/* The modules adapted, by the ends of their names: k_proj and up_proj left out, so that stacked
+ * projections (q|k|v, gate|up) have parts with and without an adapter. */
+static const char *const DENSE_TARGETS[] = {"self_attn.q_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                                            "mlp.down_proj", NULL};
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float uniform(float scale) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return scale * ((float)(rng >> 40) / (float)(1 << 24) * 2.0f - 1.0f);
+}
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* One adapted module's weights, kept to merge them. */
+typedef struct module {
+    char name[128];
+    int64_t in, out;
+    float *a, *b; /* as the adapter stores them (bf16 values), B not scaled */
+} module;
+
+typedef struct adapter {
+    char *dir;
+    module mods[64];
+    int n;
+    float scaling;
+} adapter;
+
+static void write_safetensors(const char *path, const char *const *names, const int64_t (*shapes)[2],
+                              const uint16_t *const *data, int n) {
+    json_t *h = json_object();
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t bytes = (size_t)(shapes[i][0] * shapes[i][1]) * 2;
+        json_object_set_new(h, names[i], json_pack("{s:s, s:[I,I], s:[I,I]}", "dtype", "BF16", "shape",
+                                                   (json_int_t)shapes[i][0], (json_int_t)shapes[i][1], "data_offsets",
+                                                   (json_int_t)off, (json_int_t)(off + bytes)));
+        off += bytes;
+    }
+    char *text = json_dumps(h, JSON_COMPACT);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    uint64_t len = strlen(text);
+    fwrite(&len, 8, 1, f);
+    fwrite(text, 1, len, f);
+    for (int i = 0; i < n; i++) fwrite(data[i], 2, (size_t)(shapes[i][0] * shapes[i][1]), f);
+    fclose(f);
+    free(text);
+    json_decref(h);
+}
+
+/* A rank-8 adapter (alpha 16) on `targets` of every layer of the checkpoint in base_dir, with
+ * `extra` (a module name, or NULL) adapted too; config_extra is added to adapter_config.json. */
+static adapter make_adapter(const char *base_dir, const char *const *targets, float scale, const char *extra,
+                            const char *config_extra) {
+    adapter ad = {.dir = tu_make_temp_dir(), .scaling = 16.0f / RANK};
+    cv_checkpoint *ck = NULL;
+    CHECK(cv_checkpoint_open(base_dir, &ck) == 0);
+    const char *names[130];
+    int64_t shapes[130][2];
+    uint16_t *data[130];
+    char *owned[130];
+    int n = 0;
+    for (size_t i = 0; i < cv_checkpoint_count(ck) && ad.n < 64; i++) {
+        const cv_tensor *t = cv_checkpoint_tensor(ck, i);
+        char module_name[128] = "";
+        for (size_t k = 0; targets[k] && strncmp(t->name, "mtp.", 4); k++) { /* PEFT adapts the model, not its MTP */
+            char suffix[64];
+            snprintf(suffix, sizeof suffix, "%s.weight", targets[k]);
+            size_t ln = strlen(t->name), ls = strlen(suffix);
+            if (ln > ls && !strcmp(t->name + ln - ls, suffix)) snprintf(module_name, sizeof module_name, "%.*s", (int)(ln - 7), t->name);
+        }
+        if (!*module_name) continue;
+        module *m = &ad.mods[ad.n++];
+        snprintf(m->name, sizeof m->name, "%s", module_name);
+        m->out = t->shape[0], m->in = t->shape[1];
+        m->a = malloc((size_t)(RANK * m->in) * sizeof(float));
+        m->b = malloc((size_t)(m->out * RANK) * sizeof(float));
+        uint16_t *a16 = malloc((size_t)(RANK * m->in) * 2), *b16 = malloc((size_t)(m->out * RANK) * 2);
+        for (int64_t k = 0; k < RANK * m->in; k++) {
+            a16[k] = to_bf16(uniform(scale));
+            m->a[k] = cv_bf16_to_f32(a16[k]);
+        }
+        for (int64_t k = 0; k < m->out * RANK; k++) {
+            b16[k] = to_bf16(uniform(scale));
+            m->b[k] = cv_bf16_to_f32(b16[k]);
+        }
+        owned[n] = tu_strdupf("base_model.model.%s%s", m->name, ".lora_A.weight");
+        names[n] = owned[n], shapes[n][0] = RANK, shapes[n][1] = m->in, data[n++] = a16;
+        owned[n] = tu_strdupf("base_model.model.%s%s", m->name, ".lora_B.weight");
+        names[n] = owned[n], shapes[n][0] = m->out, shapes[n][1] = RANK, data[n++] = b16;
+    }
+    if (extra) {
+        static uint16_t small[RANK * 64];
+        owned[n] = tu_strdupf("base_model.model.%s%s", extra, ".lora_A.weight");
+        names[n] = owned[n], shapes[n][0] = RANK, shapes[n][1] = 64, data[n++] = small;
+        owned[n] = tu_strdupf("base_model.model.%s%s", extra, ".lora_B.weight");
+        names[n] = owned[n], shapes[n][0] = 64, shapes[n][1] = RANK, data[n++] = small;
+    }
+    cv_checkpoint_close(ck);
+    char *st = tu_strdupf("%s/%s", ad.dir, "adapter_model.safetensors");
+    write_safetensors(st, names, (const int64_t(*)[2])shapes, (const uint16_t *const *)data, n);
+    free(st);
+    for (int i = 0; i < n; i++) {
+        free(owned[i]);
+        if (!extra || i < n - 2) free(data[i]);
+    }
+    char *cfg = tu_strdupf("{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 16, \"bias\": \"none\", "
+                           "\"target_modules\": [\"q_proj\"]%s%s}", config_extra ? config_extra : "", "");
+    tu_write_file(ad.dir, "adapter_config.json", cfg, strlen(cfg));
+    free(cfg);
+    return ad;
+}
+
+static void adapter_free(adapter *ad) {
+    for (int i = 0; i < ad->n; i++) {
+        free(ad->mods[i].a);
+        free(ad->mods[i].b);
+    }
+    tu_remove_tree(ad->dir);
+    free(ad->dir);
+}
+
+/* ---- the merged checkpoint ------------------------------------------------------------------- */
+
+static bool keep_name(const char *name, const void *ctx, char *out, size_t cap) {
+    (void)ctx;
+    snprintf(out, cap, "%s", name);
+    return true;
+}
+
+static void merge(const cv_tensor *t, void *data, const void *ctx) {
+    const adapter *ad = ctx;
+    for (int i = 0; i < ad->n; i++) {
+        const module *m = &ad->mods[i];
+        char w[160];
+        snprintf(w, sizeof w, "%s.weight", m->name);
+        if (strcmp(t->name, w)) continue;
+        CHECK(t->dtype == CV_DTYPE_F32);
+        float *x = data;
+        for (int64_t o = 0; o < m->out; o++)
+            for (int64_t k = 0; k < m->in; k++) {
+                double s = 0;
+                for (int r = 0; r < RANK; r++) s += (double)m->b[o * RANK + r] * m->a[r * m->in + k];
+                x[o * m->in + k] += (float)(ad->scaling * s);
+            }
+    }
+}
+
+static char *merged_dir(const char *vector, const char *base_dir, const adapter *ad) {
+    char *dir = tu_model_dir(vector);
+    char *st = tu_strdupf("%s/%s", dir, "model.safetensors");
+    unlink(st);
+    cv_checkpoint *ck = NULL;
+    CHECK(cv_checkpoint_open(base_dir, &ck) == 0);
+    ce_write_tensors(ck, st, keep_name, merge, ad);
+    cv_checkpoint_close(ck);
+    free(st);
+    return dir;
+}
+
+/* ---- running requests ------------------------------------------------------------------------ */
+
+static cvllm_engine *make_engine(const char *dir, const cvllm_lora_module *mods, int n, int max_loras,
+                                 const char *dtype) {
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = dir;
+    o.num_threads = 2;
+    o.dtype = dtype;
+    o.max_model_len = 256;
+    o.kv_cache_memory_bytes = 16 << 20;
+    o.enable_lora = n > 0;
+    o.lora_modules = mods;
+    o.n_lora_modules = n;
+    o.max_loras = max_loras;
+    cvllm_engine *e = NULL;
+    const int rc = cvllm_engine_create(&o, &e);
+    CHECK_MSG(rc == 0, "engine create: %s", cvllm_last_error());
+    return e;
+}
+
+typedef struct run {
+    const char *lora;
+    int32_t prompt[N_PROMPT];
+    uint64_t id;
+    float prompt_lp[N_PROMPT];
+    int32_t ids[N_GEN];
+    size_t cached;
+    int first_step, done_step; /* engine steps at the first generated token and at the end */
+} run;
+
+static void fill_prompt(run *r, int seed) {
+    for (int i = 0; i < N_PROMPT; i++) r->prompt[i] = 100 + (seed * 7919 + i * 104729) % 3900; /* inside the 4096-token vocabulary */
+}
+
+/* Runs the requests together (submitted at once) to the end. */
+static void run_all(cvllm_engine *e, run *runs, int n) {
+    cvllm_sampling_params p;
+    cvllm_sampling_params_default(e, &p);
+    p.temperature = 0;
+    p.max_tokens = N_GEN;
+    p.ignore_eos = true;
+    p.prompt_logprobs = 0;
+    for (int i = 0; i < n; i++) {
+        cvllm_prompt pr = {.token_ids = runs[i].prompt, .n_token_ids = N_PROMPT, .lora_name = runs[i].lora};
+        CHECK_MSG(cvllm_engine_add_request(e, &pr, &p, &runs[i].id) == 0, "add: %s", cvllm_last_error());
+        runs[i].first_step = runs[i].done_step = -1;
+    }
+    for (int step = 0; step < MAX_STEPS && cvllm_engine_has_unfinished(e); step++) {
+        const cvllm_request_output *const *outs;
+        size_t n_out;
+        CHECK(cvllm_engine_step(e, &outs, &n_out) == 0);
+        for (size_t k = 0; k < n_out; k++)
+            for (int i = 0; i < n; i++) {
+                if (outs[k]->request_id != runs[i].id) continue;
+                const cvllm_completion_output *c = &outs[k]->outputs[0];
+                if (c->n_token_ids && runs[i].first_step < 0) runs[i].first_step = step;
+                if (outs[k]->prompt_logprobs)
+                    for (int t = 1; t < N_PROMPT; t++) runs[i].prompt_lp[t] = outs[k]->prompt_logprobs[t].chosen.logprob;
+                runs[i].cached = outs[k]->n_cached_tokens;
+                if (outs[k]->finished) {
+                    runs[i].done_step = step;
+                    CHECK_EQ_INT((int)c->n_token_ids, N_GEN);
+                    memcpy(runs[i].ids, c->token_ids, N_GEN * sizeof(int32_t));
+                }
+            }
+    }
+    for (int i = 0; i < n; i++) CHECK_MSG(runs[i].done_step >= 0, "request %d did not finish", i);
+}
+
+static double max_diff(const run *a, const run *b) {
+    double d = 0;
+    for (int t = 1; t < N_PROMPT; t++) d = fmax(d, fabs((double)a->prompt_lp[t] - b->prompt_lp[t]));
+    return d;
+}
+
+static void check_same(const run *got, const run *want, double tol, const char *what) {
+    const double d = max_diff(got, want);
+    CHECK_MSG(d <= tol, "%s: prompt logprobs differ by %g (bound %g)", what, d, tol);
+    CHECK_MSG(!memcmp(got->ids, want->ids, sizeof got->ids), "%s: greedy ids differ", what);
+}
+
+/* ---- the tests ------------------------------------------------------------------------------- */
+
+static void test_serve(const char *base, const adapter *ad, const run *want, const run *plain);
+
+static void test_matches_merged(const char *base, const adapter *ad, const adapter *ad2) {
+    char *merged = merged_dir("qwen3-dense-f32", base, ad);
+    run want[3] = {0};
+    for (int i = 0; i < 3; i++) fill_prompt(&want[i], i);
+    cvllm_engine *m = make_engine(merged, NULL, 0, 0, "float32");
+    run_all(m, want, 3);
+    cvllm_engine_destroy(m);
+    run plain[3] = {0};
+    for (int i = 0; i < 3; i++) fill_prompt(&plain[i], i);
+    cvllm_engine *b = make_engine(base, NULL, 0, 0, "float32");
+    run_all(b, plain, 3);
+    cvllm_engine_destroy(b);
+    /* the adapter changes the model by far more than the bound */
+    CHECK_MSG(max_diff(&want[0], &plain[0]) > 0.2, "the adapter barely changes the model (%g)",
+              max_diff(&want[0], &plain[0]));
+
+    const cvllm_lora_module mods[] = {{"ad", ad->dir}, {"other", ad2->dir}};
+    cvllm_engine *e = make_engine(base, mods, 2, 2, "float32");
+    /* alone; the base model first, so that the adapter's request finds its prompt's blocks cached
+     * under the base model's keys only */
+    run r[6] = {0};
+    fill_prompt(&r[0], 0);
+    run_all(e, &r[0], 1);
+    check_same(&r[0], &plain[0], 1e-4, "base model, LoRA enabled");
+    fill_prompt(&r[1], 0);
+    r[1].lora = "ad";
+    run_all(e, &r[1], 1);
+    check_same(&r[1], &want[0], 1e-4, "adapter after the base model on the same prompt");
+    CHECK_EQ_INT((int)r[1].cached, 0);
+    fill_prompt(&r[2], 0);
+    r[2].lora = "ad";
+    run_all(e, &r[2], 1);
+    check_same(&r[2], &want[0], 1e-4, "adapter, prefix cached");
+    CHECK_MSG(r[2].cached > 0, "the adapter's own blocks were not reused");
+    /* batched: the adapter, the base model and another adapter in the same steps */
+    run mix[3] = {0};
+    for (int i = 0; i < 3; i++) fill_prompt(&mix[i], i + 3);
+    mix[0].lora = "ad", mix[1].lora = NULL, mix[2].lora = "other";
+    memcpy(mix[0].prompt, want[1].prompt, sizeof mix[0].prompt);
+    memcpy(mix[1].prompt, plain[2].prompt, sizeof mix[1].prompt);
+    run_all(e, mix, 3);
+    check_same(&mix[0], &want[1], 1e-4, "adapter batched with the base model and another adapter");
+    check_same(&mix[1], &plain[2], 1e-4, "base model batched with two adapters");
+    run other = {.lora = "other"};
+    memcpy(other.prompt, mix[2].prompt, sizeof other.prompt);
+    run_all(e, &other, 1);
+    check_same(&mix[2], &other, 1e-4, "second adapter batched, against it alone");
+    /* unknown adapter */
+    cvllm_sampling_params p;
+    cvllm_sampling_params_default(e, &p);
+    const cvllm_prompt bad = {.token_ids = r[0].prompt, .n_token_ids = N_PROMPT, .lora_name = "nope"};
+    uint64_t id;
+    CHECK_EQ_INT(cvllm_engine_add_request(e, &bad, &p, &id), CVLLM_ERR_NOT_FOUND);
+    CHECK_CONTAINS(cvllm_last_error(), "LoRA adapter nope is not loaded");
+    cvllm_engine_destroy(e);
+
+    /* max_loras 1: "other" waits until "ad" is through; the base model runs beside either */
+    e = make_engine(base, mods, 2, 1, "float32");
+    run q[3] = {0};
+    for (int i = 0; i < 3; i++) fill_prompt(&q[i], i);
+    q[0].lora = "ad", q[1].lora = "other", q[2].lora = NULL;
+    run_all(e, q, 3);
+    CHECK_MSG(q[1].first_step > q[0].done_step, "max_loras 1: the second adapter ran at step %d, the first ended at %d",
+              q[1].first_step, q[0].done_step);
+    CHECK_MSG(q[2].first_step <= q[0].done_step, "the base model's request waited for the adapters");
+    check_same(&q[0], &want[0], 1e-4, "adapter under max_loras 1");
+    check_same(&q[2], &plain[2], 1e-4, "base model under max_loras 1");
+    cvllm_engine_destroy(e);
+    /* max_loras 2: they overlap */
+    e = make_engine(base, mods, 2, 2, "float32");
+    run_all(e, q, 3);
+    CHECK_MSG(q[1].first_step <= q[0].done_step, "max_loras 2: the second adapter waited");
+    cvllm_engine_destroy(e);
+
+    /* bf16 compute: the adapter reaches linears whose inputs are bf16 rows only */
+    e = make_engine(base, mods, 1, 1, "bfloat16");
+    run h = {0};
+    fill_prompt(&h, 0);
+    h.lora = "ad";
+    run_all(e, &h, 1);
+    CHECK_MSG(max_diff(&h, &want[0]) < 0.02, "bf16 compute: the adapter's logprobs are %g off the merged model's",
+              max_diff(&h, &want[0]));
+    cvllm_engine_destroy(e);
+    test_serve(base, ad, want, plain);
+    tu_remove_tree(merged);
+    free(merged);
+}
+
+/* token_ids of choice 0 of a completion reply into ids; false when there are not N_GEN. */
+static bool reply_ids(const sp_call *c, int32_t *ids) {
+    json_t *j = json_loads(c->reply ? c->reply : "", 0, NULL);
+    const json_t *t = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids");
+    const bool ok = json_array_size(t) == N_GEN;
+    for (size_t i = 0; ok && i < N_GEN; i++) ids[i] = (int32_t)json_integer_value(json_array_get(t, i));
+    json_decref(j);
+    return ok;
+}
+
+static char *completion_body(const char *model, const run *r, const char *extra) {
+    char ids[512] = "";
+    for (int i = 0; i < N_PROMPT; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", r->prompt[i]);
+    char *body = malloc(1024);
+    snprintf(body, 1024, "{\"model\": \"%s\", \"prompt\": [%s], \"max_tokens\": %d, \"temperature\": 0, "
+             "\"ignore_eos\": true, \"return_token_ids\": true%s}", model, ids, N_GEN, extra);
+    return body;
+}
+
+static void test_serve(const char *base, const adapter *ad, const run *want, const run *plain) {
+    char *tmp = tu_make_temp_dir();
+    char *named = tu_strdupf("ad=%s%s", ad->dir, "");
+    char *json = tu_strdupf("{\"name\": \"j\", \"path\": \"%s\", \"base_model_name\": \"%s\"}", ad->dir, "hf-base");
+    const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--served-model-name", "m", "--enable-lora", "--lora-modules", named, json,
+                          "--max-lora-rank", "8", "--max-loras", "2", "--dtype", "float32", "--max-model-len", "256",
+                          "--kv-cache-memory-bytes", "16777216", "--num-threads", "1"};
+    sp_proc p = sp_spawn(base, tmp, "lora", args, sizeof args / sizeof *args);
+    if (!sp_wait_ready(&p, 60)) {
+        char *log = tu_read_text(p.log);
+        CHECK_MSG(false, "serve did not start: %s", log);
+        free(log);
+        kill(p.pid, SIGKILL);
+        sp_wait_exit(&p, 10);
+    }
+    if (p.port > 0) {
+        sp_call models = {.port = p.port, .path = "/v1/models"};
+        sp_post(&models);
+        json_t *j = json_loads(models.reply ? models.reply : "", 0, NULL);
+        const json_t *data = json_object_get(j, "data");
+        CHECK_EQ_INT((int)json_array_size(data), 3);
+        const char *ids[3] = {"m", "ad", "j"}, *parents[3] = {NULL, "m", "hf-base"};
+        for (size_t i = 0; i < 3 && json_array_size(data) == 3; i++) {
+            const json_t *card = json_array_get(data, i);
+            CHECK_STR_EQ(json_string_value(json_object_get(card, "id")), ids[i]);
+            CHECK_STR_EQ(json_string_value(json_object_get(card, "root")), i ? ad->dir : base);
+            CHECK(parents[i] ? !strcmp(json_string_value(json_object_get(card, "parent")), parents[i])
+                             : json_is_null(json_object_get(card, "parent")));
+            CHECK(i ? json_is_null(json_object_get(card, "max_model_len"))
+                    : json_integer_value(json_object_get(card, "max_model_len")) == 256);
+        }
+        json_decref(j);
+        free(models.reply);
+        /* the adapter by either name, the base model, a beam search of width 1 (greedy) with the adapter */
+        const char *models_asked[] = {"ad", "j", "m", "ad"};
+        const char *extras[] = {"", "", "", ", \"use_beam_search\": true, \"n\": 1"};
+        for (int k = 0; k < 4; k++) {
+            char *body = completion_body(models_asked[k], k == 2 ? &plain[0] : &want[0], extras[k]);
+            sp_call c = {.port = p.port, .body = body};
+            sp_post(&c);
+            CHECK_MSG(c.status == 200, "model %s: %ld %s", models_asked[k], c.status, c.reply ? c.reply : "");
+            int32_t got[N_GEN];
+            CHECK_MSG(reply_ids(&c, got) && !memcmp(got, k == 2 ? plain[0].ids : want[0].ids, sizeof got),
+                      "model %s%s: not the %s's greedy ids: %s", models_asked[k], extras[k],
+                      k == 2 ? "base model" : "merged model", c.reply ? c.reply : "");
+            char model_field[32];
+            snprintf(model_field, sizeof model_field, "\"model\":\"%s\"", k == 2 ? "m" : models_asked[k]);
+            CHECK_CONTAINS(c.reply ? c.reply : "", model_field);
+            free(c.reply);
+            free(body);
+        }
+        char *body = completion_body("nope", &want[0], "");
+        sp_call c = {.port = p.port, .body = body};
+        sp_post(&c);
+        CHECK_EQ_INT((int)c.status, 404);
+        CHECK_CONTAINS(c.reply ? c.reply : "", "The model `nope` does not exist.");
+        free(c.reply);
+        free(body);
+        kill(p.pid, SIGTERM);
+        CHECK_EQ_INT(sp_wait_exit(&p, 30), 0);
+    }
+    /* the flags' refusals: one line, a non-zero status */
+    const char *const refusals[][3] = {
+        {"--lora-modules", named, "LoRA modules need LoRA enabled (--enable-lora)"},
+        {"--lora-modules", "bad", "Invalid JSON format for --lora-modules: bad"},
+        {"--lora-modules", "{\"name\": \"x\"}", "missing the required name and path"},
+        {"--max-lora-rank", "7", "--max-lora-rank 7 is not one of"},
+    };
+    for (size_t k = 0; k < sizeof refusals / sizeof *refusals; k++) {
+        const char *a[] = {"--port", "0", "--enable-lora", refusals[k][0], refusals[k][1], "--max-model-len", "256"};
+        /* the first case is the one without --enable-lora */
+        const char *const *argv = k == 0 ? (const char *const[]){"--port", "0", refusals[k][0], refusals[k][1]} : a;
+        sp_proc q = sp_spawn(base, tmp, "lora-refused", argv, k == 0 ? 4 : sizeof a / sizeof *a);
+        CHECK_MSG(sp_wait_exit(&q, 60) > 0, "%s %s: not refused", refusals[k][0], refusals[k][1]);
+        char *log = tu_read_text(q.log);
+        CHECK_CONTAINS(log, refusals[k][2]);
+        free(log);
+    }
+    free(named);
+    free(json);
+    tu_remove_tree(tmp);
+    free(tmp);
+}
+
+/* Creation fails in one line naming the problem. */
+static void expect_refused(const char *base, const cvllm_lora_module *mods, int n, bool enable, int32_t max_rank,
+                           cvllm_status status, const char *needle) {
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = base;
+    o.num_threads = 1;
+    o.max_model_len = 256;
+    o.kv_cache_memory_bytes = 4 << 20;
+    o.enable_lora = enable;
+    o.lora_modules = mods;
+    o.n_lora_modules = n;
+    o.max_lora_rank = max_rank;
+    cvllm_engine *e = NULL;
+    const int rc = cvllm_engine_create(&o, &e);
+    CHECK_MSG(rc == status, "expected status %d for '%s', got %d: %s", status, needle, rc, cvllm_last_error());
+    CHECK_CONTAINS(cvllm_last_error(), needle);
+    CHECK(!strchr(cvllm_last_error(), '\n'));
+    cvllm_engine_destroy(e);
+}
+
+static void test_refusals(const char *base, const adapter *good) {
+    const cvllm_lora_module one[] = {{"ad", good->dir}};
+    expect_refused(base, one, 1, false, 0, CVLLM_ERR_INVALID_ARGUMENT, "need LoRA enabled (--enable-lora)");
+    expect_refused(base, one, 1, true, 7, CVLLM_ERR_INVALID_ARGUMENT, "--max-lora-rank 7 is not one of");
+    expect_refused(base, one, 1, true, 1, CVLLM_ERR_INVALID_ARGUMENT, "LoRA rank 8 is greater than max_lora_rank 1");
+    const cvllm_lora_module twice[] = {{"ad", good->dir}, {"ad", good->dir}};
+    expect_refused(base, twice, 2, true, 0, CVLLM_ERR_INVALID_ARGUMENT, "LoRA module name ad is given twice");
+    const cvllm_lora_module missing[] = {{"ad", "/nonexistent/adapter"}};
+    expect_refused(base, missing, 1, true, 0, CVLLM_ERR_NOT_FOUND, "is not a folder");
+
+    adapter foreign = make_adapter(base, DENSE_TARGETS, 0.05f, "model.layers.0.self_attn.rotary", NULL);
+    const cvllm_lora_module f[] = {{"x", foreign.dir}};
+    expect_refused(base, f, 1, true, 0, CVLLM_ERR_UNSUPPORTED, "targets model.layers.0.self_attn.rotary, which is not");
+    adapter_free(&foreign);
+    adapter head = make_adapter(base, DENSE_TARGETS, 0.05f, "lm_head", NULL);
+    const cvllm_lora_module hd[] = {{"x", head.dir}};
+    expect_refused(base, hd, 1, true, 0, CVLLM_ERR_UNSUPPORTED, "targets lm_head: adapters on routed experts, the lm_head");
+    adapter_free(&head);
+    adapter dora = make_adapter(base, DENSE_TARGETS, 0.05f, NULL, ", \"use_dora\": true");
+    const cvllm_lora_module d[] = {{"x", dora.dir}};
+    expect_refused(base, d, 1, true, 0, CVLLM_ERR_UNSUPPORTED, "use_dora (DoRA) adapters are not supported");
+    adapter_free(&dora);
+    adapter saved = make_adapter(base, DENSE_TARGETS, 0.05f, NULL, ", \"modules_to_save\": [\"lm_head\"]");
+    const cvllm_lora_module s[] = {{"x", saved.dir}};
+    expect_refused(base, s, 1, true, 0, CVLLM_ERR_UNSUPPORTED, "modules_to_save is not supported");
+    adapter_free(&saved);
+    /* a lone lora_A */
+    adapter lone = make_adapter(base, DENSE_TARGETS, 0.05f, NULL, NULL);
+    char *st = tu_strdupf("%s/%s", lone.dir, "adapter_model.safetensors");
+    const char *names[] = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"};
+    const int64_t shapes[][2] = {{RANK, 64}};
+    static uint16_t zeros[RANK * 64];
+    const uint16_t *data[] = {zeros};
+    write_safetensors(st, names, shapes, data, 1);
+    const cvllm_lora_module l[] = {{"x", lone.dir}};
+    expect_refused(base, l, 1, true, 0, CVLLM_ERR_FORMAT, "has no lora_B.weight beside it");
+    free(st);
+    adapter_free(&lone);
+}
+
+/* The hybrid and MoE architectures: their attention, linear-attention and shared-expert linears
+ * take adapters (matching the merged model alone and batched with the base model); routed experts
+ * are refused. */
+static void test_other_models(void) {
+    static const char *const hybrid[] = {"self_attn.q_proj", "self_attn.o_proj", "linear_attn.in_proj_qkv",
+                                         "linear_attn.in_proj_z", "linear_attn.out_proj", "mlp.shared_expert.up_proj",
+                                         "mlp.shared_expert.down_proj", NULL};
+    static const char *const moe[] = {"self_attn.k_proj", "self_attn.o_proj", NULL};
+    const struct {
+        const char *vector;
+        const char *const *targets;
+    } models[] = {{"qwen3.5-moe-f32", hybrid}, {"qwen3-moe-f32", moe}};
+    for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
+        char *base = tu_model_dir(models[k].vector);
+        adapter ad = make_adapter(base, models[k].targets, 0.2f, NULL, NULL);
+        CHECK(ad.n > 0);
+        char *merged = merged_dir(models[k].vector, base, &ad);
+        run want = {0}, plain = {0};
+        fill_prompt(&want, 1);
+        fill_prompt(&plain, 2);
+        cvllm_engine *m = make_engine(merged, NULL, 0, 0, "float32");
+        run_all(m, &want, 1);
+        cvllm_engine_destroy(m);
+        run unadapted = {0};
+        fill_prompt(&unadapted, 1);
+        m = make_engine(base, NULL, 0, 0, "float32");
+        run_all(m, &plain, 1);
+        run_all(m, &unadapted, 1);
+        cvllm_engine_destroy(m);
+        CHECK_MSG(max_diff(&want, &unadapted) > 0.05, "%s: the adapter barely changes the model (%g)", models[k].vector,
+                  max_diff(&want, &unadapted));
+        const cvllm_lora_module mods[] = {{"ad", ad.dir}};
+        cvllm_engine *e = make_engine(base, mods, 1, 1, "float32");
+        run r[2] = {{.lora = "ad"}, {.lora = NULL}};
+        memcpy(r[0].prompt, want.prompt, sizeof want.prompt);
+        memcpy(r[1].prompt, plain.prompt, sizeof plain.prompt);
+        run_all(e, r, 2);
+        check_same(&r[0], &want, 1e-4, models[k].vector);
+        check_same(&r[1], &plain, 1e-4, models[k].vector);
+        cvllm_engine_destroy(e);
+        tu_remove_tree(merged);
+        free(merged);
+        adapter_free(&ad);
+        tu_remove_tree(base);
+        free(base);
+    }
+    char *base = tu_model_dir("qwen3-moe-f32");
+    adapter expert = make_adapter(base, moe, 0.05f, "model.layers.0.mlp.experts.3.down_proj", NULL);
+    const cvllm_lora_module x[] = {{"x", expert.dir}};
+    expect_refused(base, x, 1, true, 0, CVLLM_ERR_UNSUPPORTED,
+                   "targets model.layers.0.mlp.experts.3.down_proj: adapters on routed experts");
+    adapter_free(&expert);
+    tu_remove_tree(base);
+    free(base);
+}
+
+int main(void) {
+    char *base = tu_model_dir("qwen3-dense-f32");
+    /* the test model's weights have a standard deviation of 0.02; s·B·A's are about 0.075 */
+    adapter ad = make_adapter(base, DENSE_TARGETS, 0.2f, NULL, NULL);
+    adapter ad2 = make_adapter(base, DENSE_TARGETS, 0.2f, NULL, NULL);
+    test_refusals(base, &ad);
+    test_matches_merged(base, &ad, &ad2);
+    test_other_models();
+    adapter_free(&ad);
+    adapter_free(&ad2);
+    tu_remove_tree(base);
+    free(base);
+    return cv_check_summary("test_lora");
+}
