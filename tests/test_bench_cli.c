@@ -357,6 +357,35 @@ static void test_serve_sharegpt(void) {
     free(path);
 }
 
+/* --lora-modules: each request names an adapter, as vLLM assigns them: random.choice from Python's
+ * generator seeded with --seed (the random dataset leaves that generator alone), or round-robin. */
+static void test_serve_lora_modules(void) {
+    /* CPython 3.11: random.seed(5); [random.choice(["a", "b", "c"]) for _ in range(7)] */
+    static const char *const by_choice[] = {"c", "b", "c", "b", "c", "c", "c"};
+    static const char *const modes[] = {"random", "round-robin"};
+    for (int k = 0; k < 2; k++) {
+        server s = start_mock(k ? "lora-rr" : "lora", (const char *const[]){"--ttft-ms", "2", "--itl-ms", "1", NULL});
+        tu_run r = bench((const char *const[]){"serve", "--port", s.port, "--num-prompts", "7", "--random-input-len", "8",
+                                               "--random-output-len", "2", "--seed", "5", "--max-concurrency", "1",
+                                               "--lora-modules", "a", "b", "c", "--lora-assignment", modes[k], NULL});
+        CHECK_MSG(r.status == 0, "%s", r.err);
+        json_t *reqs = logged_requests(s.log);
+        CHECK_EQ_INT(json_array_size(reqs), 7);
+        for (size_t i = 0; i < json_array_size(reqs) && i < 7; i++) {
+            const char *want = k ? (const char *const[]){"a", "b", "c"}[i % 3] : by_choice[i];
+            CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(reqs, i), "model")), want);
+        }
+        json_decref(reqs);
+        tu_run_free(&r);
+        stop_mock(&s);
+    }
+    tu_run r = bench((const char *const[]){"serve", "--port", "1", "--model", "m", "--tokenizer", QWEN_TOKENIZER,
+                                           "--lora-modules", "a", "--lora-assignment", "sticky", NULL});
+    CHECK_EQ_INT(r.status, 2);
+    CHECK_CONTAINS(r.err, "argument --lora-assignment: invalid choice: 'sticky' (choose from 'random', 'round-robin')");
+    tu_run_free(&r);
+}
+
 static void test_serve_chat_without_usage(void) {
     server s = start_mock("chat", (const char *const[]){"--ttft-ms", "20", "--itl-ms", "5", "--no-usage", "--ping",
                                                          "--fail-every", "3", NULL});
@@ -579,6 +608,7 @@ int main(void) {
     test_serve_ready_check_and_spec_decode();
     test_serve_ramp_up();
     test_serve_sharegpt();
+    test_serve_lora_modules();
     test_serve_chat_without_usage();
     test_serve_failures();
     char *model = tu_model_dir("qwen3-dense-f32");

@@ -64,8 +64,8 @@ double cv_pyrandom_double(cv_pyrandom *r) {
     return ((double)a * 67108864.0 + (double)b) * (1.0 / 9007199254740992.0);
 }
 
-/* _randbelow(n) for 0 < n < 2^32 */
-static size_t below(cv_pyrandom *r, size_t n) {
+size_t cv_pyrandom_below(cv_pyrandom *r, size_t n) {
+    assert(n > 0 && n <= UINT32_MAX);
     int k = 0;
     while (k < 32 && ((size_t)1 << k) <= n) k++;
     size_t v;
@@ -76,7 +76,7 @@ static size_t below(cv_pyrandom *r, size_t n) {
 
 void cv_pyrandom_shuffle(cv_pyrandom *r, size_t *idx, size_t n) {
     for (size_t i = n; i-- > 1;) {
-        const size_t j = below(r, i + 1), t = idx[i];
+        const size_t j = cv_pyrandom_below(r, i + 1), t = idx[i];
         idx[i] = idx[j];
         idx[j] = t;
     }

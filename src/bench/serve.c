@@ -28,6 +28,7 @@
 #include "bench/bench.h"
 #include "bench/client.h"
 #include "bench/dataset.h"
+#include "bench/pyrandom.h"
 #include "bench/serve.h"
 #include "bench/stats.h"
 #include "cli/args.h"
@@ -49,6 +50,9 @@ typedef struct serve_args {
     int32_t num_warmups, logprobs, ready_check_timeout;
     bool ramp_start_given, ramp_end_given;
     int32_t sharegpt_output_len;     /* -1: each conversation's own */
+    const char **lora_modules;       /* --lora-modules: adapter names the requests are spread over */
+    size_t n_lora_modules;
+    const char *lora_assignment;     /* "random" (vLLM's default) or "round-robin" */
 } serve_args;
 
 static const char serve_usage[] =
@@ -65,6 +69,7 @@ static const char serve_usage[] =
     "                         [--header K=V ...] [--temperature F] [--top-p F] [--top-k N] [--min-p F]\n"
     "                         [--frequency-penalty F] [--presence-penalty F] [--repetition-penalty F]\n"
     "                         [--logprobs N] [--extra-body JSON]\n"
+    "                         [--lora-modules NAME ...] [--lora-assignment random|round-robin]\n"
     "                         [--request-id-prefix P] [--save-result] [--save-detailed] [--append-result]\n"
     "                         [--result-dir DIR] [--result-filename NAME] [--label L] [--metadata K=V ...]\n"
     "Sends --num-prompts streaming requests to an OpenAI-compatible server and prints vLLM's\n"
@@ -173,7 +178,8 @@ static bool parse_option(cv_args *a, serve_args *s) {
         string_option(a, "--dataset-path", &s->dataset_path) || string_option(a, "--label", &c->label) ||
         string_option(a, "--result-dir", &c->result_dir) || string_option(a, "--result-filename", &c->result_filename) ||
         string_option(a, "--extra-body", &s->extra_body) || string_option(a, "--request-id-prefix", &s->request_id_prefix) ||
-        string_option(a, "--ramp-up-strategy", &c->ramp_up_strategy))
+        string_option(a, "--ramp-up-strategy", &c->ramp_up_strategy) ||
+        string_option(a, "--lora-assignment", &s->lora_assignment))
         return true;
     if (int32_option(a, "--num-prompts", 1, &c->num_prompts) || int32_option(a, "--max-concurrency", 1, &c->max_concurrency) ||
         int32_option(a, "--random-input-len", 0, &s->data.input_len) || int32_option(a, "--input-len", 0, &s->data.input_len) ||
@@ -190,7 +196,8 @@ static bool parse_option(cv_args *a, serve_args *s) {
         return true;
     if (cv_args_list(a, "--goodput", &s->goodput, &s->n_goodput) ||
         cv_args_list(a, "--header", &s->header_args, &s->n_header_args) ||
-        cv_args_list(a, "--metadata", &c->metadata, &c->n_metadata) || sampling_option(a, s))
+        cv_args_list(a, "--metadata", &c->metadata, &c->n_metadata) ||
+        cv_args_list(a, "--lora-modules", &s->lora_modules, &s->n_lora_modules) || sampling_option(a, s))
         return true;
     if (cv_args_value(a, "--port", &v)) {
         if (cv_args_int(a, "--port", v, 1, 65535, &x)) s->port = x;
@@ -232,6 +239,9 @@ static int validate(cv_args *a, serve_args *s) {
         return cv_args_error(a, "cannot use the 'random' dataset with --dataset-path %s", s->dataset_path);
     if (!strcmp(s->dataset_name, "sharegpt") && !s->dataset_path)
         return cv_args_error(a, "the 'sharegpt' dataset needs --dataset-path (e.g. ShareGPT_V3_unfiltered_cleaned_split.json)");
+    if (strcmp(s->lora_assignment, "random") && strcmp(s->lora_assignment, "round-robin"))
+        return cv_args_error(a, "argument --lora-assignment: invalid choice: '%s' (choose from 'random', 'round-robin')",
+                             s->lora_assignment);
     if (!strcmp(c->backend, "openai-chat")) c->api = CV_API_CHAT;
     else if (!strcmp(c->backend, "openai") || !strcmp(c->backend, "vllm")) {
         size_t n = strlen(s->endpoint);
@@ -298,6 +308,7 @@ static void set_defaults(serve_args *s) {
     s->port = 8000;
     s->endpoint = "/v1/completions";
     s->dataset_name = "random";
+    s->lora_assignment = "random";
     s->data.input_len = 1024;
     s->data.output_len = 128;
     s->sharegpt_output_len = -1;
@@ -327,6 +338,7 @@ static void free_serve_args(serve_args *s) {
     free(s->headers);
     free(s->goodput);
     free(s->header_args);
+    free(s->lora_modules);
     free(s->c.metadata);
     free(s->c.percentiles);
     free(s->c.model_id);
@@ -355,9 +367,10 @@ static int first_model_from_server(serve_args *s, const char *base_url) {
     return rc;
 }
 
-static char *request_body(const serve_args *s, const cv_bench_sample *smp) {
+/* A request for sample smp to `model` (NULL: the model benchmarked). */
+static char *request_body(const serve_args *s, const cv_bench_sample *smp, const char *model) {
     json_t *p = json_object();
-    json_object_set_new(p, "model", json_string(s->c.model_name ? s->c.model_name : s->c.model_id));
+    json_object_set_new(p, "model", json_string(model ? model : s->c.model_name ? s->c.model_name : s->c.model_id));
     if (s->c.api == CV_API_COMPLETIONS) {
         json_object_set_new(p, "prompt", json_string(smp->prompt));
         json_object_set_new(p, "repetition_penalty", json_real(1.0));
@@ -404,9 +417,10 @@ static void workload_free(workload *w) {
     free(w->results);
 }
 
-/* `n` requests; sample i % n_samples each (warmups repeat the first one). */
+/* `n` requests; sample i % n_samples each (warmups repeat the first one), request i to models[i]
+ * (models NULL: all to the model benchmarked). */
 static void workload_init(workload *w, const serve_args *s, const cv_bench_sample *smp, size_t n_samples, size_t n,
-                          const char *id_prefix) {
+                          const char *const *models, const char *id_prefix) {
     w->n = n;
     w->bodies = cv_xcalloc(n, sizeof *w->bodies);
     w->ids = cv_xcalloc(n, sizeof *w->ids);
@@ -414,7 +428,7 @@ static void workload_init(workload *w, const serve_args *s, const cv_bench_sampl
     w->results = cv_xcalloc(n, sizeof *w->results);
     for (size_t i = 0; i < n; i++) {
         const cv_bench_sample *one = &smp[i % n_samples];
-        w->bodies[i] = request_body(s, one);
+        w->bodies[i] = request_body(s, one, models ? models[i] : NULL);
         w->ids[i] = cv_xasprintf("%s%zu", id_prefix, i);
         cv_request_result_init(&w->results[i], one->prompt_len);
     }
@@ -459,7 +473,7 @@ static int ready_check(const serve_args *s, const char *url, const cv_bench_samp
     char *error = NULL;
     for (double remaining; (remaining = deadline - cv_now()) > 0;) {
         workload w = {0};
-        workload_init(&w, s, first, 1, 1, "ready-check-");
+        workload_init(&w, s, first, 1, 1, NULL, "ready-check-");
         double duration;
         int rc = run_workload(s, url, &w, &duration);
         const bool ok = rc == 0 && w.results[0].success;
@@ -484,7 +498,7 @@ static int warm_up(const serve_args *s, const char *url, const cv_bench_sample *
     if (s->num_warmups <= 0) return 0;
     printf("Warming up with %d requests...\n", s->num_warmups);
     workload w = {0};
-    workload_init(&w, s, first, 1, (size_t)s->num_warmups, "warmup-");
+    workload_init(&w, s, first, 1, (size_t)s->num_warmups, NULL, "warmup-");
     double duration;
     int rc = run_workload(s, url, &w, &duration);
     workload_free(&w);
@@ -524,12 +538,30 @@ static json_t *rps_change_events(const serve_config *c, const double *rates, con
 
 /* Benchmark proper: schedule, send, measure, report, save. The server's speculative-decoding
  * counters are read around the timed run (spec_stats.h). */
+/* Each of the n requests' adapter as vLLM assigns them: round-robin, or random.choice from Python's
+ * generator seeded with --seed (vLLM's global one, which its dataset sampling may have drawn from
+ * first: the random dataset does not, so there the names come in vLLM's order); NULL without
+ * --lora-modules. */
+static const char **lora_models(const serve_args *s, size_t n) {
+    if (!s->n_lora_modules) return NULL;
+    const char **models = cv_xmalloc(n * sizeof *models);
+    cv_pyrandom r;
+    cv_pyrandom_seed(&r, s->data.seed);
+    const bool round_robin = !strcmp(s->lora_assignment, "round-robin");
+    for (size_t i = 0; i < n; i++)
+        models[i] = s->lora_modules[round_robin ? i % s->n_lora_modules : cv_pyrandom_below(&r, s->n_lora_modules)];
+    return models;
+}
+
 static int benchmark(serve_args *s, const char *base, const char *url, const cvllm_tokenizer *tok,
                      const cv_bench_sample *samples) {
     serve_config *c = &s->c;
     char *prefix = s->request_id_prefix ? cv_xstrdup(s->request_id_prefix) : random_prefix();
+    const size_t n = (size_t)c->num_prompts;
+    const char **models = lora_models(s, n);
     workload w = {0};
-    workload_init(&w, s, samples, (size_t)c->num_prompts, (size_t)c->num_prompts, prefix);
+    workload_init(&w, s, samples, n, n, models, prefix);
+    free(models);
     free(prefix);
     cv_rng rng;
     cv_rng_seed(&rng, s->data.seed ^ 0x9e3779b97f4a7c15ULL); /* a stream apart from the dataset's */
