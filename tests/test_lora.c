@@ -435,6 +435,11 @@ static void test_serve(const char *base, const adapter *ad, const run *want, con
             free(c.reply);
             free(body);
         }
+        sp_call metrics = {.port = p.port, .path = "/metrics"};
+        sp_post(&metrics);
+        CHECK_CONTAINS(metrics.reply ? metrics.reply : "",
+                       "vllm:lora_requests_info{max_lora=\"2\",waiting_lora_adapters=\"\",running_lora_adapters=\"\"} ");
+        free(metrics.reply);
         char *body = completion_body("nope", &want[0], "");
         sp_call c = {.port = p.port, .body = body};
         sp_post(&c);

@@ -1654,7 +1654,7 @@ static void test_metrics_text(void) {
     cv_histogram_init(&st.request_prompt_tokens, sizes, n_sizes);
     cv_histogram_observe(&st.request_prompt_tokens, 1234567);
     cv_http_metrics *http = cv_http_metrics_create();
-    char *t = cv_metrics_render(&st, 1, "q\"3", http);
+    char *t = cv_metrics_render(&st, 1, "q\"3", NULL, 0, http);
     const char *L = "{engine=\"0\",model_name=\"q\\\"3\"}";
     char line[256];
     snprintf(line, sizeof line, "vllm:num_requests_running%s 2.0\n", L);
@@ -1696,7 +1696,7 @@ static void test_metrics_text(void) {
     cv_http_metrics_observe(http, "/v1/completions", "POST", 400, 0.0625);
     cv_http_metrics_observe(http, none, "GET", 404, 0.001);
     cv_http_metrics_observe(http, none, "GET", 0, 0.002);
-    t = cv_metrics_render(&st, 1, "q", http);
+    t = cv_metrics_render(&st, 1, "q", NULL, 0, http);
     CHECK_CONTAINS(t, "http_requests_total{handler=\"/v1/completions\",method=\"POST\",status=\"2xx\"} 2.0\n");
     CHECK_CONTAINS(t, "http_requests_total{handler=\"/v1/completions\",method=\"POST\",status=\"4xx\"} 1.0\n");
     CHECK_CONTAINS(t, "http_requests_total{handler=\"none\",method=\"GET\",status=\"4xx\"} 1.0\n");
@@ -1719,11 +1719,26 @@ static void test_metrics_text(void) {
     st.spec_accepted_per_pos[0] = 3;
     st.spec_accepted_per_pos[1] = 1;
     http = cv_http_metrics_create();
-    t = cv_metrics_render(&st, 1, "q", http);
+    t = cv_metrics_render(&st, 1, "q", NULL, 0, http);
     CHECK_CONTAINS(t, "vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"q\"} 5.0\n");
     CHECK_CONTAINS(t, "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"q\"} 10.0\n");
     CHECK_CONTAINS(t, "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"q\"} 4.0\n");
     CHECK_CONTAINS(t, "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",model_name=\"q\",position=\"1\"} 1.0\n");
+    CHECK(strstr(t, "lora_requests_info") == NULL); /* LoRA off */
+    free(t);
+
+    /* LoRA: the adapters running and waiting across two engines, in the engines' order, escaped */
+    cv_engine_stats two[2] = {st, st};
+    two[0].max_loras = two[1].max_loras = 2;
+    two[0].n_loras = two[1].n_loras = 3;
+    two[0].lora_state[0] = 1;     /* a runs on engine 0 */
+    two[1].lora_state[1] = 2;     /* b"x waits on engine 1 */
+    two[1].lora_state[2] = 1 | 2; /* c runs and waits there */
+    const char *const names[] = {"a", "b\"x", "c"};
+    t = cv_metrics_render(two, 2, "q", names, 3, http);
+    CHECK_CONTAINS(t, "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+                      "# TYPE vllm:lora_requests_info gauge\n"
+                      "vllm:lora_requests_info{max_lora=\"2\",waiting_lora_adapters=\"b\\\"x,c\",running_lora_adapters=\"a,c\"} ");
     free(t);
     cv_http_metrics_free(http);
 }

@@ -55,6 +55,9 @@ static int check_lora_options(const cvllm_engine_options *o) {
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "LoRA modules need LoRA enabled (--enable-lora)");
     if (o->max_loras < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_loras must be >= 1, got %d", o->max_loras);
     if (o->max_lora_rank && cv_lora_check_max_rank(o->max_lora_rank)) return CVLLM_ERR_INVALID_ARGUMENT;
+    if (o->n_lora_modules > CV_MAX_LORA_MODULES)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "%d LoRA modules: one engine serves at most %d", o->n_lora_modules,
+                       CV_MAX_LORA_MODULES);
     if (o->enable_lora && o->tensor_parallel_size > 1)
         return cv_fail(CVLLM_ERR_UNSUPPORTED, "LoRA adapters with tensor_parallel_size %d are not supported; serve "
                        "them on one rank", o->tensor_parallel_size);

@@ -329,6 +329,13 @@ static void update_gauges(cv_engine_loop *l) {
     l->stats.spec_num_accepted_tokens = e->spec_stats.num_accepted_tokens;
     l->stats.spec_num_positions = e->spec.method == CV_SPEC_NONE ? 0 : e->spec.num_speculative_tokens;
     memcpy(l->stats.spec_accepted_per_pos, e->spec_stats.accepted_per_pos, sizeof l->stats.spec_accepted_per_pos);
+    l->stats.max_loras = e->sched.max_loras;
+    l->stats.n_loras = e->n_loras;
+    memset(l->stats.lora_state, 0, sizeof l->stats.lora_state);
+    for (int32_t i = 0; i < e->sched.running.n; i++)
+        if (e->sched.running.items[i]->req->lora) l->stats.lora_state[e->sched.running.items[i]->req->lora - 1] |= 1;
+    for (int32_t i = 0; i < e->sched.waiting.n; i++)
+        if (e->sched.waiting.items[i]->req->lora) l->stats.lora_state[e->sched.waiting.items[i]->req->lora - 1] |= 2;
 }
 
 /* vLLM's periodic line (LoggingStatLogger), printed only when something happened since the last. */

@@ -24,6 +24,7 @@
 
 #include "base/histogram.h"
 #include "engine/spec_decode.h"
+#include "loader/lora.h"
 #include "cvllm.h"
 
 typedef struct cv_engine_loop cv_engine_loop;
@@ -139,6 +140,10 @@ typedef struct cv_engine_stats {
     int32_t spec_num_positions;        /* num_speculative_tokens (0 = speculation off) */
     int64_t kv_cache_tokens;           /* capacity, for cache_config_info */
     int32_t block_size;
+    /* vllm:lora_requests_info: max_loras (0: LoRA off) and, for adapter i + 1 of the engine's
+     * lora_modules, lora_state[i] = 1 when a request of it runs, | 2 when one waits */
+    int32_t max_loras, n_loras;
+    uint8_t lora_state[CV_MAX_LORA_MODULES];
 } cv_engine_stats;
 
 void cv_engine_loop_stats(cv_engine_loop *loop, cv_engine_stats *out);

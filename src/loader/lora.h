@@ -22,8 +22,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* vLLM's allowed --max-lora-rank values (its MaxLoRARanks), and its default. */
-enum { CV_LORA_DEFAULT_MAX_RANK = 16 };
+/* vLLM's default --max-lora-rank; and the most adapters one engine serves (its metrics keep a state
+ * byte for each). */
+enum { CV_LORA_DEFAULT_MAX_RANK = 16, CV_MAX_LORA_MODULES = 256 };
 /* 0 when r is one of vLLM's --max-lora-rank choices, else CVLLM_ERR_INVALID_ARGUMENT listing them. */
 int cv_lora_check_max_rank(int32_t r);
 

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/timeutil.h"
 #include "base/utf8.h"
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -459,10 +460,40 @@ static void http_metrics(out *o, cv_http_metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
-char *cv_metrics_render(const cv_engine_stats *st, size_t n_engines, const char *model_name, cv_http_metrics *http) {
+/* The names of the adapters whose state has `bit` in any engine, comma-separated (escaped). */
+static void lora_list(char *dst, size_t cap, const cv_engine_stats *st, size_t n, const char *const *names,
+                      size_t n_names, int bit) {
+    size_t at = 0;
+    dst[0] = '\0';
+    for (size_t a = 0; a < n_names && a < CV_MAX_LORA_MODULES; a++) {
+        bool on = false;
+        for (size_t i = 0; i < n; i++) on |= (st[i].lora_state[a] & bit) != 0;
+        if (!on || at + 2 >= cap) continue;
+        if (at) dst[at++] = ',';
+        escape_label(dst + at, cap - at, names[a]);
+        at += strlen(dst + at);
+    }
+}
+
+/* vLLM's LoRA info gauge, only with LoRA on: the adapters with requests running and waiting across
+ * the engines, its value the time of the reading (vLLM sets it to the time of its last update and
+ * keeps every label set it saw; this shows the current one). */
+static void lora_metrics(out *o, const cv_engine_stats *st, size_t n, const char *const *names, size_t n_names) {
+    if (!st[0].max_loras) return;
+    char running[4096], waiting[4096], labels[8300];
+    lora_list(running, sizeof running, st, n, names, n_names, 1);
+    lora_list(waiting, sizeof waiting, st, n, names, n_names, 2);
+    snprintf(labels, sizeof labels, "max_lora=\"%d\",waiting_lora_adapters=\"%s\",running_lora_adapters=\"%s\"",
+             st[0].max_loras, waiting, running);
+    gauge(o, "vllm:lora_requests_info", "Running stats on lora requests.", labels, cv_wall_now());
+}
+
+char *cv_metrics_render(const cv_engine_stats *st, size_t n_engines, const char *model_name,
+                        const char *const *lora_names, size_t n_loras, cv_http_metrics *http) {
     out o = {0};
     process_metrics(&o);
     vllm_metrics(&o, st, n_engines, model_name);
+    lora_metrics(&o, st, n_engines, lora_names, n_loras);
     http_metrics(&o, http);
     return o.buf;
 }

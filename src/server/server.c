@@ -113,7 +113,8 @@ static void handle_metrics(cv_server *s, cv_http_req *c) {
     const int n = cv_engine_group_size(s->group);
     cv_engine_stats *st = cv_xmalloc((size_t)n * sizeof *st);
     for (int i = 0; i < n; i++) cv_engine_group_stats(s->group, i, &st[i]);
-    char *text = cv_metrics_render(st, (size_t)n, s->names[0], s->http_metrics);
+    char *text = cv_metrics_render(st, (size_t)n, s->names[0], (const char *const *)s->lora_names, s->n_loras,
+                                   s->http_metrics);
     free(st);
     cv_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
     free(text);
