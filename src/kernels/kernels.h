@@ -227,6 +227,11 @@ void cv_swiglu(cv_threadpool *pool, float *out, const float *gu, int64_t rows, i
                int64_t up_offset);
 /* y += x */
 void cv_add(float *y, const float *x, int64_t n);
+/* A low-rank update (LoRA's B·h, with B stored transposed): y[rows[i]·ldy + o] += Σ_r h[i·rank + r] ·
+ * bt[r·n + o] for o < n and i < m (rank ≤ 1024), the terms added to y one r after another, whatever m
+ * and the pool: every element sums in the same order. */
+void cv_lowrank_add(cv_threadpool *pool, float *y, int64_t ldy, const int64_t *rows, const float *h, int64_t m,
+                    int64_t rank, const float *bt, int64_t n);
 /* In-place softmax of one row (f32, max-subtracted). */
 void cv_softmax(float *x, int64_t n);
 

@@ -130,10 +130,14 @@ static int read_modules(const char *dir, const cv_checkpoint *ck, cv_lora_adapte
         m->rank = a->rank;
         m->in = t->ndim == 2 ? t->shape[1] : 0;
         m->out = tb->ndim == 2 ? tb->shape[0] : 0;
+        float *b = NULL;
         int rc = widen(dir, t, a->rank, m->in, a->rank, &m->a);
-        if (!rc) rc = widen(dir, tb, m->out, a->rank, a->rank, &m->b);
+        if (!rc) rc = widen(dir, tb, m->out, a->rank, a->rank, &b);
         if (rc) return rc;
-        for (int64_t k = 0; k < m->out * a->rank; k++) m->b[k] *= a->scaling;
+        m->bt = cv_xmalloc((size_t)(m->out * a->rank) * sizeof *m->bt);
+        for (int64_t o = 0; o < m->out; o++)
+            for (int64_t r = 0; r < a->rank; r++) m->bt[r * m->out + o] = b[o * a->rank + r] * a->scaling;
+        free(b);
     }
     /* every B was paired with an A above */
     size_t n_b = 0;
@@ -204,7 +208,7 @@ void cv_lora_adapter_free(cv_lora_adapter *a) {
     for (size_t i = 0; i < a->n_modules; i++) {
         free(a->modules[i].name);
         free(a->modules[i].a);
-        free(a->modules[i].b);
+        free(a->modules[i].bt);
     }
     free(a->modules);
     free(a->name);

@@ -10,7 +10,8 @@
  * PEFTHelper scales it.
  *
  * The adapter is read whole into f32 copies (a rank-16 adapter of a 0.6B model is ~40 MB), B
- * already multiplied by s, so the model's layers (models/layers/linear.h) add B·(A·x) as is. What
+ * already multiplied by s and transposed, so the model's layers (models/layers/lora.h) add s·B·(A·x)
+ * as `rank` axpys of its rows (kernels.h cv_lowrank_add). What
  * vLLM serves and this does not — DoRA, a LoRA bias, modules_to_save, embedding LoRA, per-module
  * rank or alpha patterns, fan_in_fan_out, pickled adapter_model.bin — is refused in one line naming
  * the key or the tensor, never run as something else. Which modules the base model can adapt is
@@ -32,7 +33,7 @@ typedef struct cv_lora_module {
     char *name;        /* the base model's linear: "model.layers.0.self_attn.q_proj" */
     int64_t rank, in, out; /* A is [rank][in], B [out][rank] */
     float *a;          /* [rank][in] */
-    float *b;          /* [out][rank], multiplied by the adapter's scaling */
+    float *bt;         /* [rank][out]: Bᵀ multiplied by the adapter's scaling */
 } cv_lora_module;
 
 typedef struct cv_lora_adapter {

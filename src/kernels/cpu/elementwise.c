@@ -1,6 +1,6 @@
 /*
  * elementwise.c — the row-wise and element-wise kernels: RMSNorm (alone and fused with the residual
- * add), SwiGLU, residual add and softmax.
+ * add), SwiGLU, residual add, the low-rank update of LoRA and softmax.
  *
  * These touch each activation once. For one decode token that is a few microseconds and they run
  * on the caller; for a prefill batch (512 tokens × 3072 SwiGLU inputs, each needing an exp) they
@@ -89,6 +89,43 @@ void cv_swiglu(cv_threadpool *pool, float *out, const float *gu, int64_t rows, i
 
 void cv_add(float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+typedef struct lowrank_job {
+    const cv_cpu_ops *ops;
+    float *y;
+    int64_t ldy, m, rank, n;
+    const int64_t *rows;
+    const float *h, *bt;
+} lowrank_job;
+
+/* Column blocks a share of the pool takes; the tile GEMM walks 64 columns of Bᵀ's rank rows at a time
+ * over every token, so they stay in L1 while the tokens use them. */
+enum { LOWRANK_COLS = 256 };
+
+/* Columns [LOWRANK_COLS·b0, LOWRANK_COLS·b1): every run of consecutive rows through the tile GEMM of
+ * attention (gemm_rows, accumulating), which keeps each output in a register over the rank steps:
+ * as rank axpys each step loaded and stored every output again, and a 128-token prefill chunk spent
+ * longer on its LoRA updates than it should (37 GFLOP/s on 2 threads). Its FMA chain per element
+ * is the axpys' own, so the bits are those of y += h_r·bt_r in r order, whatever the runs. */
+static void lowrank_cols(const void *arg, int64_t b0, int64_t b1) {
+    const lowrank_job *j = arg;
+    const int64_t c0 = b0 * LOWRANK_COLS, c1 = b1 * LOWRANK_COLS < j->n ? b1 * LOWRANK_COLS : j->n;
+    const float *b[j->rank];
+    for (int64_t r = 0; r < j->rank; r++) b[r] = j->bt + r * j->n + c0;
+    for (int64_t i = 0, run; i < j->m; i += run) {
+        for (run = 1; i + run < j->m && j->rows[i + run] == j->rows[i] + run; run++) {}
+        j->ops->gemm_rows(j->y + j->rows[i] * j->ldy + c0, j->ldy, j->h + i * j->rank, j->rank, b, (int)run,
+                          (int)(c1 - c0), (int)j->rank, true);
+    }
+}
+
+void cv_lowrank_add(cv_threadpool *pool, float *y, int64_t ldy, const int64_t *rows, const float *h, int64_t m,
+                    int64_t rank, const float *bt, int64_t n) {
+    assert(rank > 0 && rank <= 1024 && n <= INT32_MAX);
+    const lowrank_job j = {cv_cpu_ops_active(), y, ldy, m, rank, n, rows, h, bt};
+    const int64_t blocks = (n + LOWRANK_COLS - 1) / LOWRANK_COLS;
+    cv_threadpool_run_range(pool, lowrank_cols, &j, blocks, m * rank * n >= 4 * PARALLEL_ELEMENTS);
 }
 
 void cv_softmax(float *x, int64_t n) {

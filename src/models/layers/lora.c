@@ -88,7 +88,7 @@ void nn_lora_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_
     assert(tok->n_tokens == T && (x.f32 || x.bf16));
     const int64_t cols = l->parts[0].w.cols;
     int64_t *rows = cv_xmalloc((size_t)T * sizeof *rows);
-    float *xa = NULL, *mid = NULL, *delta = NULL;
+    float *xa = NULL, *mid = NULL;
     for (int a = 1; a <= l->n_loras; a++) {
         bool targeted = false;
         for (int j = 0; j < l->n_parts; j++) targeted |= l->lora[j * l->n_loras + a - 1] != NULL;
@@ -102,20 +102,12 @@ void nn_lora_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_
             const cv_lora_module *m = l->lora[j * l->n_loras + a - 1];
             if (!m) continue;
             mid = cv_xrealloc(mid, (size_t)n * (size_t)m->rank * sizeof *mid);
-            delta = cv_xrealloc(delta, (size_t)n * (size_t)m->out * sizeof *delta);
             const cv_weight A = cv_weight_view(&(cv_matrix){m->a, CV_DTYPE_F32, m->rank, m->in});
-            const cv_weight B = cv_weight_view(&(cv_matrix){m->b, CV_DTYPE_F32, m->out, m->rank});
             cv_linear(pool, &A, &(cv_act){.f32 = xa}, n, 1, &m->rank, &mid);
-            cv_linear(pool, &B, &(cv_act){.f32 = mid}, n, 1, &m->out, &delta);
-            for (int64_t i = 0; i < n; i++) {
-                float *y = ys[j] + rows[i] * m->out;
-                const float *d = delta + i * m->out;
-                for (int64_t o = 0; o < m->out; o++) y[o] += d[o];
-            }
+            cv_lowrank_add(pool, ys[j], m->out, rows, mid, n, m->rank, m->bt, m->out);
         }
     }
     free(rows);
     free(xa);
     free(mid);
-    free(delta);
 }

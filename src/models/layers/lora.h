@@ -1,10 +1,11 @@
 /*
  * lora.h — LoRA adapters on a model's linears (internal to src/models).
  *
- * A linear part that an adapter targets keeps the adapter's f32 A [r][in] and scaled B [out][r]
+ * A linear part that an adapter targets keeps the adapter's f32 A [r][in] and scaled Bᵀ [r][out]
  * (loader/lora.h) beside its weight, and after the weight's product every token that runs with that
- * adapter gets y += B·(A·x): the tokens of one adapter gathered, two small products through the
- * same kernels (cv_linear on f32 views), the rows added back. The base product is never changed, so
+ * adapter gets y += s·B·(A·x): the tokens of one adapter gathered, h = A·x through the GEMM kernels
+ * (cv_linear on an f32 view: long rows), then r axpys of Bᵀ's rows into each token's row of y
+ * (cv_lowrank_add), where a product with r-long rows would cost more per row than its work. The base product is never changed, so
  * one forward pass serves the base model and any mix of adapters, each token as its sequence asks
  * (cv_batch.lora_ids), like vLLM's punica path; and a token of the base model costs nothing more.
  *
@@ -35,7 +36,7 @@ void nn_lora_attach(nn_binder *b, nn_linear *l, int j);
 void nn_lora_check_bound(nn_binder *b);
 /* Each token's adapter, from the batch's sequences (forward passes start with it). */
 void nn_lora_set_batch(const nn_binder *b, const cv_batch *batch);
-/* ys[j] += B·(A·x) of every part j of l for the tokens of each adapter that targets it. */
+/* ys[j] += s·B·(A·x) of every part j of l for the tokens of each adapter that targets it. */
 void nn_lora_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, float *const *ys);
 
 #endif
