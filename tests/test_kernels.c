@@ -1380,6 +1380,39 @@ static void test_swiglu(cv_threadpool *pool) {
     free(out);
 }
 
+/* The low-rank update against a double reference, and the same bits whatever rows are updated in
+ * one call (runs of consecutive rows, single rows, scattered ones) and the pool. */
+static void test_lowrank_add(cv_threadpool *pool) {
+    const int64_t rank = 13, n = 600, ld = n + 5, m = 9; /* column blocks of 256, a partial last one */
+    const int64_t rows[] = {0, 1, 2, 3, 4, 7, 8, 11, 10};  /* runs of 5 and 2, then out of order */
+    float *h = rand_vec(m * rank), *bt = rand_vec(rank * n), *y0 = rand_vec(12 * ld);
+    float *y = malloc((size_t)(12 * ld) * sizeof *y), *one = malloc((size_t)(12 * ld) * sizeof *one);
+    memcpy(y, y0, (size_t)(12 * ld) * sizeof *y);
+    memcpy(one, y0, (size_t)(12 * ld) * sizeof *one);
+    cv_lowrank_add(pool, y, ld, rows, h, m, rank, bt, n);
+    for (int64_t i = 0; i < m; i++) cv_lowrank_add(NULL, one, ld, &rows[i], h + i * rank, 1, rank, bt, n);
+    int bad = 0, differ = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t o = 0; o < n; o++) {
+            double ref = y0[rows[i] * ld + o];
+            for (int64_t r = 0; r < rank; r++) ref += (double)h[i * rank + r] * bt[r * n + o];
+            bad += fabs(y[rows[i] * ld + o] - ref) > 1e-5 * (fabs(ref) + 1);
+        }
+    for (int64_t k = 0; k < 12 * ld; k++) differ += memcmp(&y[k], &one[k], sizeof *y) != 0;
+    CHECK_MSG(bad == 0, "lowrank_add (%s, %d threads): %d wrong", cv_isa_name(cv_isa_active()),
+              cv_threadpool_size(pool), bad);
+    CHECK_MSG(differ == 0, "lowrank_add (%s): %d elements differ between one call and a call a row", cv_isa_name(cv_isa_active()),
+              differ);
+    /* rows not listed are untouched (5, 6, 9 and the columns past n) */
+    for (int64_t o = 0; o < ld; o++) CHECK(y[5 * ld + o] == y0[5 * ld + o] && y[9 * ld + o] == y0[9 * ld + o]);
+    for (int64_t o = n; o < ld; o++) CHECK(y[0 * ld + o] == y0[0 * ld + o]);
+    free(h);
+    free(bt);
+    free(y0);
+    free(y);
+    free(one);
+}
+
 static void test_elementwise(void) {
     const int64_t n = 37;
     float *g = rand_vec(n), *u = rand_vec(n), *out = rand_vec(n);
@@ -2285,6 +2318,7 @@ int main(void) {
             test_attention_new_rows(pools[p]);
             test_add_rmsnorm(pools[p]);
             test_swiglu(pools[p]);
+            test_lowrank_add(pools[p]);
             test_fused_quant(pools[p]);
             test_rmsnorm_rope(pools[p]);
             test_round_bf16_rows(pools[p]);
