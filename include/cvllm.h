@@ -146,8 +146,9 @@ typedef struct cvllm_engine_options {
     const cvllm_lora_module *lora_modules; /* [n_lora_modules], read at create (names unique); only with
                                  * enable_lora and without tensor parallelism. Adapters may target the
                                  * linears of attention, the dense MLP or shared expert, the linear-
-                                 * attention projections and the MoE router, of float (not quantized)
-                                 * weights; anything else fails create in one line */
+                                 * attention projections and the MoE router, float or quantized (W8A8,
+                                 * FP8: the adapter reads the unquantized input); anything else fails
+                                 * create in one line */
     int32_t n_lora_modules;
     int32_t max_loras;          /* vLLM's --max-loras: distinct adapters in one batch, 0 = 1 */
     int32_t max_lora_rank;      /* vLLM's --max-lora-rank (1, 8, 16, 32, 64, 128, 256, 320 or 512): the

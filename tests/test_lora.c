@@ -12,6 +12,7 @@
  * names one with it (a beam search too). Malformed adapters and options fail in one line naming
  * what is wrong.
  */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,16 +58,24 @@ typedef struct adapter {
     float scaling;
 } adapter;
 
-static void write_safetensors(const char *path, const char *const *names, const int64_t (*shapes)[2],
-                              const uint16_t *const *data, int n) {
+/* A tensor to write: 1-D or 2-D, its bytes as they go to the file. */
+typedef struct st_tensor {
+    const char *name, *dtype;
+    int ndim;
+    int64_t shape[2];
+    const void *data;
+    size_t nbytes;
+} st_tensor;
+
+static void write_safetensors(const char *path, const st_tensor *t, int n) {
     json_t *h = json_object();
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        const size_t bytes = (size_t)(shapes[i][0] * shapes[i][1]) * 2;
-        json_object_set_new(h, names[i], json_pack("{s:s, s:[I,I], s:[I,I]}", "dtype", "BF16", "shape",
-                                                   (json_int_t)shapes[i][0], (json_int_t)shapes[i][1], "data_offsets",
-                                                   (json_int_t)off, (json_int_t)(off + bytes)));
-        off += bytes;
+        json_t *shape = json_array();
+        for (int d = 0; d < t[i].ndim; d++) json_array_append_new(shape, json_integer(t[i].shape[d]));
+        json_object_set_new(h, t[i].name, json_pack("{s:s, s:o, s:[I,I]}", "dtype", t[i].dtype, "shape", shape,
+                                                    "data_offsets", (json_int_t)off, (json_int_t)(off + t[i].nbytes)));
+        off += t[i].nbytes;
     }
     char *text = json_dumps(h, JSON_COMPACT);
     FILE *f = fopen(path, "wb");
@@ -74,7 +83,7 @@ static void write_safetensors(const char *path, const char *const *names, const 
     uint64_t len = strlen(text);
     fwrite(&len, 8, 1, f);
     fwrite(text, 1, len, f);
-    for (int i = 0; i < n; i++) fwrite(data[i], 2, (size_t)(shapes[i][0] * shapes[i][1]), f);
+    for (int i = 0; i < n; i++) fwrite(t[i].data, 1, t[i].nbytes, f);
     fclose(f);
     free(text);
     json_decref(h);
@@ -130,7 +139,11 @@ static adapter make_adapter(const char *base_dir, const char *const *targets, fl
     }
     cv_checkpoint_close(ck);
     char *st = tu_strdupf("%s/%s", ad.dir, "adapter_model.safetensors");
-    write_safetensors(st, names, (const int64_t(*)[2])shapes, (const uint16_t *const *)data, n);
+    st_tensor out[130];
+    for (int i = 0; i < n; i++)
+        out[i] = (st_tensor){names[i], "BF16", 2, {shapes[i][0], shapes[i][1]}, data[i],
+                             (size_t)(shapes[i][0] * shapes[i][1]) * 2};
+    write_safetensors(st, out, n);
     free(st);
     for (int i = 0; i < n; i++) {
         free(owned[i]);
@@ -523,15 +536,152 @@ static void test_refusals(const char *base, const adapter *good) {
     /* a lone lora_A */
     adapter lone = make_adapter(base, DENSE_TARGETS, 0.05f, NULL, NULL);
     char *st = tu_strdupf("%s/%s", lone.dir, "adapter_model.safetensors");
-    const char *names[] = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"};
-    const int64_t shapes[][2] = {{RANK, 64}};
     static uint16_t zeros[RANK * 64];
-    const uint16_t *data[] = {zeros};
-    write_safetensors(st, names, shapes, data, 1);
+    const st_tensor a = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", "BF16", 2, {RANK, 64},
+                         zeros, sizeof zeros};
+    write_safetensors(st, &a, 1);
     const cvllm_lora_module l[] = {{"x", lone.dir}};
     expect_refused(base, l, 1, true, 0, CVLLM_ERR_FORMAT, "has no lora_B.weight beside it");
     free(st);
     adapter_free(&lone);
+}
+
+/* ---- quantized bases ---------------------------------------------------------------------------- */
+
+static bool ends_with(const char *s, const char *suffix) {
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* A model folder over every file of the test vector (its quantization files too), and the tokenizer. */
+static char *vector_dir(const char *vector) {
+    char *dir = tu_make_temp_dir(), *src = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector);
+    DIR *d = opendir(src);
+    CHECK(d != NULL);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (e->d_name[0] == '.' || !strncmp(e->d_name, "ref.", 4)) continue;
+        char *t = tu_strdupf("%s/%s", src, e->d_name);
+        tu_link(t, dir, e->d_name);
+        free(t);
+    }
+    if (d) closedir(d);
+    tu_link_tokenizer(dir);
+    free(src);
+    return dir;
+}
+
+/* The f32 values of quantized weight t: e4m3 codes times their 128×128 block scales (`scale`, the
+ * weight_scale_inv), int8 codes times their row scales (weight_scale; the offsets are zero). */
+static float *dequantize(const cv_tensor *t, const cv_tensor *scale) {
+    const int64_t rows = t->shape[0], cols = t->shape[1];
+    float *w = malloc((size_t)(rows * cols) * sizeof *w), *sc = malloc((size_t)cv_tensor_numel(scale) * sizeof *sc);
+    cv_convert_to_f32(sc, scale->data, scale->dtype, (size_t)cv_tensor_numel(scale));
+    const uint8_t *q = t->data;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++)
+            w[r * cols + c] = t->dtype == CV_DTYPE_F8_E4M3
+                                  ? cv_fp8_e4m3_to_f32(q[r * cols + c]) * sc[(r / 128) * scale->shape[1] + c / 128]
+                                  : (float)(int8_t)q[r * cols + c] * sc[r];
+    free(sc);
+    return w;
+}
+
+/* A float copy of the quantized test checkpoint `vector`: its FP8 or int8 weights dequantized to
+ * f32, their scales dropped, the rest as stored, config.json without its quantization_config; with
+ * `ad` (else NULL) merged into the weights it adapts. */
+static char *float_copy(const char *vector, const adapter *ad) {
+    char *src = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector), *dir = tu_make_temp_dir();
+    cv_checkpoint *ck = NULL;
+    if (cv_checkpoint_open(src, &ck)) CHECK(cv_checkpoint_open_prefix(src, "quant_model_weights", &ck) == 0);
+    const size_t n = cv_checkpoint_count(ck);
+    st_tensor *out = calloc(n, sizeof *out);
+    float **owned = calloc(n, sizeof *owned);
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cv_tensor *t = cv_checkpoint_tensor(ck, i);
+        if (ends_with(t->name, "_scale_inv") || ends_with(t->name, ".weight_scale") || ends_with(t->name, ".weight_offset"))
+            continue;
+        out[k] = (st_tensor){t->name, cv_dtype_name(t->dtype), t->ndim, {t->shape[0], t->ndim > 1 ? t->shape[1] : 0},
+                             t->data, t->nbytes};
+        if (t->dtype == CV_DTYPE_F8_E4M3 || t->dtype == CV_DTYPE_I8) {
+            char *scale_name = tu_strdupf("%s%s", t->name, t->dtype == CV_DTYPE_I8 ? "_scale" : "_scale_inv");
+            const cv_tensor *scale = cv_checkpoint_find(ck, scale_name);
+            CHECK(scale != NULL);
+            free(scale_name);
+            owned[k] = dequantize(t, scale);
+            const cv_tensor f = {t->name, CV_DTYPE_F32, 2, {t->shape[0], t->shape[1]}, owned[k],
+                                 (size_t)(t->shape[0] * t->shape[1]) * 4};
+            if (ad) merge(&f, owned[k], ad);
+            out[k].dtype = "F32", out[k].data = owned[k], out[k].nbytes = f.nbytes;
+        }
+        k++;
+    }
+    char *st = tu_strdupf("%s/%s", dir, "model.safetensors");
+    write_safetensors(st, out, k);
+    free(st);
+    for (size_t i = 0; i < n; i++) free(owned[i]);
+    free(owned);
+    free(out);
+    cv_checkpoint_close(ck);
+    char *cfg_path = tu_strdupf("%s/%s", src, "config.json");
+    json_t *cfg = json_load_file(cfg_path, 0, NULL);
+    json_object_del(cfg, "quantization_config");
+    char *cfg_text = json_dumps(cfg, JSON_INDENT(2));
+    tu_write_file(dir, "config.json", cfg_text, strlen(cfg_text));
+    free(cfg_text);
+    json_decref(cfg);
+    free(cfg_path);
+    char *gen = tu_strdupf("%s/%s", src, "generation_config.json");
+    tu_link(gen, dir, "generation_config.json");
+    free(gen);
+    tu_link_tokenizer(dir);
+    free(src);
+    return dir;
+}
+
+/* Adapters on FP8 and W8A8_DYNAMIC bases. FP8 runs weight-only, so in f32 compute it computes what
+ * its dequantized weights compute: with the adapter it must match the dequantized weights with the
+ * adapter merged, to the float bound. W8A8 quantizes its activations, which the float copy does not:
+ * there the adapter's requests must stay as close to the merged float copy as the base model's stay
+ * to the plain one (the activations' rounding), while the adapter moves the model by far more. */
+static void test_quantized_bases(void) {
+    const char *const vectors[] = {"qwen3-dense-fp8", "qwen3-dense-w8a8-dynamic"};
+    for (size_t k = 0; k < 2; k++) {
+        char *quant = vector_dir(vectors[k]), *plain = float_copy(vectors[k], NULL);
+        adapter ad = make_adapter(plain, DENSE_TARGETS, 0.2f, NULL, NULL);
+        char *merged = float_copy(vectors[k], &ad);
+        run q = {.lora = "ad"}, qb = {0}, m = {0}, pb = {0};
+        fill_prompt(&q, 7);
+        qb = m = pb = q;
+        qb.lora = m.lora = pb.lora = NULL;
+        const cvllm_lora_module mods[] = {{"ad", ad.dir}};
+        cvllm_engine *e = make_engine(quant, mods, 1, 1, "float32");
+        run_all(e, &q, 1);
+        run_all(e, &qb, 1);
+        cvllm_engine_destroy(e);
+        e = make_engine(merged, NULL, 0, 0, "float32");
+        run_all(e, &m, 1);
+        cvllm_engine_destroy(e);
+        e = make_engine(plain, NULL, 0, 0, "float32");
+        run_all(e, &pb, 1);
+        cvllm_engine_destroy(e);
+        const double noise = max_diff(&qb, &pb), off = max_diff(&q, &m), effect = max_diff(&m, &pb);
+        printf("%s: adapter vs merged %g, base vs float base %g, adapter effect %g\n", vectors[k], off, noise, effect);
+        if (k == 0) {
+            check_same(&q, &m, 1e-4, "FP8 base with the adapter against the merged dequantized weights");
+        } else {
+            CHECK_MSG(off <= 2 * noise + 0.02, "W8A8 base with the adapter is %g off the merged float copy (the base "
+                      "model %g off its own)", off, noise);
+        }
+        CHECK_MSG(effect > 10 * (2 * noise + 0.02), "%s: the adapter barely changes the model (%g)", vectors[k], effect);
+        tu_remove_tree(merged);
+        tu_remove_tree(plain);
+        tu_remove_tree(quant);
+        free(merged);
+        free(plain);
+        free(quant);
+        adapter_free(&ad);
+    }
 }
 
 /* The hybrid and MoE architectures: their attention, linear-attention and shared-expert linears
@@ -598,6 +748,7 @@ int main(void) {
     test_refusals(base, &ad);
     test_matches_merged(base, &ad, &ad2);
     test_other_models();
+    test_quantized_bases();
     adapter_free(&ad);
     adapter_free(&ad2);
     tu_remove_tree(base);

@@ -66,6 +66,16 @@ static inline void tu_link(const char *target, const char *dir, const char *name
     free(path);
 }
 
+/* Links the Qwen3 tokenizer that cvllm ships into model folder dir. */
+static inline void tu_link_tokenizer(const char *dir) {
+    static const char *tok[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (size_t i = 0; i < 2; i++) {
+        char *t = tu_strdupf("%s/models/qwen3-tokenizer/%s", CVLLM_SOURCE_DIR, tok[i]);
+        tu_link(t, dir, tok[i]);
+        free(t);
+    }
+}
+
 /* A model folder: config, generation config and weights of tests/data/vectors/NAME, with the Qwen3
  * tokenizer that cvllm ships. */
 static inline char *tu_model_dir(const char *vector_name) {
@@ -77,12 +87,7 @@ static inline char *tu_model_dir(const char *vector_name) {
         tu_link(t, dir, files[i]);
         free(t);
     }
-    static const char *tok[] = {"tokenizer.json", "tokenizer_config.json"};
-    for (size_t i = 0; i < 2; i++) {
-        char *t = tu_strdupf("%s/models/qwen3-tokenizer/%s", CVLLM_SOURCE_DIR, tok[i]);
-        tu_link(t, dir, tok[i]);
-        free(t);
-    }
+    tu_link_tokenizer(dir);
     free(src);
     return dir;
 }

@@ -31,10 +31,6 @@ void nn_lora_attach(nn_binder *b, nn_linear *l, int j) {
         if (b->adapters_off) {
             b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "LoRA adapter %s (%s) targets %s: adapters on routed experts, the "
                             "lm_head and MTP layers are not supported", ad->name, ad->path, part->name);
-        } else if (part->scheme != CV_SCHEME_FLOAT) {
-            b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "LoRA adapter %s (%s) targets %s, whose weights are %s: adapters on "
-                            "quantized weights are not supported", ad->name, ad->path, part->name,
-                            cv_linear_scheme_name(part->scheme));
         } else if (m->in != part->w.cols || m->out != part->w.rows) {
             b->rc = cv_fail(CVLLM_ERR_FORMAT, "LoRA adapter %s (%s): %s adapts [%lld in, %lld out] but the model's "
                             "%s.weight is [%lld, %lld]", ad->name, ad->path, m->name, (long long)m->in,

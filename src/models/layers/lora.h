@@ -10,8 +10,10 @@
  * (cv_batch.lora_ids), like vLLM's punica path; and a token of the base model costs nothing more.
  *
  * The delta reads the linear's input at f32 (or its bf16 rows widened, where the op before wrote
- * only those), so quantized parts, whose input may exist only as int8 codes, are refused; as are
- * linears whose rows are not the batch's tokens (nn_binder.adapters_off) and tensor parallelism.
+ * only those), never the int8 codes an int8 part reads: on a W8A8 or FP8 base the adapter adds to
+ * the quantized product what it adds to a float one (the SwiGLU then hands down_proj f32 rows, which
+ * nn_linear_forward quantizes, instead of its codes alone). Linears whose rows are not the batch's
+ * tokens (nn_binder.adapters_off) and tensor parallelism are refused.
  * An adapter module that no linear of the model took fails the load (nn_lora_check_bound), as
  * vLLM refuses target modules it does not expect.
  */
