@@ -288,6 +288,43 @@ static void check_same(const run *got, const run *want, double tol, const char *
 /* ---- the tests ------------------------------------------------------------------------------- */
 
 static void test_serve(const char *base, const adapter *ad, const run *want, const run *plain);
+static void expect_refused(const char *base, const cvllm_lora_module *mods, int n, bool enable, int32_t max_rank,
+                           cvllm_status status, const char *needle);
+
+/* An adapter named by hub id comes from the Hugging Face cache (offline here), as vLLM fetches one. */
+static void test_hub_adapter(const char *base, const adapter *ad, const run *want) {
+    char *cache = tu_make_temp_dir();
+    static const char commit[] = "0123456789abcdef0123456789abcdef01234567";
+    char *snap = tu_strdupf("%s/models--org--tuned/snapshots/%s", cache, commit);
+    char *refs = tu_strdupf("%s/models--org--tuned/%s", cache, "refs");
+    char *mk = tu_strdupf("mkdir -p %s %s", snap, refs);
+    CHECK(system(mk) == 0);
+    tu_write_file(refs, "main", commit, sizeof commit - 1);
+    static const char *const files[] = {"adapter_config.json", "adapter_model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char *t = tu_strdupf("%s/%s", ad->dir, files[i]);
+        tu_link(t, snap, files[i]);
+        free(t);
+    }
+    setenv("HF_HUB_CACHE", cache, 1);
+    setenv("HF_HUB_OFFLINE", "1", 1);
+    const cvllm_lora_module mods[] = {{"tuned", "org/tuned"}};
+    cvllm_engine *e = make_engine(base, mods, 1, 1, "float32");
+    run r = {.lora = "tuned"};
+    memcpy(r.prompt, want->prompt, sizeof r.prompt);
+    if (e) run_all(e, &r, 1);
+    check_same(&r, want, 1e-4, "adapter from the hub cache");
+    cvllm_engine_destroy(e);
+    const cvllm_lora_module missing[] = {{"gone", "org/absent"}};
+    expect_refused(base, missing, 1, true, 0, CVLLM_ERR_NETWORK, "LoRA adapter gone: cannot download org/absent: HF_HUB_OFFLINE");
+    unsetenv("HF_HUB_CACHE");
+    unsetenv("HF_HUB_OFFLINE");
+    tu_remove_tree(cache);
+    free(cache);
+    free(snap);
+    free(refs);
+    free(mk);
+}
 
 static void test_matches_merged(const char *base, const adapter *ad, const adapter *ad2) {
     char *merged = merged_dir("qwen3-dense-f32", base, ad);
@@ -373,6 +410,7 @@ static void test_matches_merged(const char *base, const adapter *ad, const adapt
               max_diff(&h, &want[0]));
     cvllm_engine_destroy(e);
     test_serve(base, ad, want, plain);
+    test_hub_adapter(base, ad, &want[0]);
     tu_remove_tree(merged);
     free(merged);
 }
@@ -515,7 +553,7 @@ static void test_refusals(const char *base, const adapter *good) {
     const cvllm_lora_module twice[] = {{"ad", good->dir}, {"ad", good->dir}};
     expect_refused(base, twice, 2, true, 0, CVLLM_ERR_INVALID_ARGUMENT, "LoRA module name ad is given twice");
     const cvllm_lora_module missing[] = {{"ad", "/nonexistent/adapter"}};
-    expect_refused(base, missing, 1, true, 0, CVLLM_ERR_NOT_FOUND, "is not a folder");
+    expect_refused(base, missing, 1, true, 0, CVLLM_ERR_NOT_FOUND, "LoRA adapter ad: model /nonexistent/adapter: no such folder");
 
     adapter foreign = make_adapter(base, DENSE_TARGETS, 0.05f, "model.layers.0.self_attn.rotary", NULL);
     const cvllm_lora_module f[] = {{"x", foreign.dir}};

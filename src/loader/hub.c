@@ -176,9 +176,10 @@ static bool has_checkpoint(const char *snap) {
 /* An msModelSlim checkpoint (quant_model_description.json beside quant_model_weights*.safetensors)
  * counts as complete: it is the engine that names what it cannot load, not a download retried on
  * every start. */
-static bool snapshot_complete(const char *snap, bool weights) {
+static bool snapshot_complete(const char *snap, const cv_hub_options *opts) {
+    if (opts->adapter) return has_file(snap, "adapter_config.json") && has_file(snap, "adapter_model.safetensors");
     return has_file(snap, "config.json") &&
-           (!weights || has_checkpoint(snap) || has_file(snap, "quant_model_description.json"));
+           (!opts->weights || has_checkpoint(snap) || has_file(snap, "quant_model_description.json"));
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -330,12 +331,13 @@ static char *file_url(const hub_remote *r, const char *id, const char *commit, c
     return url;
 }
 
-/* Serving needs configs, tokenizer files, the chat template and the safetensors checkpoint;
- * everything else in a repository (other weight formats, READMEs, images) is skipped. */
+/* Serving needs configs, tokenizer files, the chat template and the safetensors checkpoint (of a
+ * LoRA adapter too: its adapter_config.json and adapter_model.safetensors); everything else in a
+ * repository (other weight formats, READMEs, images) is skipped. */
 static bool wanted(const char *file, bool weights) {
     static const char *const always[] = {"config.json", "generation_config.json", "tokenizer.json",
                                          "tokenizer_config.json", "chat_template.jinja",
-                                         "quant_model_description.json"};
+                                         "quant_model_description.json", "adapter_config.json"};
     if (!plain_name(file)) return false;
     for (size_t i = 0; i < CV_ARRAY_LEN(always); i++)
         if (!strcmp(file, always[i])) return true;
@@ -435,7 +437,7 @@ int cv_hub_resolve(const char *model, const cv_hub_options *opts, char **dir) {
     } else {
         snap = find_snapshot(repo, remote.revision);
         bool offline = env_true("HF_HUB_OFFLINE");
-        if (snap && (snapshot_complete(snap, opts->weights) || !opts->allow_download || offline)) {
+        if (snap && (snapshot_complete(snap, opts) || !opts->allow_download || offline)) {
             /* Complete, or the best there is: a missing file is then named by whoever opens it. */
             *dir = snap;
             snap = NULL;

@@ -19,6 +19,8 @@ typedef struct cv_hub_options {
     const char *revision;      /* NULL = "main" */
     bool allow_download;
     bool weights;              /* also fetch *.safetensors (false: config + tokenizer files only) */
+    bool adapter;              /* a PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors),
+                                * not a model: what makes a cached snapshot complete */
     bool progress;             /* progress bar on stderr (only when it is a terminal) */
 } cv_hub_options;
 

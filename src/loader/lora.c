@@ -12,6 +12,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "loader/fileutil.h"
+#include "loader/hub.h"
 #include "loader/safetensors.h"
 
 static const int32_t allowed_ranks[] = {1, 8, 16, 32, 64, 128, 256, 320, 512};
@@ -160,9 +161,8 @@ static int read_modules(const char *dir, const cv_checkpoint *ck, cv_lora_adapte
     return 0;
 }
 
-int cv_lora_adapter_load(const char *name, const char *dir, int32_t max_rank, cv_lora_adapter **out) {
-    *out = NULL;
-    if (!cv_is_dir(dir)) return cv_fail(CVLLM_ERR_NOT_FOUND, "LoRA adapter %s: %s is not a folder", name, dir);
+/* The adapter in folder dir (path as given: a folder, or the hub id dir was resolved from). */
+static int load_dir(const char *name, const char *path, const char *dir, int32_t max_rank, cv_lora_adapter **out) {
     int32_t rank = 0;
     float scaling = 0;
     int rc = read_config(dir, &rank, &scaling);
@@ -185,7 +185,7 @@ int cv_lora_adapter_load(const char *name, const char *dir, int32_t max_rank, cv
     if ((rc = cv_checkpoint_open_prefix(dir, "adapter_model", &ck))) return rc;
     cv_lora_adapter *a = cv_xcalloc(1, sizeof *a);
     a->name = cv_xstrdup(name);
-    a->path = cv_xstrdup(dir);
+    a->path = cv_xstrdup(path);
     a->rank = rank;
     a->scaling = scaling;
     rc = read_modules(dir, ck, a);
@@ -196,6 +196,18 @@ int cv_lora_adapter_load(const char *name, const char *dir, int32_t max_rank, cv
     }
     *out = a;
     return 0;
+}
+
+int cv_lora_adapter_load(const char *name, const char *path, int32_t max_rank, cv_lora_adapter **out) {
+    *out = NULL;
+    /* vLLM's get_adapter_absolute_path: a folder, else a hub id (the cache, else a download) */
+    char *dir = NULL;
+    const cv_hub_options hub = {.allow_download = true, .weights = true, .adapter = true};
+    int rc = cv_hub_resolve(path, &hub, &dir);
+    if (rc) return cv_fail_prefix(rc, "LoRA adapter %s", name);
+    rc = load_dir(name, path, dir, max_rank, out);
+    free(dir);
+    return rc;
 }
 
 const cv_lora_module *cv_lora_adapter_find(const cv_lora_adapter *a, const char *name) {

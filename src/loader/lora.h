@@ -38,18 +38,20 @@ typedef struct cv_lora_module {
 
 typedef struct cv_lora_adapter {
     char *name;        /* what requests call it (their "model") */
-    char *path;        /* the folder it was read from */
+    char *path;        /* as given: the folder, or the hub id it was read from */
     int32_t rank;
     float scaling;
     size_t n_modules;
     cv_lora_module *modules; /* sorted by name */
 } cv_lora_adapter;
 
-/* Reads the PEFT adapter in folder `dir` as `name`. Errors (one line naming the folder and what is
- * wrong): CVLLM_ERR_NOT_FOUND for a missing folder, config or weights file; CVLLM_ERR_FORMAT for a
+/* Reads the PEFT adapter at `path` as `name`: a folder, else a hub id ORG/NAME, from the Hugging Face
+ * cache or downloaded into it (loader/hub.h), as vLLM resolves --lora-modules paths. Errors (one
+ * line naming the folder and what is wrong): CVLLM_ERR_NOT_FOUND for a missing folder, config or
+ * weights file (CVLLM_ERR_NETWORK when a hub id cannot be fetched); CVLLM_ERR_FORMAT for a
  * malformed config, an unpaired lora_A/lora_B, or shapes that disagree with r; CVLLM_ERR_INVALID_ARGUMENT
  * for r above max_rank (vLLM's message); CVLLM_ERR_UNSUPPORTED for the features above. */
-int cv_lora_adapter_load(const char *name, const char *dir, int32_t max_rank, cv_lora_adapter **out);
+int cv_lora_adapter_load(const char *name, const char *path, int32_t max_rank, cv_lora_adapter **out);
 /* The adapter's module `name`, or NULL. */
 const cv_lora_module *cv_lora_adapter_find(const cv_lora_adapter *a, const char *name);
 void cv_lora_adapter_free(cv_lora_adapter *a);
