@@ -18,6 +18,7 @@ void nn_lora_init(nn_binder *b, const cv_model_load_params *p) {
     b->lora_tokens = nn_own(b, sizeof *b->lora_tokens);
     b->lora_used = nn_own(b, (size_t)p->n_loras * sizeof *b->lora_used);
     if (b->rc) return;
+    b->lora_tokens->cap = p->max_num_batched_tokens;
     b->lora_tokens->of_token = nn_own(b, (size_t)p->max_num_batched_tokens * sizeof(int32_t));
     for (int a = 0; a < p->n_loras && !b->rc; a++) b->lora_used[a] = nn_own(b, p->loras[a]->n_modules + 1);
 }
@@ -59,9 +60,15 @@ void nn_lora_check_bound(nn_binder *b) {
             }
 }
 
-void nn_lora_set_batch(const nn_binder *b, const cv_batch *batch) {
+void nn_lora_set_batch(nn_binder *b, const cv_batch *batch) {
     nn_lora_tokens *t = b->lora_tokens;
     if (!t) return;
+    if (batch->n_tokens > t->cap) { /* the old table stays the binder's until it is freed */
+        int32_t *grown = nn_own(b, (size_t)batch->n_tokens * sizeof *grown);
+        if (!grown) abort(); /* as cv_xmalloc: the forward pass has no way to fail here */
+        t->of_token = grown;
+        t->cap = batch->n_tokens;
+    }
     t->n_tokens = batch->n_tokens;
     t->any = false;
     for (int32_t s = 0; s < batch->n_seqs; s++) {

@@ -25,19 +25,20 @@
 
 /* The adapter of each token of the current batch. */
 typedef struct nn_lora_tokens {
-    int32_t *of_token; /* [max tokens]: 0 the base model, else 1…n_loras */
-    int64_t n_tokens;
+    int32_t *of_token; /* [cap]: 0 the base model, else 1…n_loras */
+    int64_t n_tokens, cap;
     bool any;          /* some token runs with an adapter */
 } nn_lora_tokens;
 
-/* Sets up b for p's adapters (nothing when it has none), for batches of up to max_tokens tokens. */
+/* Sets up b for p's adapters (nothing when it has none). */
 void nn_lora_init(nn_binder *b, const cv_model_load_params *p);
 /* Attaches to l the adapters' tensors for its part j, just bound (sticky error in b->rc). */
 void nn_lora_attach(nn_binder *b, nn_linear *l, int j);
 /* Fails (sticky) naming the first adapter module no linear took. */
 void nn_lora_check_bound(nn_binder *b);
-/* Each token's adapter, from the batch's sequences (forward passes start with it). */
-void nn_lora_set_batch(const nn_binder *b, const cv_batch *batch);
+/* Each token's adapter, from the batch's sequences (forward passes start with it; a batch larger
+ * than any before gets a larger table). */
+void nn_lora_set_batch(nn_binder *b, const cv_batch *batch);
 /* ys[j] += s·B·(A·x) of every part j of l for the tokens of each adapter that targets it. */
 void nn_lora_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, float *const *ys);
 
