@@ -155,10 +155,12 @@ class Handler(BaseHTTPRequestHandler):
                 u["total_tokens"] = ARGS.prompt_tokens + n
             self.send_event({"id": "cmpl-mock", "object": "text_completion", "model": ARGS.model_name,
                              "choices": [], "usage": u})
-        self.send_event(b"[DONE]")
-        self.write_chunk(b"")
+        # counted before the last bytes go out, as a server counts a request when it finishes: a client
+        # that reads /metrics as soon as its stream ends must find it there
         with LOCK:
             COMPLETED[0] += 1
+        self.send_event(b"[DONE]")
+        self.write_chunk(b"")
 
 
 def main():
