@@ -580,6 +580,16 @@ static void test_refusals(const char *base, const adapter *good) {
     write_safetensors(st, &a, 1);
     const cvllm_lora_module l[] = {{"x", lone.dir}};
     expect_refused(base, l, 1, true, 0, CVLLM_ERR_FORMAT, "has no lora_B.weight beside it");
+    /* an adapter of another model's shapes: q_proj from 32 inputs where this model's has 64 */
+    static uint16_t b16[128 * RANK];
+    const st_tensor other[] = {
+        {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", "BF16", 2, {RANK, 32}, zeros, RANK * 32 * 2},
+        {"base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", "BF16", 2, {128, RANK}, b16, sizeof b16},
+    };
+    write_safetensors(st, other, 2);
+    expect_refused(base, l, 1, true, 0, CVLLM_ERR_FORMAT,
+                   "model.layers.0.self_attn.q_proj maps 32 inputs to 128 outputs, but the model's "
+                   "model.layers.0.self_attn.q_proj.weight maps 64 to 128");
     free(st);
     adapter_free(&lone);
 }

@@ -33,9 +33,9 @@ void nn_lora_attach(nn_binder *b, nn_linear *l, int j) {
             b->rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "LoRA adapter %s (%s) targets %s: adapters on routed experts, the "
                             "lm_head and MTP layers are not supported", ad->name, ad->path, part->name);
         } else if (m->in != part->w.cols || m->out != part->w.rows) {
-            b->rc = cv_fail(CVLLM_ERR_FORMAT, "LoRA adapter %s (%s): %s adapts [%lld in, %lld out] but the model's "
-                            "%s.weight is [%lld, %lld]", ad->name, ad->path, m->name, (long long)m->in,
-                            (long long)m->out, part->name, (long long)part->w.rows, (long long)part->w.cols);
+            b->rc = cv_fail(CVLLM_ERR_FORMAT, "LoRA adapter %s (%s): %s maps %lld inputs to %lld outputs, but the "
+                            "model's %s.weight maps %lld to %lld", ad->name, ad->path, m->name, (long long)m->in,
+                            (long long)m->out, part->name, (long long)part->w.cols, (long long)part->w.rows);
         }
         if (b->rc) return;
         if (!l->lora) {
