@@ -332,9 +332,9 @@ static void update_gauges(cv_engine_loop *l) {
     l->stats.max_loras = e->sched.max_loras;
     l->stats.n_loras = e->n_loras;
     memset(l->stats.lora_state, 0, sizeof l->stats.lora_state);
-    for (int32_t i = 0; i < e->sched.running.n; i++)
+    for (int32_t i = 0; e->n_loras && i < e->sched.running.n; i++)
         if (e->sched.running.items[i]->req->lora) l->stats.lora_state[e->sched.running.items[i]->req->lora - 1] |= 1;
-    for (int32_t i = 0; i < e->sched.waiting.n; i++)
+    for (int32_t i = 0; e->n_loras && i < e->sched.waiting.n; i++)
         if (e->sched.waiting.items[i]->req->lora) l->stats.lora_state[e->sched.waiting.items[i]->req->lora - 1] |= 2;
 }
 

@@ -120,14 +120,16 @@ static int read_modules(const char *dir, const cv_checkpoint *ck, cv_lora_adapte
             return cv_fail(CVLLM_ERR_UNSUPPORTED, "%s: tensor %s is not a LoRA A or B weight "
                            "(base_model.model.<module>.lora_A.weight / .lora_B.weight); embedding LoRA, DoRA "
                            "magnitudes and biases are not supported", dir, t->name);
-        if (role == 'B') continue; /* found from its A */
-        char *module = cv_xasprintf("%.*s", (int)len, t->name + sizeof PREFIX - 1);
-        char *b_name = cv_xasprintf("%s%s.lora_B.weight", PREFIX, module);
-        const cv_tensor *tb = cv_checkpoint_find(ck, b_name);
-        free(b_name);
+        const char other = role == 'A' ? 'B' : 'A';
+        char *pair_name = cv_xasprintf("%s%.*s.lora_%c.weight", PREFIX, (int)len, t->name + sizeof PREFIX - 1, other);
+        const cv_tensor *pair = cv_checkpoint_find(ck, pair_name);
+        free(pair_name);
+        if (!pair)
+            return cv_fail(CVLLM_ERR_FORMAT, "%s: tensor %s has no lora_%c.weight beside it", dir, t->name, other);
+        if (role == 'B') continue; /* its module is read from its A */
+        const cv_tensor *tb = pair;
         cv_lora_module *m = &a->modules[a->n_modules++];
-        m->name = module;
-        if (!tb) return cv_fail(CVLLM_ERR_FORMAT, "%s: tensor %s has no lora_B.weight beside it", dir, t->name);
+        m->name = cv_xasprintf("%.*s", (int)len, t->name + sizeof PREFIX - 1);
         m->rank = a->rank;
         m->in = t->ndim == 2 ? t->shape[1] : 0;
         m->out = tb->ndim == 2 ? tb->shape[0] : 0;
@@ -140,22 +142,6 @@ static int read_modules(const char *dir, const cv_checkpoint *ck, cv_lora_adapte
             for (int64_t r = 0; r < a->rank; r++) m->bt[r * m->out + o] = b[o * a->rank + r] * a->scaling;
         free(b);
     }
-    /* every B was paired with an A above */
-    size_t n_b = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t len;
-        n_b += tensor_role(cv_checkpoint_tensor(ck, i)->name, &len) == 'B';
-    }
-    if (n_b != a->n_modules)
-        for (size_t i = 0; i < n; i++) {
-            const cv_tensor *t = cv_checkpoint_tensor(ck, i);
-            size_t len;
-            if (tensor_role(t->name, &len) != 'B') continue;
-            char *a_name = cv_xasprintf("%.*s.lora_A.weight", (int)(strlen(t->name) - 14), t->name);
-            const bool paired = cv_checkpoint_find(ck, a_name) != NULL;
-            free(a_name);
-            if (!paired) return cv_fail(CVLLM_ERR_FORMAT, "%s: tensor %s has no lora_A.weight beside it", dir, t->name);
-        }
     if (!a->n_modules) return cv_fail(CVLLM_ERR_FORMAT, "%s: adapter_model.safetensors holds no LoRA weights", dir);
     qsort(a->modules, a->n_modules, sizeof *a->modules, by_name);
     return 0;
