@@ -100,13 +100,14 @@ static void release(gen_session *g, int n) {
     assert(left >= 0);
     if (left > 0) return;
     cv_server *s = g->s;
+    if (s->load_tracking) atomic_fetch_sub(&s->load, 1);
+    /* the last touch of s: once the list is empty, cv_server_stop may return and free it */
     pthread_mutex_lock(&s->sessions_mu);
     if (g->prev) g->prev->next = g->next;
     else s->sessions = g->next;
     if (g->next) g->next->prev = g->prev;
     pthread_cond_broadcast(&s->sessions_cv);
     pthread_mutex_unlock(&s->sessions_mu);
-    if (s->load_tracking) atomic_fetch_sub(&s->load, 1);
     cv_api_response_free(&g->resp);
     cv_api_request_free(&g->req);
     cvllm_grammar_release(g->grammar);
