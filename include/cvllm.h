@@ -142,7 +142,8 @@ typedef struct cvllm_engine_options {
                                  * quant_model_description.json anyway); "fp8": a block-wise FP8 checkpoint
                                  * (detected by config.json's quantization_config). Another method, or one
                                  * the checkpoint does not match, fails the load in one line. */
-    bool enable_lora;           /* vLLM's --enable-lora: serve lora_modules beside the base model */
+    bool enable_lora;           /* vLLM's --enable-lora: serve lora_modules, and those loaded later
+                                 * (cvllm_engine_load_lora), beside the base model */
     const cvllm_lora_module *lora_modules; /* [n_lora_modules], read at create (names unique); only with
                                  * enable_lora and without tensor parallelism. Adapters may target the
                                  * linears of attention, the dense MLP or shared expert, the linear-
@@ -299,14 +300,27 @@ typedef struct cvllm_prompt {
     const int32_t *token_ids;
     size_t n_token_ids;
     const char *cache_salt;      /* isolates this prompt's prefix-cache entries (vLLM's cache_salt); NULL = none */
-    const char *lora_name;       /* runs with this adapter of the engine's lora_modules (vLLM's LoRARequest);
-                                  * NULL = the base model */
+    const char *lora_name;       /* runs with this adapter of the engine's (lora_modules, or loaded with
+                                  * cvllm_engine_load_lora; vLLM's LoRARequest); NULL = the base model */
 } cvllm_prompt;
 
 /* Queues a request. *request_id receives an engine-unique id. Fails (and queues nothing) when the
  * prompt or the parameters are invalid or the prompt cannot fit in max_model_len. */
 cvllm_status cvllm_engine_add_request(cvllm_engine *engine, const cvllm_prompt *prompt,
                                       const cvllm_sampling_params *params, uint64_t *request_id);
+
+/* Loads a LoRA adapter while the engine runs (vLLM's /v1/load_lora_adapter): prompts may name it
+ * once this returns. With `replace`, an adapter of the same name is replaced (vLLM's load_inplace);
+ * otherwise that name fails with CVLLM_ERR_INVALID_ARGUMENT. Requests already running keep the
+ * adapter they started with, and the prefix cache never mixes the two. The adapter is read (from a
+ * folder or the hub, as lora_modules are) and checked against the model as create checks them, with
+ * the same errors; CVLLM_ERR_INVALID_ARGUMENT without enable_lora. Thread-safe: any thread, also
+ * while another steps the engine or adds requests. */
+cvllm_status cvllm_engine_load_lora(cvllm_engine *engine, const cvllm_lora_module *module, bool replace);
+/* Unloads an adapter: prompts naming it fail from then on (CVLLM_ERR_NOT_FOUND), requests already
+ * running finish with it, and its memory goes with the last of them. CVLLM_ERR_NOT_FOUND when no
+ * adapter of that name is loaded. Thread-safe as cvllm_engine_load_lora. */
+cvllm_status cvllm_engine_unload_lora(cvllm_engine *engine, const char *name);
 
 /* Stops a request at once and frees its cache; its last output reports finish reason "abort". */
 cvllm_status cvllm_engine_abort_request(cvllm_engine *engine, uint64_t request_id);

@@ -9,11 +9,14 @@
  * holds a second adapter back until the first one's requests are through. In bf16 compute the
  * adapter still reaches every linear (its inputs there exist as bf16 rows only). `cvllm serve
  * --enable-lora --lora-modules` lists the adapters in /v1/models and runs a request whose "model"
- * names one with it (a beam search too). Malformed adapters and options fail in one line naming
- * what is wrong.
+ * names one with it (a beam search too). Adapters loaded, replaced and unloaded while the engine
+ * runs (cvllm_engine_load_lora; vLLM's /v1/load_lora_adapter routes) serve as those given at start,
+ * and requests in flight keep theirs. Malformed adapters and options fail in one line naming what
+ * is wrong.
  */
 #include <dirent.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,7 +217,7 @@ static cvllm_engine *make_engine(const char *dir, const cvllm_lora_module *mods,
     o.dtype = dtype;
     o.max_model_len = 256;
     o.kv_cache_memory_bytes = 16 << 20;
-    o.enable_lora = n > 0;
+    o.enable_lora = n > 0 || max_loras > 0; /* LoRA on without adapters: they come later */
     o.lora_modules = mods;
     o.n_lora_modules = n;
     o.max_loras = max_loras;
@@ -238,19 +241,21 @@ static void fill_prompt(run *r, int seed) {
     for (int i = 0; i < N_PROMPT; i++) r->prompt[i] = 100 + (seed * 7919 + i * 104729) % 3900; /* inside the 4096-token vocabulary */
 }
 
-/* Runs the requests together (submitted at once) to the end. */
-static void run_all(cvllm_engine *e, run *runs, int n) {
+/* Submits the request; its status. */
+static int submit(cvllm_engine *e, run *r) {
     cvllm_sampling_params p;
     cvllm_sampling_params_default(e, &p);
     p.temperature = 0;
     p.max_tokens = N_GEN;
     p.ignore_eos = true;
     p.prompt_logprobs = 0;
-    for (int i = 0; i < n; i++) {
-        cvllm_prompt pr = {.token_ids = runs[i].prompt, .n_token_ids = N_PROMPT, .lora_name = runs[i].lora};
-        CHECK_MSG(cvllm_engine_add_request(e, &pr, &p, &runs[i].id) == 0, "add: %s", cvllm_last_error());
-        runs[i].first_step = runs[i].done_step = -1;
-    }
+    cvllm_prompt pr = {.token_ids = r->prompt, .n_token_ids = N_PROMPT, .lora_name = r->lora};
+    r->first_step = r->done_step = -1;
+    return cvllm_engine_add_request(e, &pr, &p, &r->id);
+}
+
+/* Steps the engine until the submitted requests are through. */
+static void finish_all(cvllm_engine *e, run *runs, int n) {
     for (int step = 0; step < MAX_STEPS && cvllm_engine_has_unfinished(e); step++) {
         const cvllm_request_output *const *outs;
         size_t n_out;
@@ -273,6 +278,12 @@ static void run_all(cvllm_engine *e, run *runs, int n) {
     for (int i = 0; i < n; i++) CHECK_MSG(runs[i].done_step >= 0, "request %d did not finish", i);
 }
 
+/* Runs the requests together (submitted at once) to the end. */
+static void run_all(cvllm_engine *e, run *runs, int n) {
+    for (int i = 0; i < n; i++) CHECK_MSG(submit(e, &runs[i]) == 0, "add: %s", cvllm_last_error());
+    finish_all(e, runs, n);
+}
+
 static double max_diff(const run *a, const run *b) {
     double d = 0;
     for (int t = 1; t < N_PROMPT; t++) d = fmax(d, fabs((double)a->prompt_lp[t] - b->prompt_lp[t]));
@@ -288,6 +299,8 @@ static void check_same(const run *got, const run *want, double tol, const char *
 /* ---- the tests ------------------------------------------------------------------------------- */
 
 static void test_serve(const char *base, const adapter *ad, const run *want, const run *plain);
+static void test_runtime(const char *base, const adapter *ad, const adapter *ad2, const run *want, const run *plain);
+static void test_serve_runtime(const char *base, const adapter *ad, const run *want);
 static void expect_refused(const char *base, const cvllm_lora_module *mods, int n, bool enable, int32_t max_rank,
                            cvllm_status status, const char *needle);
 
@@ -410,6 +423,8 @@ static void test_matches_merged(const char *base, const adapter *ad, const adapt
               max_diff(&h, &want[0]));
     cvllm_engine_destroy(e);
     test_serve(base, ad, want, plain);
+    test_runtime(base, ad, ad2, &want[0], &plain[0]);
+    test_serve_runtime(base, ad, &want[0]);
     test_hub_adapter(base, ad, &want[0]);
     tu_remove_tree(merged);
     free(merged);
@@ -435,6 +450,17 @@ static char *completion_body(const char *model, const run *r, const char *extra)
     return body;
 }
 
+/* Whether the server came up; if not, the failure is reported with its log and it is gone. */
+static bool serve_ready(sp_proc *p) {
+    if (sp_wait_ready(p, 60)) return true;
+    char *log = tu_read_text(p->log);
+    CHECK_MSG(false, "serve did not start: %s", log);
+    free(log);
+    kill(p->pid, SIGKILL);
+    sp_wait_exit(p, 10);
+    return false;
+}
+
 static void test_serve(const char *base, const adapter *ad, const run *want, const run *plain) {
     char *tmp = tu_make_temp_dir();
     char *named = tu_strdupf("ad=%s%s", ad->dir, "");
@@ -443,14 +469,7 @@ static void test_serve(const char *base, const adapter *ad, const run *want, con
                           "--max-lora-rank", "8", "--max-loras", "2", "--dtype", "float32", "--max-model-len", "256",
                           "--kv-cache-memory-bytes", "16777216", "--num-threads", "1"};
     sp_proc p = sp_spawn(base, tmp, "lora", args, sizeof args / sizeof *args);
-    if (!sp_wait_ready(&p, 60)) {
-        char *log = tu_read_text(p.log);
-        CHECK_MSG(false, "serve did not start: %s", log);
-        free(log);
-        kill(p.pid, SIGKILL);
-        sp_wait_exit(&p, 10);
-    }
-    if (p.port > 0) {
+    if (serve_ready(&p)) {
         sp_call models = {.port = p.port, .path = "/v1/models"};
         sp_post(&models);
         json_t *j = json_loads(models.reply ? models.reply : "", 0, NULL);
@@ -522,6 +541,185 @@ static void test_serve(const char *base, const adapter *ad, const run *want, con
     free(json);
     tu_remove_tree(tmp);
     free(tmp);
+}
+
+/* A POST to `path` of the server on `port`: its status, and its reply contains `needle`. */
+static void expect_post(int port, const char *path, const char *body, long status, const char *needle) {
+    sp_call c = {.port = port, .path = path, .body = body};
+    sp_post(&c);
+    CHECK_MSG(c.status == status, "%s %s: %ld, not %ld: %s", path, body, c.status, status, c.reply ? c.reply : "");
+    CHECK_MSG(c.reply && strstr(c.reply, needle), "%s %s: no '%s' in %s", path, body, needle, c.reply ? c.reply : "");
+    free(c.reply);
+}
+
+/* The ids of the adapter's model on its cards in /v1/models, comma-separated, into out. */
+static void model_ids(int port, char *out, size_t cap) {
+    sp_call c = {.port = port, .path = "/v1/models"};
+    sp_post(&c);
+    json_t *j = json_loads(c.reply ? c.reply : "", 0, NULL);
+    const json_t *data = json_object_get(j, "data"), *card;
+    size_t i;
+    out[0] = '\0';
+    json_array_foreach(data, i, card)
+        snprintf(out + strlen(out), cap - strlen(out), "%s%s:%s:%s", i ? "," : "",
+                 json_string_value(json_object_get(card, "id")), json_string_value(json_object_get(card, "root")),
+                 json_is_null(json_object_get(card, "parent")) ? "-" : json_string_value(json_object_get(card, "parent")));
+    json_decref(j);
+    free(c.reply);
+}
+
+/* vLLM's runtime routes, /v1/load_lora_adapter and /v1/unload_lora_adapter: absent without
+ * VLLM_ALLOW_RUNTIME_LORA_UPDATING; with it, as vLLM answers them, over two data-parallel replicas
+ * (the adapter serves requests on either). */
+static void test_serve_runtime(const char *base, const adapter *ad, const run *want) {
+    char *tmp = tu_make_temp_dir();
+    char *load = tu_strdupf("{\"lora_name\": \"x\", \"lora_path\": \"%s\"%s}", ad->dir, "");
+    char *inplace = tu_strdupf("{\"lora_name\": \"x\", \"lora_path\": \"%s\", \"load_inplace\": %s}", ad->dir, "true");
+    const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--served-model-name", "m", "--enable-lora",
+                          "--dtype", "float32", "--max-model-len", "256", "--kv-cache-memory-bytes", "16777216",
+                          "--num-threads", "2", "-dp", "2", "--no-enable-prefix-caching"};
+    for (int allowed = 0; allowed < 2; allowed++) {
+        if (allowed) setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", " True", 1);
+        sp_proc p = sp_spawn(base, tmp, allowed ? "lora-runtime" : "lora-no-runtime", args, sizeof args / sizeof *args);
+        if (!serve_ready(&p)) continue;
+        if (!allowed) {
+            expect_post(p.port, "/v1/load_lora_adapter", load, 404, "Not Found");
+        } else {
+            char *log = tu_read_text(p.log);
+            CHECK_CONTAINS(log, "LoRA dynamic loading & unloading is enabled in the API server");
+            free(log);
+            expect_post(p.port, "/v1/load_lora_adapter", load, 200, "Success: LoRA adapter 'x' added successfully.");
+            char ids[1024], expect[1024];
+            model_ids(p.port, ids, sizeof ids);
+            snprintf(expect, sizeof expect, "m:%s:-,x:%s:m", base, ad->dir);
+            CHECK_STR_EQ(ids, expect);
+            /* two at once: one on each replica, the router weighing their loads alone */
+            char *body = completion_body("x", want, "");
+            sp_call c[2] = {{.port = p.port, .body = body}, {.port = p.port, .body = body}};
+            pthread_t t[2];
+            for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, sp_post, &c[i]);
+            for (int i = 0; i < 2; i++) {
+                pthread_join(t[i], NULL);
+                int32_t got[N_GEN];
+                CHECK_MSG(c[i].status == 200 && reply_ids(&c[i], got) && !memcmp(got, want->ids, sizeof got),
+                          "request %d with the loaded adapter: %ld %s", i, c[i].status, c[i].reply ? c[i].reply : "");
+                free(c[i].reply);
+            }
+            expect_post(p.port, "/v1/load_lora_adapter", load, 400,
+                        "\"message\":\"The lora adapter 'x' has already been loaded. If you want to load the adapter "
+                        "in place, set 'load_inplace' to True.\",\"type\":\"InvalidUserInput\"");
+            expect_post(p.port, "/v1/load_lora_adapter", inplace, 200, "Success: LoRA adapter 'x' added successfully.");
+            expect_post(p.port, "/v1/load_lora_adapter", "{\"lora_name\": \"\", \"lora_path\": \"p\"}", 400,
+                        "Both 'lora_name' and 'lora_path' must be provided.");
+            expect_post(p.port, "/v1/load_lora_adapter", "{\"lora_name\": 3}", 400,
+                        "2 validation errors:\\n  {'type': 'string_type', 'loc': ('body', 'lora_name')");
+            expect_post(p.port, "/v1/load_lora_adapter", "{\"lora_name\": \"z\", \"lora_path\": \"/nonexistent\"}", 404,
+                        "Loading lora z failed: No adapter found for /nonexistent");
+            expect_post(p.port, "/v1/unload_lora_adapter", "{\"lora_name\": \"x\", \"lora_int_id\": 1}", 200,
+                        "Success: LoRA adapter 'x' removed successfully.");
+            expect_post(p.port, "/v1/completions", body, 404, "The model `x` does not exist.");
+            expect_post(p.port, "/v1/unload_lora_adapter", "{\"lora_name\": \"x\"}", 404,
+                        "The lora adapter 'x' cannot be found.");
+            model_ids(p.port, ids, sizeof ids);
+            snprintf(expect, sizeof expect, "m:%s:-", base);
+            CHECK_STR_EQ(ids, expect);
+            free(body);
+            unsetenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+        }
+        kill(p.pid, SIGTERM);
+        CHECK_EQ_INT(sp_wait_exit(&p, 30), 0);
+    }
+    free(load);
+    free(inplace);
+    tu_remove_tree(tmp);
+    free(tmp);
+}
+
+/* ---- adapters loaded while the engine runs ----------------------------------------------------- */
+
+typedef struct loader_arg {
+    cvllm_engine *e;
+    cvllm_lora_module m;
+    int rc;
+} loader_arg;
+
+static void *load_in_thread(void *arg) {
+    loader_arg *l = arg;
+    l->rc = cvllm_engine_load_lora(l->e, &l->m, false);
+    return NULL;
+}
+
+/* cvllm_engine_load_lora / cvllm_engine_unload_lora (vLLM's /v1/load_lora_adapter): an adapter
+ * loaded later serves as one given at create; one replaced under its name serves the new weights at
+ * once, and none of the old one's cached blocks; one unloaded is refused to new requests while those
+ * already in flight finish with it; a load from another thread while the engine steps is safe; bad
+ * adapters fail in one line and leave the engine serving. `want` is ad's merged model on prompt 0,
+ * plain the base model's. */
+static void test_runtime(const char *base, const adapter *ad, const adapter *ad2, const run *want, const run *plain) {
+    const cvllm_lora_module second[] = {{"other", ad2->dir}};
+    cvllm_engine *e = make_engine(base, second, 1, 1, "float32");
+    run want2 = {.lora = "other"};
+    fill_prompt(&want2, 0);
+    run_all(e, &want2, 1);
+    const cvllm_lora_module off = {"x", ad->dir};
+    CHECK_EQ_INT(cvllm_engine_load_lora(e, &(cvllm_lora_module){"other", ad->dir}, false), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "LoRA adapter other is loaded already");
+    cvllm_engine_destroy(e);
+    e = make_engine(base, NULL, 0, 0, "float32");
+    CHECK_EQ_INT(cvllm_engine_load_lora(e, &off, false), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "LoRA adapter x: LoRA is off (enable_lora)");
+    cvllm_engine_destroy(e);
+
+    e = make_engine(base, NULL, 0, 2, "float32");
+    run r = {.lora = "x"};
+    fill_prompt(&r, 0);
+    CHECK_EQ_INT(submit(e, &r), CVLLM_ERR_NOT_FOUND);
+    CHECK_EQ_INT(cvllm_engine_load_lora(e, &(cvllm_lora_module){"x", ad->dir}, false), 0);
+    run_all(e, &r, 1);
+    check_same(&r, want, 1e-4, "adapter loaded at run time");
+    /* replaced in place: the new weights at once, none of the old one's blocks */
+    CHECK_EQ_INT(cvllm_engine_load_lora(e, &(cvllm_lora_module){"x", ad2->dir}, true), 0);
+    run_all(e, &r, 1);
+    check_same(&r, &want2, 1e-4, "adapter replaced under its name");
+    CHECK_EQ_INT((int)r.cached, 0);
+    /* unloaded with a request in flight, and the name loaded again meanwhile */
+    run flying = r, late = r;
+    CHECK_EQ_INT(submit(e, &flying), 0);
+    CHECK_EQ_INT(cvllm_engine_unload_lora(e, "x"), 0);
+    CHECK_EQ_INT(submit(e, &late), CVLLM_ERR_NOT_FOUND);
+    CHECK_CONTAINS(cvllm_last_error(), "LoRA adapter x is not loaded");
+    CHECK_EQ_INT(cvllm_engine_unload_lora(e, "x"), CVLLM_ERR_NOT_FOUND);
+    CHECK_EQ_INT(cvllm_engine_load_lora(e, &(cvllm_lora_module){"x", ad->dir}, false), 0);
+    late.lora = "x";
+    CHECK_EQ_INT(submit(e, &late), 0);
+    run both[2] = {flying, late};
+    finish_all(e, both, 2);
+    check_same(&both[0], &want2, 1e-4, "a request in flight when its adapter was unloaded");
+    check_same(&both[1], want, 1e-4, "the name loaded again beside it");
+    /* bad adapters, then the engine serves on */
+    CHECK_EQ_INT(cvllm_engine_load_lora(e, &(cvllm_lora_module){"bad", "/nonexistent/adapter"}, false), CVLLM_ERR_NOT_FOUND);
+    CHECK_CONTAINS(cvllm_last_error(), "LoRA adapter bad: model /nonexistent/adapter: no such folder");
+    adapter foreign = make_adapter(base, DENSE_TARGETS, 0.05f, "model.layers.0.self_attn.rotary", NULL);
+    CHECK_EQ_INT(cvllm_engine_load_lora(e, &(cvllm_lora_module){"bad", foreign.dir}, false), CVLLM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(cvllm_last_error(), "targets model.layers.0.self_attn.rotary, which is not");
+    adapter_free(&foreign);
+    CHECK_EQ_INT(cvllm_engine_load_lora(e, &(cvllm_lora_module){"", ad->dir}, false), CVLLM_ERR_INVALID_ARGUMENT);
+    /* a load on another thread while the engine steps the base model */
+    loader_arg l = {e, {"y", ad->dir}, -1};
+    pthread_t t;
+    run b = {0};
+    fill_prompt(&b, 0);
+    CHECK_EQ_INT(submit(e, &b), 0);
+    pthread_create(&t, NULL, load_in_thread, &l);
+    finish_all(e, &b, 1);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(l.rc, 0);
+    check_same(&b, plain, 1e-4, "the base model while an adapter loads");
+    run y = {.lora = "y"};
+    fill_prompt(&y, 0);
+    run_all(e, &y, 1);
+    check_same(&y, want, 1e-4, "adapter loaded on another thread");
+    cvllm_engine_destroy(e);
 }
 
 /* Creation fails in one line naming the problem. */

@@ -1727,15 +1727,16 @@ static void test_metrics_text(void) {
     CHECK(strstr(t, "lora_requests_info") == NULL); /* LoRA off */
     free(t);
 
-    /* LoRA: the adapters running and waiting across two engines, in the engines' order, escaped */
+    /* LoRA: the adapters running and waiting across two engines, in slot order, escaped; a slot freed
+     * since the engines' reading (no name) is left out */
     cv_engine_stats two[2] = {st, st};
     two[0].max_loras = two[1].max_loras = 2;
-    two[0].n_loras = two[1].n_loras = 3;
     two[0].lora_state[0] = 1;     /* a runs on engine 0 */
     two[1].lora_state[1] = 2;     /* b"x waits on engine 1 */
     two[1].lora_state[2] = 1 | 2; /* c runs and waits there */
-    const char *const names[] = {"a", "b\"x", "c"};
-    t = cv_metrics_render(two, 2, "q", names, 3, http);
+    two[0].lora_state[3] = 1;     /* its slot was freed */
+    const char *const names[] = {"a", "b\"x", "c", NULL};
+    t = cv_metrics_render(two, 2, "q", names, 4, http);
     CHECK_CONTAINS(t, "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
                       "# TYPE vllm:lora_requests_info gauge\n"
                       "vllm:lora_requests_info{max_lora=\"2\",waiting_lora_adapters=\"b\\\"x,c\",running_lora_adapters=\"a,c\"} ");

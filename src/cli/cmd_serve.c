@@ -16,12 +16,14 @@
  * sigwait in main ever sees them. Shutdown follows --shutdown-timeout: stop accepting, let requests
  * in flight finish for up to that many seconds, abort the rest, stop the engines.
  */
+#include <ctype.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -66,6 +68,8 @@ static const char usage[] =
     "  --served-model-name NAME [NAME..] names clients use in \"model\" (default: MODEL)\n"
     "  --lora-modules NAME=PATH [..]     LoRA adapters (PEFT folders) served as \"model\": NAME, with\n"
     "                                    --enable-lora; or '{\"name\": N, \"path\": P, \"base_model_name\": B}'\n"
+    "                                    (VLLM_ALLOW_RUNTIME_LORA_UPDATING=1: also POST /v1/load_lora_adapter\n"
+    "                                    and /v1/unload_lora_adapter while serving)\n"
     "  --api-key KEY [KEY..]             require 'Authorization: Bearer KEY' on /v1 (also VLLM_API_KEY)\n"
     "  --enable-prompt-tokens-details    report usage.prompt_tokens_details.cached_tokens\n"
     "  --enable-force-include-usage      a usage chunk on every stream\n"
@@ -201,6 +205,16 @@ static bool structured_config(cv_args *a, serve_args *g) {
                       n > 1 ? "s" : "", errors);
     free(errors);
     return true;
+}
+
+/* An environment switch as vLLM's envs.py reads one: "1" or "true", any case, around spaces. */
+static bool env_true(const char *name) {
+    const char *v = getenv(name);
+    if (!v) return false;
+    while (isspace((unsigned char)*v)) v++;
+    size_t n = strlen(v);
+    while (n && isspace((unsigned char)v[n - 1])) n--;
+    return (n == 1 && *v == '1') || (n == 4 && !strncasecmp(v, "true", 4));
 }
 
 /* The --lora-modules items as vLLM's LoRAParserAction reads them: NAME=PATH, else a JSON object of
@@ -351,6 +365,7 @@ static int parse_serve_args(cv_args *a, serve_args *g) {
         g->keys = cv_xrealloc(g->keys, sizeof *g->keys);
         g->keys[g->n_keys++] = env_key;
     }
+    g->server.runtime_lora_updating = env_true("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
     g->server.model_root = g->engine.model;
     g->server.served_model_names = g->names;
     g->server.n_served_model_names = g->n_names;

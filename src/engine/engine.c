@@ -109,18 +109,52 @@ static void apply_option_defaults(cvllm_engine_options *o) {
     if (!o->max_lora_rank) o->max_lora_rank = CV_LORA_DEFAULT_MAX_RANK;
 }
 
-/* Reads the adapters of lora_modules, which the caller's options hold only while create runs. */
-static int load_loras(cvllm_engine *e) {
+/* Reads the adapters of lora_modules, which the caller's options hold only while create runs: before
+ * the model, so that a bad adapter is said before minutes of loading. */
+static int read_lora_modules(cvllm_engine *e) {
     const cvllm_engine_options *o = &e->opts;
     if (!o->n_lora_modules) return 0;
-    e->loras = cv_xcalloc((size_t)o->n_lora_modules, sizeof *e->loras);
-    for (; e->n_loras < o->n_lora_modules; e->n_loras++) {
-        const cvllm_lora_module *m = &o->lora_modules[e->n_loras];
-        int rc = cv_lora_adapter_load(m->name, m->path, o->max_lora_rank, &e->loras[e->n_loras]);
+    e->lora_modules = cv_xcalloc((size_t)o->n_lora_modules, sizeof *e->lora_modules);
+    for (; e->n_lora_modules < o->n_lora_modules; e->n_lora_modules++) {
+        const cvllm_lora_module *m = &o->lora_modules[e->n_lora_modules];
+        int rc = cv_lora_adapter_load(m->name, m->path, o->max_lora_rank, &e->lora_modules[e->n_lora_modules]);
         if (rc) return rc;
     }
     e->opts.lora_modules = NULL;
     return 0;
+}
+
+/* Binds an adapter to the model and lists it (taking it over, also on failure). */
+static int serve_lora(cvllm_engine *e, cv_lora_adapter *a, bool replace) {
+    cv_lora_binding *b = NULL;
+    int rc = cv_runner_lora_bind(e->runner, a, &b);
+    if (rc) {
+        cv_lora_adapter_free(a);
+        return rc;
+    }
+    const int32_t rank = a->rank;
+    const size_t n_modules = a->n_modules;
+    char *name = cv_xstrdup(a->name), *path = cv_xstrdup(a->path);
+    if (!(rc = cv_lora_registry_add(e->loras, a, b, replace)))
+        cv_info("engine", "LoRA adapter %s: %s, rank %d, %zu modules (max_loras %d)", name, path, rank, n_modules,
+                e->opts.max_loras);
+    free(name);
+    free(path);
+    return rc;
+}
+
+/* With LoRA on, the table of served adapters, with lora_modules in it. */
+static int serve_lora_modules(cvllm_engine *e) {
+    if (!e->opts.enable_lora) return 0;
+    e->loras = cv_lora_registry_new();
+    int rc = 0;
+    for (int32_t i = 0; i < e->n_lora_modules; i++) {
+        cv_lora_adapter *a = e->lora_modules[i];
+        e->lora_modules[i] = NULL;
+        if (!rc) rc = serve_lora(e, a, false);
+        else cv_lora_adapter_free(a);
+    }
+    return rc;
 }
 
 static bool is_dummy_format(const char *load_format, int *rc) {
@@ -310,8 +344,7 @@ static int load_model(cvllm_engine *e) {
         .expert_parallel = e->opts.enable_expert_parallel,
         .dp_size = e->opts.data_parallel_size,
         .dp_rank = e->opts.data_parallel_rank,
-        .loras = (const cv_lora_adapter *const *)e->loras,
-        .n_loras = e->n_loras,
+        .lora = e->opts.enable_lora,
     };
     int rc = cv_runner_create(&o, &e->runner);
     if (rc) return rc;
@@ -368,7 +401,7 @@ static int check_engine(cvllm_engine *e, cv_footprint *fp, bool *known) {
     if ((rc = resolve_max_model_len(e))) return rc;
     if ((rc = resolve_dtypes(e))) return rc;
     if ((rc = open_weights(e, dummy))) return rc;
-    if ((rc = load_loras(e))) return rc;
+    if ((rc = read_lora_modules(e))) return rc;
     if ((rc = cv_model_check_split(&e->config, e->opts.tensor_parallel_size, e->opts.enable_expert_parallel)))
         return rc;
     return check_memory_fit(e, dummy, fp, known);
@@ -383,6 +416,7 @@ static int create_engine(cvllm_engine *e) {
             cv_weight_source_is_dummy(e->weights) ? "dummy" : "safetensors");
     if ((rc = cv_tokenizer_load(e->tokenizer_dir, &e->tokenizer))) return rc;
     if ((rc = load_model(e))) return rc;
+    if ((rc = serve_lora_modules(e))) return rc;
     if (!known)
         return cv_fail(CVLLM_ERR_INTERNAL, "no memory footprint for architecture %s (models/footprint.c lacks it)",
                        e->config.architecture);
@@ -392,10 +426,7 @@ static int create_engine(cvllm_engine *e) {
     cv_scheduler_init(&e->sched, &e->blocks, e->opts.max_num_seqs, e->opts.max_num_batched_tokens,
                       e->opts.block_size, e->max_model_len, e->opts.enable_prefix_caching, priority,
                       e->states.num_slots ? &e->states : NULL);
-    e->sched.max_loras = e->n_loras ? e->opts.max_loras : 0;
-    for (int32_t i = 0; i < e->n_loras; i++)
-        cv_info("engine", "LoRA adapter %s: %s, rank %d, %zu modules (max_loras %d)", e->loras[i]->name,
-                e->loras[i]->path, e->loras[i]->rank, e->loras[i]->n_modules, e->opts.max_loras);
+    e->sched.max_loras = e->loras ? e->opts.max_loras : 0;
     if (priority) cv_info("engine", "scheduling policy priority: lower priority values are scheduled first");
     e->max_logprobs = e->opts.max_logprobs;
     e->sample_scratch = cv_xmalloc(2 * (size_t)e->vocab_size * sizeof(float));
@@ -493,8 +524,9 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     cv_runner_free(e->runner);
     cv_weight_source_free(e->weights);
     cv_grammar_cache_free(e->grammars);
-    for (int32_t i = 0; i < e->n_loras; i++) cv_lora_adapter_free(e->loras[i]);
-    free(e->loras);
+    for (int32_t i = 0; i < e->n_lora_modules; i++) cv_lora_adapter_free(e->lora_modules[i]);
+    free(e->lora_modules);
+    cv_lora_registry_free(e->loras); /* the requests, freed above, held their adapters */
     cv_tokenizer_free(e->tokenizer);
     cv_model_config_free(&e->config);
     free(e->batch.token_ids);
@@ -505,7 +537,7 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     free(e->batch.slot_mapping);
     free(e->batch.block_tables);
     free(e->batch.state_slots);
-    free(e->batch.lora_ids);
+    free(e->batch.loras);
     free(e->batch.logits);
     free(e->sample_scratch);
     free(e->top_scratch);
@@ -713,17 +745,31 @@ static void push_request(cvllm_engine *e, cv_request *req) {
     e->requests[e->n_requests++] = req;
 }
 
-/* The request's adapter: 0 for none, else its index in e->loras plus one. */
-static int find_lora(const cvllm_engine *e, const char *name, int32_t *out) {
-    *out = 0;
+/* The request's adapter, a reference taken: NULL for none. */
+static int find_lora(cvllm_engine *e, const char *name, cv_lora_entry **out) {
+    *out = NULL;
     if (!name) return 0;
-    for (int32_t i = 0; i < e->n_loras; i++)
-        if (!strcmp(e->loras[i]->name, name)) {
-            *out = i + 1;
-            return 0;
-        }
+    if (e->loras && (*out = cv_lora_registry_acquire(e->loras, name))) return 0;
     return cv_fail(CVLLM_ERR_NOT_FOUND, "LoRA adapter %s is not loaded%s", name,
-                   e->n_loras ? "" : " (the engine serves none: enable_lora and lora_modules)");
+                   e->loras ? "" : " (LoRA is off: enable_lora)");
+}
+
+cvllm_status cvllm_engine_load_lora(cvllm_engine *e, const cvllm_lora_module *m, bool replace) {
+    if (!e || !m) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "no engine or LoRA module given");
+    if (!m->name || !*m->name || !m->path || !*m->path)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "a LoRA adapter needs a name and a path");
+    if (!e->loras) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "LoRA adapter %s: LoRA is off (enable_lora)", m->name);
+    cv_lora_adapter *a = NULL;
+    int rc = cv_lora_adapter_load(m->name, m->path, e->opts.max_lora_rank, &a);
+    return rc ? rc : serve_lora(e, a, replace);
+}
+
+cvllm_status cvllm_engine_unload_lora(cvllm_engine *e, const char *name) {
+    if (!e || !name) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "no engine or LoRA adapter name given");
+    if (!e->loras) return cv_fail(CVLLM_ERR_NOT_FOUND, "LoRA adapter %s is not loaded (LoRA is off: enable_lora)", name);
+    int rc = cv_lora_registry_remove(e->loras, name);
+    if (!rc) cv_info("engine", "LoRA adapter %s unloaded", name);
+    return rc;
 }
 
 int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm_sampling_params *params,
@@ -731,7 +777,7 @@ int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const
     *out = NULL;
     int rc = check_sampling_params(e, params);
     if (rc) return rc;
-    int32_t lora = 0;
+    cv_lora_entry *lora = NULL;
     if ((rc = find_lora(e, prompt->lora_name, &lora))) return rc;
     int32_t *ids = NULL;
     size_t n = 0;
@@ -740,6 +786,7 @@ int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const
     if (!rc) rc = check_prompt(e, ids, n);
     if (!rc) rc = tokenize_bad_words(e, params, &bad_words);
     if (rc) {
+        cv_lora_entry_release(lora);
         free(ids);
         return rc;
     }
@@ -830,7 +877,7 @@ static void ensure_batch_capacity(cv_batch_buf *b, int32_t n_tokens, int32_t n_s
         b->context_lens = cv_xrealloc(b->context_lens, (size_t)n_seqs * sizeof(int32_t));
         b->block_tables = cv_xrealloc(b->block_tables, (size_t)n_seqs * sizeof(int32_t *));
         b->state_slots = cv_xrealloc(b->state_slots, (size_t)n_seqs * sizeof(int32_t));
-        b->lora_ids = cv_xrealloc(b->lora_ids, (size_t)n_seqs * sizeof(int32_t));
+        b->loras = cv_xrealloc(b->loras, (size_t)n_seqs * sizeof *b->loras);
     }
 }
 
@@ -922,7 +969,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
             for (int32_t d = seq->n_draft; d >= 0; d--) b->logit_rows[n_logits++] = t - 1 - d;
         b->context_lens[s] = (int32_t)(seq->num_computed + (size_t)seq->num_scheduled);
         b->block_tables[s] = seq->block_table;
-        b->lora_ids[s] = seq->req->lora;
+        b->loras[s] = seq->req->lora ? seq->req->lora->binding : NULL;
         if (e->states.num_slots) {
             attach_state_slot(e, seq);
             b->state_slots[s] = seq->state_slot;
@@ -953,7 +1000,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         .n_checkpoints = b->n_checkpoints,
         .n_logits = n_logits,
         .logit_rows = b->logit_rows,
-        .lora_ids = e->n_loras ? b->lora_ids : NULL,
+        .loras = e->loras ? b->loras : NULL,
     };
     if ((size_t)n_logits > b->cap_logits) {
         b->cap_logits = (size_t)n_logits;

@@ -25,7 +25,8 @@
 
 /* Reusable arrays for building one forward batch. */
 typedef struct cv_batch_buf {
-    int32_t *token_ids, *positions, *seq_start, *context_lens, *logit_rows, *state_slots, *lora_ids;
+    int32_t *token_ids, *positions, *seq_start, *context_lens, *logit_rows, *state_slots;
+    const cv_lora_binding **loras; /* [cap_seqs] */
     int64_t *slot_mapping;
     const int32_t **block_tables;
     int32_t cap_tokens, cap_seqs;
@@ -94,8 +95,9 @@ struct cvllm_engine {
     float *hidden;                 /* [batch tokens][hidden] from forward(), for the MTP */
     size_t cap_hidden;
     cv_grammar_cache *grammars;    /* compiled constraints (cvllm_grammar_compile; any thread) */
-    cv_lora_adapter **loras;       /* lora_modules, read at create; request lora i + 1 runs loras[i] */
-    int32_t n_loras;
+    cv_lora_adapter **lora_modules; /* [n_lora_modules] read before the model loads, listed once it has */
+    int32_t n_lora_modules;
+    cv_lora_registry *loras;       /* enable_lora: the adapters served (any thread); NULL: LoRA off */
     /* Counters for logs and metrics. */
     uint64_t prompt_tokens_total, generation_tokens_total;
 };

@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -56,6 +57,10 @@ int cv_engine_group_start(const cvllm_engine_options *options, const cv_loop_opt
         if (i > 0) cv_info("engine_group", "data-parallel replica %d of %d", i, n);
         cvllm_engine_options o = *options;
         o.data_parallel_rank = i;
+        if (i > 0) { /* replica 0 prepares every request: its LoRA table serves them all */
+            o.lora_modules = NULL;
+            o.n_lora_modules = 0;
+        }
         cvllm_engine *e = NULL;
         int rc = cvllm_engine_create(&o, &e);
         cv_loop_options lo = *loop_options;
@@ -114,7 +119,7 @@ int cv_engine_group_submit(cv_engine_group *g, const cv_submit *s, uint64_t *req
      * always computed (scheduler.h). */
     const int32_t n = g->prefix_caching ? (int32_t)((req->n_prompt - 1) / (size_t)g->block_size) : 0;
     cv_block_hash *hashes = cv_xmalloc((n ? (size_t)n : 1) * sizeof *hashes);
-    cv_block_hash_chain(req->prompt, g->block_size, req->cache_salt, req->lora, 0, n, hashes);
+    cv_block_hash_chain(req->prompt, g->block_size, req->cache_salt, cv_request_lora_id(req), 0, n, hashes);
     pthread_mutex_lock(&g->mu);
     for (int i = 0; i < g->n; i++)
         cv_engine_loop_load(g->loops[i], &g->loads[i].requests, &g->loads[i].kv_cache_usage);
@@ -133,6 +138,20 @@ void cv_engine_group_abort(cv_engine_group *g, uint64_t request_id) {
 int cv_engine_group_size(const cv_engine_group *g) { return g->n; }
 
 const cvllm_engine *cv_engine_group_engine(const cv_engine_group *g) { return cv_engine_loop_engine(g->loops[0]); }
+
+int cv_engine_group_load_lora(cv_engine_group *g, const cvllm_lora_module *m, bool replace) {
+    return cv_engine_loop_load_lora(g->loops[0], m, replace);
+}
+
+int cv_engine_group_unload_lora(cv_engine_group *g, const char *name) {
+    return cv_engine_loop_unload_lora(g->loops[0], name);
+}
+
+void cv_engine_group_lora_slot_names(cv_engine_group *g, char **names) {
+    cv_lora_registry *r = cv_engine_loop_engine(g->loops[0])->loras;
+    if (r) cv_lora_registry_slot_names(r, names);
+    else memset(names, 0, CV_MAX_LORA_MODULES * sizeof *names);
+}
 
 void cv_engine_group_stats(cv_engine_group *g, int replica, cv_engine_stats *out) {
     cv_engine_loop_stats(g->loops[replica], out);

@@ -51,6 +51,13 @@ void cv_engine_group_abort(cv_engine_group *g, uint64_t request_id);
 int cv_engine_group_size(const cv_engine_group *g);
 /* Replica 0's engine, for the immutable facts every replica shares (tokenizer, limits, grammars). */
 const cvllm_engine *cv_engine_group_engine(const cv_engine_group *g);
+/* cvllm_engine_load_lora / cvllm_engine_unload_lora for the whole group: every request is prepared
+ * on replica 0, so its adapters serve every replica (their models' linears are laid out alike). */
+int cv_engine_group_load_lora(cv_engine_group *g, const cvllm_lora_module *m, bool replace);
+int cv_engine_group_unload_lora(cv_engine_group *g, const char *name);
+/* Copies of the names of the adapters by table slot, as cv_engine_stats.lora_state indexes them, into
+ * names[CV_MAX_LORA_MODULES] (NULL for free slots; the caller frees each). */
+void cv_engine_group_lora_slot_names(cv_engine_group *g, char **names);
 /* A snapshot of one replica's statistics (cv_engine_loop_stats). */
 void cv_engine_group_stats(cv_engine_group *g, int replica, cv_engine_stats *out);
 

@@ -330,12 +330,15 @@ static void update_gauges(cv_engine_loop *l) {
     l->stats.spec_num_positions = e->spec.method == CV_SPEC_NONE ? 0 : e->spec.num_speculative_tokens;
     memcpy(l->stats.spec_accepted_per_pos, e->spec_stats.accepted_per_pos, sizeof l->stats.spec_accepted_per_pos);
     l->stats.max_loras = e->sched.max_loras;
-    l->stats.n_loras = e->n_loras;
     memset(l->stats.lora_state, 0, sizeof l->stats.lora_state);
-    for (int32_t i = 0; e->n_loras && i < e->sched.running.n; i++)
-        if (e->sched.running.items[i]->req->lora) l->stats.lora_state[e->sched.running.items[i]->req->lora - 1] |= 1;
-    for (int32_t i = 0; e->n_loras && i < e->sched.waiting.n; i++)
-        if (e->sched.waiting.items[i]->req->lora) l->stats.lora_state[e->sched.waiting.items[i]->req->lora - 1] |= 2;
+    for (int32_t i = 0; e->sched.max_loras && i < e->sched.running.n; i++) {
+        const cv_lora_entry *a = e->sched.running.items[i]->req->lora;
+        if (a) l->stats.lora_state[a->slot] |= 1;
+    }
+    for (int32_t i = 0; e->sched.max_loras && i < e->sched.waiting.n; i++) {
+        const cv_lora_entry *a = e->sched.waiting.items[i]->req->lora;
+        if (a) l->stats.lora_state[a->slot] |= 2;
+    }
 }
 
 /* vLLM's periodic line (LoggingStatLogger), printed only when something happened since the last. */
@@ -613,6 +616,12 @@ void cv_engine_loop_load(cv_engine_loop *l, size_t *requests, double *kv_cache_u
 }
 
 const cvllm_engine *cv_engine_loop_engine(const cv_engine_loop *l) { return l->e; }
+
+int cv_engine_loop_load_lora(cv_engine_loop *l, const cvllm_lora_module *m, bool replace) {
+    return cvllm_engine_load_lora(l->e, m, replace);
+}
+
+int cv_engine_loop_unload_lora(cv_engine_loop *l, const char *name) { return cvllm_engine_unload_lora(l->e, name); }
 
 void cv_engine_loop_stats(cv_engine_loop *l, cv_engine_stats *out) {
     pthread_mutex_lock(&l->stats_mu);

@@ -100,6 +100,10 @@ void cv_engine_loop_abort(cv_engine_loop *loop, uint64_t request_id);
  * step. Thread-safe. */
 void cv_engine_loop_load(cv_engine_loop *loop, size_t *requests, double *kv_cache_usage);
 
+/* cvllm_engine_load_lora and cvllm_engine_unload_lora on the loop's engine: thread-safe, as they are. */
+int cv_engine_loop_load_lora(cv_engine_loop *loop, const cvllm_lora_module *m, bool replace);
+int cv_engine_loop_unload_lora(cv_engine_loop *loop, const char *name);
+
 /* Read-only engine facts for the server (immutable after start). */
 const cvllm_engine *cv_engine_loop_engine(const cv_engine_loop *loop);
 
@@ -140,9 +144,10 @@ typedef struct cv_engine_stats {
     int32_t spec_num_positions;        /* num_speculative_tokens (0 = speculation off) */
     int64_t kv_cache_tokens;           /* capacity, for cache_config_info */
     int32_t block_size;
-    /* vllm:lora_requests_info: max_loras (0: LoRA off) and, for adapter i + 1 of the engine's
-     * lora_modules, lora_state[i] = 1 when a request of it runs, | 2 when one waits */
-    int32_t max_loras, n_loras;
+    /* vllm:lora_requests_info: max_loras (0: LoRA off) and, for the adapter in slot i of the table
+     * that prepared the requests (lora_registry.h), lora_state[i] = 1 when a request of it runs, | 2
+     * when one waits */
+    int32_t max_loras;
     uint8_t lora_state[CV_MAX_LORA_MODULES];
 } cv_engine_stats;
 

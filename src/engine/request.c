@@ -154,6 +154,7 @@ void cv_request_free(cv_request *req) {
         cv_free_position_logprobs(s->logprobs, cv_seq_num_output(s));
     }
     cv_free_position_logprobs(req->prompt_logprobs, req->n_prompt);
+    cv_lora_entry_release(req->lora);
     for (size_t i = 0; i < req->params.n_stop; i++) free(req->stop[i]);
     free(req->stop);
     free(req->stop_token_ids);

@@ -19,6 +19,7 @@
 
 #include "cvllm.h"
 #include "engine/block_pool.h"
+#include "engine/lora_registry.h"
 #include "sample/sampler.h"
 #include "engine/spec_decode.h"
 #include "tokenizer/tokenizer.h"
@@ -79,7 +80,7 @@ struct cv_request {
     int32_t *prompt;
     size_t n_prompt;
     char *cache_salt;              /* NULL = none */
-    int32_t lora;                  /* 0: the base model; 1…n: the engine's LoRA adapter (cv_batch.lora_ids) */
+    cv_lora_entry *lora;           /* the LoRA adapter it runs with, a reference of its own; NULL: the base model */
     size_t n_cached_tokens;        /* prefix-cache hit of the first admission */
     bool admitted;                 /* seq 0 (the first of its request to run) was scheduled once:
                                     * n_cached_tokens is set and the queue time is over */
@@ -100,6 +101,8 @@ cv_request *cv_request_create(uint64_t id, const int32_t *prompt, size_t n_promp
                               const int32_t *eos, size_t n_eos, cv_token_seqs *bad_words);
 void cv_token_seqs_free(cv_token_seqs *seqs);
 void cv_request_free(cv_request *req);
+/* The id of the request's adapter load (lora_registry.h), 0 for the base model: the prefix cache's key. */
+static inline int32_t cv_request_lora_id(const cv_request *req) { return req->lora ? req->lora->id : 0; }
 
 void cv_seq_append_token(cv_seq *seq, int32_t token);
 /* Ensures seq has blocks for n_tokens tokens of block_size each; returns how many it lacks. */

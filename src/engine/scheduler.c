@@ -93,7 +93,7 @@ void cv_scheduler_hash_blocks(const cv_scheduler *s, cv_seq *seq) {
         seq->cap_block_hashes = full * 2;
         seq->block_hashes = cv_xrealloc(seq->block_hashes, (size_t)seq->cap_block_hashes * sizeof *seq->block_hashes);
     }
-    cv_block_hash_chain(seq->tokens, bs, seq->req->cache_salt, seq->req->lora, seq->n_block_hashes, full, seq->block_hashes);
+    cv_block_hash_chain(seq->tokens, bs, seq->req->cache_salt, cv_request_lora_id(seq->req), seq->n_block_hashes, full, seq->block_hashes);
     if (full > seq->n_block_hashes) seq->n_block_hashes = full;
 }
 
@@ -281,7 +281,7 @@ static void schedule_running(cv_scheduler *s, cv_schedule *out, int32_t *budget)
 static int32_t running_loras(const cv_scheduler *s, int32_t *active) {
     int32_t n = 0;
     for (int32_t i = 0; i < s->running.n; i++) {
-        const int32_t l = s->running.items[i]->req->lora;
+        const int32_t l = cv_request_lora_id(s->running.items[i]->req);
         bool seen = l == 0;
         for (int32_t j = 0; j < n && !seen; j++) seen = active[j] == l;
         if (!seen) active[n++] = l;
@@ -305,7 +305,7 @@ static void schedule_waiting(cv_scheduler *s, cv_schedule *out, int32_t *budget)
     int32_t at = 0; /* the waiting sequences before it wait for their adapter */
     while (at < s->waiting.n && *budget > 0 && s->running.n < s->max_num_seqs) {
         cv_seq *seq = s->waiting.items[at];
-        if (active && !lora_fits(s, active, &n_active, seq->req->lora)) {
+        if (active && !lora_fits(s, active, &n_active, cv_request_lora_id(seq->req))) {
             at++;
             continue;
         }

@@ -64,10 +64,9 @@ int cv_runner_create(const cv_runner_options *o, cv_runner **out) {
         .load_mtp = o->load_mtp,
         .bf16_compute = o->bf16_compute,
         .tp = r->tp.size > 1 ? &r->tp : NULL,
-        .loras = o->loras,
-        .n_loras = o->n_loras,
+        .lora = o->lora,
     };
-    assert(!o->n_loras || o->tp_size <= 1); /* the batch a worker gets carries no lora_ids */
+    assert(!o->lora || o->tp_size <= 1); /* the batch a worker gets carries no adapters */
     int rc = cv_model_load(&p, &r->model);
     if (r->tp.size > 1) rc = cv_comm_agree(r->comm, rc, "load the model");
     if (rc) {
@@ -112,6 +111,10 @@ void cv_runner_free(cv_runner *r) {
 }
 
 const cv_runner_info *cv_runner_get_info(const cv_runner *r) { return &r->info; }
+
+int cv_runner_lora_bind(const cv_runner *r, const cv_lora_adapter *a, cv_lora_binding **out) {
+    return cv_model_lora_bind(r->model, a, out);
+}
 
 static int alloc_cache(cv_runner *r, int32_t num_blocks, int32_t block_size, cv_dtype kv_dtype, int32_t state_slots);
 

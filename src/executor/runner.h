@@ -44,8 +44,7 @@ typedef struct cv_runner_options {
     int tp_size;                    /* > 1: tensor parallelism over an MPI job of that many ranks */
     int dp_size, dp_rank;           /* with it: data-parallel replicas, this one's index (comm.h) */
     bool expert_parallel;           /* with it: routed experts placed whole on the ranks (cv_tp) */
-    const cv_lora_adapter *const *loras; /* borrowed: the batches' lora_ids (model.h); only with tp_size 1 */
-    int32_t n_loras;
+    bool lora;                      /* LoRA on (model.h): only with tp_size 1 */
 } cv_runner_options;
 
 /* What the engine needs to know of the model it runs (sizes, never memory). */
@@ -76,6 +75,9 @@ enum { CV_RUNNER_GROUP_FAILED = -100 };
 int cv_runner_create(const cv_runner_options *o, cv_runner **out);
 void cv_runner_free(cv_runner *r);
 const cv_runner_info *cv_runner_get_info(const cv_runner *r);
+
+/* cv_model_lora_bind on the runner's model (loaded with lora); any thread, while batches run. */
+int cv_runner_lora_bind(const cv_runner *r, const cv_lora_adapter *a, cv_lora_binding **out);
 
 /* Bytes one recurrent-state slot takes in memory (the model's state, aligned). */
 size_t cv_runner_state_slot_bytes(size_t state_bytes_per_seq);

@@ -31,9 +31,10 @@
  * then runs mtp_forward over the same positions with the *next* token of each position as input,
  * as vLLM's proposer does (vllm/v1/spec_decode/eagle.py, which also runs the MTP methods).
  *
- * LoRA adapters (vLLM's --enable-lora): the load gets every adapter the engine serves, and each
- * sequence of a batch names the one it runs with (lora_ids), so one forward pass mixes adapters and
- * the base model, as vLLM's punica kernels do. They adapt the linears whose rows are the batch's
+ * LoRA adapters (vLLM's --enable-lora): a model loaded with LoRA on lays an adapter out over its
+ * linears when asked (cv_model_lora_bind), at load or long after, without changing itself; each
+ * sequence of a batch names the binding it runs with (loras), so one forward pass mixes adapters
+ * and the base model, as vLLM's punica kernels do. They adapt the linears whose rows are the batch's
  * tokens (attention, the dense MLP and shared expert, the linear-attention projections, the
  * router); the MTP module, the lm_head and routed experts run without them.
  */
@@ -50,6 +51,8 @@
 #include "loader/weights.h"
 
 typedef struct cv_threadpool cv_threadpool;
+typedef struct cv_lora_sites cv_lora_sites;     /* the linears adapters may target (layers/lora.h) */
+typedef struct cv_lora_binding cv_lora_binding; /* an adapter laid out over them */
 
 /* What the model needs from the KV cache, per token, for each of its attention layers. */
 typedef struct cv_kv_spec {
@@ -95,8 +98,9 @@ typedef struct cv_batch {
     float *hidden_out;            /* optional [n_tokens][hidden]: final-normed hidden state of every token */
     int32_t n_logits;
     const int32_t *logit_rows;    /* [n_logits] token indices whose logits are wanted */
-    const int32_t *lora_ids;      /* [n_seqs]: 1…n_loras, the load's adapter the sequence runs with, or 0 for
-                                   * the base model; NULL: every sequence runs the base model */
+    const cv_lora_binding *const *loras; /* [n_seqs]: the adapter each sequence runs with (bound to this
+                                   * model, or one loaded from the same config and parameters), NULL for
+                                   * the base model; loras NULL: every sequence runs the base model */
 } cv_batch;
 
 typedef struct cv_model cv_model;
@@ -121,6 +125,7 @@ struct cv_model {
     int32_t vocab_size;            /* rows of the logits */
     size_t weight_bytes;           /* bytes of weights read per token (for sizing and benchmarks) */
     cv_threadpool *pool;           /* borrowed */
+    const cv_lora_sites *lora_sites; /* loaded with LoRA on; else NULL */
 };
 
 /* Tensor parallelism: this process is rank `rank` of `size`, each holding a shard of every layer —
@@ -154,16 +159,23 @@ typedef struct cv_model_load_params {
     const cv_tp *tp;                /* NULL: the whole model in this process */
     cv_linear_observer observe;     /* NULL: none */
     void *observe_ctx;
-    const cv_lora_adapter *const *loras; /* [n_loras] LoRA adapters the batches may ask for (lora_ids),
-                                    * borrowed; every module of each must be a linear of the model; only
-                                    * without tensor parallelism */
-    int32_t n_loras;
+    bool lora;                      /* LoRA on: adapters may be bound (cv_model_lora_bind) and batches ask
+                                    * for them; only without tensor parallelism */
 } cv_model_load_params;
 
 /* Picks the architecture from config->architecture. Unknown: CVLLM_ERR_UNSUPPORTED naming it and
  * listing the supported ones. */
 int cv_model_load(const cv_model_load_params *p, cv_model **out);
 void cv_model_free(cv_model *m);
+
+/* Lays adapter a (borrowed: it must outlive the binding) out over the linears of m, loaded with LoRA
+ * on, for batches to name (cv_batch.loras). Reads only what the load fixed, so any thread may bind
+ * while m runs. Errors, in one line naming the adapter and its module: CVLLM_ERR_UNSUPPORTED for a
+ * module that is no linear of m adapters run on (routed experts, the lm_head, MTP, a name m lacks),
+ * CVLLM_ERR_FORMAT for a module of another shape than its linear, CVLLM_ERR_INVALID_ARGUMENT when m
+ * was loaded without LoRA. */
+int cv_model_lora_bind(const cv_model *m, const cv_lora_adapter *a, cv_lora_binding **out);
+void cv_lora_binding_free(cv_lora_binding *b); /* NULL is allowed */
 
 /* Comma-separated list of supported architecture names (static string). */
 const char *cv_model_supported_architectures(void);

@@ -121,7 +121,7 @@ static void qwen3_destroy(cv_model *base) {
 
 static int qwen3_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *state, float *logits) {
     qwen3_model *m = (qwen3_model *)base;
-    int rc = nn_check_batch(b, kv, m->t.vocab, m->n_layers, m->t.bound.n_loras, state, 0);
+    int rc = nn_check_batch(b, kv, m->t.vocab, m->n_layers, m->t.bound.lora_sites, state, 0);
     if (!rc) rc = nn_scratch_reserve(&m->t.scratch, b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits, carve_scratch, m);
     if (rc || b->n_tokens == 0) return rc;
     qwen3_scratch *s = &m->s;
@@ -176,6 +176,7 @@ int cv_qwen3_load(const cv_model_load_params *p, cv_model **out) {
         qwen3_destroy(&m->base);
         return rc;
     }
+    m->base.lora_sites = m->t.bound.lora_sites;
     *out = &m->base;
     return 0;
 }

@@ -393,7 +393,7 @@ static int32_t rows_needed(const cv_batch *b) {
 
 static int hybrid_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *st, float *logits) {
     hybrid_model *m = (hybrid_model *)base;
-    int rc = nn_check_batch(b, kv, m->t.vocab, base->kv_spec.num_layers, m->t.bound.n_loras, st,
+    int rc = nn_check_batch(b, kv, m->t.vocab, base->kv_spec.num_layers, m->t.bound.lora_sites, st,
                             base->state_bytes_per_seq);
     if (!rc) rc = nn_scratch_reserve(&m->t.scratch, rows_needed(b), carve_scratch, m);
     if (rc || b->n_tokens == 0) return rc;
@@ -417,7 +417,7 @@ static int hybrid_mtp_forward(cv_model *base, const cv_batch *batch, const float
     b.state_slots = NULL;
     b.checkpoints = NULL;
     b.n_checkpoints = 0;
-    int rc = nn_check_batch(&b, kv, m->t.vocab, base->kv_spec.num_layers, m->t.bound.n_loras, NULL, 0);
+    int rc = nn_check_batch(&b, kv, m->t.vocab, base->kv_spec.num_layers, m->t.bound.lora_sites, NULL, 0);
     if (!rc && b.n_tokens > 0 && !hidden)
         rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "mtp_forward: no hidden states for its %d tokens", b.n_tokens);
     if (!rc) rc = nn_scratch_reserve(&m->t.scratch, rows_needed(&b), carve_scratch, m);
@@ -492,6 +492,7 @@ int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
         hybrid_destroy(&m->base);
         return rc;
     }
+    m->base.lora_sites = m->t.bound.lora_sites;
     *out = &m->base;
     return 0;
 }

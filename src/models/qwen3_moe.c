@@ -126,7 +126,7 @@ static void qwen3_moe_destroy(cv_model *base) {
 static int qwen3_moe_forward(cv_model *base, const cv_batch *b, cv_kv_cache *kv, cv_state_cache *state,
                              float *logits) {
     qwen3_moe_model *m = (qwen3_moe_model *)base;
-    int rc = nn_check_batch(b, kv, m->t.vocab, m->n_layers, m->t.bound.n_loras, state, 0);
+    int rc = nn_check_batch(b, kv, m->t.vocab, m->n_layers, m->t.bound.lora_sites, state, 0);
     if (!rc) rc = nn_scratch_reserve(&m->t.scratch, b->n_tokens > b->n_logits ? b->n_tokens : b->n_logits, carve_scratch, m);
     if (rc || b->n_tokens == 0) return rc;
     moe_scratch *s = &m->s;
@@ -187,6 +187,7 @@ int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
         qwen3_moe_destroy(&m->base);
         return rc;
     }
+    m->base.lora_sites = m->t.bound.lora_sites;
     *out = &m->base;
     return 0;
 }

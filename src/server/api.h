@@ -182,6 +182,16 @@ int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim
 int cv_api_parse_detokenize(const char *body, size_t len, cv_api_request *req, cv_api_error *err);
 void cv_api_request_free(cv_api_request *req);
 
+/* The bodies of /v1/load_lora_adapter (vLLM's LoadLoRAAdapterRequest: lora_name, lora_path,
+ * load_inplace) and /v1/unload_lora_adapter (UnloadLoRAAdapterRequest: lora_name, and lora_int_id,
+ * read and not used: cvllm knows its adapters by name). */
+typedef struct cv_api_lora_request {
+    char *lora_name, *lora_path;
+    bool load_inplace;
+} cv_api_lora_request;
+int cv_api_parse_lora_adapter(const char *body, size_t len, bool load, cv_api_lora_request *req, cv_api_error *err);
+void cv_api_lora_request_free(cv_api_lora_request *req);
+
 /* Tokenizes text prompts, checks ids and context length, and sets every prompt's max_tokens. */
 int cv_api_prepare(cv_api_request *req, const cvllm_tokenizer *tok, const cv_api_limits *lim, cv_api_error *err);
 

@@ -1604,6 +1604,41 @@ int cv_api_parse_detokenize(const char *body, size_t len, cv_api_request *req, c
     return rc;
 }
 
+/* ------------------------------------------------------------------------------------------------ */
+/* /v1/load_lora_adapter, /v1/unload_lora_adapter                                                   */
+
+/* A required str field into *out; pydantic's error into l otherwise. */
+static void lora_str(const json_t *root, const char *key, cv_pyerrors *l, char **out) {
+    const json_t *v = json_object_get(root, key);
+    const cv_loc at = {NULL, key, 0};
+    if (!v) cv_pyerrors_add(l, &at, root, "missing", CV_PY_MISSING, NULL);
+    else if (!json_is_string(v)) cv_pyerrors_add(l, &at, v, "string_type", CV_PY_STRING_TYPE, NULL);
+    else *out = cv_xstrndup(json_string_value(v), json_string_length(v));
+}
+
+int cv_api_parse_lora_adapter(const char *body, size_t len, bool load, cv_api_lora_request *req, cv_api_error *err) {
+    memset(req, 0, sizeof *req);
+    json_t *root = parse_body(body, len, err);
+    if (!root) return -1;
+    cv_pyerrors l = {0};
+    lora_str(root, "lora_name", &l, &req->lora_name);
+    if (load) lora_str(root, "lora_path", &l, &req->lora_path);
+    const char *flag = load ? "load_inplace" : "lora_int_id";
+    const json_t *v = json_object_get(root, flag);
+    cv_pyfailure f;
+    int64_t id;
+    bool big;
+    const bool ok = !v || (load ? cv_py_bool(v, &req->load_inplace, &f) : json_is_null(v) || cv_py_int(v, &id, &big, &f));
+    if (!ok) cv_pyerrors_add(&l, &(cv_loc){NULL, flag, 0}, v, f.type, f.msg, NULL);
+    json_decref(root);
+    return l.n ? cv_pyerrors_fail(&l, err) : 0;
+}
+
+void cv_api_lora_request_free(cv_api_lora_request *req) {
+    free(req->lora_name);
+    free(req->lora_path);
+}
+
 void cv_api_request_free(cv_api_request *req) {
     for (size_t i = 0; i < req->n_prompts; i++) {
         free(req->prompts[i].text);

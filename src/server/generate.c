@@ -248,7 +248,10 @@ static int submit_all(gen_session *g, cv_api_error *err) {
         int status = rc == CVLLM_ERR_INVALID_ARGUMENT || rc == CVLLM_ERR_CAPACITY ? 400
                      : rc == CVLLM_ERR_UNAVAILABLE                                ? 503
                                                                                   : 500;
-        cv_api_fail(err, status, NULL, "%s", cvllm_last_error());
+        if (rc == CVLLM_ERR_NOT_FOUND && g->lora) /* its adapter was unloaded since the name was looked up */
+            cv_api_fail(err, 404, "model", "The model `%.200s` does not exist.", g->lora);
+        else
+            cv_api_fail(err, status, NULL, "%s", cvllm_last_error());
         size_t unsent = req->n_prompts - i;
         g->n_open -= unsent;
         g->refs -= (int)unsent; /* the HTTP reference keeps refs above zero */

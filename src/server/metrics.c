@@ -460,7 +460,8 @@ static void http_metrics(out *o, cv_http_metrics *m) {
     pthread_mutex_unlock(&m->mu);
 }
 
-/* The names of the adapters whose state has `bit` in any engine, comma-separated (escaped). */
+/* The names of the adapters whose state has `bit` in any engine, comma-separated (escaped); a slot
+ * without a name was freed since the engines' reading. */
 static void lora_list(char *dst, size_t cap, const cv_engine_stats *st, size_t n, const char *const *names,
                       size_t n_names, int bit) {
     size_t at = 0;
@@ -468,7 +469,7 @@ static void lora_list(char *dst, size_t cap, const cv_engine_stats *st, size_t n
     for (size_t a = 0; a < n_names && a < CV_MAX_LORA_MODULES; a++) {
         bool on = false;
         for (size_t i = 0; i < n; i++) on |= (st[i].lora_state[a] & bit) != 0;
-        if (!on || at + 2 >= cap) continue;
+        if (!on || !names[a] || at + 2 >= cap) continue;
         if (at) dst[at++] = ',';
         escape_label(dst + at, cap - at, names[a]);
         at += strlen(dst + at);

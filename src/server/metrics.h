@@ -29,7 +29,8 @@ void cv_http_metrics_observe(cv_http_metrics *m, const char *handler, const char
 
 /* The whole exposition (free()): st[i] is data-parallel engine i's snapshot (its series labelled
  * engine="i"), n_engines >= 1. `model_name` is the first served model name; lora_names[i] names the
- * engines' adapter i + 1 (n_loras of them), for vllm:lora_requests_info. */
+ * adapter in slot i of cv_engine_stats.lora_state (n_loras slots; NULL: none), for
+ * vllm:lora_requests_info. */
 char *cv_metrics_render(const cv_engine_stats *st, size_t n_engines, const char *model_name,
                         const char *const *lora_names, size_t n_loras, cv_http_metrics *http);
 

@@ -66,16 +66,15 @@ static char *error_body(void *user, int status, const char *message) {
     return cv_api_error_json(&err);
 }
 
-const char *cv_server_model_name(const cv_server *s, const char *requested, const char **lora, cv_api_error *err) {
+const char *cv_server_model_name(cv_server *s, const char *requested, const char **lora, cv_api_error *err) {
     if (lora) *lora = NULL;
     if (!requested) return s->names[0];
     for (size_t i = 0; i < s->n_names; i++)
         if (!strcmp(requested, s->names[i])) return s->names[i];
-    for (size_t i = 0; i < s->n_loras; i++)
-        if (!strcmp(requested, s->lora_names[i])) {
-            if (lora) *lora = s->lora_names[i];
-            return s->lora_names[i];
-        }
+    if (cv_server_lora_listed(s, requested)) {
+        if (lora) *lora = requested;
+        return requested;
+    }
     cv_api_fail(err, 404, "model", "The model `%.200s` does not exist.", requested);
     return NULL;
 }
@@ -83,9 +82,8 @@ const char *cv_server_model_name(const cv_server *s, const char *requested, cons
 /* ------------------------------------------------------------------------------------------------ */
 /* Small endpoints                                                                                   */
 
-/* A card of /v1/models; parent NULL is null, max_model_len 0 null (vLLM's LoRA cards have none). */
-static json_t *model_card(const cv_server *s, const char *id, const char *root, const char *parent,
-                          int32_t max_model_len, size_t index) {
+json_t *cv_server_model_card(const cv_server *s, const char *id, const char *root, const char *parent,
+                             int32_t max_model_len, size_t index) {
     char *perm = cv_xasprintf("modelperm-%s-%zu", s->names[0], index);
     json_t *permission = json_pack(
         "[{s:s, s:s, s:I, s:b, s:b, s:b, s:b, s:b, s:b, s:s, s:n, s:b}]", "id", perm, "object", "model_permission",
@@ -102,10 +100,8 @@ static json_t *model_card(const cv_server *s, const char *id, const char *root, 
 static void handle_models(cv_server *s, cv_http_req *c) {
     json_t *data = json_array();
     for (size_t i = 0; i < s->n_names; i++)
-        json_array_append_new(data, model_card(s, s->names[i], s->root, NULL, s->limits.max_model_len, i));
-    for (size_t i = 0; i < s->n_loras; i++)
-        json_array_append_new(data, model_card(s, s->lora_names[i], s->lora_roots[i], s->lora_parents[i], 0,
-                                               s->n_names + i));
+        json_array_append_new(data, cv_server_model_card(s, s->names[i], s->root, NULL, s->limits.max_model_len, i));
+    cv_server_lora_cards(s, data);
     send_json(c, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
@@ -113,8 +109,11 @@ static void handle_metrics(cv_server *s, cv_http_req *c) {
     const int n = cv_engine_group_size(s->group);
     cv_engine_stats *st = cv_xmalloc((size_t)n * sizeof *st);
     for (int i = 0; i < n; i++) cv_engine_group_stats(s->group, i, &st[i]);
-    char *text = cv_metrics_render(st, (size_t)n, s->names[0], (const char *const *)s->lora_names, s->n_loras,
+    char *lora_names[CV_MAX_LORA_MODULES];
+    cv_engine_group_lora_slot_names(s->group, lora_names);
+    char *text = cv_metrics_render(st, (size_t)n, s->names[0], (const char *const *)lora_names, CV_MAX_LORA_MODULES,
                                    s->http_metrics);
+    for (size_t i = 0; i < CV_MAX_LORA_MODULES; i++) free(lora_names[i]);
     free(st);
     cv_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
     free(text);
@@ -190,7 +189,7 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 
 typedef enum route_id {
     R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
-    R_CHAT_RENDER
+    R_CHAT_RENDER, R_LOAD_LORA, R_UNLOAD_LORA
 } route_id;
 
 typedef struct route {
@@ -212,6 +211,8 @@ static const route routes[] = {
     {"/v1/completions", R_COMPLETIONS, "POST", true},
     {"/v1/chat/completions", R_CHAT, "POST", true},
     {"/v1/chat/completions/render", R_CHAT_RENDER, "POST", true},
+    {"/v1/load_lora_adapter", R_LOAD_LORA, "POST", true},     /* with runtime_lora only */
+    {"/v1/unload_lora_adapter", R_UNLOAD_LORA, "POST", true}, /* with runtime_lora only */
 };
 
 static bool method_allowed(const route *r, const char *method) {
@@ -254,9 +255,10 @@ static bool is_json_type(const char *ct) {
     return !strncasecmp(ct, "application/json", n) && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
 }
 
-static const route *find_route(const char *url) {
+static const route *find_route(const cv_server *s, const char *url) {
     for (size_t i = 0; i < CV_ARRAY_LEN(routes); i++)
-        if (!strcmp(url, routes[i].path)) return &routes[i];
+        if (!strcmp(url, routes[i].path))
+            return s->runtime_lora || (routes[i].id != R_LOAD_LORA && routes[i].id != R_UNLOAD_LORA) ? &routes[i] : NULL;
     return NULL;
 }
 
@@ -278,7 +280,7 @@ static void on_head(void *user, cv_http_req *r) {
     const char *path = cv_http_path(r), *method = cv_http_method(r);
     request_meta *m = cv_xcalloc(1, sizeof *m);
     m->started = cv_now();
-    m->route = find_route(path);
+    m->route = find_route(s, path);
     m->handler = cv_http_metrics_handler(m->route ? m->route->path : NULL, path);
     snprintf(m->method, sizeof m->method, "%s", method);
     cv_http_set_data(r, m);
@@ -323,6 +325,8 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     case R_COMPLETIONS: cv_generate(s, r, CV_API_COMPLETION); return;
     case R_CHAT: cv_generate(s, r, CV_API_CHAT); return;
     case R_CHAT_RENDER: handle_render(s, r, body, len); return;
+    case R_LOAD_LORA: cv_server_lora_route(s, r, body, len, true); return;
+    case R_UNLOAD_LORA: cv_server_lora_route(s, r, body, len, false); return;
     }
 }
 
@@ -415,9 +419,7 @@ static int setup_chat(cv_server *s, const cv_server_options *o) {
 static void free_server(cv_server *s) {
     cv_http_metrics_free(s->http_metrics);
     free_strings(s->names, s->n_names);
-    free_strings(s->lora_names, s->n_loras);
-    free_strings(s->lora_roots, s->n_loras);
-    free_strings(s->lora_parents, s->n_loras);
+    cv_server_loras_free(s);
     free_strings(s->keys, s->n_keys);
     free(s->root);
     json_decref(s->default_kwargs);
@@ -448,15 +450,7 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
                                        : copy_strings((const char *const *)&s->root, 1);
     s->keys = copy_strings(o->api_keys, o->n_api_keys);
     s->n_keys = o->n_api_keys;
-    s->n_loras = o->n_loras;
-    s->lora_names = cv_xcalloc(o->n_loras + 1, sizeof *s->lora_names);
-    s->lora_roots = cv_xcalloc(o->n_loras + 1, sizeof *s->lora_roots);
-    s->lora_parents = cv_xcalloc(o->n_loras + 1, sizeof *s->lora_parents);
-    for (size_t i = 0; i < o->n_loras; i++) {
-        s->lora_names[i] = cv_xstrdup(o->loras[i].name);
-        s->lora_roots[i] = cv_xstrdup(o->loras[i].path);
-        s->lora_parents[i] = cv_xstrdup(o->loras[i].base_model_name ? o->loras[i].base_model_name : s->names[0]);
-    }
+    cv_server_loras_init(s, o);
     s->cached_details = o->enable_prompt_tokens_details;
     s->force_usage = o->enable_force_include_usage;
     s->request_id_headers = o->enable_request_id_headers;

@@ -33,6 +33,8 @@ typedef struct cv_server_options {
     const char *model_root;            /* the MODEL argument, /v1/models "root" */
     const cv_server_lora *loras;       /* [n_loras], copied */
     size_t n_loras;
+    bool runtime_lora_updating;        /* vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: /v1/load_lora_adapter and
+                                        * /v1/unload_lora_adapter exist */
     const char *const *api_keys;       /* Bearer keys for /v1/...; none = open */
     size_t n_api_keys;
     bool enable_prompt_tokens_details; /* usage.prompt_tokens_details.cached_tokens */

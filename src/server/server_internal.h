@@ -18,6 +18,7 @@
 #include "server/server.h"
 
 typedef struct gen_session gen_session;
+typedef struct cv_lora_card cv_lora_card; /* lora_adapters.c */
 
 struct cv_server {
     cv_http *http;
@@ -29,8 +30,11 @@ struct cv_server {
     char *whitespace_pattern;     /* owned; limits.structured.whitespace_pattern */
     char **names;                 /* served model names (copies) */
     size_t n_names;
-    char **lora_names, **lora_roots, **lora_parents; /* the LoRA adapters' cards (copies) */
-    size_t n_loras;
+    pthread_mutex_t lora_mu;      /* guards the LoRA adapters' cards (lora_adapters.c) */
+    pthread_mutex_t lora_admin_mu; /* one adapter load or unload at a time */
+    cv_lora_card *loras;
+    size_t n_loras, cap_loras;
+    bool runtime_lora;            /* VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load and unload routes exist */
     char *root;
     char **keys;
     size_t n_keys;
@@ -63,9 +67,21 @@ void cv_generate_abort_all(cv_server *s);
  * [DONE]) without waiting for the engine, which has failed; generations that begin later abort. */
 void cv_generate_fail_all(cv_server *s, const char *why);
 
-/* The served name a request's "model" field selects — a served model name, or a LoRA adapter's,
- * which *lora then receives too (NULL for the base model; lora may be NULL) — or NULL with *err set
- * to vLLM's 404 when none does. The names live as long as the server. */
-const char *cv_server_model_name(const cv_server *s, const char *requested, const char **lora, cv_api_error *err);
+/* The served name a request's "model" field selects — a served model name (which lives as long as
+ * the server), or a LoRA adapter's (then `requested` itself, which *lora receives too; NULL for the
+ * base model; lora may be NULL) — or NULL with *err set to vLLM's 404 when none does. */
+const char *cv_server_model_name(cv_server *s, const char *requested, const char **lora, cv_api_error *err);
+/* A card of /v1/models; parent NULL is null, max_model_len 0 null (vLLM's LoRA cards have none). */
+json_t *cv_server_model_card(const cv_server *s, const char *id, const char *root, const char *parent,
+                             int32_t max_model_len, size_t index);
+
+/* LoRA adapters (lora_adapters.c): the cards of o->loras, and the runtime routes when allowed. */
+void cv_server_loras_init(cv_server *s, const cv_server_options *o);
+void cv_server_loras_free(cv_server *s);
+bool cv_server_lora_listed(cv_server *s, const char *name);
+/* Appends the adapters' cards to /v1/models' data. */
+void cv_server_lora_cards(cv_server *s, json_t *data);
+/* /v1/load_lora_adapter (load_it) or /v1/unload_lora_adapter; finishes the request. */
+void cv_server_lora_route(cv_server *s, cv_http_req *r, const char *body, size_t len, bool load_it);
 
 #endif

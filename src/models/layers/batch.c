@@ -11,13 +11,18 @@
 #include <stdlib.h>
 
 #include "base/error.h"
+#include "models/layers/lora.h"
 
-static int check_sequence(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int32_t n_loras, int32_t s) {
+static int check_sequence(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, const cv_lora_sites *lora, int32_t s) {
     const int32_t begin = b->seq_start[s], end = b->seq_start[s + 1];
     if (begin > end) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: seq_start is not ascending at sequence %d", s);
-    if (b->lora_ids && (b->lora_ids[s] < 0 || b->lora_ids[s] > n_loras))
-        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: sequence %d asks for LoRA adapter %d; the model has %d", s,
-                       b->lora_ids[s], n_loras);
+    const cv_lora_binding *a = b->loras ? b->loras[s] : NULL;
+    if (a && !lora)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: sequence %d asks for LoRA adapter %s; the model was "
+                       "loaded without LoRA", s, a->adapter->name);
+    if (a && a->n_sites != lora->n_on)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: sequence %d's LoRA adapter %s was bound to a model of %d "
+                       "adapted linears; this one has %d", s, a->adapter->name, a->n_sites, lora->n_on);
     const int32_t ctx = b->context_lens[s];
     const int64_t n_blocks = ((int64_t)ctx + kv->block_size - 1) / kv->block_size;
     for (int64_t j = 0; j < n_blocks; j++)
@@ -98,7 +103,7 @@ static int check_checkpoints(const cv_batch *b, const cv_state_cache *state) {
     return rc;
 }
 
-int nn_check_batch(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int32_t kv_layers, int32_t n_loras,
+int nn_check_batch(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int32_t kv_layers, const cv_lora_sites *lora,
                    const cv_state_cache *state, size_t state_bytes) {
     if (b->n_tokens < 0 || b->n_seqs < 0 || b->n_logits < 0 || (b->n_tokens > 0 && b->n_seqs == 0))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: negative counts or tokens without sequences");
@@ -111,7 +116,7 @@ int nn_check_batch(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int3
     if (b->n_seqs > 0 && (b->seq_start[0] != 0 || b->seq_start[b->n_seqs] != b->n_tokens))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "batch: seq_start must run from 0 to n_tokens=%d", b->n_tokens);
     for (int32_t s = 0; s < b->n_seqs; s++) {
-        int rc = check_sequence(b, kv, vocab, n_loras, s);
+        int rc = check_sequence(b, kv, vocab, lora, s);
         if (rc) return rc;
     }
     if (state_bytes > 0) {

@@ -22,11 +22,12 @@
 #include "models/model.h"
 
 /* Everything the kernels trust: counts, seq_start, positions, slot mapping, block tables, token ids
- * (< vocab), LoRA ids (<= n_loras, the adapters the model was loaded with), logit rows; the KV cache has kv_layers layers; when state_bytes > 0, each sequence has
+ * (< vocab), LoRA adapters (only where the model has LoRA on, `lora`, and bound to sites laid out
+ * as its), logit rows; the KV cache has kv_layers layers; when state_bytes > 0, each sequence has
  * its own state slot of at least that size and the checkpoints are valid (sorted, inside their
  * sequence's run, written to slots nothing else in the batch uses); when state_bytes is 0 there
  * are no checkpoints. */
-int nn_check_batch(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int32_t kv_layers, int32_t n_loras,
+int nn_check_batch(const cv_batch *b, const cv_kv_cache *kv, int32_t vocab, int32_t kv_layers, const cv_lora_sites *lora,
                    const cv_state_cache *state, size_t state_bytes);
 
 #endif

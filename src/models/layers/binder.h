@@ -54,10 +54,8 @@ typedef struct nn_binder {
     nn_brows *bf16_rows;      /* the bf16 scratch of the linears bound so far (NULL: none reads bf16) */
     int64_t bf16_cols;        /* the widest input of those linears */
     size_t matmul_bytes;      /* weight bytes streamed per token */
-    const cv_lora_adapter *const *loras; /* the load's adapters (layers/lora.h) */
-    int n_loras;
-    struct nn_lora_tokens *lora_tokens; /* the batch's adapter of each token (NULL: no adapters) */
-    bool **lora_used;         /* [n_loras][modules]: bound to a linear */
+    cv_lora_sites *lora_sites; /* LoRA on (layers/lora.h): the parts adapters may target; NULL: off */
+    struct nn_lora_tokens *lora_tokens; /* the batch's adapter of each token (NULL: LoRA off) */
     bool adapters_off;        /* set while binding linears whose rows are not the batch's tokens (routed
                                * experts, the lm_head, MTP): an adapter for one of them is refused */
     int rc;

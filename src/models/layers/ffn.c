@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "models/layers/lora.h"
 #include "models/layers/timed.h"
 
 void nn_bind_ffn(nn_binder *b, const char *prefix, int32_t hidden, int32_t inter, const char *inter_name, nn_ffn *out) {
@@ -45,7 +46,7 @@ void nn_ffn_forward(cv_threadpool *pool, const nn_ffn *f, nn_input in, int32_t T
     if (hb) {
         h = (nn_input){.bf16 = hb};
         if (!fused) NN_TIMED(CV_OP_SWIGLU, cv_swiglu_bf16(pool, s->gate_up, T, I, I, (int64_t)T * I, hb));
-    } else if (quant && !f->down.observe.fn && !f->down.lora) { /* an adapter reads down's f32 input */
+    } else if (quant && !f->down.observe.fn && !nn_lora_active(&f->down)) { /* an adapter reads down's f32 input */
         const nn_qrows *q = f->down.scratch;
         h = (nn_input){.i8 = q->codes, .i8_scale = q->scale, .quant = *quant};
         NN_TIMED(CV_OP_SWIGLU, cv_swiglu_quant(pool, s->gate_up, T, I, I, (int64_t)T * I, &h.quant, q->codes, q->scale));

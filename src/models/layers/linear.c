@@ -79,7 +79,7 @@ static void add_part(nn_binder *b, nn_linear *l, const nn_linear_part *part) {
     p->name = nn_own_string(b, part->name);
     l->observe = b->observe;
     regroup(l);
-    if (b->n_loras) nn_lora_attach(b, l, l->n_parts - 1);
+    if (b->lora_sites) nn_lora_site(b, l, l->n_parts - 1);
     if (b->bf16_input && reads_bf16(l)) {
         if (!b->bf16_rows) b->bf16_rows = nn_own(b, sizeof *b->bf16_rows);
         if (part->w.cols > b->bf16_cols) b->bf16_cols = part->w.cols;
@@ -328,7 +328,7 @@ static cv_act weight_input(cv_threadpool *pool, const nn_linear *l, int g, nn_in
 }
 
 bool nn_linear_swiglu_bf16(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, uint16_t *h) {
-    if (l->observe.fn || l->lora || l->n_weights != 1 || l->n_parts != 2 || l->parts[0].w.rows != l->parts[1].w.rows)
+    if (l->observe.fn || nn_lora_active(l) || l->n_weights != 1 || l->n_parts != 2 || l->parts[0].w.rows != l->parts[1].w.rows)
         return false;
     /* h is the shared bf16 scratch: the input must not be rounded into it too */
     if (l->bf16_scratch && cv_wformat_bf16_input(l->w[0].format) && !x.bf16) return false;

@@ -71,11 +71,10 @@ typedef struct nn_linear {
     const nn_qrows *scratch;  /* where an int8-input linear quantizes its input (the binder's) */
     const nn_brows *bf16_scratch; /* where its BF16_PANELS weights' input is rounded (NULL: they read f32) */
     nn_observer observe;
-    /* LoRA (layers/lora.h): part j's module of adapter a (1…n_loras) at lora[j * n_loras + a - 1],
-     * NULL where that adapter leaves the part alone; lora itself NULL when no adapter targets l */
-    const cv_lora_module **lora;
-    int n_loras;
-    const struct nn_lora_tokens *lora_tokens; /* the binder's: each token's adapter */
+    /* LoRA (layers/lora.h): part j is site lora_site[j] of the model's cv_lora_sites; lora_tokens
+     * (the binder's: each token's adapter) NULL when no adapter may target l */
+    int32_t lora_site[NN_MAX_PARTS];
+    const struct nn_lora_tokens *lora_tokens;
 } nn_linear;
 
 /* Appends the part `name` (its linear's tensors "<name>.weight" and the scheme's scales,

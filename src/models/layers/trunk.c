@@ -34,7 +34,6 @@ void nn_trunk_take(nn_trunk *t, nn_arena *a, int32_t tokens) {
 }
 
 int nn_trunk_pack(nn_trunk *t, cv_threadpool *pool, cv_weight_source *src, const char *layout, nn_linear_list *lins) {
-    nn_lora_check_bound(&t->bound);
     if (t->bound.rc) {
         nn_linear_list_free(lins);
         return t->bound.rc;
@@ -76,5 +75,6 @@ void nn_trunk_release(nn_trunk *t, nn_linear_list *lins) {
     nn_scratch_free(&t->scratch);
     nn_vocab_release(&t->vocab_w);
     cv_rope_free(&t->rope);
+    nn_lora_release(&t->bound);
     nn_binder_free(&t->bound);
 }
