@@ -20,6 +20,7 @@ void nn_lora_init(nn_binder *b, const cv_model_load_params *p) {
     t->cap = p->max_num_batched_tokens;
     t->of_token = nn_own(b, (size_t)t->cap * sizeof *t->of_token);
     t->used = nn_own(b, (size_t)t->cap * sizeof *t->used);
+    t->work = nn_own(b, sizeof *t->work);
 }
 
 void nn_lora_site(nn_binder *b, nn_linear *l, int j) {
@@ -37,6 +38,11 @@ void nn_lora_site(nn_binder *b, nn_linear *l, int j) {
 
 void nn_lora_release(nn_binder *b) {
     if (b->lora_sites) free(b->lora_sites->site);
+    nn_lora_work *w = b->lora_tokens ? b->lora_tokens->work : NULL;
+    if (!w) return;
+    free(w->rows);
+    free(w->xa);
+    free(w->mid);
 }
 
 /* Site i's module of a, checked against its linear; *rc set on a mismatch. */
@@ -130,10 +136,28 @@ bool nn_lora_active(const nn_linear *l) {
     return false;
 }
 
-/* Row i of x as f32 into out (cols values). */
-static void input_row(nn_input x, int64_t cols, int64_t i, float *out) {
-    if (x.f32) memcpy(out, x.f32 + i * cols, (size_t)cols * sizeof *out);
-    else cv_convert_to_f32(out, x.bf16 + i * cv_act_bf16_stride(cols), CV_DTYPE_BF16, (size_t)cols);
+/* p grown to hold n items of `size` bytes (its capacity in *cap). */
+static void *reserve(void *p, size_t *cap, size_t n, size_t size) {
+    if (n <= *cap) return p;
+    *cap = n;
+    return cv_xrealloc(p, n * size);
+}
+
+typedef struct gather_arg {
+    nn_input x;
+    int64_t cols;
+    const int64_t *rows;
+    float *out;
+} gather_arg;
+
+/* Rows rows[i] of x as f32 into out[i] (cols values), i in [begin, end). */
+static void gather(const void *p, int64_t begin, int64_t end) {
+    const gather_arg *g = p;
+    for (int64_t i = begin; i < end; i++) {
+        float *out = g->out + i * g->cols;
+        if (g->x.f32) memcpy(out, g->x.f32 + g->rows[i] * g->cols, (size_t)g->cols * sizeof *out);
+        else cv_convert_to_f32(out, g->x.bf16 + g->rows[i] * cv_act_bf16_stride(g->cols), CV_DTYPE_BF16, (size_t)g->cols);
+    }
 }
 
 void nn_lora_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, float *const *ys) {
@@ -141,27 +165,29 @@ void nn_lora_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_
     const nn_lora_tokens *tok = l->lora_tokens;
     assert(tok->n_tokens == T && (x.f32 || x.bf16));
     const int64_t cols = l->parts[0].w.cols;
-    int64_t *rows = cv_xmalloc((size_t)T * sizeof *rows);
-    float *xa = NULL, *mid = NULL;
+    nn_lora_work *w = tok->work;
+    w->rows = reserve(w->rows, &w->cap_rows, (size_t)T, sizeof *w->rows);
     for (int32_t k = 1; k <= tok->n_used; k++) {
         const cv_lora_binding *a = tok->used[k - 1];
         if (!targets(a, l)) continue;
         int64_t n = 0;
         for (int64_t i = 0; i < T; i++)
-            if (tok->of_token[i] == k) rows[n++] = i;
+            if (tok->of_token[i] == k) w->rows[n++] = i;
         if (!n) continue;
-        xa = cv_xrealloc(xa, (size_t)n * (size_t)cols * sizeof *xa);
-        for (int64_t i = 0; i < n; i++) input_row(x, cols, rows[i], xa + i * cols);
+        const float *xa = x.f32; /* every token's: the rows as they are */
+        if (n < T || !x.f32) {
+            w->xa = reserve(w->xa, &w->cap_xa, (size_t)(n * cols), sizeof *w->xa);
+            const gather_arg g = {x, cols, w->rows, w->xa};
+            cv_threadpool_run_range(pool, gather, &g, n, n * cols >= 16384);
+            xa = w->xa;
+        }
         for (int j = 0; j < l->n_parts; j++) {
             const cv_lora_module *m = a->module[l->lora_site[j]];
             if (!m) continue;
-            mid = cv_xrealloc(mid, (size_t)n * (size_t)m->rank * sizeof *mid);
+            w->mid = reserve(w->mid, &w->cap_mid, (size_t)(n * m->rank), sizeof *w->mid);
             const cv_weight A = cv_weight_view(&(cv_matrix){m->a, CV_DTYPE_F32, m->rank, m->in});
-            cv_linear(pool, &A, &(cv_act){.f32 = xa}, n, 1, &m->rank, &mid);
-            cv_lowrank_add(pool, ys[j], m->out, rows, mid, n, m->rank, m->bt, m->out);
+            cv_linear(pool, &A, &(cv_act){.f32 = xa}, n, 1, &m->rank, &w->mid);
+            cv_lowrank_add(pool, ys[j], m->out, w->rows, w->mid, n, m->rank, m->bt, m->out);
         }
     }
-    free(rows);
-    free(xa);
-    free(mid);
 }

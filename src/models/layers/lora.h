@@ -49,12 +49,20 @@ struct cv_lora_binding {
     const cv_lora_module **module;  /* [n_sites]: the adapter's module at each site, or NULL */
 };
 
+/* The deltas' scratch, grown as batches need and kept: a forward pass allocates nothing. */
+typedef struct nn_lora_work {
+    int64_t *rows;         /* the tokens of one adapter */
+    float *xa, *mid;       /* their input rows at f32; A·x */
+    size_t cap_rows, cap_xa, cap_mid;
+} nn_lora_work;
+
 /* The adapter of each token of the current batch. */
 typedef struct nn_lora_tokens {
     int32_t *of_token;     /* [cap]: 0 the base model, else k: the batch's adapter used[k - 1] */
     const cv_lora_binding **used; /* [cap]: the distinct adapters of the batch */
     int64_t n_tokens, cap;
     int32_t n_used;
+    nn_lora_work *work;
 } nn_lora_tokens;
 
 /* Turns LoRA on in b when p asks for it (nothing otherwise). */
@@ -68,7 +76,7 @@ void nn_lora_set_batch(nn_binder *b, const cv_batch *batch);
 bool nn_lora_active(const nn_linear *l);
 /* ys[j] += s·B·(A·x) of every part j of l for the tokens of each adapter that targets it. */
 void nn_lora_forward(cv_threadpool *pool, const nn_linear *l, nn_input x, int64_t T, float *const *ys);
-/* Frees the site list (the binder owns the rest). */
+/* Frees the site list and the scratch (the binder owns the rest). */
 void nn_lora_release(nn_binder *b);
 
 #endif
