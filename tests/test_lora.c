@@ -301,6 +301,7 @@ static void check_same(const run *got, const run *want, double tol, const char *
 static void test_serve(const char *base, const adapter *ad, const run *want, const run *plain);
 static void test_runtime(const char *base, const adapter *ad, const adapter *ad2, const run *want, const run *plain);
 static void test_serve_runtime(const char *base, const adapter *ad, const run *want);
+static void test_bench_throughput(const char *base, const adapter *ad);
 static void expect_refused(const char *base, const cvllm_lora_module *mods, int n, bool enable, int32_t max_rank,
                            cvllm_status status, const char *needle);
 
@@ -425,6 +426,7 @@ static void test_matches_merged(const char *base, const adapter *ad, const adapt
     test_serve(base, ad, want, plain);
     test_runtime(base, ad, ad2, &want[0], &plain[0]);
     test_serve_runtime(base, ad, &want[0]);
+    test_bench_throughput(base, ad);
     test_hub_adapter(base, ad, &want[0]);
     tu_remove_tree(merged);
     free(merged);
@@ -720,6 +722,39 @@ static void test_runtime(const char *base, const adapter *ad, const adapter *ad2
     run_all(e, &y, 1);
     check_same(&y, want, 1e-4, "adapter loaded on another thread");
     cvllm_engine_destroy(e);
+}
+
+/* `bench throughput --enable-lora --lora-path P --max-loras 2`: the adapter loaded as "1" and "2" and
+ * the run through; vLLM's refusal without a path; an adapter that is not there named in one line. */
+static void test_bench_throughput(const char *base, const adapter *ad) {
+    char *tmp = tu_make_temp_dir();
+    const char *const common[] = {"bench", "throughput", "--model", base, "--input-len", "16", "--output-len", "4",
+                                  "--num-prompts", "6", "--max-model-len", "64", "--num-threads", "1",
+                                  "--kv-cache-memory-bytes", "8388608", "--enable-lora"};
+    const size_t n_common = sizeof common / sizeof *common;
+    const char *const tails[][5] = {{"--lora-path", ad->dir, "--max-loras", "2", NULL},
+                                    {NULL},
+                                    {"--lora-path", "/nonexistent/adapter", NULL}};
+    const int status[] = {0, 2, 1};
+    const char *const needles[] = {"LoRA adapter 2: ", "LoRA path must be provided when enable_lora is True",
+                                   "LoRA adapter 1: model /nonexistent/adapter: no such folder"};
+    for (size_t k = 0; k < 3; k++) {
+        const char *argv[32];
+        size_t n = 0;
+        for (; n < n_common; n++) argv[n] = common[n];
+        for (size_t i = 0; tails[k][i]; i++) argv[n++] = tails[k][i];
+        argv[n] = NULL;
+        tu_run r = tu_run_exec(tmp, NULL, NULL, CVLLM_BINARY, argv);
+        CHECK_MSG(r.status == status[k], "case %zu: status %d: %s", k, r.status, r.err ? r.err : "");
+        CHECK_CONTAINS(r.err ? r.err : "", needles[k]);
+        if (k == 0) {
+            CHECK_CONTAINS(r.err ? r.err : "", "LoRA adapter 1: ");
+            CHECK_CONTAINS(r.out ? r.out : "", "\nTotal num prompt tokens:  96\nTotal num output tokens:  24\n");
+        }
+        tu_run_free(&r);
+    }
+    tu_remove_tree(tmp);
+    free(tmp);
 }
 
 /* Creation fails in one line naming the problem. */

@@ -14,6 +14,13 @@
  * --use-beam-search runs the dataset through one cvllm_engine_beam_search instead, as vLLM's run_vllm
  * calls LLM.beam_search (beam width --n, the output length every request shares, eos ignored); the
  * tokens counted are each prompt's and its best sequence's.
+ *
+ * LoRA, as vLLM's: with --enable-lora, --lora-path's adapter is loaded --max-loras times, as "1" …
+ * "N" (vLLM's LoRARequest names and ids), and each request runs with "k", k = random.randint(1, N)
+ * from Python's generator seeded with --seed — in vLLM's order for the random dataset, which draws
+ * nothing else from it (for sharegpt vLLM draws between its shuffle and its length checks, so the
+ * names differ there). --lora-path without --enable-lora runs the base model, as vLLM's run_vllm
+ * passes no adapters then.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -24,6 +31,7 @@
 #include "base/timeutil.h"
 #include "bench/bench.h"
 #include "bench/dataset.h"
+#include "bench/pyrandom.h"
 #include "cli/args.h"
 #include "cli/launch.h"
 #include "cvllm.h"
@@ -35,6 +43,7 @@ typedef struct throughput_args {
     bool has_input_len, has_output_len, beam_search;
     int32_t n;
     const char *output_json;
+    const char *lora_path;     /* --lora-path */
 } throughput_args;
 
 typedef struct totals {
@@ -46,7 +55,8 @@ static const char throughput_usage[] =
     "usage: cvllm bench throughput --model MODEL --input-len N [--output-len 128] [--num-prompts 1000]\n"
     "                              [--n 1] [--dataset-name random|sharegpt] [--dataset-path FILE]\n"
     "                              [--prefix-len 0] [--random-range-ratio 0]\n"
-    "                              [--use-beam-search] [--output-json FILE] [--backend vllm] [engine options]\n"
+    "                              [--use-beam-search] [--output-json FILE] [--backend vllm]\n"
+    "                              [--enable-lora --lora-path ADAPTER [--max-loras N]] [engine options]\n"
     "Runs --num-prompts random requests through the engine at once and prints vLLM's\n"
     "\"Throughput: X requests/s, Y total tokens/s, Z output tokens/s\".\n";
 
@@ -112,6 +122,7 @@ static int parse_throughput_args(cv_args *a, throughput_args *t) {
             continue;
         }
         if (cv_args_value(a, "--output-json", &v)) t->output_json = v;
+        else if (cv_args_value(a, "--lora-path", &v)) t->lora_path = v;
         else if (arg[0] != '-' && !t->engine.model) t->engine.model = arg, a->i++;
         else if (arg[0] != '-') return cv_args_error(a, "unexpected argument '%s'", arg);
         else if (!cv_args_unknown(a)) return 2;
@@ -123,6 +134,10 @@ static int parse_throughput_args(cv_args *a, throughput_args *t) {
         return cv_args_error(a, "the random dataset needs no --dataset-path (use --dataset-name sharegpt for a file)");
     if (!random && !t->dataset_path) return cv_args_error(a, "the 'sharegpt' dataset needs --dataset-path");
     if (random && !t->has_input_len) return cv_args_error(a, "--input-len must be provided for a random dataset");
+    if (t->engine.enable_lora && !t->lora_path) return cv_args_error(a, "LoRA path must be provided when enable_lora is True");
+    if (t->engine.enable_lora && t->beam_search) return cv_args_error(a, "BeamSearch API does not support LoRA");
+    if (t->lora_path && !t->engine.enable_lora)
+        fprintf(stderr, "cvllm bench throughput: --lora-path without --enable-lora: the requests run the base model\n");
     t->data.seed = t->engine.seed;
     return 0;
 }
@@ -169,29 +184,50 @@ static int run_beam_search(cvllm_engine *e, const throughput_args *ta, const cv_
     return rc;
 }
 
+/* vLLM's LoRA requests: the adapter loaded as "1" … "max_loras", and each request's name drawn. */
+static int lora_names(cvllm_engine *e, const throughput_args *ta, size_t n, char (**names)[16]) {
+    *names = NULL;
+    if (!ta->engine.enable_lora) return 0;
+    const int32_t k = ta->engine.max_loras ? ta->engine.max_loras : 1;
+    for (int32_t i = 1; i <= k; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", i);
+        int rc = cvllm_engine_load_lora(e, &(cvllm_lora_module){name, ta->lora_path}, false);
+        if (rc) return rc;
+    }
+    *names = cv_xmalloc(n * sizeof **names);
+    cv_pyrandom r;
+    cv_pyrandom_seed(&r, ta->data.seed);
+    for (size_t i = 0; i < n; i++) snprintf((*names)[i], sizeof (*names)[i], "%zu", 1 + cv_pyrandom_below(&r, (size_t)k));
+    return 0;
+}
+
 static int run_all(cvllm_engine *e, const throughput_args *ta, const cv_bench_sample *s, size_t n, totals *t) {
     if (ta->beam_search) return run_beam_search(e, ta, s, n, t);
+    char (*loras)[16];
+    int rc = lora_names(e, ta, n, &loras);
+    if (rc) return rc;
     cvllm_sampling_params p;
     cvllm_sampling_params_default(NULL, &p); /* vLLM's neutral SamplingParams: temperature 1, top_p 1 */
     p.ignore_eos = true;
     p.n = ta->n;
     double start = cv_now();
-    for (size_t i = 0; i < n; i++) {
-        cvllm_prompt prompt = {.token_ids = s[i].ids, .n_token_ids = (size_t)s[i].prompt_len};
+    for (size_t i = 0; i < n && !rc; i++) {
+        cvllm_prompt prompt = {.token_ids = s[i].ids, .n_token_ids = (size_t)s[i].prompt_len,
+                               .lora_name = loras ? loras[i] : NULL};
         p.max_tokens = s[i].output_len;
-        int rc = cvllm_engine_add_request(e, &prompt, &p, NULL);
-        if (rc) return rc;
+        rc = cvllm_engine_add_request(e, &prompt, &p, NULL);
     }
-    while (cvllm_engine_has_unfinished(e)) {
+    free(loras);
+    while (!rc && cvllm_engine_has_unfinished(e)) {
         const cvllm_request_output *const *outs;
         size_t k;
-        int rc = cvllm_engine_step(e, &outs, &k);
-        if (rc) return rc;
-        for (size_t j = 0; j < k; j++)
+        rc = cvllm_engine_step(e, &outs, &k);
+        for (size_t j = 0; j < k && !rc; j++)
             if (outs[j]->finished) count_finished(outs[j], t);
     }
     t->elapsed = cv_now() - start;
-    return 0;
+    return rc;
 }
 
 static void report(const throughput_args *ta, size_t n, const totals *t) {
