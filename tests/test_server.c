@@ -1091,6 +1091,45 @@ static bool same_ids(const json_t *a, const int32_t *ids, size_t n) {
     return true;
 }
 
+/* SageMaker's /invocations, as vLLM routes it: a chat body answers as /v1/chat/completions, a
+ * completion body as /v1/completions (the same greedy text), anything else is vLLM's 400; no API key
+ * is asked for, as the route is outside /v1. */
+static void test_invocations(void) {
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":6,\"temperature\":0}";
+    const char *completion = "{\"prompt\":\"The capital of France is\",\"max_tokens\":6,\"temperature\":0}";
+    reply want = http(&chat_srv, "POST", "/v1/chat/completions", chat);
+    reply got = http_on(easy, &chat_srv, "POST", "/invocations", "application/json", chat, strlen(chat), NULL);
+    CHECK_EQ_INT(got.status, 200);
+    json_t *w = reply_json(&want), *g = reply_json(&got);
+    CHECK_STR_EQ(json_string_value(json_object_get(g, "object")), "chat.completion");
+    const json_t *wc = json_object_get(json_object_get(json_array_get(json_object_get(w, "choices"), 0), "message"), "content");
+    const json_t *gc = json_object_get(json_object_get(json_array_get(json_object_get(g, "choices"), 0), "message"), "content");
+    CHECK(wc && gc && !strcmp(json_string_value(wc), json_string_value(gc)));
+    json_decref(w);
+    json_decref(g);
+    free(want.body);
+    free(got.body);
+    want = http(&chat_srv, "POST", "/v1/completions", completion);
+    got = http(&chat_srv, "POST", "/invocations", completion);
+    CHECK_EQ_INT(got.status, 200);
+    w = reply_json(&want), g = reply_json(&got);
+    CHECK_STR_EQ(json_string_value(json_object_get(g, "object")), "text_completion");
+    wc = json_object_get(json_array_get(json_object_get(w, "choices"), 0), "text");
+    gc = json_object_get(json_array_get(json_object_get(g, "choices"), 0), "text");
+    CHECK(wc && gc && !strcmp(json_string_value(wc), json_string_value(gc)));
+    json_decref(w);
+    json_decref(g);
+    free(want.body);
+    free(got.body);
+    got = http(&chat_srv, "POST", "/invocations", "{\"max_tokens\":6}");
+    CHECK(is_error(&got, 400, "Cannot find suitable handler for request. Expected one of: ['ChatCompletionRequest', "
+                              "'CompletionRequest']"));
+    free(got.body);
+    got = http(&chat_srv, "POST", "/invocations", "{\"messages\":");
+    CHECK(is_error(&got, 400, "JSON decode error"));
+    free(got.body);
+}
+
 /* /tokenize and /v1/chat/completions/render give the template's rendering of messages, tools,
  * documents and chat_template_kwargs, byte for byte as the chat library renders it. */
 static void test_chat_prompt_endpoints(void) {
@@ -1794,6 +1833,7 @@ int main(void) {
     test_loglikelihood_prefix_cache();
     test_chat();
     test_chat_prompt_endpoints();
+    test_invocations();
     test_chat_tools_and_reasoning();
     test_chat_content_parts();
     test_request_fields();

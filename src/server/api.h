@@ -65,7 +65,9 @@ char *cv_api_error_json(const cv_api_error *err);
 /* ------------------------------------------------------------------------------------------------ */
 /* Requests                                                                                          */
 
-typedef enum cv_api_kind { CV_API_COMPLETION, CV_API_CHAT } cv_api_kind;
+/* What a generation route takes. CV_API_INVOCATION is SageMaker's /invocations, which takes either:
+ * parsed, a request is then a chat completion or a completion (its kind says which). */
+typedef enum cv_api_kind { CV_API_COMPLETION, CV_API_CHAT, CV_API_INVOCATION } cv_api_kind;
 
 /* How chat is rendered and its output parsed: `cvllm serve`'s chat flags. */
 typedef struct cv_api_chat_config {
@@ -174,6 +176,11 @@ int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *l
                             cv_api_error *err);
 int cv_api_parse_chat(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
                       cv_api_error *err);
+/* /invocations, as vLLM routes it: a body that validates as a chat completion is one, else one that
+ * validates as a completion is one, else 400 "Cannot find suitable handler for request" (malformed
+ * JSON keeps its own error). */
+int cv_api_parse_invocation(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                            cv_api_error *err);
 /* /tokenize: {prompt} or vLLM's chat form {messages, add_generation_prompt, continue_final_message,
  * chat_template_kwargs, tools, documents}, rendered with lim->chat; one prompt. */
 int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,

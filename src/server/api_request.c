@@ -1531,6 +1531,26 @@ static int parse_chat_fields(const json_t *o, const cv_api_limits *lim, cv_api_r
     return 0;
 }
 
+int cv_api_parse_invocation(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                            cv_api_error *err) {
+    memset(req, 0, sizeof *req);
+    json_t *root = parse_body(body, len, err);
+    if (!root) return -1;
+    req->kind = CV_API_CHAT;
+    int rc = parse_chat_fields(root, lim, req, err);
+    if (rc) {
+        cv_api_request_free(req);
+        memset(req, 0, sizeof *req);
+        req->kind = CV_API_COMPLETION;
+        rc = parse_completion_fields(root, lim, req, err);
+    }
+    if (!rc) log_ignored_fields(root, GENERATE_FIELDS, req->kind == CV_API_CHAT ? CHAT_FIELDS : COMPLETION_FIELDS);
+    else cv_api_fail(err, 400, NULL, "Cannot find suitable handler for request. Expected one of: "
+                     "['ChatCompletionRequest', 'CompletionRequest']");
+    json_decref(root);
+    return rc;
+}
+
 int cv_api_parse_chat(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = CV_API_CHAT;

@@ -282,8 +282,9 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
                              cvllm_grammar **grammar, const char **lora, cv_api_error *err) {
     *grammar = NULL;
     *lora = NULL;
-    int rc = kind == CV_API_CHAT ? cv_api_parse_chat(body, len, &s->limits, req, err)
-                                 : cv_api_parse_completion(body, len, &s->limits, req, err);
+    int rc = kind == CV_API_CHAT         ? cv_api_parse_chat(body, len, &s->limits, req, err)
+             : kind == CV_API_INVOCATION ? cv_api_parse_invocation(body, len, &s->limits, req, err)
+                                         : cv_api_parse_completion(body, len, &s->limits, req, err);
     if (rc) return rc;
     if (!cv_server_model_name(s, req->model, lora, err)) return -1;
     if (atomic_load(&s->failed)) return cv_api_fail(err, 503, NULL, "%s", s->failure);

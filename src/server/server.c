@@ -1,7 +1,8 @@
 /*
  * server.c — `cvllm serve`'s API on top of the HTTP layer (http.h): API keys, routing, request
  * metrics, and the small endpoints (/health, /ping, /version, /v1/models, /metrics, /tokenize,
- * /detokenize, /v1/chat/completions/render). Completions and chat live in generate.c.
+ * /detokenize, /v1/chat/completions/render). Completions, chat and SageMaker's /invocations live in
+ * generate.c, the LoRA adapters' routes in lora_adapters.c.
  *
  * Checks run in vLLM's order: API key (paths under /v1 only), route, method, content type (415) —
  * all on the head, before any body is read — then body size (413, by the HTTP layer, which also
@@ -189,7 +190,7 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 
 typedef enum route_id {
     R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
-    R_CHAT_RENDER, R_LOAD_LORA, R_UNLOAD_LORA
+    R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA
 } route_id;
 
 typedef struct route {
@@ -211,6 +212,7 @@ static const route routes[] = {
     {"/v1/completions", R_COMPLETIONS, "POST", true},
     {"/v1/chat/completions", R_CHAT, "POST", true},
     {"/v1/chat/completions/render", R_CHAT_RENDER, "POST", true},
+    {"/invocations", R_INVOCATIONS, "POST", true},
     {"/v1/load_lora_adapter", R_LOAD_LORA, "POST", true},     /* with runtime_lora only */
     {"/v1/unload_lora_adapter", R_UNLOAD_LORA, "POST", true}, /* with runtime_lora only */
 };
@@ -324,6 +326,7 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     case R_DETOKENIZE: handle_detokenize(s, r, body, len); return;
     case R_COMPLETIONS: cv_generate(s, r, CV_API_COMPLETION); return;
     case R_CHAT: cv_generate(s, r, CV_API_CHAT); return;
+    case R_INVOCATIONS: cv_generate(s, r, CV_API_INVOCATION); return;
     case R_CHAT_RENDER: handle_render(s, r, body, len); return;
     case R_LOAD_LORA: cv_server_lora_route(s, r, body, len, true); return;
     case R_UNLOAD_LORA: cv_server_lora_route(s, r, body, len, false); return;
