@@ -119,7 +119,30 @@ typedef struct reply {
     size_t len;
     char content_type[128];
     CURLcode curl;
+    char *headers;  /* the reply's header lines, lower-cased names (with_headers only) */
 } reply;
+
+static size_t collect_header(char *data, size_t size, size_t n, void *user) {
+    reply *r = user;
+    const size_t old = r->headers ? strlen(r->headers) : 0, k = size * n;
+    r->headers = realloc(r->headers, old + k + 1);
+    memcpy(r->headers + old, data, k);
+    r->headers[old + k] = '\0';
+    for (size_t i = old; i < old + k && r->headers[i] != ':'; i++)
+        if (r->headers[i] >= 'A' && r->headers[i] <= 'Z') r->headers[i] += 32;
+    return k;
+}
+
+/* The value of reply header `name` (lower case), copied into buf, or NULL when absent. */
+static const char *header_of(const reply *r, const char *name, char *buf, size_t cap) {
+    char needle[96];
+    snprintf(needle, sizeof needle, "\n%s: ", name);
+    const char *at = r->headers ? strstr(r->headers, needle) : NULL;
+    if (!at) return NULL;
+    at += strlen(needle);
+    snprintf(buf, cap, "%.*s", (int)strcspn(at, "\r\n"), at);
+    return buf;
+}
 
 static size_t collect(char *data, size_t size, size_t n, void *user) {
     reply *r = user;
@@ -131,6 +154,10 @@ static size_t collect(char *data, size_t size, size_t n, void *user) {
 }
 
 static CURL *easy; /* the main thread's connection, kept alive across requests */
+
+/* Extra request header lines for the next http_on (NULL-terminated), and whether it collects the
+ * reply's headers. */
+static const char *const *extra_request_headers;
 
 static reply http_on(CURL *c, const fixture *f, const char *method, const char *path, const char *ctype,
                      const char *body, size_t len, const char *key) {
@@ -154,6 +181,11 @@ static reply http_on(CURL *c, const fixture *f, const char *method, const char *
         h = curl_slist_append(h, ct);
     }
     h = curl_slist_append(h, "Expect:");
+    for (const char *const *x = extra_request_headers; x && *x; x++) h = curl_slist_append(h, *x);
+    if (extra_request_headers) {
+        curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect_header);
+        curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
+    }
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     if (body) {
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
@@ -1091,6 +1123,104 @@ static bool same_ids(const json_t *a, const int32_t *ids, size_t n) {
     return true;
 }
 
+/* One request with extra header lines (`hdrs`, NULL-terminated), its reply's headers collected. */
+static reply http_with(const fixture *f, const char *method, const char *path, const char *body, const char *key,
+                       const char *const *hdrs) {
+    extra_request_headers = hdrs;
+    reply r = http_on(easy, f, method, path, body ? "application/json" : NULL, body, body ? strlen(body) : 0, key);
+    extra_request_headers = NULL;
+    return r;
+}
+
+static void free_reply(reply *r) {
+    free(r->body);
+    free(r->headers);
+}
+
+/* Whether reply header `name` is `want` (NULL: absent). */
+static bool header_is(const reply *r, const char *name, const char *want) {
+    char buf[512];
+    const char *v = header_of(r, name, buf, sizeof buf);
+    if (!want || !v) return !want && !v;
+    return !strcmp(v, want);
+}
+
+/* CORS as vLLM's Starlette middleware answers it: with the defaults (every origin, method and
+ * header), a preflight is 200 "OK" without an API key, the requested headers mirrored; a request
+ * with an Origin gets Access-Control-Allow-Origin "*" (its own origin when it sends a cookie), one
+ * without none; a 401 none; an OPTIONS that is no preflight is a 405. With lists and credentials (a
+ * second server on the same engines), allowed origins are echoed, the rest refused by name. */
+static void test_cors(void) {
+    const char *const preflight[] = {"Origin: http://app.example", "Access-Control-Request-Method: POST",
+                                     "Access-Control-Request-Headers: content-type, authorization", NULL};
+    reply r = http_with(&chat_srv, "OPTIONS", "/v1/chat/completions", NULL, NULL, preflight);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK_STR_EQ(r.body, "OK");
+    CHECK(header_is(&r, "access-control-allow-origin", "*"));
+    CHECK(header_is(&r, "access-control-allow-methods", "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"));
+    CHECK(header_is(&r, "access-control-max-age", "600"));
+    CHECK(header_is(&r, "access-control-allow-headers", "content-type, authorization"));
+    CHECK(header_is(&r, "access-control-allow-credentials", NULL));
+    free_reply(&r);
+    const char *const origin[] = {"Origin: http://app.example", NULL};
+    r = http_with(&chat_srv, "GET", "/v1/models", NULL, KEY, origin);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(header_is(&r, "access-control-allow-origin", "*") && header_is(&r, "vary", NULL));
+    free_reply(&r);
+    const char *const cookie[] = {"Origin: http://app.example", "Cookie: a=1", NULL};
+    r = http_with(&chat_srv, "GET", "/v1/models", NULL, KEY, cookie);
+    CHECK(header_is(&r, "access-control-allow-origin", "http://app.example") && header_is(&r, "vary", "Origin"));
+    free_reply(&r);
+    const char *const none[] = {NULL};
+    r = http_with(&chat_srv, "GET", "/v1/models", NULL, KEY, none);
+    CHECK(header_is(&r, "access-control-allow-origin", NULL));
+    free_reply(&r);
+    r = http_with(&chat_srv, "GET", "/v1/models", NULL, "wrong", origin);
+    CHECK_EQ_INT(r.status, 401);
+    CHECK(header_is(&r, "access-control-allow-origin", NULL));
+    free_reply(&r);
+    r = http_with(&chat_srv, "OPTIONS", "/v1/chat/completions", NULL, KEY, origin);
+    CHECK_EQ_INT(r.status, 405);
+    CHECK(header_is(&r, "access-control-allow-origin", "*"));
+    free_reply(&r);
+
+    static const char *names[] = {NAME};
+    static const char *origins[] = {"http://ok.example"}, *methods[] = {"GET", "POST"}, *headers[] = {"X-Trace"};
+    cv_server_options so = {.host = "127.0.0.1", .served_model_names = names, .n_served_model_names = 1,
+                            .model_root = ref_srv.dir, .allowed_origins = origins, .n_allowed_origins = 1,
+                            .allowed_methods = methods, .n_allowed_methods = 2, .allowed_headers = headers,
+                            .n_allowed_headers = 1, .allow_credentials = true};
+    fixture f = {0};
+    CHECK_MSG(cv_server_start(ref_srv.group, &so, &f.srv) == 0, "server: %s", cvllm_last_error());
+    snprintf(f.base, sizeof f.base, "http://127.0.0.1:%d", cv_server_port(f.srv));
+    const char *const ok[] = {"Origin: http://ok.example", "Access-Control-Request-Method: POST",
+                              "Access-Control-Request-Headers: X-Trace, Content-Type", NULL};
+    r = http_with(&f, "OPTIONS", "/v1/completions", NULL, NULL, ok);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(header_is(&r, "access-control-allow-origin", "http://ok.example") && header_is(&r, "vary", "Origin"));
+    CHECK(header_is(&r, "access-control-allow-methods", "GET, POST"));
+    CHECK(header_is(&r, "access-control-allow-headers", "Accept, Accept-Language, Content-Language, Content-Type, X-Trace"));
+    CHECK(header_is(&r, "access-control-allow-credentials", "true"));
+    free_reply(&r);
+    const char *const bad[] = {"Origin: http://evil.example", "Access-Control-Request-Method: PUT",
+                               "Access-Control-Request-Headers: X-Other", NULL};
+    r = http_with(&f, "OPTIONS", "/v1/completions", NULL, NULL, bad);
+    CHECK_EQ_INT(r.status, 400);
+    CHECK_STR_EQ(r.body, "Disallowed CORS origin, method, headers");
+    CHECK(header_is(&r, "access-control-allow-origin", NULL));
+    free_reply(&r);
+    const char *const ok_origin[] = {"Origin: http://ok.example", NULL}, *const evil[] = {"Origin: http://evil.example", NULL};
+    r = http_with(&f, "GET", "/v1/models", NULL, NULL, ok_origin);
+    CHECK(header_is(&r, "access-control-allow-origin", "http://ok.example") &&
+          header_is(&r, "access-control-allow-credentials", "true"));
+    free_reply(&r);
+    r = http_with(&f, "GET", "/v1/models", NULL, NULL, evil);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(header_is(&r, "access-control-allow-origin", NULL));
+    free_reply(&r);
+    cv_server_stop(f.srv, 0);
+}
+
 /* SageMaker's /invocations, as vLLM routes it: a chat body answers as /v1/chat/completions, a
  * completion body as /v1/completions (the same greedy text), anything else is vLLM's 400; no API key
  * is asked for, as the route is outside /v1. */
@@ -1834,6 +1964,7 @@ int main(void) {
     test_chat();
     test_chat_prompt_endpoints();
     test_invocations();
+    test_cors();
     test_chat_tools_and_reasoning();
     test_chat_content_parts();
     test_request_fields();

@@ -55,6 +55,8 @@ typedef struct serve_args {
     cv_server_lora *loras;               /* parsed, into the items and lora_json */
     cvllm_lora_module *lora_modules;     /* the same, for the engine */
     json_t *lora_json;                   /* the JSON items' values */
+    json_t *cors_json[3];                /* --allowed-origins, --allowed-methods, --allowed-headers */
+    const char **cors[3];                /* their strings, for the server */
     double shutdown_timeout;
     bool disable_log_stats;
     bool async_scheduling;
@@ -71,6 +73,8 @@ static const char usage[] =
     "                                    (VLLM_ALLOW_RUNTIME_LORA_UPDATING=1: also POST /v1/load_lora_adapter\n"
     "                                    and /v1/unload_lora_adapter while serving)\n"
     "  --api-key KEY [KEY..]             require 'Authorization: Bearer KEY' on /v1 (also VLLM_API_KEY)\n"
+    "  --allowed-origins, --allowed-methods, --allowed-headers JSON-LIST   CORS for browsers (each '[\"*\"]')\n"
+    "  --allow-credentials               CORS: Access-Control-Allow-Credentials: true\n"
     "  --enable-prompt-tokens-details    report usage.prompt_tokens_details.cached_tokens\n"
     "  --enable-force-include-usage      a usage chunk on every stream\n"
     "  --enable-request-id-headers       replies carry X-Request-Id (the client's, else a new one)\n"
@@ -295,9 +299,42 @@ static bool chat_flag(cv_args *a, serve_args *g) {
     return true;
 }
 
+/* vLLM's CORS lists (json.loads of the flag's value; a list of strings here, as Starlette reads them). */
+static bool cors_flag(cv_args *a, serve_args *g) {
+    static const char *const flags[3] = {"--allowed-origins", "--allowed-methods", "--allowed-headers"};
+    const char *v;
+    for (int k = 0; k < 3; k++) {
+        if (!cv_args_value(a, flags[k], &v)) continue;
+        json_t *j = json_loads(v, JSON_DECODE_ANY, NULL);
+        size_t i, n = json_array_size(j);
+        const json_t *item;
+        bool strings = json_is_array(j);
+        json_array_foreach(j, i, item) strings &= json_is_string(item);
+        if (!j) cv_args_error(a, "argument %s: invalid loads value: '%s'", flags[k], v);
+        else if (!strings) cv_args_error(a, "argument %s: expected a JSON list of strings, got '%s'", flags[k], v);
+        if (!strings) {
+            json_decref(j);
+            return true;
+        }
+        json_decref(g->cors_json[k]);
+        g->cors_json[k] = j;
+        g->cors[k] = cv_xrealloc(g->cors[k], (n + 1) * sizeof *g->cors[k]);
+        json_array_foreach(j, i, item) g->cors[k][i] = json_string_value(item);
+        const char *const **list[3] = {&g->server.allowed_origins, &g->server.allowed_methods, &g->server.allowed_headers};
+        size_t *count[3] = {&g->server.n_allowed_origins, &g->server.n_allowed_methods, &g->server.n_allowed_headers};
+        *list[k] = g->cors[k];
+        *count[k] = n;
+        return true;
+    }
+    if (!cv_args_flag(a, "--allow-credentials")) return false;
+    g->server.allow_credentials = true;
+    return true;
+}
+
 static bool server_flag(cv_args *a, serve_args *g) {
     const char *v;
     int64_t n;
+    if (cors_flag(a, g)) return true;
     if (cv_args_value(a, "--host", &v)) g->server.host = v;
     else if (cv_args_value(a, "--port", &v)) {
         if (cv_args_int(a, "--port", v, 0, 65535, &n)) g->server.port = (int)n;
@@ -513,6 +550,10 @@ int cmd_serve(int argc, char **argv) {
     free(g.loras);
     free(g.lora_modules);
     json_decref(g.lora_json);
+    for (int k = 0; k < 3; k++) {
+        json_decref(g.cors_json[k]);
+        free(g.cors[k]);
+    }
     cv_args_free(&a);
     return status < 0 ? 0 : status;
 }

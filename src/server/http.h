@@ -84,8 +84,8 @@ size_t cv_http_body_len(const cv_http_req *r);
 void cv_http_set_data(cv_http_req *r, void *data);
 void *cv_http_data(const cv_http_req *r);
 
-/* One more header on the reply still to come (any earlier one replaced); a name or value holding a
- * CR or LF is ignored. Before the response starts. */
+/* One more header on the reply still to come (an earlier one of the same name replaced); a name or
+ * value holding a CR or LF is ignored. Before the response starts. */
 void cv_http_set_header(cv_http_req *r, const char *name, const char *value);
 
 /* A whole response (body copied); finishes the request. Any thread. */

@@ -93,7 +93,7 @@ struct cv_http_req {
     bool handed_back;                     /* ... and is over: it touches nothing more (server mutex) */
     void (*gone)(void *);
     void *gone_arg;
-    char *extra_header;                   /* "name: value" of cv_http_set_header, or NULL */
+    char *extra_headers;                  /* "name: value\r\n" lines of cv_http_set_header, or NULL */
     cv_http_req *next;                    /* the worker queue */
 };
 
@@ -247,10 +247,7 @@ static void put_head(conn *c, int status, const char *content_type, long long bo
     if (chunked) n += snprintf(head + n, sizeof head - (size_t)n, "transfer-encoding: chunked\r\n");
     assert(n > 0 && (size_t)n < sizeof head);
     out_append(c, head, (size_t)n);
-    if (extra) { /* its own append: a client's id can be longer than the fixed head's buffer */
-        out_append(c, extra, strlen(extra));
-        out_append(c, "\r\n", 2);
-    }
+    if (extra) out_append(c, extra, strlen(extra)); /* its own append: a client's id can be longer than head[] */
     /* HTTP/1.0 closes by default: a kept connection must say so. */
     const char *end = close ? "connection: close\r\n\r\n" : c->http10 ? "connection: keep-alive\r\n\r\n" : "\r\n";
     out_append(c, end, strlen(end));
@@ -315,8 +312,20 @@ const char *cv_http_get_header(const cv_http_req *r, const char *name) {
 
 void cv_http_set_header(cv_http_req *r, const char *name, const char *value) {
     if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n")) return; /* no header injection */
-    free(r->extra_header);
-    r->extra_header = cv_xasprintf("%s: %s", name, value);
+    const size_t n = strlen(name);
+    char *kept = cv_xstrdup(""); /* the lines of other names */
+    for (const char *line = r->extra_headers; line && *line;) {
+        const char *end = strstr(line, "\r\n") + 2;
+        if (strncasecmp(line, name, n) || line[n] != ':') {
+            char *grown = cv_xasprintf("%s%.*s", kept, (int)(end - line), line);
+            free(kept);
+            kept = grown;
+        }
+        line = end;
+    }
+    free(r->extra_headers);
+    r->extra_headers = cv_xasprintf("%s%s: %s\r\n", kept, name, value);
+    free(kept);
 }
 
 void cv_http_respond(cv_http_req *r, int status, const char *content_type, const char *body, size_t len) {
@@ -326,7 +335,7 @@ void cv_http_respond(cv_http_req *r, int status, const char *content_type, const
     r->status = status;
     r->finished = true;
     if (!c->closed) {
-        put_head(c, status, content_type, (long long)len, false, c->close_after, r->extra_header);
+        put_head(c, status, content_type, (long long)len, false, c->close_after, r->extra_headers);
         if (!r->head_only) out_append(c, body, len);
         flush_locked(c);
     }
@@ -342,7 +351,7 @@ void cv_http_stream_begin(cv_http_req *r, int status, const char *content_type) 
     r->chunked_out = r->parsed.version_minor >= 1 && !r->head_only;
     if (!r->chunked_out) c->close_after = true;
     if (!c->closed) {
-        put_head(c, status, content_type, -1, r->chunked_out, c->close_after, r->extra_header);
+        put_head(c, status, content_type, -1, r->chunked_out, c->close_after, r->extra_headers);
         flush_locked(c);
     }
     pthread_mutex_unlock(&c->mu);
@@ -452,7 +461,7 @@ static void bury(cv_http *h) {
 }
 
 static void free_req(cv_http_req *r) {
-    free(r->extra_header);
+    free(r->extra_headers);
     free(r->head);
     free(r->path);
     free(r->body);

@@ -286,6 +286,10 @@ static void on_head(void *user, cv_http_req *r) {
     m->handler = cv_http_metrics_handler(m->route ? m->route->path : NULL, path);
     snprintf(m->method, sizeof m->method, "%s", method);
     cv_http_set_data(r, m);
+    if (cv_cors_preflight(&s->cors, r)) { /* before the key: vLLM's authentication lets OPTIONS through */
+        m->handler = NULL;
+        return;
+    }
     if (s->request_id_headers) { /* vLLM's XRequestIdMiddleware: the client's id, else a uuid4 hex */
         const char *id = cv_http_get_header(r, "X-Request-Id");
         char hex[33];
@@ -296,7 +300,10 @@ static void on_head(void *user, cv_http_req *r) {
         /* vLLM's authentication middleware wraps the metrics one: a 401 never reaches the counts. */
         m->handler = NULL;
         fail(r, 401, "Unauthorized");
-    } else if (!m->route) {
+        return;
+    }
+    cv_cors_reply_headers(&s->cors, r);
+    if (!m->route) {
         fail(r, 404, "Not Found");
     } else if (!method_allowed(m->route, method)) {
         fail(r, 405, "Method Not Allowed");
@@ -423,6 +430,7 @@ static void free_server(cv_server *s) {
     cv_http_metrics_free(s->http_metrics);
     free_strings(s->names, s->n_names);
     cv_server_loras_free(s);
+    cv_cors_free(&s->cors);
     free_strings(s->keys, s->n_keys);
     free(s->root);
     json_decref(s->default_kwargs);
@@ -454,6 +462,8 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     s->keys = copy_strings(o->api_keys, o->n_api_keys);
     s->n_keys = o->n_api_keys;
     cv_server_loras_init(s, o);
+    cv_cors_init(&s->cors, o->allowed_origins, o->n_allowed_origins, o->allowed_methods, o->n_allowed_methods,
+                 o->allowed_headers, o->n_allowed_headers, o->allow_credentials);
     s->cached_details = o->enable_prompt_tokens_details;
     s->force_usage = o->enable_force_include_usage;
     s->request_id_headers = o->enable_request_id_headers;

@@ -35,6 +35,11 @@ typedef struct cv_server_options {
     size_t n_loras;
     bool runtime_lora_updating;        /* vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: /v1/load_lora_adapter and
                                         * /v1/unload_lora_adapter exist */
+    /* CORS (cors.h), vLLM's --allowed-origins, --allowed-methods, --allowed-headers (NULL: ["*"]) and
+     * --allow-credentials; copied */
+    const char *const *allowed_origins, *const *allowed_methods, *const *allowed_headers;
+    size_t n_allowed_origins, n_allowed_methods, n_allowed_headers;
+    bool allow_credentials;
     const char *const *api_keys;       /* Bearer keys for /v1/...; none = open */
     size_t n_api_keys;
     bool enable_prompt_tokens_details; /* usage.prompt_tokens_details.cached_tokens */

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 #include "server/api.h"
+#include "server/cors.h"
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/server.h"
@@ -38,6 +39,7 @@ struct cv_server {
     char *root;
     char **keys;
     size_t n_keys;
+    cv_cors cors;
     bool cached_details, force_usage;
     bool request_id_headers;      /* --enable-request-id-headers */
     bool load_tracking;           /* --enable-server-load-tracking */
