@@ -2177,6 +2177,31 @@ static void test_exclude_tools_when_none(void) {
     cv_api_request_free(&plain);
 }
 
+/* --return-tokens-as-token-ids is the default of a request's return_tokens_as_token_ids, which a
+ * request's own true or false overrides and its null does not (vLLM's `request value if not None
+ * else the server's`); so are SageMaker's /invocations bodies, either kind. */
+static void test_tokens_as_ids_default(void) {
+    static const char *const bodies[] = {"{\"prompt\":\"x\"}", "{\"prompt\":\"x\",\"return_tokens_as_token_ids\":null}",
+                                         "{\"prompt\":\"x\",\"return_tokens_as_token_ids\":false}",
+                                         "{\"prompt\":\"x\",\"return_tokens_as_token_ids\":true}",
+                                         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}"};
+    const bool want[2][5] = {{false, false, false, true, false}, {true, true, false, true, true}};
+    cv_api_limits l = limits(4096, QWEN3_VOCAB);
+    l.chat = &qwen3_chat;
+    for (int flag = 0; flag < 2; flag++) {
+        l.tokens_as_ids = flag;
+        for (int k = 0; k < 5; k++) {
+            cv_api_request r;
+            cv_api_error err;
+            const int rc = cv_api_parse_invocation(bodies[k], strlen(bodies[k]), &l, &r, &err);
+            CHECK_MSG(rc == 0 && r.tokens_as_ids == want[flag][k], "flag %d, %s: rc %d, %d", flag, bodies[k], rc,
+                      r.tokens_as_ids);
+            CHECK_EQ_INT(r.kind, k == 4 ? CV_API_CHAT : CV_API_COMPLETION);
+            cv_api_request_free(&r);
+        }
+    }
+}
+
 int main(void) {
     setenv("CVLLM_LOG_LEVEL", "debug", 1); /* test_ignored_fields reads the DEBUG lines */
     CHECK(cvllm_tokenizer_create(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", &tok) == CVLLM_OK);
@@ -2216,6 +2241,7 @@ int main(void) {
     test_metrics_text();
     test_beam_search();
     test_exclude_tools_when_none();
+    test_tokens_as_ids_default();
     cvllm_tokenizer_destroy(tok);
     cv_chat_template_free(qwen3_tmpl);
     cv_chat_template_free(qwen36_tmpl);

@@ -76,6 +76,7 @@ static const char usage[] =
     "  --allowed-origins, --allowed-methods, --allowed-headers JSON-LIST   CORS for browsers (each '[\"*\"]')\n"
     "  --allow-credentials               CORS: Access-Control-Allow-Credentials: true\n"
     "  --enable-prompt-tokens-details    report usage.prompt_tokens_details.cached_tokens\n"
+    "  --return-tokens-as-token-ids      logprobs name tokens \"token_id:ID\" (a request may say otherwise)\n"
     "  --enable-force-include-usage      a usage chunk on every stream\n"
     "  --enable-request-id-headers       replies carry X-Request-Id (the client's, else a new one)\n"
     "  --enable-server-load-tracking     /load counts the generations in flight\n"
@@ -342,6 +343,7 @@ static bool server_flag(cv_args *a, serve_args *g) {
     } else if (cv_args_list(a, "--lora-modules", &g->lora_items, &g->n_lora_items)) {
     } else if (cv_args_list(a, "--api-key", &g->keys, &g->n_keys)) {
     } else if (cv_args_flag(a, "--enable-prompt-tokens-details")) g->server.enable_prompt_tokens_details = true;
+    else if (cv_args_flag(a, "--return-tokens-as-token-ids")) g->server.return_tokens_as_token_ids = true;
     else if (cv_args_flag(a, "--enable-force-include-usage")) g->server.enable_force_include_usage = true;
     else if (cv_args_flag(a, "--enable-request-id-headers")) g->server.enable_request_id_headers = true;
     else if (cv_args_flag(a, "--enable-server-load-tracking")) g->server.enable_server_load_tracking = true;

@@ -105,6 +105,8 @@ typedef struct cv_api_limits {
     const char *served_model;   /* the first served model name, which vLLM names when it refuses
                                  * multimodal input; NULL reads as "model" */
     cv_api_structured_config structured;
+    bool tokens_as_ids;         /* --return-tokens-as-token-ids: return_tokens_as_token_ids when a request
+                                 * leaves it out (or null) */
 } cv_api_limits;
 
 typedef struct cv_api_prompt {

@@ -887,6 +887,7 @@ static int parse_sampling(const json_t *o, const cv_api_limits *lim, bool chat, 
     int64_t seed = p->seed, priority = p->priority, experts_start = 0, interval = 1;
     bool seed_given = false, interval_given = false, prompt_logprobs_given = false, unused_bool = false;
     req->length_penalty = 1;
+    req->tokens_as_ids = lim->tokens_as_ids;
     if (cv_get_str(o, NULL, "model", CV_OPTIONAL, &req->model, err) ||
         cv_get_float(o, NULL, "frequency_penalty", CV_OPTIONAL, &p->frequency_penalty, err) ||
         parse_logit_bias(o, req, err) || cv_get_int32(o, NULL, "n", chat ? CV_OPTIONAL : 0, &p->n, NULL, err) ||

@@ -381,6 +381,7 @@ static void fill_limits(cv_server *s, const cv_server_options *o) {
     /* generation_config's max_new_tokens caps every request, as in vLLM's get_max_tokens. */
     l->gen_max_tokens = cvllm_engine_generation_max_tokens(e);
     l->structured = o->structured;
+    l->tokens_as_ids = o->return_tokens_as_token_ids;
     if (o->structured.whitespace_pattern) s->whitespace_pattern = cv_xstrdup(o->structured.whitespace_pattern);
     l->structured.whitespace_pattern = s->whitespace_pattern;
 }
