@@ -26,6 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1221,6 +1224,55 @@ static void test_cors(void) {
     cv_server_stop(f.srv, 0);
 }
 
+/* GET `path` over the Unix socket `sock`: the status (0 when nothing answered). */
+static long get_over_unix(const char *sock, const char *path) {
+    CURL *c = curl_easy_init();
+    char url[128];
+    snprintf(url, sizeof url, "http://localhost%s", path);
+    reply r = {0};
+    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    long status = 0;
+    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(c);
+    free(r.body);
+    return status;
+}
+
+/* vLLM's --uds: the API on a Unix socket. A socket file left by a server that is gone is taken
+ * over; a live server's path, or a path that is no socket, fails in one line; the path goes when
+ * the server stops. */
+static void test_unix_socket(void) {
+    char *dir = tu_make_temp_dir(), *sock = tu_strdupf("%s/%s", dir, "api.sock");
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", sock);
+    int stale = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(bind(stale, (struct sockaddr *)&a, sizeof a) == 0);
+    close(stale); /* its file stays, and nothing listens there */
+    static const char *names[] = {NAME};
+    cv_server_options so = {.uds = sock, .served_model_names = names, .n_served_model_names = 1,
+                            .model_root = ref_srv.dir};
+    cv_server *s = NULL, *second = NULL;
+    CHECK_MSG(cv_server_start(ref_srv.group, &so, &s) == 0, "server: %s", cvllm_last_error());
+    CHECK_EQ_INT(get_over_unix(sock, "/v1/models"), 200);
+    CHECK_EQ_INT(get_over_unix(sock, "/health"), 200);
+    CHECK_EQ_INT(cv_server_start(ref_srv.group, &so, &second), CVLLM_ERR_IO);
+    CHECK_CONTAINS(cvllm_last_error(), "cannot listen on Unix socket");
+    CHECK_CONTAINS(cvllm_last_error(), "the path exists (a server listens there, or it is no socket)");
+    cv_server_stop(s, 0);
+    struct stat st;
+    CHECK_MSG(stat(sock, &st) != 0, "the socket file outlived its server");
+    tu_write_file(dir, "api.sock", "x", 1);
+    CHECK_EQ_INT(cv_server_start(ref_srv.group, &so, &second), CVLLM_ERR_IO);
+    CHECK_EQ_INT(stat(sock, &st), 0); /* not a socket: left alone */
+    tu_remove_tree(dir);
+    free(dir);
+    free(sock);
+}
+
 /* SageMaker's /invocations, as vLLM routes it: a chat body answers as /v1/chat/completions, a
  * completion body as /v1/completions (the same greedy text), anything else is vLLM's 400; no API key
  * is asked for, as the route is outside /v1. */
@@ -1965,6 +2017,7 @@ int main(void) {
     test_chat_prompt_endpoints();
     test_invocations();
     test_cors();
+    test_unix_socket();
     test_chat_tools_and_reasoning();
     test_chat_content_parts();
     test_request_fields();

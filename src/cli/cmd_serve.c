@@ -67,6 +67,7 @@ static const char usage[] =
     "server options (vLLM's names):\n"
     "  --host HOST                       address to listen on (default: all interfaces)\n"
     "  --port N                          port (8000; 0 = any free port)\n"
+    "  --uds PATH                        listen on a Unix socket instead (host and port unused)\n"
     "  --served-model-name NAME [NAME..] names clients use in \"model\" (default: MODEL)\n"
     "  --lora-modules NAME=PATH [..]     LoRA adapters (PEFT folders) served as \"model\": NAME, with\n"
     "                                    --enable-lora; or '{\"name\": N, \"path\": P, \"base_model_name\": B}'\n"
@@ -337,6 +338,7 @@ static bool server_flag(cv_args *a, serve_args *g) {
     int64_t n;
     if (cors_flag(a, g)) return true;
     if (cv_args_value(a, "--host", &v)) g->server.host = v;
+    else if (cv_args_value(a, "--uds", &v)) g->server.uds = v;
     else if (cv_args_value(a, "--port", &v)) {
         if (cv_args_int(a, "--port", v, 0, 65535, &n)) g->server.port = (int)n;
     } else if (cv_args_list(a, "--served-model-name", &g->names, &g->n_names)) {
@@ -479,7 +481,8 @@ static int check_chat_template(const serve_args *g) {
  * (world rank 0 serves HTTP). */
 static int bind_early(serve_args *g) {
     if (cv_launch_job_rank() > 0) return 0;
-    if (cv_server_bind(g->server.host, g->server.port, &g->server.bound_fd)) {
+    if (g->server.uds ? cv_server_bind_unix(g->server.uds, &g->server.bound_fd)
+                      : cv_server_bind(g->server.host, g->server.port, &g->server.bound_fd)) {
         fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
         return 1;
     }
@@ -489,6 +492,7 @@ static int bind_early(serve_args *g) {
 
 static void unbind(serve_args *g) {
     if (g->server.bound) close(g->server.bound_fd);
+    if (g->server.bound && g->server.uds) unlink(g->server.uds); /* the socket file this process made */
     g->server.bound = false;
 }
 
@@ -512,12 +516,17 @@ static int run_server(cv_args *a, serve_args *g) {
     cv_server *s = NULL;
     if ((rc = cv_server_start(group, &g->server, &s))) {
         fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
+        if (g->server.uds) unlink(g->server.uds); /* the socket bind_early made, closed by the failed start */
         cv_engine_group_stop(group);
         cv_chat_template_free(tmpl);
         return 1;
     }
-    cv_info("serve", "cvllm %s API server on http://%s:%d (model '%s')", CVLLM_VERSION,
-            g->server.host ? g->server.host : "0.0.0.0", cv_server_port(s), g->n_names ? g->names[0] : g->engine.model);
+    if (g->server.uds)
+        cv_info("serve", "cvllm %s API server on unix:%s (model '%s')", CVLLM_VERSION, g->server.uds,
+                g->n_names ? g->names[0] : g->engine.model);
+    else
+        cv_info("serve", "cvllm %s API server on http://%s:%d (model '%s')", CVLLM_VERSION,
+                g->server.host ? g->server.host : "0.0.0.0", cv_server_port(s), g->n_names ? g->names[0] : g->engine.model);
     int sig = wait_for_signal();
     if (sig == SIGTERM && getenv("OMPI_COMM_WORLD_SIZE")) fail_job(s);
     cv_info("serve", "%s received, shutting down (--shutdown-timeout %g s)", sig == SIGINT ? "SIGINT" : "SIGTERM",

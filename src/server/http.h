@@ -53,7 +53,7 @@ typedef struct cv_http_options {
     double timeout_request_header;    /* the whole request head must arrive within this, s */
     double timeout_io;                /* no progress reading a body or writing a reply for this long
                                        * closes the connection, s */
-    bool bound;                       /* bound_fd is a socket from cv_http_bind, which the server
+    bool bound;                       /* bound_fd is a socket from cv_http_bind(_unix), which the server
                                        * takes over (host and port are then not used) */
     int bound_fd;
 } cv_http_options;
@@ -62,6 +62,11 @@ typedef struct cv_http_options {
  * client is refused until the server starts), into *fd for cv_http_options.bound_fd; fails with
  * cvllm_last_error when the address cannot be bound. */
 int cv_http_bind(const char *host, int port, int *fd);
+
+/* The same for a Unix socket at `path` (vLLM's --uds). A socket file that nothing listens on (a server
+ * that died) is replaced; any other file there fails the bind. The path is removed when the server
+ * stops. */
+int cv_http_bind_unix(const char *path, int *fd);
 
 /* Binds (unless given a bound socket, which it owns from then on, failing or not), listens, starts
  * the loop and the workers. Fails with cvllm_last_error when the address cannot be bound. */

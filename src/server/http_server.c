@@ -55,7 +55,9 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -750,8 +752,9 @@ static void on_event(conn *c, uint32_t ev) {
     if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) on_readable(c);
 }
 
+/* Clients are told apart by address; those of a Unix socket have none, so each is its own. */
 static bool same_peer(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
-    if (a->ss_family != b->ss_family) return false;
+    if (a->ss_family != b->ss_family || a->ss_family == AF_UNIX) return false;
     if (a->ss_family == AF_INET)
         return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
     if (a->ss_family == AF_INET6)
@@ -881,6 +884,8 @@ static void process_done(cv_http *h) {
     }
 }
 
+static void close_listener(cv_http *h);
+
 static void *loop_main(void *arg) {
     cv_http *h = arg;
     struct epoll_event evs[MAX_EVENTS];
@@ -905,8 +910,7 @@ static void *loop_main(void *arg) {
         pthread_mutex_unlock(&h->mu);
         if (quiesce && h->lfd >= 0) {
             epoll_ctl(h->ep, EPOLL_CTL_DEL, h->lfd, NULL);
-            close(h->lfd);
-            h->lfd = -1;
+            close_listener(h);
         }
         if (stop) break;
         double now = cv_now();
@@ -966,11 +970,51 @@ int cv_http_bind(const char *host, int port_number, int *fd_out) {
     return 0;
 }
 
-/* The port a socket is bound to (the one the kernel picked for port 0). */
+/* Whether path is a Unix socket that nothing listens on (left by a server that is gone). */
+static bool stale_socket(const char *path, const struct sockaddr_un *a) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool refused = fd >= 0 && connect(fd, (const struct sockaddr *)a, sizeof *a) != 0 && errno == ECONNREFUSED;
+    if (fd >= 0) close(fd);
+    return refused;
+}
+
+int cv_http_bind_unix(const char *path, int *fd_out) {
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (!*path || strlen(path) >= sizeof a.sun_path)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Unix socket path '%s': 1 to %zu bytes", path, sizeof a.sun_path - 1);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int rc = fd >= 0 ? bind(fd, (struct sockaddr *)&a, sizeof a) : -1;
+    if (rc != 0 && errno == EADDRINUSE && stale_socket(path, &a) && unlink(path) == 0)
+        rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    if (rc != 0) {
+        const int e = errno;
+        if (fd >= 0) close(fd);
+        return cv_fail(CVLLM_ERR_IO, "cannot listen on Unix socket %s: %s", path,
+                       e == EADDRINUSE ? "the path exists (a server listens there, or it is no socket)" : strerror(e));
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+/* Closes the listening socket; a Unix socket's path goes with it, so the next server can bind it. */
+static void close_listener(cv_http *h) {
+    struct sockaddr_un a;
+    socklen_t alen = sizeof a;
+    if (getsockname(h->lfd, (struct sockaddr *)&a, &alen) == 0 && a.sun_family == AF_UNIX && a.sun_path[0])
+        unlink(a.sun_path);
+    close(h->lfd);
+    h->lfd = -1;
+}
+
+/* The port a socket is bound to (the one the kernel picked for port 0); 0 for a Unix socket. */
 static int bound_port(int fd) {
     struct sockaddr_storage a;
     socklen_t alen = sizeof a;
     getsockname(fd, (struct sockaddr *)&a, &alen);
+    if (a.ss_family == AF_UNIX) return 0;
     return ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port : ((struct sockaddr_in *)&a)->sin_port);
 }
 
@@ -1047,7 +1091,7 @@ void cv_http_stop(cv_http *h) {
     for (int i = 0; i < h->n_workers; i++) pthread_join(h->workers[i], NULL);
     wake_loop(h);
     pthread_join(h->loop, NULL);
-    if (h->lfd >= 0) close(h->lfd);
+    if (h->lfd >= 0) close_listener(h);
     close(h->ep);
     close(h->wake);
     pthread_cond_destroy(&h->work_cv);

@@ -481,7 +481,7 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     cv_http_options ho = {
         .host = o->host,
         .port = o->port,
-        .bound = o->bound,
+        .bound = o->bound || o->uds,
         .bound_fd = o->bound_fd,
         .max_body = s->max_body,
         .max_connections = o->limit_concurrency > 0 ? o->limit_concurrency : DEFAULT_LIMIT_CONCURRENCY,
@@ -491,6 +491,10 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
         .timeout_request_header = o->timeout_request_header > 0 ? o->timeout_request_header : DEFAULT_HEADER_TIMEOUT_S,
         .timeout_io = IO_TIMEOUT_S,
     };
+    if (!o->bound && o->uds && (rc = cv_http_bind_unix(o->uds, &ho.bound_fd))) {
+        free_server(s);
+        return rc;
+    }
     cv_http_callbacks cb = {.user = s, .on_head = on_head, .on_request = on_request, .on_complete = on_complete,
                             .error_body = error_body};
     if ((rc = cv_http_start(&ho, &cb, &s->http))) {
@@ -502,6 +506,8 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
 }
 
 int cv_server_bind(const char *host, int port, int *fd) { return cv_http_bind(host, port, fd); }
+
+int cv_server_bind_unix(const char *path, int *fd) { return cv_http_bind_unix(path, fd); }
 
 int cv_server_port(const cv_server *s) { return cv_http_port(s->http); }
 

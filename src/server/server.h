@@ -28,6 +28,7 @@ typedef struct cv_server_lora {
 typedef struct cv_server_options {
     const char *host;                  /* address to bind; NULL = all interfaces (0.0.0.0) */
     int port;                          /* 0 = an ephemeral port (see cv_server_port) */
+    const char *uds;                   /* vLLM's --uds: a Unix socket path, host and port then unused */
     const char *const *served_model_names; /* the first one is printed in replies and metrics */
     size_t n_served_model_names;       /* 0 = model_root */
     const char *model_root;            /* the MODEL argument, /v1/models "root" */
@@ -74,6 +75,8 @@ typedef struct cv_server_options {
  * model, as vLLM does, so that an address in use is reported at once; it listens from
  * cv_server_start on (until then a client is refused, not left waiting). */
 int cv_server_bind(const char *host, int port, int *fd);
+/* The same for a Unix socket (vLLM's --uds; see cv_http_bind_unix). */
+int cv_server_bind_unix(const char *path, int *fd);
 
 /* Binds (unless given a bound socket, which it owns from then on, failing or not) and starts
  * serving. Fails (with cvllm_last_error) when the address cannot be bound or a chat option is
