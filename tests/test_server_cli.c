@@ -50,6 +50,10 @@ static void test_tutorial_and_drain(void) {
     for (size_t i = 0; i < sizeof tutorial / sizeof *tutorial; i++) args[n++] = tutorial[i];
     args[n++] = "--shutdown-timeout";
     args[n++] = "30";
+    /* vLLM frontend flags that change nothing here, each said once */
+    const char *frontend[] = {"--root-path", "/api", "--disable-access-log-for-endpoints", "/health,/metrics",
+                              "--h11-max-header-count", "100"};
+    for (size_t i = 0; i < sizeof frontend / sizeof *frontend; i++) args[n++] = frontend[i];
     /* Qwen3's own template needs special tokens the test vocabulary lacks: a plain one instead, given
      * as the value itself (vLLM takes a --chat-template that names no file and holds braces as the
      * template; the file form: test_bad_template) */
@@ -65,6 +69,8 @@ static void test_tutorial_and_drain(void) {
     CHECK_CONTAINS(log, "--compilation-config is accepted and ignored");
     CHECK_CONTAINS(log, "--additional-config is accepted and ignored");
     CHECK_CONTAINS(log, "--distributed-executor-backend mp is accepted and ignored");
+    CHECK_CONTAINS(log, "--root-path /api is accepted and ignored");
+    CHECK_CONTAINS(log, "--h11-max-header-count 100 is accepted and ignored");
     CHECK_CONTAINS(log, "Detected the chat template content format to be 'string'. You can set "
                         "`--chat-template-content-format` to override this.");
     free(log);
@@ -145,6 +151,11 @@ static void test_bad_flags(void) {
     EXPECT_USAGE_ERROR("--default-chat-template-kwargs must be a JSON object", "--default-chat-template-kwargs", "[1]");
     EXPECT_USAGE_ERROR("cvllm serve: argument --chat-template-content-format: invalid choice: 'text' (choose from auto, "
                        "string, openai)", "--chat-template-content-format", "text");
+    EXPECT_USAGE_ERROR("--ssl-keyfile is not supported: cvllm serves plain HTTP only; put a TLS-terminating proxy in "
+                       "front of it", "--ssl-keyfile", "key.pem");
+    EXPECT_USAGE_ERROR("--tool-parser-plugin is not supported: cvllm cannot load Python plugins", "--tool-parser-plugin=x.py");
+    EXPECT_USAGE_ERROR("argument --allowed-origins: invalid loads value: 'http://a'", "--allowed-origins", "http://a");
+    EXPECT_USAGE_ERROR("argument --fingerprint-mode: invalid choice: 'x'", "--fingerprint-mode", "x");
 #undef EXPECT_USAGE_ERROR
 }
 

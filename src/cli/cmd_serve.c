@@ -115,8 +115,31 @@ static const char usage[] =
 
 /* Flags of `vllm serve`'s frontend with no counterpart here: accepted with their values checked,
  * and logged once (the engine's own such flags are in args_engine.c). */
+static const char *const fingerprint_modes[] = {"full", "hash", "custom", "none", NULL};
+
 static const cv_ignored_flag ignored_serve_flags[] = {
     {"--max-log-len", CV_IGNORED_INT, NULL},
+    /* logging and documentation cvllm does not have: no access log, no Python logging config, no
+     * stack traces, no FastAPI docs */
+    {"--disable-access-log-for-endpoints", CV_IGNORED_STRING, NULL},
+    {"--log-config-file", CV_IGNORED_STRING, NULL},
+    {"--log-error-stack", CV_IGNORED_SWITCH, NULL},
+    {"--enable-log-outputs", CV_IGNORED_SWITCH, NULL},
+    {"--enable-log-deltas", CV_IGNORED_BOOL, NULL},
+    {"--enable-offline-docs", CV_IGNORED_SWITCH, NULL},
+    /* the path a proxy strips before forwarding; routing never sees it */
+    {"--root-path", CV_IGNORED_STRING, NULL},
+    /* h11's parser limits: cvllm's own parser has its own (docs/http.md) */
+    {"--h11-max-header-count", CV_IGNORED_INT, NULL},
+    {"--h11-max-incomplete-event-size", CV_IGNORED_INT, NULL},
+    {"--fingerprint-mode", CV_IGNORED_CHOICE, fingerprint_modes},
+    {"--fingerprint-value", CV_IGNORED_STRING, NULL},
+    {"--enable-per-request-metrics", CV_IGNORED_SWITCH, NULL},
+    /* multi-port external load balancing of data-parallel API servers: one server here */
+    {"--data-parallel-supervisor-port", CV_IGNORED_INT, NULL},
+    {"--dp-supervisor-probe-interval-s", CV_IGNORED_FLOAT, NULL},
+    {"--dp-supervisor-probe-timeout-s", CV_IGNORED_FLOAT, NULL},
+    {"--dp-supervisor-probe-failure-threshold", CV_IGNORED_INT, NULL},
     {"--api-server-count|-asc", CV_IGNORED_INT, NULL},
     {"--uvicorn-log-level", CV_IGNORED_STRING, NULL},
     {"--response-role", CV_IGNORED_STRING, NULL},
@@ -333,10 +356,35 @@ static bool cors_flag(cv_args *a, serve_args *g) {
     return true;
 }
 
+/* vLLM flags that cannot mean here what they mean there: refused in one line saying why, never
+ * silently dropped (a server meant to be HTTPS must not come up as plain HTTP). */
+static bool refused_flag(cv_args *a) {
+    static const struct {
+        const char *names, *why;
+    } refused[] = {
+        {"--ssl-keyfile|--ssl-certfile|--ssl-ca-certs|--ssl-cert-reqs|--ssl-ciphers|--enable-ssl-refresh",
+         "cvllm serves plain HTTP only; put a TLS-terminating proxy in front of it"},
+        {"--middleware|--tool-parser-plugin|--tool-server|--reasoning-parser-plugin",
+         "cvllm cannot load Python plugins"},
+        {"--headless|--tokens-only", "cvllm always serves the OpenAI API from this process"},
+    };
+    const char *arg = a->argv[a->i];
+    for (size_t k = 0; k < CV_ARRAY_LEN(refused); k++)
+        for (const char *p = refused[k].names; *p;) {
+            const size_t n = strcspn(p, "|"), len = strcspn(arg, "=");
+            if (n == len && !strncmp(p, arg, n)) {
+                cv_args_error(a, "%.*s is not supported: %s", (int)len, arg, refused[k].why);
+                return true;
+            }
+            p += n + (p[n] == '|');
+        }
+    return false;
+}
+
 static bool server_flag(cv_args *a, serve_args *g) {
     const char *v;
     int64_t n;
-    if (cors_flag(a, g)) return true;
+    if (cors_flag(a, g) || refused_flag(a)) return true;
     if (cv_args_value(a, "--host", &v)) g->server.host = v;
     else if (cv_args_value(a, "--uds", &v)) g->server.uds = v;
     else if (cv_args_value(a, "--port", &v)) {
