@@ -142,6 +142,13 @@ typedef struct cvllm_engine_options {
                                  * quant_model_description.json anyway); "fp8": a block-wise FP8 checkpoint
                                  * (detected by config.json's quantization_config). Another method, or one
                                  * the checkpoint does not match, fails the load in one line. */
+    const char *hf_overrides;   /* vLLM's --hf-overrides: a JSON object laid over config.json (each key
+                                 * replaces the config's; text_config's keys one by one), e.g.
+                                 * '{"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                 * "original_max_position_embeddings": 32768}}'; NULL = none */
+    const char *rope_scaling;   /* vLLM's --rope-scaling (JSON object) and --rope-theta (> 0; 0 = none):
+                                 * config.json's rope_scaling and rope_theta, over hf_overrides */
+    double rope_theta;
     bool enable_lora;           /* vLLM's --enable-lora: serve lora_modules, and those loaded later
                                  * (cvllm_engine_load_lora), beside the base model */
     const cvllm_lora_module *lora_modules; /* [n_lora_modules], read at create (names unique); only with

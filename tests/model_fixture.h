@@ -642,7 +642,7 @@ static void mf_run_verify(mf_fixture *fx, const mf_reference *ref) {
 /* Loads the checkpoint in dir, computing in bf16 (cv_model_load_params.bf16_compute) or f32. */
 static int mf_load_model_as(const char *dir, bool bf16_compute, cv_model_config *cfg, cv_weight_source **src,
                             cv_threadpool *pool, cv_model **model) {
-    int rc = cv_model_config_load(dir, cfg);
+    int rc = cv_model_config_load(dir, NULL, cfg);
     if (rc) return rc;
     rc = cv_weight_source_checkpoint(dir, src);
     if (rc) {

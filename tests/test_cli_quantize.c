@@ -536,7 +536,7 @@ static json_t *observe_ranges(const char *dir, const char *const *prompts, size_
     cv_model_config cfg;
     cv_weight_source *src;
     cv_tokenizer *tok;
-    CHECK_EQ_INT(cv_model_config_load(dir, &cfg), 0);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &cfg), 0);
     CHECK_EQ_INT(cv_weight_source_checkpoint(dir, &src), 0);
     CHECK_EQ_INT(cv_tokenizer_load(dir, &tok), 0);
     cv_threadpool *pool = cv_threadpool_create(1);

@@ -392,8 +392,86 @@ static void test_generation_override(void) {
     CHECK_CONTAINS(cvllm_last_error(), "--override-generation-config: invalid JSON");
 }
 
+/* The chosen tokens' prompt logprobs of one request on an engine over `dir` with the given config
+ * overrides (NULL: none; rope_theta 0: none), and the engine's max_model_len; false when the engine
+ * could not be created (*rc says why). */
+static bool prompt_logprobs(const char *dir, const char *hf_overrides, const char *rope_scaling, double rope_theta,
+                            float *lp, int32_t *max_len, int *rc) {
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = dir;
+    o.kv_cache_memory_bytes = 48 << 20; /* the plain model's whole 40960 positions */
+    o.num_threads = 2;
+    o.dtype = "float32";
+    o.hf_overrides = hf_overrides;
+    o.rope_scaling = rope_scaling;
+    o.rope_theta = rope_theta;
+    cvllm_engine *e = NULL;
+    if ((*rc = cvllm_engine_create(&o, &e))) return false;
+    *max_len = cvllm_engine_max_model_len(e);
+    const prompt_ids pr = PROMPT(11, 420, 77, 3001, 15, 990, 2048, 5, 61, 333, 1000, 7, 123, 4000, 9, 88, 256, 17);
+    cvllm_sampling_params p = greedy(e, 1);
+    p.prompt_logprobs = 0;
+    uint64_t id = add_prompt(e, pr, &p);
+    while (cvllm_engine_has_unfinished(e)) {
+        const cvllm_request_output *const *outs;
+        size_t n;
+        CHECK(cvllm_engine_step(e, &outs, &n) == 0);
+        for (size_t k = 0; k < n; k++)
+            if (outs[k]->request_id == id && outs[k]->prompt_logprobs)
+                for (size_t t = 1; t < pr.n; t++) lp[t] = outs[k]->prompt_logprobs[t].chosen.logprob;
+    }
+    cvllm_engine_destroy(e);
+    return true;
+}
+
+/* vLLM's --hf-overrides (and its older --rope-scaling, --rope-theta, which it folds into them) lay keys
+ * over config.json: YaRN given so runs bit for bit as a checkpoint whose config.json says it, its
+ * max_model_len derived from it as vLLM derives it (original_max_position_embeddings × factor), and
+ * changes what the model computes; rope_theta likewise. Bad overrides fail naming them. */
+static void test_hf_overrides(void) {
+    static const char yarn[] = "{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":64}";
+    char *edited = tu_model_dir(vec), *cfg = tu_strdupf("%s/%s", edited, "config.json");
+    json_t *j = json_load_file(cfg, 0, NULL);
+    json_object_set_new(j, "rope_scaling", json_loads(yarn, 0, NULL));
+    json_object_set_new(j, "rope_theta", json_real(500000.0));
+    unlink(cfg);
+    CHECK(json_dump_file(j, cfg, 0) == 0);
+    json_decref(j);
+    enum { N = 18 };
+    float plain[N] = {0}, want[N] = {0}, by_override[N] = {0}, by_flags[N] = {0};
+    int32_t len_plain, len_want, len_override, len_flags;
+    int rc;
+    char *over = tu_strdupf("{\"rope_scaling\":%s,\"rope_theta\":500000%s}", yarn, "");
+    CHECK_MSG(prompt_logprobs(model_dir, NULL, NULL, 0, plain, &len_plain, &rc), "%s", cvllm_last_error());
+    CHECK_MSG(prompt_logprobs(edited, NULL, NULL, 0, want, &len_want, &rc), "%s", cvllm_last_error());
+    CHECK_MSG(prompt_logprobs(model_dir, over, NULL, 0, by_override, &len_override, &rc), "%s", cvllm_last_error());
+    CHECK_MSG(prompt_logprobs(model_dir, "{\"rope_theta\":1}", yarn, 500000, by_flags, &len_flags, &rc), "%s",
+              cvllm_last_error());
+    CHECK_MSG(!memcmp(want, by_override, sizeof want), "--hf-overrides: not the edited config.json's logprobs");
+    CHECK_MSG(!memcmp(want, by_flags, sizeof want), "--rope-scaling/--rope-theta: not the edited config.json's logprobs");
+    CHECK_MSG(memcmp(want, plain, sizeof want), "YaRN and rope_theta changed nothing");
+    CHECK_EQ_INT(len_want, 256);
+    CHECK_EQ_INT(len_override, 256);
+    CHECK_EQ_INT(len_flags, 256);
+    CHECK(len_plain != 256);
+    float lp[N];
+    int32_t len;
+    CHECK(!prompt_logprobs(model_dir, "[1]", NULL, 0, lp, &len, &rc));
+    CHECK_EQ_INT(rc, CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "hf_overrides must be a JSON object: [1]");
+    CHECK(!prompt_logprobs(model_dir, "{\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":-1}}", NULL, 0, lp, &len, &rc));
+    CHECK_EQ_INT(rc, CVLLM_ERR_FORMAT);
+    CHECK_CONTAINS(cvllm_last_error(), "config.json with --hf-overrides");
+    free(over);
+    tu_remove_tree(edited);
+    free(edited);
+    free(cfg);
+}
+
 int main(void) {
     model_dir = tu_model_dir(vec);
+    test_hf_overrides();
     test_generation_override();
     test_allowed_token_ids();
     test_bad_words();

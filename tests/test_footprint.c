@@ -89,7 +89,7 @@ static uint64_t model_kv_bytes_per_token(const cv_model *m, cv_dtype kv) {
 static void check_fixture(const char *name, cv_threadpool *pool) {
     char *dir = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, name);
     cv_model_config cfg;
-    CHECK_MSG(cv_model_config_load(dir, &cfg) == 0, "%s: %s", name, cvllm_last_error());
+    CHECK_MSG(cv_model_config_load(dir, NULL, &cfg) == 0, "%s: %s", name, cvllm_last_error());
     cv_quant_config *q = NULL;
     CHECK_MSG(cv_quant_config_load(dir, NULL, &q) == 0, "%s: %s", name, cvllm_last_error());
     fixture_sizes z = checkpoint_sizes(dir, q);
@@ -170,7 +170,7 @@ static void model_sizes(const char *vector, cv_dtype kv, uint64_t *kv_per_token,
     cv_model_config cfg;
     cv_weight_source *w = NULL;
     cv_threadpool *pool = cv_threadpool_create(1);
-    CHECK_EQ_INT(cv_model_config_load(dir, &cfg), 0);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &cfg), 0);
     CHECK_EQ_INT(cv_weight_source_checkpoint(dir, &w), 0);
     cv_model *m = load_model(&cfg, w, pool, false);
     *kv_per_token = m ? model_kv_bytes_per_token(m, kv) : 0;
@@ -235,7 +235,7 @@ static bool linear_shape(const cv_model_config *cfg, const char *name, int64_t *
 static uint64_t check_w8a8_estimate(const char *dir) {
     cv_model_config cfg;
     cv_quant_config *q = NULL;
-    CHECK_MSG(cv_model_config_load(dir, &cfg) == 0, "%s: %s", dir, cvllm_last_error());
+    CHECK_MSG(cv_model_config_load(dir, NULL, &cfg) == 0, "%s: %s", dir, cvllm_last_error());
     CHECK_MSG(cv_quant_config_load(dir, "ascend", &q) == 0 && q, "%s: %s", dir, cvllm_last_error());
     cv_footprint_params p = {.weight_dtype = CV_DTYPE_BF16, .max_num_batched_tokens = 16, .max_num_seqs = 1};
     cv_footprint bf16, w8a8;

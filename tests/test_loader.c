@@ -500,15 +500,27 @@ static void test_config_errors(void) {
 static void test_config_files(void) {
     char *dir = new_dir("cfg");
     cv_model_config c;
-    CHECK_EQ_INT(cv_model_config_load(dir, &c), CVLLM_ERR_NOT_FOUND);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &c), CVLLM_ERR_NOT_FOUND);
     CHECK_CONTAINS(cv_error_message(), "/cfg/config.json: No such file or directory");
     write_text(dir, "config.json", "{" BASE_FIELDS ",\"rms_norm_eps\":1e-5}");
-    CHECK_EQ_INT(cv_model_config_load(dir, &c), 0);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &c), 0);
     CHECK(c.rms_norm_eps == 1e-5);
     cv_model_config_free(&c);
     write_text(dir, "config.json", "{\"architectures\":[\"X\"]}");
-    CHECK_EQ_INT(cv_model_config_load(dir, &c), CVLLM_ERR_FORMAT);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &c), CVLLM_ERR_FORMAT);
     CHECK_CONTAINS(cv_error_message(), "/cfg/config.json: missing required field \"hidden_size\"");
+    /* vLLM's --hf-overrides: a key replaces the config's (rope_scaling whole), text_config's keys one by one */
+    write_text(dir, "config.json", "{\"architectures\":[\"X\"],\"text_config\":{" BASE_FIELDS ",\"rms_norm_eps\":1e-5,"
+               "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2}}}");
+    CHECK_EQ_INT(cv_model_config_load(dir, "{\"text_config\":{\"rms_norm_eps\":1e-3,\"rope_scaling\":{\"rope_type\":"
+                                            "\"yarn\",\"factor\":4,\"original_max_position_embeddings\":512}}}", &c), 0);
+    CHECK(c.rms_norm_eps == 1e-3 && c.hidden_size > 0 && c.rope.type == CV_ROPE_YARN && c.rope.factor == 4 &&
+          c.rope.original_max_position == 512);
+    cv_model_config_free(&c);
+    CHECK_EQ_INT(cv_model_config_load(dir, "{\"text_config\":{\"hidden_size\":\"big\"}}", &c), CVLLM_ERR_FORMAT);
+    CHECK_CONTAINS(cv_error_message(), "/cfg/config.json with --hf-overrides");
+    CHECK_EQ_INT(cv_model_config_load(dir, "3", &c), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cv_error_message(), "--hf-overrides must be a JSON object");
 
     cv_generation_config g;
     CHECK_EQ_INT(cv_generation_config_load(dir, &g), 0); /* absent is fine */

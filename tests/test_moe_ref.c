@@ -349,7 +349,7 @@ static void test_dummy_weights(cv_threadpool *pool) {
     cv_model_config cfg;
     cv_weight_source *src;
     cv_model *m;
-    CHECK_EQ_INT(cv_model_config_load(dir, &cfg), 0);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &cfg), 0);
     CHECK_EQ_INT(cv_weight_source_dummy(CV_DTYPE_BF16, 3, &src), 0);
     cv_model_load_params p = {.config = &cfg, .weights = src, .pool = pool, .max_num_batched_tokens = 0};
     CHECK_EQ_INT(cv_model_load(&p, &m), 0);

@@ -366,7 +366,7 @@ static void test_folder(const char *folder, cv_threadpool *pool) {
     cv_model_config cfg;
     cv_weight_source *src;
     cv_checkpoint *ck;
-    CHECK_EQ_INT(cv_model_config_load(dir, &cfg), 0);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &cfg), 0);
     CHECK_EQ_INT(cv_weight_source_checkpoint(dir, &src), 0);
     CHECK_EQ_INT(cv_checkpoint_open(dir, &ck), 0);
     cv_model *m;

@@ -56,7 +56,7 @@ typedef struct loaded {
 /* dir's model, from its checkpoint or (dummy) made-up weights in its format; rc as loading says. */
 static int load(const char *dir, bool dummy, cv_threadpool *pool, cv_linear_observer observe, void *ctx, loaded *out) {
     *out = (loaded){0};
-    int rc = cv_model_config_load(dir, &out->cfg);
+    int rc = cv_model_config_load(dir, NULL, &out->cfg);
     if (rc) return rc;
     const cv_weight_source_params sp = {.dir = dir, .dummy = dummy, .dtype = CV_DTYPE_BF16, .seed = 11};
     rc = cv_weight_source_create(&sp, &out->src);

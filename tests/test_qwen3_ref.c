@@ -32,7 +32,7 @@ static void test_load_errors(cv_threadpool *pool) {
     cv_model_config cfg;
     cv_weight_source *src;
     cv_model *m = (cv_model *)&cfg; /* must be reset to NULL on failure */
-    CHECK_EQ_INT(cv_model_config_load(dir, &cfg), 0);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &cfg), 0);
     CHECK_EQ_INT(cv_weight_source_checkpoint(dir, &src), 0);
     cv_model_load_params p = {.config = &cfg, .weights = src, .pool = pool, .max_num_batched_tokens = 16};
 
@@ -74,7 +74,7 @@ static void test_dummy_weights(cv_threadpool *pool) {
     cv_model_config cfg;
     cv_weight_source *src;
     cv_model *m;
-    CHECK_EQ_INT(cv_model_config_load(dir, &cfg), 0);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &cfg), 0);
     CHECK_EQ_INT(cv_weight_source_dummy(CV_DTYPE_BF16, 7, &src), 0);
     cv_model_load_params p = {.config = &cfg, .weights = src, .pool = pool, .max_num_batched_tokens = 0};
     CHECK_EQ_INT(cv_model_load(&p, &m), 0);

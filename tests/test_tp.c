@@ -37,7 +37,7 @@ static int open_model(const char *folder, cv_runner_options o, tp_model *m) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/vectors/%s", CVLLM_TEST_DATA, folder);
     memset(m, 0, sizeof *m);
-    CHECK_EQ_INT(cv_model_config_load(dir, &m->cfg), 0);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &m->cfg), 0);
     CHECK_EQ_INT(cv_weight_source_checkpoint(dir, &m->src), 0);
     o.config = &m->cfg;
     o.weights = m->src;
@@ -285,7 +285,7 @@ static void check_worker_failure(void) {
     snprintf(dir, sizeof dir, "%s/vectors/qwen3-dense-f32", CVLLM_TEST_DATA);
     snprintf(other, sizeof other, "%s/vectors/qwen3-moe-f32", CVLLM_TEST_DATA);
     tp_model m = {0};
-    CHECK_EQ_INT(cv_model_config_load(dir, &m.cfg), 0);
+    CHECK_EQ_INT(cv_model_config_load(dir, NULL, &m.cfg), 0);
     CHECK_EQ_INT(cv_weight_source_checkpoint(rank ? other : dir, &m.src), 0);
     const cv_runner_options o = {.config = &m.cfg, .weights = m.src, .num_threads = 1, .max_num_batched_tokens = 256,
                                  .tp_size = n};

@@ -270,6 +270,11 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (cv_args_value(a, "--revision", &v)) o->revision = v;
     else if (cv_args_value(a, "--model", &v)) o->model = v;
     else if (json_object_flag(a, "--speculative-config|-sc", &v)) o->speculative_config = v;
+    else if (json_object_flag(a, "--hf-overrides", &v)) o->hf_overrides = v;
+    else if (json_object_flag(a, "--rope-scaling", &v)) o->rope_scaling = v;
+    else if (cv_args_value(a, "--rope-theta", &v)) {
+        if (cv_args_float(a, "--rope-theta", v, 1e-9, 1e300, &d)) o->rope_theta = d;
+    }
     else if (cv_args_flag(a, "--enable-prefix-caching")) o->enable_prefix_caching = true;
     else if (cv_args_flag(a, "--no-enable-prefix-caching")) o->enable_prefix_caching = false;
     else if (cv_args_flag(a, "--enable-lora")) o->enable_lora = true;
@@ -302,6 +307,9 @@ const char cv_args_engine_help[] =
     "  --load-format auto|safetensors|dummy\n"
     "  --generation-config auto|vllm|FOLDER\n"
     "  --override-generation-config JSON  e.g. '{\"temperature\": 0.5}' over generation_config\n"
+    "  --hf-overrides JSON          keys laid over config.json, e.g. YaRN: '{\"rope_scaling\": {\"rope_type\":\n"
+    "                               \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}}'\n"
+    "  --rope-scaling JSON  --rope-theta F  the same for rope_scaling and rope_theta (vLLM's older flags)\n"
     "  --tokenizer MODEL  --revision REV  --seed N  --max-logprobs N\n"
     "  --num-threads N              kernel threads (default: all CPUs)\n"
     "  --speculative-config, -sc JSON  e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'\n"

@@ -248,7 +248,7 @@ int cmd_quantize(int argc, char **argv) {
     bool have_cfg = false;
     if (rc == 0 && cv_resolve_model(q.model, NULL, true, &dir) != 0) rc = fail("%s", cv_error_message());
     if (rc == 0) {
-        have_cfg = cv_model_config_load(dir, &cfg) == 0;
+        have_cfg = cv_model_config_load(dir, NULL, &cfg) == 0;
         if (!have_cfg) rc = fail("%s", cv_error_message());
     }
     if (rc == 0) rc = check_not_quantized(q.model, dir);

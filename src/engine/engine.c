@@ -12,6 +12,7 @@
  * Finished requests stay alive until the start of the next step so their outputs remain readable.
  */
 #include <assert.h>
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -228,6 +229,29 @@ static int load_generation_config(cvllm_engine *e) {
     return rc ? rc : apply_generation_override(e);
 }
 
+/* hf_overrides with rope_scaling and rope_theta over it, as vLLM folds its --rope-* flags into
+ * --hf-overrides (JSON object text, or NULL when there is nothing to lay over config.json). */
+static int config_overrides(const cvllm_engine_options *o, char **out) {
+    *out = NULL;
+    if (!o->hf_overrides && !o->rope_scaling && !o->rope_theta) return 0;
+    json_error_t err;
+    json_t *over = o->hf_overrides ? json_loads(o->hf_overrides, 0, &err) : json_object();
+    json_t *scaling = o->rope_scaling ? json_loads(o->rope_scaling, 0, &err) : NULL;
+    int rc = 0;
+    if (!json_is_object(over))
+        rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "hf_overrides must be a JSON object: %s", o->hf_overrides);
+    else if (o->rope_scaling && !json_is_object(scaling))
+        rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "rope_scaling must be a JSON object: %s", o->rope_scaling);
+    else if (o->rope_theta < 0 || !isfinite(o->rope_theta))
+        rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "rope_theta must be positive, got %g", o->rope_theta);
+    if (!rc && scaling) json_object_set(over, "rope_scaling", scaling);
+    if (!rc && o->rope_theta > 0) json_object_set_new(over, "rope_theta", json_real(o->rope_theta));
+    if (!rc) *out = json_dumps(over, JSON_COMPACT);
+    json_decref(over);
+    json_decref(scaling);
+    return rc;
+}
+
 /* vLLM's derived max_model_len (_get_and_verify_max_len): max_position_embeddings, stretched by the
  * RoPE scaling factor (YaRN: from its original_max_position_embeddings). */
 static int32_t derived_max_model_len(const cv_model_config *c) {
@@ -394,7 +418,11 @@ static int check_engine(cvllm_engine *e, cv_footprint *fp, bool *known) {
     if (rc) return rc;
     if ((rc = cv_resolve_model(e->opts.model, e->opts.revision, !dummy, &e->model_dir))) return rc;
     if ((rc = cv_spec_config_parse(e->opts.speculative_config, &e->spec))) return rc;
-    if ((rc = cv_model_config_load(e->model_dir, &e->config))) return rc;
+    char *overrides = NULL;
+    if ((rc = config_overrides(&e->opts, &overrides))) return rc;
+    rc = cv_model_config_load(e->model_dir, overrides, &e->config);
+    free(overrides);
+    if (rc) return rc;
     if ((rc = find_tokenizer(e))) return rc;
     if ((rc = cv_model_check_architecture(e->config.architecture))) return rc;
     if ((rc = load_generation_config(e))) return rc;

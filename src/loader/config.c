@@ -267,19 +267,50 @@ void cv_model_config_free(cv_model_config *cfg) {
     cfg->root = cfg->text = NULL;
 }
 
-int cv_model_config_load(const char *dir, cv_model_config *cfg) {
+/* config.json's text with the overrides laid over it (see cv_model_config_load) into *out. */
+static int overridden(const char *text, size_t len, const char *path, const char *overrides, char **out) {
+    json_error_t err;
+    json_t *root = json_loadb(text, len, 0, &err), *over = json_loads(overrides, 0, &err);
+    int rc = 0;
+    *out = NULL;
+    if (!json_is_object(over)) {
+        rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "--hf-overrides must be a JSON object: %s", over ? overrides : err.text);
+    } else if (!json_is_object(root)) {
+        rc = cv_fail(CVLLM_ERR_FORMAT, "%s: not a JSON object", path);
+    } else {
+        const char *key;
+        json_t *v;
+        json_object_foreach(over, key, v) {
+            json_t *sub = json_object_get(root, key);
+            if (!strcmp(key, "text_config") && json_is_object(sub) && json_is_object(v)) json_object_update(sub, v);
+            else json_object_set(root, key, v);
+        }
+        *out = json_dumps(root, JSON_COMPACT);
+    }
+    json_decref(root);
+    json_decref(over);
+    return rc;
+}
+
+int cv_model_config_load(const char *dir, const char *overrides, cv_model_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     char *path = cv_xasprintf("%s/config.json", dir);
     size_t len;
     char *text = cv_read_file(path, &len);
-    int rc;
+    int rc = 0;
     if (!text) {
         rc = cv_fail(errno == ENOENT ? CVLLM_ERR_NOT_FOUND : CVLLM_ERR_IO, "%s: %s", path,
                      strerror(errno));
+    } else if (overrides) {
+        char *merged, *origin = cv_xasprintf("%s with --hf-overrides", path);
+        if (!(rc = overridden(text, len, path, overrides, &merged)))
+            rc = cv_model_config_parse(merged, strlen(merged), origin, cfg);
+        free(merged);
+        free(origin);
     } else {
         rc = cv_model_config_parse(text, len, path, cfg);
-        free(text);
     }
+    free(text);
     free(path);
     return rc;
 }

@@ -53,8 +53,11 @@ typedef struct cv_model_config {
     json_t *text;                   /* root or root.text_config (borrowed from root) */
 } cv_model_config;
 
-/* Reads DIR/config.json. Errors name the file and the field. */
-int cv_model_config_load(const char *dir, cv_model_config *cfg);
+/* Reads DIR/config.json, with `overrides` (JSON object text, or NULL) laid over it as vLLM's
+ * --hf-overrides are: each key replaces the config's, except that an object given for text_config
+ * replaces the keys it names in the config's text_config (the language model's settings in Qwen's
+ * multimodal configs) and leaves the rest. Errors name the file (and the overrides) and the field. */
+int cv_model_config_load(const char *dir, const char *overrides, cv_model_config *cfg);
 /* Parses config.json text (for tests and the fuzzer); `origin` names it in messages. */
 int cv_model_config_parse(const char *json, size_t len, const char *origin, cv_model_config *cfg);
 void cv_model_config_free(cv_model_config *cfg);
