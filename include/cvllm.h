@@ -87,6 +87,11 @@ typedef struct cvllm_engine_options {
     const char *model;          /* folder or hub id (ORG/NAME), required */
     const char *tokenizer;      /* folder or hub id of the tokenizer; NULL = model */
     const char *revision;       /* hub revision for downloads; NULL = "main" */
+    const char *tokenizer_revision; /* the tokenizer's (vLLM's --tokenizer-revision); NULL = revision */
+    const char *download_dir;   /* vLLM's --download-dir: the Hugging Face cache folder models are looked
+                                 * up in and downloaded into; NULL = $HF_HUB_CACHE, $HF_HOME/hub, ... */
+    const char *hf_token;       /* vLLM's --hf-token: the bearer token for downloads; NULL = $HF_TOKEN,
+                                 * else the token `huggingface-cli login` stored */
     const char *load_format;    /* "auto" (safetensors) or "dummy" (random weights); NULL = auto */
     const char *dtype;          /* the compute dtype, vLLM's --dtype: "auto" (the checkpoint's torch_dtype),
                                  * "bfloat16" (GEMM inputs bf16, accumulation, norms, softmax, RoPE and the

@@ -355,6 +355,31 @@ static void test_token(const char *src) {
     if (dir) CHECK(same_file(src, dir, "model.safetensors") && same_file(src, dir, "config.json"));
     free(dir);
     unsetenv("HF_TOKEN");
+    /* vLLM's --hf-token TOKEN, over a wrong HF_TOKEN; and --download-dir, the cache those files go to
+     * whatever HF_HUB_CACHE says */
+    setenv("HF_TOKEN", "wrong", 1);
+    char *elsewhere = tmp_path("download-dir");
+    cv_hub_options given = download_all;
+    given.token = "s3cret";
+    given.cache_dir = elsewhere;
+    CHECK_EQ_INT(cv_hub_resolve(REPO, &given, &dir), 0);
+    char *want = cv_xasprintf("%s/models--org--tiny-model/snapshots/" SHA, elsewhere);
+    CHECK_STR_EQ(dir, want);
+    if (dir) CHECK(same_file(src, dir, "model.safetensors"));
+    free(dir);
+    free(want);
+    free(elsewhere);
+    unsetenv("HF_TOKEN");
+    /* without HF_TOKEN, the token `huggingface-cli login` stored */
+    char *token_file = tmp_path("stored-token");
+    write_file(token_file, "s3cret\n", 7);
+    setenv("HF_TOKEN_PATH", token_file, 1);
+    char *fresh = use_cache("cache-stored-token");
+    CHECK_EQ_INT(cv_hub_resolve(REPO, &download_all, &dir), 0);
+    free(dir);
+    setenv("HF_TOKEN_PATH", "/nonexistent/token", 1);
+    free(fresh);
+    free(token_file);
     stop_server(&s);
     free(cache);
 }
@@ -396,6 +421,7 @@ int main(void) {
     }
     unsetenv("HF_TOKEN");
     unsetenv("HUGGING_FACE_HUB_TOKEN");
+    setenv("HF_TOKEN_PATH", "/nonexistent/token", 1); /* no login token of this machine's */
     unsetenv("HF_HUB_OFFLINE");
     unsetenv("VLLM_USE_MODELSCOPE");
     setenv("HF_HUB_DOWNLOAD_TIMEOUT", "5", 1);

@@ -469,8 +469,50 @@ static void test_hf_overrides(void) {
     free(cfg);
 }
 
+/* vLLM's --download-dir: a hub id is looked up in that Hugging Face cache, not the environment's. */
+static void test_download_dir(void) {
+    static const char commit[] = "0123456789abcdef0123456789abcdef01234567";
+    char *cache = tu_make_temp_dir();
+    char *snap = tu_strdupf("%s/models--org--tiny/snapshots/%s", cache, commit);
+    char *refs = tu_strdupf("%s/models--org--tiny/%s", cache, "refs");
+    char *mk = tu_strdupf("mkdir -p %s %s", snap, refs);
+    CHECK(system(mk) == 0);
+    tu_write_file(refs, "main", commit, sizeof commit - 1);
+    static const char *const files[] = {"config.json", "generation_config.json", "model.safetensors"};
+    for (int i = 0; i < 3; i++) {
+        char *t = tu_strdupf("%s/%s", model_dir, files[i]);
+        tu_link(t, snap, files[i]);
+        free(t);
+    }
+    tu_link_tokenizer(snap);
+    char *empty = tu_make_temp_dir();
+    setenv("HF_HUB_CACHE", empty, 1);
+    setenv("HF_HUB_OFFLINE", "1", 1);
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = "org/tiny";
+    o.kv_cache_memory_bytes = 8 << 20;
+    o.max_model_len = 256;
+    o.num_threads = 1;
+    cvllm_engine *e = NULL;
+    CHECK(cvllm_engine_create(&o, &e) != 0 && !e);
+    o.download_dir = cache;
+    CHECK_MSG(cvllm_engine_create(&o, &e) == 0, "%s", cvllm_last_error());
+    cvllm_engine_destroy(e);
+    unsetenv("HF_HUB_CACHE");
+    unsetenv("HF_HUB_OFFLINE");
+    tu_remove_tree(cache);
+    tu_remove_tree(empty);
+    free(cache);
+    free(empty);
+    free(snap);
+    free(refs);
+    free(mk);
+}
+
 int main(void) {
     model_dir = tu_model_dir(vec);
+    test_download_dir();
     test_hf_overrides();
     test_generation_override();
     test_allowed_token_ids();

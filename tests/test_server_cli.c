@@ -45,14 +45,15 @@ static const char *const tutorial[] = {
 
 /* The tutorial flags; SIGTERM with --shutdown-timeout lets a running request finish. */
 static void test_tutorial_and_drain(void) {
-    const char *args[64];
+    const char *args[96];
     size_t n = 0;
     for (size_t i = 0; i < sizeof tutorial / sizeof *tutorial; i++) args[n++] = tutorial[i];
     args[n++] = "--shutdown-timeout";
     args[n++] = "30";
     /* vLLM frontend flags that change nothing here, each said once */
     const char *frontend[] = {"--root-path", "/api", "--disable-access-log-for-endpoints", "/health,/metrics",
-                              "--h11-max-header-count", "100"};
+                              "--h11-max-header-count", "100", "--tokenizer-mode", "auto", "--device", "cpu",
+                              "--limit-mm-per-prompt", "{\"image\": 0}", "--hf-token"};
     for (size_t i = 0; i < sizeof frontend / sizeof *frontend; i++) args[n++] = frontend[i];
     /* Qwen3's own template needs special tokens the test vocabulary lacks: a plain one instead, given
      * as the value itself (vLLM takes a --chat-template that names no file and holds braces as the
@@ -71,6 +72,8 @@ static void test_tutorial_and_drain(void) {
     CHECK_CONTAINS(log, "--distributed-executor-backend mp is accepted and ignored");
     CHECK_CONTAINS(log, "--root-path /api is accepted and ignored");
     CHECK_CONTAINS(log, "--h11-max-header-count 100 is accepted and ignored");
+    CHECK_CONTAINS(log, "--tokenizer-mode auto is accepted and ignored");
+    CHECK_CONTAINS(log, "--device cpu is accepted and ignored");
     CHECK_CONTAINS(log, "Detected the chat template content format to be 'string'. You can set "
                         "`--chat-template-content-format` to override this.");
     free(log);
@@ -156,6 +159,9 @@ static void test_bad_flags(void) {
     EXPECT_USAGE_ERROR("--tool-parser-plugin is not supported: cvllm cannot load Python plugins", "--tool-parser-plugin=x.py");
     EXPECT_USAGE_ERROR("argument --allowed-origins: invalid loads value: 'http://a'", "--allowed-origins", "http://a");
     EXPECT_USAGE_ERROR("argument --fingerprint-mode: invalid choice: 'x'", "--fingerprint-mode", "x");
+    EXPECT_USAGE_ERROR("-dpa is not supported: data parallelism across machines", "-dpa", "10.0.0.1");
+    EXPECT_USAGE_ERROR("argument --device: invalid choice: 'cuda' (choose from 'auto', 'cpu')", "--device", "cuda");
+    EXPECT_USAGE_ERROR("--hf-overrides must be a JSON object", "--hf-overrides", "[1]");
 #undef EXPECT_USAGE_ERROR
 }
 

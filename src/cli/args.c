@@ -437,6 +437,15 @@ bool cv_args_list(cv_args *a, const char *names, const char ***items, size_t *n)
     return true;
 }
 
+bool cv_args_optional_value(cv_args *a, const char *names, const char **value) {
+    bool eq;
+    size_t len = match(a, names, &eq);
+    if (!len) return false;
+    const char *arg = a->argv[a->i++];
+    *value = eq ? arg + len + 1 : a->i < a->argc && !is_option(a->argv[a->i]) ? a->argv[a->i++] : NULL;
+    return true;
+}
+
 bool cv_args_unknown(cv_args *a) {
     char *arg = a->argv[a->i];
     if (a->optional[a->i]) { /* a config file's false bool whose --no- form this command lacks */
@@ -563,6 +572,21 @@ static bool negated(cv_args *a, const char *names) {
         free(no);
         if (hit) return true;
     }
+    return false;
+}
+
+bool cv_args_refused(cv_args *a, const cv_refused_flag *flags, size_t n) {
+    const char *arg = a->argv[a->i];
+    const size_t len = strcspn(arg, "=");
+    for (size_t k = 0; k < n; k++)
+        for (const char *p = flags[k].names; *p;) {
+            const size_t m = strcspn(p, "|");
+            if (m == len && !strncmp(p, arg, m)) {
+                cv_args_error(a, "%.*s is not supported: %s", (int)len, arg, flags[k].why);
+                return true;
+            }
+            p += m + (p[m] == '|');
+        }
     return false;
 }
 

@@ -88,6 +88,8 @@ bool cv_args_flag(cv_args *a, const char *names);
 /* vLLM's nargs="+": NAME=v gives v; NAME v1 v2 ... takes the arguments up to the next option. The
  * values are appended to *items (realloc'd, the caller frees the array). */
 bool cv_args_list(cv_args *a, const char *names, const char ***items, size_t *n);
+/* vLLM's nargs="?": NAME=v or NAME v gives v; NAME before another option (or last) gives NULL. */
+bool cv_args_optional_value(cv_args *a, const char *names, const char **value);
 
 /* Called when argv[i] starts with '-' and no option of the command took it. True: it was an
  * abbreviation, now rewritten to the full name (parse it again), or a config file's `--no-KEY`
@@ -118,6 +120,16 @@ typedef struct cv_ignored_flag {
 
 /* True when argv[i] is one of the flags of the table (consumed, checked, logged). */
 bool cv_args_ignored(cv_args *a, const cv_ignored_flag *flags, size_t n);
+
+/* A vLLM flag that cannot mean in cvllm what it means in vLLM: refused in one line saying why, never
+ * silently dropped. */
+typedef struct cv_refused_flag {
+    const char *names; /* "--name|--other" */
+    const char *why;
+} cv_refused_flag;
+
+/* True (after the usage error "--name is not supported: why") when argv[i] is one of the table's. */
+bool cv_args_refused(cv_args *a, const cv_refused_flag *flags, size_t n);
 
 /* ---- engine flags (args_engine.c) ---- */
 

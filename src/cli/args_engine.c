@@ -76,6 +76,70 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     /* AsyncEngineArgs, which `vllm bench throughput` takes as well as `vllm serve` */
     {"--enable-log-requests", CV_IGNORED_BOOL, NULL},
     {"--disable-log-requests", CV_IGNORED_SWITCH, NULL},
+    /* how vLLM finds and loads what cvllm reads its own way: one tokenizer (the fast one's rules),
+     * config.json, safetensors mapped in place */
+    {"--tokenizer-mode", CV_IGNORED_CHOICE, (const char *const[]){"auto", "hf", "slow", NULL}},
+    {"--config-format", CV_IGNORED_CHOICE, (const char *const[]){"auto", "hf", NULL}},
+    {"--model-impl", CV_IGNORED_CHOICE, (const char *const[]){"auto", "vllm", "transformers", NULL}},
+    {"--device", CV_IGNORED_CHOICE, (const char *const[]){"auto", "cpu", NULL}},
+    {"--runner", CV_IGNORED_CHOICE, (const char *const[]){"auto", "generate", NULL}},
+    {"--convert", CV_IGNORED_CHOICE, (const char *const[]){"auto", "none", NULL}},
+    {"--task", CV_IGNORED_CHOICE, (const char *const[]){"auto", "generate", NULL}},
+    {"--worker-cls", CV_IGNORED_CHOICE, (const char *const[]){"auto", NULL}},
+    {"--code-revision", CV_IGNORED_STRING, NULL},
+    {"--max-parallel-loading-workers", CV_IGNORED_INT, NULL},
+    {"--safetensors-load-strategy", CV_IGNORED_STRING, NULL},
+    {"--pt-load-map-location", CV_IGNORED_STRING, NULL},
+    {"--tokenizer-pool-size", CV_IGNORED_INT, NULL},
+    /* GPU kernels, graphs and tracing */
+    {"--attention-backend", CV_IGNORED_STRING, NULL},
+    {"--disable-cascade-attn", CV_IGNORED_BOOL, NULL},
+    {"--kv-sharing-fast-prefill", CV_IGNORED_SWITCH, NULL},
+    {"--max-cudagraph-capture-size", CV_IGNORED_INT, NULL},
+    {"--enable-dbo", CV_IGNORED_SWITCH, NULL},
+    {"--calculate-kv-scales", CV_IGNORED_SWITCH, NULL},
+    {"--enable-sleep-mode", CV_IGNORED_SWITCH, NULL},
+    {"--enable-mfu-metrics", CV_IGNORED_SWITCH, NULL},
+    {"--enable-layerwise-nvtx-tracing", CV_IGNORED_SWITCH, NULL},
+    {"--otlp-traces-endpoint", CV_IGNORED_STRING, NULL},
+    {"--collect-detailed-traces", CV_IGNORED_STRING, NULL},
+    {"--override-attention-dtype", CV_IGNORED_STRING, NULL},
+    /* the recurrent state of Gated DeltaNet layers is kept in f32 */
+    {"--mamba-ssm-cache-dtype", CV_IGNORED_CHOICE, (const char *const[]){"auto", "float32", "bfloat16", "float16", NULL}},
+    {"--mamba-cache-dtype", CV_IGNORED_CHOICE, (const char *const[]){"auto", "float32", "bfloat16", "float16", NULL}},
+    /* expert load balancing across GPUs: routed experts stay where they are loaded */
+    {"--enable-eplb", CV_IGNORED_SWITCH, NULL},
+    {"--num-redundant-experts", CV_IGNORED_INT, NULL},
+    {"--eplb-config", CV_IGNORED_STRING, NULL},
+    {"--expert-placement-strategy", CV_IGNORED_CHOICE, (const char *const[]){"linear", "round_robin", NULL}},
+    /* V1 recomputes preempted requests, as cvllm does */
+    {"--preemption-mode", CV_IGNORED_CHOICE, (const char *const[]){"recompute", "swap", NULL}},
+    /* the multimodal encoder, which cvllm does not run (image, audio and video parts get vLLM's 400) */
+    {"--limit-mm-per-prompt", CV_IGNORED_STRING, NULL},
+    {"--mm-processor-kwargs", CV_IGNORED_STRING, NULL},
+    {"--mm-processor-cache-gb", CV_IGNORED_FLOAT, NULL},
+    {"--mm-encoder-tp-mode", CV_IGNORED_CHOICE, (const char *const[]){"weights", "data", NULL}},
+    {"--disable-chunked-mm-input", CV_IGNORED_SWITCH, NULL},
+    {"--enable-multimodal-encoder-data-parallel", CV_IGNORED_SWITCH, NULL},
+    {"--allowed-local-media-path", CV_IGNORED_STRING, NULL},
+    {"--allowed-media-domains", CV_IGNORED_STRING, NULL},
+    /* -dp replicas run in this one process, whatever launches them */
+    {"--data-parallel-size-local|-dpl", CV_IGNORED_INT, NULL},
+    {"--data-parallel-backend|-dpb", CV_IGNORED_CHOICE, (const char *const[]){"mp", "ray", NULL}},
+};
+
+/* Flags of vLLM's EngineArgs whose function cvllm lacks: refused rather than ignored. */
+static const cv_refused_flag refused_engine_flags[] = {
+    {"--data-parallel-address|-dpa|--data-parallel-rpc-port|-dpp|--data-parallel-start-rank|-dpr|"
+     "--data-parallel-hybrid-lb|--data-parallel-external-lb",
+     "data parallelism across machines; cvllm runs -dp replicas in one process"},
+    {"--kv-transfer-config|--kv-events-config|--kv-offloading-size|--kv-offloading-backend",
+     "KV-cache transfer, events and offloading are not implemented"},
+    {"--logits-processors|--worker-extension-cls|--io-processor-plugin", "cvllm cannot load Python plugins"},
+    {"--skip-tokenizer-init", "cvllm detokenizes every output"},
+    {"--enable-prompt-embeds", "prompts are text or token ids"},
+    {"--enable-return-routed-experts", "routed expert ids are not returned"},
+    {"--hf-config-path", "config.json is read from the model's folder (lay keys over it with --hf-overrides)"},
 };
 
 /* `s` upper-cased, as vLLM reads enum names (the caller frees it). */
@@ -207,6 +271,15 @@ static bool json_object_flag(cv_args *a, const char *names, const char **value) 
     return true;
 }
 
+/* vLLM's --hf-token [TOKEN]: with a value, that token; alone, the one `huggingface-cli login` stored,
+ * which downloads use anyway when HF_TOKEN is unset (so the flag alone changes nothing). */
+static bool hf_token(cv_args *a, cvllm_engine_options *o) {
+    const char *v;
+    if (!cv_args_optional_value(a, "--hf-token", &v)) return false;
+    if (v) o->hf_token = v;
+    return true;
+}
+
 static bool quantization(cv_args *a, cvllm_engine_options *o) {
     const char *v;
     if (!cv_args_value(a, "--quantization|-q", &v)) return false;
@@ -268,6 +341,10 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (json_object_flag(a, "--override-generation-config", &v)) o->override_generation_config = v;
     else if (cv_args_value(a, "--tokenizer", &v)) o->tokenizer = v;
     else if (cv_args_value(a, "--revision", &v)) o->revision = v;
+    else if (cv_args_value(a, "--tokenizer-revision", &v)) o->tokenizer_revision = v;
+    else if (cv_args_value(a, "--download-dir", &v)) o->download_dir = v;
+    else if (hf_token(a, o)) {
+    }
     else if (cv_args_value(a, "--model", &v)) o->model = v;
     else if (json_object_flag(a, "--speculative-config|-sc", &v)) o->speculative_config = v;
     else if (json_object_flag(a, "--hf-overrides", &v)) o->hf_overrides = v;
@@ -290,7 +367,8 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
                              strcmp(a->cmd, "serve") ? NULL : &o->data_parallel_size)) {
     } else if (json_object_flag(a, "--additional-config", &additional)) {
         if (!a->failed) cv_args_note("--additional-config is accepted and ignored on the CPU backend");
-    } else return cv_args_ignored(a, ignored_engine_flags, CV_ARRAY_LEN(ignored_engine_flags));
+    } else return cv_args_ignored(a, ignored_engine_flags, CV_ARRAY_LEN(ignored_engine_flags)) ||
+                  cv_args_refused(a, refused_engine_flags, CV_ARRAY_LEN(refused_engine_flags));
     return true;
 }
 
@@ -307,6 +385,9 @@ const char cv_args_engine_help[] =
     "  --load-format auto|safetensors|dummy\n"
     "  --generation-config auto|vllm|FOLDER\n"
     "  --override-generation-config JSON  e.g. '{\"temperature\": 0.5}' over generation_config\n"
+    "  --download-dir DIR           the Hugging Face cache folder models are found and downloaded in\n"
+    "  --hf-token [TOKEN]           bearer token for downloads (default: $HF_TOKEN, else the stored login)\n"
+    "  --tokenizer-revision REV     the tokenizer's hub revision (default: --revision)\n"
     "  --hf-overrides JSON          keys laid over config.json, e.g. YaRN: '{\"rope_scaling\": {\"rope_type\":\n"
     "                               \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}}'\n"
     "  --rope-scaling JSON  --rope-theta F  the same for rope_scaling and rope_theta (vLLM's older flags)\n"

@@ -356,35 +356,18 @@ static bool cors_flag(cv_args *a, serve_args *g) {
     return true;
 }
 
-/* vLLM flags that cannot mean here what they mean there: refused in one line saying why, never
- * silently dropped (a server meant to be HTTPS must not come up as plain HTTP). */
-static bool refused_flag(cv_args *a) {
-    static const struct {
-        const char *names, *why;
-    } refused[] = {
-        {"--ssl-keyfile|--ssl-certfile|--ssl-ca-certs|--ssl-cert-reqs|--ssl-ciphers|--enable-ssl-refresh",
-         "cvllm serves plain HTTP only; put a TLS-terminating proxy in front of it"},
-        {"--middleware|--tool-parser-plugin|--tool-server|--reasoning-parser-plugin",
-         "cvllm cannot load Python plugins"},
-        {"--headless|--tokens-only", "cvllm always serves the OpenAI API from this process"},
-    };
-    const char *arg = a->argv[a->i];
-    for (size_t k = 0; k < CV_ARRAY_LEN(refused); k++)
-        for (const char *p = refused[k].names; *p;) {
-            const size_t n = strcspn(p, "|"), len = strcspn(arg, "=");
-            if (n == len && !strncmp(p, arg, n)) {
-                cv_args_error(a, "%.*s is not supported: %s", (int)len, arg, refused[k].why);
-                return true;
-            }
-            p += n + (p[n] == '|');
-        }
-    return false;
-}
+/* (a server meant to be HTTPS must not come up as plain HTTP) */
+static const cv_refused_flag refused_serve_flags[] = {
+    {"--ssl-keyfile|--ssl-certfile|--ssl-ca-certs|--ssl-cert-reqs|--ssl-ciphers|--enable-ssl-refresh",
+     "cvllm serves plain HTTP only; put a TLS-terminating proxy in front of it"},
+    {"--middleware|--tool-parser-plugin|--tool-server|--reasoning-parser-plugin", "cvllm cannot load Python plugins"},
+    {"--headless|--tokens-only", "cvllm always serves the OpenAI API from this process"},
+};
 
 static bool server_flag(cv_args *a, serve_args *g) {
     const char *v;
     int64_t n;
-    if (cors_flag(a, g) || refused_flag(a)) return true;
+    if (cors_flag(a, g) || cv_args_refused(a, refused_serve_flags, CV_ARRAY_LEN(refused_serve_flags))) return true;
     if (cv_args_value(a, "--host", &v)) g->server.host = v;
     else if (cv_args_value(a, "--uds", &v)) g->server.uds = v;
     else if (cv_args_value(a, "--port", &v)) {
@@ -500,7 +483,9 @@ static int load_chat_template(const serve_args *g, cv_chat_template **out) {
     *out = NULL;
     const char *source = g->engine.tokenizer ? g->engine.tokenizer : g->engine.model;
     char *dir = NULL;
-    int rc = cv_resolve_model(source, g->engine.revision, false, &dir);
+    const cv_hub_options access = {.revision = g->engine.revision, .cache_dir = g->engine.download_dir,
+                                   .token = g->engine.hf_token};
+    int rc = cv_resolve_model(source, &access, false, &dir);
     if (rc && !g->chat_template_file) return rc;
     rc = cv_chat_template_load(dir, g->chat_template_file, out);
     free(dir);

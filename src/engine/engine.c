@@ -341,7 +341,10 @@ static int check_memory_fit(cvllm_engine *e, bool dummy, cv_footprint *fp, bool 
 static int find_tokenizer(cvllm_engine *e) {
     if (!e->opts.tokenizer) e->tokenizer_dir = cv_xstrdup(e->model_dir);
     else {
-        const int rc = cv_resolve_model(e->opts.tokenizer, e->opts.revision, false, &e->tokenizer_dir);
+        const cv_hub_options access = {.revision = e->opts.tokenizer_revision ? e->opts.tokenizer_revision
+                                                                               : e->opts.revision,
+                                       .cache_dir = e->opts.download_dir, .token = e->opts.hf_token};
+        const int rc = cv_resolve_model(e->opts.tokenizer, &access, false, &e->tokenizer_dir);
         if (rc) return rc;
     }
     return cv_tokenizer_check(e->tokenizer_dir);
@@ -416,7 +419,9 @@ static int check_engine(cvllm_engine *e, cv_footprint *fp, bool *known) {
     int rc;
     const bool dummy = is_dummy_format(e->opts.load_format, &rc);
     if (rc) return rc;
-    if ((rc = cv_resolve_model(e->opts.model, e->opts.revision, !dummy, &e->model_dir))) return rc;
+    const cv_hub_options access = {.revision = e->opts.revision, .cache_dir = e->opts.download_dir,
+                                   .token = e->opts.hf_token};
+    if ((rc = cv_resolve_model(e->opts.model, &access, !dummy, &e->model_dir))) return rc;
     if ((rc = cv_spec_config_parse(e->opts.speculative_config, &e->spec))) return rc;
     char *overrides = NULL;
     if ((rc = config_overrides(&e->opts, &overrides))) return rc;

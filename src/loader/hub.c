@@ -57,8 +57,9 @@ static const char *env_nonempty(const char *name) {
     return v && v[0] ? v : NULL;
 }
 
-static char *hub_cache_dir(void) {
+static char *hub_cache_dir(const cv_hub_options *opts) {
     const char *v;
+    if (opts->cache_dir) return cv_xstrdup(opts->cache_dir);
     if ((v = env_nonempty("HF_HUB_CACHE")) || (v = env_nonempty("HUGGINGFACE_HUB_CACHE")))
         return cv_xstrdup(v);
     if ((v = env_nonempty("HF_HOME"))) return cv_xasprintf("%s/hub", v);
@@ -190,7 +191,28 @@ typedef struct hub_remote {
     char *endpoint;          /* no trailing '/' */
     const char *revision;
     cv_http_options http;
+    char *stored_token;      /* read from the token file; http.token points here */
 } hub_remote;
+
+/* The token `huggingface-cli login` stored ($HF_TOKEN_PATH, else $HF_HOME/token, else
+ * ~/.cache/huggingface/token): its first line, or NULL. */
+static char *stored_token(void) {
+    const char *v;
+    char *path = (v = env_nonempty("HF_TOKEN_PATH")) ? cv_xstrdup(v)
+                 : (v = env_nonempty("HF_HOME"))    ? cv_xasprintf("%s/token", v)
+                                                    : cv_xasprintf("%s/.cache/huggingface/token",
+                                                                   env_nonempty("HOME") ? getenv("HOME") : "/tmp");
+    size_t len = 0;
+    char *text = cv_read_file(path, &len);
+    free(path);
+    if (!text) return NULL;
+    text[strcspn(text, "\r\n")] = '\0';
+    if (!*text) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
 
 static void remote_init(hub_remote *r, const cv_hub_options *opts) {
     memset(r, 0, sizeof *r);
@@ -205,8 +227,9 @@ static void remote_init(hub_remote *r, const cv_hub_options *opts) {
         ep = env_nonempty("HF_ENDPOINT");
         r->endpoint = cv_xstrdup(ep ? ep : "https://huggingface.co");
         r->revision = opts->revision ? opts->revision : "main";
-        const char *token = env_nonempty("HF_TOKEN");
+        const char *token = opts->token ? opts->token : env_nonempty("HF_TOKEN");
         r->http.token = token ? token : env_nonempty("HUGGING_FACE_HUB_TOKEN");
+        if (!r->http.token) r->http.token = r->stored_token = stored_token();
     }
     size_t n = strlen(r->endpoint);
     while (n > 0 && r->endpoint[n - 1] == '/') r->endpoint[--n] = '\0';
@@ -428,7 +451,7 @@ int cv_hub_resolve(const char *model, const cv_hub_options *opts, char **dir) {
         return cv_fail(CVLLM_ERR_NOT_FOUND, "model %s: no such folder, and not a hub id (ORG/NAME)", model);
     hub_remote remote;
     remote_init(&remote, opts);
-    char *cache = hub_cache_dir();
+    char *cache = hub_cache_dir(opts);
     char *repo = repo_folder(cache, model);
     int rc = 0;
     char *snap = NULL;
@@ -456,5 +479,6 @@ int cv_hub_resolve(const char *model, const cv_hub_options *opts, char **dir) {
     free(repo);
     free(cache);
     free(remote.endpoint);
+    free(remote.stored_token);
     return rc;
 }

@@ -5,7 +5,8 @@
  * Face cache exactly where huggingface_hub puts it ($HF_HUB_CACHE, else $HF_HOME/hub, else
  * ~/.cache/huggingface/hub; models--ORG--NAME/refs/REVISION names the snapshot in
  * snapshots/COMMIT/). When it is not there and downloads are allowed, the files are fetched with
- * libcurl from $HF_ENDPOINT (default https://huggingface.co), with $HF_TOKEN as bearer token, into
+ * libcurl from $HF_ENDPOINT (default https://huggingface.co), with a bearer token (the caller's, else
+ * $HF_TOKEN, else the one `huggingface-cli login` stored: $HF_TOKEN_PATH or $HF_HOME/token), into
  * that same cache layout, resuming partial files (*.incomplete) with HTTP Range requests.
  * VLLM_USE_MODELSCOPE=True switches to ModelScope's endpoint and file API. HF_HUB_OFFLINE=1
  * forbids downloads (a model that would need one fails with CVLLM_ERR_NETWORK, as with no network).
@@ -17,6 +18,8 @@
 
 typedef struct cv_hub_options {
     const char *revision;      /* NULL = "main" */
+    const char *cache_dir;     /* the cache's root (vLLM's --download-dir); NULL = the environment's */
+    const char *token;         /* the bearer token (vLLM's --hf-token TOKEN); NULL = the environment's */
     bool allow_download;
     bool weights;              /* also fetch *.safetensors (false: config + tokenizer files only) */
     bool adapter;              /* a PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors),

@@ -166,10 +166,10 @@ char *cv_shipped_model_ids(void) {
 
 /* Whether a run without weights could use `model` anyway: cvllm ships its config, or the cache holds
  * a snapshot with one. */
-static bool config_available(const char *model, const char *revision) {
+static bool config_available(const char *model, const cv_hub_options *access) {
     char *dir = cv_shipped_model_dir(model);
     if (!dir) {
-        cv_hub_options cache_only = {.revision = revision};
+        cv_hub_options cache_only = {.revision = access->revision, .cache_dir = access->cache_dir};
         if (cv_hub_resolve(model, &cache_only, &dir) != 0) dir = NULL;
     }
     bool found = dir != NULL;
@@ -177,8 +177,11 @@ static bool config_available(const char *model, const char *revision) {
     return found;
 }
 
-int cv_resolve_model(const char *model, const char *revision, bool need_weights, char **dir) {
-    cv_hub_options opts = {.revision = revision, .allow_download = false, .weights = need_weights, .progress = true};
+int cv_resolve_model(const char *model, const cv_hub_options *access, bool need_weights, char **dir) {
+    const cv_hub_options none = {0};
+    if (!access) access = &none;
+    cv_hub_options opts = {.revision = access->revision, .cache_dir = access->cache_dir, .token = access->token,
+                           .allow_download = false, .weights = need_weights, .progress = true};
     if (!need_weights) {
         /* Never download what is already here just to read a config and a tokenizer. */
         if (cv_hub_resolve(model, &opts, dir) == 0) return 0;
@@ -192,7 +195,7 @@ int cv_resolve_model(const char *model, const char *revision, bool need_weights,
     if (rc != CVLLM_ERR_NETWORK) return rc;
     /* It cannot be fetched. The reason stays; what else could run decides the status. */
     char *reason = cv_xstrdup(cv_error_message());
-    if (need_weights && config_available(model, revision)) {
+    if (need_weights && config_available(model, access)) {
         rc = cv_fail(CVLLM_ERR_NETWORK, "%s", reason);
     } else {
         char *ids = cv_shipped_model_ids();

@@ -19,10 +19,13 @@
 
 #include <stdbool.h>
 
+#include "loader/hub.h"
+
 /* need_weights = false: the folder only needs config.json and the tokenizer; what is on disk (a
- * folder, the cache, then the shipped configs) wins over a download. On success *dir is a
+ * folder, the cache, then the shipped configs) wins over a download. `access` gives the revision, the
+ * cache folder and the token (hub.h; NULL: main, and the environment's). On success *dir is a
  * cv_xmalloc'd path. */
-int cv_resolve_model(const char *model, const char *revision, bool need_weights, char **dir);
+int cv_resolve_model(const char *model, const cv_hub_options *access, bool need_weights, char **dir);
 
 /* The folder of the files shipped for hub id `model`, or NULL (cv_xmalloc'd). */
 char *cv_shipped_model_dir(const char *model);
