@@ -22,6 +22,7 @@
 #include "check.h"
 #include "cvllm.h"
 #include "server/api.h"
+#include "server/request_log.h"
 #include "server/beam_driver.h"
 #include "server/metrics.h"
 #include "testutil.h"
@@ -2202,6 +2203,35 @@ static void test_tokens_as_ids_default(void) {
     }
 }
 
+/* --enable-log-requests prints the engine's parameters as vLLM's SamplingParams.__repr__ does: Python's
+ * float reprs (shortest round trip, 1.0, 1e-05), str reprs (quotes chosen as Python chooses them),
+ * None for what is unset. */
+static void test_sampling_params_repr(void) {
+    cvllm_sampling_params p;
+    cvllm_sampling_params_default(NULL, &p);
+    static const char *const stop[] = {"a", "it's", "tab\there"};
+    static const int32_t stop_ids[] = {151645, 7};
+    p.temperature = 0.7f, p.top_p = 1.0f, p.top_k = 20, p.min_p = 1e-5f, p.max_tokens = 64, p.presence_penalty = 1.5f;
+    p.repetition_penalty = 100000.0f;
+    p.stop = stop, p.n_stop = 3, p.stop_token_ids = stop_ids, p.n_stop_token_ids = 2;
+    p.logprobs = 2;
+    char *r = cv_sampling_params_repr(&p, -2, NULL);
+    CHECK_STR_EQ(r, "SamplingParams(n=1, presence_penalty=1.5, frequency_penalty=0.0, repetition_penalty=100000.0, "
+                    "temperature=0.7, top_p=1.0, top_k=20, min_p=1e-05, seed=None, stop=['a', \"it's\", 'tab\\there'], "
+                    "stop_token_ids=[151645, 7], bad_words=[], include_stop_str_in_output=False, ignore_eos=False, "
+                    "max_tokens=64, min_tokens=0, logprobs=2, prompt_logprobs=None, skip_special_tokens=True, "
+                    "spaces_between_special_tokens=True, truncate_prompt_tokens=None, structured_outputs=None, "
+                    "extra_args=None)");
+    free(r);
+    p.has_seed = true, p.seed = 42, p.temperature = 3e16f;
+    const cvllm_constraint c = {.kind = CVLLM_CONSTRAINT_REGEX, .spec = "[a-z]+"};
+    r = cv_sampling_params_repr(&p, 10, &c);
+    CHECK_CONTAINS(r, "seed=42,");
+    CHECK_CONTAINS(r, "temperature=3e+16,");
+    CHECK_CONTAINS(r, "truncate_prompt_tokens=10, structured_outputs=StructuredOutputsParams(regex='[a-z]+'), ");
+    free(r);
+}
+
 int main(void) {
     setenv("CVLLM_LOG_LEVEL", "debug", 1); /* test_ignored_fields reads the DEBUG lines */
     CHECK(cvllm_tokenizer_create(CVLLM_SOURCE_DIR "/models/qwen3-tokenizer", &tok) == CVLLM_OK);
@@ -2242,6 +2272,7 @@ int main(void) {
     test_beam_search();
     test_exclude_tools_when_none();
     test_tokens_as_ids_default();
+    test_sampling_params_repr();
     cvllm_tokenizer_destroy(tok);
     cv_chat_template_free(qwen3_tmpl);
     cv_chat_template_free(qwen36_tmpl);

@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <regex.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -106,6 +107,36 @@ static void test_tutorial_and_drain(void) {
     json_decref(j);
     free(c.reply);
     CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
+}
+
+/* vLLM's request log: each prompt's parameters when it arrives, its output (cut to --max-log-len
+ * characters and ids) when it is through, in vLLM's words. */
+static void test_request_log(void) {
+    const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--num-threads", "2", "--kv-cache-memory-bytes", "64M",
+                          "--max-model-len", "512", "--enable-log-requests", "--enable-log-outputs", "--max-log-len", "3"};
+    sp_proc p = spawn(args, sizeof args / sizeof *args);
+    CHECK_MSG(sp_wait_ready(&p, 30), "server did not start");
+    sp_call c = {.port = p.port,
+                 .body = "{\"prompt\":[\"I am\",\"in the\"],\"max_tokens\":5,\"temperature\":0,\"ignore_eos\":true,"
+                         "\"stop\":[\"zzz\"]}"};
+    sp_post(&c);
+    CHECK_EQ_INT(c.status, 200);
+    free(c.reply);
+    kill(p.pid, SIGTERM);
+    CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
+    char *log = tu_read_text(p.log);
+    CHECK_CONTAINS(log, "-0: params: SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, "
+                        "repetition_penalty=1.0, temperature=0.0, top_p=0.95, top_k=20, min_p=0.0, seed=None, "
+                        "stop=['zzz'], stop_token_ids=[], bad_words=[], include_stop_str_in_output=False, "
+                        "ignore_eos=True, max_tokens=5, ");
+    CHECK_CONTAINS(log, "-1: params: SamplingParams(n=1, ");
+    CHECK_CONTAINS(log, "lora_request: None.");
+    regex_t re;
+    CHECK(regcomp(&re, "Generated response cmpl-[0-9a-f]+-1: output: '[^']{0,3}', output_token_ids: \\[[0-9]+, [0-9]+, "
+                       "[0-9]+\\], finish_reason: length", REG_EXTENDED) == 0);
+    CHECK_MSG(regexec(&re, log, 0, NULL, 0) == 0, "no output line of prompt 1 in: %s", log);
+    regfree(&re);
+    free(log);
 }
 
 /* Without --shutdown-timeout, SIGTERM aborts a running stream: it ends with "abort" and [DONE]. */
@@ -214,6 +245,7 @@ int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     model_dir = tu_model_dir("qwen3-dense-f32");
     test_bad_flags();
+    test_request_log();
     test_bad_template();
     test_address_in_use();
     test_tutorial_and_drain();

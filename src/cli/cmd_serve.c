@@ -118,13 +118,11 @@ static const char usage[] =
 static const char *const fingerprint_modes[] = {"full", "hash", "custom", "none", NULL};
 
 static const cv_ignored_flag ignored_serve_flags[] = {
-    {"--max-log-len", CV_IGNORED_INT, NULL},
     /* logging and documentation cvllm does not have: no access log, no Python logging config, no
      * stack traces, no FastAPI docs */
     {"--disable-access-log-for-endpoints", CV_IGNORED_STRING, NULL},
     {"--log-config-file", CV_IGNORED_STRING, NULL},
     {"--log-error-stack", CV_IGNORED_SWITCH, NULL},
-    {"--enable-log-outputs", CV_IGNORED_SWITCH, NULL},
     {"--enable-log-deltas", CV_IGNORED_BOOL, NULL},
     {"--enable-offline-docs", CV_IGNORED_SWITCH, NULL},
     /* the path a proxy strips before forwarding; routing never sees it */
@@ -364,10 +362,24 @@ static const cv_refused_flag refused_serve_flags[] = {
     {"--headless|--tokens-only", "cvllm always serves the OpenAI API from this process"},
 };
 
+/* vLLM's request log (request_log.h): taken here, before the engine flags, which only accept them. */
+static bool log_flag(cv_args *a, serve_args *g) {
+    const char *v;
+    int64_t n;
+    if (cv_args_flag(a, "--enable-log-requests")) g->server.log_requests = true;
+    else if (cv_args_flag(a, "--no-enable-log-requests|--disable-log-requests")) g->server.log_requests = false;
+    else if (cv_args_flag(a, "--enable-log-outputs")) g->server.log_outputs = true;
+    else if (cv_args_value(a, "--max-log-len", &v)) {
+        if (cv_args_int(a, "--max-log-len", v, 0, INT64_MAX, &n)) g->server.max_log_len = n;
+    } else return false;
+    return true;
+}
+
 static bool server_flag(cv_args *a, serve_args *g) {
     const char *v;
     int64_t n;
-    if (cors_flag(a, g) || cv_args_refused(a, refused_serve_flags, CV_ARRAY_LEN(refused_serve_flags))) return true;
+    if (cors_flag(a, g) || log_flag(a, g) || cv_args_refused(a, refused_serve_flags, CV_ARRAY_LEN(refused_serve_flags)))
+        return true;
     if (cv_args_value(a, "--host", &v)) g->server.host = v;
     else if (cv_args_value(a, "--uds", &v)) g->server.uds = v;
     else if (cv_args_value(a, "--port", &v)) {

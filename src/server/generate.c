@@ -33,6 +33,7 @@
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "server/beam_driver.h"
+#include "server/request_log.h"
 #include "server/server_internal.h"
 
 typedef struct gen_slot {
@@ -168,6 +169,36 @@ void cv_generate_fail_all(cv_server *s, const char *why) {
     pthread_mutex_unlock(&s->sessions_mu);
 }
 
+/* vLLM's request id in its logs: the reply's, with the prompt's index for completions. */
+static void log_id(const gen_session *g, size_t i, char *out, size_t cap) {
+    if (g->req.kind == CV_API_CHAT) snprintf(out, cap, "%s", g->resp.id);
+    else snprintf(out, cap, "%s-%zu", g->resp.id, i);
+}
+
+static void log_received(const gen_session *g, size_t i, const cvllm_sampling_params *params) {
+    char id[128];
+    log_id(g, i, id, sizeof id);
+    cvllm_sampling_params shown = *params;
+    shown.max_tokens = g->req.prompts[i].max_tokens; /* as vLLM's params carry it, resolved */
+    char *repr = cv_sampling_params_repr(&shown, g->req.truncate_prompt_tokens,
+                                         g->req.constraint.kind ? &g->req.constraint : NULL);
+    cv_log_request_received(id, repr, g->lora);
+    free(repr);
+}
+
+/* --enable-log-outputs: each choice of prompt i, once it is through. */
+static void log_generated(const gen_session *g, size_t i) {
+    char id[128];
+    log_id(g, i, id, sizeof id);
+    if (g->req.stream) snprintf(id + strlen(id), sizeof id - strlen(id), " (streaming complete)");
+    const size_t n = (size_t)g->req.params.n;
+    for (size_t c = i * n; c < (i + 1) * n && c < g->resp.n_choices; c++) {
+        const cv_api_choice *ch = &g->resp.choices[c];
+        cv_log_response_generated(id, ch->text ? ch->text : "", ch->text_len, ch->token_ids, ch->n_tokens,
+                                  cvllm_finish_reason_name(ch->finish), g->s->max_log_len);
+    }
+}
+
 /* The loop's callback, on its output thread. */
 static void on_event(void *user, cv_request_event *ev) {
     gen_slot *slot = user;
@@ -178,6 +209,7 @@ static void on_event(void *user, cv_request_event *ev) {
     if (!g->replied) {
         bool stream = g->req.stream;
         cv_api_response_apply(&g->resp, slot->prompt, ev, stream ? &g->sse : NULL, &g->sse_len, &g->sse_cap);
+        if (finished && g->s->log_outputs) log_generated(g, slot->prompt);
         bool last = finished && --g->n_open == 0;
         if (stream) {
             if (last) cv_api_response_stream_end(&g->resp, &g->sse, &g->sse_len, &g->sse_cap);
@@ -231,6 +263,7 @@ static int submit_all(gen_session *g, cv_api_error *err) {
                                .lora_name = g->lora};
         cvllm_sampling_params params = cv_api_prompt_params(req, i);
         g->slots[i] = (gen_slot){g, i};
+        if (g->s->log_requests) log_received(g, i, &params);
         cv_submit sub = {.prompt = &prompt,
                          .params = &params,
                          .on_event = on_event,

@@ -468,6 +468,9 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     s->cached_details = o->enable_prompt_tokens_details;
     s->force_usage = o->enable_force_include_usage;
     s->request_id_headers = o->enable_request_id_headers;
+    s->log_requests = o->log_requests;
+    s->log_outputs = o->log_requests && o->log_outputs; /* vLLM: outputs need --enable-log-requests */
+    s->max_log_len = o->max_log_len > 0 ? o->max_log_len : -1;
     s->load_tracking = o->enable_server_load_tracking;
     s->max_body = o->max_body_bytes ? o->max_body_bytes : DEFAULT_MAX_BODY;
     s->started = (int64_t)time(NULL);

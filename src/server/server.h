@@ -45,6 +45,8 @@ typedef struct cv_server_options {
     size_t n_api_keys;
     bool enable_prompt_tokens_details; /* usage.prompt_tokens_details.cached_tokens */
     bool return_tokens_as_token_ids;   /* logprobs name tokens "token_id:ID" unless a request says otherwise */
+    bool log_requests, log_outputs;    /* --enable-log-requests (with --enable-log-outputs): request_log.h */
+    int64_t max_log_len;               /* --max-log-len: characters / ids of a logged output; 0 = whole */
     bool enable_force_include_usage;   /* usage chunk on every stream */
     bool enable_request_id_headers;    /* every reply carries X-Request-Id: the request's own, or a new one */
     bool enable_server_load_tracking;  /* /load counts the generations in flight (else it says 0) */

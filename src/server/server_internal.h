@@ -42,6 +42,8 @@ struct cv_server {
     cv_cors cors;
     bool cached_details, force_usage;
     bool request_id_headers;      /* --enable-request-id-headers */
+    bool log_requests, log_outputs; /* request_log.h */
+    int64_t max_log_len;          /* -1: whole */
     bool load_tracking;           /* --enable-server-load-tracking */
     atomic_long load;             /* generations in flight, with load_tracking (vLLM's server_load_metrics) */
     size_t max_body;
