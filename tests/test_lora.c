@@ -577,11 +577,32 @@ static void test_serve_runtime(const char *base, const adapter *ad, const run *w
     char *tmp = tu_make_temp_dir();
     char *load = tu_strdupf("{\"lora_name\": \"x\", \"lora_path\": \"%s\"%s}", ad->dir, "");
     char *inplace = tu_strdupf("{\"lora_name\": \"x\", \"lora_path\": \"%s\", \"load_inplace\": %s}", ad->dir, "true");
+    /* the resolver's directory: fsres (ad's weights, for this base), foreign (another base), broken */
+    char *resolver = tu_make_temp_dir();
+    static const char *const folders[] = {"fsres", "foreign", "broken"};
+    for (int k = 0; k < 3; k++) {
+        char *dir = tu_strdupf("%s/%s", resolver, folders[k]), *mk = tu_strdupf("mkdir -p %s%s", dir, "");
+        CHECK(system(mk) == 0);
+        char *cfg = tu_strdupf("{\"peft_type\": \"LORA\", \"r\": 8, \"lora_alpha\": 16, \"target_modules\": "
+                               "[\"q_proj\"], \"base_model_name_or_path\": \"%s\"%s}", k == 1 ? "Qwen/Qwen3-0.6B" : base, "");
+        tu_write_file(dir, "adapter_config.json", cfg, strlen(cfg));
+        if (k == 0) {
+            char *st = tu_strdupf("%s/%s", ad->dir, "adapter_model.safetensors");
+            tu_link(st, dir, "adapter_model.safetensors");
+            free(st);
+        }
+        free(cfg);
+        free(mk);
+        free(dir);
+    }
     const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--served-model-name", "m", "--enable-lora",
                           "--dtype", "float32", "--max-model-len", "256", "--kv-cache-memory-bytes", "16777216",
                           "--num-threads", "2", "-dp", "2", "--no-enable-prefix-caching"};
     for (int allowed = 0; allowed < 2; allowed++) {
-        if (allowed) setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", " True", 1);
+        if (allowed) {
+            setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", " True", 1);
+            setenv("VLLM_LORA_RESOLVER_CACHE_DIR", resolver, 1);
+        }
         sp_proc p = sp_spawn(base, tmp, allowed ? "lora-runtime" : "lora-no-runtime", args, sizeof args / sizeof *args);
         if (!serve_ready(&p)) continue;
         if (!allowed) {
@@ -626,13 +647,43 @@ static void test_serve_runtime(const char *base, const adapter *ad, const run *w
             snprintf(expect, sizeof expect, "m:%s:-", base);
             CHECK_STR_EQ(ids, expect);
             free(body);
+            /* vLLM's filesystem resolver: an unknown name that is an adapter of this base model in
+             * VLLM_LORA_RESOLVER_CACHE_DIR is loaded on first use; another model's is not; one that
+             * cannot load is vLLM's 400 */
+            body = completion_body("fsres", want, "");
+            sp_call r = {.port = p.port, .body = body};
+            sp_post(&r);
+            int32_t got[N_GEN];
+            CHECK_MSG(r.status == 200 && reply_ids(&r, got) && !memcmp(got, want->ids, sizeof got),
+                      "resolved adapter: %ld %s", r.status, r.reply ? r.reply : "");
+            free(r.reply);
+            free(body);
+            model_ids(p.port, ids, sizeof ids);
+            snprintf(expect, sizeof expect, "m:%s:-,fsres:%s/fsres:m", base, resolver);
+            CHECK_STR_EQ(ids, expect);
+            body = completion_body("foreign", want, "");
+            expect_post(p.port, "/v1/completions", body, 404, "The model `foreign` does not exist.");
+            free(body);
+            body = completion_body("broken", want, "");
+            expect_post(p.port, "/v1/completions", body, 400, "LoRA adapter 'broken' was found but could not be loaded.");
+            free(body);
             unsetenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+            unsetenv("VLLM_LORA_RESOLVER_CACHE_DIR");
         }
         kill(p.pid, SIGTERM);
         CHECK_EQ_INT(sp_wait_exit(&p, 30), 0);
     }
+    /* a resolver directory that is not there stops startup, as vLLM's plugin registration does */
+    const char *const env[] = {"VLLM_LORA_RESOLVER_CACHE_DIR=/nonexistent/loras", NULL};
+    const char *const argv[] = {"serve", base, "--port", "0", NULL};
+    tu_run bad = tu_run_exec(tmp, NULL, env, CVLLM_BINARY, argv);
+    CHECK_EQ_INT(bad.status, 2);
+    CHECK_CONTAINS(bad.err ? bad.err : "", "VLLM_LORA_RESOLVER_CACHE_DIR must be set to a valid directory");
+    tu_run_free(&bad);
     free(load);
     free(inplace);
+    tu_remove_tree(resolver);
+    free(resolver);
     tu_remove_tree(tmp);
     free(tmp);
 }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.h"
@@ -244,6 +245,29 @@ static bool env_true(const char *name) {
     return (n == 1 && *v == '1') || (n == 4 && !strncasecmp(v, "true", 4));
 }
 
+/* vLLM's filesystem LoRA resolver plugin: VLLM_LORA_RESOLVER_CACHE_DIR, when the plugin is loaded
+ * (VLLM_PLUGINS unset loads every plugin; else it must name lora_filesystem_resolver). A directory
+ * that is not there stops startup, as the plugin's registration does. Non-zero after an error. */
+static int lora_resolver(cv_args *a, serve_args *g) {
+    const char *dir = getenv("VLLM_LORA_RESOLVER_CACHE_DIR"), *plugins = getenv("VLLM_PLUGINS");
+    if (!dir || !*dir) return 0;
+    if (plugins) {
+        bool listed = false;
+        for (const char *p = plugins; *p;) {
+            const size_t n = strcspn(p, ",");
+            listed |= n == strlen("lora_filesystem_resolver") && !strncmp(p, "lora_filesystem_resolver", n);
+            p += n + (p[n] == ',');
+        }
+        if (!listed) return 0;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return cv_args_error(a, "VLLM_LORA_RESOLVER_CACHE_DIR must be set to a valid directory for Filesystem "
+                             "Resolver plugin to function");
+    g->server.lora_resolver_dir = dir;
+    return 0;
+}
+
 /* The --lora-modules items as vLLM's LoRAParserAction reads them: NAME=PATH, else a JSON object of
  * name, path and base_model_name. */
 static int parse_lora_modules(cv_args *a, serve_args *g) {
@@ -450,6 +474,7 @@ static int parse_serve_args(cv_args *a, serve_args *g) {
         g->keys[g->n_keys++] = env_key;
     }
     g->server.runtime_lora_updating = env_true("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+    if (lora_resolver(a, g)) return 2;
     g->server.model_root = g->engine.model;
     g->server.served_model_names = g->names;
     g->server.n_served_model_names = g->n_names;

@@ -22,6 +22,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
 #include "base/error.h"
 #include "base/log.h"
 #include "server/server_internal.h"
@@ -58,12 +60,14 @@ void cv_server_loras_init(cv_server *s, const cv_server_options *o) {
         add_card(s, o->loras[i].name, o->loras[i].path,
                  o->loras[i].base_model_name ? o->loras[i].base_model_name : s->names[0]);
     s->runtime_lora = o->runtime_lora_updating;
+    s->lora_resolver_dir = o->lora_resolver_dir ? cv_xstrdup(o->lora_resolver_dir) : NULL;
     if (s->runtime_lora)
         cv_warn("server", "LoRA dynamic loading & unloading is enabled in the API server. This should ONLY be used "
                 "for local development!");
 }
 
 void cv_server_loras_free(cv_server *s) {
+    free(s->lora_resolver_dir);
     for (size_t i = 0; i < s->n_loras; i++) free_card(&s->loras[i]);
     free(s->loras);
     pthread_mutex_destroy(&s->lora_mu);
@@ -92,6 +96,56 @@ static void reply_text(cv_http_req *r, const char *fmt, const char *name) {
     free(text);
 }
 
+/* The card of an adapter the engines have just loaded, in place of one of the same name. */
+static void put_card(cv_server *s, const char *name, const char *path) {
+    pthread_mutex_lock(&s->lora_mu);
+    const ssize_t old = find_card(s, name);
+    if (old >= 0) {
+        free_card(&s->loras[old]);
+        s->loras[old] = s->loras[--s->n_loras];
+    }
+    add_card(s, name, path, s->names[0]);
+    pthread_mutex_unlock(&s->lora_mu);
+}
+
+/* Whether DIR/adapter_config.json is a LoRA adapter of base model `base` (its peft_type and
+ * base_model_name_or_path), as vLLM's FilesystemResolver checks. */
+static bool resolvable(const char *dir, const char *base) {
+    char *path = cv_xasprintf("%s/adapter_config.json", dir);
+    json_t *cfg = json_load_file(path, 0, NULL);
+    free(path);
+    const char *type = json_string_value(json_object_get(cfg, "peft_type"));
+    const char *model = json_string_value(json_object_get(cfg, "base_model_name_or_path"));
+    const bool ok = type && model && !strcmp(type, "LORA") && !strcmp(model, base);
+    json_decref(cfg);
+    return ok;
+}
+
+int cv_server_lora_resolve(cv_server *s, const char *name, cv_api_error *err) {
+    if (!s->runtime_lora || !s->lora_resolver_dir) return 0;
+    /* a folder of the resolver's directory, never a path out of it */
+    if (!*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) return 0;
+    char *dir = cv_xasprintf("%s/%s", s->lora_resolver_dir, name);
+    int rc = 0;
+    if (resolvable(dir, s->root)) {
+        pthread_mutex_lock(&s->lora_admin_mu);
+        if (cv_server_lora_listed(s, name)) {
+            rc = 1; /* another request resolved it meanwhile */
+        } else if (cv_engine_group_load_lora(s->group, &(cvllm_lora_module){name, dir}, false)) {
+            cv_warn("server", "Failed to load LoRA '%s' resolved by FilesystemResolver: %s", name, cvllm_last_error());
+            cv_api_fail(err, 400, NULL, "LoRA adapter '%s' was found but could not be loaded.", name);
+            rc = -1;
+        } else {
+            put_card(s, name, dir);
+            cv_info("server", "Resolved and loaded LoRA adapter '%s' using FilesystemResolver", name);
+            rc = 1;
+        }
+        pthread_mutex_unlock(&s->lora_admin_mu);
+    }
+    free(dir);
+    return rc;
+}
+
 /* vLLM's 400 for what its serving layer refuses before the engine sees it. */
 #define INVALID_INPUT(err, ...) (cv_api_fail(err, 400, NULL, __VA_ARGS__), (err)->type = "InvalidUserInput", -1)
 
@@ -114,14 +168,7 @@ static int load(cv_server *s, const cv_api_lora_request *q, cv_api_error *err) {
     }
     if (rc) return cv_api_fail(err, rc == CVLLM_ERR_INTERNAL || rc == CVLLM_ERR_IO ? 500 : 400, NULL, "%s",
                                cvllm_last_error());
-    pthread_mutex_lock(&s->lora_mu);
-    const ssize_t old = find_card(s, q->lora_name);
-    if (old >= 0) {
-        free_card(&s->loras[old]);
-        s->loras[old] = s->loras[--s->n_loras];
-    }
-    add_card(s, q->lora_name, q->lora_path, s->names[0]);
-    pthread_mutex_unlock(&s->lora_mu);
+    put_card(s, q->lora_name, q->lora_path);
     cv_info("server", "Loaded new LoRA adapter: name '%s', path '%s'", q->lora_name, q->lora_path);
     return 0;
 }

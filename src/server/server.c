@@ -72,11 +72,12 @@ const char *cv_server_model_name(cv_server *s, const char *requested, const char
     if (!requested) return s->names[0];
     for (size_t i = 0; i < s->n_names; i++)
         if (!strcmp(requested, s->names[i])) return s->names[i];
-    if (cv_server_lora_listed(s, requested)) {
+    const int resolved = cv_server_lora_listed(s, requested) ? 1 : cv_server_lora_resolve(s, requested, err);
+    if (resolved > 0) {
         if (lora) *lora = requested;
         return requested;
     }
-    cv_api_fail(err, 404, "model", "The model `%.200s` does not exist.", requested);
+    if (resolved == 0) cv_api_fail(err, 404, "model", "The model `%.200s` does not exist.", requested);
     return NULL;
 }
 

@@ -36,6 +36,8 @@ typedef struct cv_server_options {
     size_t n_loras;
     bool runtime_lora_updating;        /* vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING: /v1/load_lora_adapter and
                                         * /v1/unload_lora_adapter exist */
+    const char *lora_resolver_dir;     /* vLLM's VLLM_LORA_RESOLVER_CACHE_DIR: with runtime updating, an
+                                        * unknown model name that is a LoRA folder there is loaded */
     /* CORS (cors.h), vLLM's --allowed-origins, --allowed-methods, --allowed-headers (NULL: ["*"]) and
      * --allow-credentials; copied */
     const char *const *allowed_origins, *const *allowed_methods, *const *allowed_headers;

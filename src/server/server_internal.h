@@ -36,6 +36,7 @@ struct cv_server {
     cv_lora_card *loras;
     size_t n_loras, cap_loras;
     bool runtime_lora;            /* VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load and unload routes exist */
+    char *lora_resolver_dir;      /* VLLM_LORA_RESOLVER_CACHE_DIR (with runtime_lora), or NULL */
     char *root;
     char **keys;
     size_t n_keys;
@@ -83,6 +84,11 @@ json_t *cv_server_model_card(const cv_server *s, const char *id, const char *roo
 void cv_server_loras_init(cv_server *s, const cv_server_options *o);
 void cv_server_loras_free(cv_server *s);
 bool cv_server_lora_listed(cv_server *s, const char *name);
+/* vLLM's filesystem LoRA resolver: a model name the server does not know, naming a folder of the
+ * resolver's directory that holds a LoRA adapter of the served model (adapter_config.json's
+ * peft_type and base_model_name_or_path), is loaded under that name. 1: it is served now; 0: no such
+ * adapter (or no resolver); -1: found but not loadable, *err vLLM's 400. */
+int cv_server_lora_resolve(cv_server *s, const char *name, cv_api_error *err);
 /* Appends the adapters' cards to /v1/models' data. */
 void cv_server_lora_cards(cv_server *s, json_t *data);
 /* /v1/load_lora_adapter (load_it) or /v1/unload_lora_adapter; finishes the request. */
