@@ -11,6 +11,7 @@
  * differs there, and the word never appears.
  */
 #include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -510,8 +511,71 @@ static void test_download_dir(void) {
     free(mk);
 }
 
+/* One greedy request with prompt logprobs and logprobs (top 2) under logprobs_mode `mode`: each
+ * position's chosen value minus its best one, and the chosen ranks, prompt positions first (from 1;
+ * gap[0] is the chosen value itself at prompt position 1). */
+enum { LP_PROMPT = 6, LP_GEN = 4 };
+static int logprob_gaps(const char *mode, float *gap, int32_t *rank) {
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = model_dir;
+    o.kv_cache_memory_bytes = 8 << 20;
+    o.max_model_len = 256;
+    o.num_threads = 2;
+    o.dtype = "float32";
+    o.logprobs_mode = mode;
+    cvllm_engine *e = NULL;
+    int rc = cvllm_engine_create(&o, &e);
+    if (rc) return rc;
+    cvllm_sampling_params p = greedy(e, LP_GEN);
+    p.prompt_logprobs = 2;
+    p.logprobs = 2;
+    uint64_t id = add_prompt(e, PROMPT(11, 420, 77, 3001, 15, 990), &p);
+    while (cvllm_engine_has_unfinished(e)) {
+        const cvllm_request_output *const *outs;
+        size_t n;
+        CHECK(cvllm_engine_step(e, &outs, &n) == 0);
+        for (size_t k = 0; k < n; k++) {
+            if (outs[k]->request_id != id) continue;
+            for (int t = 1; outs[k]->prompt_logprobs && t < LP_PROMPT; t++) {
+                const cvllm_position_logprobs *lp = &outs[k]->prompt_logprobs[t];
+                gap[t] = lp->chosen.logprob - lp->top[0].logprob, rank[t] = lp->chosen.rank;
+                if (t == 1) gap[0] = lp->chosen.logprob;
+            }
+            const cvllm_completion_output *c = &outs[k]->outputs[0];
+            for (size_t t = 0; outs[k]->finished && c->logprobs && t < c->n_token_ids && t < LP_GEN; t++)
+                gap[LP_PROMPT + t] = c->logprobs[t].chosen.logprob - c->logprobs[t].top[0].logprob,
+                rank[LP_PROMPT + t] = c->logprobs[t].chosen.rank;
+        }
+    }
+    cvllm_engine_destroy(e);
+    return 0;
+}
+
+/* vLLM's logprobs_mode: raw_logits returns the logits whose log-softmax raw_logprobs returns, so the
+ * gaps between a position's values and the ranks are the same in both; the processed modes are
+ * refused naming what cvllm returns. */
+static void test_logprobs_mode(void) {
+    float gap_lp[LP_PROMPT + LP_GEN] = {0}, gap_logit[LP_PROMPT + LP_GEN] = {0};
+    int32_t rank_lp[LP_PROMPT + LP_GEN] = {0}, rank_logit[LP_PROMPT + LP_GEN] = {0};
+    CHECK_EQ_INT(logprob_gaps(NULL, gap_lp, rank_lp), 0);
+    CHECK_EQ_INT(logprob_gaps("raw_logits", gap_logit, rank_logit), 0);
+    for (int t = 1; t < LP_PROMPT + LP_GEN; t++) {
+        CHECK_MSG(fabsf(gap_lp[t] - gap_logit[t]) < 1e-4f, "position %d: gap %g as logprobs, %g as logits", t,
+                  gap_lp[t], gap_logit[t]);
+        CHECK_EQ_INT(rank_lp[t], rank_logit[t]);
+    }
+    CHECK_MSG(fabsf(gap_lp[0] - gap_logit[0]) > 1e-3f, "raw_logits gave the logprob %g itself", gap_logit[0]);
+    float g[LP_PROMPT + LP_GEN];
+    int32_t r[LP_PROMPT + LP_GEN];
+    CHECK_EQ_INT(logprob_gaps("processed_logprobs", g, r), CVLLM_ERR_UNSUPPORTED);
+    CHECK_CONTAINS(cvllm_last_error(), "logprobs_mode processed_logprobs is not supported");
+    CHECK_EQ_INT(logprob_gaps("logits", g, r), CVLLM_ERR_INVALID_ARGUMENT);
+}
+
 int main(void) {
     model_dir = tu_model_dir(vec);
+    test_logprobs_mode();
     test_download_dir();
     test_hf_overrides();
     test_generation_override();

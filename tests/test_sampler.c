@@ -806,7 +806,7 @@ static void test_logprobs_small(void) {
     reference_logprobs(row, 7, lp);
     cv_logprob_entry top[7], chosen;
 
-    cv_logprobs_of(row, 7, 3, 6, top, &chosen);
+    cv_logprobs_of(row, 7, 3, 6, false, top, &chosen);
     const int32_t order[3] = {1, 3, 4}; /* tie 1/3: lower id first */
     for (int i = 0; i < 3; i++) {
         CHECK_EQ_INT(top[i].token_id, order[i]);
@@ -817,14 +817,21 @@ static void test_logprobs_small(void) {
     CHECK_EQ_INT(chosen.rank, 4);
     CHECK(fabs(chosen.logprob - lp[6]) < 1e-6);
 
+    /* logprobs_mode raw_logits: the logits themselves, in the same order, with the same ranks */
+    cv_logprob_entry top_logits[3], chosen_logit;
+    cv_logprobs_of(row, 7, 3, 6, true, top_logits, &chosen_logit);
+    for (int i = 0; i < 3; i++)
+        CHECK(top_logits[i].token_id == order[i] && top_logits[i].rank == i + 1 && top_logits[i].logprob == row[order[i]]);
+    CHECK(chosen_logit.token_id == 6 && chosen_logit.rank == 4 && chosen_logit.logprob == 1.0f);
+
     /* vLLM's rank counts ties: both tokens at 3.0 have rank 2 */
-    cv_logprobs_of(row, 7, 0, 1, NULL, &chosen);
+    cv_logprobs_of(row, 7, 0, 1, false, NULL, &chosen);
     CHECK_EQ_INT(chosen.rank, 2);
-    cv_logprobs_of(row, 7, 0, 5, NULL, &chosen);
+    cv_logprobs_of(row, 7, 0, 5, false, NULL, &chosen);
     CHECK_EQ_INT(chosen.rank, 7);
 
     /* n_top beyond the vocabulary is clamped: everything, sorted, probabilities summing to 1 */
-    cv_logprobs_of(row, 7, 7, 0, top, &chosen);
+    cv_logprobs_of(row, 7, 7, 0, false, top, &chosen);
     double total = 0;
     for (int i = 0; i < 7; i++) {
         total += exp(top[i].logprob);
@@ -878,7 +885,7 @@ static void test_logprobs_wide(void) {
     enum { N = 20 };
     cv_logprob_entry top[N], chosen;
     int32_t pick = order[5000]; /* far outside the top-N */
-    cv_logprobs_of(row, QWEN_VOCAB, N, pick, top, &chosen);
+    cv_logprobs_of(row, QWEN_VOCAB, N, pick, false, top, &chosen);
     int order_ok = 0;
     for (int i = 0; i < N; i++)
         order_ok += top[i].token_id == order[i] && top[i].rank == i + 1 && fabs(top[i].logprob - lp[order[i]]) < 1e-5;
@@ -889,7 +896,7 @@ static void test_logprobs_wide(void) {
     CHECK_EQ_INT(chosen.rank, at_least);
     CHECK(fabs(chosen.logprob - lp[pick]) < 1e-5);
 
-    cv_logprobs_of(row, QWEN_VOCAB, 0, 7, NULL, &chosen);
+    cv_logprobs_of(row, QWEN_VOCAB, 0, 7, false, NULL, &chosen);
     CHECK(isinf(chosen.logprob) && chosen.logprob < 0);
     CHECK_EQ_INT(chosen.rank, QWEN_VOCAB);
     free(order);

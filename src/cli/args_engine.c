@@ -342,6 +342,7 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (cv_args_value(a, "--tokenizer", &v)) o->tokenizer = v;
     else if (cv_args_value(a, "--revision", &v)) o->revision = v;
     else if (cv_args_value(a, "--tokenizer-revision", &v)) o->tokenizer_revision = v;
+    else if (cv_args_value(a, "--logprobs-mode", &v)) o->logprobs_mode = v;
     else if (cv_args_value(a, "--download-dir", &v)) o->download_dir = v;
     else if (hf_token(a, o)) {
     }

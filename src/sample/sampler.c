@@ -627,7 +627,7 @@ static int32_t sample_row(const cv_sampler_params *p, cv_sampler_state *st, floa
     res->token_id = token;
     if (want_logprobs) {
         res->n_top = p->logprobs < n ? p->logprobs : n;
-        cv_logprobs_of(raw, n, res->n_top, token, res->top, &res->chosen);
+        cv_logprobs_of(raw, n, res->n_top, token, p->logits, res->top, &res->chosen);
     } else {
         res->n_top = 0;
         res->chosen = (cv_logprob_entry){.token_id = token, .logprob = 0, .rank = 0};
@@ -716,10 +716,11 @@ static void select_top(const float *logits, int32_t n, int32_t k, cv_logprob_ent
     }
 }
 
-void cv_logprobs_of(const float *logits, int32_t vocab_size, int32_t n_top, int32_t token_id,
+void cv_logprobs_of(const float *logits, int32_t vocab_size, int32_t n_top, int32_t token_id, bool as_logits,
                     cv_logprob_entry *top, cv_logprob_entry *chosen) {
     assert(token_id >= 0 && token_id < vocab_size);
-    log_normaliser z = log_normaliser_of(logits, vocab_size);
+    /* a zero normaliser leaves each value its cleaned logit; the order and the ranks are the same */
+    log_normaliser z = as_logits ? (log_normaliser){.max = 0, .log_sum = 0} : log_normaliser_of(logits, vocab_size);
     int32_t k = n_top < vocab_size ? n_top : vocab_size;
     if (k > 0) {
         select_top(logits, vocab_size, k, top);

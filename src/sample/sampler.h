@@ -61,6 +61,7 @@ typedef struct cv_sampler_params {
     const float *bias_values;
     size_t n_bias;
     int32_t logprobs;         /* -1: none; else top-N raw logprobs */
+    bool logits;              /* vLLM's logprobs_mode raw_logits: the logprobs' values are the logits */
 } cv_sampler_params;
 
 typedef struct cv_sampler_state {
@@ -119,8 +120,10 @@ int32_t cv_sample_verify(const cv_sampler_params *p, cv_sampler_state *st, float
 /* Raw logprobs of one row: top-N entries (most likely first, ties by lower id, ranks 1..N) and the
  * entry for `token_id`, whose rank is vLLM's: the number of tokens whose logprob is >= its own
  * (so 1 + those strictly above it when there is no tie). prompt_logprobs and logprobs share this.
- * n_top is clamped to vocab_size; `top` needs that many entries (may be NULL when n_top is 0). */
-void cv_logprobs_of(const float *logits, int32_t vocab_size, int32_t n_top, int32_t token_id,
+ * n_top is clamped to vocab_size; `top` needs that many entries (may be NULL when n_top is 0).
+ * as_logits (vLLM's logprobs_mode raw_logits): the values are the logits themselves, in the same
+ * order and with the same ranks. */
+void cv_logprobs_of(const float *logits, int32_t vocab_size, int32_t n_top, int32_t token_id, bool as_logits,
                     cv_logprob_entry *top, cv_logprob_entry *chosen);
 
 /* The stages of cv_sample, exposed so tests can check them exactly. */
