@@ -33,13 +33,20 @@ typedef struct engine_cfg {
     uint64_t kv_bytes;
 } engine_cfg;
 
-static cvllm_engine *make_engine(engine_cfg c) {
+/* The tests' engine over `model`: an 8 MiB KV cache, 256 positions, 2 threads. */
+static cvllm_engine_options small_options(const char *model) {
     cvllm_engine_options o;
     cvllm_engine_options_default(&o);
-    o.model = model_dir;
-    o.kv_cache_memory_bytes = c.kv_bytes ? c.kv_bytes : 8 << 20;
+    o.model = model;
+    o.kv_cache_memory_bytes = 8 << 20;
     o.max_model_len = 256;
     o.num_threads = 2;
+    return o;
+}
+
+static cvllm_engine *make_engine(engine_cfg c) {
+    cvllm_engine_options o = small_options(model_dir);
+    if (c.kv_bytes) o.kv_cache_memory_bytes = c.kv_bytes;
     o.block_size = 16;
     o.dtype = "float32";
     o.scheduling_policy = c.policy;
@@ -353,12 +360,7 @@ static void test_validation(void) {
 /* --override-generation-config: its sampling fields over generation_config.json (temperature 0.6,
  * top_k 20, top_p 0.95 here), or over vLLM's neutral defaults with generation_config "vllm". */
 static cvllm_engine *engine_with(const char *generation_config, const char *override, int *rc) {
-    cvllm_engine_options o;
-    cvllm_engine_options_default(&o);
-    o.model = model_dir;
-    o.kv_cache_memory_bytes = 8 << 20;
-    o.max_model_len = 256;
-    o.num_threads = 2;
+    cvllm_engine_options o = small_options(model_dir);
     o.generation_config = generation_config;
     o.override_generation_config = override;
     cvllm_engine *e = NULL;
@@ -398,11 +400,9 @@ static void test_generation_override(void) {
  * could not be created (*rc says why). */
 static bool prompt_logprobs(const char *dir, const char *hf_overrides, const char *rope_scaling, double rope_theta,
                             float *lp, int32_t *max_len, int *rc) {
-    cvllm_engine_options o;
-    cvllm_engine_options_default(&o);
-    o.model = dir;
+    cvllm_engine_options o = small_options(dir);
     o.kv_cache_memory_bytes = 48 << 20; /* the plain model's whole 40960 positions */
-    o.num_threads = 2;
+    o.max_model_len = 0;                /* derived from the config, overrides and all */
     o.dtype = "float32";
     o.hf_overrides = hf_overrides;
     o.rope_scaling = rope_scaling;
@@ -489,12 +489,7 @@ static void test_download_dir(void) {
     char *empty = tu_make_temp_dir();
     setenv("HF_HUB_CACHE", empty, 1);
     setenv("HF_HUB_OFFLINE", "1", 1);
-    cvllm_engine_options o;
-    cvllm_engine_options_default(&o);
-    o.model = "org/tiny";
-    o.kv_cache_memory_bytes = 8 << 20;
-    o.max_model_len = 256;
-    o.num_threads = 1;
+    cvllm_engine_options o = small_options("org/tiny");
     cvllm_engine *e = NULL;
     CHECK(cvllm_engine_create(&o, &e) != 0 && !e);
     o.download_dir = cache;
@@ -516,12 +511,7 @@ static void test_download_dir(void) {
  * gap[0] is the chosen value itself at prompt position 1). */
 enum { LP_PROMPT = 6, LP_GEN = 4 };
 static int logprob_gaps(const char *mode, float *gap, int32_t *rank) {
-    cvllm_engine_options o;
-    cvllm_engine_options_default(&o);
-    o.model = model_dir;
-    o.kv_cache_memory_bytes = 8 << 20;
-    o.max_model_len = 256;
-    o.num_threads = 2;
+    cvllm_engine_options o = small_options(model_dir);
     o.dtype = "float32";
     o.logprobs_mode = mode;
     cvllm_engine *e = NULL;

@@ -16,17 +16,16 @@
  * sigwait in main ever sees them. Shutdown follows --shutdown-timeout: stop accepting, let requests
  * in flight finish for up to that many seconds, abort the rest, stop the engines.
  */
-#include <ctype.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/args.h"
@@ -233,16 +232,6 @@ static bool structured_config(cv_args *a, serve_args *g) {
                       n > 1 ? "s" : "", errors);
     free(errors);
     return true;
-}
-
-/* An environment switch as vLLM's envs.py reads one: "1" or "true", any case, around spaces. */
-static bool env_true(const char *name) {
-    const char *v = getenv(name);
-    if (!v) return false;
-    while (isspace((unsigned char)*v)) v++;
-    size_t n = strlen(v);
-    while (n && isspace((unsigned char)v[n - 1])) n--;
-    return (n == 1 && *v == '1') || (n == 4 && !strncasecmp(v, "true", 4));
 }
 
 /* vLLM's filesystem LoRA resolver plugin: VLLM_LORA_RESOLVER_CACHE_DIR, when the plugin is loaded
@@ -473,7 +462,7 @@ static int parse_serve_args(cv_args *a, serve_args *g) {
         g->keys = cv_xrealloc(g->keys, sizeof *g->keys);
         g->keys[g->n_keys++] = env_key;
     }
-    g->server.runtime_lora_updating = env_true("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+    g->server.runtime_lora_updating = cv_vllm_env_true("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
     if (lora_resolver(a, g)) return 2;
     g->server.model_root = g->engine.model;
     g->server.served_model_names = g->names;

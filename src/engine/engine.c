@@ -21,6 +21,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/utf8.h"
@@ -268,16 +269,6 @@ static int32_t derived_max_model_len(const cv_model_config *c) {
     return len > INT32_MAX ? INT32_MAX : (int32_t)len;
 }
 
-/* vLLM's envs.VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" or "true", any case, surrounding blanks ignored. */
-static bool allow_long_max_model_len(void) {
-    const char *v = getenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN");
-    if (!v) return false;
-    while (*v == ' ' || *v == '\t' || *v == '\n') v++;
-    size_t n = strlen(v);
-    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == '\n')) n--;
-    return (n == 1 && v[0] == '1') || (n == 4 && !strncasecmp(v, "true", 4));
-}
-
 /* A longer max_model_len than the config allows is vLLM's error, or with VLLM_ALLOW_LONG_MAX_MODEL_LEN
  * its warning, word for word; a config's own model_max_length may allow it. */
 static int resolve_max_model_len(cvllm_engine *e) {
@@ -297,7 +288,7 @@ static int resolve_max_model_len(cvllm_engine *e) {
             "encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model uses absolute "
             "position encoding, positions exceeding derived_max_model_len will cause a CUDA array out-of-bounds "
             "error.";
-        if (!allow_long_max_model_len())
+        if (!cv_vllm_env_true("VLLM_ALLOW_LONG_MAX_MODEL_LEN"))
             return cv_fail(CVLLM_ERR_INVALID_ARGUMENT,
                            "%s To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. %s",
                            msg, warning);
