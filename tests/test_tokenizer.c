@@ -711,6 +711,189 @@ static void test_split_patterns(void) {
     json_decref(mini);
 }
 
+/* ---- post_processor: the ids of add_special_tokens=True ---------------------------------------- */
+
+/* A TemplateProcessing post-processor whose single template is `single` (pieces: "A" for the
+ * sequence, anything else a special token of that name), its special_tokens `specials`. */
+static json_t *template_proc(const char *const *single, size_t n, json_t *specials) {
+    json_t *pieces = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(single[i], "A") == 0)
+            json_array_append_new(pieces, json_pack("{s{sssi}}", "Sequence", "id", "A", "type_id", 0));
+        else
+            json_array_append_new(pieces, json_pack("{s{sssi}}", "SpecialToken", "id", single[i], "type_id", 0));
+    }
+    json_t *pair = json_deep_copy(pieces);
+    json_array_append_new(pair, json_pack("{s{sssi}}", "Sequence", "id", "B", "type_id", 1));
+    return json_pack("{ss so so so}", "type", "TemplateProcessing", "single", pieces, "pair", pair,
+                     "special_tokens", specials);
+}
+
+static json_t *special_entry(const char *name, const int32_t *ids, size_t n) {
+    json_t *jids = json_array(), *toks = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(jids, json_integer(ids[i]));
+        json_array_append_new(toks, json_string(name));
+    }
+    return json_pack("{ss so so}", "id", name, "ids", jids, "tokens", toks);
+}
+
+/* special_tokens of the tests: <|endoftext|> (Qwen3-Embedding's), <|im_start|>, and <two> with two
+ * ids. */
+static json_t *test_specials(void) {
+    static const int32_t eot[] = {151643}, start[] = {151644}, two[] = {151645, 151646};
+    return json_pack("{so so so}", "<|endoftext|>", special_entry("<|endoftext|>", eot, 1),
+                     "<|im_start|>", special_entry("<|im_start|>", start, 1),
+                     "<two>", special_entry("<two>", two, 2));
+}
+
+static json_t *sequence_proc(json_t *a, json_t *b) {
+    json_t *list = json_array();
+    json_array_append_new(list, a);
+    if (b) json_array_append_new(list, b);
+    return json_pack("{ss so}", "type", "Sequence", "processors", list);
+}
+
+static json_t *byte_level_proc(void) {
+    return json_pack("{ss sb sb sb}", "type", "ByteLevel", "add_prefix_space", 0, "trim_offsets", 0,
+                     "use_regex", 0);
+}
+
+/* Loads mini with post_processor `proc` (taken; NULL: none at all); encode + add_special_tokens of
+ * `text` must be want_before ++ encode(text) ++ want_after. */
+static void check_post(json_t *mini, json_t *proc, const char *what, const char *text,
+                       const int32_t *want_before, size_t n_before, const int32_t *want_after,
+                       size_t n_after) {
+    if (proc) json_object_set_new(mini, "post_processor", proc);
+    else json_object_del(mini, "post_processor");
+    cv_tokenizer *tok;
+    int rc = load_variant(mini, &tok);
+    CHECK_MSG(rc == 0, "%s: %s", what, cv_error_message());
+    if (rc) return;
+    CHECK_MSG(cv_tokenizer_num_special_tokens_to_add(tok) == n_before + n_after, "%s: %zu to add", what,
+              cv_tokenizer_num_special_tokens_to_add(tok));
+    size_t n_plain, n;
+    int32_t *plain = encode_ok(tok, text, &n_plain), *ids = encode_ok(tok, text, &n);
+    CHECK_MSG(ids_equal(plain, n_plain, ids, n), "%s: encode changed", what);
+    CHECK_EQ_INT(cv_tokenizer_add_special_tokens(tok, &ids, &n), 0);
+    int32_t *want = cv_xmalloc((n_before + n_plain + n_after + 1) * sizeof *want);
+    if (n_before) memcpy(want, want_before, n_before * sizeof *want);
+    if (n_plain) memcpy(want + n_before, plain, n_plain * sizeof *want);
+    if (n_after) memcpy(want + n_before + n_plain, want_after, n_after * sizeof *want);
+    bool same = ids_equal(ids, n, want, n_before + n_plain + n_after);
+    CHECK_MSG(same, "%s: add_special_tokens(\"%s\") differs", what, text);
+    if (!same) {
+        print_ids("got ", ids, n);
+        print_ids("want", want, n_before + n_plain + n_after);
+    }
+    free(want);
+    free(plain);
+    free(ids);
+    cv_tokenizer_free(tok);
+}
+
+static void test_post_processor(void) {
+    /* The real Qwen3 tokenizer (post_processor ByteLevel) adds nothing. */
+    CHECK_EQ_INT(cv_tokenizer_num_special_tokens_to_add(qwen), 0);
+    size_t n, n_copy;
+    int32_t *ids = encode_ok(qwen, "Hello world", &n), *copy = encode_ok(qwen, "Hello world", &n_copy);
+    CHECK_EQ_INT(cv_tokenizer_add_special_tokens(qwen, &ids, &n), 0);
+    CHECK(n > 0 && ids_equal(ids, n, copy, n_copy));
+    free(copy);
+    free(ids);
+
+    json_t *mini = make_mini();
+    if (!mini) return;
+    static const char *const embed[] = {"A", "<|endoftext|>"};           /* Qwen3-Embedding's */
+    static const char *const around[] = {"<|im_start|>", "A", "<two>", "<|endoftext|>"};
+    static const char *const first[] = {"<two>", "<|im_start|>", "A"};
+    const int32_t eot[] = {151643}, start[] = {151644}, two_eot[] = {151645, 151646, 151643};
+    const int32_t two_start[] = {151645, 151646, 151644}, start_two[] = {151644, 151645, 151646};
+    check_post(mini, template_proc(embed, 2, test_specials()), "embedding", "the cat", NULL, 0, eot, 1);
+    check_post(mini, template_proc(embed, 2, test_specials()), "embedding, empty text", "", NULL, 0, eot, 1);
+    check_post(mini, template_proc(around, 4, test_specials()), "around", "a <|im_end|> b", start, 1,
+               two_eot, 3);
+    check_post(mini, template_proc(first, 3, test_specials()), "before only", "x", two_start, 3, NULL, 0);
+    check_post(mini, sequence_proc(byte_level_proc(), template_proc(embed, 2, test_specials())),
+               "Sequence[ByteLevel, TemplateProcessing]", "the cat", NULL, 0, eot, 1);
+    /* A later template wraps an earlier one's result: <|im_start|> (<two> A) <|endoftext|>. */
+    static const char *const outer[] = {"<|im_start|>", "A", "<|endoftext|>"};
+    static const char *const inner[] = {"<two>", "A"};
+    check_post(mini, sequence_proc(template_proc(inner, 2, test_specials()),
+                                   template_proc(outer, 3, test_specials())),
+               "two templates", "hi", start_two, 3, eot, 1);
+    check_post(mini, byte_level_proc(), "ByteLevel", "the cat", NULL, 0, NULL, 0);
+    check_post(mini, sequence_proc(byte_level_proc(), NULL), "Sequence[ByteLevel]", "a", NULL, 0, NULL, 0);
+    check_post(mini, json_null(), "null", "the cat", NULL, 0, NULL, 0);
+    check_post(mini, NULL, "absent", "x", NULL, 0, NULL, 0);
+
+    /* NULL arguments; an empty NULL array grows like any other. */
+    json_object_set_new(mini, "post_processor", template_proc(embed, 2, test_specials()));
+    cv_tokenizer *tok;
+    CHECK_EQ_INT(load_variant(mini, &tok), 0);
+    if (tok) {
+        int32_t *none = NULL;
+        size_t n_none = 0;
+        CHECK_EQ_INT(cv_tokenizer_add_special_tokens(tok, &none, &n_none), 0);
+        CHECK(n_none == 1 && none && none[0] == 151643);
+        free(none);
+        none = NULL;
+        n_none = 3;
+        CHECK_EQ_INT(cv_tokenizer_add_special_tokens(tok, &none, &n_none), CVLLM_ERR_INVALID_ARGUMENT);
+        CHECK_EQ_INT(cv_tokenizer_add_special_tokens(tok, NULL, &n_none), CVLLM_ERR_INVALID_ARGUMENT);
+        CHECK_STR_EQ(cv_error_message(), "cv_tokenizer_add_special_tokens: NULL argument");
+        cv_tokenizer_free(tok);
+    }
+
+    /* Load errors. */
+    static const char *const unknown[] = {"A", "<|nope|>"};
+    static const char *const no_a[] = {"<|endoftext|>"};
+    static const char *const two_a[] = {"A", "<|endoftext|>", "A"};
+    json_t *bad_id = test_specials();
+    json_array_set_new(json_object_get(json_object_get(bad_id, "<two>"), "ids"), 1, json_integer(151669));
+    json_t *seq_b = template_proc(embed, 2, test_specials());
+    json_object_set_new(json_object_get(json_array_get(json_object_get(seq_b, "single"), 0), "Sequence"),
+                        "id", json_string("B"));
+    struct {
+        json_t *proc;
+        int code;
+        const char *msg;
+    } bad[] = {
+        {template_proc(unknown, 2, test_specials()), CVLLM_ERR_FORMAT,
+         "tokenizer.json: post_processor TemplateProcessing names special token \"<|nope|>\", which "
+         "its special_tokens does not define"},
+        {sequence_proc(byte_level_proc(), template_proc(unknown, 2, json_object())), CVLLM_ERR_FORMAT,
+         "tokenizer.json: post_processor TemplateProcessing names special token \"<|nope|>\", which "
+         "its special_tokens does not define"},
+        {json_pack("{ss s[si] s[si]}", "type", "BertProcessing", "sep", "[SEP]", 102, "cls", "[CLS]", 101),
+         CVLLM_ERR_UNSUPPORTED, "tokenizer.json: post_processor \"BertProcessing\" is not supported "
+         "(only TemplateProcessing, ByteLevel or a Sequence of them)"},
+        {sequence_proc(byte_level_proc(), json_pack("{ss}", "type", "RobertaProcessing")),
+         CVLLM_ERR_UNSUPPORTED, "tokenizer.json: post_processor \"RobertaProcessing\" is not supported"},
+        {json_pack("{ss}", "type", "Sequence"), CVLLM_ERR_FORMAT,
+         "tokenizer.json: post_processor Sequence has no \"processors\" array"},
+        {template_proc(around, 4, bad_id), CVLLM_ERR_FORMAT,
+         "tokenizer.json: post_processor special token \"<two>\": ids[1] is not an id of the vocabulary"},
+        {template_proc(no_a, 1, test_specials()), CVLLM_ERR_FORMAT,
+         "tokenizer.json: post_processor TemplateProcessing's single template must hold Sequence A "
+         "once (it does 0 times)"},
+        {template_proc(two_a, 3, test_specials()), CVLLM_ERR_FORMAT, "(it does 2 times)"},
+        {seq_b, CVLLM_ERR_FORMAT,
+         "tokenizer.json: post_processor TemplateProcessing's single template holds Sequence \"B\" (only A)"},
+        {json_pack("{ss}", "type", "TemplateProcessing"), CVLLM_ERR_FORMAT,
+         "tokenizer.json: post_processor TemplateProcessing has no \"single\" template"},
+    };
+    for (size_t i = 0; i < CV_ARRAY_LEN(bad); i++) {
+        json_object_set_new(mini, "post_processor", bad[i].proc);
+        tok = (cv_tokenizer *)1;
+        int rc = load_variant(mini, &tok);
+        CHECK_MSG(rc == bad[i].code, "post_processor error case %zu: rc %d (%s)", i, rc, cv_error_message());
+        CHECK_CONTAINS(cv_error_message(), bad[i].msg);
+        CHECK(tok == NULL);
+    }
+    json_decref(mini);
+}
+
 /* ---- the tables' cache (tok_cache.c) --------------------------------------------------------- */
 
 /* The .tok entries under root/tokenizer; the path of the last one read in *last (cv_xmalloc'd). */
@@ -818,6 +1001,28 @@ static void test_cache(void) {
         free(path);
         free(text);
     }
+    { /* the post-processor comes from the text beside mapped tables as well */
+        json_t *mini = make_mini();
+        static const char *const embed[] = {"A", "<|endoftext|>"};
+        if (mini) {
+            json_object_set_new(mini, "post_processor", template_proc(embed, 2, test_specials()));
+            cv_tokenizer *tok = NULL;
+            for (int pass = 0; pass < 2; pass++) {
+                CHECK_EQ_INT(load_variant(mini, &tok), 0);
+                const bool from_map = tok && tok->map;
+                CHECK_MSG(from_map == (pass == 1), "pass %d: mapped %d", pass, from_map);
+                if (tok) {
+                    int32_t *ids = NULL;
+                    size_t n = 0;
+                    CHECK_EQ_INT(cv_tokenizer_add_special_tokens(tok, &ids, &n), 0);
+                    CHECK(n == 1 && ids[0] == 151643);
+                    free(ids);
+                }
+                cv_tokenizer_free(tok);
+            }
+            json_decref(mini);
+        }
+    }
     { /* a cache root under a file: nothing written, the load is whole */
         char *file = cv_xasprintf("%s/file", root), *under = cv_xasprintf("%s/file/below", root);
         FILE *f = fopen(file, "w");
@@ -892,6 +1097,7 @@ int main(void) {
     test_added_token_flags();
     test_string_merges();
     test_split_patterns();
+    test_post_processor();
     test_blank_tables();
     test_cache();
     cv_tokenizer_free(qwen);

@@ -16,6 +16,8 @@
  * the tokenizer stays immutable and shareable between threads without locks.
  *
  * Input must be valid UTF-8 (checked once up front, then PCRE2 runs with NO_UTF_CHECK).
+ *
+ * That is add_special_tokens=False; the post-processor's ids (tok_load.c) are added to it apart.
  */
 #include <assert.h>
 #include <stdlib.h>
@@ -332,4 +334,22 @@ int cv_tokenizer_encode(const cv_tokenizer *tok, const char *text, size_t len, i
     *ids = e.ids ? e.ids : cv_xmalloc(sizeof **ids);
     *n_ids = e.n_ids;
     return 0;
+}
+
+int cv_tokenizer_add_special_tokens(const cv_tokenizer *tok, int32_t **ids, size_t *n_ids) {
+    if (!tok || !ids || !n_ids || (!*ids && *n_ids))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "cv_tokenizer_add_special_tokens: NULL argument");
+    const size_t before = tok->n_post_before, after = tok->n_post_after, n = *n_ids;
+    if (!before && !after) return 0;
+    int32_t *out = cv_xrealloc(*ids, (before + n + after) * sizeof *out);
+    if (n) memmove(out + before, out, n * sizeof *out);
+    memcpy(out, tok->post_ids, before * sizeof *out);
+    memcpy(out + before + n, tok->post_ids + before, after * sizeof *out);
+    *ids = out;
+    *n_ids = before + n + after;
+    return 0;
+}
+
+size_t cv_tokenizer_num_special_tokens_to_add(const cv_tokenizer *tok) {
+    return tok->n_post_before + tok->n_post_after;
 }

@@ -67,6 +67,11 @@ struct cv_tokenizer {
 
     char *eos_token, *pad_token, *bos_token, *unk_token; /* from tokenizer_config.json */
 
+    /* post_processor's single template with add_special_tokens: post_ids[0 .. n_post_before) go
+     * before the sequence, the next n_post_after after it (NULL and 0 when it adds nothing). */
+    int32_t *post_ids;
+    size_t n_post_before, n_post_after;
+
     /* The cache entry that off, len, arena, vocab_slots and merge_slots point into (tok_cache.c),
      * read-only; NULL when they were built here and are the tokenizer's own. */
     const char *map;

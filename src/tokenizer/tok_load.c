@@ -6,7 +6,10 @@
  * Sequence[Split{Regex|String, Isolated, invert false}, ByteLevel{use_regex false,
  * add_prefix_space false}]; model BPE without dropout, byte fallback or subword affixes; decoder
  * ByteLevel. Merges come in both spellings ("a b" and ["a", "b"]). Added tokens keep all five HF
- * flags (special, lstrip, rstrip, normalized, single_word).
+ * flags (special, lstrip, rstrip, normalized, single_word). post_processor: none, ByteLevel (it only
+ * trims offsets, which cvllm has none of), TemplateProcessing (its single template, the special ids
+ * add_special_tokens puts around one sequence, as Qwen3-Embedding's appended <|endoftext|>), or a
+ * Sequence of these.
  *
  * Regex dialect: HF runs the Split regex with Oniguruma, whose \s is Unicode's White_Space; PCRE2's
  * \s under UCP also matches U+180E. So \s and \S are rewritten to \p{White_Space} / \P{White_Space}
@@ -483,6 +486,121 @@ static int check_decoder(const json_t *root) {
     return 0;
 }
 
+/* ---- post-processor -------------------------------------------------------------------------- */
+
+/* The ids gathered from the post-processors seen so far: those before the sequence and after it. */
+typedef struct post_ids {
+    int32_t *before, *after;
+    size_t n_before, n_after;
+} post_ids;
+
+/* Inserts k ids at position `at` of the array *arr of *n. */
+static void ids_insert(int32_t **arr, size_t *n, size_t at, const int32_t *ids, size_t k) {
+    if (!k) return;
+    *arr = cv_xrealloc(*arr, (*n + k) * sizeof **arr);
+    memmove(*arr + at + k, *arr + at, (*n - at) * sizeof **arr);
+    memcpy(*arr + at, ids, k * sizeof **arr);
+    *n += k;
+}
+
+/* TemplateProcessing's single template into t: every SpecialToken piece's ids (all of them, as HF
+ * adds them), before or after the one Sequence A. The pair template is never used (cvllm encodes one
+ * sequence at a time). */
+static int load_template(const cv_tokenizer *tok, const json_t *proc, post_ids *t) {
+    const json_t *single = json_object_get(proc, "single");
+    const json_t *specials = json_object_get(proc, "special_tokens");
+    if (!json_is_array(single))
+        return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: post_processor TemplateProcessing has no "
+                       "\"single\" template");
+    size_t n_seq = 0, i;
+    json_t *piece;
+    json_array_foreach(single, i, piece) {
+        const json_t *seq = json_object_get(piece, "Sequence"), *sp = json_object_get(piece, "SpecialToken");
+        if (json_is_object(seq)) {
+            const char *id = json_string_value(json_object_get(seq, "id"));
+            if (!id || strcmp(id, "A") != 0)
+                return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: post_processor TemplateProcessing's "
+                               "single template holds Sequence \"%s\" (only A)", id ? id : "(none)");
+            n_seq++;
+            continue;
+        }
+        const char *name = json_string_value(json_object_get(sp, "id"));
+        if (!name)
+            return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: post_processor TemplateProcessing's "
+                           "single[%zu] is neither a Sequence nor a SpecialToken", i);
+        const json_t *ids = json_object_get(json_object_get(specials, name), "ids");
+        if (!json_is_array(ids))
+            return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: post_processor TemplateProcessing "
+                           "names special token \"%s\", which its special_tokens does not define",
+                           name);
+        size_t j;
+        json_t *v;
+        json_array_foreach(ids, j, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) >= tok->vocab_size)
+                return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: post_processor special token "
+                               "\"%s\": ids[%zu] is not an id of the vocabulary", name, j);
+            const int32_t id = (int32_t)json_integer_value(v);
+            if (n_seq) ids_insert(&t->after, &t->n_after, t->n_after, &id, 1);
+            else ids_insert(&t->before, &t->n_before, t->n_before, &id, 1);
+        }
+    }
+    if (n_seq != 1)
+        return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: post_processor TemplateProcessing's single "
+                       "template must hold Sequence A once (it does %zu times)", n_seq);
+    return 0;
+}
+
+/* One post-processor, applied after those already in p (a Sequence runs its processors in order,
+ * each on the previous one's output, so a later template wraps the earlier ones' result). */
+static int load_processor(const cv_tokenizer *tok, const json_t *proc, post_ids *p) {
+    const char *type = type_of(proc);
+    if (strcmp(type, "ByteLevel") == 0) return 0; /* offsets only */
+    if (strcmp(type, "Sequence") == 0) {
+        const json_t *list = json_object_get(proc, "processors");
+        if (!json_is_array(list))
+            return cv_fail(CVLLM_ERR_FORMAT, "tokenizer.json: post_processor Sequence has no "
+                           "\"processors\" array");
+        size_t i;
+        json_t *v;
+        json_array_foreach(list, i, v) {
+            const int rc = load_processor(tok, v, p);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    if (strcmp(type, "TemplateProcessing") != 0)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "tokenizer.json: post_processor \"%s\" is not "
+                       "supported (only TemplateProcessing, ByteLevel or a Sequence of them)", type);
+    post_ids t = {0};
+    const int rc = load_template(tok, proc, &t);
+    if (!rc) {
+        ids_insert(&p->before, &p->n_before, 0, t.before, t.n_before);
+        ids_insert(&p->after, &p->n_after, p->n_after, t.after, t.n_after);
+    }
+    free(t.before);
+    free(t.after);
+    return rc;
+}
+
+/* Needs vocab_size (ids are checked against it). */
+static int load_post_processor(cv_tokenizer *tok, const json_t *root) {
+    const json_t *proc = json_object_get(root, "post_processor");
+    if (!proc || json_is_null(proc)) return 0;
+    post_ids p = {0};
+    const int rc = load_processor(tok, proc, &p);
+    if (!rc && p.n_before + p.n_after) {
+        tok->post_ids = cv_xmalloc((p.n_before + p.n_after) * sizeof *tok->post_ids);
+        if (p.n_before) memcpy(tok->post_ids, p.before, p.n_before * sizeof *p.before);
+        if (p.n_after) memcpy(tok->post_ids + p.n_before, p.after, p.n_after * sizeof *p.after);
+        tok->n_post_before = p.n_before;
+        tok->n_post_after = p.n_after;
+    }
+    free(p.before);
+    free(p.after);
+    return rc;
+}
+
 /* \w as Rust's regex crate (and so HF's single_word check) defines it. */
 static int compile_word_re(cv_tokenizer *tok) {
     for (size_t i = 0; i < tok->n_added; i++) {
@@ -579,7 +697,8 @@ static int build(cv_tokenizer *tok, const json_t *root, bool cached) {
     tok->ignore_merges = flag(model, "ignore_merges", false);
     build_added_set(&tok->raw_set, tok->added, tok->n_added, false);
     build_added_set(&tok->norm_set, tok->added, tok->n_added, true);
-    return compile_word_re(tok);
+    rc = load_post_processor(tok, root);
+    return rc ? rc : compile_word_re(tok);
 }
 
 int cv_tokenizer_check(const char *dir) {
@@ -669,5 +788,6 @@ void cv_tokenizer_free(cv_tokenizer *tok) {
     free(tok->pad_token);
     free(tok->bos_token);
     free(tok->unk_token);
+    free(tok->post_ids);
     free(tok);
 }

@@ -28,6 +28,18 @@ void cv_tokenizer_free(cv_tokenizer *tok);
 /* *ids is cv_xmalloc'd. Invalid UTF-8 is CVLLM_ERR_INVALID_ARGUMENT naming the byte offset. */
 int cv_tokenizer_encode(const cv_tokenizer *tok, const char *text, size_t len, int32_t **ids,
                         size_t *n_ids);
+/* cv_tokenizer_encode is Hugging Face's encode with add_special_tokens=False. These give the rest of
+ * add_special_tokens=True: the ids tokenizer.json's post_processor puts around one sequence
+ * (TemplateProcessing's single template, e.g. the <|endoftext|> Qwen3-Embedding appends and pools
+ * on); a tokenizer without one (none, or ByteLevel as in Qwen3's) adds none. Other post-processors
+ * are refused at load, so a loaded tokenizer never silently leaves ids out.
+ * Grows *ids (cv_xmalloc'd, *n_ids long; NULL when *n_ids is 0) in place: the template's ids before
+ * the sequence are prepended, those after it appended. CVLLM_ERR_INVALID_ARGUMENT for NULL
+ * arguments, else 0. */
+int cv_tokenizer_add_special_tokens(const cv_tokenizer *tok, int32_t **ids, size_t *n_ids);
+/* How many ids cv_tokenizer_add_special_tokens adds (HF's num_special_tokens_to_add(pair=False)),
+ * e.g. to leave room for them when truncating to a context length. */
+size_t cv_tokenizer_num_special_tokens_to_add(const cv_tokenizer *tok);
 /* *text is cv_xmalloc'd and NUL-terminated; invalid UTF-8 from partial tokens becomes U+FFFD.
  * An id outside [0, vocab_size) is CVLLM_ERR_INVALID_ARGUMENT; an id inside it that names no token
  * decodes to nothing (as in HF). */
