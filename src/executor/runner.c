@@ -65,6 +65,7 @@ int cv_runner_create(const cv_runner_options *o, cv_runner **out) {
         .bf16_compute = o->bf16_compute,
         .tp = r->tp.size > 1 ? &r->tp : NULL,
         .lora = o->lora,
+        .pooling = o->pooling,
     };
     assert(!o->lora || o->tp_size <= 1); /* the batch a worker gets carries no adapters */
     int rc = cv_model_load(&p, &r->model);

@@ -45,6 +45,7 @@ typedef struct cv_runner_options {
     int dp_size, dp_rank;           /* with it: data-parallel replicas, this one's index (comm.h) */
     bool expert_parallel;           /* with it: routed experts placed whole on the ranks (cv_tp) */
     bool lora;                      /* LoRA on (model.h): only with tp_size 1 */
+    bool pooling;                   /* the engine pools hidden states (model.h) */
 } cv_runner_options;
 
 /* What the engine needs to know of the model it runs (sizes, never memory). */

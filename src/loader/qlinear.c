@@ -139,7 +139,7 @@ static int bind_w8a8(cv_weight_source *src, const char *prefix, int64_t rows, co
     char name[512];
     snprintf(name, sizeof name, "%s.weight_offset", prefix);
     const tensor_rule zero_rule = {"weight_offset", FLOAT_DTYPES, "F32, F16 or BF16", 2, {rows, 1}, true};
-    if (!cv_checkpoint_find(src->ck, name)) return 0;
+    if (!cv_weights_stored(src, name)) return 0;
     if ((rc = get_checked(src, prefix, &zero_rule, s, hint, &t))) return rc;
     return check_zero_offset(src, &t);
 }

@@ -44,6 +44,16 @@ static bool is_weight_dtype(cv_dtype t) {
     return t == CV_DTYPE_BF16 || t == CV_DTYPE_F16 || t == CV_DTYPE_F32;
 }
 
+/* A checkpoint of the inner Qwen3Model rather than Qwen3ForCausalLM, as sentence-transformers saves
+ * embedding models (Qwen3-Embedding): embed_tokens, layers.* and norm at the top level, no "model."
+ * anywhere. vLLM's pooling adapter loads both layouts; so does every source here. */
+static bool is_bare_model(const cv_checkpoint *ck) {
+    if (!cv_checkpoint_find(ck, "embed_tokens.weight")) return false;
+    for (size_t i = 0; i < cv_checkpoint_count(ck); i++)
+        if (!strncmp(cv_checkpoint_tensor(ck, i)->name, "model.", 6)) return false;
+    return true;
+}
+
 int cv_weight_source_create(const cv_weight_source_params *p, cv_weight_source **out) {
     *out = NULL;
     if (p->dummy && !is_weight_dtype(p->dtype))
@@ -62,6 +72,7 @@ int cv_weight_source_create(const cv_weight_source_params *p, cv_weight_source *
     }
     cv_weight_source *src = cv_xcalloc(1, sizeof *src);
     src->ck = ck;
+    src->bare = ck && is_bare_model(ck);
     src->dir = cv_xstrdup(p->dummy ? "(dummy weights)" : p->dir);
     src->dummy = p->dummy;
     src->dtype = p->dtype;
@@ -320,8 +331,13 @@ static int copy_aligned(cv_weight_source *src, cv_tensor *t) {
     return 1;
 }
 
+const cv_tensor *cv_weights_stored(const cv_weight_source *src, const char *name) {
+    if (src->bare && !strncmp(name, "model.", 6)) name += 6;
+    return cv_checkpoint_find(src->ck, name);
+}
+
 int cv_weights_find(cv_weight_source *src, const char *name, cv_tensor *out) {
-    const cv_tensor *t = cv_checkpoint_find(src->ck, name);
+    const cv_tensor *t = cv_weights_stored(src, name);
     if (!t) return 0;
     *out = *t;
     return (uintptr_t)t->data % cv_dtype_size(t->dtype) ? copy_aligned(src, out) : 1;
@@ -355,7 +371,7 @@ static int lookup(cv_weight_source *src, const char *name, int ndim, const int64
         rc = cv_weights_make_dummy(src, name, src->dtype, ndim, shape, out);
         return rc ? rc : 1;
     }
-    const cv_tensor *t = cv_checkpoint_find(src->ck, name);
+    const cv_tensor *t = cv_weights_stored(src, name);
     if (!t) return 0;
     if ((rc = refuse_quantized(src, name, t))) return rc;
     if (!same_shape(t, ndim, shape)) return cv_weights_shape_mismatch(src, name, t, ndim, shape, hint);

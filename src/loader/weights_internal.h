@@ -21,12 +21,17 @@ struct cv_weight_source {
     cv_dtype dtype;           /* dummy float tensors' dtype */
     uint64_t seed;
     cv_quant_config *quant;   /* NULL: unquantized */
+    bool bare;                /* the checkpoint holds the inner *Model: names lack "model." */
     cv_owned_buffer *owned;
     size_t dummy_bytes;       /* made so far, checked against the memory the machine has */
 };
 
 /* Registers a malloc'd buffer with the source (freed with it); returns the owned copy of `name`. */
 const char *cv_weights_own(cv_weight_source *src, const char *name, void *data);
+
+/* The checkpoint's tensor the model calls `name` (without its "model." in a checkpoint of the inner
+ * model), or NULL. */
+const cv_tensor *cv_weights_stored(const cv_weight_source *src, const char *name);
 
 /* Checkpoint tensor `name` of any dtype, copied when misaligned for its dtype: 1 found, 0 absent,
  * < 0 error. */

@@ -161,6 +161,9 @@ typedef struct cv_model_load_params {
     void *observe_ctx;
     bool lora;                      /* LoRA on: adapters may be bound (cv_model_lora_bind) and batches ask
                                     * for them; only without tensor parallelism */
+    bool pooling;                   /* the engine pools hidden states (batch->hidden_out) and asks for no
+                                    * logits: an untied lm_head.weight is neither read nor required, as
+                                    * vLLM's pooling runner drops it (embedding checkpoints lack it) */
 } cv_model_load_params;
 
 /* Picks the architecture from config->architecture. Unknown: CVLLM_ERR_UNSUPPORTED naming it and

@@ -14,7 +14,7 @@
 nn_binder nn_binder_for(const cv_model_load_params *p) {
     return (nn_binder){.src = p->weights, .observe = {p->observe, p->observe_ctx},
                        .tp = p->tp ? *p->tp : (cv_tp){.rank = 0, .size = 1},
-                       .bf16_input = p->bf16_compute && cv_linear_bf16_input()};
+                       .bf16_input = p->bf16_compute && cv_linear_bf16_input(), .pooling = p->pooling};
 }
 
 const char *nn_name(nn_binder *b, const char *fmt, ...) {

@@ -56,6 +56,7 @@ typedef struct nn_binder {
     size_t matmul_bytes;      /* weight bytes streamed per token */
     cv_lora_sites *lora_sites; /* LoRA on (layers/lora.h): the parts adapters may target; NULL: off */
     struct nn_lora_tokens *lora_tokens; /* the batch's adapter of each token (NULL: LoRA off) */
+    bool pooling;             /* cv_model_load_params.pooling: no lm_head of its own */
     bool adapters_off;        /* set while binding linears whose rows are not the batch's tokens (routed
                                * experts, the lm_head, MTP): an adapter for one of them is refused */
     int rc;
