@@ -68,6 +68,11 @@ cvllm_status cvllm_tokenize(const cvllm_tokenizer *tok, const char *text, size_t
 cvllm_status cvllm_detokenize(const cvllm_tokenizer *tok, const int32_t *ids, size_t n_ids,
                               bool skip_special_tokens, char **text);
 
+/* The ids the tokenizer's post-processor puts around a prompt when Hugging Face's add_special_tokens is
+ * true (tokenizer.json's TemplateProcessing, e.g. Qwen3-Embedding's trailing <|endoftext|>), added to
+ * *ids (cvllm_free'd array, grown in place); none for a tokenizer without one (the Qwen3 chat models). */
+cvllm_status cvllm_tokenizer_add_special_tokens(const cvllm_tokenizer *tok, int32_t **ids, size_t *n_ids);
+
 /* Number of ids the tokenizer knows (base vocabulary plus added tokens). */
 int32_t cvllm_tokenizer_vocab_size(const cvllm_tokenizer *tok);
 
@@ -169,6 +174,15 @@ typedef struct cvllm_engine_options {
     int32_t max_loras;          /* vLLM's --max-loras: distinct adapters in one batch, 0 = 1 */
     int32_t max_lora_rank;      /* vLLM's --max-lora-rank (1, 8, 16, 32, 64, 128, 256, 320 or 512): the
                                  * largest r an adapter may have, 0 = 16 */
+    const char *runner;         /* vLLM's --runner: "generate" (the engine generates text), "pooling" (it
+                                 * embeds prompts, cvllm_engine_add_pooling_request, and generates nothing:
+                                 * vLLM's --convert embed of a *ForCausalLM model, as Qwen3-Embedding is
+                                 * served), or "auto" (NULL): pooling for a sentence-transformers folder
+                                 * (modules.json with a Pooling module), else generate */
+    const char *pooler_config;  /* vLLM's --pooler-config, a JSON object: "pooling_type" (or
+                                 * "seq_pooling_type") "LAST", "CLS" or "MEAN", "use_activation" (L2-
+                                 * normalize), "dimensions" (the default of requests); NULL = the folder's
+                                 * sentence-transformers files, else LAST, normalized */
 } cvllm_engine_options;
 
 void cvllm_engine_options_default(cvllm_engine_options *opts);
@@ -317,12 +331,38 @@ typedef struct cvllm_prompt {
     const char *cache_salt;      /* isolates this prompt's prefix-cache entries (vLLM's cache_salt); NULL = none */
     const char *lora_name;       /* runs with this adapter of the engine's (lora_modules, or loaded with
                                   * cvllm_engine_load_lora; vLLM's LoRARequest); NULL = the base model */
+    bool add_special_tokens;     /* text: with the special tokens of the tokenizer's post-processor
+                                  * (cvllm_tokenizer_add_special_tokens), as vLLM's add_special_tokens */
 } cvllm_prompt;
 
 /* Queues a request. *request_id receives an engine-unique id. Fails (and queues nothing) when the
  * prompt or the parameters are invalid or the prompt cannot fit in max_model_len. */
 cvllm_status cvllm_engine_add_request(cvllm_engine *engine, const cvllm_prompt *prompt,
                                       const cvllm_sampling_params *params, uint64_t *request_id);
+
+/* What a pooling request returns (vLLM's PoolingParams of the embed task). */
+typedef struct cvllm_pooling_params {
+    int32_t dimensions;          /* 0 = the engine's default (pooler_config's, else the whole vector); else
+                                  * the first `dimensions` values, for a model config.json says was trained
+                                  * for it (is_matryoshka, matryoshka_dimensions) */
+    int32_t normalize;           /* -1 = the engine's default; 0 = as pooled; 1 = L2-normalized (vLLM's
+                                  * use_activation) */
+} cvllm_pooling_params;
+
+void cvllm_pooling_params_default(cvllm_pooling_params *params); /* {0, -1} */
+
+/* True for an engine created with runner "pooling" (or "auto" on a sentence-transformers folder). */
+bool cvllm_engine_is_pooling(const cvllm_engine *engine);
+/* Length of the vectors a pooling engine returns by default (the model's hidden size). */
+int32_t cvllm_engine_embedding_size(const cvllm_engine *engine);
+
+/* Queues a pooling request on a pooling engine (params NULL: the defaults): the prompt runs through the model (chunked as any
+ * prefill, sharing the prefix cache) and its finished output carries the pooled vector
+ * (cvllm_request_output.embedding); nothing is generated. Fails as cvllm_engine_add_request does,
+ * with CVLLM_ERR_INVALID_ARGUMENT on an engine that generates (and add_request fails on one that
+ * pools), and for dimensions the model does not support. A prompt may be max_model_len tokens long. */
+cvllm_status cvllm_engine_add_pooling_request(cvllm_engine *engine, const cvllm_prompt *prompt,
+                                              const cvllm_pooling_params *params, uint64_t *request_id);
 
 /* Loads a LoRA adapter while the engine runs (vLLM's /v1/load_lora_adapter): prompts may name it
  * once this returns. With `replace`, an adapter of the same name is replaced (vLLM's load_inplace);
@@ -390,6 +430,8 @@ typedef struct cvllm_request_output {
     const cvllm_completion_output *outputs;
     int32_t n_outputs;
     bool finished;               /* all completions finished; the request is gone after this step */
+    const float *embedding;      /* a finished pooling request's vector (n_embedding floats), else NULL */
+    size_t n_embedding;
 } cvllm_request_output;
 
 /* Runs one scheduling step (one forward pass over a batch of requests). On return *outputs points to

@@ -101,6 +101,13 @@ static int check_options(const cvllm_engine_options *o) {
                              "(raw_logits)", mode)
                    : cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid logprobs_mode '%s'; choose from raw_logprobs, "
                              "raw_logits, processed_logprobs, processed_logits", mode);
+    const char *runner = o->runner;
+    if (runner && strcmp(runner, "auto") && strcmp(runner, "generate") && strcmp(runner, "pooling"))
+        return !strcmp(runner, "draft")
+                   ? cv_fail(CVLLM_ERR_UNSUPPORTED, "runner draft is not supported: cvllm runs a draft model's "
+                             "speculation through speculative_config")
+                   : cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid runner '%s'; choose from auto, draft, generate, pooling",
+                             runner);
     const char *policy = o->scheduling_policy;
     if (policy && strcmp(policy, "fcfs") && strcmp(policy, "priority"))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid scheduling_policy '%s'; choose from fcfs, priority", policy);
@@ -352,6 +359,33 @@ static int find_tokenizer(cvllm_engine *e) {
 /* The kernel threads of one data-parallel replica: its share of num_threads, or of the machine's CPUs,
  * and at least one. Alone (or under tensor parallelism, whose runner shares the cores out itself)
  * num_threads as given. */
+/* vLLM's --runner: auto pools for a sentence-transformers folder (its modules.json has a Pooling
+ * module), which is how Qwen3-Embedding ships under its *ForCausalLM architecture. */
+static int resolve_runner(cvllm_engine *e) {
+    const char *runner = e->opts.runner;
+    const bool is_auto = !runner || !strcmp(runner, "auto");
+    e->pooling = is_auto ? cv_pooler_folder_pools(e->model_dir) : !strcmp(runner, "pooling");
+    if (is_auto) cv_info("engine", "Resolved `--runner auto` to `--runner %s`", e->pooling ? "pooling" : "generate");
+    if (!e->pooling) {
+        if (e->opts.pooler_config)
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "pooler_config needs the pooling runner (runner pooling)");
+        return 0;
+    }
+    if (e->spec.method != CV_SPEC_NONE)
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "speculative decoding does not apply to the pooling runner: it generates "
+                                              "no tokens");
+    int rc = cv_pooler_init(&e->pooler, e->model_dir, e->opts.pooler_config, &e->config);
+    if (rc) return rc;
+    cv_info("engine", "pooling runner (--convert embed): %s pooling, %s", cv_pooling_type_name(e->pooler.type),
+            e->pooler.normalize ? "normalized" : "not normalized");
+    /* CLS and MEAN read prompt positions a prefix-cache hit would skip. */
+    if (e->pooler.type != CV_POOL_LAST && e->opts.enable_prefix_caching) {
+        cv_info("engine", "prefix caching disabled: %s pooling reads every prompt token", cv_pooling_type_name(e->pooler.type));
+        e->opts.enable_prefix_caching = false;
+    }
+    return 0;
+}
+
 static int replica_threads(const cvllm_engine_options *o) {
     if (o->data_parallel_size <= 1 || o->tensor_parallel_size > 1) return o->num_threads;
     long total = o->num_threads ? o->num_threads : sysconf(_SC_NPROCESSORS_ONLN);
@@ -371,6 +405,7 @@ static int load_model(cvllm_engine *e) {
         .dp_size = e->opts.data_parallel_size,
         .dp_rank = e->opts.data_parallel_rank,
         .lora = e->opts.enable_lora,
+        .pooling = e->pooling,
     };
     int rc = cv_runner_create(&o, &e->runner);
     if (rc) return rc;
@@ -431,6 +466,7 @@ static int check_engine(cvllm_engine *e, cv_footprint *fp, bool *known) {
     if ((rc = cv_model_check_architecture(e->config.architecture))) return rc;
     if ((rc = load_generation_config(e))) return rc;
     if ((rc = resolve_max_model_len(e))) return rc;
+    if ((rc = resolve_runner(e))) return rc;
     if ((rc = resolve_dtypes(e))) return rc;
     if ((rc = open_weights(e, dummy))) return rc;
     if ((rc = read_lora_modules(e))) return rc;
@@ -557,6 +593,7 @@ void cvllm_engine_destroy(cvllm_engine *e) {
     cv_runner_free(e->runner);
     cv_weight_source_free(e->weights);
     cv_grammar_cache_free(e->grammars);
+    cv_pooler_free(&e->pooler);
     for (int32_t i = 0; i < e->n_lora_modules; i++) cv_lora_adapter_free(e->lora_modules[i]);
     free(e->lora_modules);
     cv_lora_registry_free(e->loras); /* the requests, freed above, held their adapters */
@@ -597,6 +634,9 @@ void cvllm_engine_spec_decode_stats(const cvllm_engine *e, cvllm_spec_decode_sta
                                     e->spec_stats.num_accepted_tokens};
 }
 bool cvllm_engine_has_unfinished(const cvllm_engine *e) { return e->n_requests > 0; }
+bool cvllm_engine_is_pooling(const cvllm_engine *e) { return e->pooling; }
+int32_t cvllm_engine_embedding_size(const cvllm_engine *e) { return e->config.hidden_size; }
+void cvllm_pooling_params_default(cvllm_pooling_params *p) { *p = (cvllm_pooling_params){.dimensions = 0, .normalize = -1}; }
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Requests                                                                                          */
@@ -692,7 +732,9 @@ static int tokenize_prompt(const cvllm_engine *e, const cvllm_prompt *prompt, in
         return 0;
     }
     size_t len = prompt->text_len ? prompt->text_len : strlen(prompt->text);
-    return cv_tokenizer_encode(e->tokenizer, prompt->text, len, ids, n);
+    int rc = cv_tokenizer_encode(e->tokenizer, prompt->text, len, ids, n);
+    if (!rc && prompt->add_special_tokens) rc = cv_tokenizer_add_special_tokens(e->tokenizer, ids, n);
+    return rc;
 }
 
 /* Bytes of Python's str.lstrip() at the start of s: str.isspace() is Unicode's White_Space plus the
@@ -757,7 +799,12 @@ static int check_prompt(const cvllm_engine *e, const int32_t *ids, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= e->vocab_size)
             return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Token id %d is out of vocabulary", ids[i]);
-    if (n >= (size_t)e->max_model_len)
+    if (e->pooling && n > (size_t)e->max_model_len) /* no output token to leave room for */
+        return cv_fail(CVLLM_ERR_CAPACITY,
+                       "You passed %zu input tokens and requested 0 output tokens. However, the model's context length "
+                       "is only %d tokens, resulting in a maximum input length of %d tokens. Please reduce the length "
+                       "of the input prompt.", n, e->max_model_len, e->max_model_len);
+    if (!e->pooling && n >= (size_t)e->max_model_len)
         return cv_fail(CVLLM_ERR_CAPACITY,
                        "The decoder prompt (length %zu) is longer than the maximum model length of %d. Make sure "
                        "that `max_model_len` is no smaller than the number of text tokens (plus one for the output).",
@@ -805,11 +852,11 @@ cvllm_status cvllm_engine_unload_lora(cvllm_engine *e, const char *name) {
     return rc;
 }
 
-int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm_sampling_params *params,
-                              cv_request **out) {
-    *out = NULL;
-    int rc = check_sampling_params(e, params);
-    if (rc) return rc;
+/* The request's prompt and adapter, checked, for either kind of request; params are the sampling ones
+ * (neutral ones for a pooling request). */
+static int make_request(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm_sampling_params *params,
+                        cv_request **out) {
+    int rc;
     cv_lora_entry *lora = NULL;
     if ((rc = find_lora(e, prompt->lora_name, &lora))) return rc;
     int32_t *ids = NULL;
@@ -825,6 +872,7 @@ int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const
     }
     int32_t room = e->max_model_len - (int32_t)n;
     int32_t max_tokens = params->max_tokens == -1 || params->max_tokens > room ? room : params->max_tokens;
+    if (max_tokens < 0) max_tokens = 0; /* a pooling prompt may fill the context */
     size_t n_eos;
     const int32_t *eos = model_eos(e, &n_eos);
     uint64_t id = ++e->next_request_id;
@@ -832,6 +880,36 @@ int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const
     (*out)->lora = lora;
     (*out)->sampler_params.logits = e->logprobs_as_logits;
     free(ids);
+    return 0;
+}
+
+int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm_sampling_params *params,
+                              cv_request **out) {
+    *out = NULL;
+    if (e->pooling)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "this engine pools prompts (runner pooling): it generates nothing; "
+                       "use cvllm_engine_add_pooling_request");
+    int rc = check_sampling_params(e, params);
+    return rc ? rc : make_request(e, prompt, params, out);
+}
+
+int cv_engine_prepare_pooling(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm_pooling_params *params,
+                              cv_request **out) {
+    *out = NULL;
+    if (!e->pooling)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "this engine generates (runner generate): pooling requests need "
+                       "runner pooling");
+    cvllm_pooling_params resolved, defaults;
+    cvllm_pooling_params_default(&defaults);
+    int rc = cv_pooler_resolve(&e->pooler, params ? params : &defaults, e->opts.model, &resolved);
+    if (rc) return rc;
+    cvllm_sampling_params neutral;
+    cvllm_sampling_params_default(e, &neutral);
+    neutral.max_tokens = 0;
+    if ((rc = make_request(e, prompt, &neutral, out))) return rc;
+    (*out)->pooling = true;
+    (*out)->pool = resolved;
+    (*out)->pooled = cv_xcalloc((size_t)e->pooler.hidden, sizeof(float));
     return 0;
 }
 
@@ -857,6 +935,16 @@ cvllm_status cvllm_engine_add_request(cvllm_engine *e, const cvllm_prompt *promp
                                       const cvllm_sampling_params *params, uint64_t *request_id) {
     cv_request *req;
     int rc = cv_engine_prepare_request(e, prompt, params, &req);
+    if (rc) return rc;
+    cv_engine_enqueue_request(e, req);
+    if (request_id) *request_id = req->id;
+    return CVLLM_OK;
+}
+
+cvllm_status cvllm_engine_add_pooling_request(cvllm_engine *e, const cvllm_prompt *prompt,
+                                              const cvllm_pooling_params *params, uint64_t *request_id) {
+    cv_request *req;
+    int rc = cv_engine_prepare_pooling(e, prompt, params, &req);
     if (rc) return rc;
     cv_engine_enqueue_request(e, req);
     if (request_id) *request_id = req->id;
@@ -999,7 +1087,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
             b->slot_mapping[t] = (int64_t)seq->block_table[pos / (size_t)bs] * bs + (int64_t)(pos % (size_t)bs);
             if (pos >= first && pos < first + count) b->logit_rows[n_logits++] = t;
         }
-        if (seq_samples_this_step(seq))
+        if (seq_samples_this_step(seq) && !seq->req->pooling)
             for (int32_t d = seq->n_draft; d >= 0; d--) b->logit_rows[n_logits++] = t - 1 - d;
         b->context_lens[s] = (int32_t)(seq->num_computed + (size_t)seq->num_scheduled);
         b->block_tables[s] = seq->block_table;
@@ -1011,14 +1099,13 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         }
     }
     b->seq_start[list->n] = t;
-    if (e->spec.method == CV_SPEC_MTP) {
-        if ((size_t)t > e->cap_hidden) {
-            e->cap_hidden = (size_t)t;
-            free(e->hidden);
-            e->hidden = cv_xmalloc(e->cap_hidden * (size_t)e->config.hidden_size * sizeof(float));
-        }
-        e->mtp_seqs = cv_xrealloc(e->mtp_seqs, (size_t)list->n * sizeof *e->mtp_seqs);
+    const bool hidden = e->spec.method == CV_SPEC_MTP || e->pooling;
+    if (hidden && (size_t)t > e->cap_hidden) {
+        e->cap_hidden = (size_t)t;
+        free(e->hidden);
+        e->hidden = cv_xmalloc(e->cap_hidden * (size_t)e->config.hidden_size * sizeof(float));
     }
+    if (e->spec.method == CV_SPEC_MTP) e->mtp_seqs = cv_xrealloc(e->mtp_seqs, (size_t)list->n * sizeof *e->mtp_seqs);
     *batch = (cv_batch){
         .n_tokens = t,
         .token_ids = b->token_ids,
@@ -1028,7 +1115,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         .seq_start = b->seq_start,
         .context_lens = b->context_lens,
         .block_tables = b->block_tables,
-        .hidden_out = e->spec.method == CV_SPEC_MTP ? e->hidden : NULL,
+        .hidden_out = hidden ? e->hidden : NULL,
         .state_slots = e->states.num_slots ? b->state_slots : NULL,
         .checkpoints = b->checkpoints,
         .n_checkpoints = b->n_checkpoints,
@@ -1163,6 +1250,19 @@ static void process_samples(cvllm_engine *e, cv_seq *seq, float *rows, size_t n_
     if (going) propose_drafts(e, seq);
 }
 
+/* A pooling sequence's rows of this step go to the pooler; the last step finishes it with its vector. */
+static void pool_rows(cvllm_engine *e, cv_seq *seq, int32_t first_row) {
+    cv_request *req = seq->req;
+    const size_t H = (size_t)e->pooler.hidden;
+    if (seq->num_computed == 0) memset(req->pooled, 0, H * sizeof *req->pooled); /* also after a preemption */
+    cv_pooler_take(&e->pooler, req->pooled, e->hidden + (size_t)first_row * H, seq->num_computed,
+                   (size_t)seq->num_scheduled, req->n_prompt);
+    seq->num_computed += (size_t)seq->num_scheduled;
+    if (seq->num_computed < req->n_prompt) return;
+    req->n_pooled = cv_pooler_finish(&e->pooler, req->pooled, req->n_prompt, &req->pool);
+    finish_seq(e, seq, CVLLM_FINISH_STOP);
+}
+
 static int postprocess(cvllm_engine *e, const float *logits) {
     const cv_seq_list *list = &e->schedule.seqs;
     size_t row = 0;
@@ -1177,7 +1277,9 @@ static int postprocess(cvllm_engine *e, const float *logits) {
         /* The K/V of this step's real tokens exist now: their full blocks are shared from here on,
          * also when the sequence finishes below and releases them (every max_tokens=1 request). */
         cv_scheduler_cache_full_blocks(&e->sched, seq, seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft));
-        if (seq_samples_this_step(seq)) {
+        if (seq->req->pooling) {
+            pool_rows(e, seq, e->batch.seq_start[s]);
+        } else if (seq_samples_this_step(seq)) {
             size_t rows_used = (size_t)seq->n_draft + 1;
             process_samples(e, seq, (float *)logits + row * (size_t)e->vocab_size, seq->n_tokens);
             row += rows_used;

@@ -13,6 +13,7 @@
 #include "cvllm.h"
 #include "engine/block_pool.h"
 #include "engine/grammar_cache.h"
+#include "engine/pooler.h"
 #include "models/footprint.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
@@ -93,7 +94,9 @@ struct cvllm_engine {
     cv_spec_stats spec_stats;
     cv_mtp_work mtp;
     cv_mtp_seq *mtp_seqs;
-    float *hidden;                 /* [batch tokens][hidden] from forward(), for the MTP */
+    bool pooling;                  /* runner pooling: requests are pooled, never sampled */
+    cv_pooler pooler;
+    float *hidden;                 /* [batch tokens][hidden] from forward(), for the MTP or the pooler */
     size_t cap_hidden;
     cv_grammar_cache *grammars;    /* compiled constraints (cvllm_grammar_compile; any thread) */
     cv_lora_adapter **lora_modules; /* [n_lora_modules] read before the model loads, listed once it has */
@@ -106,6 +109,9 @@ struct cvllm_engine {
 /* Validates and tokenizes a request and builds it, without touching the engine's mutable state:
  * safe to call from any thread while another thread steps the engine (engine_loop.c does). */
 int cv_engine_prepare_request(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm_sampling_params *params,
+                              cv_request **out);
+/* The same for a pooling request (cvllm_engine_add_pooling_request). */
+int cv_engine_prepare_pooling(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm_pooling_params *params,
                               cv_request **out);
 /* Queues a prepared request; the stepping thread only. */
 void cv_engine_enqueue_request(cvllm_engine *e, cv_request *req);

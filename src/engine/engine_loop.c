@@ -110,6 +110,7 @@ void cv_request_event_free(cv_request_event *ev) {
     free(ev->outputs);
     free(ev->prompt_token_ids);
     free_logprobs(ev->prompt_logprobs, ev->n_prompt_token_ids);
+    free(ev->embedding);
     free(ev);
 }
 
@@ -224,6 +225,11 @@ static cv_request_event *make_event(tracker *t, const cvllm_request_output *o) {
         ev->prompt_token_ids = cv_xmalloc(o->n_prompt_token_ids * sizeof *ev->prompt_token_ids);
         memcpy(ev->prompt_token_ids, o->prompt_token_ids, o->n_prompt_token_ids * sizeof *ev->prompt_token_ids);
         if (o->prompt_logprobs) ev->prompt_logprobs = copy_logprobs(o->prompt_logprobs, o->n_prompt_token_ids);
+    }
+    if (o->embedding) {
+        ev->embedding = cv_xmalloc(o->n_embedding * sizeof *ev->embedding);
+        memcpy(ev->embedding, o->embedding, o->n_embedding * sizeof *ev->embedding);
+        ev->n_embedding = o->n_embedding;
     }
     return ev;
 }
@@ -565,7 +571,8 @@ bool cv_engine_loop_drain(cv_engine_loop *l, double seconds) {
 }
 
 int cv_engine_loop_prepare(cv_engine_loop *l, const cv_submit *s, cv_request **req) {
-    return cv_engine_prepare_request(l->e, s->prompt, s->params, req);
+    return s->pooling ? cv_engine_prepare_pooling(l->e, s->prompt, s->pooling, req)
+                      : cv_engine_prepare_request(l->e, s->prompt, s->params, req);
 }
 
 int cv_engine_loop_submit(cv_engine_loop *l, const cv_submit *s, uint64_t *request_id) {

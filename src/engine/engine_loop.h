@@ -59,6 +59,8 @@ typedef struct cv_request_event {
     cvllm_position_logprobs *prompt_logprobs; /* in the event that completes them, else NULL */
     size_t n_cached_tokens;     /* prompt tokens served from the prefix cache */
     bool finished;
+    float *embedding;           /* a pooling request's vector, in its final event (NULL otherwise) */
+    size_t n_embedding;
 } cv_request_event;
 
 void cv_request_event_free(cv_request_event *ev);
@@ -77,6 +79,7 @@ bool cv_engine_loop_drain(cv_engine_loop *loop, double seconds);
 typedef struct cv_submit {
     const cvllm_prompt *prompt;
     const cvllm_sampling_params *params;
+    const cvllm_pooling_params *pooling; /* non-NULL: a pooling request (params unused) */
     cv_event_fn on_event;
     void *user;
     double arrival_time;        /* cv_now() when the request arrived (TTFT/E2E start); 0 = at submit */

@@ -127,6 +127,8 @@ static void publish(cvllm_engine *e, cv_request *req) {
         .outputs = req->outs,
         .n_outputs = req->n_seqs,
         .finished = req->n_finished == req->n_seqs,
+        .embedding = req->n_pooled ? req->pooled : NULL,
+        .n_embedding = req->n_pooled,
     };
     req->touched = false;
     if (e->n_outputs == e->cap_outputs) {

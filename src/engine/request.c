@@ -166,6 +166,7 @@ void cv_request_free(cv_request *req) {
     free(req->stop_ids);
     free(req->eos_ids);
     free(req->prompt);
+    free(req->pooled);
     free(req->cache_salt);
     free(req->seqs);
     free(req->outs);

@@ -86,6 +86,10 @@ struct cv_request {
                                     * n_cached_tokens is set and the queue time is over */
     cvllm_position_logprobs *prompt_logprobs; /* n_prompt entries when requested */
     size_t n_prompt_logprobs_done; /* positions filled (entry 0 counts once the prompt starts) */
+    bool pooling;                  /* a pooling request (engine/pooler.h): one sequence, nothing sampled */
+    cvllm_pooling_params pool;     /* its parameters, resolved */
+    float *pooled;                 /* [hidden]: what the pooler kept so far, then the vector */
+    size_t n_pooled;               /* the vector's length once finished, 0 before */
     cv_seq *seqs;
     int32_t n_seqs;
     int32_t n_finished;

@@ -39,6 +39,11 @@ cvllm_status cvllm_tokenize(const cvllm_tokenizer *tok, const char *text, size_t
     return (cvllm_status)cv_tokenizer_encode((const cv_tokenizer *)tok, text, len, ids, n_ids);
 }
 
+cvllm_status cvllm_tokenizer_add_special_tokens(const cvllm_tokenizer *tok, int32_t **ids, size_t *n_ids) {
+    if (!tok) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "cvllm_tokenizer_add_special_tokens: NULL argument");
+    return (cvllm_status)cv_tokenizer_add_special_tokens((const cv_tokenizer *)tok, ids, n_ids);
+}
+
 cvllm_status cvllm_detokenize(const cvllm_tokenizer *tok, const int32_t *ids, size_t n_ids,
                               bool skip_special_tokens, char **text) {
     if (!tok || !text) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "cvllm_detokenize: NULL argument");

@@ -10,3 +10,5 @@ cv_add_test(test_structured SOURCES test_structured.c LIBS cv_engine TIMEOUT 600
 # LoRA adapters against the merged model, through the C API and `cvllm serve`.
 cv_add_test(test_lora SOURCES test_lora.c LIBS cv_engine PkgConfig::CURL Threads::Threads TIMEOUT 300)
 add_dependencies(test_lora cvllm)
+# The pooling runner (embeddings) against the reference logits, through the C API.
+cv_add_test(test_pooling SOURCES test_pooling.c LIBS cv_engine TIMEOUT 300)

@@ -1,0 +1,418 @@
+/*
+ * test_pooling.c — the pooling runner (engine/pooler.h) through the C API, held to Hugging Face's
+ * reference logits: a pooled vector h is the final-normed hidden state the reference's logits came
+ * from, so W·h (W the lm_head, or embed_tokens when tied) must give the reference's logits at the
+ * pooled position (LAST, CLS), or their mean over the prompt (MEAN: the head is linear). Also the
+ * defaults a folder's sentence-transformers files set, an embedding checkpoint in the inner model's
+ * layout (no "model.", no lm_head), matryoshka dimensions, and every refusal.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "cvllm.h"
+#include "loader/safetensors.h"
+#include "loader/safetensors_write.h"
+#include "testutil.h"
+
+#define TOLERANCE 1e-4
+
+typedef struct engine_setup {
+    const char *runner, *pooler_config, *hf_overrides;
+    int32_t budget, max_model_len;
+    bool prefix_caching;
+} engine_setup;
+
+static cvllm_engine *make_engine(const char *dir, const engine_setup *s) {
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = dir;
+    o.runner = s->runner;
+    o.pooler_config = s->pooler_config;
+    o.hf_overrides = s->hf_overrides;
+    o.max_num_batched_tokens = s->budget ? s->budget : 256;
+    o.max_model_len = s->max_model_len ? s->max_model_len : 256;
+    o.kv_cache_memory_bytes = 8u << 20;
+    o.num_threads = 2;
+    o.dtype = "float32";
+    o.enable_prefix_caching = s->prefix_caching;
+    cvllm_engine *e = NULL;
+    int rc = cvllm_engine_create(&o, &e);
+    CHECK_MSG(rc == 0, "engine create (%s): %s", s->runner ? s->runner : "auto", cvllm_last_error());
+    return e;
+}
+
+/* The reference prompts of a vector folder and their logits. */
+typedef struct reference {
+    int32_t ids[2][256];
+    size_t n[2];
+    float *logits[2]; /* [n][vocab] */
+    size_t vocab;
+} reference;
+
+static void load_reference(const char *folder, reference *r) {
+    static const char *cases[] = {"short", "long150"};
+    for (int c = 0; c < 2; c++) {
+        json_t *j = tu_load_ref(folder, cases[c]);
+        json_t *prompt = json_object_get(j, "prompt");
+        r->n[c] = json_array_size(prompt);
+        for (size_t i = 0; i < r->n[c]; i++) r->ids[c][i] = (int32_t)json_integer_value(json_array_get(prompt, i));
+        json_decref(j);
+        char *file = tu_strdupf("ref.%s.logits.npy", cases[c], "");
+        size_t rows;
+        r->logits[c] = tu_load_ref_npy(folder, file, &rows, &r->vocab);
+        free(file);
+        CHECK_EQ_INT((int)rows, (int)r->n[c]);
+    }
+}
+
+static void free_reference(reference *r) {
+    for (int c = 0; c < 2; c++) free(r->logits[c]);
+}
+
+/* The output head of a vector folder as f32 [vocab][hidden]: lm_head.weight, else embed_tokens. */
+static float *head_of(const char *folder, size_t *hidden) {
+    char *dir = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, folder);
+    cv_checkpoint *ck = NULL;
+    CHECK_EQ_INT(cv_checkpoint_open(dir, &ck), 0);
+    const cv_tensor *t = cv_checkpoint_find(ck, "lm_head.weight");
+    if (!t) t = cv_checkpoint_find(ck, "model.embed_tokens.weight");
+    CHECK(t && t->dtype == CV_DTYPE_F32 && t->ndim == 2);
+    *hidden = (size_t)t->shape[1];
+    float *w = malloc(t->nbytes);
+    memcpy(w, t->data, t->nbytes);
+    cv_checkpoint_close(ck);
+    free(dir);
+    return w;
+}
+
+/* max|W·h − want| / max|want| */
+static double head_error(const float *w, size_t vocab, size_t hidden, const float *h, const float *want) {
+    double worst = 0, scale = 0;
+    for (size_t v = 0; v < vocab; v++) {
+        double dot = 0;
+        for (size_t i = 0; i < hidden; i++) dot += (double)w[v * hidden + i] * h[i];
+        worst = fmax(worst, fabs(dot - want[v]));
+        scale = fmax(scale, fabs(want[v]));
+    }
+    return worst / scale;
+}
+
+typedef struct pooled {
+    float v[2][1024];
+    size_t n[2];
+    int done;
+} pooled;
+
+/* Runs both reference prompts as pooling requests in one engine (batched, chunked by its budget). */
+static void pool_both(cvllm_engine *e, const reference *r, const cvllm_pooling_params *params, pooled *out) {
+    uint64_t ids[2];
+    memset(out, 0, sizeof *out);
+    for (int c = 0; c < 2; c++) {
+        cvllm_prompt p = {.token_ids = r->ids[c], .n_token_ids = r->n[c]};
+        CHECK_MSG(cvllm_engine_add_pooling_request(e, &p, params, &ids[c]) == CVLLM_OK, "%s", cvllm_last_error());
+    }
+    for (int steps = 0; cvllm_engine_has_unfinished(e) && steps < 1000; steps++) {
+        const cvllm_request_output *const *outs;
+        size_t n;
+        CHECK_EQ_INT(cvllm_engine_step(e, &outs, &n), CVLLM_OK);
+        for (size_t k = 0; k < n; k++) {
+            const cvllm_request_output *o = outs[k];
+            int c = o->request_id == ids[0] ? 0 : 1;
+            CHECK_EQ_INT(o->n_outputs, 1);
+            CHECK_EQ_INT((int)o->outputs[0].n_token_ids, 0);
+            if (!o->finished) {
+                CHECK(o->embedding == NULL);
+                continue;
+            }
+            CHECK_EQ_INT(o->outputs[0].finish_reason, CVLLM_FINISH_STOP);
+            CHECK(o->embedding != NULL && o->n_embedding <= 1024);
+            if (!o->embedding) continue;
+            memcpy(out->v[c], o->embedding, o->n_embedding * sizeof(float));
+            out->n[c] = o->n_embedding;
+            out->done++;
+        }
+    }
+    CHECK_EQ_INT(out->done, 2);
+}
+
+static double norm2(const float *v, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
+    return sqrt(s);
+}
+
+/* LAST, CLS and MEAN against the reference, unnormalized and in one-shot, chunked and batched steps;
+ * then the default (normalized) vector is the unnormalized one scaled to length 1. */
+static void test_pooling_types(const char *folder) {
+    char *dir = tu_model_dir(folder);
+    reference r;
+    load_reference(folder, &r);
+    size_t hidden;
+    float *w = head_of(folder, &hidden);
+    cvllm_pooling_params raw;
+    cvllm_pooling_params_default(&raw);
+    raw.normalize = 0;
+    static const struct {
+        const char *config;
+        int32_t budget;
+    } runs[] = {
+        {NULL, 256},                            /* LAST, both prompts in one step */
+        {NULL, 24},                             /* LAST, chunked over many steps */
+        {"{\"pooling_type\": \"CLS\"}", 40},
+        {"{\"seq_pooling_type\": \"MEAN\"}", 24},
+    };
+    pooled last = {0};
+    for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
+        cvllm_engine *e = make_engine(dir, &(engine_setup){.runner = "pooling", .pooler_config = runs[k].config,
+                                                            .budget = runs[k].budget, .prefix_caching = true});
+        if (!e) continue;
+        CHECK(cvllm_engine_is_pooling(e));
+        CHECK_EQ_INT(cvllm_engine_embedding_size(e), (int)hidden);
+        pooled p;
+        pool_both(e, &r, &raw, &p);
+        for (int c = 0; c < 2 && p.done == 2; c++) {
+            CHECK_EQ_INT((int)p.n[c], (int)hidden);
+            float *want = malloc(r.vocab * sizeof *want);
+            const bool mean = runs[k].config && strstr(runs[k].config, "MEAN");
+            const size_t row = runs[k].config && strstr(runs[k].config, "CLS") ? 0 : r.n[c] - 1;
+            for (size_t v = 0; v < r.vocab; v++) {
+                double s = 0;
+                if (mean)
+                    for (size_t t = 0; t < r.n[c]; t++) s += r.logits[c][t * r.vocab + v];
+                want[v] = mean ? (float)(s / (double)r.n[c]) : r.logits[c][row * r.vocab + v];
+            }
+            double err = head_error(w, r.vocab, hidden, p.v[c], want);
+            CHECK_MSG(err <= TOLERANCE, "%s %s run %zu prompt %d: head(pooled) vs reference %.3g", folder,
+                      runs[k].config ? runs[k].config : "LAST", k, c, err);
+            free(want);
+        }
+        if (k == 0) last = p;
+        if (k == 0) { /* the engine's default: normalized */
+            pooled unit;
+            cvllm_pooling_params def;
+            cvllm_pooling_params_default(&def);
+            pool_both(e, &r, &def, &unit);
+            for (int c = 0; c < 2 && unit.done == 2; c++) {
+                CHECK(fabs(norm2(unit.v[c], hidden) - 1) < 1e-5);
+                double len = norm2(last.v[c], hidden), worst = 0;
+                for (size_t i = 0; i < hidden; i++) worst = fmax(worst, fabs(unit.v[c][i] - last.v[c][i] / len));
+                CHECK_MSG(worst < 1e-6, "normalized vector differs from h/|h| by %.3g", worst);
+            }
+        }
+        cvllm_engine_destroy(e);
+    }
+    free(w);
+    free_reference(&r);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+/* A folder as sentence-transformers and Qwen3-Embedding lay it out: the inner model's tensors (no
+ * "model." prefix) and no lm_head, modules.json with Pooling (last token) and Normalize. With
+ * runner auto it pools, normalized, and gives the tied reference's vector. */
+static void test_embedding_folder(void) {
+    const char *folder = "qwen3-dense-tied-f32";
+    char *src = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, folder);
+    cv_checkpoint *ck = NULL;
+    CHECK_EQ_INT(cv_checkpoint_open(src, &ck), 0);
+    char *dir = tu_make_temp_dir();
+    cv_st_writer *wr = cv_st_writer_create();
+    for (size_t i = 0; i < cv_checkpoint_count(ck); i++) {
+        const cv_tensor *t = cv_checkpoint_tensor(ck, i);
+        CHECK(!strncmp(t->name, "model.", 6));
+        cv_st_writer_add(wr, t->name + 6, t->dtype, t->ndim, t->shape, t->data, NULL, NULL);
+    }
+    int shards = 0;
+    CHECK_EQ_INT(cv_st_writer_write(wr, dir, "model", 1u << 30, &shards), 0);
+    cv_st_writer_free(wr);
+    cv_checkpoint_close(ck);
+    char *cfg = tu_strdupf("%s/%s", src, "config.json");
+    tu_link(cfg, dir, "config.json");
+    tu_link_tokenizer(dir);
+    static const char modules[] =
+        "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
+        " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"},"
+        " {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": \"sentence_transformers.models.Normalize\"}]";
+    tu_write_file(dir, "modules.json", modules, strlen(modules));
+    char *pool_dir = tu_strdupf("%s/%s", dir, "1_Pooling");
+    CHECK_EQ_INT(mkdir(pool_dir, 0755), 0);
+    static const char pooling[] = "{\"word_embedding_dimension\": 64, \"pooling_mode_cls_token\": false, "
+                                  "\"pooling_mode_mean_tokens\": false, \"pooling_mode_lasttoken\": true}";
+    tu_write_file(pool_dir, "config.json", pooling, strlen(pooling));
+
+    reference r;
+    load_reference(folder, &r);
+    size_t hidden;
+    float *w = head_of(folder, &hidden);
+    cvllm_engine *e = make_engine(dir, &(engine_setup){.budget = 64, .prefix_caching = true});
+    if (e) {
+        CHECK(cvllm_engine_is_pooling(e));
+        cvllm_pooling_params def;
+        cvllm_pooling_params_default(&def);
+        pooled p;
+        pool_both(e, &r, &def, &p);
+        for (int c = 0; c < 2 && p.done == 2; c++) {
+            CHECK(fabs(norm2(p.v[c], hidden) - 1) < 1e-5);
+            /* W·(h/|h|) is the reference row scaled by 1/|h|: compare directions */
+            float *want = r.logits[c] + (r.n[c] - 1) * r.vocab;
+            double dot = 0, n_want = 0, n_got = 0;
+            float *got = malloc(r.vocab * sizeof *got);
+            for (size_t v = 0; v < r.vocab; v++) {
+                double s = 0;
+                for (size_t i = 0; i < hidden; i++) s += (double)w[v * hidden + i] * p.v[c][i];
+                got[v] = (float)s;
+                dot += s * want[v], n_want += (double)want[v] * want[v], n_got += s * s;
+            }
+            CHECK_MSG(1 - dot / sqrt(n_want * n_got) < 1e-8, "embedding folder: cosine to the reference row %.10f",
+                      dot / sqrt(n_want * n_got));
+            free(got);
+        }
+        /* the same prompt again is a prefix-cache hit: the vector must not change */
+        pooled again;
+        pool_both(e, &r, &def, &again);
+        for (int c = 0; c < 2 && again.done == 2; c++)
+            CHECK(!memcmp(again.v[c], p.v[c], hidden * sizeof(float)));
+        /* a pooling engine generates nothing */
+        cvllm_sampling_params sp;
+        cvllm_sampling_params_default(e, &sp);
+        cvllm_prompt prompt = {.token_ids = r.ids[0], .n_token_ids = r.n[0]};
+        CHECK(cvllm_engine_add_request(e, &prompt, &sp, NULL) == CVLLM_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(cvllm_last_error(), "runner pooling") != NULL);
+        cvllm_engine_destroy(e);
+    }
+    /* runner generate on the same folder: no lm_head, tied config, so it loads and generates */
+    e = make_engine(dir, &(engine_setup){.runner = "generate"});
+    if (e) {
+        CHECK(!cvllm_engine_is_pooling(e));
+        cvllm_prompt prompt = {.token_ids = r.ids[0], .n_token_ids = r.n[0]};
+        CHECK(cvllm_engine_add_pooling_request(e, &prompt, NULL, NULL) == CVLLM_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(cvllm_last_error(), "runner generate") != NULL);
+        cvllm_engine_destroy(e);
+    }
+    free(w);
+    free_reference(&r);
+    free(pool_dir);
+    free(cfg);
+    free(src);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+static void expect_add_error(cvllm_engine *e, const int32_t *ids, size_t n, int32_t dimensions, int status,
+                             const char *message) {
+    cvllm_pooling_params p;
+    cvllm_pooling_params_default(&p);
+    p.dimensions = dimensions;
+    cvllm_prompt prompt = {.token_ids = ids, .n_token_ids = n};
+    CHECK_EQ_INT(cvllm_engine_add_pooling_request(e, &prompt, &p, NULL), status);
+    CHECK_MSG(strstr(cvllm_last_error(), message), "expected '%s', got '%s'", message, cvllm_last_error());
+}
+
+/* Matryoshka dimensions (config.json's keys, here through hf_overrides), context length, options. */
+static void test_dimensions_and_errors(void) {
+    const char *folder = "qwen3-dense-tied-f32";
+    char *dir = tu_model_dir(folder);
+    reference r;
+    load_reference(folder, &r);
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = r.ids[1][i];
+
+    cvllm_engine *e = make_engine(dir, &(engine_setup){.runner = "pooling", .max_model_len = 32});
+    if (e) {
+        expect_add_error(e, ids, 8, 16, CVLLM_ERR_INVALID_ARGUMENT, "does not support matryoshka representation");
+        expect_add_error(e, ids, 33, 0, CVLLM_ERR_CAPACITY, "You passed 33 input tokens and requested 0 output tokens");
+        expect_add_error(e, ids, 0, 0, CVLLM_ERR_INVALID_ARGUMENT, "cannot be empty");
+        int32_t bad[2] = {1, 1 << 20};
+        expect_add_error(e, bad, 2, 0, CVLLM_ERR_INVALID_ARGUMENT, "out of vocabulary");
+        /* a prompt may fill the whole context: nothing is generated after it (NULL params: the defaults) */
+        cvllm_prompt full = {.token_ids = ids, .n_token_ids = 32};
+        CHECK_MSG(cvllm_engine_add_pooling_request(e, &full, NULL, NULL) == CVLLM_OK, "%s", cvllm_last_error());
+        int finished = 0;
+        while (cvllm_engine_has_unfinished(e)) {
+            const cvllm_request_output *const *outs;
+            size_t n;
+            CHECK_EQ_INT(cvllm_engine_step(e, &outs, &n), CVLLM_OK);
+            for (size_t k = 0; k < n; k++) finished += outs[k]->finished && outs[k]->n_embedding == 64;
+        }
+        CHECK_EQ_INT(finished, 1);
+        cvllm_engine_destroy(e);
+    }
+
+    e = make_engine(dir, &(engine_setup){.runner = "pooling", .hf_overrides = "{\"is_matryoshka\": true}"});
+    if (e) {
+        expect_add_error(e, ids, 8, 65, CVLLM_ERR_INVALID_ARGUMENT, "must not exceed the embedding size 64");
+        expect_add_error(e, ids, 8, -3, CVLLM_ERR_INVALID_ARGUMENT, "Dimensions must be greater than 0");
+        cvllm_pooling_params p;
+        cvllm_pooling_params_default(&p);
+        p.dimensions = 16;
+        cvllm_prompt prompt = {.token_ids = r.ids[0], .n_token_ids = r.n[0]};
+        CHECK(cvllm_engine_add_pooling_request(e, &prompt, &p, NULL) == CVLLM_OK);
+        p.normalize = 0;
+        p.dimensions = 0;
+        CHECK(cvllm_engine_add_pooling_request(e, &prompt, &p, NULL) == CVLLM_OK);
+        float cut[16] = {0}, whole[64] = {0};
+        size_t n_cut = 0, n_whole = 0;
+        while (cvllm_engine_has_unfinished(e)) {
+            const cvllm_request_output *const *outs;
+            size_t n;
+            CHECK_EQ_INT(cvllm_engine_step(e, &outs, &n), CVLLM_OK);
+            for (size_t k = 0; k < n; k++) {
+                if (!outs[k]->embedding) continue;
+                if (outs[k]->n_embedding == 16) memcpy(cut, outs[k]->embedding, sizeof cut), n_cut = 16;
+                if (outs[k]->n_embedding == 64) memcpy(whole, outs[k]->embedding, sizeof whole), n_whole = 64;
+            }
+        }
+        CHECK(n_cut == 16 && n_whole == 64);
+        /* truncated first, then normalized: the first 16 values of h scaled to length 1 */
+        double len = norm2(whole, 16), worst = 0;
+        for (int i = 0; i < 16; i++) worst = fmax(worst, fabs(cut[i] - whole[i] / len));
+        CHECK_MSG(worst < 1e-6, "matryoshka: %.3g", worst);
+        cvllm_engine_destroy(e);
+    }
+
+    e = make_engine(dir, &(engine_setup){.runner = "pooling", .hf_overrides = "{\"matryoshka_dimensions\": [16, 32]}"});
+    if (e) {
+        expect_add_error(e, ids, 8, 8, CVLLM_ERR_INVALID_ARGUMENT, "only supports [16, 32] matryoshka dimensions");
+        cvllm_engine_destroy(e);
+    }
+
+    static const struct {
+        const char *runner, *pooler_config, *message;
+    } bad_options[] = {
+        {"pooling", "{\"normalize\": true}", "Parameter `normalize` was removed; use `use_activation` instead."},
+        {"pooling", "{\"pooling_type\": \"ALL\"}", "pooling type ALL is not supported"},
+        {"pooling", "{\"pooling_type\": \"LAST\", \"seq_pooling_type\": \"LAST\"}", "Cannot set both"},
+        {"pooling", "{\"enable_chunked_processing\": true}", "enable_chunked_processing is not supported"},
+        {"pooling", "[1]", "pooler_config must be a JSON object"},
+        {"generate", "{\"pooling_type\": \"LAST\"}", "pooler_config needs the pooling runner"},
+        {"embed", NULL, "invalid runner 'embed'"},
+    };
+    for (size_t k = 0; k < sizeof bad_options / sizeof *bad_options; k++) {
+        cvllm_engine_options o;
+        cvllm_engine_options_default(&o);
+        o.model = dir;
+        o.runner = bad_options[k].runner;
+        o.pooler_config = bad_options[k].pooler_config;
+        o.max_model_len = 64;
+        o.kv_cache_memory_bytes = 8u << 20;
+        cvllm_engine *bad = NULL;
+        CHECK(cvllm_engine_create(&o, &bad) != CVLLM_OK && bad == NULL);
+        CHECK_MSG(strstr(cvllm_last_error(), bad_options[k].message), "expected '%s', got '%s'", bad_options[k].message,
+                  cvllm_last_error());
+    }
+    free_reference(&r);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+int main(void) {
+    test_pooling_types("qwen3-dense-tied-f32");
+    test_pooling_types("qwen3-dense-f32");
+    test_embedding_folder();
+    test_dimensions_and_errors();
+    return cv_check_summary("test_pooling");
+}
