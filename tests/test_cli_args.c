@@ -106,7 +106,9 @@ static void test_abbreviations(void) {
     expect_usage(ARGS("bench", "latency", "--model", "/nonexistent", "--zzz"), "unknown option --zzz");
     expect_usage(ARGS("bench", "throughput", "--model", "/nonexistent", "--input", "x"), "--input-len expects an integer");
     expect_usage(ARGS("bench", "latency", "--model", "/nonexistent", "--batch", "x"), "--batch-size expects an integer");
-    expect_usage(ARGS("serve", "/nonexistent", "--po", "x"), "--port expects an integer");
+    expect_usage(ARGS("serve", "/nonexistent", "--por", "x"), "--port expects an integer");
+    /* as in vLLM, whose serve has --pooler-config beside --port */
+    expect_usage(ARGS("serve", "/nonexistent", "--po", "x"), "ambiguous option: --po could match --port, --pooler-config");
     r = run(ARGS("tokenize", model_dir, "--te", "Hello"));
     CHECK_MSG(r.status == 0, "%s", r.err);
     CHECK_STR_EQ(r.out, "[9707]\n");

@@ -82,9 +82,6 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     {"--config-format", CV_IGNORED_CHOICE, (const char *const[]){"auto", "hf", NULL}},
     {"--model-impl", CV_IGNORED_CHOICE, (const char *const[]){"auto", "vllm", "transformers", NULL}},
     {"--device", CV_IGNORED_CHOICE, (const char *const[]){"auto", "cpu", NULL}},
-    {"--runner", CV_IGNORED_CHOICE, (const char *const[]){"auto", "generate", NULL}},
-    {"--convert", CV_IGNORED_CHOICE, (const char *const[]){"auto", "none", NULL}},
-    {"--task", CV_IGNORED_CHOICE, (const char *const[]){"auto", "generate", NULL}},
     {"--worker-cls", CV_IGNORED_CHOICE, (const char *const[]){"auto", NULL}},
     {"--code-revision", CV_IGNORED_STRING, NULL},
     {"--max-parallel-loading-workers", CV_IGNORED_INT, NULL},
@@ -311,6 +308,39 @@ static bool scheduling_policy(cv_args *a, cvllm_engine_options *o) {
     return true;
 }
 
+/* A choice among `choices`, vLLM's argparse message otherwise; *out untouched then. */
+static bool choice_option(cv_args *a, const char *name, const char *const *choices, const char **out) {
+    const char *v;
+    if (!cv_args_value(a, name, &v)) return false;
+    if (!v) return true;
+    if (!cv_args_in_list(choices, v)) {
+        char *list = cv_args_quoted_list(choices, ", ");
+        cv_args_error(a, "argument %s: invalid choice: '%s' (choose from %s)", name, v, list);
+        free(list);
+        return true;
+    }
+    *out = v;
+    return true;
+}
+
+/* --runner, --convert and the older --task: which runner serves the model. --convert embed (and
+ * --task embed) is the pooling runner's embedding, the one conversion cvllm runs. */
+static bool runner_option(cv_args *a, cvllm_engine_options *o) {
+    static const char *const runners[] = {"auto", "draft", "generate", "pooling", NULL};
+    static const char *const converts[] = {"auto", "classify", "embed", "mm_encoder_only", "none", "reward", NULL};
+    static const char *const tasks[] = {"auto", "classify", "embed", "embedding", "generate", "reward", "score", NULL};
+    const char *v = NULL;
+    if (choice_option(a, "--runner", runners, &o->runner)) return true;
+    if (choice_option(a, "--convert", converts, &v) || choice_option(a, "--task", tasks, &v)) {
+        if (!v || !strcmp(v, "auto") || !strcmp(v, "none") || !strcmp(v, "generate")) return true;
+        if (strcmp(v, "embed") && strcmp(v, "embedding"))
+            cv_args_error(a, "%s is not supported: cvllm's pooling runner embeds (embed) only", v);
+        else o->runner = "pooling";
+        return true;
+    }
+    return false;
+}
+
 static bool int_option(cv_args *a, const char *name, int64_t min, int64_t max, int64_t *out) {
     const char *v;
     if (!cv_args_value(a, name, &v)) return false;
@@ -343,6 +373,9 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (cv_args_value(a, "--revision", &v)) o->revision = v;
     else if (cv_args_value(a, "--tokenizer-revision", &v)) o->tokenizer_revision = v;
     else if (cv_args_value(a, "--logprobs-mode", &v)) o->logprobs_mode = v;
+    else if (runner_option(a, o)) {
+    }
+    else if (json_object_flag(a, "--pooler-config|--override-pooler-config", &v)) o->pooler_config = v;
     else if (cv_args_value(a, "--download-dir", &v)) o->download_dir = v;
     else if (hf_token(a, o)) {
     }

@@ -67,7 +67,12 @@ char *cv_api_error_json(const cv_api_error *err);
 
 /* What a generation route takes. CV_API_INVOCATION is SageMaker's /invocations, which takes either:
  * parsed, a request is then a chat completion or a completion (its kind says which). */
-typedef enum cv_api_kind { CV_API_COMPLETION, CV_API_CHAT, CV_API_INVOCATION } cv_api_kind;
+typedef enum cv_api_kind { CV_API_COMPLETION, CV_API_CHAT, CV_API_INVOCATION, CV_API_EMBEDDING } cv_api_kind;
+
+/* /v1/embeddings' encoding_format, embed_dtype and endianness. */
+typedef enum cv_api_encoding { CV_ENC_FLOAT, CV_ENC_BASE64 } cv_api_encoding;
+typedef enum cv_api_embed_dtype { CV_EMBED_F32, CV_EMBED_F16, CV_EMBED_BF16 } cv_api_embed_dtype;
+typedef enum cv_api_endianness { CV_ENDIAN_NATIVE, CV_ENDIAN_BIG, CV_ENDIAN_LITTLE } cv_api_endianness;
 
 /* How chat is rendered and its output parsed: `cvllm serve`'s chat flags. */
 typedef struct cv_api_chat_config {
@@ -149,9 +154,9 @@ typedef struct cv_api_request {
     int64_t truncate_prompt_tokens; /* keep this many prompt tokens; -1 = max_model_len - max_tokens;
                                      * -2 = not given */
     bool truncate_right;        /* truncation_side "right": keep the first tokens (default: the last) */
-    /* vLLM's add_special_tokens (completions and /tokenize prompts: true, chat: false). Qwen
-     * tokenizers add no special tokens either way (no BOS; their post-processor is ByteLevel), and
-     * cvllm's tokenizer applies no post-processor, so it is validated and recorded only. */
+    /* vLLM's add_special_tokens (completions, embeddings and /tokenize prompts: true, chat: false):
+     * the tokenizer post-processor's tokens around a text prompt (none for the Qwen3 chat models,
+     * whose post-processor is ByteLevel; Qwen3-Embedding's appends <|endoftext|>). */
     bool add_special_tokens;
     bool return_token_strs;     /* /tokenize */
     /* chat output parsing, decided from the request and cv_api_chat_config */
@@ -172,6 +177,11 @@ typedef struct cv_api_request {
     char *constraint_spec;      /* schema (JSON text), regex or grammar */
     char **constraint_choices;
     char *whitespace_pattern;
+    /* /v1/embeddings (CV_API_EMBEDDING): one pooling request a prompt */
+    cvllm_pooling_params pooling;
+    cv_api_encoding encoding;
+    cv_api_embed_dtype embed_dtype;
+    cv_api_endianness endianness;
 } cv_api_request;
 
 int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
@@ -187,6 +197,11 @@ int cv_api_parse_invocation(const char *body, size_t len, const cv_api_limits *l
  * chat_template_kwargs, tools, documents}, rendered with lim->chat; one prompt. */
 int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
                           cv_api_error *err);
+/* /v1/embeddings, vLLM's EmbeddingCompletionRequest: input (a string, strings, ids or lists of ids),
+ * dimensions, use_activation, encoding_format float or base64 (embed_dtype, endianness),
+ * truncate_prompt_tokens, add_special_tokens (true), user, cache_salt, request_id. */
+int cv_api_parse_embedding(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                           cv_api_error *err);
 /* /detokenize: {tokens:[int]}; the ids land in prompts[0]. */
 int cv_api_parse_detokenize(const char *body, size_t len, cv_api_request *req, cv_api_error *err);
 void cv_api_request_free(cv_api_request *req);
@@ -232,6 +247,8 @@ typedef struct cv_api_prompt_result {
     size_t n_prompt_tokens;
     size_t n_cached_tokens;
     cvllm_position_logprobs *prompt_logprobs; /* deep copy, n_prompt_tokens entries, or NULL */
+    float *embedding;           /* an embedding request's vector (n_embedding floats), once finished */
+    size_t n_embedding;
     bool finished;
 } cv_api_prompt_result;
 

@@ -183,6 +183,11 @@ static const char *const TOKENIZE_CHAT_FIELDS[] = {
     "model", "messages", "add_generation_prompt", "return_token_strs", "continue_final_message", "add_special_tokens",
     "chat_template", "chat_template_kwargs", "media_io_kwargs", "mm_processor_kwargs", "tools", NULL};
 static const char *const DETOKENIZE_FIELDS[] = {"model", "tokens", NULL};
+/* EmbeddingCompletionRequest (vllm/entrypoints/pooling/embed/protocol.py and its base mixins). */
+static const char *const EMBEDDING_FIELDS[] = {
+    "model", "input", "user", "truncate_prompt_tokens", "truncation_side", "padding", "request_id", "priority",
+    "mm_processor_kwargs", "cache_salt", "add_special_tokens", "encoding_format", "embed_dtype", "endianness",
+    "dimensions", "use_activation", NULL};
 
 /* The guided-decoding fields structured outputs replaced (PR #22772); vLLM warns about them. */
 static const char *const REMOVED_GUIDED_FIELDS[] = {
@@ -1034,10 +1039,11 @@ static bool prompt_ids(const json_t *a, cv_pyerrors *l, const cv_loc *at, int32_
     return true;
 }
 
-/* The errors of every member of the prompt union for a value none of them takes. */
-static int prompt_union_failure(const json_t *v, cv_api_error *err) {
+/* The errors of every member of the prompt union (field `name`: prompt, or an embedding's input) for a
+ * value none of them takes. */
+static int prompt_union_failure(const json_t *v, const char *name, cv_api_error *err) {
     cv_pyerrors l = {0};
-    cv_loc at = {NULL, "prompt", 0}, as_ids = {&at, P_IDS, 0}, as_lists = {&at, P_ID_LISTS, 0}, as_str = {&at, "str", 0},
+    cv_loc at = {NULL, name, 0}, as_ids = {&at, P_IDS, 0}, as_lists = {&at, P_ID_LISTS, 0}, as_str = {&at, "str", 0},
            as_strs = {&at, "list[str]", 0};
     prompt_ids(v, &l, &as_ids, NULL, NULL);
     if (!json_is_array(v)) cv_pyerrors_add(&l, &as_lists, v, "list_type", CV_PY_LIST_TYPE, NULL);
@@ -1078,8 +1084,9 @@ static int check_prompt_field(const json_t *o, const cv_api_limits *lim, cv_api_
     return 0;
 }
 
-static int parse_prompt_field(const json_t *o, cv_api_request *req, cv_api_error *err) {
-    const json_t *v = field(o, "prompt"), *embeds = field(o, "prompt_embeds");
+/* The prompt union in field `name` (prompt; an embedding's input) into req->prompts. */
+static int parse_prompt_field(const json_t *o, const char *name, cv_api_request *req, cv_api_error *err) {
+    const json_t *v = field(o, name), *embeds = field(o, "prompt_embeds");
     size_t n = json_array_size(v);
     /* prompt_embeds: bytes | list[bytes] | None; bytes take strings in lax mode. */
     cv_loc embeds_at = {NULL, "prompt_embeds", 0};
@@ -1096,7 +1103,7 @@ static int parse_prompt_field(const json_t *o, cv_api_request *req, cv_api_error
             ints &= json_is_integer(item) && json_integer_value(item) >= 0;
             lists &= json_is_array(item);
         }
-        cv_loc at = {NULL, "prompt", 0}, as_ids = {&at, P_IDS, 0}, as_lists = {&at, P_ID_LISTS, 0};
+        cv_loc at = {NULL, name, 0}, as_ids = {&at, P_IDS, 0}, as_lists = {&at, P_ID_LISTS, 0};
         cv_api_prompt p = {0};
         if (!strs && !lists && (ints || prompt_ids(v, NULL, &as_ids, NULL, NULL))) {
             prompt_ids(v, NULL, &as_ids, &p.ids, &p.n_ids);
@@ -1109,7 +1116,7 @@ static int parse_prompt_field(const json_t *o, cv_api_request *req, cv_api_error
                 cv_loc item = {&as_lists, NULL, i};
                 ok = prompt_ids(json_array_get(v, i), NULL, &item, NULL, NULL);
             }
-            if (!ok) return prompt_union_failure(v, err);
+            if (!ok) return prompt_union_failure(v, name, err);
             for (size_t i = 0; i < n; i++) {
                 cv_loc item = {&as_lists, NULL, i};
                 p = (cv_api_prompt){0};
@@ -1123,7 +1130,7 @@ static int parse_prompt_field(const json_t *o, cv_api_request *req, cv_api_error
 }
 
 static int parse_completion_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
-    if (check_common(o, false, err) || check_prompt_field(o, lim, err) || parse_prompt_field(o, req, err) ||
+    if (check_common(o, false, err) || check_prompt_field(o, lim, err) || parse_prompt_field(o, "prompt", req, err) ||
         parse_common(o, lim, false, req, err))
         return -1;
     req->max_tokens = 16; /* null is the default too (normalize_null_max_tokens) */
@@ -1691,9 +1698,12 @@ void cv_api_request_free(cv_api_request *req) {
 /* ------------------------------------------------------------------------------------------------ */
 /* Tokenizing and the context-length rules                                                          */
 
-static int tokenize_prompt(cv_api_prompt *p, const cvllm_tokenizer *tok, cv_api_error *err) {
+/* Text is tokenized as vLLM's renderer does: with the tokenizer's post-processor tokens when
+ * add_special_tokens (a no-op for Qwen3's ByteLevel one, Qwen3-Embedding's trailing <|endoftext|>). */
+static int tokenize_prompt(cv_api_prompt *p, const cvllm_tokenizer *tok, bool add_special_tokens, cv_api_error *err) {
     if (p->ids) return 0;
-    if (cvllm_tokenize(tok, p->text, p->text_len, &p->ids, &p->n_ids) != CVLLM_OK)
+    if (cvllm_tokenize(tok, p->text, p->text_len, &p->ids, &p->n_ids) != CVLLM_OK ||
+        (add_special_tokens && cvllm_tokenizer_add_special_tokens(tok, &p->ids, &p->n_ids) != CVLLM_OK))
         return cv_api_fail(err, 400, "prompt", "%s", cvllm_last_error());
     return 0;
 }
@@ -1722,12 +1732,23 @@ static int truncate_prompt(const cv_api_request *req, cv_api_prompt *p, const cv
 }
 
 static int check_prompt(const cv_api_request *req, cv_api_prompt *p, const cv_api_limits *lim, cv_api_error *err) {
-    const char *param = req->kind == CV_API_CHAT ? "messages" : "prompt";
+    const bool embedding = req->kind == CV_API_EMBEDDING;
+    const char *param = req->kind == CV_API_CHAT ? "messages" : embedding ? "input" : "prompt";
     int64_t L = lim->max_model_len, P = (int64_t)p->n_ids, M = req->max_tokens;
     if (P == 0) return cv_api_fail(err, 400, param, "The decoder prompt cannot be empty");
     for (size_t i = 0; i < p->n_ids; i++)
         if (p->ids[i] < 0 || p->ids[i] >= lim->vocab_size)
             return cv_api_fail(err, 400, param, "Token id %d is out of vocabulary", p->ids[i]);
+    if (embedding) { /* nothing is generated: the prompt may fill the context (vLLM's renderer's message) */
+        if (P > L)
+            return cv_api_fail(err, 400, "input_tokens",
+                               "You passed %lld input tokens and requested 0 output tokens. However, the model's context "
+                               "length is only %lld tokens, resulting in a maximum input length of %lld tokens. Please "
+                               "reduce the length of the input prompt. (parameter=input_tokens, value=%lld)",
+                               (long long)P, (long long)L, (long long)L, (long long)P);
+        p->max_tokens = 0;
+        return 0;
+    }
     if (P >= L)
         return cv_api_fail(err, 400, param,
                            "This model's maximum context length is %lld tokens. However, your request has %lld input "
@@ -1771,7 +1792,7 @@ int cv_api_prepare(cv_api_request *req, const cvllm_tokenizer *tok, const cv_api
         return cv_api_fail(err, 400, "use_beam_search",
                            "beam search does not support structured outputs or a required or named tool_choice");
     for (size_t i = 0; i < req->n_prompts; i++) {
-        if (tokenize_prompt(&req->prompts[i], tok, err) || truncate_prompt(req, &req->prompts[i], lim, err) ||
+        if (tokenize_prompt(&req->prompts[i], tok, req->add_special_tokens, err) || truncate_prompt(req, &req->prompts[i], lim, err) ||
             check_prompt(req, &req->prompts[i], lim, err))
             return -1;
         req->prompts[i].grammar_after_token_id = grammar_after(req, &req->prompts[i], lim);
@@ -1786,4 +1807,81 @@ cvllm_sampling_params cv_api_prompt_params(const cv_api_request *req, size_t pro
     p.grammar_after_token_id = req->prompts[prompt_index].grammar_after_token_id;
     if (req->echo_only) p.min_tokens = 0;
     return p;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* /v1/embeddings                                                                                    */
+
+static int parse_embedding_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
+    static const char *const encodings[] = {"float", "base64", "bytes", "bytes_only"};
+    static const char *const dtypes[] = {"float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"};
+    static const char *const endians[] = {"native", "big", "little"};
+    if (field(o, "messages"))
+        return cv_api_fail(err, 400, "messages", "embeddings of chat messages are not supported by cvllm; send the "
+                           "text as input");
+    if (field(o, "normalize"))
+        return cv_api_fail(err, 400, "normalize", "Parameter `normalize` was removed; use `use_activation` instead. "
+                           "(parameter=normalize)");
+    if (!field(o, "input")) {
+        cv_loc at = {NULL, "input", 0};
+        return cv_api_pyfail(err, &at, o, "missing", "Field required", NULL);
+    }
+    int encoding = 0, dtype = 0, endian = 0;
+    int64_t priority = 0, dimensions = 0;
+    bool dims_given = false, activation = false, activation_given = false;
+    req->params = lim->defaults;
+    req->params.n = 1;
+    req->params.logprobs = req->params.prompt_logprobs = -1;
+    req->top_logprobs = req->prompt_logprobs = -1;
+    req->add_special_tokens = true;
+    req->max_tokens = 0;
+    cvllm_pooling_params_default(&req->pooling);
+    if (check_cache_salt(o, err) || cv_get_str(o, NULL, "model", CV_OPTIONAL, &req->model, err) ||
+        parse_prompt_field(o, "input", req, err) || cv_get_str(o, NULL, "user", CV_OPTIONAL, &req->user, err) ||
+        parse_truncation(o, req, err) || cv_get_str(o, NULL, "request_id", 0, &req->request_id, err) ||
+        cv_get_int(o, NULL, "priority", 0, &priority, NULL, err) ||
+        cv_get_str(o, NULL, "cache_salt", CV_OPTIONAL, &req->cache_salt, err) ||
+        cv_get_bool(o, NULL, "add_special_tokens", 0, &req->add_special_tokens, err) ||
+        cv_get_literal(o, NULL, "encoding_format", 0, encodings, CV_ARRAY_LEN(encodings), &encoding, err) ||
+        cv_get_literal(o, NULL, "embed_dtype", 0, dtypes, CV_ARRAY_LEN(dtypes), &dtype, err) ||
+        cv_get_literal(o, NULL, "endianness", 0, endians, CV_ARRAY_LEN(endians), &endian, err) ||
+        cv_get_int(o, NULL, "dimensions", CV_OPTIONAL, &dimensions, &dims_given, err) ||
+        cv_get_bool(o, NULL, "use_activation", CV_OPTIONAL, &activation, err))
+        return -1;
+    activation_given = field(o, "use_activation") && !json_is_null(field(o, "use_activation"));
+    if (encoding >= 2)
+        return cv_api_fail(err, 400, "encoding_format", "encoding_format %s is not supported by cvllm; use float or "
+                           "base64", encodings[encoding]);
+    if (dtype >= 3)
+        return cv_api_fail(err, 400, "embed_dtype", "embed_dtype %s is not supported by cvllm; use float32, float16 or "
+                           "bfloat16", dtypes[dtype]);
+    if (priority != 0)
+        return cv_api_fail(err, 400, "priority", "priority applies only with --scheduling-policy priority, which "
+                           "cvllm's pooling runner does not take");
+    if (req->request_id && strlen(req->request_id) > 64)
+        return cv_api_fail(err, 400, "request_id", "'request_id' is longer than 64 bytes");
+    if (req->n_prompts == 0) return cv_api_fail(err, 400, "input", "please provide at least one prompt");
+    if (req->n_prompts > (size_t)lim->max_prompts)
+        return cv_api_fail(err, 400, "input", "input list length %zu exceeds the maximum allowed count of %d.",
+                           req->n_prompts, lim->max_prompts);
+    /* the engine judges dimensions against the model (matryoshka); 0 is its "not given" */
+    if (dims_given) req->pooling.dimensions = dimensions < INT32_MIN ? INT32_MIN : dimensions > INT32_MAX ? INT32_MAX
+                                              : dimensions == 0 ? -1 : (int32_t)dimensions;
+    if (activation_given) req->pooling.normalize = activation ? 1 : 0;
+    req->encoding = (cv_api_encoding)encoding;
+    req->embed_dtype = (cv_api_embed_dtype)dtype;
+    req->endianness = (cv_api_endianness)endian;
+    return 0;
+}
+
+int cv_api_parse_embedding(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                           cv_api_error *err) {
+    memset(req, 0, sizeof *req);
+    req->kind = CV_API_EMBEDDING;
+    json_t *root = parse_body(body, len, err);
+    if (!root) return -1;
+    int rc = parse_embedding_fields(root, lim, req, err);
+    if (!rc) log_ignored_fields(root, EMBEDDING_FIELDS, NULL);
+    json_decref(root);
+    return rc;
 }

@@ -22,6 +22,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "base/dtype.h"
 #include "base/error.h"
 #include "base/utf8.h"
 #include "server/api_internal.h"
@@ -50,7 +51,7 @@ void cv_api_response_init(cv_api_response *r, const cv_api_request *req, const c
     r->model = model;
     r->cached_tokens_details = cached_tokens_details;
     r->created = (int64_t)time(NULL);
-    const char *prefix = req->kind == CV_API_CHAT ? "chatcmpl-" : "cmpl-";
+    const char *prefix = req->kind == CV_API_CHAT ? "chatcmpl-" : req->kind == CV_API_EMBEDDING ? "embd-" : "cmpl-";
     if (req->request_id) {
         snprintf(r->id, sizeof r->id, "%s%s", prefix, req->request_id);
     } else {
@@ -83,7 +84,10 @@ void cv_api_response_free(cv_api_response *r) {
         cv_api_chat_choice_free(r->req, c);
     }
     free(r->choices);
-    for (size_t i = 0; i < r->req->n_prompts; i++) free_positions(r->prompts[i].prompt_logprobs, r->prompts[i].n_prompt_tokens);
+    for (size_t i = 0; i < r->req->n_prompts; i++) {
+        free_positions(r->prompts[i].prompt_logprobs, r->prompts[i].n_prompt_tokens);
+        free(r->prompts[i].embedding);
+    }
     free(r->prompts);
     memset(r, 0, sizeof *r);
 }
@@ -396,6 +400,11 @@ void cv_api_response_apply(cv_api_response *r, size_t pi, const cv_request_event
         pr->prompt_logprobs = cv_xmalloc((ev->n_prompt_token_ids ? ev->n_prompt_token_ids : 1) * sizeof *pr->prompt_logprobs);
         copy_positions(pr->prompt_logprobs, ev->prompt_logprobs, ev->n_prompt_token_ids);
     }
+    if (ev->embedding && !pr->embedding) {
+        pr->embedding = cv_xmalloc(ev->n_embedding * sizeof *pr->embedding);
+        memcpy(pr->embedding, ev->embedding, ev->n_embedding * sizeof *pr->embedding);
+        pr->n_embedding = ev->n_embedding;
+    }
     size_t n = (size_t)r->req->params.n;
     for (int32_t k = 0; k < ev->n_outputs; k++) {
         const cv_completion_delta *d = &ev->outputs[k];
@@ -482,8 +491,63 @@ static json_t *chat_choice(const cv_api_response *r, size_t ci) {
     return o;
 }
 
+/* ---- embeddings ---------------------------------------------------------------------------------- */
+
+/* vLLM's tensor2binary: the vector cast to embed_dtype (bf16 and f16 rounded to nearest even, as
+ * torch casts), its bytes in the asked order, as standard base64 with padding. */
+static json_t *embedding_base64(const cv_api_request *req, const float *v, size_t n) {
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const size_t width = req->embed_dtype == CV_EMBED_F32 ? 4 : 2, bytes = n * width;
+    const bool swap = req->endianness == CV_ENDIAN_BIG; /* the machines cvllm runs on are little-endian */
+    uint8_t *raw = cv_xmalloc(bytes ? bytes : 1);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = 0;
+        if (req->embed_dtype == CV_EMBED_F32) memcpy(&u, &v[i], 4);
+        else u = req->embed_dtype == CV_EMBED_F16 ? cv_f32_to_f16(v[i]) : cv_f32_to_bf16(v[i]);
+        for (size_t b = 0; b < width; b++) raw[i * width + (swap ? width - 1 - b : b)] = (uint8_t)(u >> (8 * b));
+    }
+    char *out = cv_xmalloc((bytes + 2) / 3 * 4 + 1), *o = out;
+    for (size_t i = 0; i < bytes; i += 3) {
+        uint32_t w = (uint32_t)raw[i] << 16 | (i + 1 < bytes ? (uint32_t)raw[i + 1] << 8 : 0) |
+                     (i + 2 < bytes ? raw[i + 2] : 0);
+        *o++ = digits[w >> 18 & 63];
+        *o++ = digits[w >> 12 & 63];
+        *o++ = i + 1 < bytes ? digits[w >> 6 & 63] : '=';
+        *o++ = i + 2 < bytes ? digits[w & 63] : '=';
+    }
+    *o = '\0';
+    json_t *s = json_string(out);
+    free(out);
+    free(raw);
+    return s;
+}
+
+/* vLLM's EmbeddingResponse. */
+static char *embedding_json(const cv_api_response *r) {
+    const cv_api_request *req = r->req;
+    json_t *data = json_array();
+    for (size_t i = 0; i < req->n_prompts; i++) {
+        const cv_api_prompt_result *pr = &r->prompts[i];
+        json_t *vec;
+        if (req->encoding == CV_ENC_BASE64) {
+            vec = embedding_base64(req, pr->embedding, pr->n_embedding);
+        } else {
+            vec = json_array();
+            for (size_t k = 0; k < pr->n_embedding; k++) json_array_append_new(vec, json_real(pr->embedding[k]));
+        }
+        json_array_append_new(data, json_pack("{s:I, s:s, s:o}", "index", (json_int_t)i, "object", "embedding",
+                                              "embedding", vec));
+    }
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object", "list", "created",
+                          (json_int_t)r->created, "model", r->model, "data", data, "usage", usage_json(r));
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
 char *cv_api_response_json(const cv_api_response *r) {
     const cv_api_request *req = r->req;
+    if (req->kind == CV_API_EMBEDDING) return embedding_json(r);
     bool chat = req->kind == CV_API_CHAT;
     json_t *choices = json_array();
     size_t n = (size_t)req->params.n;

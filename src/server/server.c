@@ -133,7 +133,8 @@ static void handle_tokenize(cv_server *s, cv_http_req *c, const char *body, size
     int rc = cv_api_parse_tokenize(body, len, &s->limits, &req, &err);
     if (!rc && !cv_server_model_name(s, req.model, NULL, &err)) rc = -1;
     cv_api_prompt *p = rc ? NULL : &req.prompts[0];
-    if (p && cvllm_tokenize(s->tok, p->text, p->text_len, &p->ids, &p->n_ids) != CVLLM_OK)
+    if (p && (cvllm_tokenize(s->tok, p->text, p->text_len, &p->ids, &p->n_ids) != CVLLM_OK ||
+              (req.add_special_tokens && cvllm_tokenizer_add_special_tokens(s->tok, &p->ids, &p->n_ids) != CVLLM_OK)))
         rc = cv_api_fail(&err, 400, "prompt", "%s", cvllm_last_error());
     if (rc) {
         cv_api_request_free(&req);
@@ -191,7 +192,7 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 
 typedef enum route_id {
     R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
-    R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA
+    R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS
 } route_id;
 
 typedef struct route {
@@ -216,6 +217,7 @@ static const route routes[] = {
     {"/invocations", R_INVOCATIONS, "POST", true},
     {"/v1/load_lora_adapter", R_LOAD_LORA, "POST", true},     /* with runtime_lora only */
     {"/v1/unload_lora_adapter", R_UNLOAD_LORA, "POST", true}, /* with runtime_lora only */
+    {"/v1/embeddings", R_EMBEDDINGS, "POST", true},            /* pooling runner only */
 };
 
 static bool method_allowed(const route *r, const char *method) {
@@ -258,10 +260,23 @@ static bool is_json_type(const char *ct) {
     return !strncasecmp(ct, "application/json", n) && (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
 }
 
+/* vLLM registers the routes of the tasks the model supports: a pooling model has no completions or
+ * chat, a generating one no embeddings (Starlette's 404 either way). */
+static bool route_served(const cv_server *s, route_id id) {
+    switch (id) {
+    case R_LOAD_LORA:
+    case R_UNLOAD_LORA: return s->runtime_lora;
+    case R_COMPLETIONS:
+    case R_CHAT:
+    case R_CHAT_RENDER: return !s->pooling;
+    case R_EMBEDDINGS: return s->pooling;
+    default: return true;
+    }
+}
+
 static const route *find_route(const cv_server *s, const char *url) {
     for (size_t i = 0; i < CV_ARRAY_LEN(routes); i++)
-        if (!strcmp(url, routes[i].path))
-            return s->runtime_lora || (routes[i].id != R_LOAD_LORA && routes[i].id != R_UNLOAD_LORA) ? &routes[i] : NULL;
+        if (!strcmp(url, routes[i].path)) return route_served(s, routes[i].id) ? &routes[i] : NULL;
     return NULL;
 }
 
@@ -334,7 +349,8 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     case R_DETOKENIZE: handle_detokenize(s, r, body, len); return;
     case R_COMPLETIONS: cv_generate(s, r, CV_API_COMPLETION); return;
     case R_CHAT: cv_generate(s, r, CV_API_CHAT); return;
-    case R_INVOCATIONS: cv_generate(s, r, CV_API_INVOCATION); return;
+    case R_INVOCATIONS: cv_generate(s, r, s->pooling ? CV_API_EMBEDDING : CV_API_INVOCATION); return;
+    case R_EMBEDDINGS: cv_generate(s, r, CV_API_EMBEDDING); return;
     case R_CHAT_RENDER: handle_render(s, r, body, len); return;
     case R_LOAD_LORA: cv_server_lora_route(s, r, body, len, true); return;
     case R_UNLOAD_LORA: cv_server_lora_route(s, r, body, len, false); return;
@@ -457,6 +473,7 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     pthread_cond_init(&s->sessions_cv, NULL);
     s->group = group;
     s->tok = cvllm_engine_tokenizer(cv_engine_group_engine(group));
+    s->pooling = cvllm_engine_is_pooling(cv_engine_group_engine(group));
     s->root = cv_xstrdup(o->model_root);
     s->n_names = o->n_served_model_names ? o->n_served_model_names : 1;
     s->names = o->n_served_model_names ? copy_strings(o->served_model_names, o->n_served_model_names)

@@ -36,6 +36,7 @@ struct cv_server {
     cv_lora_card *loras;
     size_t n_loras, cap_loras;
     bool runtime_lora;            /* VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load and unload routes exist */
+    bool pooling;                 /* the engine pools (runner pooling): /v1/embeddings instead of generation */
     char *lora_resolver_dir;      /* VLLM_LORA_RESOLVER_CACHE_DIR (with runtime_lora), or NULL */
     char *root;
     char **keys;

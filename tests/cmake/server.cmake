@@ -24,3 +24,6 @@ if(CVLLM_NODE)
            COMMAND ${CVLLM_NODE} ${CMAKE_SOURCE_DIR}/tests/sdk/openai_sdk_test.mjs $<TARGET_FILE:cvllm> ${CMAKE_SOURCE_DIR})
   set_tests_properties(test_openai_sdk PROPERTIES TIMEOUT 180 SKIP_RETURN_CODE 77)
 endif()
+# `cvllm serve` on an embedding model: /v1/embeddings as vLLM's pooling runner serves it.
+cv_add_test(test_server_embed SOURCES test_server_embed.c LIBS PkgConfig::CURL PkgConfig::JANSSON m TIMEOUT 120)
+add_dependencies(test_server_embed cvllm)

@@ -1,0 +1,290 @@
+/*
+ * test_server_embed.c — `cvllm serve` on an embedding model: a folder laid out as sentence-transformers
+ * and Qwen3-Embedding lay theirs out (modules.json with Pooling and Normalize, a tokenizer whose
+ * TemplateProcessing appends a special token) is served by the pooling runner without a flag, and
+ * /v1/embeddings answers as vLLM's does: float and base64 vectors (float32, float16, bfloat16; little
+ * and big endian), add_special_tokens, truncate_prompt_tokens, use_activation, usage, and its 400s;
+ * the generation routes are absent there, and /v1/embeddings is absent on a generating server.
+ */
+#include <curl/curl.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "serve_process.h"
+#include "testutil.h"
+
+static char *dir;
+
+/* The vector-folder tied model with the files of an embedding model; its tokenizer appends id 0
+ * (the reference models have 4096 ids, so the real <|endoftext|> would be out of their vocabulary). */
+static void make_folder(void) {
+    dir = tu_model_dir("qwen3-dense-tied-f32");
+    char *tok_path = tu_strdupf("%s/%s", dir, "tokenizer.json");
+    json_t *tok = json_load_file(tok_path, 0, NULL);
+    CHECK(tok != NULL);
+    json_object_set_new(tok, "post_processor",
+                        json_pack("{s:s, s:[{s:{s:s, s:i}}, {s:{s:s, s:i}}], s:{s:{s:s, s:[i], s:[s]}}}", "type",
+                                  "TemplateProcessing", "single", "Sequence", "id", "A", "type_id", 0, "SpecialToken",
+                                  "id", "<|endoftext|>", "type_id", 0, "special_tokens", "<|endoftext|>", "id",
+                                  "<|endoftext|>", "ids", 0, "tokens", "<|endoftext|>"));
+    CHECK_EQ_INT(unlink(tok_path), 0); /* a link to the shipped file */
+    CHECK_EQ_INT(json_dump_file(tok, tok_path, 0), 0);
+    json_decref(tok);
+    free(tok_path);
+    static const char modules[] =
+        "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
+        " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"},"
+        " {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": \"sentence_transformers.models.Normalize\"}]";
+    tu_write_file(dir, "modules.json", modules, strlen(modules));
+    char *pool_dir = tu_strdupf("%s/%s", dir, "1_Pooling");
+    CHECK_EQ_INT(mkdir(pool_dir, 0755), 0);
+    static const char pooling[] = "{\"word_embedding_dimension\": 64, \"pooling_mode_lasttoken\": true}";
+    tu_write_file(pool_dir, "config.json", pooling, strlen(pooling));
+    free(pool_dir);
+}
+
+static json_t *call(int port, const char *path, const char *body, long *status) {
+    sp_call c = {.port = port, .path = path, .body = body};
+    sp_post(&c);
+    *status = c.status;
+    json_t *j = c.reply ? json_loads(c.reply, 0, NULL) : NULL;
+    if (!j) fprintf(stderr, "reply of %s: %s\n", path, c.reply ? c.reply : "(none)");
+    free(c.reply);
+    return j;
+}
+
+/* data[i].embedding as floats (a JSON list), n of them. */
+static size_t vector_of(const json_t *reply, size_t i, float *out, size_t cap) {
+    const json_t *v = json_object_get(json_array_get(json_object_get(reply, "data"), i), "embedding");
+    size_t n = json_array_size(v);
+    for (size_t k = 0; k < n && k < cap; k++) out[k] = (float)json_real_value(json_array_get(v, k));
+    return n;
+}
+
+static size_t b64_decode(const char *s, uint8_t *out) {
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = 0, len = strlen(s);
+    for (size_t i = 0; i + 3 < len + 3 && i < len; i += 4) {
+        uint32_t w = 0;
+        int pad = 0;
+        for (int k = 0; k < 4; k++) {
+            const char *d = s[i + k] == '=' ? NULL : strchr(digits, s[i + k]);
+            pad += !d;
+            w = w << 6 | (d ? (uint32_t)(d - digits) : 0);
+        }
+        out[n++] = (uint8_t)(w >> 16);
+        if (pad < 2) out[n++] = (uint8_t)(w >> 8);
+        if (pad < 1) out[n++] = (uint8_t)w;
+    }
+    return n;
+}
+
+static double norm2(const float *v, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
+    return sqrt(s);
+}
+
+static void expect_error(int port, const char *body, long status, const char *message) {
+    long got;
+    json_t *j = call(port, "/v1/embeddings", body, &got);
+    CHECK_MSG(got == status, "%s: status %ld, expected %ld", body, got, status);
+    const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
+    CHECK_MSG(msg && strstr(msg, message), "%s: expected '%s', got '%s'", body, message, msg ? msg : "(none)");
+    json_decref(j);
+}
+
+static void test_embedding_server(void) {
+    const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--dtype", "float32", "--max-model-len", "32",
+                          "--kv-cache-memory-bytes", "16M", "--num-threads", "2", "--served-model-name", "emb"};
+    sp_proc p = sp_spawn(dir, dir, "embed", args, sizeof args / sizeof *args);
+    CHECK_MSG(sp_wait_ready(&p, 30), "server did not start");
+    const int port = p.port;
+    char *log = tu_read_text(p.log);
+    CHECK_CONTAINS(log, "Resolved `--runner auto` to `--runner pooling`");
+    free(log);
+
+    /* ids of "a b c" without special tokens, from /tokenize */
+    long status;
+    json_t *t = call(port, "/tokenize", "{\"prompt\": \"a b c\", \"add_special_tokens\": false}", &status);
+    CHECK_EQ_INT(status, 200);
+    const json_t *tokens = json_object_get(t, "tokens");
+    const size_t n_ids = json_array_size(tokens);
+    CHECK(n_ids == 3);
+    char ids[64] = "", ids_eos[64] = "";
+    for (size_t i = 0; i < n_ids; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%lld", i ? "," : "",
+                 (long long)json_integer_value(json_array_get(tokens, i)));
+    snprintf(ids_eos, sizeof ids_eos, "%s,0", ids);
+    json_decref(t);
+    t = call(port, "/tokenize", "{\"prompt\": \"a b c\"}", &status);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(t, "count")), 4); /* the post-processor's 0 appended */
+    json_decref(t);
+
+    /* text with the post-processor's token == those ids with 0 appended; without it == the bare ids */
+    char body[512];
+    snprintf(body, sizeof body, "{\"model\": \"emb\", \"input\": [\"a b c\", \"a b c\", \"a b c\"]}");
+    json_t *r = call(port, "/v1/embeddings", body, &status); /* three texts: warms what the next call reads */
+    CHECK_EQ_INT(status, 200);
+    float text[64], a[64], b[64], c[64];
+    CHECK_EQ_INT((int)vector_of(r, 2, text, 64), 64);
+    json_decref(r);
+    snprintf(body, sizeof body, "{\"model\": \"emb\", \"input\": [[%s], [%s], [%s]]}", ids_eos, ids_eos, ids);
+    r = call(port, "/v1/embeddings", body, &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK(!strncmp(json_string_value(json_object_get(r, "id")), "embd-", 5));
+    CHECK(!strcmp(json_string_value(json_object_get(r, "object")), "list"));
+    CHECK(!strcmp(json_string_value(json_object_get(r, "model")), "emb"));
+    const json_t *usage = json_object_get(r, "usage");
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(usage, "prompt_tokens")), 4 + 4 + 3);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(usage, "total_tokens")), 11);
+    CHECK_EQ_INT((int)vector_of(r, 0, a, 64), 64);
+    CHECK(!memcmp(a, text, sizeof a));
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(usage, "completion_tokens")), 0);
+    CHECK_EQ_INT((int)vector_of(r, 1, b, 64), 64);
+    CHECK_EQ_INT((int)vector_of(r, 2, c, 64), 64);
+    CHECK(!memcmp(a, b, sizeof a));
+    CHECK(memcmp(a, c, sizeof a) != 0);
+    CHECK(fabs(norm2(a, 64) - 1) < 1e-5);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_INT((int)json_integer_value(json_object_get(json_array_get(json_object_get(r, "data"), i), "index")), i);
+    json_decref(r);
+
+    snprintf(body, sizeof body, "{\"input\": \"a b c\", \"add_special_tokens\": false, \"use_activation\": false}");
+    r = call(port, "/v1/embeddings", body, &status);
+    float raw[64];
+    CHECK_EQ_INT((int)vector_of(r, 0, raw, 64), 64);
+    CHECK(fabs(norm2(raw, 64) - 1) > 1e-3);
+    double len = norm2(raw, 64), worst = 0;
+    for (int i = 0; i < 64; i++) worst = fmax(worst, fabs(c[i] - raw[i] / len));
+    CHECK_MSG(worst < 1e-6, "use_activation false vs normalized: %.3g", worst);
+    json_decref(r);
+
+    /* truncate_prompt_tokens keeps the last tokens: the same vector as those ids alone */
+    snprintf(body, sizeof body, "{\"input\": [[7, %s]], \"truncate_prompt_tokens\": 4}", ids_eos);
+    r = call(port, "/v1/embeddings", body, &status);
+    float tr[64];
+    CHECK_EQ_INT((int)vector_of(r, 0, tr, 64), 64);
+    CHECK(!memcmp(tr, a, sizeof a));
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(json_object_get(r, "usage"), "prompt_tokens")), 4);
+    json_decref(r);
+
+    /* base64: the same floats' bytes, and f16 / bf16 casts of them, either byte order */
+    static const struct {
+        const char *dtype, *endian;
+        size_t width;
+    } encodings[] = {{"float32", "native", 4}, {"float32", "big", 4}, {"float16", "little", 2}, {"bfloat16", "big", 2}};
+    for (size_t k = 0; k < sizeof encodings / sizeof *encodings; k++) {
+        snprintf(body, sizeof body,
+                 "{\"input\": [[%s]], \"encoding_format\": \"base64\", \"embed_dtype\": \"%s\", \"endianness\": \"%s\"}",
+                 ids_eos, encodings[k].dtype, encodings[k].endian);
+        r = call(port, "/v1/embeddings", body, &status);
+        CHECK_EQ_INT(status, 200);
+        const char *s = json_string_value(json_object_get(json_array_get(json_object_get(r, "data"), 0), "embedding"));
+        uint8_t bytes[512];
+        size_t n = s ? b64_decode(s, bytes) : 0;
+        CHECK_EQ_INT((int)n, (int)(64 * encodings[k].width));
+        const bool big = !strcmp(encodings[k].endian, "big");
+        for (size_t i = 0; i < 64 && n == 64 * encodings[k].width; i++) {
+            uint32_t u = 0;
+            for (size_t bi = 0; bi < encodings[k].width; bi++)
+                u |= (uint32_t)bytes[i * encodings[k].width + (big ? encodings[k].width - 1 - bi : bi)] << (8 * bi);
+            float f;
+            if (encodings[k].width == 4) memcpy(&f, &u, 4);
+            else if (!strcmp(encodings[k].dtype, "bfloat16")) u <<= 16, memcpy(&f, &u, 4);
+            else f = (float)ldexp((double)(1024 + (u & 1023)), (int)((u >> 10) & 31) - 25) * ((u & 0x8000) ? -1.f : 1.f);
+            double tol = encodings[k].width == 4 ? 0 : !strcmp(encodings[k].dtype, "bfloat16") ? 1.0 / 256 : 1.0 / 2048;
+            CHECK_MSG(fabs(f - a[i]) <= tol * fabs(a[i]) + 1e-7, "%s %s value %zu: %g vs %g", encodings[k].dtype,
+                      encodings[k].endian, i, f, a[i]);
+        }
+        json_decref(r);
+    }
+
+    /* SageMaker's /invocations routes to embeddings on a pooling server */
+    snprintf(body, sizeof body, "{\"input\": [[%s]]}", ids_eos);
+    r = call(port, "/invocations", body, &status);
+    CHECK_EQ_INT(status, 200);
+    float inv[64];
+    CHECK_EQ_INT((int)vector_of(r, 0, inv, 64), 64);
+    CHECK(!memcmp(inv, a, sizeof a));
+    json_decref(r);
+
+    expect_error(port, "{\"input\": [1, 2], \"dimensions\": 8}", 400, "does not support matryoshka representation");
+    expect_error(port, "{\"input\": [1, 2], \"normalize\": true}", 400, "use `use_activation` instead");
+    expect_error(port, "{\"input\": []}", 400, "please provide at least one prompt");
+    expect_error(port, "{\"model\": \"emb\"}", 400, "Field required");
+    expect_error(port, "{\"input\": [1, 99999]}", 400, "Token id 99999 is out of vocabulary");
+    expect_error(port, "{\"input\": [[]]}", 400, "The decoder prompt cannot be empty");
+    expect_error(port, "{\"input\": [1, 2], \"encoding_format\": \"bytes\"}", 400, "encoding_format bytes is not supported");
+    expect_error(port, "{\"input\": [1, 2], \"encoding_format\": \"hex\"}", 400, "Input should be");
+    expect_error(port, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 400, "chat messages are not supported");
+    expect_error(port, "{\"input\": [1, 2], \"model\": \"other\"}", 404, "The model `other` does not exist.");
+    char long_body[256] = "{\"input\": [1";
+    for (int i = 1; i < 33; i++) strcat(long_body, ",1");
+    strcat(long_body, "]}");
+    expect_error(port, long_body, 400, "You passed 33 input tokens and requested 0 output tokens");
+
+    /* the generation routes do not exist on a pooling server */
+    r = call(port, "/v1/completions", "{\"prompt\": \"a\"}", &status);
+    CHECK_EQ_INT(status, 404);
+    json_decref(r);
+    r = call(port, "/v1/chat/completions", "{\"messages\": []}", &status);
+    CHECK_EQ_INT(status, 404);
+    json_decref(r);
+    r = call(port, "/v1/models", NULL, &status);
+    CHECK_EQ_INT(status, 200);
+    json_decref(r);
+    kill(p.pid, SIGTERM);
+    CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
+}
+
+/* --runner generate on the same folder: no /v1/embeddings; flags vLLM refuses or cvllm does not run. */
+static void test_runner_flags(void) {
+    const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--runner", "generate", "--max-model-len", "32",
+                          "--kv-cache-memory-bytes", "16M", "--num-threads", "2"};
+    sp_proc p = sp_spawn(dir, dir, "generate", args, sizeof args / sizeof *args);
+    CHECK_MSG(sp_wait_ready(&p, 30), "server did not start");
+    long status;
+    json_t *r = call(p.port, "/v1/embeddings", "{\"input\": [1, 2]}", &status);
+    CHECK_EQ_INT(status, 404);
+    json_decref(r);
+    r = call(p.port, "/v1/completions", "{\"prompt\": [1, 2], \"max_tokens\": 2}", &status);
+    CHECK_EQ_INT(status, 200);
+    json_decref(r);
+    kill(p.pid, SIGTERM);
+    CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
+
+    static const struct {
+        const char *flag, *value, *message;
+    } bad[] = {
+        {"--runner", "embed", "argument --runner: invalid choice: 'embed'"},
+        {"--convert", "classify", "classify is not supported"},
+        {"--pooler-config", "{\"pooling_type\": \"STEP\"}", "pooling type STEP is not supported"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        const char *a[] = {"--port", "0", bad[k].flag, bad[k].value, "--kv-cache-memory-bytes", "16M"};
+        char tag[16];
+        snprintf(tag, sizeof tag, "bad%zu", k);
+        sp_proc q = sp_spawn(dir, dir, tag, a, sizeof a / sizeof *a);
+        CHECK(sp_wait_exit(&q, 30) != 0);
+        char *log = tu_read_text(q.log);
+        CHECK_CONTAINS(log, bad[k].message);
+        free(log);
+    }
+}
+
+int main(void) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    make_folder();
+    test_embedding_server();
+    test_runner_flags();
+    tu_remove_tree(dir);
+    free(dir);
+    curl_global_cleanup();
+    return cv_check_summary("test_server_embed");
+}
