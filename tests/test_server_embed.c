@@ -100,8 +100,14 @@ static void expect_error(int port, const char *body, long status, const char *me
 }
 
 static void test_embedding_server(void) {
+    /* a template whose text the test model's 4096 ids can spell: the messages' contents, then "!" when
+     * a generation prompt is asked for */
+    static const char tmpl[] = "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}!{% endif %}";
+    tu_write_file(dir, "embed.jinja", tmpl, strlen(tmpl));
+    char *tmpl_path = tu_strdupf("%s/%s", dir, "embed.jinja");
     const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--dtype", "float32", "--max-model-len", "32",
-                          "--kv-cache-memory-bytes", "16M", "--num-threads", "2", "--served-model-name", "emb"};
+                          "--kv-cache-memory-bytes", "16M", "--num-threads", "2", "--served-model-name", "emb",
+                          "--chat-template", tmpl_path};
     sp_proc p = sp_spawn(dir, dir, "embed", args, sizeof args / sizeof *args);
     CHECK_MSG(sp_wait_ready(&p, 30), "server did not start");
     const int port = p.port;
@@ -222,7 +228,23 @@ static void test_embedding_server(void) {
     expect_error(port, "{\"input\": [[]]}", 400, "The decoder prompt cannot be empty");
     expect_error(port, "{\"input\": [1, 2], \"encoding_format\": \"bytes\"}", 400, "encoding_format bytes is not supported");
     expect_error(port, "{\"input\": [1, 2], \"encoding_format\": \"hex\"}", 400, "Input should be");
-    expect_error(port, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 400, "chat messages are not supported");
+    /* the chat form: the rendered conversation, without special tokens by default (vLLM's
+     * EmbeddingChatRequest), so "a b c" in a message is the bare ids' vector */
+    r = call(port, "/v1/embeddings", "{\"messages\": [{\"role\": \"user\", \"content\": \"a b\"}, "
+                                     "{\"role\": \"assistant\", \"content\": \" c\"}]}", &status);
+    CHECK_EQ_INT(status, 200);
+    float chat[64];
+    CHECK_EQ_INT((int)vector_of(r, 0, chat, 64), 64);
+    CHECK(!memcmp(chat, c, sizeof c));
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(json_object_get(r, "usage"), "prompt_tokens")), 3);
+    json_decref(r);
+    r = call(port, "/v1/embeddings", "{\"messages\": [{\"role\": \"user\", \"content\": \"a b c\"}], "
+                                     "\"add_generation_prompt\": true, \"add_special_tokens\": true}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(json_object_get(r, "usage"), "prompt_tokens")), 5);
+    json_decref(r);
+    expect_error(port, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"add_generation_prompt\": true, "
+                       "\"continue_final_message\": true}", 400, "Cannot set both");
     expect_error(port, "{\"input\": [1, 2], \"model\": \"other\"}", 404, "The model `other` does not exist.");
     char long_body[256] = "{\"input\": [1";
     for (int i = 1; i < 33; i++) strcat(long_body, ",1");
@@ -241,6 +263,7 @@ static void test_embedding_server(void) {
     json_decref(r);
     kill(p.pid, SIGTERM);
     CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
+    free(tmpl_path);
 }
 
 /* --runner generate on the same folder: no /v1/embeddings; flags vLLM refuses or cvllm does not run. */
@@ -278,11 +301,61 @@ static void test_runner_flags(void) {
     }
 }
 
+/* `cvllm bench serve --backend openai-embeddings` against a pooling server: every request succeeds,
+ * and vLLM's pooling report (no generated-token rows, end-to-end latency only) and result keys. The
+ * model has the whole vocabulary (dummy weights), since the random prompts use every id. */
+static void test_bench_embeddings(void) {
+    char *full = tu_model_dir("qwen3-dense-f32"), *cfg = tu_strdupf("%s/%s", full, "config.json");
+    json_t *c = json_load_file(cfg, 0, NULL);
+    json_object_set_new(c, "vocab_size", json_integer(151936));
+    CHECK_EQ_INT(unlink(cfg), 0);
+    CHECK_EQ_INT(json_dump_file(c, cfg, 0), 0);
+    json_decref(c);
+    const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--load-format", "dummy", "--runner", "pooling",
+                          "--max-model-len", "64", "--kv-cache-memory-bytes", "16M", "--num-threads", "2"};
+    sp_proc p = sp_spawn(full, full, "bench", args, sizeof args / sizeof *args);
+    CHECK_MSG(sp_wait_ready(&p, 60), "server did not start");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "bench serve --backend openai-embeddings --endpoint /v1/embeddings --port %d --model %s --num-prompts 6 "
+             "--random-input-len 100 --seed 3 --save-result --result-dir %s --result-filename embed.json",
+             p.port, full, full);
+    tu_run r = tu_run_cvllm(full, "", cmd);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "Successful requests:                     6 ");
+    CHECK_CONTAINS(r.out, "Total input tokens:                      384 "); /* 100-token prompts cut to 64 */
+    CHECK_CONTAINS(r.out, "Mean E2EL (ms):");
+    CHECK_CONTAINS(r.out, "P99 E2EL (ms):");
+    CHECK(!strstr(r.out, "TTFT") && !strstr(r.out, "Total generated tokens") && !strstr(r.out, "Output token"));
+    tu_run_free(&r);
+    char *saved = tu_strdupf("%s/%s", full, "embed.json");
+    json_t *j = json_load_file(saved, 0, NULL);
+    CHECK(j != NULL);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(j, "completed")), 6);
+    CHECK_EQ_INT((int)json_array_size(json_object_get(j, "input_lens")), 6);
+    CHECK(json_object_get(j, "mean_e2el_ms") && !json_object_get(j, "mean_ttft_ms") && !json_object_get(j, "failed"));
+    CHECK(!strcmp(json_string_value(json_object_get(j, "backend")), "openai-embeddings"));
+    json_decref(j);
+    free(saved);
+    /* the generation endpoints are not an embeddings URL */
+    snprintf(cmd, sizeof cmd, "bench serve --backend openai-embeddings --port %d --model %s --num-prompts 1", p.port, full);
+    r = tu_run_cvllm(full, "", cmd);
+    CHECK_EQ_INT(r.status, 2);
+    CHECK_CONTAINS(r.err, "URL must end with 'embeddings'");
+    tu_run_free(&r);
+    kill(p.pid, SIGTERM);
+    CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
+    tu_remove_tree(full);
+    free(full);
+    free(cfg);
+}
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     make_folder();
     test_embedding_server();
     test_runner_flags();
+    test_bench_embeddings();
     tu_remove_tree(dir);
     free(dir);
     curl_global_cleanup();

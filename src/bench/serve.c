@@ -48,7 +48,7 @@ typedef struct serve_args {
     const char *extra_body;
     const char *request_id_prefix;
     int32_t num_warmups, logprobs, ready_check_timeout;
-    bool ramp_start_given, ramp_end_given;
+    bool ramp_start_given, ramp_end_given, metrics_given;
     int32_t sharegpt_output_len;     /* -1: each conversation's own */
     const char **lora_modules;       /* --lora-modules: adapter names the requests are spread over */
     size_t n_lora_modules;
@@ -57,7 +57,7 @@ typedef struct serve_args {
 
 static const char serve_usage[] =
     "usage: cvllm bench serve [--base-url URL | --host 127.0.0.1 --port 8000] [--endpoint /v1/completions]\n"
-    "                         [--backend openai|openai-chat|vllm] [--model NAME] [--served-model-name NAME]\n"
+    "                         [--backend openai|openai-chat|openai-embeddings|vllm] [--model NAME] [--served-model-name NAME]\n"
     "                         [--tokenizer MODEL] [--dataset-name random|sharegpt] [--dataset-path FILE]\n"
     "                         [--sharegpt-output-len N] [--num-prompts 1000]\n"
     "                         [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]\n"
@@ -212,7 +212,7 @@ static bool parse_option(cv_args *a, serve_args *s) {
     } else if (cv_args_value(a, "--random-range-ratio", &v)) {
         cv_args_float(a, "--random-range-ratio", v, 0, 0.999999, &s->data.range_ratio);
     } else if (cv_args_value(a, "--percentile-metrics", &v)) {
-        if (v) parse_metric_list(a, v, c);
+        if (v) s->metrics_given = parse_metric_list(a, v, c);
     } else if (cv_args_value(a, "--metric-percentiles", &v)) {
         if (v) parse_percentiles(a, v, c);
     } else {
@@ -242,17 +242,28 @@ static int validate(cv_args *a, serve_args *s) {
     if (strcmp(s->lora_assignment, "random") && strcmp(s->lora_assignment, "round-robin"))
         return cv_args_error(a, "argument --lora-assignment: invalid choice: '%s' (choose from 'random', 'round-robin')",
                              s->lora_assignment);
+    size_t n = strlen(s->endpoint);
     if (!strcmp(c->backend, "openai-chat")) c->api = CV_API_CHAT;
+    else if (!strcmp(c->backend, "openai-embeddings")) c->api = CV_API_EMBEDDINGS;
     else if (!strcmp(c->backend, "openai") || !strcmp(c->backend, "vllm")) {
-        size_t n = strlen(s->endpoint);
         c->api = n >= 16 && !strcmp(s->endpoint + n - 16, "chat/completions") ? CV_API_CHAT : CV_API_COMPLETIONS;
     } else {
-        return cv_args_error(a, "--backend %s is not supported (openai, openai-chat, vllm)", c->backend);
+        return cv_args_error(a, "--backend %s is not supported (openai, openai-chat, openai-embeddings, vllm)",
+                             c->backend);
     }
-    size_t n = strlen(s->endpoint);
-    if (n < 11 || strcmp(s->endpoint + n - 11, "completions") != 0)
+    if (c->api == CV_API_EMBEDDINGS) {
+        if (n < 10 || strcmp(s->endpoint + n - 10, "embeddings") != 0)
+            return cv_args_error(a, "--endpoint %s: the OpenAI Embeddings API's URL must end with 'embeddings' "
+                                 "(--endpoint /v1/embeddings)", s->endpoint);
+        /* vLLM's pooling task reports end-to-end latency only: there are no tokens to time */
+        if (!s->metrics_given) {
+            memset(c->metric_selected, 0, sizeof c->metric_selected);
+            c->metric_selected[CV_METRIC_E2EL] = true;
+        }
+    } else if (n < 11 || strcmp(s->endpoint + n - 11, "completions") != 0) {
         return cv_args_error(a, "--endpoint %s: expected a /v1/completions or /v1/chat/completions endpoint",
                              s->endpoint);
+    }
     if (c->ramp_up_strategy) { /* vLLM's checks and words */
         if (strcmp(c->ramp_up_strategy, "linear") && strcmp(c->ramp_up_strategy, "exponential"))
             return cv_args_error(a, "argument --ramp-up-strategy: invalid choice: '%s' (choose from 'linear', 'exponential')",
@@ -371,6 +382,14 @@ static int first_model_from_server(serve_args *s, const char *base_url) {
 static char *request_body(const serve_args *s, const cv_bench_sample *smp, const char *model) {
     json_t *p = json_object();
     json_object_set_new(p, "model", json_string(model ? model : s->c.model_name ? s->c.model_name : s->c.model_id));
+    if (s->c.api == CV_API_EMBEDDINGS) { /* vLLM's: the whole prompt, cut to the model's context by the server */
+        json_object_set_new(p, "input", json_string(smp->prompt));
+        json_object_set_new(p, "truncate_prompt_tokens", json_integer(-1));
+        json_object_update(p, s->sampling);
+        char *text = json_dumps(p, JSON_COMPACT);
+        json_decref(p);
+        return text;
+    }
     if (s->c.api == CV_API_COMPLETIONS) {
         json_object_set_new(p, "prompt", json_string(smp->prompt));
         json_object_set_new(p, "repetition_penalty", json_real(1.0));

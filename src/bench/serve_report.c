@@ -58,6 +58,7 @@ static void print_failures(const cv_request_result *r, size_t n) {
 
 void serve_print_report(const serve_config *c, const cv_bench_metrics *m, const cv_request_result *r, size_t n,
                         double duration, const cv_spec_stats *spec) {
+    const bool generation = c->api != CV_API_EMBEDDINGS; /* vLLM's pooling task prints no output rows */
     print_failures(r, n);
     print_title(" Serving Benchmark Result ", '=', 50);
     row_int("Successful requests:", m->completed);
@@ -66,12 +67,14 @@ void serve_print_report(const serve_config *c, const cv_bench_metrics *m, const 
     if (!isinf(c->request_rate)) row_f2("Request rate configured (RPS):", c->request_rate);
     row_f2("Benchmark duration (s):", duration);
     row_int("Total input tokens:", m->total_input);
-    row_int("Total generated tokens:", m->total_output);
+    if (generation) row_int("Total generated tokens:", m->total_output);
     row_f2("Request throughput (req/s):", m->request_throughput);
     if (cv_goodput_any(&c->slo)) row_f2("Request goodput (req/s):", m->request_goodput);
-    row_f2("Output token throughput (tok/s):", m->output_throughput);
-    row_f2("Peak output token throughput (tok/s):", m->max_output_tokens_per_s);
-    row_f2("Peak concurrent requests:", m->max_concurrent_requests);
+    if (generation) {
+        row_f2("Output token throughput (tok/s):", m->output_throughput);
+        row_f2("Peak output token throughput (tok/s):", m->max_output_tokens_per_s);
+        row_f2("Peak concurrent requests:", m->max_concurrent_requests);
+    }
     row_f2("Total token throughput (tok/s):", m->total_token_throughput);
     double *pct = cv_xmalloc((c->n_percentiles + 1) * sizeof *pct);
     for (int k = 0; k < CV_METRIC_COUNT; k++) {
@@ -148,12 +151,24 @@ static void add_run_settings(json_t *o, const serve_config *c) {
     }
 }
 
+static void add_percentiles(json_t *o, const serve_config *c, const cv_bench_metrics *m);
+
 json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, const cv_request_result *r, size_t n,
                           double duration, const cv_spec_stats *spec, json_t *rps_change_events) {
     json_t *o = json_object();
     add_run_settings(o, c);
     json_object_set_new(o, "duration", json_real(duration));
     json_object_set_new(o, "completed", json_integer(m->completed));
+    if (c->api == CV_API_EMBEDDINGS) { /* vLLM's result of a pooling run */
+        json_object_set_new(o, "total_input_tokens", json_integer(m->total_input));
+        json_object_set_new(o, "request_throughput", json_real(m->request_throughput));
+        json_object_set_new(o, "total_token_throughput", json_real(m->total_token_throughput));
+        json_object_set_new(o, "input_lens", per_request_array(r, n, m, "input_lens"));
+        json_object_set_new(o, "errors", per_request_array(r, n, m, "errors"));
+        if (rps_change_events) json_object_set_new(o, "rps_change_events", rps_change_events);
+        add_percentiles(o, c, m);
+        return o;
+    }
     json_object_set_new(o, "failed", json_integer(m->failed));
     json_object_set_new(o, "total_input_tokens", json_integer(m->total_input));
     json_object_set_new(o, "total_output_tokens", json_integer(m->total_output));
@@ -172,6 +187,12 @@ json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, cons
     json_object_set_new(o, "rtfx", json_real(0.0));
     if (rps_change_events) json_object_set_new(o, "rps_change_events", rps_change_events);
     if (spec) cv_spec_stats_json(spec, o);
+    add_percentiles(o, c, m);
+    return o;
+}
+
+/* mean/median/std and the percentiles of each reported metric, as vLLM adds them to its result. */
+static void add_percentiles(json_t *o, const serve_config *c, const cv_bench_metrics *m) {
     double *pct = cv_xmalloc((c->n_percentiles + 1) * sizeof *pct);
     for (int k = 0; k < CV_METRIC_COUNT; k++) {
         if (!metric_reported(c, k)) continue;
@@ -192,7 +213,6 @@ json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, cons
         }
     }
     free(pct);
-    return o;
 }
 
 /* mkdir -p */

@@ -138,10 +138,41 @@ void cv_stream_init(cv_stream *s, cv_bench_api api, cv_request_result *r) {
 
 void cv_stream_feed(cv_stream *s, const char *bytes, size_t len, double now) {
     s->now = now;
-    cv_sse_feed(&s->sse, bytes, len, on_event, s);
+    if (s->api != CV_API_EMBEDDINGS) {
+        cv_sse_feed(&s->sse, bytes, len, on_event, s);
+        return;
+    }
+    if (s->n_body + len + 1 > s->cap_body) {
+        s->cap_body = 2 * (s->n_body + len + 1);
+        s->body = cv_xrealloc(s->body, s->cap_body);
+    }
+    memcpy(s->body + s->n_body, bytes, len);
+    s->n_body += len;
+    s->last_output = now;
+}
+
+static void finish_embeddings(cv_stream *s) {
+    cv_request_result *r = s->r;
+    json_error_t jerr;
+    json_t *reply = s->body ? json_loadb(s->body, s->n_body, 0, &jerr) : NULL;
+    if (!json_is_object(reply)) {
+        cv_request_fail(r, "invalid JSON in the embeddings reply: %.80s", s->body ? s->body : "(empty)");
+    } else if (json_object_get(reply, "error")) {
+        cv_request_fail(r, "server error: %s", error_message(json_object_get(reply, "error")));
+    } else {
+        const json_t *prompt = json_object_get(json_object_get(reply, "usage"), "prompt_tokens");
+        r->prompt_len = json_is_integer(prompt) ? (int32_t)json_integer_value(prompt) : 0;
+        r->success = true;
+        r->ttft = r->latency = s->last_output - r->start_time;
+    }
+    json_decref(reply);
 }
 
 void cv_stream_finish(cv_stream *s) {
+    if (s->api == CV_API_EMBEDDINGS) {
+        finish_embeddings(s);
+        return;
+    }
     cv_sse_finish(&s->sse, on_event, s);
     cv_request_result *r = s->r;
     if (r->error) return;
@@ -154,4 +185,7 @@ void cv_stream_finish(cv_stream *s) {
     r->latency = s->last_output - r->start_time;
 }
 
-void cv_stream_free(cv_stream *s) { cv_sse_free(&s->sse); }
+void cv_stream_free(cv_stream *s) {
+    cv_sse_free(&s->sse);
+    free(s->body);
+}

@@ -188,6 +188,9 @@ static const char *const EMBEDDING_FIELDS[] = {
     "model", "input", "user", "truncate_prompt_tokens", "truncation_side", "padding", "request_id", "priority",
     "mm_processor_kwargs", "cache_salt", "add_special_tokens", "encoding_format", "embed_dtype", "endianness",
     "dimensions", "use_activation", NULL};
+static const char *const EMBEDDING_CHAT_FIELDS[] = {
+    "messages", "add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs",
+    "media_io_kwargs", NULL};
 
 /* The guided-decoding fields structured outputs replaced (PR #22772); vLLM warns about them. */
 static const char *const REMOVED_GUIDED_FIELDS[] = {
@@ -1453,7 +1456,8 @@ static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool gen
                              cv_api_error *err) {
     const cv_api_chat_config *cfg = lim->chat;
     json_t *messages = json_object_get(o, "messages"), *docs = generation ? field(o, "documents") : NULL;
-    bool add_generation_prompt = true, continue_final = false;
+    /* EmbeddingChatRequest's default is False: an embedding reads the conversation as it stands */
+    bool add_generation_prompt = req->kind != CV_API_EMBEDDING, continue_final = false;
     if (cv_get_bool(o, NULL, "add_generation_prompt", 0, &add_generation_prompt, err) ||
         cv_get_bool(o, NULL, "continue_final_message", 0, &continue_final, err))
         return -1;
@@ -1816,13 +1820,11 @@ static int parse_embedding_fields(const json_t *o, const cv_api_limits *lim, cv_
     static const char *const encodings[] = {"float", "base64", "bytes", "bytes_only"};
     static const char *const dtypes[] = {"float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"};
     static const char *const endians[] = {"native", "big", "little"};
-    if (field(o, "messages"))
-        return cv_api_fail(err, 400, "messages", "embeddings of chat messages are not supported by cvllm; send the "
-                           "text as input");
+    const bool chat = field(o, "messages") != NULL;
     if (field(o, "normalize"))
         return cv_api_fail(err, 400, "normalize", "Parameter `normalize` was removed; use `use_activation` instead. "
                            "(parameter=normalize)");
-    if (!field(o, "input")) {
+    if (!chat && !field(o, "input")) {
         cv_loc at = {NULL, "input", 0};
         return cv_api_pyfail(err, &at, o, "missing", "Field required", NULL);
     }
@@ -1833,11 +1835,14 @@ static int parse_embedding_fields(const json_t *o, const cv_api_limits *lim, cv_
     req->params.n = 1;
     req->params.logprobs = req->params.prompt_logprobs = -1;
     req->top_logprobs = req->prompt_logprobs = -1;
-    req->add_special_tokens = true;
+    req->add_special_tokens = !chat; /* the chat form's default is false, as for chat completions */
     req->max_tokens = 0;
     cvllm_pooling_params_default(&req->pooling);
+    if (chat && (check_generation_prompt(o, false, err) || check_chat_fields(o, NULL, lim, false, err) ||
+                 parse_chat_prompt(o, lim, false, req, err)))
+        return -1;
     if (check_cache_salt(o, err) || cv_get_str(o, NULL, "model", CV_OPTIONAL, &req->model, err) ||
-        parse_prompt_field(o, "input", req, err) || cv_get_str(o, NULL, "user", CV_OPTIONAL, &req->user, err) ||
+        (!chat && parse_prompt_field(o, "input", req, err)) || cv_get_str(o, NULL, "user", CV_OPTIONAL, &req->user, err) ||
         parse_truncation(o, req, err) || cv_get_str(o, NULL, "request_id", 0, &req->request_id, err) ||
         cv_get_int(o, NULL, "priority", 0, &priority, NULL, err) ||
         cv_get_str(o, NULL, "cache_salt", CV_OPTIONAL, &req->cache_salt, err) ||
@@ -1881,7 +1886,7 @@ int cv_api_parse_embedding(const char *body, size_t len, const cv_api_limits *li
     json_t *root = parse_body(body, len, err);
     if (!root) return -1;
     int rc = parse_embedding_fields(root, lim, req, err);
-    if (!rc) log_ignored_fields(root, EMBEDDING_FIELDS, NULL);
+    if (!rc) log_ignored_fields(root, EMBEDDING_FIELDS, field(root, "messages") ? EMBEDDING_CHAT_FIELDS : NULL);
     json_decref(root);
     return rc;
 }
