@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "check.h"
@@ -82,6 +83,51 @@ static size_t b64_decode(const char *s, uint8_t *out) {
         if (pad < 1) out[n++] = (uint8_t)w;
     }
     return n;
+}
+
+typedef struct raw_reply {
+    char *body, *metadata;
+    size_t len;
+    long status;
+} raw_reply;
+
+static size_t raw_body(char *data, size_t size, size_t n, void *user) {
+    raw_reply *r = user;
+    r->body = realloc(r->body, r->len + size * n + 1);
+    memcpy(r->body + r->len, data, size * n);
+    r->len += size * n;
+    return size * n;
+}
+
+static size_t raw_header(char *data, size_t size, size_t n, void *user) {
+    raw_reply *r = user;
+    if (size * n > 9 && !strncasecmp(data, "metadata:", 9)) {
+        size_t len = size * n - 9;
+        while (len && (data[9 + len - 1] == '\r' || data[9 + len - 1] == '\n')) len--;
+        r->metadata = strndup(data + 9, len);
+    }
+    return size * n;
+}
+
+/* POST /v1/embeddings keeping the body's bytes and the metadata header. */
+static raw_reply post_raw(int port, const char *body) {
+    raw_reply r = {0};
+    CURL *h = curl_easy_init();
+    char url[96];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/embeddings", port);
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, raw_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
+    curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(hdr);
+    curl_easy_cleanup(h);
+    return r;
 }
 
 static double norm2(const float *v, size_t n) {
@@ -163,11 +209,11 @@ static void test_embedding_server(void) {
 
     snprintf(body, sizeof body, "{\"input\": \"a b c\", \"add_special_tokens\": false, \"use_activation\": false}");
     r = call(port, "/v1/embeddings", body, &status);
-    float raw[64];
-    CHECK_EQ_INT((int)vector_of(r, 0, raw, 64), 64);
-    CHECK(fabs(norm2(raw, 64) - 1) > 1e-3);
-    double len = norm2(raw, 64), worst = 0;
-    for (int i = 0; i < 64; i++) worst = fmax(worst, fabs(c[i] - raw[i] / len));
+    float unnorm[64];
+    CHECK_EQ_INT((int)vector_of(r, 0, unnorm, 64), 64);
+    CHECK(fabs(norm2(unnorm, 64) - 1) > 1e-3);
+    double len = norm2(unnorm, 64), worst = 0;
+    for (int i = 0; i < 64; i++) worst = fmax(worst, fabs(c[i] - unnorm[i] / len));
     CHECK_MSG(worst < 1e-6, "use_activation false vs normalized: %.3g", worst);
     json_decref(r);
 
@@ -211,6 +257,35 @@ static void test_embedding_server(void) {
         json_decref(r);
     }
 
+    /* encoding_format bytes: the vectors' raw bytes back to back, vLLM's metadata header; bytes_only
+     * without the header */
+    snprintf(body, sizeof body, "{\"input\": [[%s], [%s]], \"encoding_format\": \"bytes\"}", ids_eos, ids);
+    raw_reply raw = post_raw(port, body);
+    CHECK_EQ_INT(raw.status, 200);
+    CHECK_EQ_INT((int)raw.len, 2 * 64 * 4);
+    if (raw.len == 2 * 64 * 4) {
+        CHECK(!memcmp(raw.body, a, sizeof a));
+        CHECK(!memcmp(raw.body + 256, c, sizeof c));
+    }
+    json_t *meta = raw.metadata ? json_loads(raw.metadata, 0, NULL) : NULL;
+    CHECK_MSG(meta != NULL, "metadata header: %s", raw.metadata ? raw.metadata : "(none)");
+    const json_t *item = json_array_get(json_object_get(meta, "data"), 1);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(item, "start")), 256);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(item, "end")), 512);
+    CHECK_EQ_INT((int)json_integer_value(json_array_get(json_object_get(item, "shape"), 0)), 64);
+    CHECK(!strcmp(json_string_value(json_object_get(item, "embed_dtype")) ? json_string_value(json_object_get(item, "embed_dtype")) : "", "float32"));
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(json_object_get(meta, "usage"), "prompt_tokens")), 7);
+    json_decref(meta);
+    free(raw.body);
+    free(raw.metadata);
+    snprintf(body, sizeof body, "{\"input\": [[%s]], \"encoding_format\": \"bytes_only\", \"embed_dtype\": \"float16\"}", ids_eos);
+    raw = post_raw(port, body);
+    CHECK_EQ_INT(raw.status, 200);
+    CHECK_EQ_INT((int)raw.len, 64 * 2);
+    CHECK(raw.metadata == NULL);
+    free(raw.body);
+    free(raw.metadata);
+
     /* SageMaker's /invocations routes to embeddings on a pooling server */
     snprintf(body, sizeof body, "{\"input\": [[%s]]}", ids_eos);
     r = call(port, "/invocations", body, &status);
@@ -226,7 +301,6 @@ static void test_embedding_server(void) {
     expect_error(port, "{\"model\": \"emb\"}", 400, "Field required");
     expect_error(port, "{\"input\": [1, 99999]}", 400, "Token id 99999 is out of vocabulary");
     expect_error(port, "{\"input\": [[]]}", 400, "The decoder prompt cannot be empty");
-    expect_error(port, "{\"input\": [1, 2], \"encoding_format\": \"bytes\"}", 400, "encoding_format bytes is not supported");
     expect_error(port, "{\"input\": [1, 2], \"encoding_format\": \"hex\"}", 400, "Input should be");
     /* the chat form: the rendered conversation, without special tokens by default (vLLM's
      * EmbeddingChatRequest), so "a b c" in a message is the bare ids' vector */

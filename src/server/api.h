@@ -70,7 +70,7 @@ char *cv_api_error_json(const cv_api_error *err);
 typedef enum cv_api_kind { CV_API_COMPLETION, CV_API_CHAT, CV_API_INVOCATION, CV_API_EMBEDDING } cv_api_kind;
 
 /* /v1/embeddings' encoding_format, embed_dtype and endianness. */
-typedef enum cv_api_encoding { CV_ENC_FLOAT, CV_ENC_BASE64 } cv_api_encoding;
+typedef enum cv_api_encoding { CV_ENC_FLOAT, CV_ENC_BASE64, CV_ENC_BYTES, CV_ENC_BYTES_ONLY } cv_api_encoding;
 typedef enum cv_api_embed_dtype { CV_EMBED_F32, CV_EMBED_F16, CV_EMBED_BF16 } cv_api_embed_dtype;
 typedef enum cv_api_endianness { CV_ENDIAN_NATIVE, CV_ENDIAN_BIG, CV_ENDIAN_LITTLE } cv_api_endianness;
 
@@ -283,6 +283,10 @@ void cv_api_response_stream_end(cv_api_response *r, char **sse, size_t *sse_len,
 void cv_api_stream_error(const cv_api_error *err, char **sse, size_t *sse_len, size_t *sse_cap);
 /* The non-streaming body (free()). */
 char *cv_api_response_json(const cv_api_response *r);
+/* An embeddings reply with encoding_format bytes: the vectors' raw bytes one after the other (*len of
+ * them; free()), and vLLM's "metadata" header (free()): id, created, model, each vector's index,
+ * dtype, endianness, byte range and shape, and usage. */
+char *cv_api_embedding_bytes(const cv_api_response *r, size_t *len, char **metadata);
 
 /* Whether every prompt has had its final event. */
 bool cv_api_response_done(const cv_api_response *r);

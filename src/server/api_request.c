@@ -1854,9 +1854,6 @@ static int parse_embedding_fields(const json_t *o, const cv_api_limits *lim, cv_
         cv_get_bool(o, NULL, "use_activation", CV_OPTIONAL, &activation, err))
         return -1;
     activation_given = field(o, "use_activation") && !json_is_null(field(o, "use_activation"));
-    if (encoding >= 2)
-        return cv_api_fail(err, 400, "encoding_format", "encoding_format %s is not supported by cvllm; use float or "
-                           "base64", encodings[encoding]);
     if (dtype >= 3)
         return cv_api_fail(err, 400, "embed_dtype", "embed_dtype %s is not supported by cvllm; use float32, float16 or "
                            "bfloat16", dtypes[dtype]);

@@ -493,19 +493,27 @@ static json_t *chat_choice(const cv_api_response *r, size_t ci) {
 
 /* ---- embeddings ---------------------------------------------------------------------------------- */
 
+static size_t embed_width(const cv_api_request *req) { return req->embed_dtype == CV_EMBED_F32 ? 4 : 2; }
+
 /* vLLM's tensor2binary: the vector cast to embed_dtype (bf16 and f16 rounded to nearest even, as
- * torch casts), its bytes in the asked order, as standard base64 with padding. */
-static json_t *embedding_base64(const cv_api_request *req, const float *v, size_t n) {
-    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const size_t width = req->embed_dtype == CV_EMBED_F32 ? 4 : 2, bytes = n * width;
+ * torch casts), its bytes in the asked order, into raw[n · width]. */
+static void embedding_raw(const cv_api_request *req, const float *v, size_t n, uint8_t *raw) {
+    const size_t width = embed_width(req);
     const bool swap = req->endianness == CV_ENDIAN_BIG; /* the machines cvllm runs on are little-endian */
-    uint8_t *raw = cv_xmalloc(bytes ? bytes : 1);
     for (size_t i = 0; i < n; i++) {
         uint32_t u = 0;
         if (req->embed_dtype == CV_EMBED_F32) memcpy(&u, &v[i], 4);
         else u = req->embed_dtype == CV_EMBED_F16 ? cv_f32_to_f16(v[i]) : cv_f32_to_bf16(v[i]);
         for (size_t b = 0; b < width; b++) raw[i * width + (swap ? width - 1 - b : b)] = (uint8_t)(u >> (8 * b));
     }
+}
+
+/* The raw bytes as standard base64 with padding. */
+static json_t *embedding_base64(const cv_api_request *req, const float *v, size_t n) {
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const size_t bytes = n * embed_width(req);
+    uint8_t *raw = cv_xmalloc(bytes ? bytes : 1);
+    embedding_raw(req, v, n, raw);
     char *out = cv_xmalloc((bytes + 2) / 3 * 4 + 1), *o = out;
     for (size_t i = 0; i < bytes; i += 3) {
         uint32_t w = (uint32_t)raw[i] << 16 | (i + 1 < bytes ? (uint32_t)raw[i + 1] << 8 : 0) |
@@ -543,6 +551,36 @@ static char *embedding_json(const cv_api_response *r) {
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     return s;
+}
+
+char *cv_api_embedding_bytes(const cv_api_response *r, size_t *len, char **metadata) {
+    static const char *const dtypes[] = {[CV_EMBED_F32] = "float32", [CV_EMBED_F16] = "float16", [CV_EMBED_BF16] = "bfloat16"};
+    static const char *const endians[] = {[CV_ENDIAN_NATIVE] = "native", [CV_ENDIAN_BIG] = "big", [CV_ENDIAN_LITTLE] = "little"};
+    const cv_api_request *req = r->req;
+    size_t total = 0;
+    for (size_t i = 0; i < req->n_prompts; i++) total += r->prompts[i].n_embedding * embed_width(req);
+    char *body = cv_xmalloc(total ? total : 1);
+    json_t *items = json_array();
+    size_t offset = 0;
+    for (size_t i = 0; i < req->n_prompts; i++) {
+        const cv_api_prompt_result *pr = &r->prompts[i];
+        const size_t size = pr->n_embedding * embed_width(req);
+        embedding_raw(req, pr->embedding, pr->n_embedding, (uint8_t *)body + offset);
+        json_array_append_new(items, json_pack("{s:I, s:s, s:s, s:I, s:I, s:[I]}", "index", (json_int_t)i, "embed_dtype",
+                                               dtypes[req->embed_dtype], "endianness", endians[req->endianness], "start",
+                                               (json_int_t)offset, "end", (json_int_t)(offset + size), "shape",
+                                               (json_int_t)pr->n_embedding));
+        offset += size;
+    }
+    json_t *u = usage_json(r), *o = json_pack("{s:s, s:I, s:s, s:o, s:{s:O, s:O}}", "id", r->id, "created",
+                                             (json_int_t)r->created, "model", r->model, "data", items, "usage",
+                                             "prompt_tokens", json_object_get(u, "prompt_tokens"), "total_tokens",
+                                             json_object_get(u, "total_tokens"));
+    json_decref(u);
+    *metadata = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    *len = total;
+    return body;
 }
 
 char *cv_api_response_json(const cv_api_response *r) {

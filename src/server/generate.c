@@ -209,6 +209,25 @@ static void log_generated(const gen_session *g, size_t i) {
     }
 }
 
+/* The whole non-streaming reply: JSON, or an embeddings request's raw bytes (encoding_format bytes,
+ * with vLLM's metadata header; bytes_only without it). */
+static void reply(gen_session *g) {
+    const cv_api_request *req = &g->req;
+    if (req->kind == CV_API_EMBEDDING && (req->encoding == CV_ENC_BYTES || req->encoding == CV_ENC_BYTES_ONLY)) {
+        size_t len;
+        char *metadata;
+        char *body = cv_api_embedding_bytes(&g->resp, &len, &metadata);
+        if (req->encoding == CV_ENC_BYTES) cv_http_set_header(g->http, "metadata", metadata);
+        cv_http_respond(g->http, 200, "application/octet-stream", body, len);
+        free(metadata);
+        free(body);
+        return;
+    }
+    char *json = cv_api_response_json(&g->resp);
+    cv_http_respond(g->http, 200, "application/json", json, strlen(json));
+    free(json);
+}
+
 /* The loop's callback, on its output thread. */
 static void on_event(void *user, cv_request_event *ev) {
     gen_slot *slot = user;
@@ -227,9 +246,7 @@ static void on_event(void *user, cv_request_event *ev) {
             if (last) cv_http_stream_end(g->http);
         } else if (last) {
             /* Sent even to a client that left: the HTTP layer drops it, and the request is over. */
-            char *json = cv_api_response_json(&g->resp);
-            cv_http_respond(g->http, 200, "application/json", json, strlen(json));
-            free(json);
+            reply(g);
         }
         if (last) {
             g->replied = true;
