@@ -233,16 +233,7 @@ static void test_embedding_folder(void) {
     char *cfg = tu_strdupf("%s/%s", src, "config.json");
     tu_link(cfg, dir, "config.json");
     tu_link_tokenizer(dir);
-    static const char modules[] =
-        "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
-        " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"},"
-        " {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": \"sentence_transformers.models.Normalize\"}]";
-    tu_write_file(dir, "modules.json", modules, strlen(modules));
-    char *pool_dir = tu_strdupf("%s/%s", dir, "1_Pooling");
-    CHECK_EQ_INT(mkdir(pool_dir, 0755), 0);
-    static const char pooling[] = "{\"word_embedding_dimension\": 64, \"pooling_mode_cls_token\": false, "
-                                  "\"pooling_mode_mean_tokens\": false, \"pooling_mode_lasttoken\": true}";
-    tu_write_file(pool_dir, "config.json", pooling, strlen(pooling));
+    tu_write_sentence_transformers(dir, "lasttoken");
 
     reference r;
     load_reference(folder, &r);
@@ -295,7 +286,6 @@ static void test_embedding_folder(void) {
     }
     free(w);
     free_reference(&r);
-    free(pool_dir);
     free(cfg);
     free(src);
     tu_remove_tree(dir);

@@ -37,16 +37,7 @@ static void make_folder(void) {
     CHECK_EQ_INT(json_dump_file(tok, tok_path, 0), 0);
     json_decref(tok);
     free(tok_path);
-    static const char modules[] =
-        "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
-        " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"},"
-        " {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": \"sentence_transformers.models.Normalize\"}]";
-    tu_write_file(dir, "modules.json", modules, strlen(modules));
-    char *pool_dir = tu_strdupf("%s/%s", dir, "1_Pooling");
-    CHECK_EQ_INT(mkdir(pool_dir, 0755), 0);
-    static const char pooling[] = "{\"word_embedding_dimension\": 64, \"pooling_mode_lasttoken\": true}";
-    tu_write_file(pool_dir, "config.json", pooling, strlen(pooling));
-    free(pool_dir);
+    tu_write_sentence_transformers(dir, "lasttoken");
 }
 
 static json_t *call(int port, const char *path, const char *body, long *status) {

@@ -121,6 +121,26 @@ static inline void tu_write_file(const char *dir, const char *name, const char *
     free(path);
 }
 
+/* The files that make DIR a sentence-transformers embedding model, as Qwen3-Embedding ships:
+ * modules.json (Transformer, Pooling in 1_Pooling, Normalize) and 1_Pooling/config.json with
+ * pooling_mode_MODE true ("lasttoken", "cls_token", "mean_tokens"). */
+static inline void tu_write_sentence_transformers(const char *dir, const char *mode) {
+    static const char modules[] =
+        "[{\"idx\": 0, \"name\": \"0\", \"path\": \"\", \"type\": \"sentence_transformers.models.Transformer\"},"
+        " {\"idx\": 1, \"name\": \"1\", \"path\": \"1_Pooling\", \"type\": \"sentence_transformers.models.Pooling\"},"
+        " {\"idx\": 2, \"name\": \"2\", \"path\": \"2_Normalize\", \"type\": \"sentence_transformers.models.Normalize\"}]";
+    tu_write_file(dir, "modules.json", modules, strlen(modules));
+    char *pool_dir = tu_strdupf("%s/%s", dir, "1_Pooling");
+    if (mkdir(pool_dir, 0755) != 0) {
+        perror(pool_dir);
+        exit(1);
+    }
+    char *config = tu_strdupf("{\"word_embedding_dimension\": 64, \"pooling_mode_%s\": true}", mode, "");
+    tu_write_file(pool_dir, "config.json", config, strlen(config));
+    free(config);
+    free(pool_dir);
+}
+
 /* Reads tests/data/vectors/NAME/ref.CASE.json. */
 static inline json_t *tu_load_ref(const char *vector_name, const char *ref_case) {
     char *dir = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, vector_name);
