@@ -347,6 +347,14 @@ static void test_runner_flags(void) {
     kill(p.pid, SIGTERM);
     CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
 
+    /* cvllm generate on an embedding folder: runner auto pools, so it says what to do instead */
+    char *cmd = tu_strdupf("generate %s --prompt-token-ids 1,2 --max-model-len 32 --kv-cache-memory-bytes 16M", dir, "");
+    tu_run g = tu_run_cvllm(dir, "", cmd);
+    CHECK_EQ_INT(g.status, 1);
+    CHECK_CONTAINS(g.err, "runs on the pooling runner, which generates nothing");
+    tu_run_free(&g);
+    free(cmd);
+
     static const struct {
         const char *flag, *value, *message;
     } bad[] = {

@@ -398,6 +398,12 @@ int cmd_generate(int argc, char **argv) {
     cvllm_engine *e = NULL;
     uint64_t *ids = NULL;
     if (status || !(e = cv_launch_engine(&a, &g.engine, &status))) goto out;
+    if (cvllm_engine_is_pooling(e)) { /* an embedding model (runner pooling, or auto on its folder) */
+        fprintf(stderr, "cvllm generate: %s runs on the pooling runner, which generates nothing; serve it and ask "
+                        "/v1/embeddings, or pass --runner generate\n", g.engine.model);
+        status = 1;
+        goto out;
+    }
     cvllm_sampling_params params = request_params(e, &g);
     ids = cv_xcalloc(g.prompts.n, sizeof *ids);
     for (size_t i = 0; i < g.prompts.n; i++) {
