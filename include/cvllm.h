@@ -178,7 +178,9 @@ typedef struct cvllm_engine_options {
                                  * embeds prompts, cvllm_engine_add_pooling_request, and generates nothing:
                                  * vLLM's --convert embed of a *ForCausalLM model, as Qwen3-Embedding is
                                  * served), or "auto" (NULL): pooling for a sentence-transformers folder
-                                 * (modules.json with a Pooling module), else generate */
+                                 * (modules.json with a Pooling module) or a *ForSequenceClassification
+                                 * architecture (the Qwen3-Reranker, cvllm_engine_pooling_task), else
+                                 * generate */
     const char *pooler_config;  /* vLLM's --pooler-config, a JSON object: "pooling_type" (or
                                  * "seq_pooling_type") "LAST", "CLS" or "MEAN", "use_activation" (L2-
                                  * normalize), "dimensions" (the default of requests); NULL = the folder's
@@ -345,15 +347,19 @@ typedef struct cvllm_pooling_params {
     int32_t dimensions;          /* 0 = the engine's default (pooler_config's, else the whole vector); else
                                   * the first `dimensions` values, for a model config.json says was trained
                                   * for it (is_matryoshka, matryoshka_dimensions) */
-    int32_t normalize;           /* -1 = the engine's default; 0 = as pooled; 1 = L2-normalized (vLLM's
-                                  * use_activation) */
+    int32_t normalize;           /* -1 = the engine's default; 0 = as pooled; 1 = L2-normalized, for classify
+                                  * the sigmoid of the score (vLLM's use_activation) */
 } cvllm_pooling_params;
 
 void cvllm_pooling_params_default(cvllm_pooling_params *params); /* {0, -1} */
 
 /* True for an engine created with runner "pooling" (or "auto" on a sentence-transformers folder). */
 bool cvllm_engine_is_pooling(const cvllm_engine *engine);
-/* Length of the vectors a pooling engine returns by default (the model's hidden size). */
+/* What a pooling engine returns: "embed" (a vector), "classify" (a relevance score: a sequence
+ * classification model, the original Qwen3-Reranker with config.json's classifier_from_token), or
+ * NULL for an engine that generates. */
+const char *cvllm_engine_pooling_task(const cvllm_engine *engine);
+/* Length of the vectors a pooling engine returns by default: the model's hidden size, 1 for classify. */
 int32_t cvllm_engine_embedding_size(const cvllm_engine *engine);
 
 /* Queues a pooling request on a pooling engine (params NULL: the defaults): the prompt runs through the model (chunked as any
@@ -430,7 +436,8 @@ typedef struct cvllm_request_output {
     const cvllm_completion_output *outputs;
     int32_t n_outputs;
     bool finished;               /* all completions finished; the request is gone after this step */
-    const float *embedding;      /* a finished pooling request's vector (n_embedding floats), else NULL */
+    const float *embedding;      /* a finished pooling request's vector (n_embedding floats; for classify one,
+                                  * the score), else NULL */
     size_t n_embedding;
 } cvllm_request_output;
 

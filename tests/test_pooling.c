@@ -399,10 +399,77 @@ static void test_dimensions_and_errors(void) {
     free(dir);
 }
 
+/* The original Qwen3-Reranker as vLLM serves it (hf_overrides naming Qwen3ForSequenceClassification
+ * and classifier_from_token): its score is logit(yes) − logit(no) at the last prompt token, through a
+ * sigmoid unless normalize is 0. Here the two tokens are "!" and "a" (ids 0 and 64 of the reference
+ * models' 4096), and the logits are the reference's, through the untied and the tied head. */
+static void test_classify(const char *folder) {
+    char *dir = tu_model_dir(folder);
+    reference r;
+    load_reference(folder, &r);
+    static const char overrides[] = "{\"architectures\": [\"Qwen3ForSequenceClassification\"], "
+                                    "\"classifier_from_token\": [\"!\", \"a\"], \"is_original_qwen3_reranker\": true}";
+    cvllm_engine *e = make_engine(dir, &(engine_setup){.hf_overrides = overrides, .budget = 40, .prefix_caching = true});
+    if (e) {
+        CHECK(cvllm_engine_is_pooling(e));
+        CHECK(!strcmp(cvllm_engine_pooling_task(e), "classify"));
+        CHECK_EQ_INT(cvllm_engine_embedding_size(e), 1);
+        cvllm_pooling_params raw, def;
+        cvllm_pooling_params_default(&def);
+        raw = def;
+        raw.normalize = 0;
+        pooled p, q;
+        pool_both(e, &r, &raw, &p);
+        pool_both(e, &r, &def, &q);
+        for (int c = 0; c < 2 && p.done == 2 && q.done == 2; c++) {
+            CHECK_EQ_INT((int)p.n[c], 1);
+            const float *row = r.logits[c] + (r.n[c] - 1) * r.vocab;
+            double scale = 0;
+            for (size_t v = 0; v < r.vocab; v++) scale = fmax(scale, fabs(row[v]));
+            const double want = (double)row[64] - row[0];
+            CHECK_MSG(fabs(p.v[c][0] - want) <= TOLERANCE * scale, "%s prompt %d: score %.7g, reference %.7g", folder, c,
+                      p.v[c][0], want);
+            CHECK_MSG(fabs(q.v[c][0] - 1 / (1 + exp(-(double)p.v[c][0]))) < 1e-6, "sigmoid %.7g of %.7g", q.v[c][0],
+                      p.v[c][0]);
+        }
+        cvllm_pooling_params dims = def;
+        dims.dimensions = 1;
+        cvllm_prompt prompt = {.token_ids = r.ids[0], .n_token_ids = r.n[0]};
+        CHECK_EQ_INT(cvllm_engine_add_pooling_request(e, &prompt, &dims, NULL), CVLLM_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(cvllm_last_error(), "Task classify only supports ['use_activation'] parameters") != NULL);
+        cvllm_engine_destroy(e);
+    }
+    static const struct {
+        const char *runner, *overrides, *message;
+    } bad[] = {
+        {"generate", overrides, "is a classification model: it runs on the pooling runner"},
+        {"pooling", "{\"architectures\": [\"Qwen3ForSequenceClassification\"]}", "a score.weight head is not supported"},
+        {"pooling", "{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"classifier_from_token\": [\"no\", \"zzzqqq\"]}",
+         "classifier_from_token: 'zzzqqq' is not a token of the tokenizer"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        cvllm_engine_options o;
+        cvllm_engine_options_default(&o);
+        o.model = dir;
+        o.runner = bad[k].runner;
+        o.hf_overrides = bad[k].overrides;
+        o.max_model_len = 64;
+        o.kv_cache_memory_bytes = 8u << 20;
+        cvllm_engine *x = NULL;
+        CHECK(cvllm_engine_create(&o, &x) != CVLLM_OK && x == NULL);
+        CHECK_MSG(strstr(cvllm_last_error(), bad[k].message), "expected '%s', got '%s'", bad[k].message, cvllm_last_error());
+    }
+    free_reference(&r);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 int main(void) {
     test_pooling_types("qwen3-dense-tied-f32");
     test_pooling_types("qwen3-dense-f32");
     test_embedding_folder();
     test_dimensions_and_errors();
+    test_classify("qwen3-dense-f32");
+    test_classify("qwen3-dense-tied-f32");
     return cv_check_summary("test_pooling");
 }

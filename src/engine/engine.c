@@ -362,9 +362,14 @@ static int find_tokenizer(cvllm_engine *e) {
 /* vLLM's --runner: auto pools for a sentence-transformers folder (its modules.json has a Pooling
  * module), which is how Qwen3-Embedding ships under its *ForCausalLM architecture. */
 static int resolve_runner(cvllm_engine *e) {
-    const char *runner = e->opts.runner;
+    const char *runner = e->opts.runner, *arch = e->config.architecture;
     const bool is_auto = !runner || !strcmp(runner, "auto");
-    e->pooling = is_auto ? cv_pooler_folder_pools(e->model_dir) : !strcmp(runner, "pooling");
+    const size_t n = strlen(arch), suffix = strlen("ForSequenceClassification");
+    const bool classifier = n > suffix && !strcmp(arch + n - suffix, "ForSequenceClassification");
+    if (classifier && !is_auto && strcmp(runner, "pooling"))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "%s is a classification model: it runs on the pooling runner, not "
+                       "runner %s", arch, runner);
+    e->pooling = is_auto ? classifier || cv_pooler_folder_pools(e->model_dir) : !strcmp(runner, "pooling");
     if (is_auto) cv_info("engine", "Resolved `--runner auto` to `--runner %s`", e->pooling ? "pooling" : "generate");
     if (!e->pooling) {
         if (e->opts.pooler_config)
@@ -376,8 +381,12 @@ static int resolve_runner(cvllm_engine *e) {
                                               "no tokens");
     int rc = cv_pooler_init(&e->pooler, e->model_dir, e->opts.pooler_config, &e->config);
     if (rc) return rc;
-    cv_info("engine", "pooling runner (--convert embed): %s pooling, %s", cv_pooling_type_name(e->pooler.type),
-            e->pooler.normalize ? "normalized" : "not normalized");
+    if (e->pooler.task == CV_TASK_CLASSIFY)
+        cv_info("engine", "pooling runner (--convert classify): the score is logit(%s) - logit(%s) of the last token%s",
+                e->pooler.label_tokens[1], e->pooler.label_tokens[0], e->pooler.normalize ? ", through a sigmoid" : "");
+    else
+        cv_info("engine", "pooling runner (--convert embed): %s pooling, %s", cv_pooling_type_name(e->pooler.type),
+                e->pooler.normalize ? "normalized" : "not normalized");
     /* CLS and MEAN read prompt positions a prefix-cache hit would skip. */
     if (e->pooler.type != CV_POOL_LAST && e->opts.enable_prefix_caching) {
         cv_info("engine", "prefix caching disabled: %s pooling reads every prompt token", cv_pooling_type_name(e->pooler.type));
@@ -405,7 +414,7 @@ static int load_model(cvllm_engine *e) {
         .dp_size = e->opts.data_parallel_size,
         .dp_rank = e->opts.data_parallel_rank,
         .lora = e->opts.enable_lora,
-        .pooling = e->pooling,
+        .pooling = e->pooling && e->pooler.task == CV_TASK_EMBED, /* the reranker reads two lm_head rows */
     };
     int rc = cv_runner_create(&o, &e->runner);
     if (rc) return rc;
@@ -483,6 +492,7 @@ static int create_engine(cvllm_engine *e) {
     cv_info("engine", "Initializing engine: model=%s (%s), load_format=%s", e->opts.model, e->model_dir,
             cv_weight_source_is_dummy(e->weights) ? "dummy" : "safetensors");
     if ((rc = cv_tokenizer_load(e->tokenizer_dir, &e->tokenizer))) return rc;
+    if (e->pooling && (rc = cv_pooler_bind_labels(&e->pooler, e->tokenizer))) return rc;
     if ((rc = load_model(e))) return rc;
     if ((rc = serve_lora_modules(e))) return rc;
     if (!known)
@@ -635,7 +645,12 @@ void cvllm_engine_spec_decode_stats(const cvllm_engine *e, cvllm_spec_decode_sta
 }
 bool cvllm_engine_has_unfinished(const cvllm_engine *e) { return e->n_requests > 0; }
 bool cvllm_engine_is_pooling(const cvllm_engine *e) { return e->pooling; }
-int32_t cvllm_engine_embedding_size(const cvllm_engine *e) { return e->config.hidden_size; }
+int32_t cvllm_engine_embedding_size(const cvllm_engine *e) {
+    return e->pooling && e->pooler.task == CV_TASK_CLASSIFY ? 1 : e->config.hidden_size;
+}
+const char *cvllm_engine_pooling_task(const cvllm_engine *e) {
+    return !e->pooling ? NULL : e->pooler.task == CV_TASK_CLASSIFY ? "classify" : "embed";
+}
 void cvllm_pooling_params_default(cvllm_pooling_params *p) { *p = (cvllm_pooling_params){.dimensions = 0, .normalize = -1}; }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -909,7 +924,7 @@ int cv_engine_prepare_pooling(cvllm_engine *e, const cvllm_prompt *prompt, const
     if ((rc = make_request(e, prompt, &neutral, out))) return rc;
     (*out)->pooling = true;
     (*out)->pool = resolved;
-    (*out)->pooled = cv_xcalloc((size_t)e->pooler.hidden, sizeof(float));
+    (*out)->pooled = cv_xcalloc((size_t)cvllm_engine_embedding_size(e), sizeof(float));
     return 0;
 }
 
@@ -1087,7 +1102,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
             b->slot_mapping[t] = (int64_t)seq->block_table[pos / (size_t)bs] * bs + (int64_t)(pos % (size_t)bs);
             if (pos >= first && pos < first + count) b->logit_rows[n_logits++] = t;
         }
-        if (seq_samples_this_step(seq) && !seq->req->pooling)
+        if (seq_samples_this_step(seq) && (!seq->req->pooling || e->pooler.task == CV_TASK_CLASSIFY))
             for (int32_t d = seq->n_draft; d >= 0; d--) b->logit_rows[n_logits++] = t - 1 - d;
         b->context_lens[s] = (int32_t)(seq->num_computed + (size_t)seq->num_scheduled);
         b->block_tables[s] = seq->block_table;
@@ -1099,7 +1114,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         }
     }
     b->seq_start[list->n] = t;
-    const bool hidden = e->spec.method == CV_SPEC_MTP || e->pooling;
+    const bool hidden = e->spec.method == CV_SPEC_MTP || (e->pooling && e->pooler.task == CV_TASK_EMBED);
     if (hidden && (size_t)t > e->cap_hidden) {
         e->cap_hidden = (size_t)t;
         free(e->hidden);
@@ -1277,7 +1292,17 @@ static int postprocess(cvllm_engine *e, const float *logits) {
         /* The K/V of this step's real tokens exist now: their full blocks are shared from here on,
          * also when the sequence finishes below and releases them (every max_tokens=1 request). */
         cv_scheduler_cache_full_blocks(&e->sched, seq, seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft));
-        if (seq->req->pooling) {
+        if (seq->req->pooling && e->pooler.task == CV_TASK_CLASSIFY) {
+            const bool last = seq_samples_this_step(seq);
+            seq->num_computed += (size_t)seq->num_scheduled;
+            if (last) {
+                seq->req->pooled[0] = cv_pooler_score(&e->pooler, logits + row * (size_t)e->vocab_size,
+                                                      seq->req->pool.normalize);
+                seq->req->n_pooled = 1;
+                finish_seq(e, seq, CVLLM_FINISH_STOP);
+                row++;
+            }
+        } else if (seq->req->pooling) {
             pool_rows(e, seq, e->batch.seq_start[s]);
         } else if (seq_samples_this_step(seq)) {
             size_t rows_used = (size_t)seq->n_draft + 1;

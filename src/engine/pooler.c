@@ -171,8 +171,46 @@ static int matryoshka(cv_pooler *p, const cv_model_config *cfg) {
     return 0;
 }
 
+/* *ForSequenceClassification: the original Qwen3-Reranker's two label tokens (vLLM's from_2_way_softmax
+ * method); a checkpoint with its own score head is another model. */
+static int classifier(cv_pooler *p, const cv_model_config *cfg) {
+    const json_t *tokens = json_object_get(cfg->root, "classifier_from_token");
+    if (json_array_size(tokens) != 2 || !json_is_string(json_array_get(tokens, 0)) ||
+        !json_is_string(json_array_get(tokens, 1)))
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "%s: cvllm runs sequence classification as the original Qwen3-Reranker: "
+                       "config.json (or --hf-overrides) must give classifier_from_token as two tokens, e.g. "
+                       "[\"no\", \"yes\"], with is_original_qwen3_reranker; a score.weight head is not supported",
+                       cfg->architecture);
+    p->task = CV_TASK_CLASSIFY;
+    for (int i = 0; i < 2; i++) p->label_tokens[i] = cv_xstrdup(json_string_value(json_array_get(tokens, i)));
+    return 0;
+}
+
+int cv_pooler_bind_labels(cv_pooler *p, const cv_tokenizer *tok) {
+    for (int i = 0; p->task == CV_TASK_CLASSIFY && i < 2; i++)
+        if ((p->label_ids[i] = cv_tokenizer_token_to_id(tok, p->label_tokens[i])) < 0)
+            return cv_fail(CVLLM_ERR_FORMAT, "classifier_from_token: '%s' is not a token of the tokenizer",
+                           p->label_tokens[i]);
+    return 0;
+}
+
+float cv_pooler_score(const cv_pooler *p, const float *logits, bool normalize) {
+    const float x = logits[p->label_ids[1]] - logits[p->label_ids[0]];
+    return normalize ? 1.0f / (1.0f + expf(-x)) : x;
+}
+
 int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_config, const cv_model_config *cfg) {
     *p = (cv_pooler){.type = CV_POOL_LAST, .normalize = true, .hidden = cfg->hidden_size};
+    const size_t n = strlen(cfg->architecture), suffix = strlen("ForSequenceClassification");
+    if (n > suffix && !strcmp(cfg->architecture + n - suffix, "ForSequenceClassification")) {
+        int rc = classifier(p, cfg);
+        if (!rc && pooler_config) rc = from_option(p, pooler_config);
+        if (!rc && (p->type != CV_POOL_LAST || p->dimensions))
+            rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: the reranker scores the last token (LAST pooling) and "
+                         "has no dimensions");
+        if (rc) cv_pooler_free(p);
+        return rc;
+    }
     int rc = from_folder(p, model_dir);
     if (!rc && pooler_config) rc = from_option(p, pooler_config);
     if (!rc) rc = matryoshka(p, cfg);
@@ -181,6 +219,10 @@ int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_confi
 }
 
 void cv_pooler_free(cv_pooler *p) {
+    for (int i = 0; i < 2; i++) {
+        free(p->label_tokens[i]);
+        p->label_tokens[i] = NULL;
+    }
     free(p->matryoshka_dims);
     p->matryoshka_dims = NULL;
     p->n_matryoshka_dims = 0;
@@ -197,6 +239,9 @@ int cv_pooler_resolve(const cv_pooler *p, const cvllm_pooling_params *in, const 
     };
     int32_t d = out->dimensions;
     if (!d) return 0;
+    if (p->task == CV_TASK_CLASSIFY)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Task classify only supports ['use_activation'] parameters, does "
+                       "not support ['dimensions'] parameters");
     if (!p->matryoshka)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Model \"%s\" does not support matryoshka representation, changing "
                        "output dimensions will lead to poor results.", model);

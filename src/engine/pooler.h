@@ -22,10 +22,19 @@
 
 #include "cvllm.h"
 #include "loader/config.h"
+#include "tokenizer/tokenizer.h"
 
 typedef enum cv_pooling_type { CV_POOL_LAST, CV_POOL_CLS, CV_POOL_MEAN } cv_pooling_type;
 
+/* What the pooler makes: a vector (vLLM's embed task), or a relevance score (its classify task as it
+ * runs the original Qwen3-Reranker: config.json's classifier_from_token [no, yes] turns the lm_head's
+ * two rows into one label, logit(yes) − logit(no) of the last token, through a sigmoid). */
+typedef enum cv_pooling_task { CV_TASK_EMBED, CV_TASK_CLASSIFY } cv_pooling_task;
+
 typedef struct cv_pooler {
+    cv_pooling_task task;
+    char *label_tokens[2];       /* classify: classifier_from_token (no, yes) */
+    int32_t label_ids[2];        /* their ids, set by the engine once the tokenizer is loaded */
     cv_pooling_type type;
     bool normalize;              /* default of requests that do not say */
     int32_t dimensions;          /* --pooler-config's default for requests that do not say; 0: none */
@@ -45,6 +54,11 @@ bool cv_pooler_folder_pools(const char *model_dir);
 int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_config, const cv_model_config *cfg);
 void cv_pooler_free(cv_pooler *p);
 const char *cv_pooling_type_name(cv_pooling_type t);
+
+/* The ids of the classify task's label tokens from the tokenizer (vLLM's convert_tokens_to_ids). */
+int cv_pooler_bind_labels(cv_pooler *p, const cv_tokenizer *tok);
+/* The classify task's score from the logits of a prompt's last token (normalize: the sigmoid). */
+float cv_pooler_score(const cv_pooler *p, const float *logits, bool normalize);
 
 /* Checks a request's parameters against the pooler (vLLM's messages, `model` the served name) and
  * resolves its defaults into *out. */

@@ -22,6 +22,9 @@ static const struct {
     cv_model_family family;
 } architectures[] = {
     {"Qwen3ForCausalLM", cv_qwen3_load, CV_FAMILY_DENSE},
+    /* the original Qwen3-Reranker as vLLM serves it (hf_overrides): the causal model, scored from two
+     * of its logits by the pooling runner (engine/pooler.h) */
+    {"Qwen3ForSequenceClassification", cv_qwen3_load, CV_FAMILY_DENSE},
     {"Qwen3MoeForCausalLM", cv_qwen3_moe_load, CV_FAMILY_MOE},
     {"Qwen3NextForCausalLM", cv_qwen3_hybrid_load, CV_FAMILY_NEXT},
     {"Qwen3_5MoeForConditionalGeneration", cv_qwen3_hybrid_load, CV_FAMILY_QWEN3_5_MOE},
