@@ -277,6 +277,29 @@ static void test_embedding_server(void) {
     free(raw.body);
     free(raw.metadata);
 
+    /* /score and /rerank on an embedding model: the cosine similarity of the two texts' vectors */
+    r = call(port, "/score", "{\"text_1\": \"a b c\", \"text_2\": [\"a b c\", \" d\"]}", &status);
+    CHECK_EQ_INT(status, 200);
+    const json_t *data = json_object_get(r, "data");
+    CHECK_EQ_INT((int)json_array_size(data), 2);
+    CHECK(fabs(json_real_value(json_object_get(json_array_get(data, 0), "score")) - 1) < 1e-6);
+    const double cos_d = json_real_value(json_object_get(json_array_get(data, 1), "score"));
+    json_decref(r);
+    r = call(port, "/v1/embeddings", "{\"input\": \" d\"}", &status);
+    float d_vec[64];
+    CHECK_EQ_INT((int)vector_of(r, 0, d_vec, 64), 64);
+    double dot = 0;
+    for (int i = 0; i < 64; i++) dot += (double)d_vec[i] * a[i]; /* both unit vectors */
+    CHECK_MSG(fabs(dot - cos_d) < 1e-5, "cosine %.7f vs /score %.7f", dot, cos_d);
+    json_decref(r);
+    r = call(port, "/rerank", "{\"query\": \"a b c\", \"documents\": [\" d\", \"a b c\"], \"top_n\": 1}", &status);
+    CHECK_EQ_INT(status, 200);
+    const json_t *results = json_object_get(r, "results");
+    CHECK_EQ_INT((int)json_array_size(results), 1);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(json_array_get(results, 0), "index")), 1);
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(results, 0), "document"), "text")), "a b c"));
+    json_decref(r);
+
     /* SageMaker's /invocations routes to embeddings on a pooling server */
     snprintf(body, sizeof body, "{\"input\": [[%s]]}", ids_eos);
     r = call(port, "/invocations", body, &status);
@@ -374,6 +397,124 @@ static void test_runner_flags(void) {
     }
 }
 
+static double score_of(int port, const char *path, const char *body, size_t i) {
+    long status;
+    json_t *r = call(port, path, body, &status);
+    CHECK_MSG(status == 200, "%s %s: %ld", path, body, status);
+    double s = json_real_value(json_object_get(json_array_get(json_object_get(r, "data"), i), "score"));
+    json_decref(r);
+    return s;
+}
+
+/* The original Qwen3-Reranker's way in vLLM (hf_overrides naming Qwen3ForSequenceClassification and
+ * its two label tokens; here "!" and "a", in the test model's 4096 ids): /score and /rerank score a
+ * pair as one prompt, the two texts one after the other, or --chat-template rendered over the roles
+ * "query" and "document" with the request's instruction. The engine's scores themselves are held to
+ * the reference in test_pooling. */
+static void test_reranker(void) {
+    static const char overrides[] = "{\"architectures\": [\"Qwen3ForSequenceClassification\"], "
+                                    "\"classifier_from_token\": [\"!\", \"a\"], \"is_original_qwen3_reranker\": true}";
+    /* the document, then the query, then the instruction: a prompt the no-template server spells too */
+    static const char tmpl[] = "{{ messages | selectattr(\"role\", \"eq\", \"document\") | map(attribute=\"content\") | first }}"
+                               "{{ messages | selectattr(\"role\", \"eq\", \"query\") | map(attribute=\"content\") | first }}"
+                               "{{ instruction | default(\"\") }}\n";
+    tu_write_file(dir, "rerank.jinja", tmpl, strlen(tmpl));
+    char *tmpl_path = tu_strdupf("%s/%s", dir, "rerank.jinja");
+    const char *plain_args[] = {"--host", "127.0.0.1", "--port", "0", "--dtype", "float32", "--max-model-len", "32",
+                                "--kv-cache-memory-bytes", "16M", "--num-threads", "1", "--hf-overrides", overrides};
+    const char *tmpl_args[] = {"--host", "127.0.0.1", "--port", "0", "--dtype", "float32", "--max-model-len", "32",
+                               "--kv-cache-memory-bytes", "16M", "--num-threads", "1", "--hf-overrides", overrides,
+                               "--chat-template", tmpl_path};
+    sp_proc plain = sp_spawn(dir, dir, "rerank", plain_args, sizeof plain_args / sizeof *plain_args);
+    sp_proc templ = sp_spawn(dir, dir, "rerank-template", tmpl_args, sizeof tmpl_args / sizeof *tmpl_args);
+    CHECK_MSG(sp_wait_ready(&plain, 30) && sp_wait_ready(&templ, 30), "reranker servers did not start");
+    char *log = tu_read_text(plain.log);
+    CHECK_CONTAINS(log, "Resolved `--runner auto` to `--runner pooling`");
+    CHECK_CONTAINS(log, "the score is logit(a) - logit(!) of the last token, through a sigmoid");
+    free(log);
+
+    /* without a template the pair is q + d: the same text split elsewhere scores the same */
+    const double s1 = score_of(plain.port, "/score", "{\"text_1\": \"a b\", \"text_2\": \" c\"}", 0);
+    const double s2 = score_of(plain.port, "/v1/score", "{\"queries\": \"a\", \"documents\": [\" b c\"]}", 0);
+    CHECK_MSG(s1 == s2 && s1 > 0 && s1 < 1, "%.9f vs %.9f", s1, s2);
+    const double s3 = score_of(plain.port, "/score", "{\"data_1\": \"a b\", \"data_2\": \" d\"}", 0);
+    CHECK(s3 != s1);
+    /* use_activation false: the logit itself, whose sigmoid is the score */
+    const double logit = score_of(plain.port, "/score", "{\"text_1\": \"a b\", \"text_2\": \" c\", \"use_activation\": false}", 0);
+    CHECK_MSG(fabs(1 / (1 + exp(-logit)) - s1) < 1e-6, "sigmoid(%.7f) vs %.7f", logit, s1);
+    /* 1:N and N:N give each pair its own prompt */
+    CHECK(score_of(plain.port, "/score", "{\"text_1\": [\"a b\", \"a b\"], \"text_2\": [\" d\", \" c\"]}", 1) == s1);
+    CHECK(score_of(plain.port, "/score", "{\"text_1\": \"a b\", \"text_2\": [\" d\", \" c\"]}", 0) == s3);
+
+    /* with the template: document, query, instruction, the template's trailing newline dropped (as
+     * Jinja drops it) */
+    CHECK(score_of(templ.port, "/score", "{\"text_1\": \" c\", \"text_2\": \"a b\"}", 0) == s1);
+    CHECK(score_of(templ.port, "/score", "{\"text_1\": \"b\", \"text_2\": \"a \", \"instruction\": \" c\"}", 0) == s1);
+    CHECK(score_of(templ.port, "/score", "{\"text_1\": \"b\", \"text_2\": \"a \", \"chat_template_kwargs\": "
+                                         "{\"instruction\": \" c\"}, \"instruction\": \"x\"}", 0) == s1);
+
+    /* /rerank: best first, cut to top_n, the documents echoed, usage over all of them */
+    long status;
+    json_t *r = call(plain.port, "/rerank", "{\"query\": \"a b\", \"documents\": [\" d\", \" c\", \" e\"]}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK(!strncmp(json_string_value(json_object_get(r, "id")), "score-", 6));
+    const json_t *results = json_object_get(r, "results");
+    CHECK_EQ_INT((int)json_array_size(results), 3);
+    double prev = 2;
+    bool saw_c = false;
+    for (size_t i = 0; i < json_array_size(results); i++) {
+        const json_t *it = json_array_get(results, i);
+        const double s = json_real_value(json_object_get(it, "relevance_score"));
+        CHECK(s <= prev);
+        prev = s;
+        const json_t *doc = json_object_get(it, "document");
+        const int index = (int)json_integer_value(json_object_get(it, "index"));
+        static const char *const docs[] = {" d", " c", " e"};
+        CHECK(index >= 0 && index < 3 && !strcmp(json_string_value(json_object_get(doc, "text")), docs[index]));
+        if (index == 1) saw_c = s == s1;
+    }
+    CHECK(saw_c);
+    CHECK(json_integer_value(json_object_get(json_object_get(r, "usage"), "prompt_tokens")) > 0);
+    json_decref(r);
+    r = call(plain.port, "/v2/rerank", "{\"query\": \"a b\", \"documents\": [\" d\", \" c\", \" e\"], \"top_n\": 2}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK_EQ_INT((int)json_array_size(json_object_get(r, "results")), 2);
+    json_decref(r);
+
+    static const struct {
+        const char *path, *body, *message;
+    } bad[] = {
+        {"/score", "{\"text_1\": [\"a\", \"b\"], \"text_2\": [\"a\", \"b\", \"c\"]}", "Input lengths must be either 1:1, 1:N or N:N"},
+        {"/score", "{\"text_1\": [], \"text_2\": [\"a\"]}", "At least one text element must be given"},
+        {"/score", "{\"text_1\": \"a\", \"text_2\": []}", "At least one text_pair element must be given"},
+        {"/score", "{\"text_1\": \"a\"}", "Field required"},
+        {"/score", "{\"text_1\": \"a\", \"text_2\": {\"content\": []}}", "is not a multimodal model"},
+        {"/rerank", "{\"documents\": [\"a\"]}", "Field required"},
+        {"/rerank", "{\"query\": \"a\", \"documents\": []}", "At least one text_pair element must be given"},
+        {"/score", "{\"text_1\": \"a\", \"text_2\": \"b\", \"model\": \"x\"}", "The model `x` does not exist."},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        r = call(plain.port, bad[k].path, bad[k].body, &status);
+        CHECK_MSG(status == 400 || status == 404, "%s: %ld", bad[k].body, status);
+        const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+        CHECK_MSG(msg && strstr(msg, bad[k].message), "%s: expected '%s', got '%s'", bad[k].body, bad[k].message,
+                  msg ? msg : "(none)");
+        json_decref(r);
+    }
+    /* a reranker has no embeddings and no generation */
+    r = call(plain.port, "/v1/embeddings", "{\"input\": \"a\"}", &status);
+    CHECK_EQ_INT(status, 404);
+    json_decref(r);
+    r = call(plain.port, "/v1/completions", "{\"prompt\": \"a\"}", &status);
+    CHECK_EQ_INT(status, 404);
+    json_decref(r);
+    kill(plain.pid, SIGTERM);
+    kill(templ.pid, SIGTERM);
+    CHECK_EQ_INT(sp_wait_exit(&plain, 20), 0);
+    CHECK_EQ_INT(sp_wait_exit(&templ, 20), 0);
+    free(tmpl_path);
+}
+
 /* `cvllm bench serve --backend openai-embeddings` against a pooling server: every request succeeds,
  * and vLLM's pooling report (no generated-token rows, end-to-end latency only) and result keys. The
  * model has the whole vocabulary (dummy weights), since the random prompts use every id. */
@@ -428,6 +569,7 @@ int main(void) {
     make_folder();
     test_embedding_server();
     test_runner_flags();
+    test_reranker();
     test_bench_embeddings();
     tu_remove_tree(dir);
     free(dir);

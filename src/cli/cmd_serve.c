@@ -572,6 +572,7 @@ static int run_server(cv_args *a, serve_args *g) {
         return 1;
     }
     g->server.chat_template = tmpl;
+    g->server.chat_template_given = g->chat_template_file != NULL;
     cv_server *s = NULL;
     if ((rc = cv_server_start(group, &g->server, &s))) {
         fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());

@@ -67,7 +67,12 @@ char *cv_api_error_json(const cv_api_error *err);
 
 /* What a generation route takes. CV_API_INVOCATION is SageMaker's /invocations, which takes either:
  * parsed, a request is then a chat completion or a completion (its kind says which). */
-typedef enum cv_api_kind { CV_API_COMPLETION, CV_API_CHAT, CV_API_INVOCATION, CV_API_EMBEDDING } cv_api_kind;
+typedef enum cv_api_kind {
+    CV_API_COMPLETION, CV_API_CHAT, CV_API_INVOCATION,
+    CV_API_EMBEDDING, CV_API_SCORE, CV_API_RERANK /* the pooling routes: one pooling request a prompt */
+} cv_api_kind;
+
+static inline bool cv_api_kind_pools(cv_api_kind k) { return k >= CV_API_EMBEDDING; }
 
 /* /v1/embeddings' encoding_format, embed_dtype and endianness. */
 typedef enum cv_api_encoding { CV_ENC_FLOAT, CV_ENC_BASE64, CV_ENC_BYTES, CV_ENC_BYTES_ONLY } cv_api_encoding;
@@ -112,6 +117,9 @@ typedef struct cv_api_limits {
     cv_api_structured_config structured;
     bool tokens_as_ids;         /* --return-tokens-as-token-ids: return_tokens_as_token_ids when a request
                                  * leaves it out (or null) */
+    const char *pooling_task;   /* the engine's cvllm_engine_pooling_task: "embed", "classify" or NULL */
+    const cv_chat_template *score_template; /* --chat-template, which renders a reranker's (query, document)
+                                 * pairs; NULL: the pair is the two texts one after the other */
 } cv_api_limits;
 
 typedef struct cv_api_prompt {
@@ -182,6 +190,11 @@ typedef struct cv_api_request {
     cv_api_encoding encoding;
     cv_api_embed_dtype embed_dtype;
     cv_api_endianness endianness;
+    /* /score and /rerank: the texts paired (n_texts_1 is 1 or n_texts_2); a reranker's prompts are the
+     * pairs, an embedding model's the texts of both sides, each embedded once */
+    char **texts_1, **texts_2;
+    size_t n_texts_1, n_texts_2;
+    int64_t top_n;              /* /rerank: the best top_n results; <= 0: all */
 } cv_api_request;
 
 int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
@@ -202,6 +215,13 @@ int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim
  * truncate_prompt_tokens, add_special_tokens (true), user, cache_salt, request_id. */
 int cv_api_parse_embedding(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
                            cv_api_error *err);
+/* /score (vLLM's ScoreRequest: queries/documents, queries/items, data_1/data_2 or text_1/text_2, each
+ * a string or strings, 1:1, 1:N or N:N) and /rerank (RerankRequest: query, documents, top_n), with
+ * use_activation, truncate_prompt_tokens and, for a reranker's template, instruction and
+ * chat_template_kwargs. */
+int cv_api_parse_score(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err);
+int cv_api_parse_rerank(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                        cv_api_error *err);
 /* /detokenize: {tokens:[int]}; the ids land in prompts[0]. */
 int cv_api_parse_detokenize(const char *body, size_t len, cv_api_request *req, cv_api_error *err);
 void cv_api_request_free(cv_api_request *req);

@@ -188,6 +188,12 @@ static const char *const EMBEDDING_FIELDS[] = {
     "model", "input", "user", "truncate_prompt_tokens", "truncation_side", "padding", "request_id", "priority",
     "mm_processor_kwargs", "cache_salt", "add_special_tokens", "encoding_format", "embed_dtype", "endianness",
     "dimensions", "use_activation", NULL};
+/* ScoreRequest and RerankRequest (vllm/entrypoints/pooling/scoring/protocol.py and its mixins). */
+static const char *const SCORE_FIELDS[] = {
+    "model", "user", "truncate_prompt_tokens", "truncation_side", "request_id", "priority", "use_activation",
+    "instruction", "chat_template_kwargs", "max_tokens_per_query", "max_tokens_per_doc", "mm_processor_kwargs",
+    "queries", "documents", "items", "data_1", "data_2", "text_1", "text_2", NULL};
+static const char *const RERANK_FIELDS[] = {"query", "documents", "top_n", "return_documents", NULL};
 static const char *const EMBEDDING_CHAT_FIELDS[] = {
     "messages", "add_generation_prompt", "continue_final_message", "chat_template", "chat_template_kwargs",
     "media_io_kwargs", NULL};
@@ -1696,6 +1702,10 @@ void cv_api_request_free(cv_api_request *req) {
     for (size_t i = 0; i < req->constraint.n_choices; i++) free(req->constraint_choices[i]);
     free(req->constraint_choices);
     free(req->whitespace_pattern);
+    for (size_t i = 0; i < req->n_texts_1; i++) free(req->texts_1[i]);
+    for (size_t i = 0; i < req->n_texts_2; i++) free(req->texts_2[i]);
+    free(req->texts_1);
+    free(req->texts_2);
     memset(req, 0, sizeof *req);
 }
 
@@ -1736,7 +1746,7 @@ static int truncate_prompt(const cv_api_request *req, cv_api_prompt *p, const cv
 }
 
 static int check_prompt(const cv_api_request *req, cv_api_prompt *p, const cv_api_limits *lim, cv_api_error *err) {
-    const bool embedding = req->kind == CV_API_EMBEDDING;
+    const bool embedding = cv_api_kind_pools(req->kind);
     const char *param = req->kind == CV_API_CHAT ? "messages" : embedding ? "input" : "prompt";
     int64_t L = lim->max_model_len, P = (int64_t)p->n_ids, M = req->max_tokens;
     if (P == 0) return cv_api_fail(err, 400, param, "The decoder prompt cannot be empty");
@@ -1886,4 +1896,161 @@ int cv_api_parse_embedding(const char *body, size_t len, const cv_api_limits *li
     if (!rc) log_ignored_fields(root, EMBEDDING_FIELDS, field(root, "messages") ? EMBEDDING_CHAT_FIELDS : NULL);
     json_decref(root);
     return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* /score and /rerank                                                                                */
+
+/* One side of a pair: a string or a list of strings; *texts are fresh copies. Multimodal content is
+ * for models with an encoder, which cvllm does not run. */
+static int score_texts(const json_t *o, const char *key, const cv_api_limits *lim, char ***texts, size_t *n,
+                       cv_api_error *err) {
+    const json_t *v = field(o, key);
+    if (!v) return 0;
+    const size_t count = json_is_array(v) ? json_array_size(v) : 1;
+    for (size_t i = 0; i < count; i++) {
+        const json_t *t = json_is_array(v) ? json_array_get(v, i) : v;
+        if (json_is_object(t)) return not_multimodal(lim, err);
+        if (!json_is_string(t)) {
+            cv_loc at = {NULL, key, 0};
+            return cv_api_pyfail(err, &at, t, "string_type", CV_PY_STRING_TYPE, NULL);
+        }
+    }
+    *texts = cv_xcalloc(count ? count : 1, sizeof **texts);
+    for (size_t i = 0; i < count; i++) {
+        const json_t *t = json_is_array(v) ? json_array_get(v, i) : v;
+        (*texts)[i] = cv_xstrndup(json_string_value(t), json_string_length(t));
+    }
+    *n = count;
+    return 0;
+}
+
+/* A reranker's prompt for one pair: --chat-template rendered over the messages vLLM gives it (roles
+ * "query" and "document", the template kwargs with the request's instruction), else the two texts
+ * one after the other, as vLLM tokenizes them without a template. */
+static int pair_prompt(const json_t *o, const cv_api_limits *lim, const char *q, const char *d, cv_api_prompt *p,
+                       cv_api_error *err) {
+    *p = (cv_api_prompt){0};
+    if (!lim->score_template) {
+        char *text = cv_xasprintf("%s%s", q, d);
+        *p = (cv_api_prompt){.text = text, .text_len = strlen(text)};
+        return 0;
+    }
+    json_t *kwargs = json_deep_copy(field(o, "chat_template_kwargs"));
+    if (!kwargs) kwargs = json_object();
+    const json_t *instruction = field(o, "instruction");
+    if (instruction && !json_object_get(kwargs, "instruction")) json_object_set(kwargs, "instruction", (json_t *)instruction);
+    json_t *messages = json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "query", "content", q, "role", "document",
+                                 "content", d);
+    cv_chat_request cr = {.messages = messages, .kwargs = kwargs, .default_kwargs = lim->chat ? lim->chat->default_kwargs : NULL,
+                          .content_format = CV_CHAT_CONTENT_STRING};
+    int rc = cv_chat_render(lim->score_template, &cr, &p->text, &p->text_len);
+    json_decref(messages);
+    json_decref(kwargs);
+    return rc ? cv_api_fail(err, 400, NULL, "%s", cvllm_last_error()) : 0;
+}
+
+/* The prompts of the pairs (see cv_api_request.texts_1) and the fields both routes share. */
+static int score_prompts(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
+    const size_t n1 = req->n_texts_1, n2 = req->n_texts_2;
+    if (n1 > 1 && n1 != n2) return cv_api_fail(err, 400, NULL, "Input lengths must be either 1:1, 1:N or N:N");
+    if (n1 == 0) return cv_api_fail(err, 400, NULL, "At least one text element must be given");
+    if (n2 == 0) return cv_api_fail(err, 400, NULL, "At least one text_pair element must be given");
+    if (n1 + n2 > (size_t)lim->max_prompts)
+        return cv_api_fail(err, 400, NULL, "%zu texts exceed the maximum allowed count of %d.", n1 + n2, lim->max_prompts);
+    const json_t *instruction, *kwargs;
+    int64_t priority = 0;
+    bool activation = false;
+    req->params = lim->defaults;
+    req->params.n = 1;
+    req->params.logprobs = req->params.prompt_logprobs = -1;
+    req->top_logprobs = req->prompt_logprobs = -1;
+    req->add_special_tokens = true;
+    cvllm_pooling_params_default(&req->pooling);
+    if (cv_get_str(o, NULL, "model", CV_OPTIONAL, &req->model, err) ||
+        cv_get_str(o, NULL, "user", CV_OPTIONAL, &req->user, err) || parse_truncation(o, req, err) ||
+        cv_get_str(o, NULL, "request_id", 0, &req->request_id, err) ||
+        cv_get_int(o, NULL, "priority", 0, &priority, NULL, err) ||
+        cv_get_bool(o, NULL, "use_activation", CV_OPTIONAL, &activation, err) ||
+        cv_check_str(o, NULL, "instruction", CV_OPTIONAL, &instruction, err) ||
+        cv_check_dict(o, NULL, "chat_template_kwargs", CV_OPTIONAL, &kwargs, err))
+        return -1;
+    if (priority != 0)
+        return cv_api_fail(err, 400, "priority", "priority applies only with --scheduling-policy priority, which "
+                           "cvllm's pooling runner does not take");
+    if (req->request_id && strlen(req->request_id) > 64)
+        return cv_api_fail(err, 400, "request_id", "'request_id' is longer than 64 bytes");
+    if (field(o, "use_activation")) req->pooling.normalize = activation ? 1 : 0;
+    if (lim->pooling_task && !strcmp(lim->pooling_task, "embed")) { /* bi-encoder: each text embedded once */
+        for (size_t i = 0; i < n1; i++) add_prompt(req, (cv_api_prompt){.text = cv_xstrdup(req->texts_1[i]),
+                                                                        .text_len = strlen(req->texts_1[i])});
+        for (size_t i = 0; i < n2; i++) add_prompt(req, (cv_api_prompt){.text = cv_xstrdup(req->texts_2[i]),
+                                                                        .text_len = strlen(req->texts_2[i])});
+        return 0;
+    }
+    for (size_t i = 0; i < n2; i++) { /* cross-encoder: one prompt a pair, the query repeated for 1:N */
+        cv_api_prompt p;
+        if (pair_prompt(o, lim, req->texts_1[n1 == 1 ? 0 : i], req->texts_2[i], &p, err)) return -1;
+        add_prompt(req, p);
+    }
+    return 0;
+}
+
+static int parse_score_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
+    /* pydantic tries the union's members in this order and takes the first whose fields are there */
+    static const char *const pairs[][2] = {{"queries", "documents"}, {"queries", "items"}, {"data_1", "data_2"},
+                                           {"text_1", "text_2"}};
+    for (size_t k = 0; k < CV_ARRAY_LEN(pairs); k++) {
+        if (!field(o, pairs[k][0]) || !field(o, pairs[k][1])) continue;
+        if (score_texts(o, pairs[k][0], lim, &req->texts_1, &req->n_texts_1, err) ||
+            score_texts(o, pairs[k][1], lim, &req->texts_2, &req->n_texts_2, err))
+            return -1;
+        return score_prompts(o, lim, req, err);
+    }
+    cv_pyerrors l = {0};
+    for (size_t k = 0; k < CV_ARRAY_LEN(pairs); k++)
+        for (int side = 0; side < 2; side++)
+            if (!field(o, pairs[k][side])) {
+                cv_loc at = {NULL, pairs[k][side], 0};
+                cv_pyerrors_add(&l, &at, o, "missing", CV_PY_MISSING, NULL);
+            }
+    return cv_pyerrors_fail(&l, err);
+}
+
+static int parse_rerank_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
+    cv_pyerrors l = {0};
+    static const char *const required[] = {"query", "documents"};
+    for (size_t k = 0; k < CV_ARRAY_LEN(required); k++)
+        if (!json_object_get(o, required[k])) {
+            cv_loc at = {NULL, required[k], 0};
+            cv_pyerrors_add(&l, &at, o, "missing", CV_PY_MISSING, NULL);
+        }
+    if (l.n) return cv_pyerrors_fail(&l, err);
+    if (json_is_array(json_object_get(o, "query"))) {
+        cv_loc at = {NULL, "query", 0};
+        return cv_api_pyfail(err, &at, json_object_get(o, "query"), "string_type", CV_PY_STRING_TYPE, NULL);
+    }
+    return score_texts(o, "query", lim, &req->texts_1, &req->n_texts_1, err) ||
+           score_texts(o, "documents", lim, &req->texts_2, &req->n_texts_2, err) ||
+           cv_get_int(o, NULL, "top_n", 0, &req->top_n, NULL, err) || score_prompts(o, lim, req, err);
+}
+
+static int parse_scoring(const char *body, size_t len, const cv_api_limits *lim, cv_api_kind kind, cv_api_request *req,
+                         cv_api_error *err) {
+    memset(req, 0, sizeof *req);
+    req->kind = kind;
+    json_t *root = parse_body(body, len, err);
+    if (!root) return -1;
+    int rc = kind == CV_API_SCORE ? parse_score_fields(root, lim, req, err) : parse_rerank_fields(root, lim, req, err);
+    if (!rc) log_ignored_fields(root, SCORE_FIELDS, kind == CV_API_RERANK ? RERANK_FIELDS : NULL);
+    json_decref(root);
+    return rc;
+}
+
+int cv_api_parse_score(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
+    return parse_scoring(body, len, lim, CV_API_SCORE, req, err);
+}
+
+int cv_api_parse_rerank(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
+    return parse_scoring(body, len, lim, CV_API_RERANK, req, err);
 }

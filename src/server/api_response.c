@@ -51,7 +51,10 @@ void cv_api_response_init(cv_api_response *r, const cv_api_request *req, const c
     r->model = model;
     r->cached_tokens_details = cached_tokens_details;
     r->created = (int64_t)time(NULL);
-    const char *prefix = req->kind == CV_API_CHAT ? "chatcmpl-" : req->kind == CV_API_EMBEDDING ? "embd-" : "cmpl-";
+    const char *prefix = req->kind == CV_API_CHAT        ? "chatcmpl-"
+                         : req->kind == CV_API_EMBEDDING ? "embd-"
+                         : cv_api_kind_pools(req->kind)  ? "score-" /* /score's and, in current vLLM, /rerank's */
+                                                         : "cmpl-";
     if (req->request_id) {
         snprintf(r->id, sizeof r->id, "%s%s", prefix, req->request_id);
     } else {
@@ -553,6 +556,70 @@ static char *embedding_json(const cv_api_response *r) {
     return s;
 }
 
+/* ---- scores ------------------------------------------------------------------------------------- */
+
+/* The score of pair i: a reranker's own (one value a prompt), else the cosine similarity of the two
+ * texts' embeddings (torch's cosine_similarity, eps 1e-8), the query's repeated for 1:N. */
+static double pair_score(const cv_api_response *r, size_t i) {
+    const cv_api_request *req = r->req;
+    if (req->n_prompts == req->n_texts_2) return r->prompts[i].n_embedding ? r->prompts[i].embedding[0] : 0;
+    const cv_api_prompt_result *a = &r->prompts[req->n_texts_1 == 1 ? 0 : i], *b = &r->prompts[req->n_texts_1 + i];
+    double dot = 0, na = 0, nb = 0;
+    for (size_t k = 0; k < a->n_embedding && k < b->n_embedding; k++) {
+        dot += (double)a->embedding[k] * b->embedding[k];
+        na += (double)a->embedding[k] * a->embedding[k];
+        nb += (double)b->embedding[k] * b->embedding[k];
+    }
+    return dot / fmax(sqrt(na) * sqrt(nb), 1e-8);
+}
+
+typedef struct ranked {
+    size_t index;
+    double score;
+} ranked;
+
+/* Descending score, ties in document order (Python's stable sort). */
+static int by_score(const void *x, const void *y) {
+    const ranked *a = x, *b = y;
+    if (a->score != b->score) return a->score < b->score ? 1 : -1;
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+/* vLLM's ScoreResponse, or its RerankResponse: results best first, cut to top_n, each with its
+ * document's text. */
+static char *score_json(const cv_api_response *r) {
+    const cv_api_request *req = r->req;
+    const size_t n = req->n_texts_2;
+    json_t *o;
+    if (req->kind == CV_API_SCORE) {
+        json_t *data = json_array();
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(data, json_pack("{s:I, s:s, s:f}", "index", (json_int_t)i, "object", "score", "score",
+                                                  (double)(float)pair_score(r, i)));
+        o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object", "list", "created", (json_int_t)r->created,
+                      "model", r->model, "data", data, "usage", usage_json(r));
+    } else {
+        ranked *order = cv_xmalloc(n * sizeof *order);
+        for (size_t i = 0; i < n; i++) order[i] = (ranked){i, (double)(float)pair_score(r, i)};
+        qsort(order, n, sizeof *order, by_score);
+        const size_t keep = req->top_n > 0 && (size_t)req->top_n < n ? (size_t)req->top_n : n;
+        json_t *results = json_array();
+        for (size_t k = 0; k < keep; k++)
+            json_array_append_new(results, json_pack("{s:I, s:{s:s, s:n}, s:f}", "index", (json_int_t)order[k].index,
+                                                     "document", "text", req->texts_2[order[k].index], "multi_modal",
+                                                     "relevance_score", order[k].score));
+        free(order);
+        json_t *u = usage_json(r);
+        o = json_pack("{s:s, s:s, s:{s:O, s:O}, s:o}", "id", r->id, "model", r->model, "usage", "prompt_tokens",
+                      json_object_get(u, "prompt_tokens"), "total_tokens", json_object_get(u, "total_tokens"),
+                      "results", results);
+        json_decref(u);
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
 char *cv_api_embedding_bytes(const cv_api_response *r, size_t *len, char **metadata) {
     static const char *const dtypes[] = {[CV_EMBED_F32] = "float32", [CV_EMBED_F16] = "float16", [CV_EMBED_BF16] = "bfloat16"};
     static const char *const endians[] = {[CV_ENDIAN_NATIVE] = "native", [CV_ENDIAN_BIG] = "big", [CV_ENDIAN_LITTLE] = "little"};
@@ -586,6 +653,7 @@ char *cv_api_embedding_bytes(const cv_api_response *r, size_t *len, char **metad
 char *cv_api_response_json(const cv_api_response *r) {
     const cv_api_request *req = r->req;
     if (req->kind == CV_API_EMBEDDING) return embedding_json(r);
+    if (cv_api_kind_pools(req->kind)) return score_json(r);
     bool chat = req->kind == CV_API_CHAT;
     json_t *choices = json_array();
     size_t n = (size_t)req->params.n;

@@ -183,8 +183,8 @@ static void log_received(const gen_session *g, size_t i, const cvllm_sampling_pa
         char repr[160], dims[16];
         const cvllm_pooling_params *p = &g->req.pooling;
         snprintf(dims, sizeof dims, "%d", p->dimensions);
-        snprintf(repr, sizeof repr, "PoolingParams(task='embed', dimensions=%s, use_activation=%s)",
-                 p->dimensions ? dims : "None", p->normalize < 0 ? "None" : p->normalize ? "True" : "False");
+        snprintf(repr, sizeof repr, "PoolingParams(task='%s', dimensions=%s, use_activation=%s)",
+                 g->s->limits.pooling_task ? g->s->limits.pooling_task : "embed", p->dimensions ? dims : "None", p->normalize < 0 ? "None" : p->normalize ? "True" : "False");
         cv_log_request_received(id, repr, g->lora);
         return;
     }
@@ -238,7 +238,7 @@ static void on_event(void *user, cv_request_event *ev) {
     if (!g->replied) {
         bool stream = g->req.stream;
         cv_api_response_apply(&g->resp, slot->prompt, ev, stream ? &g->sse : NULL, &g->sse_len, &g->sse_cap);
-        if (finished && g->s->log_outputs && g->req.kind != CV_API_EMBEDDING) log_generated(g, slot->prompt);
+        if (finished && g->s->log_outputs && !cv_api_kind_pools(g->req.kind)) log_generated(g, slot->prompt);
         bool last = finished && --g->n_open == 0;
         if (stream) {
             if (last) cv_api_response_stream_end(&g->resp, &g->sse, &g->sse_len, &g->sse_cap);
@@ -290,7 +290,7 @@ static int submit_all(gen_session *g, cv_api_error *err) {
                                .lora_name = g->lora};
         cvllm_sampling_params params = cv_api_prompt_params(req, i);
         g->slots[i] = (gen_slot){g, i};
-        const bool pooling = req->kind == CV_API_EMBEDDING;
+        const bool pooling = cv_api_kind_pools(req->kind);
         if (g->s->log_requests) log_received(g, i, pooling ? NULL : &params);
         cv_submit sub = {.prompt = &prompt,
                          .params = &params,
@@ -347,6 +347,8 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
     int rc = kind == CV_API_CHAT         ? cv_api_parse_chat(body, len, &s->limits, req, err)
              : kind == CV_API_INVOCATION ? cv_api_parse_invocation(body, len, &s->limits, req, err)
              : kind == CV_API_EMBEDDING  ? cv_api_parse_embedding(body, len, &s->limits, req, err)
+             : kind == CV_API_SCORE      ? cv_api_parse_score(body, len, &s->limits, req, err)
+             : kind == CV_API_RERANK     ? cv_api_parse_rerank(body, len, &s->limits, req, err)
                                          : cv_api_parse_completion(body, len, &s->limits, req, err);
     if (rc) return rc;
     if (!cv_server_model_name(s, req->model, lora, err)) return -1;

@@ -192,7 +192,7 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 
 typedef enum route_id {
     R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
-    R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS
+    R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS, R_SCORE, R_RERANK
 } route_id;
 
 typedef struct route {
@@ -217,7 +217,12 @@ static const route routes[] = {
     {"/invocations", R_INVOCATIONS, "POST", true},
     {"/v1/load_lora_adapter", R_LOAD_LORA, "POST", true},     /* with runtime_lora only */
     {"/v1/unload_lora_adapter", R_UNLOAD_LORA, "POST", true}, /* with runtime_lora only */
-    {"/v1/embeddings", R_EMBEDDINGS, "POST", true},            /* pooling runner only */
+    {"/v1/embeddings", R_EMBEDDINGS, "POST", true},            /* embedding models only */
+    {"/score", R_SCORE, "POST", true},                         /* pooling runner only, and the next four */
+    {"/v1/score", R_SCORE, "POST", true},
+    {"/rerank", R_RERANK, "POST", true},
+    {"/v1/rerank", R_RERANK, "POST", true},
+    {"/v2/rerank", R_RERANK, "POST", true},
 };
 
 static bool method_allowed(const route *r, const char *method) {
@@ -269,7 +274,9 @@ static bool route_served(const cv_server *s, route_id id) {
     case R_COMPLETIONS:
     case R_CHAT:
     case R_CHAT_RENDER: return !s->pooling;
-    case R_EMBEDDINGS: return s->pooling;
+    case R_EMBEDDINGS: return s->pooling && !strcmp(s->limits.pooling_task, "embed");
+    case R_SCORE:
+    case R_RERANK: return s->pooling;
     default: return true;
     }
 }
@@ -349,8 +356,19 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     case R_DETOKENIZE: handle_detokenize(s, r, body, len); return;
     case R_COMPLETIONS: cv_generate(s, r, CV_API_COMPLETION); return;
     case R_CHAT: cv_generate(s, r, CV_API_CHAT); return;
-    case R_INVOCATIONS: cv_generate(s, r, s->pooling ? CV_API_EMBEDDING : CV_API_INVOCATION); return;
+    case R_INVOCATIONS:
+        cv_generate(s, r, !s->pooling ? CV_API_INVOCATION : !strcmp(s->limits.pooling_task, "embed") ? CV_API_EMBEDDING
+                                                                                                    : CV_API_SCORE);
+        return;
     case R_EMBEDDINGS: cv_generate(s, r, CV_API_EMBEDDING); return;
+    case R_SCORE:
+        /* vLLM moved the Score API off /v1, which it keeps for the OpenAI-compatible routes */
+        if (!strcmp(cv_http_path(r), "/v1/score"))
+            cv_warn("server", "To indicate that Score API is not part of standard OpenAI API, we have moved it to "
+                              "`/score`. Note that `/v1/score` will be removed in a future release.");
+        cv_generate(s, r, CV_API_SCORE);
+        return;
+    case R_RERANK: cv_generate(s, r, CV_API_RERANK); return;
     case R_CHAT_RENDER: handle_render(s, r, body, len); return;
     case R_LOAD_LORA: cv_server_lora_route(s, r, body, len, true); return;
     case R_UNLOAD_LORA: cv_server_lora_route(s, r, body, len, false); return;
@@ -391,6 +409,7 @@ static void fill_limits(cv_server *s, const cv_server_options *o) {
     cv_api_limits *l = &s->limits;
     l->max_model_len = cvllm_engine_max_model_len(e);
     l->vocab_size = cvllm_engine_vocab_size(e);
+    l->score_template = o->chat_template_given ? o->chat_template : NULL;
     l->max_n = o->max_n > 0 ? o->max_n : DEFAULT_MAX_N;
     l->max_prompts = MAX_PROMPTS;
     l->served_model = s->names[0];
@@ -474,6 +493,7 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     s->group = group;
     s->tok = cvllm_engine_tokenizer(cv_engine_group_engine(group));
     s->pooling = cvllm_engine_is_pooling(cv_engine_group_engine(group));
+    s->limits.pooling_task = cvllm_engine_pooling_task(cv_engine_group_engine(group));
     s->root = cv_xstrdup(o->model_root);
     s->n_names = o->n_served_model_names ? o->n_served_model_names : 1;
     s->names = o->n_served_model_names ? copy_strings(o->served_model_names, o->n_served_model_names)

@@ -62,6 +62,8 @@ typedef struct cv_server_options {
     /* Chat (vLLM's flags). The template is borrowed and must outlive the server; NULL = the model
      * has none, and chat requests get vLLM's 400 for that. */
     const cv_chat_template *chat_template;
+    bool chat_template_given;          /* it is --chat-template's: a reranker's pairs are rendered with it (vLLM
+                                        * formats them with an explicit template only) */
     cv_chat_content_format chat_template_content_format; /* --chat-template-content-format; AUTO = detect */
     const char *default_chat_template_kwargs; /* JSON object text, or NULL */
     bool trust_request_chat_template;  /* a request's chat_template renders it (else refused) */
