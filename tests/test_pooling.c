@@ -302,6 +302,21 @@ static void expect_add_error(cvllm_engine *e, const int32_t *ids, size_t n, int3
     CHECK_MSG(strstr(cvllm_last_error(), message), "expected '%s', got '%s'", message, cvllm_last_error());
 }
 
+/* cvllm_engine_create refuses the setup with `message`, making nothing. */
+static void expect_create_error(const char *dir, const engine_setup *s, const char *message) {
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = dir;
+    o.runner = s->runner;
+    o.pooler_config = s->pooler_config;
+    o.hf_overrides = s->hf_overrides;
+    o.max_model_len = 64;
+    o.kv_cache_memory_bytes = 8u << 20;
+    cvllm_engine *e = NULL;
+    CHECK(cvllm_engine_create(&o, &e) != CVLLM_OK && e == NULL);
+    CHECK_MSG(strstr(cvllm_last_error(), message), "expected '%s', got '%s'", message, cvllm_last_error());
+}
+
 /* Matryoshka dimensions (config.json's keys, here through hf_overrides), context length, options. */
 static void test_dimensions_and_errors(void) {
     const char *folder = "qwen3-dense-tied-f32";
@@ -381,19 +396,9 @@ static void test_dimensions_and_errors(void) {
         {"generate", "{\"pooling_type\": \"LAST\"}", "pooler_config needs the pooling runner"},
         {"embed", NULL, "invalid runner 'embed'"},
     };
-    for (size_t k = 0; k < sizeof bad_options / sizeof *bad_options; k++) {
-        cvllm_engine_options o;
-        cvllm_engine_options_default(&o);
-        o.model = dir;
-        o.runner = bad_options[k].runner;
-        o.pooler_config = bad_options[k].pooler_config;
-        o.max_model_len = 64;
-        o.kv_cache_memory_bytes = 8u << 20;
-        cvllm_engine *bad = NULL;
-        CHECK(cvllm_engine_create(&o, &bad) != CVLLM_OK && bad == NULL);
-        CHECK_MSG(strstr(cvllm_last_error(), bad_options[k].message), "expected '%s', got '%s'", bad_options[k].message,
-                  cvllm_last_error());
-    }
+    for (size_t k = 0; k < sizeof bad_options / sizeof *bad_options; k++)
+        expect_create_error(dir, &(engine_setup){.runner = bad_options[k].runner,
+                                                 .pooler_config = bad_options[k].pooler_config}, bad_options[k].message);
     free_reference(&r);
     tu_remove_tree(dir);
     free(dir);
@@ -447,18 +452,9 @@ static void test_classify(const char *folder) {
         {"pooling", "{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"classifier_from_token\": [\"no\", \"zzzqqq\"]}",
          "classifier_from_token: 'zzzqqq' is not a token of the tokenizer"},
     };
-    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-        cvllm_engine_options o;
-        cvllm_engine_options_default(&o);
-        o.model = dir;
-        o.runner = bad[k].runner;
-        o.hf_overrides = bad[k].overrides;
-        o.max_model_len = 64;
-        o.kv_cache_memory_bytes = 8u << 20;
-        cvllm_engine *x = NULL;
-        CHECK(cvllm_engine_create(&o, &x) != CVLLM_OK && x == NULL);
-        CHECK_MSG(strstr(cvllm_last_error(), bad[k].message), "expected '%s', got '%s'", bad[k].message, cvllm_last_error());
-    }
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
+        expect_create_error(dir, &(engine_setup){.runner = bad[k].runner, .hf_overrides = bad[k].overrides},
+                            bad[k].message);
     free_reference(&r);
     tu_remove_tree(dir);
     free(dir);
