@@ -2,12 +2,16 @@
  * fuzz_request.c — libFuzzer target for the server's request parser and response builder
  * (src/server/api*.c).
  *
- * Each input is parsed as a completions, a chat, a /tokenize and a /detokenize body. A rejected
+ * Each input is parsed as a completions, a chat, a /tokenize and a /detokenize body, and as the
+ * pooling routes' (/v1/embeddings on an embedding model, /score and /rerank on an embedding model and on
+ * a reranker with the chat template as its score template). A rejected
  * request must yield an error whose JSON serialises (the message is cut to valid UTF-8); an accepted
  * completions or chat request is prepared against the real Qwen3 tokenizer with a small context,
  * must then satisfy the context-length rules (truncate_prompt_tokens included), and is answered with
  * one synthetic event per prompt, both as a non-streaming body and as SSE, each of which must be
- * valid JSON.
+ * valid JSON; an accepted pooling request must fit the context and is answered with a synthetic vector
+ * (a score for the reranker), as JSON (or, for encoding_format bytes, raw bytes of the right length
+ * and a metadata header that is JSON).
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -100,6 +104,55 @@ static void answer(const cv_api_request *req) {
     cv_api_response_free(&resp);
 }
 
+/* A prepared pooling request fits the context; answer each prompt with a vector of `width`. */
+static void answer_pooling(const cv_api_request *req, size_t width) {
+    for (size_t i = 0; i < req->n_prompts; i++) {
+        const cv_api_prompt *p = &req->prompts[i];
+        require(p->n_ids > 0 && p->n_ids <= MAX_MODEL_LEN);
+        for (size_t t = 0; t < p->n_ids; t++) require(p->ids[t] >= 0 && p->ids[t] < VOCAB);
+    }
+    if (req->kind == CV_API_SCORE || req->kind == CV_API_RERANK)
+        require(req->n_texts_2 > 0 && (req->n_texts_1 == 1 || req->n_texts_1 == req->n_texts_2));
+    cv_api_response resp;
+    cv_api_response_init(&resp, req, tokenizer(), "fuzz", false);
+    float v[4] = {0.5f, -0.25f, 0.125f, 1.0f};
+    cv_completion_delta d = {.finish_reason = CVLLM_FINISH_STOP, .stop_token_id = -1};
+    for (size_t i = 0; i < req->n_prompts; i++) {
+        cv_request_event ev = {.outputs = &d, .n_outputs = 1, .n_prompt_token_ids = req->prompts[i].n_ids,
+                               .finished = true, .embedding = v, .n_embedding = width};
+        cv_api_response_apply(&resp, i, &ev, NULL, NULL, NULL);
+    }
+    require(cv_api_response_done(&resp));
+    if (req->kind == CV_API_EMBEDDING && (req->encoding == CV_ENC_BYTES || req->encoding == CV_ENC_BYTES_ONLY)) {
+        size_t len;
+        char *metadata;
+        char *bytes = cv_api_embedding_bytes(&resp, &len, &metadata);
+        require(len == req->n_prompts * width * (req->embed_dtype == CV_EMBED_F32 ? 4 : 2));
+        require_json(metadata, strlen(metadata));
+        free(bytes);
+        free(metadata);
+    } else {
+        char *body = cv_api_response_json(&resp);
+        require_json(body, strlen(body));
+        free(body);
+    }
+    cv_api_response_free(&resp);
+}
+
+typedef int (*pooling_parser)(const char *, size_t, const cv_api_limits *, cv_api_request *, cv_api_error *);
+
+static void parse_pooling(const char *body, size_t size, cv_api_limits lim, const char *task, pooling_parser parse) {
+    lim.pooling_task = task;
+    lim.score_template = !strcmp(task, "classify") ? chat_config()->tmpl : NULL;
+    cv_api_request req;
+    cv_api_error err = {0};
+    int rc = parse(body, size, &lim, &req, &err);
+    if (rc == 0) rc = cv_api_prepare(&req, tokenizer(), &lim, &err);
+    if (rc == 0) answer_pooling(&req, !strcmp(task, "classify") ? 1 : 4);
+    else check_error(&err);
+    cv_api_request_free(&req);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -124,5 +177,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (cv_api_parse_detokenize(body, size, &req, &err) == 0) require(req.n_prompts == 1);
     else check_error(&err);
     cv_api_request_free(&req);
+    parse_pooling(body, size, lim, "embed", cv_api_parse_embedding);
+    parse_pooling(body, size, lim, "embed", cv_api_parse_score);
+    parse_pooling(body, size, lim, "classify", cv_api_parse_score);
+    parse_pooling(body, size, lim, "classify", cv_api_parse_rerank);
     return 0;
 }
