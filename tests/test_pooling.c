@@ -36,6 +36,7 @@ static cvllm_engine *make_engine(const char *dir, const engine_setup *s) {
     o.max_num_batched_tokens = s->budget ? s->budget : 256;
     o.max_model_len = s->max_model_len ? s->max_model_len : 256;
     o.kv_cache_memory_bytes = 8u << 20;
+    o.max_num_seqs = 8; /* the hybrid model's recurrent state per sequence shares that budget */
     o.num_threads = 2;
     o.dtype = "float32";
     o.enable_prefix_caching = s->prefix_caching;
@@ -463,6 +464,7 @@ static void test_classify(const char *folder) {
 int main(void) {
     test_pooling_types("qwen3-dense-tied-f32");
     test_pooling_types("qwen3-dense-f32");
+    test_pooling_types("qwen3.5-dense-f32"); /* the hybrid stack: recurrent state across the chunks */
     test_embedding_folder();
     test_dimensions_and_errors();
     test_classify("qwen3-dense-f32");
