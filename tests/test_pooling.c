@@ -26,7 +26,8 @@ typedef struct engine_setup {
     bool prefix_caching;
 } engine_setup;
 
-static cvllm_engine *make_engine(const char *dir, const engine_setup *s) {
+/* The options of `s` over the test's small defaults. */
+static cvllm_engine_options setup_options(const char *dir, const engine_setup *s) {
     cvllm_engine_options o;
     cvllm_engine_options_default(&o);
     o.model = dir;
@@ -40,6 +41,11 @@ static cvllm_engine *make_engine(const char *dir, const engine_setup *s) {
     o.num_threads = 2;
     o.dtype = "float32";
     o.enable_prefix_caching = s->prefix_caching;
+    return o;
+}
+
+static cvllm_engine *make_engine(const char *dir, const engine_setup *s) {
+    cvllm_engine_options o = setup_options(dir, s);
     cvllm_engine *e = NULL;
     int rc = cvllm_engine_create(&o, &e);
     CHECK_MSG(rc == 0, "engine create (%s): %s", s->runner ? s->runner : "auto", cvllm_last_error());
@@ -305,14 +311,7 @@ static void expect_add_error(cvllm_engine *e, const int32_t *ids, size_t n, int3
 
 /* cvllm_engine_create refuses the setup with `message`, making nothing. */
 static void expect_create_error(const char *dir, const engine_setup *s, const char *message) {
-    cvllm_engine_options o;
-    cvllm_engine_options_default(&o);
-    o.model = dir;
-    o.runner = s->runner;
-    o.pooler_config = s->pooler_config;
-    o.hf_overrides = s->hf_overrides;
-    o.max_model_len = 64;
-    o.kv_cache_memory_bytes = 8u << 20;
+    cvllm_engine_options o = setup_options(dir, s);
     cvllm_engine *e = NULL;
     CHECK(cvllm_engine_create(&o, &e) != CVLLM_OK && e == NULL);
     CHECK_MSG(strstr(cvllm_last_error(), message), "expected '%s', got '%s'", message, cvllm_last_error());

@@ -364,8 +364,7 @@ static int find_tokenizer(cvllm_engine *e) {
 static int resolve_runner(cvllm_engine *e) {
     const char *runner = e->opts.runner, *arch = e->config.architecture;
     const bool is_auto = !runner || !strcmp(runner, "auto");
-    const size_t n = strlen(arch), suffix = strlen("ForSequenceClassification");
-    const bool classifier = n > suffix && !strcmp(arch + n - suffix, "ForSequenceClassification");
+    const bool classifier = cv_pooler_config_classifies(&e->config);
     if (classifier && !is_auto && strcmp(runner, "pooling"))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "%s is a classification model: it runs on the pooling runner, not "
                        "runner %s", arch, runner);
@@ -946,24 +945,26 @@ void cv_engine_enqueue_request(cvllm_engine *e, cv_request *req) {
     e->prompt_tokens_total += req->n_prompt;
 }
 
-cvllm_status cvllm_engine_add_request(cvllm_engine *e, const cvllm_prompt *prompt,
-                                      const cvllm_sampling_params *params, uint64_t *request_id) {
-    cv_request *req;
-    int rc = cv_engine_prepare_request(e, prompt, params, &req);
+/* Queues a request prepare returned with rc (0: prepared). */
+static cvllm_status enqueue_prepared(cvllm_engine *e, int rc, cv_request *req, uint64_t *request_id) {
     if (rc) return rc;
     cv_engine_enqueue_request(e, req);
     if (request_id) *request_id = req->id;
     return CVLLM_OK;
 }
 
+cvllm_status cvllm_engine_add_request(cvllm_engine *e, const cvllm_prompt *prompt,
+                                      const cvllm_sampling_params *params, uint64_t *request_id) {
+    cv_request *req;
+    int rc = cv_engine_prepare_request(e, prompt, params, &req);
+    return enqueue_prepared(e, rc, req, request_id);
+}
+
 cvllm_status cvllm_engine_add_pooling_request(cvllm_engine *e, const cvllm_prompt *prompt,
                                               const cvllm_pooling_params *params, uint64_t *request_id) {
     cv_request *req;
     int rc = cv_engine_prepare_pooling(e, prompt, params, &req);
-    if (rc) return rc;
-    cv_engine_enqueue_request(e, req);
-    if (request_id) *request_id = req->id;
-    return CVLLM_OK;
+    return enqueue_prepared(e, rc, req, request_id);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -1278,6 +1279,18 @@ static void pool_rows(cvllm_engine *e, cv_seq *seq, int32_t first_row) {
     finish_seq(e, seq, CVLLM_FINISH_STOP);
 }
 
+/* A classify sequence's step: at its last prompt token, its one logit row (`row`) becomes the score
+ * and finishes it. Returns the logit rows it used. */
+static size_t score_rows(cvllm_engine *e, cv_seq *seq, const float *row) {
+    const bool last = seq_samples_this_step(seq);
+    seq->num_computed += (size_t)seq->num_scheduled;
+    if (!last) return 0;
+    seq->req->pooled[0] = cv_pooler_score(&e->pooler, row, seq->req->pool.normalize);
+    seq->req->n_pooled = 1;
+    finish_seq(e, seq, CVLLM_FINISH_STOP);
+    return 1;
+}
+
 static int postprocess(cvllm_engine *e, const float *logits) {
     const cv_seq_list *list = &e->schedule.seqs;
     size_t row = 0;
@@ -1293,15 +1306,7 @@ static int postprocess(cvllm_engine *e, const float *logits) {
          * also when the sequence finishes below and releases them (every max_tokens=1 request). */
         cv_scheduler_cache_full_blocks(&e->sched, seq, seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft));
         if (seq->req->pooling && e->pooler.task == CV_TASK_CLASSIFY) {
-            const bool last = seq_samples_this_step(seq);
-            seq->num_computed += (size_t)seq->num_scheduled;
-            if (last) {
-                seq->req->pooled[0] = cv_pooler_score(&e->pooler, logits + row * (size_t)e->vocab_size,
-                                                      seq->req->pool.normalize);
-                seq->req->n_pooled = 1;
-                finish_seq(e, seq, CVLLM_FINISH_STOP);
-                row++;
-            }
+            row += score_rows(e, seq, logits + row * (size_t)e->vocab_size);
         } else if (seq->req->pooling) {
             pool_rows(e, seq, e->batch.seq_start[s]);
         } else if (seq_samples_this_step(seq)) {

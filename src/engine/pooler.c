@@ -199,10 +199,15 @@ float cv_pooler_score(const cv_pooler *p, const float *logits, bool normalize) {
     return normalize ? 1.0f / (1.0f + expf(-x)) : x;
 }
 
+bool cv_pooler_config_classifies(const cv_model_config *cfg) {
+    static const char suffix[] = "ForSequenceClassification";
+    const size_t n = strlen(cfg->architecture), k = sizeof suffix - 1;
+    return n > k && !strcmp(cfg->architecture + n - k, suffix);
+}
+
 int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_config, const cv_model_config *cfg) {
     *p = (cv_pooler){.type = CV_POOL_LAST, .normalize = true, .hidden = cfg->hidden_size};
-    const size_t n = strlen(cfg->architecture), suffix = strlen("ForSequenceClassification");
-    if (n > suffix && !strcmp(cfg->architecture + n - suffix, "ForSequenceClassification")) {
+    if (cv_pooler_config_classifies(cfg)) {
         int rc = classifier(p, cfg);
         if (!rc && pooler_config) rc = from_option(p, pooler_config);
         if (!rc && (p->type != CV_POOL_LAST || p->dimensions))

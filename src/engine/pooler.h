@@ -44,6 +44,10 @@ typedef struct cv_pooler {
     int32_t n_matryoshka_dims;
 } cv_pooler;
 
+/* True for a *ForSequenceClassification architecture: vLLM's classify task, on the pooling runner
+ * whatever --runner auto would pick otherwise. */
+bool cv_pooler_config_classifies(const cv_model_config *cfg);
+
 /* True when the folder is a sentence-transformers model with a Pooling module (vLLM's --runner auto
  * picks pooling for it). */
 bool cv_pooler_folder_pools(const char *model_dir);
