@@ -179,8 +179,8 @@ typedef struct cvllm_engine_options {
                                  * vLLM's --convert embed of a *ForCausalLM model, as Qwen3-Embedding is
                                  * served), or "auto" (NULL): pooling for a sentence-transformers folder
                                  * (modules.json with a Pooling module) or a *ForSequenceClassification
-                                 * architecture (the Qwen3-Reranker, cvllm_engine_pooling_task), else
-                                 * generate */
+                                 * architecture (a classifier or reranker, cvllm_engine_pooling_task),
+                                 * else generate */
     const char *pooler_config;  /* vLLM's --pooler-config, a JSON object: "pooling_type" (or
                                  * "seq_pooling_type") "LAST", "CLS" or "MEAN", "use_activation" (L2-
                                  * normalize), "dimensions" (the default of requests); NULL = the folder's
@@ -342,25 +342,33 @@ typedef struct cvllm_prompt {
 cvllm_status cvllm_engine_add_request(cvllm_engine *engine, const cvllm_prompt *prompt,
                                       const cvllm_sampling_params *params, uint64_t *request_id);
 
-/* What a pooling request returns (vLLM's PoolingParams of the embed task). */
+/* What a pooling request returns (vLLM's PoolingParams). */
 typedef struct cvllm_pooling_params {
     int32_t dimensions;          /* 0 = the engine's default (pooler_config's, else the whole vector); else
                                   * the first `dimensions` values, for a model config.json says was trained
                                   * for it (is_matryoshka, matryoshka_dimensions) */
-    int32_t normalize;           /* -1 = the engine's default; 0 = as pooled; 1 = L2-normalized, for classify
-                                  * the sigmoid of the score (vLLM's use_activation) */
+    int32_t normalize;           /* -1 = the engine's default; 0 = as pooled; 1 = the activation (vLLM's
+                                  * use_activation): an embedding L2-normalized, class scores through the
+                                  * task's activation (a sigmoid for one label, a softmax over several) */
+    const char *task;            /* NULL = the engine's (cvllm_engine_pooling_task); on a classifier also
+                                  * "score", the same scores through a cross-encoder's activation (the
+                                  * folder's sentence-transformers activation_fn), for one-label models */
 } cvllm_pooling_params;
 
-void cvllm_pooling_params_default(cvllm_pooling_params *params); /* {0, -1} */
+void cvllm_pooling_params_default(cvllm_pooling_params *params); /* {0, -1, NULL} */
 
 /* True for an engine created with runner "pooling" (or "auto" on a sentence-transformers folder). */
 bool cvllm_engine_is_pooling(const cvllm_engine *engine);
-/* What a pooling engine returns: "embed" (a vector), "classify" (a relevance score: a sequence
- * classification model, the original Qwen3-Reranker with config.json's classifier_from_token), or
- * NULL for an engine that generates. */
+/* What a pooling engine returns: "embed" (a vector), "classify" (one score a label: a sequence
+ * classification model — a score.weight head, or the original Qwen3-Reranker with config.json's
+ * classifier_from_token), or NULL for an engine that generates. */
 const char *cvllm_engine_pooling_task(const cvllm_engine *engine);
-/* Length of the vectors a pooling engine returns by default: the model's hidden size, 1 for classify. */
+/* Length of the vectors a pooling engine returns by default: the model's hidden size, for classify
+ * the number of labels (1 for a reranker). */
 int32_t cvllm_engine_embedding_size(const cvllm_engine *engine);
+/* A classifier's name for label i (config.json's id2label, else "LABEL_i"); NULL when the engine
+ * does not classify or i is out of range. Owned by the engine. */
+const char *cvllm_engine_class_label(const cvllm_engine *engine, int32_t i);
 
 /* Queues a pooling request on a pooling engine (params NULL: the defaults): the prompt runs through the model (chunked as any
  * prefill, sharing the prefix cache) and its finished output carries the pooled vector
@@ -436,8 +444,8 @@ typedef struct cvllm_request_output {
     const cvllm_completion_output *outputs;
     int32_t n_outputs;
     bool finished;               /* all completions finished; the request is gone after this step */
-    const float *embedding;      /* a finished pooling request's vector (n_embedding floats; for classify one,
-                                  * the score), else NULL */
+    const float *embedding;      /* a finished pooling request's vector (n_embedding floats; for classify
+                                  * one score a label), else NULL */
     size_t n_embedding;
 } cvllm_request_output;
 

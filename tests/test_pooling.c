@@ -448,14 +448,191 @@ static void test_classify(const char *folder) {
         const char *runner, *overrides, *message;
     } bad[] = {
         {"generate", overrides, "is a classification model: it runs on the pooling runner"},
-        {"pooling", "{\"architectures\": [\"Qwen3ForSequenceClassification\"]}", "a score.weight head is not supported"},
-        {"pooling", "{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"classifier_from_token\": [\"no\", \"zzzqqq\"]}",
+        {"pooling", "{\"architectures\": [\"Qwen3ForSequenceClassification\"]}",
+         "missing tensor score.weight in"},
+        {"pooling", "{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"is_original_qwen3_reranker\": true, "
+                    "\"classifier_from_token\": [\"no\", \"zzzqqq\"]}",
          "classifier_from_token: 'zzzqqq' is not a token of the tokenizer"},
+        {"pooling", "{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"is_original_qwen3_reranker\": true, "
+                    "\"classifier_from_token\": [\"no\", \"yes\", \"maybe\"]}",
+         "method from_2_way_softmax needs config.json's classifier_from_token as two tokens"},
+        {"pooling", "{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"method\": \"two_way\"}",
+         "config.json: method two_way not supported"},
+        {"pooling", "{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"method\": \"no_post_processing\"}",
+         "method no_post_processing needs config.json's classifier_from_token as a list of tokens"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++)
         expect_create_error(dir, &(engine_setup){.runner = bad[k].runner, .hf_overrides = bad[k].overrides},
                             bad[k].message);
     free_reference(&r);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+/* A copy of a vector folder's checkpoint with a classifier head: score.weight's rows are the output
+ * head's rows of `ids`, so the class logits of a prompt are the reference logits at those ids. */
+static char *seq_cls_dir(const char *folder, const int32_t *ids, size_t n_ids) {
+    char *src = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, folder);
+    cv_checkpoint *ck = NULL;
+    CHECK_EQ_INT(cv_checkpoint_open(src, &ck), 0);
+    char *dir = tu_make_temp_dir();
+    cv_st_writer *wr = cv_st_writer_create();
+    for (size_t i = 0; i < cv_checkpoint_count(ck); i++) {
+        const cv_tensor *t = cv_checkpoint_tensor(ck, i);
+        if (strcmp(t->name, "lm_head.weight")) /* a classifier has no lm_head */
+            cv_st_writer_add(wr, t->name, t->dtype, t->ndim, t->shape, t->data, NULL, NULL);
+    }
+    size_t hidden;
+    float *w = head_of(folder, &hidden);
+    float *rows = malloc(n_ids * hidden * sizeof *rows);
+    for (size_t i = 0; i < n_ids; i++) memcpy(rows + i * hidden, w + (size_t)ids[i] * hidden, hidden * sizeof *rows);
+    const int64_t shape[2] = {(int64_t)n_ids, (int64_t)hidden};
+    cv_st_writer_add(wr, "score.weight", CV_DTYPE_F32, 2, shape, rows, NULL, NULL);
+    int shards = 0;
+    CHECK_EQ_INT(cv_st_writer_write(wr, dir, "model", 1u << 30, &shards), 0);
+    cv_st_writer_free(wr);
+    free(rows);
+    free(w);
+    cv_checkpoint_close(ck);
+    char *cfg = tu_strdupf("%s/%s", src, "config.json");
+    tu_link(cfg, dir, "config.json");
+    tu_link_tokenizer(dir);
+    free(cfg);
+    free(src);
+    return dir;
+}
+
+/* The activations of the class logits x[n] as vLLM applies them. */
+static void expected_scores(const char *act, const double *x, size_t n, double *out) {
+    double max = x[0], sum = 0;
+    for (size_t i = 0; i < n; i++) max = fmax(max, x[i]);
+    for (size_t i = 0; i < n; i++) sum += exp(x[i] - max);
+    for (size_t i = 0; i < n; i++)
+        out[i] = !strcmp(act, "identity") ? x[i]
+                 : !strcmp(act, "softmax") ? exp(x[i] - max) / sum
+                 : !strcmp(act, "tanh")    ? tanh(x[i])
+                                           : 1 / (1 + exp(-x[i]));
+}
+
+typedef struct cls_case {
+    const char *overrides, *pooler_config, *task;
+    int32_t normalize;
+    const char *act; /* what the scores go through */
+} cls_case;
+
+/* Runs both reference prompts through a classifier whose labels are the reference logits at ids
+ * (averaged over the prompt for MEAN) and checks every score after `act`. */
+static void check_classifier(const char *folder, const char *dir, const int32_t *ids, size_t n_ids, const cls_case *k) {
+    reference r;
+    load_reference(folder, &r);
+    cvllm_engine *e = make_engine(dir, &(engine_setup){.hf_overrides = k->overrides, .pooler_config = k->pooler_config,
+                                                        .budget = 40, .prefix_caching = true});
+    if (!e) {
+        free_reference(&r);
+        return;
+    }
+    CHECK(!strcmp(cvllm_engine_pooling_task(e), "classify"));
+    CHECK_EQ_INT(cvllm_engine_embedding_size(e), (int)n_ids);
+    cvllm_pooling_params params;
+    cvllm_pooling_params_default(&params);
+    params.normalize = k->normalize;
+    params.task = k->task;
+    pooled p;
+    pool_both(e, &r, &params, &p);
+    const bool mean = k->pooler_config && strstr(k->pooler_config, "MEAN");
+    for (int c = 0; c < 2 && p.done == 2; c++) {
+        CHECK_EQ_INT((int)p.n[c], (int)n_ids);
+        double logits[8], want[8], scale = 0;
+        for (size_t l = 0; l < n_ids; l++) {
+            logits[l] = 0;
+            for (size_t t = mean ? 0 : r.n[c] - 1; t < r.n[c]; t++) logits[l] += r.logits[c][t * r.vocab + (size_t)ids[l]];
+            logits[l] /= mean ? (double)r.n[c] : 1;
+        }
+        for (size_t v = 0; v < r.vocab; v++) scale = fmax(scale, fabs(r.logits[c][(r.n[c] - 1) * r.vocab + v]));
+        expected_scores(k->act, logits, n_ids, want);
+        for (size_t l = 0; l < n_ids; l++)
+            CHECK_MSG(fabs(p.v[c][l] - want[l]) <= TOLERANCE * fmax(scale, 1), "%s %s prompt %d label %zu: %.7g, want %.7g",
+                      folder, k->overrides, c, l, p.v[c][l], want[l]);
+    }
+    cvllm_engine_destroy(e);
+    free_reference(&r);
+}
+
+/* A classifier with its own score.weight head (a *ForSequenceClassification checkpoint, such as the
+ * Qwen3-Reranker-seq-cls conversions), and one made of lm_head rows by method no_post_processing:
+ * vLLM's activations (problem_type, a cross-encoder's activation_fn), label names, MEAN pooling,
+ * the score task, and the refusals. */
+static void test_seq_cls(const char *folder) {
+    static const int32_t three[] = {0, 64, 100}, one[] = {64};
+    char *dir = seq_cls_dir(folder, three, 3);
+    static const char arch[] = "{\"architectures\": [\"Qwen3ForSequenceClassification\"], "
+                               "\"id2label\": {\"0\": \"neg\", \"1\": \"neutral\", \"2\": \"pos\"}";
+    char *plain = tu_strdupf("%s}", arch, "");
+    const cls_case cases[] = {
+        {plain, NULL, NULL, -1, "softmax"},
+        {plain, NULL, "classify", 0, "identity"},
+        {plain, "{\"seq_pooling_type\": \"MEAN\"}", NULL, -1, "softmax"},
+        {tu_strdupf("%s, \"problem_type\": \"multi_label_classification\"}", arch, ""), NULL, NULL, -1, "sigmoid"},
+        {tu_strdupf("%s, \"problem_type\": \"regression\"}", arch, ""), NULL, NULL, 1, "identity"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) check_classifier(folder, dir, three, 3, &cases[k]);
+    cvllm_engine *e = make_engine(dir, &(engine_setup){.hf_overrides = plain});
+    if (e) {
+        CHECK(!strcmp(cvllm_engine_class_label(e, 0), "neg") && !strcmp(cvllm_engine_class_label(e, 2), "pos"));
+        CHECK(cvllm_engine_class_label(e, 3) == NULL && cvllm_engine_class_label(e, -1) == NULL);
+        cvllm_pooling_params params;
+        cvllm_pooling_params_default(&params);
+        cvllm_prompt prompt = {.token_ids = three, .n_token_ids = 3};
+        static const char *const refused[][2] = {{"score", "Unsupported task: 'score' Supported tasks: ('classify',)"},
+                                                 {"embed", "Unsupported task: 'embed'"}};
+        for (size_t k = 0; k < 2; k++) {
+            params.task = refused[k][0];
+            CHECK_EQ_INT(cvllm_engine_add_pooling_request(e, &prompt, &params, NULL), CVLLM_ERR_INVALID_ARGUMENT);
+            CHECK_MSG(strstr(cvllm_last_error(), refused[k][1]), "got '%s'", cvllm_last_error());
+        }
+        cvllm_engine_destroy(e);
+    }
+    /* id2label (num_labels) against the head's rows; a pooler_config that embeds */
+    expect_create_error(dir, &(engine_setup){.hf_overrides = "{\"architectures\": [\"Qwen3ForSequenceClassification\"]}"},
+                        "score.weight");
+    expect_create_error(dir, &(engine_setup){.hf_overrides = plain, .pooler_config = "{\"dimensions\": 2}"},
+                        "dimensions apply to embeddings");
+    expect_create_error(dir, &(engine_setup){.hf_overrides = plain, .pooler_config = "{\"task\": \"embed\"}"},
+                        "task must be \"classify\"");
+    for (size_t k = 3; k < sizeof cases / sizeof *cases; k++) free((char *)cases[k].overrides);
+    free(plain);
+    tu_remove_tree(dir);
+    free(dir);
+
+    /* one label: the score task takes the cross-encoder's activation_fn, classify stays a sigmoid */
+    dir = seq_cls_dir(folder, one, 1);
+    static const char one_label[] = "{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"id2label\": "
+                                    "{\"0\": \"LABEL_0\"}, \"sentence_transformers\": {\"activation_fn\": "
+                                    "\"torch.nn.modules.%s\"}}";
+    char *identity = tu_strdupf(one_label, "linear.Identity", ""), *tanh_fn = tu_strdupf(one_label, "activation.Tanh", "");
+    check_classifier(folder, dir, one, 1, &(cls_case){identity, NULL, "score", -1, "identity"});
+    check_classifier(folder, dir, one, 1, &(cls_case){identity, NULL, NULL, -1, "sigmoid"});
+    check_classifier(folder, dir, one, 1, &(cls_case){tanh_fn, NULL, "score", -1, "tanh"});
+    char *bad_fn = tu_strdupf(one_label, "activation.GELU", "");
+    expect_create_error(dir, &(engine_setup){.hf_overrides = bad_fn}, "activation function torch.nn.modules.activation.GELU "
+                                                                      "is not supported");
+    free(bad_fn);
+    bad_fn = tu_strdupf("{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"id2label\": {\"0\": \"x\"}, "
+                        "\"sbert_ce_default_activation_function\": \"os.system\"}", "", "");
+    expect_create_error(dir, &(engine_setup){.hf_overrides = bad_fn}, "restricted to torch.nn.modules");
+    free(bad_fn);
+    free(identity);
+    free(tanh_fn);
+    tu_remove_tree(dir);
+    free(dir);
+
+    /* no_post_processing: the head is the lm_head's rows of the tokens "!", "a" and "b" (ids 0, 64, 65) */
+    static const int32_t tokens[] = {0, 64, 65};
+    dir = tu_model_dir(folder);
+    check_classifier(folder, dir, tokens, 3,
+                     &(cls_case){"{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"method\": "
+                                 "\"no_post_processing\", \"classifier_from_token\": [\"!\", \"a\", \"b\"]}",
+                                 NULL, NULL, -1, "softmax"});
     tu_remove_tree(dir);
     free(dir);
 }
@@ -468,5 +645,7 @@ int main(void) {
     test_dimensions_and_errors();
     test_classify("qwen3-dense-f32");
     test_classify("qwen3-dense-tied-f32");
+    test_seq_cls("qwen3-dense-f32");
+    test_seq_cls("qwen3-dense-tied-f32");
     return cv_check_summary("test_pooling");
 }

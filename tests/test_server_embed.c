@@ -430,7 +430,7 @@ static void test_reranker(void) {
     CHECK_MSG(sp_wait_ready(&plain, 30) && sp_wait_ready(&templ, 30), "reranker servers did not start");
     char *log = tu_read_text(plain.log);
     CHECK_CONTAINS(log, "Resolved `--runner auto` to `--runner pooling`");
-    CHECK_CONTAINS(log, "the score is logit(a) - logit(!) of the last token, through a sigmoid");
+    CHECK_CONTAINS(log, "pooling runner (--convert classify): 1 label from from_2_way_softmax, LAST pooling");
     free(log);
 
     /* without a template the pair is q + d: the same text split elsewhere scores the same */

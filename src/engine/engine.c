@@ -381,8 +381,9 @@ static int resolve_runner(cvllm_engine *e) {
     int rc = cv_pooler_init(&e->pooler, e->model_dir, e->opts.pooler_config, &e->config);
     if (rc) return rc;
     if (e->pooler.task == CV_TASK_CLASSIFY)
-        cv_info("engine", "pooling runner (--convert classify): the score is logit(%s) - logit(%s) of the last token%s",
-                e->pooler.label_tokens[1], e->pooler.label_tokens[0], e->pooler.normalize ? ", through a sigmoid" : "");
+        cv_info("engine", "pooling runner (--convert classify): %d label%s from %s, %s pooling", e->pooler.num_labels,
+                e->pooler.num_labels == 1 ? "" : "s", e->pooler.method ? e->pooler.method : "score.weight",
+                cv_pooling_type_name(e->pooler.type));
     else
         cv_info("engine", "pooling runner (--convert embed): %s pooling, %s", cv_pooling_type_name(e->pooler.type),
                 e->pooler.normalize ? "normalized" : "not normalized");
@@ -413,7 +414,7 @@ static int load_model(cvllm_engine *e) {
         .dp_size = e->opts.data_parallel_size,
         .dp_rank = e->opts.data_parallel_rank,
         .lora = e->opts.enable_lora,
-        .pooling = e->pooling && e->pooler.task == CV_TASK_EMBED, /* the reranker reads two lm_head rows */
+        .pooling = e->pooling,
     };
     int rc = cv_runner_create(&o, &e->runner);
     if (rc) return rc;
@@ -491,8 +492,8 @@ static int create_engine(cvllm_engine *e) {
     cv_info("engine", "Initializing engine: model=%s (%s), load_format=%s", e->opts.model, e->model_dir,
             cv_weight_source_is_dummy(e->weights) ? "dummy" : "safetensors");
     if ((rc = cv_tokenizer_load(e->tokenizer_dir, &e->tokenizer))) return rc;
-    if (e->pooling && (rc = cv_pooler_bind_labels(&e->pooler, e->tokenizer))) return rc;
     if ((rc = load_model(e))) return rc;
+    if (e->pooling && (rc = cv_pooler_load_head(&e->pooler, e->weights, e->model->head_tensor, e->tokenizer))) return rc;
     if ((rc = serve_lora_modules(e))) return rc;
     if (!known)
         return cv_fail(CVLLM_ERR_INTERNAL, "no memory footprint for architecture %s (models/footprint.c lacks it)",
@@ -645,12 +646,18 @@ void cvllm_engine_spec_decode_stats(const cvllm_engine *e, cvllm_spec_decode_sta
 bool cvllm_engine_has_unfinished(const cvllm_engine *e) { return e->n_requests > 0; }
 bool cvllm_engine_is_pooling(const cvllm_engine *e) { return e->pooling; }
 int32_t cvllm_engine_embedding_size(const cvllm_engine *e) {
-    return e->pooling && e->pooler.task == CV_TASK_CLASSIFY ? 1 : e->config.hidden_size;
+    return e->pooling && e->pooler.task == CV_TASK_CLASSIFY ? e->pooler.num_labels : e->config.hidden_size;
+}
+const char *cvllm_engine_class_label(const cvllm_engine *e, int32_t i) {
+    const cv_pooler *p = &e->pooler;
+    return e->pooling && p->task == CV_TASK_CLASSIFY && i >= 0 && i < p->num_labels ? p->labels[i] : NULL;
 }
 const char *cvllm_engine_pooling_task(const cvllm_engine *e) {
     return !e->pooling ? NULL : e->pooler.task == CV_TASK_CLASSIFY ? "classify" : "embed";
 }
-void cvllm_pooling_params_default(cvllm_pooling_params *p) { *p = (cvllm_pooling_params){.dimensions = 0, .normalize = -1}; }
+void cvllm_pooling_params_default(cvllm_pooling_params *p) {
+    *p = (cvllm_pooling_params){.dimensions = 0, .normalize = -1, .task = NULL};
+}
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Requests                                                                                          */
@@ -923,7 +930,7 @@ int cv_engine_prepare_pooling(cvllm_engine *e, const cvllm_prompt *prompt, const
     if ((rc = make_request(e, prompt, &neutral, out))) return rc;
     (*out)->pooling = true;
     (*out)->pool = resolved;
-    (*out)->pooled = cv_xcalloc((size_t)cvllm_engine_embedding_size(e), sizeof(float));
+    (*out)->pooled = cv_xcalloc(cv_pooler_max_output(&e->pooler), sizeof(float));
     return 0;
 }
 
@@ -1103,7 +1110,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
             b->slot_mapping[t] = (int64_t)seq->block_table[pos / (size_t)bs] * bs + (int64_t)(pos % (size_t)bs);
             if (pos >= first && pos < first + count) b->logit_rows[n_logits++] = t;
         }
-        if (seq_samples_this_step(seq) && (!seq->req->pooling || e->pooler.task == CV_TASK_CLASSIFY))
+        if (seq_samples_this_step(seq) && !seq->req->pooling)
             for (int32_t d = seq->n_draft; d >= 0; d--) b->logit_rows[n_logits++] = t - 1 - d;
         b->context_lens[s] = (int32_t)(seq->num_computed + (size_t)seq->num_scheduled);
         b->block_tables[s] = seq->block_table;
@@ -1115,7 +1122,7 @@ static int32_t build_batch(cvllm_engine *e, cv_batch *batch) {
         }
     }
     b->seq_start[list->n] = t;
-    const bool hidden = e->spec.method == CV_SPEC_MTP || (e->pooling && e->pooler.task == CV_TASK_EMBED);
+    const bool hidden = e->spec.method == CV_SPEC_MTP || e->pooling;
     if (hidden && (size_t)t > e->cap_hidden) {
         e->cap_hidden = (size_t)t;
         free(e->hidden);
@@ -1270,25 +1277,14 @@ static void process_samples(cvllm_engine *e, cv_seq *seq, float *rows, size_t n_
 static void pool_rows(cvllm_engine *e, cv_seq *seq, int32_t first_row) {
     cv_request *req = seq->req;
     const size_t H = (size_t)e->pooler.hidden;
-    if (seq->num_computed == 0) memset(req->pooled, 0, H * sizeof *req->pooled); /* also after a preemption */
+    if (seq->num_computed == 0) /* also after a preemption */
+        memset(req->pooled, 0, cv_pooler_max_output(&e->pooler) * sizeof *req->pooled);
     cv_pooler_take(&e->pooler, req->pooled, e->hidden + (size_t)first_row * H, seq->num_computed,
                    (size_t)seq->num_scheduled, req->n_prompt);
     seq->num_computed += (size_t)seq->num_scheduled;
     if (seq->num_computed < req->n_prompt) return;
     req->n_pooled = cv_pooler_finish(&e->pooler, req->pooled, req->n_prompt, &req->pool);
     finish_seq(e, seq, CVLLM_FINISH_STOP);
-}
-
-/* A classify sequence's step: at its last prompt token, its one logit row (`row`) becomes the score
- * and finishes it. Returns the logit rows it used. */
-static size_t score_rows(cvllm_engine *e, cv_seq *seq, const float *row) {
-    const bool last = seq_samples_this_step(seq);
-    seq->num_computed += (size_t)seq->num_scheduled;
-    if (!last) return 0;
-    seq->req->pooled[0] = cv_pooler_score(&e->pooler, row, seq->req->pool.normalize);
-    seq->req->n_pooled = 1;
-    finish_seq(e, seq, CVLLM_FINISH_STOP);
-    return 1;
 }
 
 static int postprocess(cvllm_engine *e, const float *logits) {
@@ -1305,9 +1301,7 @@ static int postprocess(cvllm_engine *e, const float *logits) {
         /* The K/V of this step's real tokens exist now: their full blocks are shared from here on,
          * also when the sequence finishes below and releases them (every max_tokens=1 request). */
         cv_scheduler_cache_full_blocks(&e->sched, seq, seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft));
-        if (seq->req->pooling && e->pooler.task == CV_TASK_CLASSIFY) {
-            row += score_rows(e, seq, logits + row * (size_t)e->vocab_size);
-        } else if (seq->req->pooling) {
+        if (seq->req->pooling) {
             pool_rows(e, seq, e->batch.seq_start[s]);
         } else if (seq_samples_this_step(seq)) {
             size_t rows_used = (size_t)seq->n_draft + 1;

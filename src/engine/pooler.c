@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dtype.h"
 #include "base/error.h"
 #include "loader/fileutil.h"
 
@@ -137,8 +138,10 @@ static int from_option(cv_pooler *p, const char *text) {
                 rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "pooler_config: dimensions must be a positive integer");
             else p->dimensions = (int32_t)json_integer_value(v);
         } else if (!strcmp(key, "task")) {
-            if (!json_is_string(v) || strcmp(json_string_value(v), "embed"))
-                rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: task must be \"embed\", the one cvllm runs");
+            const char *own = p->task == CV_TASK_CLASSIFY ? "classify" : "embed";
+            if (!json_is_string(v) || strcmp(json_string_value(v), own))
+                rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: task must be \"%s\", the one this model runs "
+                             "(embed for an embedding model, classify for a *ForSequenceClassification one)", own);
         } else if (!strcmp(key, "normalize")) {
             rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Parameter `normalize` was removed; use `use_activation` instead.");
         } else {
@@ -171,32 +174,142 @@ static int matryoshka(cv_pooler *p, const cv_model_config *cfg) {
     return 0;
 }
 
-/* *ForSequenceClassification: the original Qwen3-Reranker's two label tokens (vLLM's from_2_way_softmax
- * method); a checkpoint with its own score head is another model. */
+/* ---- classification --------------------------------------------------------------------------- */
+
+/* A sentence-transformers cross-encoder's activation_fn (vLLM loads only torch.nn.modules classes,
+ * and runs Sigmoid and Softmax as its classify activation). */
+static int parse_act_fn(const char *name, const char *origin, cv_pool_act *out) {
+    static const struct {
+        const char *name;
+        cv_pool_act act;
+    } known[] = {{"torch.nn.modules.activation.Sigmoid", CV_ACT_CLASSIFY},
+                 {"torch.nn.modules.activation.Softmax", CV_ACT_CLASSIFY},
+                 {"torch.nn.modules.linear.Identity", CV_ACT_IDENTITY},
+                 {"torch.nn.modules.activation.Tanh", CV_ACT_TANH}};
+    if (strncmp(name, "torch.nn.modules.", 17))
+        return cv_fail(CVLLM_ERR_UNSUPPORTED, "%s: activation function %s: loading of activation functions is "
+                       "restricted to torch.nn.modules for security reasons", origin, name);
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (!strcmp(name, known[i].name)) {
+            *out = known[i].act;
+            return 0;
+        }
+    return cv_fail(CVLLM_ERR_UNSUPPORTED, "%s: activation function %s is not supported; cvllm runs Sigmoid, Softmax, "
+                   "Identity and Tanh", origin, name);
+}
+
+/* The activations: the classify task's from problem_type (transformers' loss for it), the score
+ * task's from the cross-encoder's activation_fn, each else a sigmoid or softmax by the label count. */
+static int activations(cv_pooler *p, const json_t *root) {
+    const char *problem = json_string_value(json_object_get(root, "problem_type"));
+    p->act_classify = !problem                                        ? CV_ACT_CLASSIFY
+                      : !strcmp(problem, "regression")                ? CV_ACT_IDENTITY
+                      : !strcmp(problem, "multi_label_classification") ? CV_ACT_SIGMOID
+                                                                       : CV_ACT_CLASSIFY;
+    const json_t *st = json_object_get(root, "sentence_transformers");
+    const char *fn = json_string_value(json_object_get(st, "activation_fn"));
+    if (!fn) fn = json_string_value(json_object_get(root, "sbert_ce_default_activation_function"));
+    p->act_score = CV_ACT_CLASSIFY;
+    return fn ? parse_act_fn(fn, "config.json", &p->act_score) : 0;
+}
+
+/* The labels' names: id2label where it names num_labels of them, else transformers' LABEL_i. */
+static void label_names(cv_pooler *p, const json_t *root) {
+    const json_t *names = json_object_get(root, "id2label");
+    const bool given = json_is_object(names) && json_object_size(names) == (size_t)p->num_labels;
+    p->labels = cv_xcalloc((size_t)p->num_labels, sizeof *p->labels);
+    for (int32_t i = 0; i < p->num_labels; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", i);
+        const char *name = given ? json_string_value(json_object_get(names, key)) : NULL;
+        p->labels[i] = name ? cv_xstrdup(name) : cv_xasprintf("LABEL_%d", i);
+    }
+}
+
+/* *ForSequenceClassification: where the head comes from and how many labels it has, as vLLM's
+ * SequenceClassificationConfig decides (is_original_qwen3_reranker is Qwen3's way to ask for
+ * from_2_way_softmax). */
 static int classifier(cv_pooler *p, const cv_model_config *cfg) {
-    const json_t *tokens = json_object_get(cfg->root, "classifier_from_token");
-    if (json_array_size(tokens) != 2 || !json_is_string(json_array_get(tokens, 0)) ||
-        !json_is_string(json_array_get(tokens, 1)))
-        return cv_fail(CVLLM_ERR_UNSUPPORTED, "%s: cvllm runs sequence classification as the original Qwen3-Reranker: "
-                       "config.json (or --hf-overrides) must give classifier_from_token as two tokens, e.g. "
-                       "[\"no\", \"yes\"], with is_original_qwen3_reranker; a score.weight head is not supported",
-                       cfg->architecture);
+    const json_t *root = cfg->root;
     p->task = CV_TASK_CLASSIFY;
-    for (int i = 0; i < 2; i++) p->label_tokens[i] = cv_xstrdup(json_string_value(json_array_get(tokens, i)));
+    const json_t *method = json_object_get(root, "method"), *tokens = json_object_get(root, "classifier_from_token");
+    if (method && !json_is_null(method)) {
+        if (!json_is_string(method) || (strcmp(json_string_value(method), "from_2_way_softmax") &&
+                                        strcmp(json_string_value(method), "no_post_processing")))
+            return cv_fail(CVLLM_ERR_UNSUPPORTED, "config.json: method %s not supported; choose from_2_way_softmax "
+                           "or no_post_processing", json_is_string(method) ? json_string_value(method) : "(not a string)");
+        p->method = cv_xstrdup(json_string_value(method));
+    } else if (json_is_true(json_object_get(root, "is_original_qwen3_reranker"))) {
+        p->method = cv_xstrdup("from_2_way_softmax");
+    }
+    if (p->method) {
+        const bool two_way = !strcmp(p->method, "from_2_way_softmax");
+        size_t n = json_array_size(tokens), i;
+        const json_t *t;
+        json_array_foreach(tokens, i, t) if (!json_is_string(t)) n = 0;
+        if (n == 0 || (two_way && n != 2))
+            return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "%s: method %s needs config.json's classifier_from_token as %s, "
+                           "e.g. [\"no\", \"yes\"]", cfg->architecture, p->method, two_way ? "two tokens" : "a list of tokens");
+        p->label_tokens = cv_xcalloc(n, sizeof *p->label_tokens);
+        json_array_foreach(tokens, i, t) p->label_tokens[i] = cv_xstrdup(json_string_value(t));
+        p->n_label_tokens = (int32_t)n;
+        p->num_labels = two_way ? 1 : (int32_t)n;
+    } else {
+        /* transformers: id2label's size, else num_labels, else its default of 2 */
+        const json_t *names = json_object_get(root, "id2label"), *num = json_object_get(root, "num_labels");
+        p->num_labels = json_is_object(names) && json_object_size(names) ? (int32_t)json_object_size(names)
+                        : json_is_integer(num)                           ? (int32_t)json_integer_value(num)
+                                                                         : 2;
+        if (p->num_labels < 1 || p->num_labels > (1 << 20))
+            return cv_fail(CVLLM_ERR_FORMAT, "config.json: num_labels must be in [1, 1048576], got %d", p->num_labels);
+    }
+    label_names(p, root);
+    return activations(p, root);
+}
+
+/* Row `id` of head_tensor [vocab][hidden] as f32 into out. */
+static int head_row(cv_weight_source *w, const char *head_tensor, int64_t vocab, int64_t hidden, int32_t id, float *out) {
+    cv_tensor t;
+    const int64_t shape[2] = {vocab, hidden};
+    int rc = cv_weights_get(w, head_tensor, 2, shape, "vocab_size, hidden_size", &t);
+    if (rc) return rc;
+    const size_t width = cv_dtype_size(t.dtype);
+    cv_convert_to_f32(out, (const char *)t.data + (size_t)id * (size_t)hidden * width, t.dtype, (size_t)hidden);
     return 0;
 }
 
-int cv_pooler_bind_labels(cv_pooler *p, const cv_tokenizer *tok) {
-    for (int i = 0; p->task == CV_TASK_CLASSIFY && i < 2; i++)
-        if ((p->label_ids[i] = cv_tokenizer_token_to_id(tok, p->label_tokens[i])) < 0)
-            return cv_fail(CVLLM_ERR_FORMAT, "classifier_from_token: '%s' is not a token of the tokenizer",
-                           p->label_tokens[i]);
-    return 0;
-}
-
-float cv_pooler_score(const cv_pooler *p, const float *logits, bool normalize) {
-    const float x = logits[p->label_ids[1]] - logits[p->label_ids[0]];
-    return normalize ? 1.0f / (1.0f + expf(-x)) : x;
+int cv_pooler_load_head(cv_pooler *p, cv_weight_source *w, const char *head_tensor, const cv_tokenizer *tok) {
+    if (p->task != CV_TASK_CLASSIFY) return 0;
+    const size_t H = (size_t)p->hidden, L = (size_t)p->num_labels;
+    p->head = cv_xcalloc(L * H, sizeof *p->head);
+    if (!p->method) {
+        cv_tensor t;
+        const int64_t shape[2] = {p->num_labels, p->hidden};
+        int rc = cv_weights_get(w, "score.weight", 2, shape, "num_labels (id2label), hidden_size", &t);
+        if (rc == CVLLM_ERR_NOT_FOUND) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", cvllm_last_error());
+            return cv_fail(rc, "%s: a sequence classifier needs its score head, or config.json's method and "
+                           "classifier_from_token to make one of the lm_head (for the original Qwen3-Reranker: "
+                           "is_original_qwen3_reranker and classifier_from_token [\"no\", \"yes\"])", why);
+        }
+        if (!rc) cv_convert_to_f32(p->head, t.data, t.dtype, L * H);
+        return rc;
+    }
+    float *rows = cv_xmalloc((size_t)p->n_label_tokens * H * sizeof *rows);
+    int rc = 0;
+    for (int32_t i = 0; i < p->n_label_tokens && !rc; i++) {
+        const int32_t id = cv_tokenizer_token_to_id(tok, p->label_tokens[i]);
+        rc = id < 0 || id >= p->vocab
+                 ? cv_fail(CVLLM_ERR_FORMAT, "classifier_from_token: '%s' is not a token of the tokenizer", p->label_tokens[i])
+                 : head_row(w, head_tensor, p->vocab, p->hidden, id, rows + (size_t)i * H);
+    }
+    if (!rc && L == 1 && p->n_label_tokens == 2) /* from_2_way_softmax: logit(yes) − logit(no) */
+        for (size_t i = 0; i < H; i++) p->head[i] = rows[H + i] - rows[i];
+    else if (!rc)
+        memcpy(p->head, rows, L * H * sizeof *rows);
+    free(rows);
+    return rc;
 }
 
 bool cv_pooler_config_classifies(const cv_model_config *cfg) {
@@ -206,34 +319,56 @@ bool cv_pooler_config_classifies(const cv_model_config *cfg) {
 }
 
 int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_config, const cv_model_config *cfg) {
-    *p = (cv_pooler){.type = CV_POOL_LAST, .normalize = true, .hidden = cfg->hidden_size};
+    *p = (cv_pooler){.type = CV_POOL_LAST, .normalize = true, .hidden = cfg->hidden_size, .vocab = cfg->vocab_size};
+    int rc;
     if (cv_pooler_config_classifies(cfg)) {
-        int rc = classifier(p, cfg);
+        rc = classifier(p, cfg);
         if (!rc && pooler_config) rc = from_option(p, pooler_config);
-        if (!rc && (p->type != CV_POOL_LAST || p->dimensions))
-            rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: the reranker scores the last token (LAST pooling) and "
-                         "has no dimensions");
-        if (rc) cv_pooler_free(p);
-        return rc;
+        if (!rc && p->dimensions)
+            rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: dimensions apply to embeddings; a classifier returns "
+                         "one score a label");
+    } else {
+        rc = from_folder(p, model_dir);
+        if (!rc && pooler_config) rc = from_option(p, pooler_config);
+        if (!rc) rc = matryoshka(p, cfg);
     }
-    int rc = from_folder(p, model_dir);
-    if (!rc && pooler_config) rc = from_option(p, pooler_config);
-    if (!rc) rc = matryoshka(p, cfg);
     if (rc) cv_pooler_free(p);
     return rc;
 }
 
+static void free_strings(char **v, int32_t n) {
+    for (int32_t i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+}
+
 void cv_pooler_free(cv_pooler *p) {
-    for (int i = 0; i < 2; i++) {
-        free(p->label_tokens[i]);
-        p->label_tokens[i] = NULL;
-    }
+    free_strings(p->labels, p->num_labels);
+    free_strings(p->label_tokens, p->n_label_tokens);
+    free(p->method);
+    free(p->head);
     free(p->matryoshka_dims);
-    p->matryoshka_dims = NULL;
-    p->n_matryoshka_dims = 0;
+    *p = (cv_pooler){0};
+}
+
+size_t cv_pooler_max_output(const cv_pooler *p) {
+    return (size_t)(p->num_labels > p->hidden ? p->num_labels : p->hidden);
 }
 
 /* ---- requests --------------------------------------------------------------------------------- */
+
+/* The request's task as one of the static names: the engine's own, or score on a one-label
+ * classifier (vLLM enables its Scoring API only there). */
+static int resolve_task(const cv_pooler *p, const char *asked, const char **out) {
+    const bool classify = p->task == CV_TASK_CLASSIFY, scores = classify && p->num_labels == 1;
+    *out = classify ? "classify" : "embed";
+    if (!asked || !strcmp(asked, *out)) return 0;
+    if (scores && !strcmp(asked, "score")) {
+        *out = "score";
+        return 0;
+    }
+    return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Unsupported task: '%s' Supported tasks: %s", asked,
+                   !classify ? "('embed',)" : scores ? "('classify', 'score')" : "('classify',)");
+}
 
 int cv_pooler_resolve(const cv_pooler *p, const cvllm_pooling_params *in, const char *model, cvllm_pooling_params *out) {
     if (in->normalize < -1 || in->normalize > 1)
@@ -242,11 +377,13 @@ int cv_pooler_resolve(const cv_pooler *p, const cvllm_pooling_params *in, const 
         .dimensions = in->dimensions ? in->dimensions : p->dimensions,
         .normalize = in->normalize >= 0 ? in->normalize : p->normalize,
     };
+    int rc = resolve_task(p, in->task, &out->task);
+    if (rc) return rc;
     int32_t d = out->dimensions;
     if (!d) return 0;
     if (p->task == CV_TASK_CLASSIFY)
-        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Task classify only supports ['use_activation'] parameters, does "
-                       "not support ['dimensions'] parameters");
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Task %s only supports ['use_activation'] parameters, does not "
+                       "support ['dimensions'] parameters", out->task);
     if (!p->matryoshka)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Model \"%s\" does not support matryoshka representation, changing "
                        "output dimensions will lead to poor results.", model);
@@ -282,10 +419,42 @@ void cv_pooler_take(const cv_pooler *p, float *acc, const float *rows, size_t fi
     }
 }
 
+static void activate(cv_pool_act act, float *x, size_t n) {
+    if (act == CV_ACT_IDENTITY) return;
+    if (act == CV_ACT_CLASSIFY && n >= 2) { /* softmax */
+        float max = x[0];
+        for (size_t i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
+        double sum = 0;
+        for (size_t i = 0; i < n; i++) sum += exp((double)x[i] - max);
+        for (size_t i = 0; i < n; i++) x[i] = (float)(exp((double)x[i] - max) / sum);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) x[i] = act == CV_ACT_TANH ? tanhf(x[i]) : 1.0f / (1.0f + expf(-x[i]));
+}
+
+/* scores[l] = head[l] · h for every label, into acc (which holds h on entry). */
+static void classify(const cv_pooler *p, float *acc) {
+    const size_t H = (size_t)p->hidden, L = (size_t)p->num_labels;
+    double *scores = cv_xmalloc(L * sizeof *scores);
+    for (size_t l = 0; l < L; l++) {
+        double dot = 0;
+        for (size_t i = 0; i < H; i++) dot += (double)p->head[l * H + i] * acc[i];
+        scores[l] = dot;
+    }
+    for (size_t l = 0; l < L; l++) acc[l] = (float)scores[l];
+    free(scores);
+}
+
 size_t cv_pooler_finish(const cv_pooler *p, float *acc, size_t n_prompt, const cvllm_pooling_params *params) {
-    size_t n = params->dimensions ? (size_t)params->dimensions : (size_t)p->hidden;
     if (p->type == CV_POOL_MEAN)
         for (size_t i = 0; i < (size_t)p->hidden; i++) acc[i] /= (float)n_prompt;
+    if (p->task == CV_TASK_CLASSIFY) {
+        const size_t n = (size_t)p->num_labels;
+        classify(p, acc);
+        if (params->normalize) activate(params->task && !strcmp(params->task, "score") ? p->act_score : p->act_classify, acc, n);
+        return n;
+    }
+    size_t n = params->dimensions ? (size_t)params->dimensions : (size_t)p->hidden;
     if (params->normalize) {
         double ss = 0; /* F.normalize: x / max(‖x‖₂, 1e-12) */
         for (size_t i = 0; i < n; i++) ss += (double)acc[i] * acc[i];

@@ -1,17 +1,20 @@
 /*
- * pooler.h — how a pooling engine turns a prompt's hidden states into one vector (vLLM's pooling
- * runner with --convert embed, as it serves Qwen3-Embedding).
+ * pooler.h — how a pooling engine turns a prompt's hidden states into one result (vLLM's pooling
+ * runner): a vector (--convert embed, as it serves Qwen3-Embedding) or one score a label (classify,
+ * as it serves sequence classifiers and the Qwen3-Reranker).
  *
  * The model runs its ordinary forward pass and hands back the final-normed hidden state of every
  * token of the batch (cv_batch.hidden_out); the pooler keeps what its type needs of each step's rows
  * for a sequence — the last prompt token's (LAST), the first's (CLS) or the running sum (MEAN) — so
- * chunked prefill pools as one pass does. At the end it takes the first `dimensions` values
- * (matryoshka) and L2-normalizes them when asked, in vLLM's order: truncate, then normalize.
+ * chunked prefill pools as one pass does. At the end an embedder takes the first `dimensions` values
+ * (matryoshka) and L2-normalizes them when asked, in vLLM's order: truncate, then normalize; a
+ * classifier multiplies the pooled state by its head and applies the task's activation.
  *
  * Configuration, highest first, as vLLM resolves it: --pooler-config's JSON; the model folder's
  * sentence-transformers files (modules.json: a Normalize module means normalize; the Pooling
  * module's config.json: pooling_mode_lasttoken / _cls_token / _mean_tokens); else LAST, normalized.
- * Whether `dimensions` may be asked for is config.json's is_matryoshka / matryoshka_dimensions.
+ * Whether `dimensions` may be asked for is config.json's is_matryoshka / matryoshka_dimensions; a
+ * classifier's labels, head and activations come from config.json (see cv_pooler).
  */
 #ifndef CV_ENGINE_POOLER_H
 #define CV_ENGINE_POOLER_H
@@ -22,26 +25,42 @@
 
 #include "cvllm.h"
 #include "loader/config.h"
+#include "loader/weights.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum cv_pooling_type { CV_POOL_LAST, CV_POOL_CLS, CV_POOL_MEAN } cv_pooling_type;
 
-/* What the pooler makes: a vector (vLLM's embed task), or a relevance score (its classify task as it
- * runs the original Qwen3-Reranker: config.json's classifier_from_token [no, yes] turns the lm_head's
- * two rows into one label, logit(yes) − logit(no) of the last token, through a sigmoid). */
+/* What the pooler makes: a vector (vLLM's embed task), or class scores (its classify task): a head of
+ * num_labels rows over the pooled hidden state, then an activation. The head is the checkpoint's
+ * score.weight (a *ForSequenceClassification conversion such as the Qwen3-Reranker-seq-cls ones), or
+ * rows of the output head picked by config.json's classifier_from_token, as vLLM converts a causal
+ * LM: method "from_2_way_softmax" (what is_original_qwen3_reranker sets) makes one label,
+ * row(yes) − row(no); "no_post_processing" one label a token. */
 typedef enum cv_pooling_task { CV_TASK_EMBED, CV_TASK_CLASSIFY } cv_pooling_task;
+
+/* A classifier's activations (vLLM's pooler activations): CLASSIFY is a sigmoid for one label and a
+ * softmax over several. */
+typedef enum cv_pool_act { CV_ACT_CLASSIFY, CV_ACT_SIGMOID, CV_ACT_IDENTITY, CV_ACT_TANH } cv_pool_act;
 
 typedef struct cv_pooler {
     cv_pooling_task task;
-    char *label_tokens[2];       /* classify: classifier_from_token (no, yes) */
-    int32_t label_ids[2];        /* their ids, set by the engine once the tokenizer is loaded */
     cv_pooling_type type;
-    bool normalize;              /* default of requests that do not say */
+    bool normalize;              /* default of requests that do not say (for classify: the activation) */
     int32_t dimensions;          /* --pooler-config's default for requests that do not say; 0: none */
     int32_t hidden;              /* width of the hidden states pooled */
+    int32_t vocab;               /* rows of the model's output head */
     bool matryoshka;             /* requests may ask for fewer dimensions */
     int32_t *matryoshka_dims;    /* the only ones allowed when the model lists them; NULL: any in [1, hidden] */
     int32_t n_matryoshka_dims;
+    /* classify */
+    int32_t num_labels;
+    char **labels;               /* [num_labels]: config.json's id2label, else LABEL_i as transformers names them */
+    float *head;                 /* [num_labels][hidden], set by cv_pooler_load_head */
+    char *method;                /* "from_2_way_softmax", "no_post_processing", or NULL: score.weight */
+    char **label_tokens;         /* classifier_from_token, for a method */
+    int32_t n_label_tokens;
+    cv_pool_act act_classify;    /* the classify task's activation (config.json's problem_type) */
+    cv_pool_act act_score;       /* the score task's (a cross-encoder's sentence-transformers activation_fn) */
 } cv_pooler;
 
 /* True for a *ForSequenceClassification architecture: vLLM's classify task, on the pooling runner
@@ -59,20 +78,24 @@ int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_confi
 void cv_pooler_free(cv_pooler *p);
 const char *cv_pooling_type_name(cv_pooling_type t);
 
-/* The ids of the classify task's label tokens from the tokenizer (vLLM's convert_tokens_to_ids). */
-int cv_pooler_bind_labels(cv_pooler *p, const cv_tokenizer *tok);
-/* The classify task's score from the logits of a prompt's last token (normalize: the sigmoid). */
-float cv_pooler_score(const cv_pooler *p, const float *logits, bool normalize);
+/* A classifier's head, read from the weights: score.weight, or the rows of head_tensor (the model's
+ * output head: lm_head.weight, or its token embedding when tied) for the label tokens, looked up in
+ * the tokenizer. Errors name the tensor or token. Nothing to do for an embedder. */
+int cv_pooler_load_head(cv_pooler *p, cv_weight_source *weights, const char *head_tensor, const cv_tokenizer *tok);
+
+/* Length of a pooled result at most (the accumulator's size: the hidden width, or more labels). */
+size_t cv_pooler_max_output(const cv_pooler *p);
 
 /* Checks a request's parameters against the pooler (vLLM's messages, `model` the served name) and
- * resolves its defaults into *out. */
+ * resolves its defaults into *out (its task one of the static names "embed", "classify", "score"). */
 int cv_pooler_resolve(const cv_pooler *p, const cvllm_pooling_params *in, const char *model, cvllm_pooling_params *out);
 
 /* Folds rows [0, n) of one step — the hidden states of prompt positions [first, first + n) of a
  * prompt of n_prompt tokens — into acc[hidden] (zeroed by the caller before position 0). */
 void cv_pooler_take(const cv_pooler *p, float *acc, const float *rows, size_t first, size_t n, size_t n_prompt);
-/* Turns acc into the request's vector in place (MEAN's division, truncation, normalization); returns
- * its length. */
+/* Turns acc (cv_pooler_max_output floats) into the request's result in place: for embed MEAN's
+ * division, truncation and normalization; for classify the head's scores and their activation.
+ * Returns its length. */
 size_t cv_pooler_finish(const cv_pooler *p, float *acc, size_t n_prompt, const cvllm_pooling_params *params);
 
 #endif

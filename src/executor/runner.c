@@ -11,6 +11,7 @@
 #include "executor/runner.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -86,6 +87,7 @@ int cv_runner_create(const cv_runner_options *o, cv_runner **out) {
         .tp_rank = r->tp.rank,
         .tp_size = r->tp.size,
     };
+    snprintf(r->info.head_tensor, sizeof r->info.head_tensor, "%s", m->head_tensor);
     *out = r;
     return 0;
 }

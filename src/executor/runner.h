@@ -55,6 +55,8 @@ typedef struct cv_runner_info {
     bool state_checkpoints;         /* the model honours cv_batch.checkpoints */
     bool has_mtp;                   /* cv_runner_execute_mtp is available */
     int32_t vocab_size;
+    char head_tensor[160];          /* the checkpoint tensor whose rows are the logits' rows (lm_head.weight,
+                                     * or the embedding when tied): a classifier's label rows come from it */
     size_t weight_bytes;
     int threads;
     int tp_rank, tp_size;           /* {0, 1}: one process */

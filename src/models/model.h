@@ -123,6 +123,7 @@ struct cv_model {
     size_t state_bytes_per_seq;    /* 0 for pure attention models */
     bool state_checkpoints;        /* forward() honours batch->checkpoints */
     int32_t vocab_size;            /* rows of the logits */
+    const char *head_tensor;       /* the checkpoint tensor of the logits' rows (nn_vocab.head_tensor) */
     size_t weight_bytes;           /* bytes of weights read per token (for sizing and benchmarks) */
     cv_threadpool *pool;           /* borrowed */
     const cv_lora_sites *lora_sites; /* loaded with LoRA on; else NULL */

@@ -453,7 +453,8 @@ int cv_qwen3_hybrid_load(const cv_model_load_params *p, cv_model **out) {
     const cv_model_config *cfg = p->config;
     *out = NULL;
     hybrid_model *m = cv_xcalloc(1, sizeof *m);
-    m->base = (cv_model){.ops = &hybrid_ops, .config = cfg, .vocab_size = cfg->vocab_size, .pool = p->pool,
+    m->base = (cv_model){.ops = &hybrid_ops, .config = cfg, .vocab_size = cfg->vocab_size,
+                         .head_tensor = m->t.vocab_w.head_tensor, .pool = p->pool,
                          .state_checkpoints = true};
     m->family = strcmp(cfg->architecture, "Qwen3NextForCausalLM") == 0 ? FAMILY_NEXT : FAMILY_QWEN3_5;
     m->n_layers = cfg->num_hidden_layers;

@@ -163,7 +163,8 @@ int cv_qwen3_moe_load(const cv_model_load_params *p, cv_model **out) {
         return rc;
     }
     qwen3_moe_model *m = cv_xcalloc(1, sizeof *m);
-    m->base = (cv_model){.ops = &qwen3_moe_ops, .config = cfg, .vocab_size = cfg->vocab_size, .pool = p->pool};
+    m->base = (cv_model){.ops = &qwen3_moe_ops, .config = cfg, .vocab_size = cfg->vocab_size,
+                         .head_tensor = m->t.vocab_w.head_tensor, .pool = p->pool};
     m->base.kv_spec = (cv_kv_spec){cfg->num_hidden_layers, dims.n_kv_heads, cfg->head_dim}; /* this rank's heads */
     m->n_layers = cfg->num_hidden_layers;
     m->dims = dims;

@@ -17,6 +17,7 @@ void nn_bind_vocab(nn_binder *b, const char *embed_name, int32_t vocab, int32_t 
     nn_bind_matrix(b, embed_name, vocab, hidden, "vocab_size, hidden_size", &embed);
     b->matmul_bytes = streamed; /* gathered one row per token, not streamed */
     if (b->rc) return;
+    snprintf(out->head_tensor, sizeof out->head_tensor, "%s", tied ? embed_name : "lm_head.weight");
     /* A pooling model computes no logits but keeps the tied head: one view of the embedding, no bytes
      * of its own, and the forward pass stays the generating one's. */
     tied = tied || b->pooling;

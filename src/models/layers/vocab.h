@@ -24,6 +24,8 @@ typedef struct nn_vocab {
     cv_weight embed;          /* a view; .data NULL: tied and read from the packed lm_head */
     nn_linear lm_head;        /* one part, named "lm_head" (tied or not): this rank's vocabulary rows */
     bool tied;
+    char head_tensor[160];    /* the checkpoint tensor whose rows are the logits' rows: lm_head.weight,
+                               * or the embedding when the config ties them (also when pooling) */
     cv_pack_cache *cache;     /* backs every packed linear of the model (NULL: anonymous memory) */
     const cv_tp *tp;          /* tensor parallelism, else NULL */
     float *part, *all;        /* tensor parallelism: this rank's logit slices, and rank 0's gathered ones */
