@@ -181,6 +181,9 @@ typedef struct cvllm_engine_options {
                                  * (modules.json with a Pooling module) or a *ForSequenceClassification
                                  * architecture (a classifier or reranker, cvllm_engine_pooling_task),
                                  * else generate */
+    const char *convert;        /* vLLM's --convert: "embed" or "classify" makes the pooling runner embed
+                                 * or classify whatever the architecture says; NULL, "auto" or "none":
+                                 * classify a *ForSequenceClassification architecture, else embed */
     const char *pooler_config;  /* vLLM's --pooler-config, a JSON object: "pooling_type" (or
                                  * "seq_pooling_type") "LAST", "CLS" or "MEAN", "use_activation" (L2-
                                  * normalize), "dimensions" (the default of requests); NULL = the folder's

@@ -339,6 +339,41 @@ static void test_embedding_server(void) {
     strcat(long_body, "]}");
     expect_error(port, long_body, 400, "You passed 33 input tokens and requested 0 output tokens");
 
+    /* /pooling is the same vector as an item of object "pooling"; /classify is a classifier's */
+    r = call(port, "/pooling", "{\"input\": \"a b c\"}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK(!strncmp(json_string_value(json_object_get(r, "id")), "pooling-", 8));
+    const json_t *pooled = json_array_get(json_object_get(r, "data"), 0);
+    CHECK(!strcmp(json_string_value(json_object_get(pooled, "object")), "pooling"));
+    const json_t *vec = json_object_get(pooled, "data");
+    CHECK_EQ_INT((int)json_array_size(vec), 64);
+    for (size_t k = 0; k < json_array_size(vec); k++) CHECK((float)json_real_value(json_array_get(vec, k)) == text[k]);
+    json_decref(r);
+    static const struct {
+        const char *body, *message;
+    } bad_pooling[] = {
+        {"{\"input\": \"a\", \"dimensions\": 8}", "dimensions is currently not supported"},
+        {"{\"input\": \"a\", \"task\": \"classify\"}", "Unsupported task: 'classify' Supported tasks: ('embed',)"},
+    };
+    for (size_t k = 0; k < sizeof bad_pooling / sizeof *bad_pooling; k++) {
+        r = call(port, "/pooling", bad_pooling[k].body, &status);
+        CHECK_EQ_INT(status, 400);
+        const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+        CHECK_MSG(msg && strstr(msg, bad_pooling[k].message), "expected '%s', got '%s'", bad_pooling[k].message,
+                  msg ? msg : "(none)");
+        json_decref(r);
+    }
+    r = call(port, "/classify", "{\"input\": \"a\"}", &status);
+    CHECK_EQ_INT(status, 404);
+    json_decref(r);
+    /* /invocations: input is an embedding, query and documents a rerank */
+    r = call(port, "/invocations", "{\"input\": \"a b c\"}", &status);
+    CHECK(status == 200 && !strncmp(json_string_value(json_object_get(r, "id")), "embd-", 5));
+    json_decref(r);
+    r = call(port, "/invocations", "{\"query\": \"a\", \"documents\": [\"b\", \"c\"]}", &status);
+    CHECK(status == 200 && json_array_size(json_object_get(r, "results")) == 2);
+    json_decref(r);
+
     /* the generation routes do not exist on a pooling server */
     r = call(port, "/v1/completions", "{\"prompt\": \"a\"}", &status);
     CHECK_EQ_INT(status, 404);
@@ -382,7 +417,7 @@ static void test_runner_flags(void) {
         const char *flag, *value, *message;
     } bad[] = {
         {"--runner", "embed", "argument --runner: invalid choice: 'embed'"},
-        {"--convert", "classify", "classify is not supported"},
+        {"--convert", "reward", "reward is not supported"},
         {"--pooler-config", "{\"pooling_type\": \"STEP\"}", "pooling type STEP is not supported"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
@@ -501,6 +536,27 @@ static void test_reranker(void) {
                   msg ? msg : "(none)");
         json_decref(r);
     }
+    /* /classify and /pooling: the pair's text as one input, the one label's probability; /invocations
+     * takes input as a classification */
+    r = call(plain.port, "/classify", "{\"input\": [\"a b c\"]}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK(!strncmp(json_string_value(json_object_get(r, "id")), "classify-", 9));
+    const json_t *item = json_array_get(json_object_get(r, "data"), 0);
+    CHECK(!strcmp(json_string_value(json_object_get(item, "label")), "LABEL_0"));
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(item, "num_classes")), 1);
+    CHECK(json_real_value(json_array_get(json_object_get(item, "probs"), 0)) == s1);
+    json_decref(r);
+    r = call(plain.port, "/pooling", "{\"input\": \"a b c\", \"use_activation\": false}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK(json_real_value(json_array_get(json_object_get(json_array_get(json_object_get(r, "data"), 0), "data"), 0)) ==
+          logit);
+    json_decref(r);
+    r = call(plain.port, "/invocations", "{\"input\": \"a b c\"}", &status);
+    CHECK(status == 200 && !strncmp(json_string_value(json_object_get(r, "id")), "classify-", 9));
+    json_decref(r);
+    r = call(plain.port, "/invocations", "{\"text_1\": \"a b\", \"text_2\": \" c\"}", &status);
+    CHECK(status == 200 && json_real_value(json_object_get(json_array_get(json_object_get(r, "data"), 0), "score")) == s1);
+    json_decref(r);
     /* a reranker has no embeddings and no generation */
     r = call(plain.port, "/v1/embeddings", "{\"input\": \"a\"}", &status);
     CHECK_EQ_INT(status, 404);
@@ -513,6 +569,86 @@ static void test_reranker(void) {
     CHECK_EQ_INT(sp_wait_exit(&plain, 20), 0);
     CHECK_EQ_INT(sp_wait_exit(&templ, 20), 0);
     free(tmpl_path);
+}
+
+/* --convert classify on the folder (whose architecture is *ForCausalLM), its head three lm_head rows
+ * (vLLM's no_post_processing method: tokens "!", "a" and "b") named by id2label: /classify's
+ * probabilities are the softmax of its raw scores and its label the likeliest; /pooling returns the
+ * same in any encoding; there are no /score and /rerank (vLLM serves them for one label only). */
+static void test_classifier(void) {
+    static const char overrides[] = "{\"method\": \"no_post_processing\", \"classifier_from_token\": [\"!\", \"a\", "
+                                    "\"b\"], \"id2label\": {\"0\": \"bang\", \"1\": \"a\", \"2\": \"b\"}}";
+    const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--dtype", "float32", "--max-model-len", "32",
+                          "--kv-cache-memory-bytes", "16M", "--num-threads", "1", "--convert", "classify",
+                          "--hf-overrides", overrides};
+    sp_proc p = sp_spawn(dir, dir, "classify", args, sizeof args / sizeof *args);
+    CHECK_MSG(sp_wait_ready(&p, 30), "classifier server did not start");
+    char *log = tu_read_text(p.log);
+    CHECK_CONTAINS(log, "pooling runner (--convert classify): 3 labels from no_post_processing, LAST pooling");
+    free(log);
+    long status;
+    json_t *r = call(p.port, "/classify", "{\"input\": [\"a b\", \"c\"], \"use_activation\": false}", &status);
+    CHECK_EQ_INT(status, 200);
+    double raw[2][3];
+    for (size_t i = 0; i < 2; i++)
+        for (size_t k = 0; k < 3; k++)
+            raw[i][k] = json_real_value(json_array_get(json_object_get(json_array_get(json_object_get(r, "data"), i),
+                                                                       "probs"), k));
+    json_decref(r);
+    r = call(p.port, "/classify", "{\"input\": [\"a b\", \"c\"]}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK(json_integer_value(json_object_get(json_object_get(r, "usage"), "prompt_tokens")) > 0);
+    static const char *const names[] = {"bang", "a", "b"};
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *item = json_array_get(json_object_get(r, "data"), i);
+        CHECK_EQ_INT((int)json_integer_value(json_object_get(item, "index")), (int)i);
+        CHECK_EQ_INT((int)json_integer_value(json_object_get(item, "num_classes")), 3);
+        double sum = 0, max = fmax(raw[i][0], fmax(raw[i][1], raw[i][2]));
+        size_t best = 0;
+        for (size_t k = 0; k < 3; k++) sum += exp(raw[i][k] - max);
+        for (size_t k = 0; k < 3; k++) {
+            const double prob = json_real_value(json_array_get(json_object_get(item, "probs"), k));
+            CHECK_MSG(fabs(prob - exp(raw[i][k] - max) / sum) < 1e-6, "prompt %zu label %zu: %.7f", i, k, prob);
+            if (raw[i][k] > raw[i][best]) best = k;
+        }
+        CHECK(!strcmp(json_string_value(json_object_get(item, "label")), names[best]));
+    }
+    const double prob0 = json_real_value(json_array_get(json_object_get(json_array_get(json_object_get(r, "data"), 0),
+                                                                        "probs"), 0));
+    json_decref(r);
+    /* /pooling: the same probabilities, as floats or base64 float32 */
+    r = call(p.port, "/pooling", "{\"input\": \"a b\", \"encoding_format\": \"base64\"}", &status);
+    CHECK_EQ_INT(status, 200);
+    uint8_t bytes[64];
+    CHECK_EQ_INT((int)b64_decode(json_string_value(json_object_get(json_array_get(json_object_get(r, "data"), 0), "data")),
+                                 bytes), 12);
+    float first;
+    memcpy(&first, bytes, 4);
+    CHECK(first == (float)prob0);
+    json_decref(r);
+    static const struct {
+        const char *path, *body;
+        long status;
+        const char *message;
+    } refused[] = {
+        {"/score", "{\"text_1\": \"a\", \"text_2\": \"b\"}", 404, "Not Found"},
+        {"/rerank", "{\"query\": \"a\", \"documents\": [\"b\"]}", 404, "Not Found"},
+        {"/v1/embeddings", "{\"input\": \"a\"}", 404, "Not Found"},
+        {"/pooling", "{\"input\": \"a\", \"task\": \"score\"}", 400, "Unsupported task: 'score' Supported tasks: ('classify',)"},
+        {"/classify", "{\"input\": \"a\", \"dimensions\": 2}", 200, NULL}, /* not a classify field: ignored */
+        {"/classify", "{}", 400, "Field required"},
+        {"/classify", "{\"input\": \"a\", \"use_activation\": 3}", 400, "Input should be a valid boolean"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+        r = call(p.port, refused[k].path, refused[k].body, &status);
+        CHECK_MSG(status == refused[k].status, "%s %s: %ld", refused[k].path, refused[k].body, status);
+        const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+        CHECK_MSG(!refused[k].message || (msg && strstr(msg, refused[k].message)), "%s: expected '%s', got '%s'",
+                  refused[k].body, refused[k].message, msg ? msg : "(none)");
+        json_decref(r);
+    }
+    kill(p.pid, SIGTERM);
+    CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
 }
 
 /* `cvllm bench serve --backend openai-embeddings` against a pooling server: every request succeeds,
@@ -570,6 +706,7 @@ int main(void) {
     test_embedding_server();
     test_runner_flags();
     test_reranker();
+    test_classifier();
     test_bench_embeddings();
     tu_remove_tree(dir);
     free(dir);

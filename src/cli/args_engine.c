@@ -324,7 +324,8 @@ static bool choice_option(cv_args *a, const char *name, const char *const *choic
 }
 
 /* --runner, --convert and the older --task: which runner serves the model. --convert embed (and
- * --task embed) is the pooling runner's embedding, the one conversion cvllm runs. */
+ * --task embed) and --convert classify (--task classify or score, as vLLM maps them) pick the pooling
+ * runner's task; reward and mm_encoder_only are not run. */
 static bool runner_option(cv_args *a, cvllm_engine_options *o) {
     static const char *const runners[] = {"auto", "draft", "generate", "pooling", NULL};
     static const char *const converts[] = {"auto", "classify", "embed", "mm_encoder_only", "none", "reward", NULL};
@@ -333,9 +334,11 @@ static bool runner_option(cv_args *a, cvllm_engine_options *o) {
     if (choice_option(a, "--runner", runners, &o->runner)) return true;
     if (choice_option(a, "--convert", converts, &v) || choice_option(a, "--task", tasks, &v)) {
         if (!v || !strcmp(v, "auto") || !strcmp(v, "none") || !strcmp(v, "generate")) return true;
-        if (strcmp(v, "embed") && strcmp(v, "embedding"))
-            cv_args_error(a, "%s is not supported: cvllm's pooling runner embeds (embed) only", v);
-        else o->runner = "pooling";
+        const bool embed = !strcmp(v, "embed") || !strcmp(v, "embedding");
+        if (!embed && strcmp(v, "classify") && strcmp(v, "score"))
+            cv_args_error(a, "%s is not supported: cvllm's pooling runner embeds (embed) or classifies (classify)", v);
+        o->runner = "pooling";
+        o->convert = embed ? "embed" : "classify";
         return true;
     }
     return false;
@@ -432,9 +435,10 @@ const char cv_args_engine_help[] =
     "  --enable-lora  --max-loras N (1)  --max-lora-rank R (16)  LoRA adapters (serve: --lora-modules)\n"
     "  --quantization, -q METHOD    vLLM's method names (checked; the checkpoint decides)\n"
     "  --scheduling-policy fcfs|priority  queue order: arrival, or the requests' priority (lower first)\n"
-    "  --runner auto|generate|pooling  pooling: embedding and reranker models (serve: /v1/embeddings,\n"
-    "                               /score, /rerank); auto picks it for a sentence-transformers folder\n"
-    "                               or a *ForSequenceClassification model (--convert embed, --task embed)\n"
+    "  --runner auto|generate|pooling  pooling: embedding, classifier and reranker models (serve:\n"
+    "                               /v1/embeddings or /classify, /pooling, /score, /rerank); auto picks it\n"
+    "                               for a sentence-transformers folder or a *ForSequenceClassification model\n"
+    "  --convert embed|classify     the pooling runner's task whatever the architecture (--task too)\n"
     "  --pooler-config JSON         '{\"pooling_type\": \"LAST\"|\"CLS\"|\"MEAN\", \"use_activation\": true}'\n"
     "  --config FILE.yaml           flags from a YAML file (the command line wins)\n"
     "  JSON flags also take dotted keys: --compilation-config.cudagraph_mode FULL, -cc.mode=3\n"

@@ -108,6 +108,14 @@ static int check_options(const cvllm_engine_options *o) {
                              "speculation through speculative_config")
                    : cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid runner '%s'; choose from auto, draft, generate, pooling",
                              runner);
+    const char *convert = o->convert;
+    if (convert && strcmp(convert, "auto") && strcmp(convert, "none") && strcmp(convert, "embed") &&
+        strcmp(convert, "classify"))
+        return !strcmp(convert, "reward") || !strcmp(convert, "mm_encoder_only")
+                   ? cv_fail(CVLLM_ERR_UNSUPPORTED, "convert %s is not supported: cvllm's pooling runner embeds or "
+                             "classifies", convert)
+                   : cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid convert '%s'; choose from auto, classify, embed, "
+                             "mm_encoder_only, none, reward", convert);
     const char *policy = o->scheduling_policy;
     if (policy && strcmp(policy, "fcfs") && strcmp(policy, "priority"))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid scheduling_policy '%s'; choose from fcfs, priority", policy);
@@ -360,15 +368,18 @@ static int find_tokenizer(cvllm_engine *e) {
  * and at least one. Alone (or under tensor parallelism, whose runner shares the cores out itself)
  * num_threads as given. */
 /* vLLM's --runner: auto pools for a sentence-transformers folder (its modules.json has a Pooling
- * module), which is how Qwen3-Embedding ships under its *ForCausalLM architecture. */
+ * module), which is how Qwen3-Embedding ships under its *ForCausalLM architecture, for a classifier's
+ * architecture, and when --convert asks for a pooling task. */
 static int resolve_runner(cvllm_engine *e) {
-    const char *runner = e->opts.runner, *arch = e->config.architecture;
+    const char *runner = e->opts.runner, *arch = e->config.architecture, *convert = e->opts.convert;
     const bool is_auto = !runner || !strcmp(runner, "auto");
-    const bool classifier = cv_pooler_config_classifies(&e->config);
-    if (classifier && !is_auto && strcmp(runner, "pooling"))
-        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "%s is a classification model: it runs on the pooling runner, not "
-                       "runner %s", arch, runner);
-    e->pooling = is_auto ? classifier || cv_pooler_folder_pools(e->model_dir) : !strcmp(runner, "pooling");
+    const bool converts = convert && (!strcmp(convert, "embed") || !strcmp(convert, "classify"));
+    const bool classifier = converts ? !strcmp(convert, "classify") : cv_pooler_config_classifies(&e->config);
+    if ((classifier || converts) && !is_auto && strcmp(runner, "pooling"))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, classifier ? "%s is a classification model: it runs on the pooling "
+                       "runner, not runner %s" : "%s converted to embed runs on the pooling runner, not runner %s",
+                       arch, runner);
+    e->pooling = is_auto ? classifier || converts || cv_pooler_folder_pools(e->model_dir) : !strcmp(runner, "pooling");
     if (is_auto) cv_info("engine", "Resolved `--runner auto` to `--runner %s`", e->pooling ? "pooling" : "generate");
     if (!e->pooling) {
         if (e->opts.pooler_config)
@@ -378,7 +389,7 @@ static int resolve_runner(cvllm_engine *e) {
     if (e->spec.method != CV_SPEC_NONE)
         return cv_fail(CVLLM_ERR_UNSUPPORTED, "speculative decoding does not apply to the pooling runner: it generates "
                                               "no tokens");
-    int rc = cv_pooler_init(&e->pooler, e->model_dir, e->opts.pooler_config, &e->config);
+    int rc = cv_pooler_init(&e->pooler, e->model_dir, e->opts.pooler_config, &e->config, classifier);
     if (rc) return rc;
     if (e->pooler.task == CV_TASK_CLASSIFY)
         cv_info("engine", "pooling runner (--convert classify): %d label%s from %s, %s pooling", e->pooler.num_labels,

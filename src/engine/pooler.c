@@ -318,10 +318,11 @@ bool cv_pooler_config_classifies(const cv_model_config *cfg) {
     return n > k && !strcmp(cfg->architecture + n - k, suffix);
 }
 
-int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_config, const cv_model_config *cfg) {
+int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_config, const cv_model_config *cfg,
+                   bool classify) {
     *p = (cv_pooler){.type = CV_POOL_LAST, .normalize = true, .hidden = cfg->hidden_size, .vocab = cfg->vocab_size};
     int rc;
-    if (cv_pooler_config_classifies(cfg)) {
+    if (classify) {
         rc = classifier(p, cfg);
         if (!rc && pooler_config) rc = from_option(p, pooler_config);
         if (!rc && p->dimensions)

@@ -72,9 +72,10 @@ bool cv_pooler_config_classifies(const cv_model_config *cfg);
 bool cv_pooler_folder_pools(const char *model_dir);
 
 /* Resolves the pooler of the model in model_dir (cfg its config) with --pooler-config's JSON
- * (NULL: none). Errors name the file or key: a malformed file, an unknown key, a pooling type cvllm
- * does not run (ALL, STEP, MAX, ...). */
-int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_config, const cv_model_config *cfg);
+ * (NULL: none), as a classifier or an embedder. Errors name the file or key: a malformed file, an
+ * unknown key, a pooling type cvllm does not run (ALL, STEP, MAX, ...). */
+int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_config, const cv_model_config *cfg,
+                   bool classify);
 void cv_pooler_free(cv_pooler *p);
 const char *cv_pooling_type_name(cv_pooling_type t);
 

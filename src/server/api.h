@@ -69,7 +69,8 @@ char *cv_api_error_json(const cv_api_error *err);
  * parsed, a request is then a chat completion or a completion (its kind says which). */
 typedef enum cv_api_kind {
     CV_API_COMPLETION, CV_API_CHAT, CV_API_INVOCATION,
-    CV_API_EMBEDDING, CV_API_SCORE, CV_API_RERANK /* the pooling routes: one pooling request a prompt */
+    /* the pooling routes: one pooling request a prompt */
+    CV_API_EMBEDDING, CV_API_SCORE, CV_API_RERANK, CV_API_CLASSIFY, CV_API_POOLING
 } cv_api_kind;
 
 static inline bool cv_api_kind_pools(cv_api_kind k) { return k >= CV_API_EMBEDDING; }
@@ -118,6 +119,9 @@ typedef struct cv_api_limits {
     bool tokens_as_ids;         /* --return-tokens-as-token-ids: return_tokens_as_token_ids when a request
                                  * leaves it out (or null) */
     const char *pooling_task;   /* the engine's cvllm_engine_pooling_task: "embed", "classify" or NULL */
+    bool scores;                /* /score and /rerank are served: an embedding model, or a classifier of
+                                 * one label (vLLM enables its Scoring API only for num_labels == 1) */
+    const char *const *class_labels; /* a classifier's label names (cvllm_engine_class_label), else NULL */
     const cv_chat_template *score_template; /* --chat-template, which renders a reranker's (query, document)
                                  * pairs; NULL: the pair is the two texts one after the other */
 } cv_api_limits;
@@ -185,8 +189,11 @@ typedef struct cv_api_request {
     char *constraint_spec;      /* schema (JSON text), regex or grammar */
     char **constraint_choices;
     char *whitespace_pattern;
-    /* /v1/embeddings (CV_API_EMBEDDING): one pooling request a prompt */
+    /* the pooling routes: one pooling request a prompt; pooling.task is `task` (/pooling's) or a
+     * static name */
     cvllm_pooling_params pooling;
+    char *task;
+    const char *const *class_labels; /* /classify: the limits' */
     cv_api_encoding encoding;
     cv_api_embed_dtype embed_dtype;
     cv_api_endianness endianness;
@@ -215,6 +222,16 @@ int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim
  * truncate_prompt_tokens, add_special_tokens (true), user, cache_salt, request_id. */
 int cv_api_parse_embedding(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
                            cv_api_error *err);
+/* /classify (vLLM's ClassificationRequest: the embeddings' input or chat form, use_activation,
+ * truncation) and /pooling (PoolingRequest: the embeddings' fields but dimensions, and task). */
+int cv_api_parse_classify(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                          cv_api_error *err);
+int cv_api_parse_pooling(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                         cv_api_error *err);
+/* The route /invocations takes on a pooling server, as vLLM's SageMaker router tries the request types
+ * of the model's task in turn: a body with input (or messages) is the task's own (embeddings or
+ * classify), else one with query and documents a rerank, else a score where scores are served. */
+cv_api_kind cv_api_pooling_invocation(const char *body, size_t len, const cv_api_limits *lim);
 /* /score (vLLM's ScoreRequest: queries/documents, queries/items, data_1/data_2 or text_1/text_2, each
  * a string or strings, 1:1, 1:N or N:N) and /rerank (RerankRequest: query, documents, top_n), with
  * use_activation, truncate_prompt_tokens and, for a reranker's template, instruction and

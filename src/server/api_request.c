@@ -188,6 +188,15 @@ static const char *const EMBEDDING_FIELDS[] = {
     "model", "input", "user", "truncate_prompt_tokens", "truncation_side", "padding", "request_id", "priority",
     "mm_processor_kwargs", "cache_salt", "add_special_tokens", "encoding_format", "embed_dtype", "endianness",
     "dimensions", "use_activation", NULL};
+/* ClassificationCompletionRequest (pooling/classify/protocol.py) and PoolingCompletionRequest
+ * (pooling/pooling/protocol.py): the embeddings' base fields, and their own. */
+static const char *const CLASSIFY_FIELDS[] = {
+    "model", "input", "user", "truncate_prompt_tokens", "truncation_side", "padding", "request_id", "priority",
+    "mm_processor_kwargs", "cache_salt", "add_special_tokens", "use_activation", NULL};
+static const char *const POOLING_FIELDS[] = {
+    "model", "input", "user", "truncate_prompt_tokens", "truncation_side", "padding", "request_id", "priority",
+    "mm_processor_kwargs", "cache_salt", "add_special_tokens", "encoding_format", "embed_dtype", "endianness",
+    "dimensions", "use_activation", "task", NULL};
 /* ScoreRequest and RerankRequest (vllm/entrypoints/pooling/scoring/protocol.py and its mixins). */
 static const char *const SCORE_FIELDS[] = {
     "model", "user", "truncate_prompt_tokens", "truncation_side", "request_id", "priority", "use_activation",
@@ -1462,8 +1471,8 @@ static int parse_chat_prompt(const json_t *o, const cv_api_limits *lim, bool gen
                              cv_api_error *err) {
     const cv_api_chat_config *cfg = lim->chat;
     json_t *messages = json_object_get(o, "messages"), *docs = generation ? field(o, "documents") : NULL;
-    /* EmbeddingChatRequest's default is False: an embedding reads the conversation as it stands */
-    bool add_generation_prompt = req->kind != CV_API_EMBEDDING, continue_final = false;
+    /* the pooling chat requests' default is False: they read the conversation as it stands */
+    bool add_generation_prompt = !cv_api_kind_pools(req->kind), continue_final = false;
     if (cv_get_bool(o, NULL, "add_generation_prompt", 0, &add_generation_prompt, err) ||
         cv_get_bool(o, NULL, "continue_final_message", 0, &continue_final, err))
         return -1;
@@ -1706,6 +1715,7 @@ void cv_api_request_free(cv_api_request *req) {
     for (size_t i = 0; i < req->n_texts_2; i++) free(req->texts_2[i]);
     free(req->texts_1);
     free(req->texts_2);
+    free(req->task);
     memset(req, 0, sizeof *req);
 }
 
@@ -1824,8 +1834,10 @@ cvllm_sampling_params cv_api_prompt_params(const cv_api_request *req, size_t pro
 }
 
 /* ------------------------------------------------------------------------------------------------ */
-/* /v1/embeddings                                                                                    */
+/* /v1/embeddings, /classify and /pooling                                                            */
 
+/* The fields the three share (input or the chat form, truncation, use_activation), and those of
+ * req->kind: an encoding for embeddings and /pooling, dimensions for embeddings, task for /pooling. */
 static int parse_embedding_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
     static const char *const encodings[] = {"float", "base64", "bytes", "bytes_only"};
     static const char *const dtypes[] = {"float32", "float16", "bfloat16", "fp8_e4m3", "fp8_e5m2"};
@@ -1838,6 +1850,7 @@ static int parse_embedding_fields(const json_t *o, const cv_api_limits *lim, cv_
         cv_loc at = {NULL, "input", 0};
         return cv_api_pyfail(err, &at, o, "missing", "Field required", NULL);
     }
+    const bool encodes = req->kind != CV_API_CLASSIFY;
     int encoding = 0, dtype = 0, endian = 0;
     int64_t priority = 0, dimensions = 0;
     bool dims_given = false, activation = false, activation_given = false;
@@ -1857,12 +1870,15 @@ static int parse_embedding_fields(const json_t *o, const cv_api_limits *lim, cv_
         cv_get_int(o, NULL, "priority", 0, &priority, NULL, err) ||
         cv_get_str(o, NULL, "cache_salt", CV_OPTIONAL, &req->cache_salt, err) ||
         cv_get_bool(o, NULL, "add_special_tokens", 0, &req->add_special_tokens, err) ||
-        cv_get_literal(o, NULL, "encoding_format", 0, encodings, CV_ARRAY_LEN(encodings), &encoding, err) ||
-        cv_get_literal(o, NULL, "embed_dtype", 0, dtypes, CV_ARRAY_LEN(dtypes), &dtype, err) ||
-        cv_get_literal(o, NULL, "endianness", 0, endians, CV_ARRAY_LEN(endians), &endian, err) ||
-        cv_get_int(o, NULL, "dimensions", CV_OPTIONAL, &dimensions, &dims_given, err) ||
+        (encodes && (cv_get_literal(o, NULL, "encoding_format", 0, encodings, CV_ARRAY_LEN(encodings), &encoding, err) ||
+                     cv_get_literal(o, NULL, "embed_dtype", 0, dtypes, CV_ARRAY_LEN(dtypes), &dtype, err) ||
+                     cv_get_literal(o, NULL, "endianness", 0, endians, CV_ARRAY_LEN(endians), &endian, err) ||
+                     cv_get_int(o, NULL, "dimensions", CV_OPTIONAL, &dimensions, &dims_given, err))) ||
+        (req->kind == CV_API_POOLING && cv_get_str(o, NULL, "task", CV_OPTIONAL, &req->task, err)) ||
         cv_get_bool(o, NULL, "use_activation", CV_OPTIONAL, &activation, err))
         return -1;
+    if (req->kind == CV_API_POOLING && dims_given)
+        return cv_api_fail(err, 400, "dimensions", "dimensions is currently not supported");
     activation_given = field(o, "use_activation") && !json_is_null(field(o, "use_activation"));
     if (dtype >= 3)
         return cv_api_fail(err, 400, "embed_dtype", "embed_dtype %s is not supported by cvllm; use float32, float16 or "
@@ -1880,22 +1896,53 @@ static int parse_embedding_fields(const json_t *o, const cv_api_limits *lim, cv_
     if (dims_given) req->pooling.dimensions = dimensions < INT32_MIN ? INT32_MIN : dimensions > INT32_MAX ? INT32_MAX
                                               : dimensions == 0 ? -1 : (int32_t)dimensions;
     if (activation_given) req->pooling.normalize = activation ? 1 : 0;
+    req->pooling.task = req->task; /* the engine checks it against the model's */
+    req->class_labels = lim->class_labels;
     req->encoding = (cv_api_encoding)encoding;
     req->embed_dtype = (cv_api_embed_dtype)dtype;
     req->endianness = (cv_api_endianness)endian;
     return 0;
 }
 
-int cv_api_parse_embedding(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
-                           cv_api_error *err) {
+static int parse_pooling_route(const char *body, size_t len, const cv_api_limits *lim, cv_api_kind kind,
+                               cv_api_request *req, cv_api_error *err) {
     memset(req, 0, sizeof *req);
-    req->kind = CV_API_EMBEDDING;
+    req->kind = kind;
     json_t *root = parse_body(body, len, err);
     if (!root) return -1;
     int rc = parse_embedding_fields(root, lim, req, err);
-    if (!rc) log_ignored_fields(root, EMBEDDING_FIELDS, field(root, "messages") ? EMBEDDING_CHAT_FIELDS : NULL);
+    if (!rc)
+        log_ignored_fields(root, kind == CV_API_CLASSIFY ? CLASSIFY_FIELDS : kind == CV_API_POOLING ? POOLING_FIELDS
+                                                                                                   : EMBEDDING_FIELDS,
+                           field(root, "messages") ? EMBEDDING_CHAT_FIELDS : NULL);
     json_decref(root);
     return rc;
+}
+
+int cv_api_parse_embedding(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                           cv_api_error *err) {
+    return parse_pooling_route(body, len, lim, CV_API_EMBEDDING, req, err);
+}
+
+int cv_api_parse_classify(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                          cv_api_error *err) {
+    return parse_pooling_route(body, len, lim, CV_API_CLASSIFY, req, err);
+}
+
+int cv_api_parse_pooling(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                         cv_api_error *err) {
+    return parse_pooling_route(body, len, lim, CV_API_POOLING, req, err);
+}
+
+cv_api_kind cv_api_pooling_invocation(const char *body, size_t len, const cv_api_limits *lim) {
+    const cv_api_kind own = lim->pooling_task && !strcmp(lim->pooling_task, "classify") ? CV_API_CLASSIFY
+                                                                                       : CV_API_EMBEDDING;
+    json_t *root = json_loadb(body, len, 0, NULL);
+    cv_api_kind kind = own;
+    if (json_is_object(root) && !field(root, "input") && !field(root, "messages") && lim->scores)
+        kind = field(root, "query") && field(root, "documents") ? CV_API_RERANK : CV_API_SCORE;
+    json_decref(root);
+    return kind;
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -1981,7 +2028,9 @@ static int score_prompts(const json_t *o, const cv_api_limits *lim, cv_api_reque
     if (req->request_id && strlen(req->request_id) > 64)
         return cv_api_fail(err, 400, "request_id", "'request_id' is longer than 64 bytes");
     if (field(o, "use_activation")) req->pooling.normalize = activation ? 1 : 0;
-    if (lim->pooling_task && !strcmp(lim->pooling_task, "embed")) { /* bi-encoder: each text embedded once */
+    const bool bi_encoder = lim->pooling_task && !strcmp(lim->pooling_task, "embed");
+    if (!bi_encoder) req->pooling.task = "score"; /* a cross-encoder's scores take its score activation */
+    if (bi_encoder) { /* each text embedded once */
         for (size_t i = 0; i < n1; i++) add_prompt(req, (cv_api_prompt){.text = cv_xstrdup(req->texts_1[i]),
                                                                         .text_len = strlen(req->texts_1[i])});
         for (size_t i = 0; i < n2; i++) add_prompt(req, (cv_api_prompt){.text = cv_xstrdup(req->texts_2[i]),

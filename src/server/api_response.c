@@ -53,6 +53,8 @@ void cv_api_response_init(cv_api_response *r, const cv_api_request *req, const c
     r->created = (int64_t)time(NULL);
     const char *prefix = req->kind == CV_API_CHAT        ? "chatcmpl-"
                          : req->kind == CV_API_EMBEDDING ? "embd-"
+                         : req->kind == CV_API_CLASSIFY  ? "classify-"
+                         : req->kind == CV_API_POOLING   ? "pooling-"
                          : cv_api_kind_pools(req->kind)  ? "score-" /* /score's and, in current vLLM, /rerank's */
                                                          : "cmpl-";
     if (req->request_id) {
@@ -533,8 +535,9 @@ static json_t *embedding_base64(const cv_api_request *req, const float *v, size_
     return s;
 }
 
-/* vLLM's EmbeddingResponse. */
-static char *embedding_json(const cv_api_response *r) {
+/* vLLM's EmbeddingResponse, or its PoolingResponse: the same list with each vector's item named
+ * `object` and the vector under `key`. */
+static char *embedding_json(const cv_api_response *r, const char *object, const char *key) {
     const cv_api_request *req = r->req;
     json_t *data = json_array();
     for (size_t i = 0; i < req->n_prompts; i++) {
@@ -546,8 +549,32 @@ static char *embedding_json(const cv_api_response *r) {
             vec = json_array();
             for (size_t k = 0; k < pr->n_embedding; k++) json_array_append_new(vec, json_real(pr->embedding[k]));
         }
-        json_array_append_new(data, json_pack("{s:I, s:s, s:o}", "index", (json_int_t)i, "object", "embedding",
-                                              "embedding", vec));
+        json_array_append_new(data, json_pack("{s:I, s:s, s:o}", "index", (json_int_t)i, "object", object, key, vec));
+    }
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object", "list", "created",
+                          (json_int_t)r->created, "model", r->model, "data", data, "usage", usage_json(r));
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+/* vLLM's ClassificationResponse: each prompt's probabilities (its scores after the activation) and
+ * the name of the most likely label, the first of equals (numpy's argmax). */
+static char *classify_json(const cv_api_response *r) {
+    const cv_api_request *req = r->req;
+    json_t *data = json_array();
+    for (size_t i = 0; i < req->n_prompts; i++) {
+        const cv_api_prompt_result *pr = &r->prompts[i];
+        json_t *probs = json_array();
+        size_t best = 0;
+        for (size_t k = 0; k < pr->n_embedding; k++) {
+            json_array_append_new(probs, json_real(pr->embedding[k]));
+            if (pr->embedding[k] > pr->embedding[best]) best = k;
+        }
+        const char *label = pr->n_embedding && req->class_labels ? req->class_labels[best] : NULL;
+        json_array_append_new(data, json_pack("{s:I, s:o, s:o, s:I}", "index", (json_int_t)i, "label",
+                                              label ? json_string(label) : json_null(), "probs", probs, "num_classes",
+                                              (json_int_t)pr->n_embedding));
     }
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", r->id, "object", "list", "created",
                           (json_int_t)r->created, "model", r->model, "data", data, "usage", usage_json(r));
@@ -652,7 +679,9 @@ char *cv_api_embedding_bytes(const cv_api_response *r, size_t *len, char **metad
 
 char *cv_api_response_json(const cv_api_response *r) {
     const cv_api_request *req = r->req;
-    if (req->kind == CV_API_EMBEDDING) return embedding_json(r);
+    if (req->kind == CV_API_EMBEDDING) return embedding_json(r, "embedding", "embedding");
+    if (req->kind == CV_API_POOLING) return embedding_json(r, "pooling", "data");
+    if (req->kind == CV_API_CLASSIFY) return classify_json(r);
     if (cv_api_kind_pools(req->kind)) return score_json(r);
     bool chat = req->kind == CV_API_CHAT;
     json_t *choices = json_array();

@@ -183,8 +183,9 @@ static void log_received(const gen_session *g, size_t i, const cvllm_sampling_pa
         char repr[160], dims[16];
         const cvllm_pooling_params *p = &g->req.pooling;
         snprintf(dims, sizeof dims, "%d", p->dimensions);
-        snprintf(repr, sizeof repr, "PoolingParams(task='%s', dimensions=%s, use_activation=%s)",
-                 g->s->limits.pooling_task ? g->s->limits.pooling_task : "embed", p->dimensions ? dims : "None", p->normalize < 0 ? "None" : p->normalize ? "True" : "False");
+        snprintf(repr, sizeof repr, "PoolingParams(task='%.40s', dimensions=%s, use_activation=%s)",
+                 p->task ? p->task : g->s->limits.pooling_task, p->dimensions ? dims : "None",
+                 p->normalize < 0 ? "None" : p->normalize ? "True" : "False");
         cv_log_request_received(id, repr, g->lora);
         return;
     }
@@ -209,11 +210,12 @@ static void log_generated(const gen_session *g, size_t i) {
     }
 }
 
-/* The whole non-streaming reply: JSON, or an embeddings request's raw bytes (encoding_format bytes,
- * with vLLM's metadata header; bytes_only without it). */
+/* The whole non-streaming reply: JSON, or an embeddings or /pooling request's raw bytes
+ * (encoding_format bytes, with vLLM's metadata header; bytes_only without it). */
 static void reply(gen_session *g) {
     const cv_api_request *req = &g->req;
-    if (req->kind == CV_API_EMBEDDING && (req->encoding == CV_ENC_BYTES || req->encoding == CV_ENC_BYTES_ONLY)) {
+    if ((req->kind == CV_API_EMBEDDING || req->kind == CV_API_POOLING) &&
+        (req->encoding == CV_ENC_BYTES || req->encoding == CV_ENC_BYTES_ONLY)) {
         size_t len;
         char *metadata;
         char *body = cv_api_embedding_bytes(&g->resp, &len, &metadata);
@@ -349,6 +351,8 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
              : kind == CV_API_EMBEDDING  ? cv_api_parse_embedding(body, len, &s->limits, req, err)
              : kind == CV_API_SCORE      ? cv_api_parse_score(body, len, &s->limits, req, err)
              : kind == CV_API_RERANK     ? cv_api_parse_rerank(body, len, &s->limits, req, err)
+             : kind == CV_API_CLASSIFY   ? cv_api_parse_classify(body, len, &s->limits, req, err)
+             : kind == CV_API_POOLING    ? cv_api_parse_pooling(body, len, &s->limits, req, err)
                                          : cv_api_parse_completion(body, len, &s->limits, req, err);
     if (rc) return rc;
     if (!cv_server_model_name(s, req->model, lora, err)) return -1;

@@ -192,7 +192,7 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 
 typedef enum route_id {
     R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
-    R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS, R_SCORE, R_RERANK
+    R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS, R_SCORE, R_RERANK, R_CLASSIFY, R_POOLING
 } route_id;
 
 typedef struct route {
@@ -218,7 +218,9 @@ static const route routes[] = {
     {"/v1/load_lora_adapter", R_LOAD_LORA, "POST", true},     /* with runtime_lora only */
     {"/v1/unload_lora_adapter", R_UNLOAD_LORA, "POST", true}, /* with runtime_lora only */
     {"/v1/embeddings", R_EMBEDDINGS, "POST", true},            /* embedding models only */
-    {"/score", R_SCORE, "POST", true},                         /* pooling runner only, and the next four */
+    {"/classify", R_CLASSIFY, "POST", true},                   /* classifiers only */
+    {"/pooling", R_POOLING, "POST", true},                     /* pooling runner only */
+    {"/score", R_SCORE, "POST", true},                         /* l.scores only, and the next four */
     {"/v1/score", R_SCORE, "POST", true},
     {"/rerank", R_RERANK, "POST", true},
     {"/v1/rerank", R_RERANK, "POST", true},
@@ -275,8 +277,10 @@ static bool route_served(const cv_server *s, route_id id) {
     case R_CHAT:
     case R_CHAT_RENDER: return !s->pooling;
     case R_EMBEDDINGS: return s->pooling && !strcmp(s->limits.pooling_task, "embed");
+    case R_CLASSIFY: return s->pooling && !strcmp(s->limits.pooling_task, "classify");
+    case R_POOLING: return s->pooling;
     case R_SCORE:
-    case R_RERANK: return s->pooling;
+    case R_RERANK: return s->limits.scores;
     default: return true;
     }
 }
@@ -357,10 +361,11 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     case R_COMPLETIONS: cv_generate(s, r, CV_API_COMPLETION); return;
     case R_CHAT: cv_generate(s, r, CV_API_CHAT); return;
     case R_INVOCATIONS:
-        cv_generate(s, r, !s->pooling ? CV_API_INVOCATION : !strcmp(s->limits.pooling_task, "embed") ? CV_API_EMBEDDING
-                                                                                                    : CV_API_SCORE);
+        cv_generate(s, r, s->pooling ? cv_api_pooling_invocation(body, len, &s->limits) : CV_API_INVOCATION);
         return;
     case R_EMBEDDINGS: cv_generate(s, r, CV_API_EMBEDDING); return;
+    case R_CLASSIFY: cv_generate(s, r, CV_API_CLASSIFY); return;
+    case R_POOLING: cv_generate(s, r, CV_API_POOLING); return;
     case R_SCORE:
         /* vLLM moved the Score API off /v1, which it keeps for the OpenAI-compatible routes */
         if (!strcmp(cv_http_path(r), "/v1/score"))
@@ -463,6 +468,20 @@ static int setup_chat(cv_server *s, const cv_server_options *o) {
     return 0;
 }
 
+/* What the pooling routes need of the engine: its task, whether scores are served, label names. */
+static void pooling_limits(cv_server *s, const cvllm_engine *e) {
+    cv_api_limits *l = &s->limits;
+    l->pooling_task = cvllm_engine_pooling_task(e);
+    if (!s->pooling) return;
+    const int32_t n = cvllm_engine_embedding_size(e);
+    const bool classify = !strcmp(l->pooling_task, "classify");
+    l->scores = !classify || n == 1;
+    if (!classify) return;
+    s->class_labels = cv_xcalloc((size_t)n, sizeof *s->class_labels);
+    for (int32_t i = 0; i < n; i++) s->class_labels[i] = cvllm_engine_class_label(e, i);
+    l->class_labels = s->class_labels;
+}
+
 static void free_server(cv_server *s) {
     cv_http_metrics_free(s->http_metrics);
     free_strings(s->names, s->n_names);
@@ -470,6 +489,7 @@ static void free_server(cv_server *s) {
     cv_cors_free(&s->cors);
     free_strings(s->keys, s->n_keys);
     free(s->root);
+    free(s->class_labels);
     json_decref(s->default_kwargs);
     free(s->whitespace_pattern);
     pthread_cond_destroy(&s->sessions_cv);
@@ -493,7 +513,7 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     s->group = group;
     s->tok = cvllm_engine_tokenizer(cv_engine_group_engine(group));
     s->pooling = cvllm_engine_is_pooling(cv_engine_group_engine(group));
-    s->limits.pooling_task = cvllm_engine_pooling_task(cv_engine_group_engine(group));
+    pooling_limits(s, cv_engine_group_engine(group));
     s->root = cv_xstrdup(o->model_root);
     s->n_names = o->n_served_model_names ? o->n_served_model_names : 1;
     s->names = o->n_served_model_names ? copy_strings(o->served_model_names, o->n_served_model_names)

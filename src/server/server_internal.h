@@ -39,6 +39,7 @@ struct cv_server {
     bool pooling;                 /* the engine pools (runner pooling): /v1/embeddings instead of generation */
     char *lora_resolver_dir;      /* VLLM_LORA_RESOLVER_CACHE_DIR (with runtime_lora), or NULL */
     char *root;
+    const char **class_labels;    /* limits.class_labels: the engine's strings, in an array owned here */
     char **keys;
     size_t n_keys;
     cv_cors cors;

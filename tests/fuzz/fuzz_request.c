@@ -3,14 +3,15 @@
  * (src/server/api*.c).
  *
  * Each input is parsed as a completions, a chat, a /tokenize and a /detokenize body, and as the
- * pooling routes' (/v1/embeddings on an embedding model, /score and /rerank on an embedding model and on
- * a reranker with the chat template as its score template). A rejected
+ * pooling routes' (/v1/embeddings and /pooling on an embedding model, /classify and /pooling on a
+ * classifier of three labels, /score and /rerank on an embedding model and on a reranker with the chat
+ * template as its score template; the route /invocations picks is a pooling one). A rejected
  * request must yield an error whose JSON serialises (the message is cut to valid UTF-8); an accepted
  * completions or chat request is prepared against the real Qwen3 tokenizer with a small context,
  * must then satisfy the context-length rules (truncate_prompt_tokens included), and is answered with
  * one synthetic event per prompt, both as a non-streaming body and as SSE, each of which must be
  * valid JSON; an accepted pooling request must fit the context and is answered with a synthetic vector
- * (a score for the reranker), as JSON (or, for encoding_format bytes, raw bytes of the right length
+ * (scores for the classifiers), as JSON (or, for encoding_format bytes, raw bytes of the right length
  * and a metadata header that is JSON).
  */
 #include <jansson.h>
@@ -123,7 +124,8 @@ static void answer_pooling(const cv_api_request *req, size_t width) {
         cv_api_response_apply(&resp, i, &ev, NULL, NULL, NULL);
     }
     require(cv_api_response_done(&resp));
-    if (req->kind == CV_API_EMBEDDING && (req->encoding == CV_ENC_BYTES || req->encoding == CV_ENC_BYTES_ONLY)) {
+    if ((req->kind == CV_API_EMBEDDING || req->kind == CV_API_POOLING) &&
+        (req->encoding == CV_ENC_BYTES || req->encoding == CV_ENC_BYTES_ONLY)) {
         size_t len;
         char *metadata;
         char *bytes = cv_api_embedding_bytes(&resp, &len, &metadata);
@@ -141,14 +143,20 @@ static void answer_pooling(const cv_api_request *req, size_t width) {
 
 typedef int (*pooling_parser)(const char *, size_t, const cv_api_limits *, cv_api_request *, cv_api_error *);
 
-static void parse_pooling(const char *body, size_t size, cv_api_limits lim, const char *task, pooling_parser parse) {
-    lim.pooling_task = task;
-    lim.score_template = !strcmp(task, "classify") ? chat_config()->tmpl : NULL;
+/* A classifier's labels ("reranker": one, scored with the chat template), else an embedder. */
+static void parse_pooling(const char *body, size_t size, cv_api_limits lim, const char *model, pooling_parser parse) {
+    static const char *const labels[] = {"neg", "neutral", "pos"};
+    const bool reranker = !strcmp(model, "reranker"), classifier = !strcmp(model, "classifier");
+    lim.pooling_task = reranker || classifier ? "classify" : "embed";
+    lim.scores = !classifier;
+    lim.class_labels = reranker || classifier ? labels : NULL;
+    lim.score_template = reranker ? chat_config()->tmpl : NULL;
+    require(cv_api_kind_pools(cv_api_pooling_invocation(body, size, &lim)));
     cv_api_request req;
     cv_api_error err = {0};
     int rc = parse(body, size, &lim, &req, &err);
     if (rc == 0) rc = cv_api_prepare(&req, tokenizer(), &lim, &err);
-    if (rc == 0) answer_pooling(&req, !strcmp(task, "classify") ? 1 : 4);
+    if (rc == 0) answer_pooling(&req, reranker ? 1 : classifier ? 3 : 4);
     else check_error(&err);
     cv_api_request_free(&req);
 }
@@ -177,9 +185,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (cv_api_parse_detokenize(body, size, &req, &err) == 0) require(req.n_prompts == 1);
     else check_error(&err);
     cv_api_request_free(&req);
-    parse_pooling(body, size, lim, "embed", cv_api_parse_embedding);
-    parse_pooling(body, size, lim, "embed", cv_api_parse_score);
-    parse_pooling(body, size, lim, "classify", cv_api_parse_score);
-    parse_pooling(body, size, lim, "classify", cv_api_parse_rerank);
+    parse_pooling(body, size, lim, "embedder", cv_api_parse_embedding);
+    parse_pooling(body, size, lim, "embedder", cv_api_parse_pooling);
+    parse_pooling(body, size, lim, "embedder", cv_api_parse_score);
+    parse_pooling(body, size, lim, "reranker", cv_api_parse_score);
+    parse_pooling(body, size, lim, "reranker", cv_api_parse_rerank);
+    parse_pooling(body, size, lim, "classifier", cv_api_parse_classify);
+    parse_pooling(body, size, lim, "classifier", cv_api_parse_pooling);
     return 0;
 }
