@@ -677,6 +677,40 @@ static void test_fp8_widening(cv_threadpool *pool, bool bf16_input) {
 
 /* What the e4m3 format refuses: NaN codes (naming the row), block edges that are no multiple of
  * 128, missing or non-finite scales. */
+/* f32 → fp8: every code's value maps back to it (both signs, subnormals, e5m2's infinities); a value
+ * halfway between two neighbours goes to the even code and one a step off it to the nearer; what
+ * rounds past the largest finite is NaN in e4m3fn and infinity in e5m2. */
+static void test_fp8_narrowing(void) {
+    int wrong = 0;
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) != 0x7f) wrong += cv_f32_to_fp8_e4m3(cv_fp8_e4m3_to_f32((uint8_t)c)) != c;
+        const float v = cv_f16_to_f32((uint16_t)(c << 8)); /* e5m2 is the top byte of an f16 */
+        if (!isnan(v)) wrong += cv_f32_to_fp8_e5m2(v) != c;
+    }
+    for (int c = 0; c < 0x7e; c++) { /* positive neighbours below e4m3fn's NaN */
+        const float lo = cv_fp8_e4m3_to_f32((uint8_t)c), hi = cv_fp8_e4m3_to_f32((uint8_t)(c + 1)), mid = (lo + hi) / 2;
+        wrong += cv_f32_to_fp8_e4m3(mid) != (c & 1 ? c + 1 : c);
+        wrong += cv_f32_to_fp8_e4m3(nextafterf(mid, 0)) != c || cv_f32_to_fp8_e4m3(nextafterf(mid, INFINITY)) != c + 1;
+        wrong += cv_f32_to_fp8_e4m3(-mid) != (0x80 | (c & 1 ? c + 1 : c));
+    }
+    for (int c = 0; c < 0x7b; c++) { /* below e5m2's infinity */
+        const float lo = cv_f16_to_f32((uint16_t)(c << 8)), hi = cv_f16_to_f32((uint16_t)((c + 1) << 8)), mid = (lo + hi) / 2;
+        wrong += cv_f32_to_fp8_e5m2(mid) != (c & 1 ? c + 1 : c);
+        wrong += cv_f32_to_fp8_e5m2(nextafterf(mid, 0)) != c || cv_f32_to_fp8_e5m2(nextafterf(mid, INFINITY)) != c + 1;
+    }
+    CHECK_MSG(wrong == 0, "fp8 narrowing: %d wrong", wrong);
+    CHECK_EQ_INT(cv_f32_to_fp8_e4m3(464.0f), 0x7e); /* the tie between 448 and 480 goes to 448 */
+    CHECK_EQ_INT(cv_f32_to_fp8_e4m3(464.5f), 0x7f);
+    CHECK_EQ_INT(cv_f32_to_fp8_e4m3(-1e6f), 0xff);
+    CHECK_EQ_INT(cv_f32_to_fp8_e4m3(INFINITY), 0x7f);
+    CHECK_EQ_INT(cv_f32_to_fp8_e4m3(NAN) & 0x7f, 0x7f);
+    CHECK_EQ_INT(cv_f32_to_fp8_e5m2(61440.0f), 0x7c); /* the tie between 57344 and 65536 overflows */
+    CHECK_EQ_INT(cv_f32_to_fp8_e5m2(61439.0f), 0x7b);
+    CHECK_EQ_INT(cv_f32_to_fp8_e5m2(-INFINITY), 0xfc);
+    CHECK_EQ_INT(cv_f32_to_fp8_e5m2(NAN) & 0x7f, 0x7f);
+    CHECK_EQ_INT(cv_f32_to_fp8_e5m2(1e-10f), 0);
+}
+
 static void test_fp8_errors(void) {
     uint8_t codes[40 * 8];
     memset(codes, 0x38, sizeof codes); /* 1.0 */
@@ -2298,6 +2332,7 @@ int main(void) {
     test_panel_ahead();
     test_pack_errors();
     test_fp8_errors();
+    test_fp8_narrowing();
     cv_threadpool *pools[] = {NULL, cv_threadpool_create(3)};
     for (size_t path = 0; path < CV_ARRAY_LEN(kernel_paths); path++) {
         if (!use_path(kernel_paths[path], true)) continue;

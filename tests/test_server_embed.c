@@ -217,11 +217,12 @@ static void test_embedding_server(void) {
     CHECK_EQ_INT((int)json_integer_value(json_object_get(json_object_get(r, "usage"), "prompt_tokens")), 4);
     json_decref(r);
 
-    /* base64: the same floats' bytes, and f16 / bf16 casts of them, either byte order */
+    /* base64: the same floats' bytes, and f16 / bf16 / fp8 casts of them, either byte order */
     static const struct {
         const char *dtype, *endian;
         size_t width;
-    } encodings[] = {{"float32", "native", 4}, {"float32", "big", 4}, {"float16", "little", 2}, {"bfloat16", "big", 2}};
+    } encodings[] = {{"float32", "native", 4}, {"float32", "big", 4}, {"float16", "little", 2}, {"bfloat16", "big", 2},
+                     {"fp8_e4m3", "big", 1}, {"fp8_e5m2", "native", 1}};
     for (size_t k = 0; k < sizeof encodings / sizeof *encodings; k++) {
         snprintf(body, sizeof body,
                  "{\"input\": [[%s]], \"encoding_format\": \"base64\", \"embed_dtype\": \"%s\", \"endianness\": \"%s\"}",
@@ -238,11 +239,19 @@ static void test_embedding_server(void) {
             for (size_t bi = 0; bi < encodings[k].width; bi++)
                 u |= (uint32_t)bytes[i * encodings[k].width + (big ? encodings[k].width - 1 - bi : bi)] << (8 * bi);
             float f;
+            const bool e4m3 = !strcmp(encodings[k].dtype, "fp8_e4m3"), e5m2 = !strcmp(encodings[k].dtype, "fp8_e5m2");
+            const int man = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, exp = (int)(u & 0x7f) >> man;
             if (encodings[k].width == 4) memcpy(&f, &u, 4);
             else if (!strcmp(encodings[k].dtype, "bfloat16")) u <<= 16, memcpy(&f, &u, 4);
-            else f = (float)ldexp((double)(1024 + (u & 1023)), (int)((u >> 10) & 31) - 25) * ((u & 0x8000) ? -1.f : 1.f);
-            double tol = encodings[k].width == 4 ? 0 : !strcmp(encodings[k].dtype, "bfloat16") ? 1.0 / 256 : 1.0 / 2048;
-            CHECK_MSG(fabs(f - a[i]) <= tol * fabs(a[i]) + 1e-7, "%s %s value %zu: %g vs %g", encodings[k].dtype,
+            else if (encodings[k].width == 2)
+                f = (float)ldexp((double)(1024 + (u & 1023)), (int)((u >> 10) & 31) - 25) * ((u & 0x8000) ? -1.f : 1.f);
+            else /* fp8: normal or subnormal, no NaN or infinity in a unit vector */
+                f = (float)ldexp((double)((exp ? 1 << man : 0) + (int)(u & ((1u << man) - 1))),
+                                 (exp ? exp : 1) - bias - man) * ((u & 0x80) ? -1.f : 1.f);
+            double tol = encodings[k].width == 4 ? 0 : !strcmp(encodings[k].dtype, "bfloat16") ? 1.0 / 256
+                         : e4m3 ? 1.0 / 16 : e5m2 ? 1.0 / 8 : 1.0 / 2048;
+            const double floor = e4m3 ? 0x1p-10 : e5m2 ? 0x1p-17 : 1e-7; /* half the smallest subnormal */
+            CHECK_MSG(fabs(f - a[i]) <= tol * fabs(a[i]) + floor, "%s %s value %zu: %g vs %g", encodings[k].dtype,
                       encodings[k].endian, i, f, a[i]);
         }
         json_decref(r);

@@ -106,6 +106,12 @@ static inline float cv_fp8_e4m3_to_f32(uint8_t b) {
     return f;
 }
 
+/* f32 → 8-bit floats, rounded to nearest even as PyTorch casts: e4m3fn (bias 7) has no infinities,
+ * so what rounds past its largest finite 448 (and ±inf) is NaN (0x7f, signed); e5m2 (bias 15, the top
+ * byte of an f16) rounds past 57344 to infinity. NaN stays NaN. */
+uint8_t cv_f32_to_fp8_e4m3(float f);
+uint8_t cv_f32_to_fp8_e5m2(float f);
+
 /* Widens n elements of type t at src into f32. */
 void cv_convert_to_f32(float *dst, const void *src, cv_dtype t, size_t n);
 

@@ -77,7 +77,9 @@ static inline bool cv_api_kind_pools(cv_api_kind k) { return k >= CV_API_EMBEDDI
 
 /* /v1/embeddings' encoding_format, embed_dtype and endianness. */
 typedef enum cv_api_encoding { CV_ENC_FLOAT, CV_ENC_BASE64, CV_ENC_BYTES, CV_ENC_BYTES_ONLY } cv_api_encoding;
-typedef enum cv_api_embed_dtype { CV_EMBED_F32, CV_EMBED_F16, CV_EMBED_BF16 } cv_api_embed_dtype;
+typedef enum cv_api_embed_dtype {
+    CV_EMBED_F32, CV_EMBED_F16, CV_EMBED_BF16, CV_EMBED_FP8_E4M3, CV_EMBED_FP8_E5M2
+} cv_api_embed_dtype;
 typedef enum cv_api_endianness { CV_ENDIAN_NATIVE, CV_ENDIAN_BIG, CV_ENDIAN_LITTLE } cv_api_endianness;
 
 /* How chat is rendered and its output parsed: `cvllm serve`'s chat flags. */

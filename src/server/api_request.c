@@ -1880,9 +1880,6 @@ static int parse_embedding_fields(const json_t *o, const cv_api_limits *lim, cv_
     if (req->kind == CV_API_POOLING && dims_given)
         return cv_api_fail(err, 400, "dimensions", "dimensions is currently not supported");
     activation_given = field(o, "use_activation") && !json_is_null(field(o, "use_activation"));
-    if (dtype >= 3)
-        return cv_api_fail(err, 400, "embed_dtype", "embed_dtype %s is not supported by cvllm; use float32, float16 or "
-                           "bfloat16", dtypes[dtype]);
     if (priority != 0)
         return cv_api_fail(err, 400, "priority", "priority applies only with --scheduling-policy priority, which "
                            "cvllm's pooling runner does not take");

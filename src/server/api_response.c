@@ -498,17 +498,24 @@ static json_t *chat_choice(const cv_api_response *r, size_t ci) {
 
 /* ---- embeddings ---------------------------------------------------------------------------------- */
 
-static size_t embed_width(const cv_api_request *req) { return req->embed_dtype == CV_EMBED_F32 ? 4 : 2; }
+static size_t embed_width(const cv_api_request *req) {
+    return req->embed_dtype == CV_EMBED_F32 ? 4 : req->embed_dtype <= CV_EMBED_BF16 ? 2 : 1;
+}
 
-/* vLLM's tensor2binary: the vector cast to embed_dtype (bf16 and f16 rounded to nearest even, as
- * torch casts), its bytes in the asked order, into raw[n · width]. */
+/* vLLM's tensor2binary: the vector cast to embed_dtype (rounded to nearest even as torch casts, fp8
+ * included), its bytes in the asked order, into raw[n · width]. */
 static void embedding_raw(const cv_api_request *req, const float *v, size_t n, uint8_t *raw) {
     const size_t width = embed_width(req);
     const bool swap = req->endianness == CV_ENDIAN_BIG; /* the machines cvllm runs on are little-endian */
     for (size_t i = 0; i < n; i++) {
         uint32_t u = 0;
-        if (req->embed_dtype == CV_EMBED_F32) memcpy(&u, &v[i], 4);
-        else u = req->embed_dtype == CV_EMBED_F16 ? cv_f32_to_f16(v[i]) : cv_f32_to_bf16(v[i]);
+        switch (req->embed_dtype) {
+        case CV_EMBED_F32: memcpy(&u, &v[i], 4); break;
+        case CV_EMBED_F16: u = cv_f32_to_f16(v[i]); break;
+        case CV_EMBED_BF16: u = cv_f32_to_bf16(v[i]); break;
+        case CV_EMBED_FP8_E4M3: u = cv_f32_to_fp8_e4m3(v[i]); break;
+        case CV_EMBED_FP8_E5M2: u = cv_f32_to_fp8_e5m2(v[i]); break;
+        }
         for (size_t b = 0; b < width; b++) raw[i * width + (swap ? width - 1 - b : b)] = (uint8_t)(u >> (8 * b));
     }
 }
@@ -648,7 +655,8 @@ static char *score_json(const cv_api_response *r) {
 }
 
 char *cv_api_embedding_bytes(const cv_api_response *r, size_t *len, char **metadata) {
-    static const char *const dtypes[] = {[CV_EMBED_F32] = "float32", [CV_EMBED_F16] = "float16", [CV_EMBED_BF16] = "bfloat16"};
+    static const char *const dtypes[] = {[CV_EMBED_F32] = "float32", [CV_EMBED_F16] = "float16", [CV_EMBED_BF16] = "bfloat16",
+                                         [CV_EMBED_FP8_E4M3] = "fp8_e4m3", [CV_EMBED_FP8_E5M2] = "fp8_e5m2"};
     static const char *const endians[] = {[CV_ENDIAN_NATIVE] = "native", [CV_ENDIAN_BIG] = "big", [CV_ENDIAN_LITTLE] = "little"};
     const cv_api_request *req = r->req;
     size_t total = 0;
