@@ -369,6 +369,10 @@ const char *cvllm_engine_pooling_task(const cvllm_engine *engine);
 /* Length of the vectors a pooling engine returns by default: the model's hidden size, for classify
  * the number of labels (1 for a reranker). */
 int32_t cvllm_engine_embedding_size(const cvllm_engine *engine);
+/* An embedding model's input type i (Cohere's input_type: config.json's task_instructions, else the
+ * prompts of config_sentence_transformers.json, such as Qwen3-Embedding's "query") and, in *prompt, the
+ * prefix its texts take; NULL past the last one. Owned by the engine. */
+const char *cvllm_engine_input_type(const cvllm_engine *engine, int32_t i, const char **prompt);
 /* A classifier's name for label i (config.json's id2label, else "LABEL_i"); NULL when the engine
  * does not classify or i is out of range. Owned by the engine. */
 const char *cvllm_engine_class_label(const cvllm_engine *engine, int32_t i);

@@ -38,6 +38,8 @@ static void make_folder(void) {
     json_decref(tok);
     free(tok_path);
     tu_write_sentence_transformers(dir, "lasttoken");
+    static const char st_config[] = "{\"prompts\": {\"query\": \"a \", \"document\": \"\", \"bad\": 3}}";
+    tu_write_file(dir, "config_sentence_transformers.json", st_config, strlen(st_config));
 }
 
 static json_t *call(int port, const char *path, const char *body, long *status) {
@@ -134,6 +136,99 @@ static void expect_error(int port, const char *body, long status, const char *me
     const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
     CHECK_MSG(msg && strstr(msg, message), "%s: expected '%s', got '%s'", body, message, msg ? msg : "(none)");
     json_decref(j);
+}
+
+/* POST /v1/embeddings of `body`'s input: its first vector. */
+static size_t embedding_of(int port, const char *body, float *out) {
+    long status;
+    json_t *r = call(port, "/v1/embeddings", body, &status);
+    CHECK_EQ_INT(status, 200);
+    size_t n = vector_of(r, 0, out, 64);
+    json_decref(r);
+    return n;
+}
+
+/* /v2/embed (vLLM's Cohere embed API) against /v1/embeddings' vectors: texts with the input type's
+ * prompt prefix (config_sentence_transformers.json: "query" is "a "), inputs through the chat
+ * template, every embedding type, truncate START / END / NONE with max_tokens, and the refusals.
+ * ids: "a b c"'s three token ids. */
+static void test_cohere_embed(int port, const int32_t *ids) {
+    float want[64], got[64];
+    CHECK_EQ_INT((int)embedding_of(port, "{\"input\": \"a b c\"}", want), 64);
+    long status;
+    json_t *r = call(port, "/v2/embed", "{\"model\": \"emb\", \"texts\": [\"b c\"], \"input_type\": \"query\", "
+                                        "\"embedding_types\": [\"float\", \"base64\", \"binary\", \"ubinary\"]}", &status);
+    CHECK_EQ_INT(status, 200);
+    CHECK(!strncmp(json_string_value(json_object_get(r, "id")), "embd-", 5));
+    const json_t *emb = json_object_get(r, "embeddings");
+    const json_t *f = json_array_get(json_object_get(emb, "float"), 0);
+    CHECK_EQ_INT((int)json_array_size(f), 64);
+    for (size_t k = 0; k < json_array_size(f); k++) CHECK((float)json_real_value(json_array_get(f, k)) == want[k]);
+    uint8_t bytes[512];
+    CHECK_EQ_INT((int)b64_decode(json_string_value(json_array_get(json_object_get(emb, "base64"), 0)), bytes), 256);
+    CHECK(!memcmp(bytes, want, sizeof want)); /* little-endian float32 */
+    const json_t *ub = json_array_get(json_object_get(emb, "ubinary"), 0), *sb = json_array_get(json_object_get(emb, "binary"), 0);
+    CHECK_EQ_INT((int)json_array_size(ub), 8);
+    for (size_t byte = 0; byte < 8 && json_array_size(ub) == 8; byte++) {
+        int bits = 0;
+        for (size_t b = 0; b < 8; b++) bits |= (want[byte * 8 + b] >= 0) << (7 - b);
+        CHECK_EQ_INT((int)json_integer_value(json_array_get(ub, byte)), bits);
+        CHECK_EQ_INT((int)json_integer_value(json_array_get(sb, byte)), bits - 128);
+    }
+    CHECK(!strcmp(json_string_value(json_array_get(json_object_get(r, "texts"), 0)), "b c"));
+    const json_t *meta = json_object_get(r, "meta");
+    CHECK(!strcmp(json_string_value(json_object_get(json_object_get(meta, "api_version"), "version")), "2"));
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(json_object_get(meta, "tokens"), "input_tokens")), 4);
+    json_decref(r);
+    /* inputs: the chat form (the test template joins the contents), which adds no special tokens */
+    char body[256];
+    snprintf(body, sizeof body, "{\"input\": [[%d, %d, %d]]}", ids[0], ids[1], ids[2]);
+    CHECK_EQ_INT((int)embedding_of(port, body, want), 64);
+    r = call(port, "/v2/embed", "{\"model\": \"emb\", \"inputs\": [{\"content\": [{\"type\": \"text\", \"text\": \"a b c\"}]}]}", &status);
+    CHECK_EQ_INT(status, 200);
+    f = json_array_get(json_object_get(json_object_get(r, "embeddings"), "float"), 0);
+    for (size_t k = 0; k < 64 && json_array_size(f) == 64; k++) got[k] = (float)json_real_value(json_array_get(f, k));
+    CHECK(json_array_size(f) == 64 && !memcmp(got, want, sizeof want));
+    CHECK(json_object_get(r, "texts") == NULL);
+    json_decref(r);
+    /* truncation: END keeps the first max_tokens tokens, START the last (the post-processor's 0 last) */
+    static const struct {
+        const char *truncate;
+        int first, second;
+    } cuts[] = {{"END", 0, 1}, {"START", 2, -1}};
+    for (size_t k = 0; k < 2; k++) {
+        snprintf(body, sizeof body, "{\"input\": [[%d, %d]]}", ids[cuts[k].first], cuts[k].second < 0 ? 0 : ids[cuts[k].second]);
+        CHECK_EQ_INT((int)embedding_of(port, body, want), 64);
+        snprintf(body, sizeof body, "{\"model\": \"emb\", \"texts\": [\"a b c\"], \"truncate\": \"%s\", \"max_tokens\": 2}",
+                 cuts[k].truncate);
+        r = call(port, "/v2/embed", body, &status);
+        CHECK_EQ_INT(status, 200);
+        f = json_array_get(json_object_get(json_object_get(r, "embeddings"), "float"), 0);
+        for (size_t i = 0; i < 64 && json_array_size(f) == 64; i++) got[i] = (float)json_real_value(json_array_get(f, i));
+        CHECK_MSG(json_array_size(f) == 64 && !memcmp(got, want, sizeof want), "truncate %s", cuts[k].truncate);
+        json_decref(r);
+    }
+    static const struct {
+        const char *body, *message;
+    } bad[] = {
+        {"{\"model\": \"emb\", \"texts\": [\"a b c\"], \"truncate\": \"NONE\", \"max_tokens\": 2}",
+         "Input of 4 tokens exceeds max_tokens=2 with truncate=NONE. Set truncate to END or START"},
+        {"{\"model\": \"emb\", \"texts\": [\"a\"], \"input_type\": \"passage\"}",
+         "Unsupported input_type 'passage'. Supported values: document, query"},
+        {"{\"texts\": [\"a\"]}", "Field required"},
+        {"{\"model\": \"emb\"}", "One of texts, images, or inputs must be provided"},
+        {"{\"model\": \"emb\", \"images\": [\"data:image/png;base64,AAAA\"]}", "is not a multimodal model"},
+        {"{\"model\": \"emb\", \"texts\": [\"a\"], \"embedding_types\": [\"int8\"]}", "embedding_types[0] must be one of"},
+        {"{\"model\": \"emb\", \"texts\": [\"a\"], \"truncate\": \"MIDDLE\"}", "Input should be 'NONE', 'START' or 'END'"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        r = call(port, "/v2/embed", bad[k].body, &status);
+        CHECK_MSG(status == 400, "%s: %ld", bad[k].body, status);
+        const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+        CHECK_MSG(msg && strstr(msg, bad[k].message), "%s: expected '%s', got '%s'", bad[k].body, bad[k].message,
+                  msg ? msg : "(none)");
+        json_decref(r);
+    }
 }
 
 static void test_embedding_server(void) {
@@ -382,6 +477,10 @@ static void test_embedding_server(void) {
     r = call(port, "/invocations", "{\"query\": \"a\", \"documents\": [\"b\", \"c\"]}", &status);
     CHECK(status == 200 && json_array_size(json_object_get(r, "results")) == 2);
     json_decref(r);
+
+    int32_t id3[3];
+    for (size_t i = 0; i < 3; i++) id3[i] = (int32_t)atoi(i == 0 ? ids : strchr(i == 1 ? ids : strchr(ids, ',') + 1, ',') + 1);
+    test_cohere_embed(port, id3);
 
     /* the generation routes do not exist on a pooling server */
     r = call(port, "/v1/completions", "{\"prompt\": \"a\"}", &status);
@@ -643,6 +742,7 @@ static void test_classifier(void) {
         {"/score", "{\"text_1\": \"a\", \"text_2\": \"b\"}", 404, "Not Found"},
         {"/rerank", "{\"query\": \"a\", \"documents\": [\"b\"]}", 404, "Not Found"},
         {"/v1/embeddings", "{\"input\": \"a\"}", 404, "Not Found"},
+        {"/v2/embed", "{\"model\": \"x\", \"texts\": [\"a\"]}", 404, "Not Found"},
         {"/pooling", "{\"input\": \"a\", \"task\": \"score\"}", 400, "Unsupported task: 'score' Supported tasks: ('classify',)"},
         {"/classify", "{\"input\": \"a\", \"dimensions\": 2}", 200, NULL}, /* not a classify field: ignored */
         {"/classify", "{}", 400, "Field required"},

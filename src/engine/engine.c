@@ -659,6 +659,12 @@ bool cvllm_engine_is_pooling(const cvllm_engine *e) { return e->pooling; }
 int32_t cvllm_engine_embedding_size(const cvllm_engine *e) {
     return e->pooling && e->pooler.task == CV_TASK_CLASSIFY ? e->pooler.num_labels : e->config.hidden_size;
 }
+const char *cvllm_engine_input_type(const cvllm_engine *e, int32_t i, const char **prompt) {
+    const cv_pooler *p = &e->pooler;
+    if (!e->pooling || i < 0 || i >= p->n_prompts) return NULL;
+    *prompt = p->prompt_texts[i];
+    return p->prompt_names[i];
+}
 const char *cvllm_engine_class_label(const cvllm_engine *e, int32_t i) {
     const cv_pooler *p = &e->pooler;
     return e->pooling && p->task == CV_TASK_CLASSIFY && i >= 0 && i < p->num_labels ? p->labels[i] : NULL;

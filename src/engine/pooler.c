@@ -109,6 +109,32 @@ static int from_folder(cv_pooler *p, const char *model_dir) {
     return rc;
 }
 
+/* The prompt prefixes of the input types (Cohere's input_type): config.json's task_instructions, else
+ * the prompts of config_sentence_transformers.json (Qwen3-Embedding's "query" instruction); only
+ * string values count, as vLLM keeps them. A malformed file is an error. */
+static int input_prompts(cv_pooler *p, const char *model_dir, const cv_model_config *cfg) {
+    const json_t *table = json_object_get(cfg->root, "task_instructions");
+    json_t *st = NULL;
+    int rc = 0;
+    if (!json_is_object(table) || !json_object_size(table)) {
+        char *path = cv_xasprintf("%s/config_sentence_transformers.json", model_dir);
+        st = cv_path_exists(path) ? load_json(path, &rc) : NULL;
+        free(path);
+        table = json_object_get(st, "prompts");
+    }
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)(json_is_object(table) ? table : NULL), key, v) {
+        if (!json_is_string(v)) continue;
+        p->prompt_names = cv_xrealloc(p->prompt_names, (size_t)(p->n_prompts + 1) * sizeof *p->prompt_names);
+        p->prompt_texts = cv_xrealloc(p->prompt_texts, (size_t)(p->n_prompts + 1) * sizeof *p->prompt_texts);
+        p->prompt_names[p->n_prompts] = cv_xstrdup(key);
+        p->prompt_texts[p->n_prompts++] = cv_xstrdup(json_string_value(v));
+    }
+    json_decref(st);
+    return rc;
+}
+
 /* --pooler-config: vLLM's PoolerConfig keys cvllm acts on; the rest are refused by name rather than
  * ignored, since each would change the vectors. */
 static int from_option(cv_pooler *p, const char *text) {
@@ -332,6 +358,7 @@ int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_confi
         rc = from_folder(p, model_dir);
         if (!rc && pooler_config) rc = from_option(p, pooler_config);
         if (!rc) rc = matryoshka(p, cfg);
+        if (!rc) rc = input_prompts(p, model_dir, cfg);
     }
     if (rc) cv_pooler_free(p);
     return rc;
@@ -345,6 +372,8 @@ static void free_strings(char **v, int32_t n) {
 void cv_pooler_free(cv_pooler *p) {
     free_strings(p->labels, p->num_labels);
     free_strings(p->label_tokens, p->n_label_tokens);
+    free_strings(p->prompt_names, p->n_prompts);
+    free_strings(p->prompt_texts, p->n_prompts);
     free(p->method);
     free(p->head);
     free(p->matryoshka_dims);

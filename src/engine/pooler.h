@@ -52,6 +52,8 @@ typedef struct cv_pooler {
     bool matryoshka;             /* requests may ask for fewer dimensions */
     int32_t *matryoshka_dims;    /* the only ones allowed when the model lists them; NULL: any in [1, hidden] */
     int32_t n_matryoshka_dims;
+    char **prompt_names, **prompt_texts; /* an embedder's input types and their prompt prefixes */
+    int32_t n_prompts;
     /* classify */
     int32_t num_labels;
     char **labels;               /* [num_labels]: config.json's id2label, else LABEL_i as transformers names them */

@@ -70,8 +70,11 @@ char *cv_api_error_json(const cv_api_error *err);
 typedef enum cv_api_kind {
     CV_API_COMPLETION, CV_API_CHAT, CV_API_INVOCATION,
     /* the pooling routes: one pooling request a prompt */
-    CV_API_EMBEDDING, CV_API_SCORE, CV_API_RERANK, CV_API_CLASSIFY, CV_API_POOLING
+    CV_API_EMBEDDING, CV_API_SCORE, CV_API_RERANK, CV_API_CLASSIFY, CV_API_POOLING, CV_API_COHERE_EMBED
 } cv_api_kind;
+
+/* /v2/embed's embedding_types, as bits. */
+enum { CV_COHERE_FLOAT = 1, CV_COHERE_BINARY = 2, CV_COHERE_UBINARY = 4, CV_COHERE_BASE64 = 8 };
 
 static inline bool cv_api_kind_pools(cv_api_kind k) { return k >= CV_API_EMBEDDING; }
 
@@ -124,6 +127,9 @@ typedef struct cv_api_limits {
     bool scores;                /* /score and /rerank are served: an embedding model, or a classifier of
                                  * one label (vLLM enables its Scoring API only for num_labels == 1) */
     const char *const *class_labels; /* a classifier's label names (cvllm_engine_class_label), else NULL */
+    const char *const *input_types;  /* an embedder's input types and their prefixes (cvllm_engine_input_type) */
+    const char *const *input_prompts;
+    int32_t n_input_types;
     const cv_chat_template *score_template; /* --chat-template, which renders a reranker's (query, document)
                                  * pairs; NULL: the pair is the two texts one after the other */
 } cv_api_limits;
@@ -204,6 +210,10 @@ typedef struct cv_api_request {
     char **texts_1, **texts_2;
     size_t n_texts_1, n_texts_2;
     int64_t top_n;              /* /rerank: the best top_n results; <= 0: all */
+    /* /v2/embed: the types of each vector to return; `texts` echoed back (texts_1, n_texts_1) when they
+     * were the input; with truncate NONE, the most tokens an input may have (-1: no limit) */
+    unsigned embedding_types;
+    int64_t input_token_limit;
 } cv_api_request;
 
 int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
@@ -230,6 +240,11 @@ int cv_api_parse_classify(const char *body, size_t len, const cv_api_limits *lim
                           cv_api_error *err);
 int cv_api_parse_pooling(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
                          cv_api_error *err);
+/* /v2/embed, vLLM's Cohere embed API: model, texts (prefixed by input_type's prompt) or inputs (text
+ * content parts, rendered with the chat template; images are refused), output_dimension,
+ * embedding_types (float, binary, ubinary, base64), truncate (NONE, START, END) with max_tokens. */
+int cv_api_parse_cohere_embed(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                              cv_api_error *err);
 /* The route /invocations takes on a pooling server, as vLLM's SageMaker router tries the request types
  * of the model's task in turn: a body with input (or messages) is the task's own (embeddings or
  * classify), else one with query and documents a rerank, else a score where scores are served. */
@@ -321,7 +336,10 @@ void cv_api_response_stream_end(cv_api_response *r, char **sse, size_t *sse_len,
 /* An error inside a stream (status already sent): a data: error chunk then [DONE]. */
 void cv_api_stream_error(const cv_api_error *err, char **sse, size_t *sse_len, size_t *sse_cap);
 /* The non-streaming body (free()). */
-char *cv_api_response_json(const cv_api_response *r);
+char *cv_api_response_json(const cv_api_response *r); /* any kind but CV_API_COHERE_EMBED */
+/* /v2/embed's reply (vLLM's CohereEmbedResponse), or NULL with *err when a binary type was asked of a
+ * vector whose length is not a multiple of 8 (vLLM's 400, known only once the vectors are in). */
+char *cv_api_cohere_json(const cv_api_response *r, cv_api_error *err);
 /* An embeddings reply with encoding_format bytes: the vectors' raw bytes one after the other (*len of
  * them; free()), and vLLM's "metadata" header (free()): id, created, model, each vector's index,
  * dtype, endianness, byte range and shape, and usage. */

@@ -197,6 +197,9 @@ static const char *const POOLING_FIELDS[] = {
     "model", "input", "user", "truncate_prompt_tokens", "truncation_side", "padding", "request_id", "priority",
     "mm_processor_kwargs", "cache_salt", "add_special_tokens", "encoding_format", "embed_dtype", "endianness",
     "dimensions", "use_activation", "task", NULL};
+/* CohereEmbedRequest (pooling/embed/cohere/protocol.py). */
+static const char *const COHERE_FIELDS[] = {"model", "input_type", "texts", "images", "inputs", "output_dimension",
+                                            "embedding_types", "truncate", "max_tokens", "priority", NULL};
 /* ScoreRequest and RerankRequest (vllm/entrypoints/pooling/scoring/protocol.py and its mixins). */
 static const char *const SCORE_FIELDS[] = {
     "model", "user", "truncate_prompt_tokens", "truncation_side", "request_id", "priority", "use_activation",
@@ -1819,6 +1822,11 @@ int cv_api_prepare(cv_api_request *req, const cvllm_tokenizer *tok, const cv_api
         if (tokenize_prompt(&req->prompts[i], tok, req->add_special_tokens, err) || truncate_prompt(req, &req->prompts[i], lim, err) ||
             check_prompt(req, &req->prompts[i], lim, err))
             return -1;
+        if (req->kind == CV_API_COHERE_EMBED && req->input_token_limit >= 0 &&
+            (int64_t)req->prompts[i].n_ids > req->input_token_limit)
+            return cv_api_fail(err, 400, NULL, "Input of %zu tokens exceeds max_tokens=%lld with truncate=NONE. Set "
+                               "truncate to END or START to allow truncation.", req->prompts[i].n_ids,
+                               (long long)req->input_token_limit);
         req->prompts[i].grammar_after_token_id = grammar_after(req, &req->prompts[i], lim);
     }
     return 0;
@@ -1940,6 +1948,167 @@ cv_api_kind cv_api_pooling_invocation(const char *body, size_t len, const cv_api
         kind = field(root, "query") && field(root, "documents") ? CV_API_RERANK : CV_API_SCORE;
     json_decref(root);
     return kind;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+/* /v2/embed (Cohere)                                                                                */
+
+/* The prompt prefix of input_type (NULL: none asked); an input type the model has none for is vLLM's
+ * 400. */
+static int input_type_prompt(const json_t *o, const cv_api_limits *lim, const char **prefix, cv_api_error *err) {
+    const json_t *t;
+    *prefix = NULL;
+    if (cv_check_str(o, NULL, "input_type", CV_OPTIONAL, &t, err)) return -1;
+    if (!t || json_is_null(t)) return 0;
+    const char *name = json_string_value(t);
+    if (!lim->n_input_types)
+        return cv_api_fail(err, 400, "input_type", "Unsupported input_type '%.200s'. This model does not define any "
+                           "input_type prompt prefixes.", name);
+    for (int32_t i = 0; i < lim->n_input_types; i++)
+        if (!strcmp(lim->input_types[i], name)) {
+            *prefix = lim->input_prompts[i];
+            return 0;
+        }
+    char *list = NULL; /* sorted, as vLLM lists them */
+    size_t len = 0, cap = 0;
+    const char *last = "";
+    for (int32_t k = 0; k < lim->n_input_types; k++) {
+        const char *next = NULL;
+        for (int32_t i = 0; i < lim->n_input_types; i++)
+            if (strcmp(lim->input_types[i], last) > 0 && (!next || strcmp(lim->input_types[i], next) < 0))
+                next = lim->input_types[i];
+        if (!next) break;
+        if (len) cv_buf_append(&list, &len, &cap, ", ", 2);
+        cv_buf_append(&list, &len, &cap, next, strlen(next));
+        last = next;
+    }
+    cv_api_fail(err, 400, "input_type", "Unsupported input_type '%.200s'. Supported values: %.400s", name, list);
+    free(list);
+    return -1;
+}
+
+/* One entry of `inputs`: its text parts as one user message, rendered as the embeddings' chat form. */
+static int cohere_input(const json_t *in, size_t index, const cv_api_limits *lim, const char *prefix,
+                        cv_api_request *req, cv_api_error *err) {
+    const json_t *content = json_object_get(in, "content");
+    if (!json_is_object(in) || !json_is_array(content))
+        return cv_api_fail(err, 400, "inputs", "inputs[%zu] must be an object with a list `content`", index);
+    json_t *parts = json_array();
+    size_t i;
+    const json_t *part;
+    int rc = 0;
+    json_array_foreach(content, i, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        const json_t *text = json_object_get(part, "text");
+        if (type && !strcmp(type, "image_url")) {
+            rc = not_multimodal(lim, err);
+            break;
+        }
+        if (!type || strcmp(type, "text") || (text && !json_is_string(text) && !json_is_null(text))) {
+            rc = cv_api_fail(err, 400, "inputs", "inputs[%zu].content[%zu]: type must be \"text\" or \"image_url\" and "
+                             "text a string", index, i);
+            break;
+        }
+        if (!json_is_string(text)) continue; /* no text: nothing to add, as vLLM skips it */
+        char *s = cv_xasprintf("%s%s", prefix ? prefix : "", json_string_value(text));
+        json_array_append_new(parts, json_pack("{s:s, s:s}", "type", "text", "text", s));
+        free(s);
+    }
+    json_t *chat = json_pack("{s:[{s:s, s:o}]}", "messages", "role", "user", "content", parts);
+    if (!rc) rc = parse_chat_prompt(chat, lim, false, req, err);
+    json_decref(chat);
+    return rc;
+}
+
+/* truncate and max_tokens as vLLM maps them: END keeps the first max_tokens tokens (all the context
+ * fits without max_tokens), START the last, NONE cuts nothing and refuses an input over max_tokens. */
+static int cohere_truncation(const json_t *o, cv_api_request *req, cv_api_error *err) {
+    static const char *const modes[] = {"NONE", "START", "END"};
+    int mode = 2;
+    int64_t max_tokens = 0;
+    bool given = false;
+    if (cv_get_literal(o, NULL, "truncate", 0, modes, CV_ARRAY_LEN(modes), &mode, err) ||
+        cv_get_int(o, NULL, "max_tokens", CV_OPTIONAL, &max_tokens, &given, err))
+        return -1;
+    if (given && max_tokens < 1) return cv_api_fail(err, 400, "max_tokens", "max_tokens must be at least 1");
+    req->input_token_limit = mode == 0 && given ? max_tokens : -1;
+    req->truncate_prompt_tokens = mode == 0 ? -2 : given ? max_tokens : -1;
+    req->truncate_right = mode == 2;
+    return 0;
+}
+
+static int parse_cohere_fields(const json_t *o, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
+    static const char *const types[] = {"float", "binary", "ubinary", "base64"};
+    const json_t *texts = field(o, "texts"), *images = field(o, "images"), *inputs = field(o, "inputs"),
+                 *wanted = field(o, "embedding_types");
+    const char *prefix;
+    int64_t dimensions = 0, priority = 0;
+    bool dims_given = false;
+    req->params = lim->defaults;
+    req->params.n = 1;
+    req->params.logprobs = req->params.prompt_logprobs = -1;
+    req->top_logprobs = req->prompt_logprobs = -1;
+    req->add_special_tokens = !inputs || json_is_null(inputs); /* inputs are the chat form, which adds none */
+    req->max_tokens = 0;
+    cvllm_pooling_params_default(&req->pooling);
+    if (!field(o, "model")) {
+        cv_loc at = {NULL, "model", 0};
+        return cv_api_pyfail(err, &at, o, "missing", "Field required", NULL);
+    }
+    if (cv_get_str(o, NULL, "model", 0, &req->model, err) || input_type_prompt(o, lim, &prefix, err) ||
+        cv_get_int(o, NULL, "output_dimension", CV_OPTIONAL, &dimensions, &dims_given, err) ||
+        cv_get_int(o, NULL, "priority", 0, &priority, NULL, err) || cohere_truncation(o, req, err))
+        return -1;
+    if (priority != 0)
+        return cv_api_fail(err, 400, "priority", "priority applies only with --scheduling-policy priority, which "
+                           "cvllm's pooling runner does not take");
+    if (wanted && !json_is_null(wanted) && !json_is_array(wanted))
+        return cv_api_fail(err, 400, "embedding_types", "embedding_types must be a list");
+    size_t i;
+    const json_t *t;
+    json_array_foreach(wanted, i, t) {
+        int k = -1;
+        for (int j = 0; j < (int)CV_ARRAY_LEN(types); j++)
+            if (json_is_string(t) && !strcmp(json_string_value(t), types[j])) k = j;
+        if (k < 0)
+            return cv_api_fail(err, 400, "embedding_types", "embedding_types[%zu] must be one of 'float', 'binary', "
+                               "'ubinary' or 'base64'", i);
+        req->embedding_types |= 1u << k;
+    }
+    if (!req->embedding_types) req->embedding_types = CV_COHERE_FLOAT;
+    if (dims_given) req->pooling.dimensions = dimensions < 1 || dimensions > INT32_MAX ? -1 : (int32_t)dimensions;
+    if ((!texts || json_is_null(texts)) && (!images || json_is_null(images)) && (!inputs || json_is_null(inputs)))
+        return cv_api_fail(err, 400, NULL, "One of texts, images, or inputs must be provided");
+    if (images && !json_is_null(images)) return not_multimodal(lim, err);
+    if (inputs && !json_is_null(inputs)) {
+        if (!json_is_array(inputs)) return cv_api_fail(err, 400, "inputs", "inputs must be a list");
+        json_array_foreach(inputs, i, t) if (cohere_input(t, i, lim, prefix, req, err)) return -1;
+    } else {
+        if (!json_is_array(texts)) return cv_api_fail(err, 400, "texts", "texts must be a list of strings");
+        json_array_foreach(texts, i, t) if (!json_is_string(t)) return cv_api_fail(err, 400, "texts", "texts[%zu] must be a string", i);
+        req->texts_1 = cv_xcalloc(json_array_size(texts) + 1, sizeof *req->texts_1);
+        json_array_foreach(texts, i, t) {
+            req->texts_1[req->n_texts_1++] = cv_xstrndup(json_string_value(t), json_string_length(t));
+            char *s = cv_xasprintf("%s%s", prefix ? prefix : "", json_string_value(t));
+            add_prompt(req, (cv_api_prompt){.text = s, .text_len = strlen(s)});
+        }
+    }
+    if (req->n_prompts > (size_t)lim->max_prompts)
+        return cv_api_fail(err, 400, NULL, "%zu inputs exceed the maximum allowed count of %d.", req->n_prompts,
+                           lim->max_prompts);
+    return 0;
+}
+
+int cv_api_parse_cohere_embed(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
+                              cv_api_error *err) {
+    memset(req, 0, sizeof *req);
+    req->kind = CV_API_COHERE_EMBED;
+    json_t *root = parse_body(body, len, err);
+    if (!root) return -1;
+    int rc = parse_cohere_fields(root, lim, req, err);
+    if (!rc) log_ignored_fields(root, COHERE_FIELDS, NULL);
+    json_decref(root);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------------ */

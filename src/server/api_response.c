@@ -52,7 +52,7 @@ void cv_api_response_init(cv_api_response *r, const cv_api_request *req, const c
     r->cached_tokens_details = cached_tokens_details;
     r->created = (int64_t)time(NULL);
     const char *prefix = req->kind == CV_API_CHAT        ? "chatcmpl-"
-                         : req->kind == CV_API_EMBEDDING ? "embd-"
+                         : req->kind == CV_API_EMBEDDING || req->kind == CV_API_COHERE_EMBED ? "embd-"
                          : req->kind == CV_API_CLASSIFY  ? "classify-"
                          : req->kind == CV_API_POOLING   ? "pooling-"
                          : cv_api_kind_pools(req->kind)  ? "score-" /* /score's and, in current vLLM, /rerank's */
@@ -565,6 +565,62 @@ static char *embedding_json(const cv_api_response *r, const char *object, const 
     return s;
 }
 
+/* Cohere's packed bits of a vector: one bit a value (>= 0), eight to a byte, the first value the
+ * high bit; binary shifts each byte by −128 into a signed int8. NULL when the length is not a
+ * multiple of 8. */
+static json_t *cohere_bits(const float *v, size_t n, bool is_signed) {
+    if (n % 8) return NULL;
+    json_t *out = json_array();
+    for (size_t i = 0; i < n; i += 8) {
+        int byte = 0;
+        for (size_t b = 0; b < 8; b++) byte |= (v[i + b] >= 0) << (7 - b);
+        json_array_append_new(out, json_integer(is_signed ? byte - 128 : byte));
+    }
+    return out;
+}
+
+/* The vectors under each asked type (base64: little-endian float32), the texts when they were the
+ * input, meta's token count. */
+char *cv_api_cohere_json(const cv_api_response *r, cv_api_error *err) {
+    const cv_api_request *req = r->req;
+    static const char *const names[] = {"float", "binary", "ubinary", "base64"};
+    json_t *by_type = json_object();
+    size_t tokens = 0;
+    for (size_t i = 0; i < req->n_prompts; i++) tokens += r->prompts[i].n_prompt_tokens;
+    for (int k = 0; k < 4; k++) {
+        if (!(req->embedding_types & (1u << k))) continue;
+        json_t *list = json_array();
+        for (size_t i = 0; i < req->n_prompts; i++) {
+            const cv_api_prompt_result *pr = &r->prompts[i];
+            json_t *v;
+            if (k == 0) {
+                v = json_array();
+                for (size_t j = 0; j < pr->n_embedding; j++) json_array_append_new(v, json_real(pr->embedding[j]));
+            } else if (k == 3) {
+                v = embedding_base64(req, pr->embedding, pr->n_embedding); /* float32, little-endian */
+            } else if (!(v = cohere_bits(pr->embedding, pr->n_embedding, k == 1))) {
+                cv_api_fail(err, 400, NULL, "Embedding dimension must be a multiple of 8 for binary embedding types, "
+                            "but got %zu.", pr->n_embedding);
+                json_decref(list);
+                json_decref(by_type);
+                return NULL;
+            }
+            json_array_append_new(list, v);
+        }
+        json_object_set_new(by_type, names[k], list);
+    }
+    json_t *o = json_pack("{s:s, s:o, s:{s:{s:s}, s:{s:I}}}", "id", r->id, "embeddings", by_type, "meta",
+                          "api_version", "version", "2", "tokens", "input_tokens", (json_int_t)tokens);
+    if (req->n_texts_1) {
+        json_t *texts = json_array();
+        for (size_t i = 0; i < req->n_texts_1; i++) json_array_append_new(texts, json_string(req->texts_1[i]));
+        json_object_set_new(o, "texts", texts);
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
 /* vLLM's ClassificationResponse: each prompt's probabilities (its scores after the activation) and
  * the name of the most likely label, the first of equals (numpy's argmax). */
 static char *classify_json(const cv_api_response *r) {
@@ -690,6 +746,7 @@ char *cv_api_response_json(const cv_api_response *r) {
     if (req->kind == CV_API_EMBEDDING) return embedding_json(r, "embedding", "embedding");
     if (req->kind == CV_API_POOLING) return embedding_json(r, "pooling", "data");
     if (req->kind == CV_API_CLASSIFY) return classify_json(r);
+    assert(req->kind != CV_API_COHERE_EMBED); /* cv_api_cohere_json, which may refuse */
     if (cv_api_kind_pools(req->kind)) return score_json(r);
     bool chat = req->kind == CV_API_CHAT;
     json_t *choices = json_array();

@@ -225,7 +225,12 @@ static void reply(gen_session *g) {
         free(body);
         return;
     }
-    char *json = cv_api_response_json(&g->resp);
+    cv_api_error err;
+    char *json = req->kind == CV_API_COHERE_EMBED ? cv_api_cohere_json(&g->resp, &err) : cv_api_response_json(&g->resp);
+    if (!json) {
+        cv_server_reply_error(g->http, &err);
+        return;
+    }
     cv_http_respond(g->http, 200, "application/json", json, strlen(json));
     free(json);
 }
@@ -353,6 +358,7 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
              : kind == CV_API_RERANK     ? cv_api_parse_rerank(body, len, &s->limits, req, err)
              : kind == CV_API_CLASSIFY   ? cv_api_parse_classify(body, len, &s->limits, req, err)
              : kind == CV_API_POOLING    ? cv_api_parse_pooling(body, len, &s->limits, req, err)
+             : kind == CV_API_COHERE_EMBED ? cv_api_parse_cohere_embed(body, len, &s->limits, req, err)
                                          : cv_api_parse_completion(body, len, &s->limits, req, err);
     if (rc) return rc;
     if (!cv_server_model_name(s, req->model, lora, err)) return -1;

@@ -192,7 +192,8 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 
 typedef enum route_id {
     R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
-    R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS, R_SCORE, R_RERANK, R_CLASSIFY, R_POOLING
+    R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS, R_SCORE, R_RERANK, R_CLASSIFY, R_POOLING,
+    R_COHERE_EMBED
 } route_id;
 
 typedef struct route {
@@ -218,6 +219,7 @@ static const route routes[] = {
     {"/v1/load_lora_adapter", R_LOAD_LORA, "POST", true},     /* with runtime_lora only */
     {"/v1/unload_lora_adapter", R_UNLOAD_LORA, "POST", true}, /* with runtime_lora only */
     {"/v1/embeddings", R_EMBEDDINGS, "POST", true},            /* embedding models only */
+    {"/v2/embed", R_COHERE_EMBED, "POST", true},               /* embedding models only */
     {"/classify", R_CLASSIFY, "POST", true},                   /* classifiers only */
     {"/pooling", R_POOLING, "POST", true},                     /* pooling runner only */
     {"/score", R_SCORE, "POST", true},                         /* l.scores only, and the next four */
@@ -276,7 +278,8 @@ static bool route_served(const cv_server *s, route_id id) {
     case R_COMPLETIONS:
     case R_CHAT:
     case R_CHAT_RENDER: return !s->pooling;
-    case R_EMBEDDINGS: return s->pooling && !strcmp(s->limits.pooling_task, "embed");
+    case R_EMBEDDINGS:
+    case R_COHERE_EMBED: return s->pooling && !strcmp(s->limits.pooling_task, "embed");
     case R_CLASSIFY: return s->pooling && !strcmp(s->limits.pooling_task, "classify");
     case R_POOLING: return s->pooling;
     case R_SCORE:
@@ -366,6 +369,7 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     case R_EMBEDDINGS: cv_generate(s, r, CV_API_EMBEDDING); return;
     case R_CLASSIFY: cv_generate(s, r, CV_API_CLASSIFY); return;
     case R_POOLING: cv_generate(s, r, CV_API_POOLING); return;
+    case R_COHERE_EMBED: cv_generate(s, r, CV_API_COHERE_EMBED); return;
     case R_SCORE:
         /* vLLM moved the Score API off /v1, which it keeps for the OpenAI-compatible routes */
         if (!strcmp(cv_http_path(r), "/v1/score"))
@@ -476,7 +480,16 @@ static void pooling_limits(cv_server *s, const cvllm_engine *e) {
     const int32_t n = cvllm_engine_embedding_size(e);
     const bool classify = !strcmp(l->pooling_task, "classify");
     l->scores = !classify || n == 1;
-    if (!classify) return;
+    if (!classify) {
+        const char *prompt;
+        while (cvllm_engine_input_type(e, l->n_input_types, &prompt)) l->n_input_types++;
+        s->input_types = cv_xcalloc((size_t)l->n_input_types + 1, sizeof *s->input_types);
+        s->input_prompts = cv_xcalloc((size_t)l->n_input_types + 1, sizeof *s->input_prompts);
+        for (int32_t i = 0; i < l->n_input_types; i++) s->input_types[i] = cvllm_engine_input_type(e, i, &s->input_prompts[i]);
+        l->input_types = s->input_types;
+        l->input_prompts = s->input_prompts;
+        return;
+    }
     s->class_labels = cv_xcalloc((size_t)n, sizeof *s->class_labels);
     for (int32_t i = 0; i < n; i++) s->class_labels[i] = cvllm_engine_class_label(e, i);
     l->class_labels = s->class_labels;
@@ -490,6 +503,8 @@ static void free_server(cv_server *s) {
     free_strings(s->keys, s->n_keys);
     free(s->root);
     free(s->class_labels);
+    free(s->input_types);
+    free(s->input_prompts);
     json_decref(s->default_kwargs);
     free(s->whitespace_pattern);
     pthread_cond_destroy(&s->sessions_cv);

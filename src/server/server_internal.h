@@ -40,6 +40,7 @@ struct cv_server {
     char *lora_resolver_dir;      /* VLLM_LORA_RESOLVER_CACHE_DIR (with runtime_lora), or NULL */
     char *root;
     const char **class_labels;    /* limits.class_labels: the engine's strings, in an array owned here */
+    const char **input_types, **input_prompts; /* the same for limits.input_types and input_prompts */
     char **keys;
     size_t n_keys;
     cv_cors cors;

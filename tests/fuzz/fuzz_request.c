@@ -3,7 +3,7 @@
  * (src/server/api*.c).
  *
  * Each input is parsed as a completions, a chat, a /tokenize and a /detokenize body, and as the
- * pooling routes' (/v1/embeddings and /pooling on an embedding model, /classify and /pooling on a
+ * pooling routes' (/v1/embeddings, /pooling and /v2/embed on an embedding model, /classify and /pooling on a
  * classifier of three labels, /score and /rerank on an embedding model and on a reranker with the chat
  * template as its score template; the route /invocations picks is a pooling one). A rejected
  * request must yield an error whose JSON serialises (the message is cut to valid UTF-8); an accepted
@@ -134,6 +134,12 @@ static void answer_pooling(const cv_api_request *req, size_t width) {
         require_json(metadata, strlen(metadata));
         free(bytes);
         free(metadata);
+    } else if (req->kind == CV_API_COHERE_EMBED) {
+        cv_api_error err = {0};
+        char *body = cv_api_cohere_json(&resp, &err);
+        if (body) require_json(body, strlen(body));
+        else check_error(&err);
+        free(body);
     } else {
         char *body = cv_api_response_json(&resp);
         require_json(body, strlen(body));
@@ -146,12 +152,16 @@ typedef int (*pooling_parser)(const char *, size_t, const cv_api_limits *, cv_ap
 
 /* A classifier's labels ("reranker": one, scored with the chat template), else an embedder. */
 static void parse_pooling(const char *body, size_t size, cv_api_limits lim, const char *model, pooling_parser parse) {
-    static const char *const labels[] = {"neg", "neutral", "pos"};
+    static const char *const labels[] = {"neg", "neutral", "pos"}, *const input_types[] = {"query", "document"},
+                             *const input_prompts[] = {"Instruct: find\nQuery:", ""};
     const bool reranker = !strcmp(model, "reranker"), classifier = !strcmp(model, "classifier");
     lim.pooling_task = reranker || classifier ? "classify" : "embed";
     lim.scores = !classifier;
     lim.class_labels = reranker || classifier ? labels : NULL;
     lim.score_template = reranker ? chat_config()->tmpl : NULL;
+    lim.input_types = reranker || classifier ? NULL : input_types;
+    lim.input_prompts = reranker || classifier ? NULL : input_prompts;
+    lim.n_input_types = reranker || classifier ? 0 : 2;
     require(cv_api_kind_pools(cv_api_pooling_invocation(body, size, &lim)));
     cv_api_request req;
     cv_api_error err = {0};
@@ -188,6 +198,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cv_api_request_free(&req);
     parse_pooling(body, size, lim, "embedder", cv_api_parse_embedding);
     parse_pooling(body, size, lim, "embedder", cv_api_parse_pooling);
+    parse_pooling(body, size, lim, "embedder", cv_api_parse_cohere_embed);
     parse_pooling(body, size, lim, "embedder", cv_api_parse_score);
     parse_pooling(body, size, lim, "reranker", cv_api_parse_score);
     parse_pooling(body, size, lim, "reranker", cv_api_parse_rerank);
