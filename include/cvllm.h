@@ -152,9 +152,12 @@ typedef struct cvllm_engine_options {
                                  * quant_model_description.json anyway); "fp8": a block-wise FP8 checkpoint
                                  * (detected by config.json's quantization_config). Another method, or one
                                  * the checkpoint does not match, fails the load in one line. */
-    const char *logprobs_mode;  /* vLLM's --logprobs-mode: "raw_logprobs" (NULL; the log-softmax of the logits
-                                 * before temperature and the sampling filters) or "raw_logits" (those
-                                 * logits); the processed_* modes are refused (CVLLM_ERR_UNSUPPORTED) */
+    const char *logprobs_mode;  /* vLLM's --logprobs-mode, what a sampled token's logprobs are: "raw_logprobs"
+                                 * (NULL; the log-softmax of the logits before any processing), "raw_logits"
+                                 * (those logits), "processed_logprobs" / "processed_logits" (of the logits
+                                 * the token was drawn from: after penalties, logit_bias and the masks, and
+                                 * for random sampling temperature, min_p, top_k and top_p, removed tokens at
+                                 * -inf). Prompt logprobs are always raw logprobs, as in vLLM. */
     const char *hf_overrides;   /* vLLM's --hf-overrides: a JSON object laid over config.json (each key
                                  * replaces the config's; text_config's keys one by one), e.g.
                                  * '{"rope_scaling": {"rope_type": "yarn", "factor": 4.0,

@@ -506,20 +506,28 @@ static void test_download_dir(void) {
     free(mk);
 }
 
-/* One greedy request with prompt logprobs and logprobs (top 2) under logprobs_mode `mode`: each
- * position's chosen value minus its best one, and the chosen ranks, prompt positions first (from 1;
- * gap[0] is the chosen value itself at prompt position 1). */
-enum { LP_PROMPT = 6, LP_GEN = 4 };
-static int logprob_gaps(const char *mode, float *gap, int32_t *rank) {
+/* One request with prompt logprobs and logprobs (top 3) under logprobs_mode `mode`: greedy, or
+ * sampled at temperature 0.5 from the top 2 (seed 7). Fills each prompt position's entries and then
+ * each generated one's (prompt positions from 1) and the tokens drawn. */
+enum { LP_PROMPT = 6, LP_GEN = 4, LP_TOP = 3 };
+typedef struct lp_run {
+    cvllm_logprob top[LP_PROMPT + LP_GEN][LP_TOP];
+    cvllm_logprob chosen[LP_PROMPT + LP_GEN];
+    int32_t tokens[LP_GEN];
+} lp_run;
+
+static int logprob_run(const char *mode, bool sampled, lp_run *out) {
     cvllm_engine_options o = small_options(model_dir);
     o.dtype = "float32";
     o.logprobs_mode = mode;
     cvllm_engine *e = NULL;
     int rc = cvllm_engine_create(&o, &e);
     if (rc) return rc;
+    memset(out, 0, sizeof *out);
     cvllm_sampling_params p = greedy(e, LP_GEN);
-    p.prompt_logprobs = 2;
-    p.logprobs = 2;
+    p.prompt_logprobs = LP_TOP;
+    p.logprobs = LP_TOP;
+    if (sampled) p.temperature = 0.5f, p.top_k = 2, p.seed = 7;
     uint64_t id = add_prompt(e, PROMPT(11, 420, 77, 3001, 15, 990), &p);
     while (cvllm_engine_has_unfinished(e)) {
         const cvllm_request_output *const *outs;
@@ -528,39 +536,64 @@ static int logprob_gaps(const char *mode, float *gap, int32_t *rank) {
         for (size_t k = 0; k < n; k++) {
             if (outs[k]->request_id != id) continue;
             for (int t = 1; outs[k]->prompt_logprobs && t < LP_PROMPT; t++) {
-                const cvllm_position_logprobs *lp = &outs[k]->prompt_logprobs[t];
-                gap[t] = lp->chosen.logprob - lp->top[0].logprob, rank[t] = lp->chosen.rank;
-                if (t == 1) gap[0] = lp->chosen.logprob;
+                memcpy(out->top[t], outs[k]->prompt_logprobs[t].top, sizeof out->top[t]);
+                out->chosen[t] = outs[k]->prompt_logprobs[t].chosen;
             }
             const cvllm_completion_output *c = &outs[k]->outputs[0];
-            for (size_t t = 0; outs[k]->finished && c->logprobs && t < c->n_token_ids && t < LP_GEN; t++)
-                gap[LP_PROMPT + t] = c->logprobs[t].chosen.logprob - c->logprobs[t].top[0].logprob,
-                rank[LP_PROMPT + t] = c->logprobs[t].chosen.rank;
+            for (size_t t = 0; outs[k]->finished && c->logprobs && t < c->n_token_ids && t < LP_GEN; t++) {
+                memcpy(out->top[LP_PROMPT + t], c->logprobs[t].top, sizeof out->top[0]);
+                out->chosen[LP_PROMPT + t] = c->logprobs[t].chosen;
+                out->tokens[t] = c->token_ids[t];
+            }
         }
     }
     cvllm_engine_destroy(e);
     return 0;
 }
 
-/* vLLM's logprobs_mode: raw_logits returns the logits whose log-softmax raw_logprobs returns, so the
- * gaps between a position's values and the ranks are the same in both; the processed modes are
- * refused naming what cvllm returns. */
+/* vLLM's logprobs_mode. raw_logits returns the logits whose log-softmax raw_logprobs returns: the
+ * gaps between a position's values and the ranks are the same. The processed modes are of the row
+ * the token was drawn from: greedy, of the logits as they are (no penalty here); sampled at
+ * temperature T from the top 2, the two kept tokens' logprobs sum to 1 with their raw gap divided by
+ * T, and the third is -inf. Prompt logprobs are raw logprobs in every mode, and the mode never
+ * changes the tokens drawn. */
 static void test_logprobs_mode(void) {
-    float gap_lp[LP_PROMPT + LP_GEN] = {0}, gap_logit[LP_PROMPT + LP_GEN] = {0};
-    int32_t rank_lp[LP_PROMPT + LP_GEN] = {0}, rank_logit[LP_PROMPT + LP_GEN] = {0};
-    CHECK_EQ_INT(logprob_gaps(NULL, gap_lp, rank_lp), 0);
-    CHECK_EQ_INT(logprob_gaps("raw_logits", gap_logit, rank_logit), 0);
-    for (int t = 1; t < LP_PROMPT + LP_GEN; t++) {
-        CHECK_MSG(fabsf(gap_lp[t] - gap_logit[t]) < 1e-4f, "position %d: gap %g as logprobs, %g as logits", t,
-                  gap_lp[t], gap_logit[t]);
-        CHECK_EQ_INT(rank_lp[t], rank_logit[t]);
+    static lp_run raw, logits, processed, sampled_raw, sampled_lp, sampled_logits;
+    CHECK_EQ_INT(logprob_run(NULL, false, &raw), 0);
+    CHECK_EQ_INT(logprob_run("raw_logits", false, &logits), 0);
+    CHECK_EQ_INT(logprob_run("processed_logprobs", false, &processed), 0);
+    for (int t = 1; t < LP_PROMPT; t++) /* prompt positions: the same raw logprobs */
+        CHECK(!memcmp(raw.top[t], logits.top[t], sizeof raw.top[t]) && raw.chosen[t].logprob == logits.chosen[t].logprob);
+    for (int t = LP_PROMPT; t < LP_PROMPT + LP_GEN; t++) {
+        const float gap_lp = raw.chosen[t].logprob - raw.top[t][1].logprob;
+        const float gap_logit = logits.chosen[t].logprob - logits.top[t][1].logprob;
+        CHECK_MSG(fabsf(gap_lp - gap_logit) < 1e-4f, "position %d: gap %g as logprobs, %g as logits", t, gap_lp, gap_logit);
+        CHECK_EQ_INT(raw.chosen[t].rank, logits.chosen[t].rank);
+        CHECK_MSG(fabsf(raw.chosen[t].logprob - logits.chosen[t].logprob) > 1e-3f, "raw_logits gave the logprob %g",
+                  logits.chosen[t].logprob);
+        CHECK(fabsf(processed.chosen[t].logprob - raw.chosen[t].logprob) < 1e-5f);
     }
-    CHECK_MSG(fabsf(gap_lp[0] - gap_logit[0]) > 1e-3f, "raw_logits gave the logprob %g itself", gap_logit[0]);
-    float g[LP_PROMPT + LP_GEN];
-    int32_t r[LP_PROMPT + LP_GEN];
-    CHECK_EQ_INT(logprob_gaps("processed_logprobs", g, r), CVLLM_ERR_UNSUPPORTED);
-    CHECK_CONTAINS(cvllm_last_error(), "logprobs_mode processed_logprobs is not supported");
-    CHECK_EQ_INT(logprob_gaps("logits", g, r), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK(!memcmp(raw.tokens, logits.tokens, sizeof raw.tokens) && !memcmp(raw.tokens, processed.tokens, sizeof raw.tokens));
+
+    CHECK_EQ_INT(logprob_run(NULL, true, &sampled_raw), 0);
+    CHECK_EQ_INT(logprob_run("processed_logprobs", true, &sampled_lp), 0);
+    CHECK_EQ_INT(logprob_run("processed_logits", true, &sampled_logits), 0);
+    CHECK(!memcmp(sampled_raw.tokens, sampled_lp.tokens, sizeof sampled_raw.tokens));
+    CHECK(!memcmp(sampled_raw.tokens, sampled_logits.tokens, sizeof sampled_raw.tokens));
+    for (int t = LP_PROMPT; t < LP_PROMPT + LP_GEN; t++) {
+        const cvllm_logprob *lp = sampled_lp.top[t], *lg = sampled_logits.top[t], *rw = sampled_raw.top[t];
+        CHECK_MSG(fabs(exp(lp[0].logprob) + exp(lp[1].logprob) - 1) < 1e-5, "position %d: %g + %g", t, exp(lp[0].logprob),
+                  exp(lp[1].logprob));
+        CHECK(isinf(lp[2].logprob) && lp[2].logprob < 0 && isinf(lg[2].logprob));
+        CHECK(lp[0].token_id == rw[0].token_id && lp[1].token_id == rw[1].token_id);
+        const float raw_gap = rw[0].logprob - rw[1].logprob;
+        CHECK_MSG(fabsf((lp[0].logprob - lp[1].logprob) - raw_gap / 0.5f) < 1e-4f, "position %d: processed gap %g, raw %g",
+                  t, lp[0].logprob - lp[1].logprob, raw_gap);
+        CHECK(fabsf((lg[0].logprob - lg[1].logprob) - (lp[0].logprob - lp[1].logprob)) < 1e-4f);
+        CHECK(sampled_lp.chosen[t].rank <= 2 && sampled_lp.chosen[t].token_id == sampled_raw.tokens[t - LP_PROMPT]);
+    }
+    CHECK_EQ_INT(logprob_run("logits", false, &raw), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "choose from raw_logprobs, raw_logits, processed_logprobs, processed_logits");
 }
 
 int main(void) {

@@ -94,13 +94,10 @@ static int check_options(const cvllm_engine_options *o) {
                        o->data_parallel_rank);
     if (o->max_logprobs < 0) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "max_logprobs must be >= 0, got %d", o->max_logprobs);
     const char *mode = o->logprobs_mode;
-    if (mode && strcmp(mode, "raw_logprobs") && strcmp(mode, "raw_logits"))
-        return !strcmp(mode, "processed_logprobs") || !strcmp(mode, "processed_logits")
-                   ? cv_fail(CVLLM_ERR_UNSUPPORTED, "logprobs_mode %s is not supported: cvllm returns the logprobs of the "
-                             "logits before temperature and the sampling filters (raw_logprobs) or those logits "
-                             "(raw_logits)", mode)
-                   : cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid logprobs_mode '%s'; choose from raw_logprobs, "
-                             "raw_logits, processed_logprobs, processed_logits", mode);
+    if (mode && strcmp(mode, "raw_logprobs") && strcmp(mode, "raw_logits") && strcmp(mode, "processed_logprobs") &&
+        strcmp(mode, "processed_logits"))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid logprobs_mode '%s'; choose from raw_logprobs, raw_logits, "
+                       "processed_logprobs, processed_logits", mode);
     const char *runner = o->runner;
     if (runner && strcmp(runner, "auto") && strcmp(runner, "generate") && strcmp(runner, "pooling"))
         return !strcmp(runner, "draft")
@@ -518,7 +515,9 @@ static int create_engine(cvllm_engine *e) {
     e->sched.max_loras = e->loras ? e->opts.max_loras : 0;
     if (priority) cv_info("engine", "scheduling policy priority: lower priority values are scheduled first");
     e->max_logprobs = e->opts.max_logprobs;
-    e->logprobs_as_logits = e->opts.logprobs_mode && !strcmp(e->opts.logprobs_mode, "raw_logits");
+    const char *mode = e->opts.logprobs_mode;
+    e->logprobs_as_logits = mode && !strcmp(mode + strlen(mode) - 7, "_logits");
+    e->logprobs_processed = mode && !strncmp(mode, "processed_", 10);
     e->sample_scratch = cv_xmalloc(2 * (size_t)e->vocab_size * sizeof(float));
     e->top_scratch = cv_xmalloc(((size_t)e->max_logprobs + 1) * sizeof *e->top_scratch);
     size_t n_eos;
@@ -917,6 +916,7 @@ static int make_request(cvllm_engine *e, const cvllm_prompt *prompt, const cvllm
     *out = cv_request_create(id, ids, n, prompt->cache_salt, params, max_tokens, eos, n_eos, &bad_words);
     (*out)->lora = lora;
     (*out)->sampler_params.logits = e->logprobs_as_logits;
+    (*out)->sampler_params.processed = e->logprobs_processed;
     free(ids);
     return 0;
 }
@@ -1201,8 +1201,9 @@ static void record_prompt_logprobs(cvllm_engine *e, cv_seq *seq, size_t first, s
     for (size_t i = 0; i < count; i++) {
         size_t t = first + i; /* row t predicts prompt token t + 1 */
         cv_logprob_entry chosen;
+        /* log-softmax of the raw logits whatever the logprobs_mode, as vLLM's prompt logprobs are */
         cv_logprobs_of(rows + i * (size_t)e->vocab_size, e->vocab_size, req->params.prompt_logprobs, req->prompt[t + 1],
-                       e->logprobs_as_logits, e->top_scratch, &chosen);
+                       false, e->top_scratch, &chosen);
         req->prompt_logprobs[t + 1] = make_position_logprobs(e->top_scratch, req->params.prompt_logprobs, chosen);
         req->n_prompt_logprobs_done = t + 2;
     }

@@ -81,7 +81,8 @@ struct cvllm_engine {
     int32_t vocab_size;
     int32_t max_model_len;
     int32_t max_logprobs;
-    bool logprobs_as_logits;       /* logprobs_mode raw_logits */
+    bool logprobs_as_logits;       /* logprobs_mode *_logits: sampled tokens' values are logits */
+    bool logprobs_processed;       /* logprobs_mode processed_*: of the row as the sampler drew from it */
     _Atomic uint64_t next_request_id; /* requests may be prepared on other threads */
     uint64_t seed_counter;
     cv_request **requests;         /* live requests */

@@ -576,10 +576,16 @@ static int32_t inverse_cdf(float *logits, int32_t n, float max, double *block_su
     return i;
 }
 
+/* The filtered row, for the processed logprobs modes (keep NULL: not wanted). */
+static void keep_processed(const float *logits, int32_t n, float *keep) {
+    if (keep) memcpy(keep, logits, (size_t)n * sizeof *keep);
+}
+
 static int32_t draw(const cv_sampler_params *p, cv_sampler_state *st, float *logits, int32_t *ids,
-                    int32_t fallback) {
+                    int32_t fallback, float *keep) {
     float max;
     int32_t n = filter_row(p, logits, st->vocab_size, ids, &max);
+    keep_processed(logits, st->vocab_size, keep);
     if (n == 0) return fallback;
     if (n < 0) return inverse_cdf(logits, st->vocab_size, max, (double *)ids, &st->rng);
     return exponential_race(logits, max, ids, n, &st->rng);
@@ -590,9 +596,10 @@ static int32_t draw(const cv_sampler_params *p, cv_sampler_state *st, float *log
  * distribution; otherwise draw from that distribution with the draft removed (renormalised). The
  * token this returns is distributed exactly as a plain draw would be. */
 static int32_t draw_or_accept(const cv_sampler_params *p, cv_sampler_state *st, float *logits, int32_t *ids,
-                              int32_t fallback, int32_t draft) {
+                              int32_t fallback, int32_t draft, float *keep) {
     float max;
     int32_t n = filter_row(p, logits, st->vocab_size, ids, &max);
+    keep_processed(logits, st->vocab_size, keep);
     if (n == 0) return fallback;
     double total = n < 0 ? sum_exp(logits, st->vocab_size, max) : 0;
     for (int32_t j = 0; j < n; j++) total += weight_of(logits, ids[j], max);
@@ -613,21 +620,27 @@ static int32_t sample_row(const cv_sampler_params *p, cv_sampler_state *st, floa
                           int32_t draft, cv_sample_result *res) {
     int32_t n = st->vocab_size;
     int32_t *ids = scratch;
-    float *raw = (float *)scratch + n;
+    float *row = (float *)scratch + n; /* the row the logprobs are of: raw, or processed */
     bool want_logprobs = p->logprobs >= 0;
     assert(res || !want_logprobs);
     for (cv_logits_proc *proc = st->procs; proc; proc = proc->next) proc->i->apply(proc, logits, n);
-    if (want_logprobs) memcpy(raw, logits, (size_t)n * sizeof *raw);
+    if (want_logprobs && !p->processed) memcpy(row, logits, (size_t)n * sizeof *row);
+    float *keep = want_logprobs && p->processed ? row : NULL;
 
     int32_t fallback = process_logits(p, st, logits), token;
-    if (p->temperature < CV_GREEDY_TEMPERATURE) token = argmax_or(logits, n, fallback);
-    else if (draft >= 0 && draft < n) token = draw_or_accept(p, st, logits, ids, fallback, draft);
-    else token = draw(p, st, logits, ids, fallback);
+    if (p->temperature < CV_GREEDY_TEMPERATURE) {
+        keep_processed(logits, n, keep); /* greedy: no temperature or filters, as in vLLM */
+        token = argmax_or(logits, n, fallback);
+    } else if (draft >= 0 && draft < n) {
+        token = draw_or_accept(p, st, logits, ids, fallback, draft, keep);
+    } else {
+        token = draw(p, st, logits, ids, fallback, keep);
+    }
     if (!res) return token;
     res->token_id = token;
     if (want_logprobs) {
         res->n_top = p->logprobs < n ? p->logprobs : n;
-        cv_logprobs_of(raw, n, res->n_top, token, p->logits, res->top, &res->chosen);
+        cv_logprobs_of(row, n, res->n_top, token, p->logits, res->top, &res->chosen);
     } else {
         res->n_top = 0;
         res->chosen = (cv_logprob_entry){.token_id = token, .logprob = 0, .rank = 0};

@@ -2,7 +2,9 @@
  * sampler.h — turning one row of logits into the next token, with vLLM's semantics and order
  * (vllm/v1/sample/sampler.py):
  *
- *   1. raw logprobs (log-softmax of the unprocessed logits) for the logprobs the request asked for;
+ *   1. raw logprobs (log-softmax of the unprocessed logits) for the logprobs the request asked for
+ *      (vLLM's processed modes take them of the row as it is drawn from instead: after step 6 when
+ *      greedy, else after step 7's temperature and filters, removed tokens at -inf);
  *   2. allowed_token_ids: every id outside the set gets -inf;
  *   3. bad_words: the last token of each bad word gets -inf when the output so far ends with the
  *      word's other tokens (a one-token word always);
@@ -60,8 +62,9 @@ typedef struct cv_sampler_params {
     const int32_t *bias_ids;
     const float *bias_values;
     size_t n_bias;
-    int32_t logprobs;         /* -1: none; else top-N raw logprobs */
-    bool logits;              /* vLLM's logprobs_mode raw_logits: the logprobs' values are the logits */
+    int32_t logprobs;         /* -1: none; else top-N logprobs */
+    bool logits;              /* logprobs_mode *_logits: the logprobs' values are the logits */
+    bool processed;           /* logprobs_mode processed_*: of the processed row (step 1), not the raw one */
 } cv_sampler_params;
 
 typedef struct cv_sampler_state {
