@@ -482,6 +482,42 @@ static void test_dataset(const cvllm_tokenizer *tok) {
     CHECK_CONTAINS(cvllm_last_error(), "too small");
 }
 
+/* random-rerank: one query of L/2 − 1 tokens, documents of L − query − 1, grouped batch_size a request,
+ * each request's prompt_len counting the query and a separator once a document. */
+static void test_rerank_dataset(const cvllm_tokenizer *tok) {
+    cv_random_dataset_options o = {.num_prompts = 7, .input_len = 40, .output_len = 1, .seed = 4};
+    cv_bench_sample *s;
+    size_t n;
+    CHECK(cv_random_rerank_dataset(tok, &o, 3, &s, &n) == 0);
+    CHECK_EQ_INT((int)n, 3);
+    static const int docs[] = {3, 3, 1};
+    int exact = 0;
+    for (size_t b = 0; b < n && n == 3; b++) {
+        CHECK_EQ_INT(s[b].n_docs, docs[b]);
+        CHECK(!strcmp(s[b].prompt, s[0].prompt));
+        int32_t *ids;
+        size_t query, total = 0;
+        CHECK(cvllm_tokenize(tok, s[b].prompt, strlen(s[b].prompt), &ids, &query) == CVLLM_OK);
+        cvllm_free(ids);
+        for (int32_t k = 0; k < s[b].n_docs; k++) {
+            size_t len;
+            CHECK(cvllm_tokenize(tok, s[b].docs[k], strlen(s[b].docs[k]), &ids, &len) == CVLLM_OK);
+            cvllm_free(ids);
+            total += len;
+            exact += len == 20;
+            if (b == 0 && k > 0) CHECK(strcmp(s[b].docs[k], s[b].docs[0]) != 0);
+        }
+        CHECK_EQ_INT((int)query, 19);
+        CHECK_EQ_INT(s[b].prompt_len, (int)((query + 1) * (size_t)s[b].n_docs + total));
+    }
+    CHECK_MSG(exact >= 6, "only %d of 7 documents have exactly 20 tokens", exact);
+    cv_bench_samples_free(s, n);
+    CHECK(cv_random_rerank_dataset(tok, &o, 0, &s, &n) == CVLLM_ERR_INVALID_ARGUMENT);
+    o.input_len = 3;
+    CHECK(cv_random_rerank_dataset(tok, &o, 1, &s, &n) == CVLLM_ERR_INVALID_ARGUMENT && s == NULL);
+    CHECK_CONTAINS(cvllm_last_error(), "leaves no room for a query");
+}
+
 int main(void) {
     test_stats();
     test_py_float();
@@ -499,6 +535,7 @@ int main(void) {
     if (tok) {
         test_metrics(tok);
         test_dataset(tok);
+        test_rerank_dataset(tok);
     }
     cvllm_tokenizer_destroy(tok);
     return cv_check_summary("test_bench");

@@ -802,6 +802,40 @@ static void test_bench_embeddings(void) {
     CHECK_EQ_INT(r.status, 2);
     CHECK_CONTAINS(r.err, "URL must end with 'embeddings'");
     tu_run_free(&r);
+
+    /* vLLM's vllm-rerank backend over its random-rerank dataset: 7 documents, 3 a request, one query;
+     * an embedding model reranks by cosine */
+    snprintf(cmd, sizeof cmd,
+             "bench serve --backend vllm-rerank --dataset-name random-rerank --endpoint /rerank --port %d --model %s "
+             "--num-prompts 7 --random-batch-size 3 --random-input-len 40 --seed 5 --save-result --result-dir %s "
+             "--result-filename rerank.json",
+             p.port, full, full);
+    r = tu_run_cvllm(full, "", cmd);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "Successful requests:                     3 ");
+    CHECK(!strstr(r.out, "TTFT") && !strstr(r.out, "Output token"));
+    tu_run_free(&r);
+    saved = tu_strdupf("%s/%s", full, "rerank.json");
+    j = json_load_file(saved, 0, NULL);
+    CHECK(j && json_integer_value(json_object_get(j, "completed")) == 3);
+    CHECK(j && !strcmp(json_string_value(json_object_get(j, "backend")), "vllm-rerank"));
+    json_decref(j);
+    free(saved);
+    static const struct {
+        const char *args, *message;
+    } refused[] = {
+        {"--backend vllm-rerank --endpoint /rerank", "--backend vllm-rerank goes with --dataset-name random-rerank"},
+        {"--dataset-name random-rerank --endpoint /v1/embeddings --backend openai-embeddings",
+         "--backend vllm-rerank goes with --dataset-name random-rerank"},
+        {"--backend vllm-rerank --dataset-name random-rerank --endpoint /v1/embeddings", "URL must end with 'rerank'"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+        snprintf(cmd, sizeof cmd, "bench serve %s --port %d --model %s --num-prompts 1", refused[k].args, p.port, full);
+        r = tu_run_cvllm(full, "", cmd);
+        CHECK_EQ_INT(r.status, 2);
+        CHECK_CONTAINS(r.err, refused[k].message);
+        tu_run_free(&r);
+    }
     kill(p.pid, SIGTERM);
     CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
     tu_remove_tree(full);

@@ -75,6 +75,37 @@ static int check_options(const cvllm_tokenizer *tok, const cv_random_dataset_opt
     return 0;
 }
 
+/* Sample `index` of a dataset: the prefix, then input_len ids walking `allowed` from offset + index,
+ * as text (fitted to its length unless exact). */
+static int make_sequence(const cvllm_tokenizer *tok, cv_rng *rng, const int32_t *allowed, int32_t n_allowed,
+                         const int32_t *prefix, int32_t prefix_len, int32_t input_len, int64_t offset, size_t index,
+                         bool exact, cv_bench_sample *out) {
+    size_t len = (size_t)prefix_len + (size_t)input_len;
+    int32_t *seq = cv_xmalloc(len * sizeof *seq + 1);
+    if (prefix_len) memcpy(seq, prefix, (size_t)prefix_len * sizeof *seq);
+    for (int32_t k = 0; k < input_len; k++) seq[prefix_len + k] = allowed[(offset + (int64_t)index + k) % n_allowed];
+    int rc;
+    if (exact) {
+        char *text = NULL;
+        rc = cvllm_detokenize(tok, seq, len, false, &text);
+        if (!rc) out->prompt = cv_xstrdup(text);
+        cvllm_free(text);
+    } else {
+        rc = fit_to_length(tok, rng, allowed, n_allowed, (int32_t)len, &seq, &len, &out->prompt);
+    }
+    out->ids = seq;
+    out->prompt_len = (int32_t)len;
+    return rc;
+}
+
+/* n lengths drawn uniformly from [⌊L·(1−r)⌋, ⌈L·(1+r)⌉], none below `floor_at`. */
+static void draw_lengths(cv_rng *rng, size_t n, int32_t L, double r, int64_t floor_at, int32_t *out) {
+    int64_t lo = (int64_t)floor(L * (1 - r)), hi = (int64_t)ceil(L * (1 + r));
+    if (lo < floor_at) lo = floor_at;
+    if (hi < lo) hi = lo;
+    for (size_t i = 0; i < n; i++) out[i] = (int32_t)uniform_int(rng, lo, hi);
+}
+
 int cv_random_dataset(const cvllm_tokenizer *tok, const cv_random_dataset_options *o, cv_bench_sample **out) {
     int32_t limit = 0;
     *out = NULL;
@@ -89,35 +120,22 @@ int cv_random_dataset(const cvllm_tokenizer *tok, const cv_random_dataset_option
     cv_rng rng;
     cv_rng_seed(&rng, o->seed);
     size_t n = (size_t)o->num_prompts;
-    int64_t in_lo = (int64_t)floor(o->input_len * (1 - o->range_ratio)), in_hi = (int64_t)ceil(o->input_len * (1 + o->range_ratio));
-    int64_t out_lo = (int64_t)floor(o->output_len * (1 - o->range_ratio)), out_hi = (int64_t)ceil(o->output_len * (1 + o->range_ratio));
-    if (out_lo < 1) out_lo = 1;
     int32_t *input_lens = cv_xmalloc(n * sizeof *input_lens), *offsets = cv_xmalloc(n * sizeof *offsets);
+    int32_t *output_lens = cv_xmalloc(n * sizeof *output_lens);
     cv_bench_sample *s = cv_xcalloc(n, sizeof *s);
-    for (size_t i = 0; i < n; i++) input_lens[i] = (int32_t)uniform_int(&rng, in_lo, in_hi);
-    for (size_t i = 0; i < n; i++) s[i].output_len = (int32_t)uniform_int(&rng, out_lo, out_hi);
+    draw_lengths(&rng, n, o->input_len, o->range_ratio, 0, input_lens);
+    draw_lengths(&rng, n, o->output_len, o->range_ratio, 1, output_lens);
     for (size_t i = 0; i < n; i++) offsets[i] = (int32_t)uniform_int(&rng, 0, limit - 1);
     int32_t *prefix = cv_xmalloc(((size_t)o->prefix_len + 1) * sizeof *prefix);
     for (int32_t k = 0; k < o->prefix_len; k++) prefix[k] = allowed[uniform_int(&rng, 0, n_allowed - 1)];
     for (size_t i = 0; i < n && !rc; i++) {
-        size_t len = (size_t)o->prefix_len + (size_t)input_lens[i];
-        int32_t *seq = cv_xmalloc(len * sizeof *seq + 1);
-        memcpy(seq, prefix, (size_t)o->prefix_len * sizeof *seq);
-        for (int32_t k = 0; k < input_lens[i]; k++)
-            seq[o->prefix_len + k] = allowed[((int64_t)offsets[i] + (int64_t)i + k) % n_allowed];
-        if (o->exact_ids) {
-            char *text = NULL;
-            rc = cvllm_detokenize(tok, seq, len, false, &text);
-            if (!rc) s[i].prompt = cv_xstrdup(text);
-            cvllm_free(text);
-        } else {
-            rc = fit_to_length(tok, &rng, allowed, n_allowed, (int32_t)len, &seq, &len, &s[i].prompt);
-        }
-        s[i].ids = seq;
-        s[i].prompt_len = (int32_t)len;
+        s[i].output_len = output_lens[i];
+        rc = make_sequence(tok, &rng, allowed, n_allowed, prefix, o->prefix_len, input_lens[i], offsets[i], i,
+                           o->exact_ids, &s[i]);
     }
     free(prefix);
     free(offsets);
+    free(output_lens);
     free(input_lens);
     free(allowed);
     if (rc) {
@@ -128,11 +146,68 @@ int cv_random_dataset(const cvllm_tokenizer *tok, const cv_random_dataset_option
     return 0;
 }
 
+int cv_random_rerank_dataset(const cvllm_tokenizer *tok, const cv_random_dataset_options *o, int32_t batch_size,
+                             cv_bench_sample **out, size_t *n_out) {
+    int32_t limit = 0;
+    *out = NULL;
+    *n_out = 0;
+    int rc = check_options(tok, o, &limit);
+    if (rc) return rc;
+    if (batch_size < 1) return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "--random-batch-size must be at least 1");
+    int32_t n_allowed;
+    int32_t *allowed = allowed_ids(tok, limit, &n_allowed);
+    cv_rng rng;
+    cv_rng_seed(&rng, o->seed);
+    int32_t query_len, query_offset;
+    draw_lengths(&rng, 1, o->input_len / 2 - 1, o->range_ratio, 0, &query_len); /* one separator a pair */
+    query_offset = (int32_t)uniform_int(&rng, 0, limit - 1);
+    const size_t n_docs = (size_t)o->num_prompts;
+    int32_t *doc_lens = cv_xmalloc(n_docs * sizeof *doc_lens), *offsets = cv_xmalloc(n_docs * sizeof *offsets);
+    draw_lengths(&rng, n_docs, o->input_len - query_len - 1, o->range_ratio, 0, doc_lens);
+    for (size_t i = 0; i < n_docs; i++) offsets[i] = (int32_t)uniform_int(&rng, 0, limit - 1);
+    if (n_allowed == 0 || query_len < 1 || doc_lens[0] < 0)
+        rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "random-rerank: --random-input-len %d leaves no room for a query and "
+                     "a document", o->input_len);
+    cv_bench_sample query = {0}, *docs = cv_xcalloc(n_docs, sizeof *docs);
+    if (!rc) rc = make_sequence(tok, &rng, allowed, n_allowed, NULL, 0, query_len, query_offset, 0, o->exact_ids, &query);
+    for (size_t i = 0; i < n_docs && !rc; i++)
+        rc = make_sequence(tok, &rng, allowed, n_allowed, NULL, 0, doc_lens[i], offsets[i], i + 1, o->exact_ids, &docs[i]);
+    const size_t n = (n_docs + (size_t)batch_size - 1) / (size_t)batch_size;
+    cv_bench_sample *s = rc ? NULL : cv_xcalloc(n, sizeof *s);
+    for (size_t b = 0; s && b < n; b++) {
+        const size_t first = b * (size_t)batch_size, count = n_docs - first < (size_t)batch_size ? n_docs - first
+                                                                                                  : (size_t)batch_size;
+        s[b].prompt = cv_xstrdup(query.prompt);
+        s[b].ids = cv_xmalloc((size_t)query.prompt_len * sizeof *s[b].ids + 1);
+        memcpy(s[b].ids, query.ids, (size_t)query.prompt_len * sizeof *s[b].ids);
+        s[b].docs = cv_xcalloc(count, sizeof *s[b].docs);
+        s[b].n_docs = (int32_t)count;
+        s[b].prompt_len = (query.prompt_len + 1) * (int32_t)count;
+        for (size_t k = 0; k < count; k++) {
+            s[b].docs[k] = docs[first + k].prompt;
+            docs[first + k].prompt = NULL;
+            s[b].prompt_len += docs[first + k].prompt_len;
+        }
+    }
+    cv_bench_samples_free(docs, n_docs);
+    free(query.prompt);
+    free(query.ids);
+    free(offsets);
+    free(doc_lens);
+    free(allowed);
+    if (rc) return rc;
+    *out = s;
+    *n_out = n;
+    return 0;
+}
+
 void cv_bench_samples_free(cv_bench_sample *s, size_t n) {
     if (!s) return;
     for (size_t i = 0; i < n; i++) {
         free(s[i].prompt);
         free(s[i].ids);
+        for (int32_t k = 0; k < s[i].n_docs; k++) free(s[i].docs[k]);
+        free(s[i].docs);
     }
     free(s);
 }

@@ -14,6 +14,12 @@
  *
  * `exact_ids` skips the text round trip and keeps the sampled ids as they are, for engines whose
  * embedding table is smaller than the tokenizer (re-encoding could produce ids it cannot embed).
+ *
+ * "random-rerank" (vLLM's RandomDatasetForReranking) makes one query of about L/2 − 1 tokens and
+ * num_prompts documents of about L − query − 1 tokens each (lengths drawn as above, the query as
+ * request 0 and document i as request i + 1), then groups the documents batch_size at a time under
+ * the query: one sample a group, its prompt_len counting the query (and one separator) once a
+ * document.
  */
 #ifndef CV_BENCH_DATASET_H
 #define CV_BENCH_DATASET_H
@@ -34,14 +40,20 @@ typedef struct cv_random_dataset_options {
 } cv_random_dataset_options;
 
 typedef struct cv_bench_sample {
-    char *prompt;            /* the prompt text */
-    int32_t *ids;            /* its token ids (prompt_len of them) */
+    char *prompt;            /* the prompt text (random-rerank: the query) */
+    int32_t *ids;            /* its token ids (random-rerank: the query's) */
     int32_t prompt_len, output_len;
+    char **docs;             /* random-rerank: the documents ranked against the prompt */
+    int32_t n_docs;
 } cv_bench_sample;
 
 /* *out gets opts->num_prompts samples; free with cv_bench_samples_free. */
 int cv_random_dataset(const cvllm_tokenizer *tok, const cv_random_dataset_options *opts,
                       cv_bench_sample **out);
+
+/* "random-rerank": *n_out samples (ceil(num_prompts / batch_size)); free with cv_bench_samples_free. */
+int cv_random_rerank_dataset(const cvllm_tokenizer *tok, const cv_random_dataset_options *opts, int32_t batch_size,
+                             cv_bench_sample **out, size_t *n_out);
 
 /* vLLM's "sharegpt" dataset (sharegpt.c): a JSON list of {"conversations": [{"value": prompt},
  * {"value": completion}, ...]} entries, shuffled with Python's random.seed(seed), taken in that order

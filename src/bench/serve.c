@@ -53,12 +53,16 @@ typedef struct serve_args {
     const char **lora_modules;       /* --lora-modules: adapter names the requests are spread over */
     size_t n_lora_modules;
     const char *lora_assignment;     /* "random" (vLLM's default) or "round-robin" */
+    int32_t random_batch_size;       /* random-rerank: documents a request */
+    size_t n_samples;                /* the dataset's requests (random-rerank groups the prompts) */
 } serve_args;
 
 static const char serve_usage[] =
     "usage: cvllm bench serve [--base-url URL | --host 127.0.0.1 --port 8000] [--endpoint /v1/completions]\n"
-    "                         [--backend openai|openai-chat|openai-embeddings|vllm] [--model NAME] [--served-model-name NAME]\n"
-    "                         [--tokenizer MODEL] [--dataset-name random|sharegpt] [--dataset-path FILE]\n"
+    "                         [--backend openai|openai-chat|openai-embeddings|vllm|vllm-rerank] [--model NAME]\n"
+    "                         [--served-model-name NAME] [--tokenizer MODEL]\n"
+    "                         [--dataset-name random|random-rerank|sharegpt] [--dataset-path FILE]\n"
+    "                         [--random-batch-size 1]\n"
     "                         [--sharegpt-output-len N] [--num-prompts 1000]\n"
     "                         [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]\n"
     "                         [--random-prefix-len 0] [--input-len N] [--output-len N] [--seed 0]\n"
@@ -185,7 +189,8 @@ static bool parse_option(cv_args *a, serve_args *s) {
         int32_option(a, "--random-input-len", 0, &s->data.input_len) || int32_option(a, "--input-len", 0, &s->data.input_len) ||
         int32_option(a, "--random-output-len", 1, &s->data.output_len) ||
         int32_option(a, "--sharegpt-output-len", 1, &s->sharegpt_output_len) ||
-        int32_option(a, "--random-prefix-len", 0, &s->data.prefix_len) || int32_option(a, "--num-warmups", 0, &s->num_warmups) ||
+        int32_option(a, "--random-prefix-len", 0, &s->data.prefix_len) ||
+        int32_option(a, "--random-batch-size", 1, &s->random_batch_size) || int32_option(a, "--num-warmups", 0, &s->num_warmups) ||
         int32_option(a, "--logprobs", 0, &s->logprobs) ||
         int32_option(a, "--ready-check-timeout-sec", 0, &s->ready_check_timeout))
         return true;
@@ -233,10 +238,11 @@ static int validate(cv_args *a, serve_args *s) {
         s->headers = cv_xrealloc(s->headers, (s->n_headers + 1) * sizeof *s->headers);
         s->headers[s->n_headers++] = cv_xasprintf("%.*s: %s", (int)(eq - h), h, eq + 1);
     }
-    if (strcmp(s->dataset_name, "random") != 0 && strcmp(s->dataset_name, "sharegpt") != 0)
-        return cv_args_error(a, "--dataset-name %s is not supported (random, sharegpt)", s->dataset_name);
-    if (!strcmp(s->dataset_name, "random") && s->dataset_path)
-        return cv_args_error(a, "cannot use the 'random' dataset with --dataset-path %s", s->dataset_path);
+    const bool rerank_data = !strcmp(s->dataset_name, "random-rerank");
+    if (strcmp(s->dataset_name, "random") != 0 && !rerank_data && strcmp(s->dataset_name, "sharegpt") != 0)
+        return cv_args_error(a, "--dataset-name %s is not supported (random, random-rerank, sharegpt)", s->dataset_name);
+    if (strncmp(s->dataset_name, "random", 6) == 0 && s->dataset_path)
+        return cv_args_error(a, "cannot use the '%s' dataset with --dataset-path %s", s->dataset_name, s->dataset_path);
     if (!strcmp(s->dataset_name, "sharegpt") && !s->dataset_path)
         return cv_args_error(a, "the 'sharegpt' dataset needs --dataset-path (e.g. ShareGPT_V3_unfiltered_cleaned_split.json)");
     if (strcmp(s->lora_assignment, "random") && strcmp(s->lora_assignment, "round-robin"))
@@ -245,16 +251,21 @@ static int validate(cv_args *a, serve_args *s) {
     size_t n = strlen(s->endpoint);
     if (!strcmp(c->backend, "openai-chat")) c->api = CV_API_CHAT;
     else if (!strcmp(c->backend, "openai-embeddings")) c->api = CV_API_EMBEDDINGS;
+    else if (!strcmp(c->backend, "vllm-rerank")) c->api = CV_API_RERANK;
     else if (!strcmp(c->backend, "openai") || !strcmp(c->backend, "vllm")) {
         c->api = n >= 16 && !strcmp(s->endpoint + n - 16, "chat/completions") ? CV_API_CHAT : CV_API_COMPLETIONS;
     } else {
-        return cv_args_error(a, "--backend %s is not supported (openai, openai-chat, openai-embeddings, vllm)",
-                             c->backend);
+        return cv_args_error(a, "--backend %s is not supported (openai, openai-chat, openai-embeddings, vllm, "
+                             "vllm-rerank)", c->backend);
     }
-    if (c->api == CV_API_EMBEDDINGS) {
-        if (n < 10 || strcmp(s->endpoint + n - 10, "embeddings") != 0)
-            return cv_args_error(a, "--endpoint %s: the OpenAI Embeddings API's URL must end with 'embeddings' "
-                                 "(--endpoint /v1/embeddings)", s->endpoint);
+    if ((c->api == CV_API_RERANK) != rerank_data) /* a rerank request is a query and its documents */
+        return cv_args_error(a, "--backend vllm-rerank goes with --dataset-name random-rerank, and only with it");
+    if (cv_bench_api_pools(c->api)) {
+        const char *suffix = c->api == CV_API_RERANK ? "rerank" : "embeddings";
+        const size_t k = strlen(suffix);
+        if (n < k || strcmp(s->endpoint + n - k, suffix) != 0)
+            return cv_args_error(a, "--endpoint %s: the %s API's URL must end with '%s' (--endpoint /v1/%s)", s->endpoint,
+                                 c->api == CV_API_RERANK ? "vLLM score" : "OpenAI Embeddings", suffix, suffix);
         /* vLLM's pooling task reports end-to-end latency only: there are no tokens to time */
         if (!s->metrics_given) {
             memset(c->metric_selected, 0, sizeof c->metric_selected);
@@ -320,6 +331,7 @@ static void set_defaults(serve_args *s) {
     s->endpoint = "/v1/completions";
     s->dataset_name = "random";
     s->lora_assignment = "random";
+    s->random_batch_size = 1;
     s->data.input_len = 1024;
     s->data.output_len = 128;
     s->sharegpt_output_len = -1;
@@ -382,8 +394,15 @@ static int first_model_from_server(serve_args *s, const char *base_url) {
 static char *request_body(const serve_args *s, const cv_bench_sample *smp, const char *model) {
     json_t *p = json_object();
     json_object_set_new(p, "model", json_string(model ? model : s->c.model_name ? s->c.model_name : s->c.model_id));
-    if (s->c.api == CV_API_EMBEDDINGS) { /* vLLM's: the whole prompt, cut to the model's context by the server */
-        json_object_set_new(p, "input", json_string(smp->prompt));
+    if (cv_bench_api_pools(s->c.api)) { /* vLLM's: the whole prompt, cut to the model's context by the server */
+        if (s->c.api == CV_API_RERANK) {
+            json_object_set_new(p, "query", json_string(smp->prompt));
+            json_t *docs = json_array();
+            for (int32_t k = 0; k < smp->n_docs; k++) json_array_append_new(docs, json_string(smp->docs[k]));
+            json_object_set_new(p, "documents", docs);
+        } else {
+            json_object_set_new(p, "input", json_string(smp->prompt));
+        }
         json_object_set_new(p, "truncate_prompt_tokens", json_integer(-1));
         json_object_update(p, s->sampling);
         char *text = json_dumps(p, JSON_COMPACT);
@@ -576,7 +595,7 @@ static int benchmark(serve_args *s, const char *base, const char *url, const cvl
                      const cv_bench_sample *samples) {
     serve_config *c = &s->c;
     char *prefix = s->request_id_prefix ? cv_xstrdup(s->request_id_prefix) : random_prefix();
-    const size_t n = (size_t)c->num_prompts;
+    const size_t n = s->n_samples;
     const char **models = lora_models(s, n);
     workload w = {0};
     workload_init(&w, s, samples, n, n, models, prefix);
@@ -642,9 +661,11 @@ static int run_serve(serve_args *s) {
         rc = cvllm_tokenizer_create(c->tokenizer_id, &tok);
         if (rc) cv_fail_prefix(rc, "cannot load the tokenizer '%s' (give --tokenizer)", c->tokenizer_id);
     }
-    const bool random = !strcmp(s->dataset_name, "random");
+    const bool random = !strcmp(s->dataset_name, "random"), rerank = !strcmp(s->dataset_name, "random-rerank");
+    s->n_samples = (size_t)c->num_prompts;
     if (!rc && random) rc = cv_random_dataset(tok, &s->data, &samples);
-    if (!rc && !random) {
+    if (!rc && rerank) rc = cv_random_rerank_dataset(tok, &s->data, s->random_batch_size, &samples, &s->n_samples);
+    if (!rc && !random && !rerank) {
         const cv_sharegpt_options so = {.path = s->dataset_path, .num_prompts = c->num_prompts,
                                         .output_len = s->sharegpt_output_len, .seed = s->data.seed};
         rc = cv_sharegpt_dataset(tok, &so, &samples);
@@ -659,7 +680,7 @@ static int run_serve(serve_args *s) {
     }
     if (!rc) rc = warm_up(s, url, samples);
     if (!rc) rc = benchmark(s, base, url, tok, samples);
-    cv_bench_samples_free(samples, samples ? (size_t)c->num_prompts : 0);
+    cv_bench_samples_free(samples, samples ? s->n_samples : 0);
     cvllm_tokenizer_destroy(tok);
     free(url);
     free(base);

@@ -58,7 +58,7 @@ static void print_failures(const cv_request_result *r, size_t n) {
 
 void serve_print_report(const serve_config *c, const cv_bench_metrics *m, const cv_request_result *r, size_t n,
                         double duration, const cv_spec_stats *spec) {
-    const bool generation = c->api != CV_API_EMBEDDINGS; /* vLLM's pooling task prints no output rows */
+    const bool generation = !cv_bench_api_pools(c->api); /* vLLM's pooling task prints no output rows */
     print_failures(r, n);
     print_title(" Serving Benchmark Result ", '=', 50);
     row_int("Successful requests:", m->completed);
@@ -159,7 +159,7 @@ json_t *serve_result_json(const serve_config *c, const cv_bench_metrics *m, cons
     add_run_settings(o, c);
     json_object_set_new(o, "duration", json_real(duration));
     json_object_set_new(o, "completed", json_integer(m->completed));
-    if (c->api == CV_API_EMBEDDINGS) { /* vLLM's result of a pooling run */
+    if (cv_bench_api_pools(c->api)) { /* vLLM's result of a pooling run */
         json_object_set_new(o, "total_input_tokens", json_integer(m->total_input));
         json_object_set_new(o, "request_throughput", json_real(m->request_throughput));
         json_object_set_new(o, "total_token_throughput", json_real(m->total_token_throughput));

@@ -138,7 +138,7 @@ void cv_stream_init(cv_stream *s, cv_bench_api api, cv_request_result *r) {
 
 void cv_stream_feed(cv_stream *s, const char *bytes, size_t len, double now) {
     s->now = now;
-    if (s->api != CV_API_EMBEDDINGS) {
+    if (!cv_bench_api_pools(s->api)) {
         cv_sse_feed(&s->sse, bytes, len, on_event, s);
         return;
     }
@@ -151,12 +151,13 @@ void cv_stream_feed(cv_stream *s, const char *bytes, size_t len, double now) {
     s->last_output = now;
 }
 
-static void finish_embeddings(cv_stream *s) {
+/* A pooling reply (embeddings, rerank): one JSON object whose usage counts the prompt tokens. */
+static void finish_pooling(cv_stream *s) {
     cv_request_result *r = s->r;
     json_error_t jerr;
     json_t *reply = s->body ? json_loadb(s->body, s->n_body, 0, &jerr) : NULL;
     if (!json_is_object(reply)) {
-        cv_request_fail(r, "invalid JSON in the embeddings reply: %.80s", s->body ? s->body : "(empty)");
+        cv_request_fail(r, "invalid JSON in the reply: %.80s", s->body ? s->body : "(empty)");
     } else if (json_object_get(reply, "error")) {
         cv_request_fail(r, "server error: %s", error_message(json_object_get(reply, "error")));
     } else {
@@ -169,8 +170,8 @@ static void finish_embeddings(cv_stream *s) {
 }
 
 void cv_stream_finish(cv_stream *s) {
-    if (s->api == CV_API_EMBEDDINGS) {
-        finish_embeddings(s);
+    if (cv_bench_api_pools(s->api)) {
+        finish_pooling(s);
         return;
     }
     cv_sse_finish(&s->sse, on_event, s);

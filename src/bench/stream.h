@@ -25,7 +25,11 @@ typedef enum cv_bench_api {
     CV_API_COMPLETIONS,      /* POST /v1/completions, choices[0].text */
     CV_API_CHAT,             /* POST /v1/chat/completions, choices[0].delta.content */
     CV_API_EMBEDDINGS,       /* POST /v1/embeddings: one JSON reply, not a stream (see cv_stream_finish) */
+    CV_API_RERANK,           /* POST /rerank (vLLM's vllm-rerank backend): one JSON reply too */
 } cv_bench_api;
+
+/* The pooling APIs: one JSON reply a request, nothing generated. */
+static inline bool cv_bench_api_pools(cv_bench_api api) { return api >= CV_API_EMBEDDINGS; }
 
 typedef struct cv_request_result {
     bool success;
@@ -54,14 +58,14 @@ typedef struct cv_stream {
     double last_output;      /* time of the latest output chunk */
     bool got_output;
     bool done;               /* "data: [DONE]" was seen */
-    char *body;              /* CV_API_EMBEDDINGS: the reply so far */
+    char *body;              /* a pooling API's reply so far */
     size_t n_body, cap_body;
 } cv_stream;
 
 /* r->start_time must be set before the first feed. */
 void cv_stream_init(cv_stream *s, cv_bench_api api, cv_request_result *r);
 void cv_stream_feed(cv_stream *s, const char *bytes, size_t len, double now);
-/* End of the response body: settles success, error and latency. An embeddings reply succeeds when
+/* End of the response body: settles success, error and latency. A pooling reply succeeds when
  * it is a JSON object without "error"; its latency (and TTFT, as vLLM's client sets both) runs to
  * its last byte, and usage.prompt_tokens is its prompt length. */
 void cv_stream_finish(cv_stream *s);
