@@ -36,11 +36,18 @@ Both: a gpt2-style BPE tokenizer with the qwen2 pre-tokenizer from tokenizer.jso
 converter does; bos/eos/pad ids come from config.json unless the tokenizer lacks them (a random
 Qwen3.6-shaped checkpoint run with the Qwen3 tokenizer), then from tokenizer_config.json.
 
+--rerank NO,YES (Qwen3 only) makes llama.cpp's Qwen3 reranker, as its converter does for the original
+Qwen3-Reranker: RANK pooling, classifier labels ["yes", "no"] and cls.output.weight, the output
+head's rows of YES and NO (token strings of tokenizer.json). llama.cpp scores a pair with the softmax
+of those two logits at the last token, p(yes) = sigmoid(logit(yes) − logit(no)): cvllm's score of
+the same model served with `--hf-overrides '{"architectures": ["Qwen3ForSequenceClassification"],
+"classifier_from_token": ["no", "yes"], "is_original_qwen3_reranker": true}'`.
+
 Memory: tensor infos are written first, then each tensor is computed from the memory-mapped
 checkpoint and written before the next is touched, so the peak is about one tensor (½ GiB for a
 Qwen3.6 expert stack), never the model.
 
-Usage: hf_to_gguf.py MODEL_DIR OUT.gguf [--gguf-py PATH] [--tokenizer DIR]
+Usage: hf_to_gguf.py MODEL_DIR OUT.gguf [--gguf-py PATH] [--tokenizer DIR] [--rerank NO,YES]
 """
 import argparse
 import json
@@ -414,6 +421,20 @@ def add_tokenizer(w, gguf, tok_dir, cfg):
 
 # ---- main --------------------------------------------------------------------------------------
 
+def rerank_head(ck, cfg, tok_dir, tokens):
+    """cls.output.weight: the output head's rows of YES then NO, as llama.cpp's converter stacks them."""
+    no, yes = tokens.split(",")
+    with open(os.path.join(tok_dir, "tokenizer.json")) as f:
+        vocab = json.load(f)["model"]["vocab"]
+    for t in (no, yes):
+        if t not in vocab:
+            die(f"--rerank: '{t}' is not a token of {tok_dir}/tokenizer.json")
+    head = "model.embed_tokens.weight" if cfg.get("tie_word_embeddings", False) else "lm_head.weight"
+    shape = (2, cfg["hidden_size"])
+    ck.expect(head, (cfg["vocab_size"], cfg["hidden_size"]))
+    return Out("cls.output.weight", shape, "BF16", lambda: np.stack([ck.bf16(head)[vocab[yes]], ck.bf16(head)[vocab[no]]]))
+
+
 def write(w, gguf, outs):
     for t in outs:
         bf16 = t.kind == "BF16"
@@ -436,6 +457,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--gguf-py", help="path to llama.cpp's gguf-py folder")
     ap.add_argument("--tokenizer", help="folder with tokenizer.json (default: MODEL_DIR)")
+    ap.add_argument("--rerank", metavar="NO,YES", help="write llama.cpp's Qwen3 reranker (RANK pooling, cls.output)")
     args = ap.parse_args()
     if args.gguf_py:
         sys.path.insert(0, args.gguf_py)
@@ -454,12 +476,19 @@ def main():
     ck = Checkpoint(args.model_dir)
     try:
         outs = tensors(ck, cfg)  # every name and shape is checked here, before the file exists
+        if args.rerank and ll_arch != "qwen3":
+            die("--rerank: only Qwen3ForCausalLM checkpoints")
+        if args.rerank:
+            outs.append(rerank_head(ck, cfg, args.tokenizer or args.model_dir, args.rerank))
         w = gguf.GGUFWriter(args.out, ll_arch)
         w.add_name(os.path.basename(os.path.normpath(args.model_dir)))
         params(w, gguf, cfg)
     except KeyError as e:
         die(f"{args.model_dir}/config.json lacks {e.args[0]} needed for {arch}")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    if args.rerank:
+        w.add_pooling_type(gguf.PoolingType.RANK)
+        w.add_classifier_output_labels(["yes", "no"])
     add_tokenizer(w, gguf, args.tokenizer or args.model_dir, cfg)
     write(w, gguf, outs)
     print(f"wrote {args.out}: {len(outs)} tensors ({ll_arch})")

@@ -222,7 +222,7 @@ static const route routes[] = {
     {"/v2/embed", R_COHERE_EMBED, "POST", true},               /* embedding models only */
     {"/classify", R_CLASSIFY, "POST", true},                   /* classifiers only */
     {"/pooling", R_POOLING, "POST", true},                     /* pooling runner only */
-    {"/score", R_SCORE, "POST", true},                         /* l.scores only, and the next four */
+    {"/score", R_SCORE, "POST", true},                         /* where limits.scores, and the next four */
     {"/v1/score", R_SCORE, "POST", true},
     {"/rerank", R_RERANK, "POST", true},
     {"/v1/rerank", R_RERANK, "POST", true},
