@@ -517,7 +517,8 @@ static void expected_scores(const char *act, const double *x, size_t n, double *
 typedef struct cls_case {
     const char *overrides, *pooler_config, *task;
     int32_t normalize;
-    const char *act; /* what the scores go through */
+    const char *act;                /* what the scores go through */
+    double logit_mean, logit_sigma; /* what pooler_config says of them (sigma 0: not given) */
 } cls_case;
 
 /* Runs both reference prompts through a classifier whose labels are the reference logits at ids
@@ -540,13 +541,14 @@ static void check_classifier(const char *folder, const char *dir, const int32_t 
     pooled p;
     pool_both(e, &r, &params, &p);
     const bool mean = k->pooler_config && strstr(k->pooler_config, "MEAN");
+    const double logit_sigma = k->logit_sigma ? k->logit_sigma : 1;
     for (int c = 0; c < 2 && p.done == 2; c++) {
         CHECK_EQ_INT((int)p.n[c], (int)n_ids);
         double logits[8], want[8], scale = 0;
         for (size_t l = 0; l < n_ids; l++) {
             logits[l] = 0;
             for (size_t t = mean ? 0 : r.n[c] - 1; t < r.n[c]; t++) logits[l] += r.logits[c][t * r.vocab + (size_t)ids[l]];
-            logits[l] /= mean ? (double)r.n[c] : 1;
+            logits[l] = (logits[l] / (mean ? (double)r.n[c] : 1) - k->logit_mean) / logit_sigma;
         }
         for (size_t v = 0; v < r.vocab; v++) scale = fmax(scale, fabs(r.logits[c][(r.n[c] - 1) * r.vocab + v]));
         expected_scores(k->act, logits, n_ids, want);
@@ -569,11 +571,12 @@ static void test_seq_cls(const char *folder) {
                                "\"id2label\": {\"0\": \"neg\", \"1\": \"neutral\", \"2\": \"pos\"}";
     char *plain = tu_strdupf("%s}", arch, "");
     const cls_case cases[] = {
-        {plain, NULL, NULL, -1, "softmax"},
-        {plain, NULL, "classify", 0, "identity"},
-        {plain, "{\"seq_pooling_type\": \"MEAN\"}", NULL, -1, "softmax"},
-        {tu_strdupf("%s, \"problem_type\": \"multi_label_classification\"}", arch, ""), NULL, NULL, -1, "sigmoid"},
-        {tu_strdupf("%s, \"problem_type\": \"regression\"}", arch, ""), NULL, NULL, 1, "identity"},
+        {plain, NULL, NULL, -1, "softmax", 0, 0},
+        {plain, NULL, "classify", 0, "identity", 0, 0},
+        {plain, "{\"seq_pooling_type\": \"MEAN\"}", NULL, -1, "softmax", 0, 0},
+        {plain, "{\"logit_mean\": 0.25, \"logit_sigma\": -2.5}", NULL, -1, "softmax", 0.25, -2.5},
+        {tu_strdupf("%s, \"problem_type\": \"multi_label_classification\"}", arch, ""), NULL, NULL, -1, "sigmoid", 0, 0},
+        {tu_strdupf("%s, \"problem_type\": \"regression\"}", arch, ""), NULL, NULL, 1, "identity", 0, 0},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) check_classifier(folder, dir, three, 3, &cases[k]);
     cvllm_engine *e = make_engine(dir, &(engine_setup){.hf_overrides = plain});
@@ -599,7 +602,9 @@ static void test_seq_cls(const char *folder) {
                         "dimensions apply to embeddings");
     expect_create_error(dir, &(engine_setup){.hf_overrides = plain, .pooler_config = "{\"task\": \"embed\"}"},
                         "task must be \"classify\"");
-    for (size_t k = 3; k < sizeof cases / sizeof *cases; k++) free((char *)cases[k].overrides);
+    expect_create_error(dir, &(engine_setup){.hf_overrides = plain, .pooler_config = "{\"logit_sigma\": 0}"},
+                        "logit_sigma must be a number other than 0");
+    for (size_t k = 4; k < sizeof cases / sizeof *cases; k++) free((char *)cases[k].overrides); /* the tu_strdupf ones */
     free(plain);
     tu_remove_tree(dir);
     free(dir);
@@ -610,9 +615,9 @@ static void test_seq_cls(const char *folder) {
                                     "{\"0\": \"LABEL_0\"}, \"sentence_transformers\": {\"activation_fn\": "
                                     "\"torch.nn.modules.%s\"}}";
     char *identity = tu_strdupf(one_label, "linear.Identity", ""), *tanh_fn = tu_strdupf(one_label, "activation.Tanh", "");
-    check_classifier(folder, dir, one, 1, &(cls_case){identity, NULL, "score", -1, "identity"});
-    check_classifier(folder, dir, one, 1, &(cls_case){identity, NULL, NULL, -1, "sigmoid"});
-    check_classifier(folder, dir, one, 1, &(cls_case){tanh_fn, NULL, "score", -1, "tanh"});
+    check_classifier(folder, dir, one, 1, &(cls_case){identity, NULL, "score", -1, "identity", 0, 0});
+    check_classifier(folder, dir, one, 1, &(cls_case){identity, NULL, NULL, -1, "sigmoid", 0, 0});
+    check_classifier(folder, dir, one, 1, &(cls_case){tanh_fn, NULL, "score", -1, "tanh", 0, 0});
     char *bad_fn = tu_strdupf(one_label, "activation.GELU", "");
     expect_create_error(dir, &(engine_setup){.hf_overrides = bad_fn}, "activation function torch.nn.modules.activation.GELU "
                                                                       "is not supported");
@@ -632,7 +637,7 @@ static void test_seq_cls(const char *folder) {
     check_classifier(folder, dir, tokens, 3,
                      &(cls_case){"{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"method\": "
                                  "\"no_post_processing\", \"classifier_from_token\": [\"!\", \"a\", \"b\"]}",
-                                 NULL, NULL, -1, "softmax"});
+                                 NULL, NULL, -1, "softmax", 0, 0});
     tu_remove_tree(dir);
     free(dir);
 }

@@ -168,11 +168,17 @@ static int from_option(cv_pooler *p, const char *text) {
             if (!json_is_string(v) || strcmp(json_string_value(v), own))
                 rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: task must be \"%s\", the one this model runs "
                              "(embed for an embedding model, classify for a *ForSequenceClassification one)", own);
+        } else if (!strcmp(key, "logit_mean") || !strcmp(key, "logit_sigma")) {
+            const bool sigma = key[6] == 's';
+            if (!json_is_number(v) || (sigma && json_number_value(v) == 0))
+                rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "pooler_config: %s must be a number%s", key, sigma ? " other than 0" : "");
+            else if (sigma) p->logit_sigma = (float)json_number_value(v);
+            else p->logit_mean = (float)json_number_value(v);
         } else if (!strcmp(key, "normalize")) {
             rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Parameter `normalize` was removed; use `use_activation` instead.");
         } else {
             rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: %s is not supported (cvllm reads pooling_type, "
-                         "seq_pooling_type, use_activation, dimensions and task)", key);
+                         "seq_pooling_type, use_activation, dimensions, task, logit_mean and logit_sigma)", key);
         }
     }
     json_decref(j);
@@ -346,7 +352,8 @@ bool cv_pooler_config_classifies(const cv_model_config *cfg) {
 
 int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_config, const cv_model_config *cfg,
                    bool classify) {
-    *p = (cv_pooler){.type = CV_POOL_LAST, .normalize = true, .hidden = cfg->hidden_size, .vocab = cfg->vocab_size};
+    *p = (cv_pooler){.type = CV_POOL_LAST, .normalize = true, .hidden = cfg->hidden_size, .vocab = cfg->vocab_size,
+                     .logit_sigma = 1};
     int rc;
     if (classify) {
         rc = classifier(p, cfg);
@@ -462,7 +469,8 @@ static void activate(cv_pool_act act, float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = act == CV_ACT_TANH ? tanhf(x[i]) : 1.0f / (1.0f + expf(-x[i]));
 }
 
-/* scores[l] = head[l] · h for every label, into acc (which holds h on entry). */
+/* scores[l] = (head[l] · h − logit_mean) / logit_sigma for every label, into acc (which holds h on
+ * entry). */
 static void classify(const cv_pooler *p, float *acc) {
     const size_t H = (size_t)p->hidden, L = (size_t)p->num_labels;
     double *scores = cv_xmalloc(L * sizeof *scores);
@@ -471,7 +479,7 @@ static void classify(const cv_pooler *p, float *acc) {
         for (size_t i = 0; i < H; i++) dot += (double)p->head[l * H + i] * acc[i];
         scores[l] = dot;
     }
-    for (size_t l = 0; l < L; l++) acc[l] = (float)scores[l];
+    for (size_t l = 0; l < L; l++) acc[l] = (float)((scores[l] - p->logit_mean) / p->logit_sigma);
     free(scores);
 }
 

@@ -63,6 +63,7 @@ typedef struct cv_pooler {
     int32_t n_label_tokens;
     cv_pool_act act_classify;    /* the classify task's activation (config.json's problem_type) */
     cv_pool_act act_score;       /* the score task's (a cross-encoder's sentence-transformers activation_fn) */
+    float logit_mean, logit_sigma; /* --pooler-config's: scores become (x − mean) / sigma first (0, 1: none) */
 } cv_pooler;
 
 /* True for a *ForSequenceClassification architecture: vLLM's classify task, on the pooling runner
