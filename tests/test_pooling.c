@@ -96,6 +96,32 @@ static float *head_of(const char *folder, size_t *hidden) {
     return w;
 }
 
+/* A temporary model folder with the config and tokenizer of a vector folder and its checkpoint
+ * rewritten: each tensor under rename(name) (NULL: left out), then `extra` when given. */
+static char *rewritten_folder(const char *folder, const char *(*rename)(const char *), const cv_tensor *extra) {
+    char *src = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, folder);
+    cv_checkpoint *ck = NULL;
+    CHECK_EQ_INT(cv_checkpoint_open(src, &ck), 0);
+    char *dir = tu_make_temp_dir();
+    cv_st_writer *wr = cv_st_writer_create();
+    for (size_t i = 0; ck && i < cv_checkpoint_count(ck); i++) {
+        const cv_tensor *t = cv_checkpoint_tensor(ck, i);
+        const char *name = rename(t->name);
+        if (name) cv_st_writer_add(wr, name, t->dtype, t->ndim, t->shape, t->data, NULL, NULL);
+    }
+    if (extra) cv_st_writer_add(wr, extra->name, extra->dtype, extra->ndim, extra->shape, extra->data, NULL, NULL);
+    int shards = 0;
+    CHECK_EQ_INT(cv_st_writer_write(wr, dir, "model", 1u << 30, &shards), 0);
+    cv_st_writer_free(wr);
+    cv_checkpoint_close(ck);
+    char *cfg = tu_strdupf("%s/%s", src, "config.json");
+    tu_link(cfg, dir, "config.json");
+    tu_link_tokenizer(dir);
+    free(cfg);
+    free(src);
+    return dir;
+}
+
 /* max|W·h − want| / max|want| */
 static double head_error(const float *w, size_t vocab, size_t hidden, const float *h, const float *want) {
     double worst = 0, scale = 0;
@@ -221,25 +247,15 @@ static void test_pooling_types(const char *folder) {
 /* A folder as sentence-transformers and Qwen3-Embedding lay it out: the inner model's tensors (no
  * "model." prefix) and no lm_head, modules.json with Pooling (last token) and Normalize. With
  * runner auto it pools, normalized, and gives the tied reference's vector. */
+/* The inner model's name of a tensor: without "model." (every one of the tied folder has it). */
+static const char *inner_name(const char *name) {
+    CHECK(!strncmp(name, "model.", 6));
+    return name + 6;
+}
+
 static void test_embedding_folder(void) {
     const char *folder = "qwen3-dense-tied-f32";
-    char *src = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, folder);
-    cv_checkpoint *ck = NULL;
-    CHECK_EQ_INT(cv_checkpoint_open(src, &ck), 0);
-    char *dir = tu_make_temp_dir();
-    cv_st_writer *wr = cv_st_writer_create();
-    for (size_t i = 0; i < cv_checkpoint_count(ck); i++) {
-        const cv_tensor *t = cv_checkpoint_tensor(ck, i);
-        CHECK(!strncmp(t->name, "model.", 6));
-        cv_st_writer_add(wr, t->name + 6, t->dtype, t->ndim, t->shape, t->data, NULL, NULL);
-    }
-    int shards = 0;
-    CHECK_EQ_INT(cv_st_writer_write(wr, dir, "model", 1u << 30, &shards), 0);
-    cv_st_writer_free(wr);
-    cv_checkpoint_close(ck);
-    char *cfg = tu_strdupf("%s/%s", src, "config.json");
-    tu_link(cfg, dir, "config.json");
-    tu_link_tokenizer(dir);
+    char *dir = rewritten_folder(folder, inner_name, NULL);
     tu_write_sentence_transformers(dir, "lasttoken");
 
     reference r;
@@ -293,8 +309,6 @@ static void test_embedding_folder(void) {
     }
     free(w);
     free_reference(&r);
-    free(cfg);
-    free(src);
     tu_remove_tree(dir);
     free(dir);
 }
@@ -469,36 +483,21 @@ static void test_classify(const char *folder) {
     free(dir);
 }
 
+/* A classifier has no lm_head. */
+static const char *without_lm_head(const char *name) { return strcmp(name, "lm_head.weight") ? name : NULL; }
+
 /* A copy of a vector folder's checkpoint with a classifier head: score.weight's rows are the output
  * head's rows of `ids`, so the class logits of a prompt are the reference logits at those ids. */
 static char *seq_cls_dir(const char *folder, const int32_t *ids, size_t n_ids) {
-    char *src = tu_strdupf("%s/vectors/%s", CVLLM_TEST_DATA, folder);
-    cv_checkpoint *ck = NULL;
-    CHECK_EQ_INT(cv_checkpoint_open(src, &ck), 0);
-    char *dir = tu_make_temp_dir();
-    cv_st_writer *wr = cv_st_writer_create();
-    for (size_t i = 0; i < cv_checkpoint_count(ck); i++) {
-        const cv_tensor *t = cv_checkpoint_tensor(ck, i);
-        if (strcmp(t->name, "lm_head.weight")) /* a classifier has no lm_head */
-            cv_st_writer_add(wr, t->name, t->dtype, t->ndim, t->shape, t->data, NULL, NULL);
-    }
     size_t hidden;
     float *w = head_of(folder, &hidden);
     float *rows = malloc(n_ids * hidden * sizeof *rows);
     for (size_t i = 0; i < n_ids; i++) memcpy(rows + i * hidden, w + (size_t)ids[i] * hidden, hidden * sizeof *rows);
-    const int64_t shape[2] = {(int64_t)n_ids, (int64_t)hidden};
-    cv_st_writer_add(wr, "score.weight", CV_DTYPE_F32, 2, shape, rows, NULL, NULL);
-    int shards = 0;
-    CHECK_EQ_INT(cv_st_writer_write(wr, dir, "model", 1u << 30, &shards), 0);
-    cv_st_writer_free(wr);
+    const cv_tensor score = {.name = "score.weight", .dtype = CV_DTYPE_F32, .ndim = 2,
+                             .shape = {(int64_t)n_ids, (int64_t)hidden}, .data = rows};
+    char *dir = rewritten_folder(folder, without_lm_head, &score);
     free(rows);
     free(w);
-    cv_checkpoint_close(ck);
-    char *cfg = tu_strdupf("%s/%s", src, "config.json");
-    tu_link(cfg, dir, "config.json");
-    tu_link_tokenizer(dir);
-    free(cfg);
-    free(src);
     return dir;
 }
 
