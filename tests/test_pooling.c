@@ -21,7 +21,7 @@
 #define TOLERANCE 1e-4
 
 typedef struct engine_setup {
-    const char *runner, *pooler_config, *hf_overrides;
+    const char *runner, *pooler_config, *hf_overrides, *convert;
     int32_t budget, max_model_len;
     bool prefix_caching;
 } engine_setup;
@@ -34,6 +34,7 @@ static cvllm_engine_options setup_options(const char *dir, const engine_setup *s
     o.runner = s->runner;
     o.pooler_config = s->pooler_config;
     o.hf_overrides = s->hf_overrides;
+    o.convert = s->convert;
     o.max_num_batched_tokens = s->budget ? s->budget : 256;
     o.max_model_len = s->max_model_len ? s->max_model_len : 256;
     o.kv_cache_memory_bytes = 8u << 20;
@@ -518,6 +519,7 @@ typedef struct cls_case {
     int32_t normalize;
     const char *act;                /* what the scores go through */
     double logit_mean, logit_sigma; /* what pooler_config says of them (sigma 0: not given) */
+    const char *convert;            /* the engine's convert option */
 } cls_case;
 
 /* Runs both reference prompts through a classifier whose labels are the reference logits at ids
@@ -526,6 +528,7 @@ static void check_classifier(const char *folder, const char *dir, const int32_t 
     reference r;
     load_reference(folder, &r);
     cvllm_engine *e = make_engine(dir, &(engine_setup){.hf_overrides = k->overrides, .pooler_config = k->pooler_config,
+                                                        .convert = k->convert,
                                                         .budget = 40, .prefix_caching = true});
     if (!e) {
         free_reference(&r);
@@ -570,12 +573,12 @@ static void test_seq_cls(const char *folder) {
                                "\"id2label\": {\"0\": \"neg\", \"1\": \"neutral\", \"2\": \"pos\"}";
     char *plain = tu_strdupf("%s}", arch, "");
     const cls_case cases[] = {
-        {plain, NULL, NULL, -1, "softmax", 0, 0},
-        {plain, NULL, "classify", 0, "identity", 0, 0},
-        {plain, "{\"seq_pooling_type\": \"MEAN\"}", NULL, -1, "softmax", 0, 0},
-        {plain, "{\"logit_mean\": 0.25, \"logit_sigma\": -2.5}", NULL, -1, "softmax", 0.25, -2.5},
-        {tu_strdupf("%s, \"problem_type\": \"multi_label_classification\"}", arch, ""), NULL, NULL, -1, "sigmoid", 0, 0},
-        {tu_strdupf("%s, \"problem_type\": \"regression\"}", arch, ""), NULL, NULL, 1, "identity", 0, 0},
+        {plain, NULL, NULL, -1, "softmax", 0, 0, NULL},
+        {plain, NULL, "classify", 0, "identity", 0, 0, NULL},
+        {plain, "{\"seq_pooling_type\": \"MEAN\"}", NULL, -1, "softmax", 0, 0, NULL},
+        {plain, "{\"logit_mean\": 0.25, \"logit_sigma\": -2.5}", NULL, -1, "softmax", 0.25, -2.5, NULL},
+        {tu_strdupf("%s, \"problem_type\": \"multi_label_classification\"}", arch, ""), NULL, NULL, -1, "sigmoid", 0, 0, NULL},
+        {tu_strdupf("%s, \"problem_type\": \"regression\"}", arch, ""), NULL, NULL, 1, "identity", 0, 0, NULL},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) check_classifier(folder, dir, three, 3, &cases[k]);
     cvllm_engine *e = make_engine(dir, &(engine_setup){.hf_overrides = plain});
@@ -614,9 +617,9 @@ static void test_seq_cls(const char *folder) {
                                     "{\"0\": \"LABEL_0\"}, \"sentence_transformers\": {\"activation_fn\": "
                                     "\"torch.nn.modules.%s\"}}";
     char *identity = tu_strdupf(one_label, "linear.Identity", ""), *tanh_fn = tu_strdupf(one_label, "activation.Tanh", "");
-    check_classifier(folder, dir, one, 1, &(cls_case){identity, NULL, "score", -1, "identity", 0, 0});
-    check_classifier(folder, dir, one, 1, &(cls_case){identity, NULL, NULL, -1, "sigmoid", 0, 0});
-    check_classifier(folder, dir, one, 1, &(cls_case){tanh_fn, NULL, "score", -1, "tanh", 0, 0});
+    check_classifier(folder, dir, one, 1, &(cls_case){identity, NULL, "score", -1, "identity", 0, 0, NULL});
+    check_classifier(folder, dir, one, 1, &(cls_case){identity, NULL, NULL, -1, "sigmoid", 0, 0, NULL});
+    check_classifier(folder, dir, one, 1, &(cls_case){tanh_fn, NULL, "score", -1, "tanh", 0, 0, NULL});
     char *bad_fn = tu_strdupf(one_label, "activation.GELU", "");
     expect_create_error(dir, &(engine_setup){.hf_overrides = bad_fn}, "activation function torch.nn.modules.activation.GELU "
                                                                       "is not supported");
@@ -636,7 +639,25 @@ static void test_seq_cls(const char *folder) {
     check_classifier(folder, dir, tokens, 3,
                      &(cls_case){"{\"architectures\": [\"Qwen3ForSequenceClassification\"], \"method\": "
                                  "\"no_post_processing\", \"classifier_from_token\": [\"!\", \"a\", \"b\"]}",
-                                 NULL, NULL, -1, "softmax", 0, 0});
+                                 NULL, NULL, -1, "softmax", 0, 0, NULL});
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+/* --convert classify on the hybrid stack (its architecture stays its own, the classifier is made on
+ * it): a score.weight head, and one of lm_head rows (no_post_processing). */
+static void test_convert_classify(const char *folder) {
+    static const int32_t ids[] = {0, 64, 65};
+    char *dir = seq_cls_dir(folder, ids, 3);
+    check_classifier(folder, dir, ids, 3, &(cls_case){.overrides = "{\"id2label\": {\"0\": \"x\", \"1\": \"y\", \"2\": \"z\"}}",
+                                                      .normalize = -1, .act = "softmax", .convert = "classify"});
+    tu_remove_tree(dir);
+    free(dir);
+    dir = tu_model_dir(folder);
+    check_classifier(folder, dir, ids, 3, &(cls_case){.overrides = "{\"method\": \"no_post_processing\", "
+                                                                    "\"classifier_from_token\": [\"!\", \"a\", \"b\"]}",
+                                                      .normalize = 0, .act = "identity", .convert = "classify"});
+    expect_create_error(dir, &(engine_setup){.convert = "reward"}, "convert reward is not supported");
     tu_remove_tree(dir);
     free(dir);
 }
@@ -651,5 +672,6 @@ int main(void) {
     test_classify("qwen3-dense-tied-f32");
     test_seq_cls("qwen3-dense-f32");
     test_seq_cls("qwen3-dense-tied-f32");
+    test_convert_classify("qwen3.5-dense-f32");
     return cv_check_summary("test_pooling");
 }
