@@ -516,7 +516,7 @@ static int create_engine(cvllm_engine *e) {
     if (priority) cv_info("engine", "scheduling policy priority: lower priority values are scheduled first");
     e->max_logprobs = e->opts.max_logprobs;
     const char *mode = e->opts.logprobs_mode;
-    e->logprobs_as_logits = mode && !strcmp(mode + strlen(mode) - 7, "_logits");
+    e->logprobs_as_logits = mode && (!strcmp(mode, "raw_logits") || !strcmp(mode, "processed_logits"));
     e->logprobs_processed = mode && !strncmp(mode, "processed_", 10);
     e->sample_scratch = cv_xmalloc(2 * (size_t)e->vocab_size * sizeof(float));
     e->top_scratch = cv_xmalloc(((size_t)e->max_logprobs + 1) * sizeof *e->top_scratch);

@@ -1987,6 +1987,17 @@ static int input_type_prompt(const json_t *o, const cv_api_limits *lim, const ch
     return -1;
 }
 
+/* prefix + the JSON string `text` (NUL bytes included) as a fresh string of *len bytes. */
+static char *prefixed(const char *prefix, const json_t *text, size_t *len) {
+    const size_t pl = prefix ? strlen(prefix) : 0, tl = json_string_length(text);
+    char *s = cv_xmalloc(pl + tl + 1);
+    if (pl) memcpy(s, prefix, pl);
+    memcpy(s + pl, json_string_value(text), tl);
+    s[pl + tl] = '\0';
+    *len = pl + tl;
+    return s;
+}
+
 /* One entry of `inputs`: its text parts as one user message, rendered as the embeddings' chat form. */
 static int cohere_input(const json_t *in, size_t index, const cv_api_limits *lim, const char *prefix,
                         cv_api_request *req, cv_api_error *err) {
@@ -2010,8 +2021,9 @@ static int cohere_input(const json_t *in, size_t index, const cv_api_limits *lim
             break;
         }
         if (!json_is_string(text)) continue; /* no text: nothing to add, as vLLM skips it */
-        char *s = cv_xasprintf("%s%s", prefix ? prefix : "", json_string_value(text));
-        json_array_append_new(parts, json_pack("{s:s, s:s}", "type", "text", "text", s));
+        size_t len;
+        char *s = prefixed(prefix, text, &len);
+        json_array_append_new(parts, json_pack("{s:s, s:s%}", "type", "text", "text", s, len));
         free(s);
     }
     json_t *chat = json_pack("{s:[{s:s, s:o}]}", "messages", "role", "user", "content", parts);
@@ -2089,8 +2101,9 @@ static int parse_cohere_fields(const json_t *o, const cv_api_limits *lim, cv_api
         req->texts_1 = cv_xcalloc(json_array_size(texts) + 1, sizeof *req->texts_1);
         json_array_foreach(texts, i, t) {
             req->texts_1[req->n_texts_1++] = cv_xstrndup(json_string_value(t), json_string_length(t));
-            char *s = cv_xasprintf("%s%s", prefix ? prefix : "", json_string_value(t));
-            add_prompt(req, (cv_api_prompt){.text = s, .text_len = strlen(s)});
+            size_t len;
+            char *s = prefixed(prefix, t, &len);
+            add_prompt(req, (cv_api_prompt){.text = s, .text_len = len});
         }
     }
     if (req->n_prompts > (size_t)lim->max_prompts)
