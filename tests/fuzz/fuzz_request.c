@@ -129,8 +129,8 @@ static void answer_pooling(const cv_api_request *req, size_t width) {
         size_t len;
         char *metadata;
         char *bytes = cv_api_embedding_bytes(&resp, &len, &metadata);
-        const size_t bytes = req->embed_dtype == CV_EMBED_F32 ? 4 : req->embed_dtype <= CV_EMBED_BF16 ? 2 : 1;
-        require(len == req->n_prompts * width * bytes);
+        const size_t value_bytes = req->embed_dtype == CV_EMBED_F32 ? 4 : req->embed_dtype <= CV_EMBED_BF16 ? 2 : 1;
+        require(len == req->n_prompts * width * value_bytes);
         require_json(metadata, strlen(metadata));
         free(bytes);
         free(metadata);
