@@ -189,7 +189,10 @@ typedef struct cvllm_engine_options {
                                  * classify a *ForSequenceClassification architecture, else embed */
     const char *pooler_config;  /* vLLM's --pooler-config, a JSON object: "pooling_type" (or
                                  * "seq_pooling_type") "LAST", "CLS" or "MEAN", "use_activation" (L2-
-                                 * normalize), "dimensions" (the default of requests); NULL = the folder's
+                                 * normalize, or a classifier's activation), "dimensions" (the default of
+                                 * requests), "task" (the model's own, or "token_embed" / "token_classify":
+                                 * ALL pooling, one result a prompt token), "logit_mean" and "logit_sigma"
+                                 * (a classifier's scores become (x − mean) / sigma); NULL = the folder's
                                  * sentence-transformers files, else LAST, normalized */
 } cvllm_engine_options;
 
@@ -367,10 +370,11 @@ void cvllm_pooling_params_default(cvllm_pooling_params *params); /* {0, -1, NULL
 bool cvllm_engine_is_pooling(const cvllm_engine *engine);
 /* What a pooling engine returns: "embed" (a vector), "classify" (one score a label: a sequence
  * classification model — a score.weight head, or the original Qwen3-Reranker with config.json's
- * classifier_from_token), or NULL for an engine that generates. */
+ * classifier_from_token), their token-level forms "token_embed" and "token_classify" (pooler_config's
+ * task: one row a prompt token), or NULL for an engine that generates. */
 const char *cvllm_engine_pooling_task(const cvllm_engine *engine);
 /* Length of the vectors a pooling engine returns by default: the model's hidden size, for classify
- * the number of labels (1 for a reranker). */
+ * the number of labels (1 for a reranker); for a token task, the width of each prompt token's row. */
 int32_t cvllm_engine_embedding_size(const cvllm_engine *engine);
 /* An embedding model's input type i (Cohere's input_type: config.json's task_instructions, else the
  * prompts of config_sentence_transformers.json, such as Qwen3-Embedding's "query") and, in *prompt, the
@@ -455,7 +459,8 @@ typedef struct cvllm_request_output {
     int32_t n_outputs;
     bool finished;               /* all completions finished; the request is gone after this step */
     const float *embedding;      /* a finished pooling request's vector (n_embedding floats; for classify
-                                  * one score a label), else NULL */
+                                  * one score a label; for a token task one row a prompt token, each
+                                  * cvllm_engine_embedding_size wide), else NULL */
     size_t n_embedding;
 } cvllm_request_output;
 

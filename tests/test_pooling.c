@@ -404,7 +404,10 @@ static void test_dimensions_and_errors(void) {
         const char *runner, *pooler_config, *message;
     } bad_options[] = {
         {"pooling", "{\"normalize\": true}", "Parameter `normalize` was removed; use `use_activation` instead."},
-        {"pooling", "{\"pooling_type\": \"ALL\"}", "pooling type ALL is not supported"},
+        {"pooling", "{\"pooling_type\": \"ALL\"}", "ALL pooling is for the token tasks"},
+        {"pooling", "{\"pooling_type\": \"STEP\"}", "pooling type STEP is not supported"},
+        {"pooling", "{\"task\": \"token_embed\", \"pooling_type\": \"MEAN\"}", "the token tasks pool every token (ALL), not MEAN"},
+        {"pooling", "{\"task\": \"token_classify\"}", "task must be \"embed\" or \"token_embed\""},
         {"pooling", "{\"pooling_type\": \"LAST\", \"seq_pooling_type\": \"LAST\"}", "Cannot set both"},
         {"pooling", "{\"enable_chunked_processing\": true}", "enable_chunked_processing is not supported"},
         {"pooling", "[1]", "pooler_config must be a JSON object"},
@@ -644,6 +647,110 @@ static void test_seq_cls(const char *folder) {
     free(dir);
 }
 
+/* Both reference prompts as pooling requests in one engine; each finished output's values copied
+ * into out[c] (n[c] of them). */
+static void pool_tokens(cvllm_engine *e, const reference *r, const cvllm_pooling_params *params, float *out[2],
+                        size_t n[2]) {
+    uint64_t ids[2];
+    for (int c = 0; c < 2; c++) {
+        cvllm_prompt p = {.token_ids = r->ids[c], .n_token_ids = r->n[c]};
+        CHECK_MSG(cvllm_engine_add_pooling_request(e, &p, params, &ids[c]) == CVLLM_OK, "%s", cvllm_last_error());
+        out[c] = NULL;
+        n[c] = 0;
+    }
+    for (int steps = 0; cvllm_engine_has_unfinished(e) && steps < 1000; steps++) {
+        const cvllm_request_output *const *outs;
+        size_t count;
+        CHECK_EQ_INT(cvllm_engine_step(e, &outs, &count), CVLLM_OK);
+        for (size_t k = 0; k < count; k++) {
+            if (!outs[k]->finished || !outs[k]->embedding) continue;
+            const int c = outs[k]->request_id == ids[0] ? 0 : 1;
+            n[c] = outs[k]->n_embedding;
+            out[c] = malloc(n[c] * sizeof **out);
+            memcpy(out[c], outs[k]->embedding, n[c] * sizeof **out);
+        }
+    }
+    CHECK(out[0] && out[1]);
+}
+
+/* vLLM's token tasks (--pooler-config task token_embed / token_classify): one row a prompt token,
+ * through chunked and batched steps. token_embed's rows are the final-normed states, so W·row is the
+ * reference's logits row at that position (normalized: unit rows); token_classify's rows are the
+ * scores of a score.weight made of reference head rows, through the softmax. */
+static void test_token_tasks(const char *folder) {
+    char *dir = tu_model_dir(folder);
+    reference r;
+    load_reference(folder, &r);
+    size_t hidden;
+    float *w = head_of(folder, &hidden);
+    cvllm_engine *e = make_engine(dir, &(engine_setup){.runner = "pooling", .pooler_config = "{\"task\": \"token_embed\"}",
+                                                        .budget = 40, .prefix_caching = true});
+    float *out[2];
+    size_t n[2];
+    if (e) {
+        CHECK(!strcmp(cvllm_engine_pooling_task(e), "token_embed"));
+        CHECK_EQ_INT(cvllm_engine_embedding_size(e), (int)hidden);
+        cvllm_pooling_params raw, def;
+        cvllm_pooling_params_default(&def);
+        raw = def;
+        raw.normalize = 0;
+        pool_tokens(e, &r, &raw, out, n);
+        for (int c = 0; c < 2 && out[c]; c++) {
+            CHECK_EQ_INT((int)n[c], (int)(r.n[c] * hidden));
+            double worst = 0;
+            for (size_t t = 0; t < r.n[c] && n[c] == r.n[c] * hidden; t++)
+                worst = fmax(worst, head_error(w, r.vocab, hidden, out[c] + t * hidden, r.logits[c] + t * r.vocab));
+            CHECK_MSG(worst < TOLERANCE, "%s token_embed prompt %d: W·row off the reference by %.3g", folder, c, worst);
+            free(out[c]);
+        }
+        pool_tokens(e, &r, &def, out, n);
+        for (int c = 0; c < 2 && out[c]; c++) {
+            for (size_t t = 0; t < n[c] / hidden; t++) CHECK(fabs(norm2(out[c] + t * hidden, hidden) - 1) < 1e-5);
+            free(out[c]);
+        }
+        cvllm_prompt prompt = {.token_ids = r.ids[0], .n_token_ids = r.n[0]};
+        cvllm_pooling_params bad = def;
+        bad.task = "embed";
+        CHECK_EQ_INT(cvllm_engine_add_pooling_request(e, &prompt, &bad, NULL), CVLLM_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(cvllm_last_error(), "Unsupported task: 'embed' Supported tasks: ('token_embed',)") != NULL);
+        expect_add_error(e, r.ids[0], r.n[0], 8, CVLLM_ERR_INVALID_ARGUMENT, "does not support ['dimensions']");
+        cvllm_engine_destroy(e);
+    }
+    tu_remove_tree(dir);
+    free(dir);
+
+    static const int32_t ids[] = {0, 64, 100};
+    dir = seq_cls_dir(folder, ids, 3);
+    e = make_engine(dir, &(engine_setup){.hf_overrides = "{\"architectures\": [\"Qwen3ForSequenceClassification\"], "
+                                                         "\"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}}",
+                                         .pooler_config = "{\"task\": \"token_classify\"}", .budget = 40});
+    if (e) {
+        CHECK(!strcmp(cvllm_engine_pooling_task(e), "token_classify"));
+        CHECK_EQ_INT(cvllm_engine_embedding_size(e), 3);
+        cvllm_pooling_params def;
+        cvllm_pooling_params_default(&def);
+        pool_tokens(e, &r, &def, out, n);
+        for (int c = 0; c < 2 && out[c]; c++) {
+            CHECK_EQ_INT((int)n[c], (int)(r.n[c] * 3));
+            int wrong = 0;
+            for (size_t t = 0; t < r.n[c] && n[c] == r.n[c] * 3; t++) {
+                double x[3], want[3], scale = 0;
+                for (size_t l = 0; l < 3; l++) x[l] = r.logits[c][t * r.vocab + (size_t)ids[l]];
+                for (size_t v = 0; v < r.vocab; v++) scale = fmax(scale, fabs(r.logits[c][t * r.vocab + v]));
+                expected_scores("softmax", x, 3, want);
+                for (size_t l = 0; l < 3; l++) wrong += fabs(out[c][t * 3 + l] - want[l]) > TOLERANCE * fmax(scale, 1);
+            }
+            CHECK_MSG(wrong == 0, "%s token_classify prompt %d: %d scores off", folder, c, wrong);
+            free(out[c]);
+        }
+        cvllm_engine_destroy(e);
+    }
+    free(w);
+    free_reference(&r);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 /* --convert classify on the hybrid stack (its architecture stays its own, the classifier is made on
  * it): a score.weight head, and one of lm_head rows (no_post_processing). */
 static void test_convert_classify(const char *folder) {
@@ -673,5 +780,6 @@ int main(void) {
     test_seq_cls("qwen3-dense-f32");
     test_seq_cls("qwen3-dense-tied-f32");
     test_convert_classify("qwen3.5-dense-f32");
+    test_token_tasks("qwen3-dense-f32");
     return cv_check_summary("test_pooling");
 }

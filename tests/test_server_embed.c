@@ -102,12 +102,12 @@ static size_t raw_header(char *data, size_t size, size_t n, void *user) {
     return size * n;
 }
 
-/* POST /v1/embeddings keeping the body's bytes and the metadata header. */
-static raw_reply post_raw(int port, const char *body) {
+/* POST `path` keeping the body's bytes and the metadata header. */
+static raw_reply post_raw(int port, const char *path, const char *body) {
     raw_reply r = {0};
     CURL *h = curl_easy_init();
     char url[96];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/embeddings", port);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
@@ -355,7 +355,7 @@ static void test_embedding_server(void) {
     /* encoding_format bytes: the vectors' raw bytes back to back, vLLM's metadata header; bytes_only
      * without the header */
     snprintf(body, sizeof body, "{\"input\": [[%s], [%s]], \"encoding_format\": \"bytes\"}", ids_eos, ids);
-    raw_reply raw = post_raw(port, body);
+    raw_reply raw = post_raw(port, "/v1/embeddings", body);
     CHECK_EQ_INT(raw.status, 200);
     CHECK_EQ_INT((int)raw.len, 2 * 64 * 4);
     if (raw.len == 2 * 64 * 4) {
@@ -374,7 +374,7 @@ static void test_embedding_server(void) {
     free(raw.body);
     free(raw.metadata);
     snprintf(body, sizeof body, "{\"input\": [[%s]], \"encoding_format\": \"bytes_only\", \"embed_dtype\": \"float16\"}", ids_eos);
-    raw = post_raw(port, body);
+    raw = post_raw(port, "/v1/embeddings", body);
     CHECK_EQ_INT(raw.status, 200);
     CHECK_EQ_INT((int)raw.len, 64 * 2);
     CHECK(raw.metadata == NULL);
@@ -760,6 +760,71 @@ static void test_classifier(void) {
     CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
 }
 
+/* vLLM's token_embed task (--pooler-config task): /pooling returns one normalized row a prompt token
+ * (the post-processor's token included), as nested lists, base64 of them all, or bytes with the
+ * shape [rows, width]; the other pooling routes are absent, and /invocations pools. */
+static void test_token_embed(void) {
+    const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--dtype", "float32", "--max-model-len", "32",
+                          "--kv-cache-memory-bytes", "16M", "--num-threads", "1", "--pooler-config",
+                          "{\"task\": \"token_embed\"}"};
+    sp_proc p = sp_spawn(dir, dir, "token", args, sizeof args / sizeof *args);
+    CHECK_MSG(sp_wait_ready(&p, 30), "token_embed server did not start");
+    long status;
+    json_t *r = call(p.port, "/pooling", "{\"input\": \"a b c\"}", &status);
+    CHECK_EQ_INT(status, 200);
+    const json_t *rows = json_object_get(json_array_get(json_object_get(r, "data"), 0), "data");
+    CHECK_EQ_INT((int)json_array_size(rows), 4);
+    float first[64] = {0};
+    for (size_t t = 0; t < json_array_size(rows); t++) {
+        const json_t *row = json_array_get(rows, t);
+        CHECK_EQ_INT((int)json_array_size(row), 64);
+        float v[64];
+        for (size_t k = 0; k < 64 && json_array_size(row) == 64; k++) v[k] = (float)json_real_value(json_array_get(row, k));
+        CHECK(fabs(norm2(v, 64) - 1) < 1e-5);
+        if (t == 0) memcpy(first, v, sizeof first);
+    }
+    json_decref(r);
+    r = call(p.port, "/pooling", "{\"input\": \"a b c\", \"encoding_format\": \"base64\"}", &status);
+    uint8_t bytes[2048];
+    CHECK_EQ_INT((int)b64_decode(json_string_value(json_object_get(json_array_get(json_object_get(r, "data"), 0), "data")),
+                                 bytes), 4 * 64 * 4);
+    CHECK(!memcmp(bytes, first, sizeof first));
+    json_decref(r);
+    raw_reply raw = post_raw(p.port, "/pooling", "{\"input\": [\"a b c\", \"a\"], \"encoding_format\": \"bytes\"}");
+    CHECK_EQ_INT(raw.status, 200);
+    CHECK_EQ_INT((int)raw.len, (4 + 2) * 64 * 4);
+    json_t *meta = raw.metadata ? json_loads(raw.metadata, 0, NULL) : NULL;
+    const json_t *shape = json_object_get(json_array_get(json_object_get(meta, "data"), 1), "shape");
+    CHECK(json_array_size(shape) == 2 && json_integer_value(json_array_get(shape, 0)) == 2 &&
+          json_integer_value(json_array_get(shape, 1)) == 64);
+    json_decref(meta);
+    free(raw.body);
+    free(raw.metadata);
+    r = call(p.port, "/invocations", "{\"input\": \"a\"}", &status);
+    CHECK(status == 200 && !strncmp(json_string_value(json_object_get(r, "id")), "pooling-", 8));
+    json_decref(r);
+    static const struct {
+        const char *path, *body;
+        long status;
+        const char *message;
+    } refused[] = {
+        {"/v1/embeddings", "{\"input\": \"a\"}", 404, "Not Found"},
+        {"/classify", "{\"input\": \"a\"}", 404, "Not Found"},
+        {"/score", "{\"text_1\": \"a\", \"text_2\": \"b\"}", 404, "Not Found"},
+        {"/pooling", "{\"input\": \"a\", \"task\": \"embed\"}", 400, "Unsupported task: 'embed' Supported tasks: ('token_embed',)"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+        r = call(p.port, refused[k].path, refused[k].body, &status);
+        CHECK_MSG(status == refused[k].status, "%s: %ld", refused[k].path, status);
+        const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+        CHECK_MSG(msg && strstr(msg, refused[k].message), "%s: expected '%s', got '%s'", refused[k].path,
+                  refused[k].message, msg ? msg : "(none)");
+        json_decref(r);
+    }
+    kill(p.pid, SIGTERM);
+    CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
+}
+
 /* `cvllm bench serve --backend openai-embeddings` against a pooling server: every request succeeds,
  * and vLLM's pooling report (no generated-token rows, end-to-end latency only) and result keys. The
  * model has the whole vocabulary (dummy weights), since the random prompts use every id. */
@@ -850,6 +915,7 @@ int main(void) {
     test_runner_flags();
     test_reranker();
     test_classifier();
+    test_token_embed();
     test_bench_embeddings();
     tu_remove_tree(dir);
     free(dir);

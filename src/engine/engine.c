@@ -388,13 +388,15 @@ static int resolve_runner(cvllm_engine *e) {
                                               "no tokens");
     int rc = cv_pooler_init(&e->pooler, e->model_dir, e->opts.pooler_config, &e->config, classifier);
     if (rc) return rc;
+    const char *token_task = e->pooler.tokenwise ? cv_pooler_task_name(&e->pooler) : NULL;
     if (e->pooler.task == CV_TASK_CLASSIFY)
-        cv_info("engine", "pooling runner (--convert classify): %d label%s from %s, %s pooling", e->pooler.num_labels,
+        cv_info("engine", "pooling runner (--convert classify): %d label%s from %s, %s pooling%s%s", e->pooler.num_labels,
                 e->pooler.num_labels == 1 ? "" : "s", e->pooler.method ? e->pooler.method : "score.weight",
-                cv_pooling_type_name(e->pooler.type));
+                cv_pooling_type_name(e->pooler.type), token_task ? ", task " : "", token_task ? token_task : "");
     else
-        cv_info("engine", "pooling runner (--convert embed): %s pooling, %s", cv_pooling_type_name(e->pooler.type),
-                e->pooler.normalize ? "normalized" : "not normalized");
+        cv_info("engine", "pooling runner (--convert embed): %s pooling, %s%s%s", cv_pooling_type_name(e->pooler.type),
+                e->pooler.normalize ? "normalized" : "not normalized", token_task ? ", task " : "",
+                token_task ? token_task : "");
     /* CLS and MEAN read prompt positions a prefix-cache hit would skip. */
     if (e->pooler.type != CV_POOL_LAST && e->opts.enable_prefix_caching) {
         cv_info("engine", "prefix caching disabled: %s pooling reads every prompt token", cv_pooling_type_name(e->pooler.type));
@@ -656,7 +658,7 @@ void cvllm_engine_spec_decode_stats(const cvllm_engine *e, cvllm_spec_decode_sta
 bool cvllm_engine_has_unfinished(const cvllm_engine *e) { return e->n_requests > 0; }
 bool cvllm_engine_is_pooling(const cvllm_engine *e) { return e->pooling; }
 int32_t cvllm_engine_embedding_size(const cvllm_engine *e) {
-    return e->pooling && e->pooler.task == CV_TASK_CLASSIFY ? e->pooler.num_labels : e->config.hidden_size;
+    return e->pooling ? cv_pooler_width(&e->pooler) : e->config.hidden_size;
 }
 const char *cvllm_engine_input_type(const cvllm_engine *e, int32_t i, const char **prompt) {
     const cv_pooler *p = &e->pooler;
@@ -668,9 +670,7 @@ const char *cvllm_engine_class_label(const cvllm_engine *e, int32_t i) {
     const cv_pooler *p = &e->pooler;
     return e->pooling && p->task == CV_TASK_CLASSIFY && i >= 0 && i < p->num_labels ? p->labels[i] : NULL;
 }
-const char *cvllm_engine_pooling_task(const cvllm_engine *e) {
-    return !e->pooling ? NULL : e->pooler.task == CV_TASK_CLASSIFY ? "classify" : "embed";
-}
+const char *cvllm_engine_pooling_task(const cvllm_engine *e) { return e->pooling ? cv_pooler_task_name(&e->pooler) : NULL; }
 void cvllm_pooling_params_default(cvllm_pooling_params *p) {
     *p = (cvllm_pooling_params){.dimensions = 0, .normalize = -1, .task = NULL};
 }
@@ -947,7 +947,7 @@ int cv_engine_prepare_pooling(cvllm_engine *e, const cvllm_prompt *prompt, const
     if ((rc = make_request(e, prompt, &neutral, out))) return rc;
     (*out)->pooling = true;
     (*out)->pool = resolved;
-    (*out)->pooled = cv_xcalloc(cv_pooler_max_output(&e->pooler), sizeof(float));
+    (*out)->pooled = cv_xcalloc(cv_pooler_acc_size(&e->pooler, (*out)->n_prompt), sizeof(float));
     return 0;
 }
 
@@ -1296,7 +1296,7 @@ static void pool_rows(cvllm_engine *e, cv_seq *seq, int32_t first_row) {
     cv_request *req = seq->req;
     const size_t H = (size_t)e->pooler.hidden;
     if (seq->num_computed == 0) /* also after a preemption */
-        memset(req->pooled, 0, cv_pooler_max_output(&e->pooler) * sizeof *req->pooled);
+        memset(req->pooled, 0, cv_pooler_acc_size(&e->pooler, req->n_prompt) * sizeof *req->pooled);
     cv_pooler_take(&e->pooler, req->pooled, e->hidden + (size_t)first_row * H, seq->num_computed,
                    (size_t)seq->num_scheduled, req->n_prompt);
     seq->num_computed += (size_t)seq->num_scheduled;

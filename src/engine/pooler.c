@@ -13,7 +13,8 @@
 #include "base/error.h"
 #include "loader/fileutil.h"
 
-static const char *const TYPE_NAMES[] = {[CV_POOL_LAST] = "LAST", [CV_POOL_CLS] = "CLS", [CV_POOL_MEAN] = "MEAN"};
+static const char *const TYPE_NAMES[] = {[CV_POOL_LAST] = "LAST", [CV_POOL_CLS] = "CLS", [CV_POOL_MEAN] = "MEAN",
+                                         [CV_POOL_ALL] = "ALL"};
 
 const char *cv_pooling_type_name(cv_pooling_type t) { return TYPE_NAMES[t]; }
 
@@ -66,8 +67,8 @@ static int parse_type(const char *name, const char *origin, cv_pooling_type *out
             *out = (cv_pooling_type)t;
             return 0;
         }
-    return cv_fail(CVLLM_ERR_UNSUPPORTED, "%s: pooling type %s is not supported; cvllm pools one vector a prompt: LAST, "
-                   "CLS or MEAN", origin, name);
+    return cv_fail(CVLLM_ERR_UNSUPPORTED, "%s: pooling type %s is not supported; cvllm pools LAST, CLS or MEAN, and ALL "
+                   "for the token tasks", origin, name);
 }
 
 /* The sentence-transformers Pooling module's config.json: vLLM takes each pooling_mode_X that is true,
@@ -149,11 +150,13 @@ static int from_option(cv_pooler *p, const char *text) {
     const char *key;
     json_t *v;
     const char *origin = "pooler_config";
+    bool type_given = false;
     if (json_object_get(j, "pooling_type") && json_object_get(j, "seq_pooling_type"))
         rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Cannot set both `pooling_type` and `seq_pooling_type`");
     json_object_foreach(j, key, v) {
         if (rc || json_is_null(v)) continue;
         if (!strcmp(key, "pooling_type") || !strcmp(key, "seq_pooling_type")) {
+            type_given = true;
             rc = json_is_string(v) ? parse_type(json_string_value(v), origin, &p->type)
                                    : cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "pooler_config: %s must be a string", key);
         } else if (!strcmp(key, "use_activation")) {
@@ -163,11 +166,13 @@ static int from_option(cv_pooler *p, const char *text) {
             if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
                 rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "pooler_config: dimensions must be a positive integer");
             else p->dimensions = (int32_t)json_integer_value(v);
-        } else if (!strcmp(key, "task")) {
-            const char *own = p->task == CV_TASK_CLASSIFY ? "classify" : "embed";
-            if (!json_is_string(v) || strcmp(json_string_value(v), own))
-                rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: task must be \"%s\", the one this model runs "
-                             "(embed for an embedding model, classify for a *ForSequenceClassification one)", own);
+        } else if (!strcmp(key, "task")) { /* the model's own task, or its token-level form */
+            const char *own = p->task == CV_TASK_CLASSIFY ? "classify" : "embed", *t = json_string_value(v);
+            p->tokenwise = t && !strncmp(t, "token_", 6) && !strcmp(t + 6, own);
+            if (!t || (strcmp(t, own) && !p->tokenwise))
+                rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: task must be \"%s\" or \"token_%s\", the ones this "
+                             "model runs (embed for an embedding model, classify for a *ForSequenceClassification one)",
+                             own, own);
         } else if (!strcmp(key, "logit_mean") || !strcmp(key, "logit_sigma")) {
             const bool sigma = key[6] == 's';
             if (!json_is_number(v) || (sigma && json_number_value(v) == 0))
@@ -182,6 +187,12 @@ static int from_option(cv_pooler *p, const char *text) {
         }
     }
     json_decref(j);
+    /* the token tasks pool ALL (whatever the folder's sequence pooling), and only they do */
+    if (!rc && (p->tokenwise ? type_given && p->type != CV_POOL_ALL : p->type == CV_POOL_ALL))
+        rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, p->tokenwise ? "pooler_config: the token tasks pool every token (ALL), "
+                     "not %s" : "pooler_config: ALL pooling is for the token tasks (task token_embed or token_classify)",
+                     cv_pooling_type_name(p->type));
+    if (!rc && p->tokenwise) p->type = CV_POOL_ALL;
     return rc;
 }
 
@@ -387,24 +398,25 @@ void cv_pooler_free(cv_pooler *p) {
     *p = (cv_pooler){0};
 }
 
-size_t cv_pooler_max_output(const cv_pooler *p) {
-    return (size_t)(p->num_labels > p->hidden ? p->num_labels : p->hidden);
-}
-
 /* ---- requests --------------------------------------------------------------------------------- */
 
 /* The request's task as one of the static names: the engine's own, or score on a one-label
  * classifier (vLLM enables its Scoring API only there). */
 static int resolve_task(const cv_pooler *p, const char *asked, const char **out) {
-    const bool classify = p->task == CV_TASK_CLASSIFY, scores = classify && p->num_labels == 1;
-    *out = classify ? "classify" : "embed";
+    const bool scores = p->task == CV_TASK_CLASSIFY && !p->tokenwise && p->num_labels == 1;
+    *out = cv_pooler_task_name(p);
     if (!asked || !strcmp(asked, *out)) return 0;
     if (scores && !strcmp(asked, "score")) {
         *out = "score";
         return 0;
     }
-    return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Unsupported task: '%s' Supported tasks: %s", asked,
-                   !classify ? "('embed',)" : scores ? "('classify', 'score')" : "('classify',)");
+    return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Unsupported task: '%s' Supported tasks: ('%s'%s)", asked, *out,
+                   scores ? ", 'score'" : ",");
+}
+
+const char *cv_pooler_task_name(const cv_pooler *p) {
+    if (p->task == CV_TASK_CLASSIFY) return p->tokenwise ? "token_classify" : "classify";
+    return p->tokenwise ? "token_embed" : "embed";
 }
 
 int cv_pooler_resolve(const cv_pooler *p, const cvllm_pooling_params *in, const char *model, cvllm_pooling_params *out) {
@@ -418,7 +430,7 @@ int cv_pooler_resolve(const cv_pooler *p, const cvllm_pooling_params *in, const 
     if (rc) return rc;
     int32_t d = out->dimensions;
     if (!d) return 0;
-    if (p->task == CV_TASK_CLASSIFY)
+    if (p->task == CV_TASK_CLASSIFY || p->tokenwise)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Task %s only supports ['use_activation'] parameters, does not "
                        "support ['dimensions'] parameters", out->task);
     if (!p->matryoshka)
@@ -453,6 +465,11 @@ void cv_pooler_take(const cv_pooler *p, float *acc, const float *rows, size_t fi
         for (size_t t = 0; t < n; t++)
             for (size_t i = 0; i < H; i++) acc[i] += rows[t * H + i];
         break;
+    case CV_POOL_ALL: { /* row by row at the accumulator's stride */
+        const size_t stride = cv_pooler_acc_size(p, 1);
+        for (size_t t = 0; t < n; t++) memcpy(acc + (first + t) * stride, rows + t * H, H * sizeof *acc);
+        break;
+    }
     }
 }
 
@@ -469,35 +486,60 @@ static void activate(cv_pool_act act, float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = act == CV_ACT_TANH ? tanhf(x[i]) : 1.0f / (1.0f + expf(-x[i]));
 }
 
-/* scores[l] = (head[l] · h − logit_mean) / logit_sigma for every label, into acc (which holds h on
- * entry). */
-static void classify(const cv_pooler *p, float *acc) {
+/* out[l] = (head[l] · h − logit_mean) / logit_sigma for every label (out may be h). */
+static void head_scores(const cv_pooler *p, const float *h, float *out) {
     const size_t H = (size_t)p->hidden, L = (size_t)p->num_labels;
     double *scores = cv_xmalloc(L * sizeof *scores);
     for (size_t l = 0; l < L; l++) {
         double dot = 0;
-        for (size_t i = 0; i < H; i++) dot += (double)p->head[l * H + i] * acc[i];
+        for (size_t i = 0; i < H; i++) dot += (double)p->head[l * H + i] * h[i];
         scores[l] = dot;
     }
-    for (size_t l = 0; l < L; l++) acc[l] = (float)((scores[l] - p->logit_mean) / p->logit_sigma);
+    for (size_t l = 0; l < L; l++) out[l] = (float)((scores[l] - p->logit_mean) / p->logit_sigma);
     free(scores);
 }
 
+/* F.normalize: x / max(‖x‖₂, 1e-12), over n values. */
+static void l2_normalize(float *x, size_t n) {
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    double norm = sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12;
+    for (size_t i = 0; i < n; i++) x[i] = (float)(x[i] / norm);
+}
+
+int32_t cv_pooler_width(const cv_pooler *p) { return p->task == CV_TASK_CLASSIFY ? p->num_labels : p->hidden; }
+
+size_t cv_pooler_acc_size(const cv_pooler *p, size_t n_prompt) {
+    const size_t row = (size_t)(p->num_labels > p->hidden ? p->num_labels : p->hidden);
+    return p->tokenwise ? row * n_prompt : row;
+}
+
 size_t cv_pooler_finish(const cv_pooler *p, float *acc, size_t n_prompt, const cvllm_pooling_params *params) {
+    const bool classify = p->task == CV_TASK_CLASSIFY;
+    const cv_pool_act act = params->task && !strcmp(params->task, "score") ? p->act_score : p->act_classify;
+    if (p->tokenwise) { /* each row from its stride to the output's (never past a row not yet read) */
+        const size_t stride = cv_pooler_acc_size(p, 1), width = (size_t)cv_pooler_width(p);
+        for (size_t t = 0; t < n_prompt; t++) {
+            float *in = acc + t * stride, *out = acc + t * width;
+            if (classify) {
+                head_scores(p, in, out);
+                if (params->normalize) activate(act, out, width);
+            } else {
+                memmove(out, in, width * sizeof *out);
+                if (params->normalize) l2_normalize(out, width);
+            }
+        }
+        return n_prompt * width;
+    }
     if (p->type == CV_POOL_MEAN)
         for (size_t i = 0; i < (size_t)p->hidden; i++) acc[i] /= (float)n_prompt;
-    if (p->task == CV_TASK_CLASSIFY) {
+    if (classify) {
         const size_t n = (size_t)p->num_labels;
-        classify(p, acc);
-        if (params->normalize) activate(params->task && !strcmp(params->task, "score") ? p->act_score : p->act_classify, acc, n);
+        head_scores(p, acc, acc);
+        if (params->normalize) activate(act, acc, n);
         return n;
     }
     size_t n = params->dimensions ? (size_t)params->dimensions : (size_t)p->hidden;
-    if (params->normalize) {
-        double ss = 0; /* F.normalize: x / max(‖x‖₂, 1e-12) */
-        for (size_t i = 0; i < n; i++) ss += (double)acc[i] * acc[i];
-        double norm = sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12;
-        for (size_t i = 0; i < n; i++) acc[i] = (float)(acc[i] / norm);
-    }
+    if (params->normalize) l2_normalize(acc, n);
     return n;
 }

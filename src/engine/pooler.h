@@ -28,7 +28,8 @@
 #include "loader/weights.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum cv_pooling_type { CV_POOL_LAST, CV_POOL_CLS, CV_POOL_MEAN } cv_pooling_type;
+/* ALL keeps every prompt token's row: the token tasks' pooling. */
+typedef enum cv_pooling_type { CV_POOL_LAST, CV_POOL_CLS, CV_POOL_MEAN, CV_POOL_ALL } cv_pooling_type;
 
 /* What the pooler makes: a vector (vLLM's embed task), or class scores (its classify task): a head of
  * num_labels rows over the pooled hidden state, then an activation. The head is the checkpoint's
@@ -44,6 +45,8 @@ typedef enum cv_pool_act { CV_ACT_CLASSIFY, CV_ACT_SIGMOID, CV_ACT_IDENTITY, CV_
 
 typedef struct cv_pooler {
     cv_pooling_task task;
+    bool tokenwise;              /* vLLM's token_embed / token_classify (--pooler-config task): one result a
+                                  * prompt token, ALL pooling */
     cv_pooling_type type;
     bool normalize;              /* default of requests that do not say (for classify: the activation) */
     int32_t dimensions;          /* --pooler-config's default for requests that do not say; 0: none */
@@ -87,8 +90,12 @@ const char *cv_pooling_type_name(cv_pooling_type t);
  * the tokenizer. Errors name the tensor or token. Nothing to do for an embedder. */
 int cv_pooler_load_head(cv_pooler *p, cv_weight_source *weights, const char *head_tensor, const cv_tokenizer *tok);
 
-/* Length of a pooled result at most (the accumulator's size: the hidden width, or more labels). */
-size_t cv_pooler_max_output(const cv_pooler *p);
+/* The task's name: "embed", "classify", "token_embed" or "token_classify". */
+const char *cv_pooler_task_name(const cv_pooler *p);
+/* Width of one result row: the hidden size, or the label count for classify. */
+int32_t cv_pooler_width(const cv_pooler *p);
+/* Floats a request's accumulator holds for a prompt of n_prompt tokens. */
+size_t cv_pooler_acc_size(const cv_pooler *p, size_t n_prompt);
 
 /* Checks a request's parameters against the pooler (vLLM's messages, `model` the served name) and
  * resolves its defaults into *out (its task one of the static names "embed", "classify", "score"). */
@@ -97,9 +104,10 @@ int cv_pooler_resolve(const cv_pooler *p, const cvllm_pooling_params *in, const 
 /* Folds rows [0, n) of one step — the hidden states of prompt positions [first, first + n) of a
  * prompt of n_prompt tokens — into acc[hidden] (zeroed by the caller before position 0). */
 void cv_pooler_take(const cv_pooler *p, float *acc, const float *rows, size_t first, size_t n, size_t n_prompt);
-/* Turns acc (cv_pooler_max_output floats) into the request's result in place: for embed MEAN's
- * division, truncation and normalization; for classify the head's scores and their activation.
- * Returns its length. */
+/* Turns acc (cv_pooler_acc_size floats) into the request's result in place: for embed MEAN's
+ * division, truncation and normalization; for classify the head's scores and their activation; for
+ * a token task that for every prompt token, rows of cv_pooler_width one after the other. Returns
+ * its length. */
 size_t cv_pooler_finish(const cv_pooler *p, float *acc, size_t n_prompt, const cvllm_pooling_params *params);
 
 #endif

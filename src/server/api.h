@@ -126,6 +126,7 @@ typedef struct cv_api_limits {
     const char *pooling_task;   /* the engine's cvllm_engine_pooling_task: "embed", "classify" or NULL */
     bool scores;                /* /score and /rerank are served: an embedding model, or a classifier of
                                  * one label (vLLM enables its Scoring API only for num_labels == 1) */
+    int32_t token_width;        /* a token task's (token_embed, token_classify) row width, else 0 */
     const char *const *class_labels; /* a classifier's label names (cvllm_engine_class_label), else NULL */
     const char *const *input_types;  /* an embedder's input types and their prefixes (cvllm_engine_input_type) */
     const char *const *input_prompts;
@@ -202,6 +203,7 @@ typedef struct cv_api_request {
     cvllm_pooling_params pooling;
     char *task;
     const char *const *class_labels; /* /classify: the limits' */
+    int32_t token_width;        /* /pooling of a token task: each result is rows of this width */
     cv_api_encoding encoding;
     cv_api_embed_dtype embed_dtype;
     cv_api_endianness endianness;

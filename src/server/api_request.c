@@ -1903,6 +1903,7 @@ static int parse_embedding_fields(const json_t *o, const cv_api_limits *lim, cv_
     if (activation_given) req->pooling.normalize = activation ? 1 : 0;
     req->pooling.task = req->task; /* the engine checks it against the model's */
     req->class_labels = lim->class_labels;
+    req->token_width = lim->token_width;
     req->encoding = (cv_api_encoding)encoding;
     req->embed_dtype = (cv_api_embed_dtype)dtype;
     req->endianness = (cv_api_endianness)endian;
@@ -1940,8 +1941,10 @@ int cv_api_parse_pooling(const char *body, size_t len, const cv_api_limits *lim,
 }
 
 cv_api_kind cv_api_pooling_invocation(const char *body, size_t len, const cv_api_limits *lim) {
-    const cv_api_kind own = lim->pooling_task && !strcmp(lim->pooling_task, "classify") ? CV_API_CLASSIFY
-                                                                                       : CV_API_EMBEDDING;
+    const char *task = lim->pooling_task ? lim->pooling_task : "";
+    const cv_api_kind own = !strcmp(task, "classify") ? CV_API_CLASSIFY
+                            : !strcmp(task, "embed")  ? CV_API_EMBEDDING
+                                                      : CV_API_POOLING; /* the token tasks have only /pooling */
     json_t *root = json_loadb(body, len, 0, NULL);
     cv_api_kind kind = own;
     if (json_is_object(root) && !field(root, "input") && !field(root, "messages") && lim->scores)

@@ -552,6 +552,13 @@ static char *embedding_json(const cv_api_response *r, const char *object, const 
         json_t *vec;
         if (req->encoding == CV_ENC_BASE64) {
             vec = embedding_base64(req, pr->embedding, pr->n_embedding);
+        } else if (req->token_width) { /* a token task: one list a prompt token */
+            vec = json_array();
+            for (size_t t = 0; t + (size_t)req->token_width <= pr->n_embedding; t += (size_t)req->token_width) {
+                json_t *row = json_array();
+                for (size_t k = t; k < t + (size_t)req->token_width; k++) json_array_append_new(row, json_real(pr->embedding[k]));
+                json_array_append_new(vec, row);
+            }
         } else {
             vec = json_array();
             for (size_t k = 0; k < pr->n_embedding; k++) json_array_append_new(vec, json_real(pr->embedding[k]));
@@ -724,10 +731,13 @@ char *cv_api_embedding_bytes(const cv_api_response *r, size_t *len, char **metad
         const cv_api_prompt_result *pr = &r->prompts[i];
         const size_t size = pr->n_embedding * embed_width(req);
         embedding_raw(req, pr->embedding, pr->n_embedding, (uint8_t *)body + offset);
-        json_array_append_new(items, json_pack("{s:I, s:s, s:s, s:I, s:I, s:[I]}", "index", (json_int_t)i, "embed_dtype",
+        /* shape: [n], or a token task's [rows, width] */
+        json_t *shape = req->token_width ? json_pack("[I, I]", (json_int_t)(pr->n_embedding / (size_t)req->token_width),
+                                                     (json_int_t)req->token_width)
+                                         : json_pack("[I]", (json_int_t)pr->n_embedding);
+        json_array_append_new(items, json_pack("{s:I, s:s, s:s, s:I, s:I, s:o}", "index", (json_int_t)i, "embed_dtype",
                                                dtypes[req->embed_dtype], "endianness", endians[req->endianness], "start",
-                                               (json_int_t)offset, "end", (json_int_t)(offset + size), "shape",
-                                               (json_int_t)pr->n_embedding));
+                                               (json_int_t)offset, "end", (json_int_t)(offset + size), "shape", shape));
         offset += size;
     }
     json_t *u = usage_json(r), *o = json_pack("{s:s, s:I, s:s, s:o, s:{s:O, s:O}}", "id", r->id, "created",

@@ -478,9 +478,11 @@ static void pooling_limits(cv_server *s, const cvllm_engine *e) {
     l->pooling_task = cvllm_engine_pooling_task(e);
     if (!s->pooling) return;
     const int32_t n = cvllm_engine_embedding_size(e);
-    const bool classify = !strcmp(l->pooling_task, "classify");
-    l->scores = !classify || n == 1;
-    if (!classify) {
+    const bool classify = !strcmp(l->pooling_task, "classify"), embed = !strcmp(l->pooling_task, "embed");
+    l->scores = embed || (classify && n == 1);
+    l->token_width = !strncmp(l->pooling_task, "token_", 6) ? n : 0;
+    if (l->token_width) return;
+    if (embed) {
         const char *prompt;
         while (cvllm_engine_input_type(e, l->n_input_types, &prompt)) l->n_input_types++;
         s->input_types = cv_xcalloc((size_t)l->n_input_types + 1, sizeof *s->input_types);

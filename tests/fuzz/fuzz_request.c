@@ -4,7 +4,7 @@
  *
  * Each input is parsed as a completions, a chat, a /tokenize and a /detokenize body, and as the
  * pooling routes' (/v1/embeddings, /pooling and /v2/embed on an embedding model, /classify and /pooling on a
- * classifier of three labels, /score and /rerank on an embedding model and on a reranker with the chat
+ * classifier of three labels, /pooling on a token_embed model, /score and /rerank on an embedding model and on a reranker with the chat
  * template as its score template; the route /invocations picks is a pooling one). A rejected
  * request must yield an error whose JSON serialises (the message is cut to valid UTF-8); an accepted
  * completions or chat request is prepared against the real Qwen3 tokenizer with a small context,
@@ -154,14 +154,17 @@ typedef int (*pooling_parser)(const char *, size_t, const cv_api_limits *, cv_ap
 static void parse_pooling(const char *body, size_t size, cv_api_limits lim, const char *model, pooling_parser parse) {
     static const char *const labels[] = {"neg", "neutral", "pos"}, *const input_types[] = {"query", "document"},
                              *const input_prompts[] = {"Instruct: find\nQuery:", ""};
-    const bool reranker = !strcmp(model, "reranker"), classifier = !strcmp(model, "classifier");
-    lim.pooling_task = reranker || classifier ? "classify" : "embed";
-    lim.scores = !classifier;
+    const bool reranker = !strcmp(model, "reranker"), classifier = !strcmp(model, "classifier"),
+               tokens = !strcmp(model, "token-embedder");
+    lim.pooling_task = reranker || classifier ? "classify" : tokens ? "token_embed" : "embed";
+    lim.scores = !classifier && !tokens;
+    lim.token_width = tokens ? 2 : 0; /* two rows of the 4 values answered */
     lim.class_labels = reranker || classifier ? labels : NULL;
     lim.score_template = reranker ? chat_config()->tmpl : NULL;
-    lim.input_types = reranker || classifier ? NULL : input_types;
-    lim.input_prompts = reranker || classifier ? NULL : input_prompts;
-    lim.n_input_types = reranker || classifier ? 0 : 2;
+    const bool embedder = !reranker && !classifier && !tokens;
+    lim.input_types = embedder ? input_types : NULL;
+    lim.input_prompts = embedder ? input_prompts : NULL;
+    lim.n_input_types = embedder ? 2 : 0;
     require(cv_api_kind_pools(cv_api_pooling_invocation(body, size, &lim)));
     cv_api_request req;
     cv_api_error err = {0};
@@ -204,5 +207,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     parse_pooling(body, size, lim, "reranker", cv_api_parse_rerank);
     parse_pooling(body, size, lim, "classifier", cv_api_parse_classify);
     parse_pooling(body, size, lim, "classifier", cv_api_parse_pooling);
+    parse_pooling(body, size, lim, "token-embedder", cv_api_parse_pooling);
     return 0;
 }
