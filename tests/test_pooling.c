@@ -408,6 +408,7 @@ static void test_dimensions_and_errors(void) {
         {"pooling", "{\"pooling_type\": \"STEP\"}", "pooling type STEP is not supported"},
         {"pooling", "{\"task\": \"token_embed\", \"pooling_type\": \"MEAN\"}", "the token tasks pool every token (ALL), not MEAN"},
         {"pooling", "{\"task\": \"token_classify\"}", "task must be \"embed\" or \"token_embed\""},
+        {"pooling", "{\"task\": \"token_embed\", \"dimensions\": 8}", "dimensions do not apply to the token tasks"},
         {"pooling", "{\"pooling_type\": \"LAST\", \"seq_pooling_type\": \"LAST\"}", "Cannot set both"},
         {"pooling", "{\"enable_chunked_processing\": true}", "enable_chunked_processing is not supported"},
         {"pooling", "[1]", "pooler_config must be a JSON object"},

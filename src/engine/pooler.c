@@ -375,6 +375,8 @@ int cv_pooler_init(cv_pooler *p, const char *model_dir, const char *pooler_confi
     } else {
         rc = from_folder(p, model_dir);
         if (!rc && pooler_config) rc = from_option(p, pooler_config);
+        if (!rc && p->tokenwise && p->dimensions)
+            rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: dimensions do not apply to the token tasks");
         if (!rc) rc = matryoshka(p, cfg);
         if (!rc) rc = input_prompts(p, model_dir, cfg);
     }
