@@ -138,6 +138,25 @@ static void expect_error(int port, const char *body, long status, const char *me
     json_decref(j);
 }
 
+/* A request to a route and what it must get: a status, and a message in the error (NULL: none). */
+typedef struct route_case {
+    const char *path, *body;
+    long status;
+    const char *message;
+} route_case;
+
+static void expect_routes(int port, const route_case *cases, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        long status;
+        json_t *r = call(port, cases[k].path, cases[k].body, &status);
+        CHECK_MSG(status == cases[k].status, "%s %s: %ld", cases[k].path, cases[k].body, status);
+        const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+        CHECK_MSG(!cases[k].message || (msg && strstr(msg, cases[k].message)), "%s %s: expected '%s', got '%s'",
+                  cases[k].path, cases[k].body, cases[k].message, msg ? msg : "(none)");
+        json_decref(r);
+    }
+}
+
 /* POST /v1/embeddings of `body`'s input: its first vector. */
 static size_t embedding_of(int port, const char *body, float *out) {
     long status;
@@ -208,27 +227,20 @@ static void test_cohere_embed(int port, const int32_t *ids) {
         CHECK_MSG(json_array_size(f) == 64 && !memcmp(got, want, sizeof want), "truncate %s", cuts[k].truncate);
         json_decref(r);
     }
-    static const struct {
-        const char *body, *message;
-    } bad[] = {
-        {"{\"model\": \"emb\", \"texts\": [\"a b c\"], \"truncate\": \"NONE\", \"max_tokens\": 2}",
+    static const route_case bad[] = {
+        {"/v2/embed", "{\"model\": \"emb\", \"texts\": [\"a b c\"], \"truncate\": \"NONE\", \"max_tokens\": 2}", 400,
          "Input of 4 tokens exceeds max_tokens=2 with truncate=NONE. Set truncate to END or START"},
-        {"{\"model\": \"emb\", \"texts\": [\"a\"], \"input_type\": \"passage\"}",
+        {"/v2/embed", "{\"model\": \"emb\", \"texts\": [\"a\"], \"input_type\": \"passage\"}", 400,
          "Unsupported input_type 'passage'. Supported values: document, query"},
-        {"{\"texts\": [\"a\"]}", "Field required"},
-        {"{\"model\": \"emb\"}", "One of texts, images, or inputs must be provided"},
-        {"{\"model\": \"emb\", \"images\": [\"data:image/png;base64,AAAA\"]}", "is not a multimodal model"},
-        {"{\"model\": \"emb\", \"texts\": [\"a\"], \"embedding_types\": [\"int8\"]}", "embedding_types[0] must be one of"},
-        {"{\"model\": \"emb\", \"texts\": [\"a\"], \"truncate\": \"MIDDLE\"}", "Input should be 'NONE', 'START' or 'END'"},
+        {"/v2/embed", "{\"texts\": [\"a\"]}", 400, "Field required"},
+        {"/v2/embed", "{\"model\": \"emb\"}", 400, "One of texts, images, or inputs must be provided"},
+        {"/v2/embed", "{\"model\": \"emb\", \"images\": [\"data:image/png;base64,AAAA\"]}", 400, "is not a multimodal model"},
+        {"/v2/embed", "{\"model\": \"emb\", \"texts\": [\"a\"], \"embedding_types\": [\"int8\"]}", 400,
+         "embedding_types[0] must be one of"},
+        {"/v2/embed", "{\"model\": \"emb\", \"texts\": [\"a\"], \"truncate\": \"MIDDLE\"}", 400,
+         "Input should be 'NONE', 'START' or 'END'"},
     };
-    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-        r = call(port, "/v2/embed", bad[k].body, &status);
-        CHECK_MSG(status == 400, "%s: %ld", bad[k].body, status);
-        const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
-        CHECK_MSG(msg && strstr(msg, bad[k].message), "%s: expected '%s', got '%s'", bad[k].body, bad[k].message,
-                  msg ? msg : "(none)");
-        json_decref(r);
-    }
+    expect_routes(port, bad, sizeof bad / sizeof *bad);
 }
 
 static void test_embedding_server(void) {
@@ -453,20 +465,11 @@ static void test_embedding_server(void) {
     CHECK_EQ_INT((int)json_array_size(vec), 64);
     for (size_t k = 0; k < json_array_size(vec); k++) CHECK((float)json_real_value(json_array_get(vec, k)) == text[k]);
     json_decref(r);
-    static const struct {
-        const char *body, *message;
-    } bad_pooling[] = {
-        {"{\"input\": \"a\", \"dimensions\": 8}", "dimensions is currently not supported"},
-        {"{\"input\": \"a\", \"task\": \"classify\"}", "Unsupported task: 'classify' Supported tasks: ('embed',)"},
+    static const route_case bad_pooling[] = {
+        {"/pooling", "{\"input\": \"a\", \"dimensions\": 8}", 400, "dimensions is currently not supported"},
+        {"/pooling", "{\"input\": \"a\", \"task\": \"classify\"}", 400, "Unsupported task: 'classify' Supported tasks: ('embed',)"},
     };
-    for (size_t k = 0; k < sizeof bad_pooling / sizeof *bad_pooling; k++) {
-        r = call(port, "/pooling", bad_pooling[k].body, &status);
-        CHECK_EQ_INT(status, 400);
-        const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
-        CHECK_MSG(msg && strstr(msg, bad_pooling[k].message), "expected '%s', got '%s'", bad_pooling[k].message,
-                  msg ? msg : "(none)");
-        json_decref(r);
-    }
+    expect_routes(port, bad_pooling, sizeof bad_pooling / sizeof *bad_pooling);
     r = call(port, "/classify", "{\"input\": \"a\"}", &status);
     CHECK_EQ_INT(status, 404);
     json_decref(r);
@@ -734,11 +737,7 @@ static void test_classifier(void) {
     memcpy(&first, bytes, 4);
     CHECK(first == (float)prob0);
     json_decref(r);
-    static const struct {
-        const char *path, *body;
-        long status;
-        const char *message;
-    } refused[] = {
+    static const route_case refused[] = {
         {"/score", "{\"text_1\": \"a\", \"text_2\": \"b\"}", 404, "Not Found"},
         {"/rerank", "{\"query\": \"a\", \"documents\": [\"b\"]}", 404, "Not Found"},
         {"/v1/embeddings", "{\"input\": \"a\"}", 404, "Not Found"},
@@ -748,14 +747,7 @@ static void test_classifier(void) {
         {"/classify", "{}", 400, "Field required"},
         {"/classify", "{\"input\": \"a\", \"use_activation\": 3}", 400, "Input should be a valid boolean"},
     };
-    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
-        r = call(p.port, refused[k].path, refused[k].body, &status);
-        CHECK_MSG(status == refused[k].status, "%s %s: %ld", refused[k].path, refused[k].body, status);
-        const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
-        CHECK_MSG(!refused[k].message || (msg && strstr(msg, refused[k].message)), "%s: expected '%s', got '%s'",
-                  refused[k].body, refused[k].message, msg ? msg : "(none)");
-        json_decref(r);
-    }
+    expect_routes(p.port, refused, sizeof refused / sizeof *refused);
     kill(p.pid, SIGTERM);
     CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
 }
@@ -803,24 +795,13 @@ static void test_token_embed(void) {
     r = call(p.port, "/invocations", "{\"input\": \"a\"}", &status);
     CHECK(status == 200 && !strncmp(json_string_value(json_object_get(r, "id")), "pooling-", 8));
     json_decref(r);
-    static const struct {
-        const char *path, *body;
-        long status;
-        const char *message;
-    } refused[] = {
+    static const route_case refused[] = {
         {"/v1/embeddings", "{\"input\": \"a\"}", 404, "Not Found"},
         {"/classify", "{\"input\": \"a\"}", 404, "Not Found"},
         {"/score", "{\"text_1\": \"a\", \"text_2\": \"b\"}", 404, "Not Found"},
         {"/pooling", "{\"input\": \"a\", \"task\": \"embed\"}", 400, "Unsupported task: 'embed' Supported tasks: ('token_embed',)"},
     };
-    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
-        r = call(p.port, refused[k].path, refused[k].body, &status);
-        CHECK_MSG(status == refused[k].status, "%s: %ld", refused[k].path, status);
-        const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
-        CHECK_MSG(msg && strstr(msg, refused[k].message), "%s: expected '%s', got '%s'", refused[k].path,
-                  refused[k].message, msg ? msg : "(none)");
-        json_decref(r);
-    }
+    expect_routes(p.port, refused, sizeof refused / sizeof *refused);
     kill(p.pid, SIGTERM);
     CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
 }
