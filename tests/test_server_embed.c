@@ -754,7 +754,8 @@ static void test_classifier(void) {
 
 /* vLLM's token_embed task (--pooler-config task): /pooling returns one normalized row a prompt token
  * (the post-processor's token included), as nested lists, base64 of them all, or bytes with the
- * shape [rows, width]; the other pooling routes are absent, and /invocations pools. */
+ * shape [rows, width]; /score and /rerank score by late interaction (MaxSim); /v1/embeddings and
+ * /classify are absent, and /invocations pools. */
 static void test_token_embed(void) {
     const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--dtype", "float32", "--max-model-len", "32",
                           "--kv-cache-memory-bytes", "16M", "--num-threads", "1", "--pooler-config",
@@ -795,10 +796,19 @@ static void test_token_embed(void) {
     r = call(p.port, "/invocations", "{\"input\": \"a\"}", &status);
     CHECK(status == 200 && !strncmp(json_string_value(json_object_get(r, "id")), "pooling-", 8));
     json_decref(r);
+    /* /score and /rerank by late interaction: a text against itself scores one a (unit) row */
+    r = call(p.port, "/score", "{\"text_1\": \"a b c\", \"text_2\": [\"a b c\", \" d\"]}", &status);
+    CHECK_EQ_INT(status, 200);
+    const double self = json_real_value(json_object_get(json_array_get(json_object_get(r, "data"), 0), "score"));
+    const double other = json_real_value(json_object_get(json_array_get(json_object_get(r, "data"), 1), "score"));
+    CHECK_MSG(fabs(self - 4) < 1e-4 && other < self, "MaxSim %.6f against itself, %.6f against another", self, other);
+    json_decref(r);
+    r = call(p.port, "/rerank", "{\"query\": \"a b c\", \"documents\": [\" d\", \"a b c\"]}", &status);
+    CHECK(status == 200 && json_integer_value(json_object_get(json_array_get(json_object_get(r, "results"), 0), "index")) == 1);
+    json_decref(r);
     static const route_case refused[] = {
         {"/v1/embeddings", "{\"input\": \"a\"}", 404, "Not Found"},
         {"/classify", "{\"input\": \"a\"}", 404, "Not Found"},
-        {"/score", "{\"text_1\": \"a\", \"text_2\": \"b\"}", 404, "Not Found"},
         {"/pooling", "{\"input\": \"a\", \"task\": \"embed\"}", 400, "Unsupported task: 'embed' Supported tasks: ('token_embed',)"},
     };
     expect_routes(p.port, refused, sizeof refused / sizeof *refused);

@@ -124,8 +124,9 @@ typedef struct cv_api_limits {
     bool tokens_as_ids;         /* --return-tokens-as-token-ids: return_tokens_as_token_ids when a request
                                  * leaves it out (or null) */
     const char *pooling_task;   /* the engine's cvllm_engine_pooling_task: "embed", "classify" or NULL */
-    bool scores;                /* /score and /rerank are served: an embedding model, or a classifier of
-                                 * one label (vLLM enables its Scoring API only for num_labels == 1) */
+    bool scores;                /* /score and /rerank are served: an embedding model (token_embed: late
+                                 * interaction), or a classifier of one label (vLLM enables its Scoring
+                                 * API only for num_labels == 1) */
     int32_t token_width;        /* a token task's (token_embed, token_classify) row width, else 0 */
     const char *const *class_labels; /* a classifier's label names (cvllm_engine_class_label), else NULL */
     const char *const *input_types;  /* an embedder's input types and their prefixes (cvllm_engine_input_type) */

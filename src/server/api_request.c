@@ -2210,8 +2210,9 @@ static int score_prompts(const json_t *o, const cv_api_limits *lim, cv_api_reque
     if (req->request_id && strlen(req->request_id) > 64)
         return cv_api_fail(err, 400, "request_id", "'request_id' is longer than 64 bytes");
     if (field(o, "use_activation")) req->pooling.normalize = activation ? 1 : 0;
-    const bool bi_encoder = lim->pooling_task && !strcmp(lim->pooling_task, "embed");
+    const bool bi_encoder = lim->pooling_task && strcmp(lim->pooling_task, "classify");
     if (!bi_encoder) req->pooling.task = "score"; /* a cross-encoder's scores take its score activation */
+    req->token_width = lim->token_width;          /* token_embed: late interaction */
     if (bi_encoder) { /* each text embedded once */
         for (size_t i = 0; i < n1; i++) add_prompt(req, (cv_api_prompt){.text = cv_xstrdup(req->texts_1[i]),
                                                                         .text_len = strlen(req->texts_1[i])});

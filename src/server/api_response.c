@@ -655,12 +655,30 @@ static char *classify_json(const cv_api_response *r) {
 
 /* ---- scores ------------------------------------------------------------------------------------- */
 
+/* ColBERT's MaxSim of two texts' token rows (width w): over the query's rows, the largest dot
+ * product with any of the document's, summed (vLLM's late interaction for token_embed models). */
+static double maxsim(const cv_api_prompt_result *q, const cv_api_prompt_result *d, size_t w) {
+    double sum = 0;
+    for (size_t i = 0; i + w <= q->n_embedding; i += w) {
+        double best = -INFINITY;
+        for (size_t j = 0; j + w <= d->n_embedding; j += w) {
+            double dot = 0;
+            for (size_t k = 0; k < w; k++) dot += (double)q->embedding[i + k] * d->embedding[j + k];
+            best = fmax(best, dot);
+        }
+        sum += best;
+    }
+    return sum;
+}
+
 /* The score of pair i: a reranker's own (one value a prompt), else the cosine similarity of the two
- * texts' embeddings (torch's cosine_similarity, eps 1e-8), the query's repeated for 1:N. */
+ * texts' embeddings (torch's cosine_similarity, eps 1e-8) or their token rows' MaxSim, the query's
+ * repeated for 1:N. */
 static double pair_score(const cv_api_response *r, size_t i) {
     const cv_api_request *req = r->req;
     if (req->n_prompts == req->n_texts_2) return r->prompts[i].n_embedding ? r->prompts[i].embedding[0] : 0;
     const cv_api_prompt_result *a = &r->prompts[req->n_texts_1 == 1 ? 0 : i], *b = &r->prompts[req->n_texts_1 + i];
+    if (req->token_width) return maxsim(a, b, (size_t)req->token_width);
     double dot = 0, na = 0, nb = 0;
     for (size_t k = 0; k < a->n_embedding && k < b->n_embedding; k++) {
         dot += (double)a->embedding[k] * b->embedding[k];

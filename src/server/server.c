@@ -479,7 +479,7 @@ static void pooling_limits(cv_server *s, const cvllm_engine *e) {
     if (!s->pooling) return;
     const int32_t n = cvllm_engine_embedding_size(e);
     const bool classify = !strcmp(l->pooling_task, "classify"), embed = !strcmp(l->pooling_task, "embed");
-    l->scores = embed || (classify && n == 1);
+    l->scores = embed || !strcmp(l->pooling_task, "token_embed") || (classify && n == 1);
     l->token_width = !strncmp(l->pooling_task, "token_", 6) ? n : 0;
     if (l->token_width) return;
     if (embed) {

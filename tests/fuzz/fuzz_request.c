@@ -4,7 +4,7 @@
  *
  * Each input is parsed as a completions, a chat, a /tokenize and a /detokenize body, and as the
  * pooling routes' (/v1/embeddings, /pooling and /v2/embed on an embedding model, /classify and /pooling on a
- * classifier of three labels, /pooling on a token_embed model, /score and /rerank on an embedding model and on a reranker with the chat
+ * classifier of three labels, /pooling and /score on a token_embed model, /score and /rerank on an embedding model and on a reranker with the chat
  * template as its score template; the route /invocations picks is a pooling one). A rejected
  * request must yield an error whose JSON serialises (the message is cut to valid UTF-8); an accepted
  * completions or chat request is prepared against the real Qwen3 tokenizer with a small context,
@@ -157,7 +157,7 @@ static void parse_pooling(const char *body, size_t size, cv_api_limits lim, cons
     const bool reranker = !strcmp(model, "reranker"), classifier = !strcmp(model, "classifier"),
                tokens = !strcmp(model, "token-embedder");
     lim.pooling_task = reranker || classifier ? "classify" : tokens ? "token_embed" : "embed";
-    lim.scores = !classifier && !tokens;
+    lim.scores = !classifier; /* the token embedder's by late interaction */
     lim.token_width = tokens ? 2 : 0; /* two rows of the 4 values answered */
     lim.class_labels = reranker || classifier ? labels : NULL;
     lim.score_template = reranker ? chat_config()->tmpl : NULL;
@@ -208,5 +208,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     parse_pooling(body, size, lim, "classifier", cv_api_parse_classify);
     parse_pooling(body, size, lim, "classifier", cv_api_parse_pooling);
     parse_pooling(body, size, lim, "token-embedder", cv_api_parse_pooling);
+    parse_pooling(body, size, lim, "token-embedder", cv_api_parse_score);
     return 0;
 }
