@@ -192,7 +192,9 @@ typedef struct cvllm_engine_options {
                                  * normalize, or a classifier's activation), "dimensions" (the default of
                                  * requests), "task" (the model's own, or "token_embed" / "token_classify":
                                  * ALL pooling, one result a prompt token), "logit_mean" and "logit_sigma"
-                                 * (a classifier's scores become (x − mean) / sigma); NULL = the folder's
+                                 * (a classifier's scores become (x − mean) / sigma),
+                                 * "enable_chunked_processing" and "max_embed_len" (long embedding inputs:
+                                 * cvllm_engine_embed_chunking); NULL = the folder's
                                  * sentence-transformers files, else LAST, normalized */
 } cvllm_engine_options;
 
@@ -380,6 +382,13 @@ int32_t cvllm_engine_embedding_size(const cvllm_engine *engine);
  * prompts of config_sentence_transformers.json, such as Qwen3-Embedding's "query") and, in *prompt, the
  * prefix its texts take; NULL past the last one. Owned by the engine. */
 const char *cvllm_engine_input_type(const cvllm_engine *engine, int32_t i, const char **prompt);
+/* vLLM's chunked processing of long embedding inputs (--pooler-config enable_chunked_processing and
+ * max_embed_len), which a server applies to its embedding requests: true when an input longer than
+ * max_model_len is to be embedded in chunks of max_model_len tokens, each a pooling request, whose
+ * vectors are averaged weighted by their lengths. *max_embed_len (may be NULL) is the longest input
+ * an embedding request may have, or 0 when the config sets none (with chunking: no limit; without:
+ * max_model_len). False and 0 on an engine that generates. */
+bool cvllm_engine_embed_chunking(const cvllm_engine *engine, int64_t *max_embed_len);
 /* A classifier's name for label i (config.json's id2label, else "LABEL_i"); NULL when the engine
  * does not classify or i is out of range. Owned by the engine. */
 const char *cvllm_engine_class_label(const cvllm_engine *engine, int32_t i);

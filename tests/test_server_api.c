@@ -24,6 +24,7 @@
 #include "server/api.h"
 #include "server/request_log.h"
 #include "server/beam_driver.h"
+#include "server/embed_chunks.h"
 #include "server/metrics.h"
 #include "testutil.h"
 
@@ -2206,6 +2207,40 @@ static void test_tokens_as_ids_default(void) {
 /* --enable-log-requests prints the engine's parameters as vLLM's SamplingParams.__repr__ does: Python's
  * float reprs (shortest round trip, 1.0, 1e-05), str reprs (quotes chosen as Python chooses them),
  * None for what is unset. */
+/* embed_chunks.c: chunk counts, the weighted mean of a prompt's chunk vectors (non-final events carry
+ * nothing), the whole prompt's usage, and a chunk without a vector (aborted) losing the prompt's. */
+static void test_embed_chunks(void) {
+    CHECK(cv_embed_chunk_count(20, 0) == 1 && cv_embed_chunk_count(8, 8) == 1 && cv_embed_chunk_count(9, 8) == 2 &&
+          cv_embed_chunk_count(24, 8) == 3);
+    cv_embed_chunks c;
+    cv_embed_chunks_init(&c, 20, 8);
+    CHECK(c.n_chunks == 3 && c.left == 3);
+    const float v[3][2] = {{1, 0}, {0, 1}, {1, 1}};
+    const size_t n[3] = {8, 8, 4};
+    cv_request_event running = {.n_prompt_token_ids = 8};
+    CHECK(!cv_embed_chunks_fold(&c, &running) && c.left == 3);
+    for (size_t k = 0; k < 3; k++) {
+        cv_request_event ev = {.n_prompt_token_ids = n[k], .n_cached_tokens = k == 0 ? 8 : 0, .finished = true,
+                               .embedding = cv_xmalloc(sizeof v[k]), .n_embedding = 2};
+        memcpy(ev.embedding, v[k], sizeof v[k]);
+        const bool last = cv_embed_chunks_fold(&c, &ev);
+        CHECK(last == (k == 2));
+        if (last) {
+            CHECK(ev.n_embedding == 2 && fabsf(ev.embedding[0] - 12.f / 20) < 1e-7f && fabsf(ev.embedding[1] - 12.f / 20) < 1e-7f);
+            CHECK(ev.n_prompt_token_ids == 20 && ev.n_cached_tokens == 8);
+        }
+        free(ev.embedding);
+    }
+    cv_embed_chunks_free(&c);
+    cv_embed_chunks_init(&c, 9, 8);
+    cv_request_event aborted = {.n_prompt_token_ids = 8, .finished = true};
+    CHECK(!cv_embed_chunks_fold(&c, &aborted));
+    cv_request_event rest = {.n_prompt_token_ids = 1, .finished = true, .embedding = cv_xmalloc(sizeof(float)), .n_embedding = 1};
+    rest.embedding[0] = 1;
+    CHECK(cv_embed_chunks_fold(&c, &rest) && !rest.embedding && rest.n_embedding == 0 && rest.n_prompt_token_ids == 9);
+    cv_embed_chunks_free(&c);
+}
+
 static void test_sampling_params_repr(void) {
     cvllm_sampling_params p;
     cvllm_sampling_params_default(NULL, &p);
@@ -2273,6 +2308,7 @@ int main(void) {
     test_exclude_tools_when_none();
     test_tokens_as_ids_default();
     test_sampling_params_repr();
+    test_embed_chunks();
     cvllm_tokenizer_destroy(tok);
     cv_chat_template_free(qwen3_tmpl);
     cv_chat_template_free(qwen36_tmpl);

@@ -816,6 +816,74 @@ static void test_token_embed(void) {
     CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
 }
 
+/* vLLM's chunked processing (--pooler-config enable_chunked_processing): an input of 20 tokens on a
+ * server of --max-model-len 8 runs as chunks of 8, 8 and 4, and its vector is the chunks' own
+ * vectors (each embedded alone) averaged by their lengths; an input within max_model_len, beside it in
+ * the same request, is embedded whole. max_embed_len caps the input; without chunking it names it. */
+static void test_chunked_embeddings(void) {
+    const char *args[] = {"--host", "127.0.0.1", "--port", "0", "--dtype", "float32", "--max-model-len", "8",
+                          "--kv-cache-memory-bytes", "16M", "--num-threads", "1", "--enable-log-requests",
+                          "--pooler-config", "{\"enable_chunked_processing\": true, \"max_embed_len\": 30}"};
+    sp_proc p = sp_spawn(dir, dir, "chunked", args, sizeof args / sizeof *args);
+    CHECK_MSG(sp_wait_ready(&p, 30), "chunked-processing server did not start");
+    char ids[4][160] = {"", "", "", ""}; /* the whole input, then its three chunks */
+    for (int t = 0; t < 20; t++) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", 1 + (t * 37) % 4000);
+        for (int k = 0; k < 4; k++)
+            if (k == 0 || t / 8 == k - 1) snprintf(ids[k] + strlen(ids[k]), 160 - strlen(ids[k]), "%s%s", ids[k][0] ? "," : "", id);
+    }
+    char body[1024];
+    snprintf(body, sizeof body, "{\"input\": [[%s], [%s], [%s]]}", ids[1], ids[2], ids[3]);
+    long status;
+    json_t *r = call(p.port, "/v1/embeddings", body, &status);
+    CHECK_EQ_INT(status, 200);
+    float chunk[3][64], want[64];
+    for (size_t k = 0; k < 3; k++) CHECK_EQ_INT((int)vector_of(r, k, chunk[k], 64), 64);
+    json_decref(r);
+    for (size_t k = 0; k < 64; k++) want[k] = (8 * chunk[0][k] + 8 * chunk[1][k] + 4 * chunk[2][k]) / 20;
+    snprintf(body, sizeof body, "{\"input\": [[5, 6, 7], [%s]]}", ids[0]);
+    r = call(p.port, "/v1/embeddings", body, &status);
+    CHECK_EQ_INT(status, 200);
+    float got[64], short_one[64];
+    CHECK_EQ_INT((int)vector_of(r, 1, got, 64), 64);
+    double worst = 0;
+    for (size_t k = 0; k < 64; k++) worst = fmax(worst, fabs((double)got[k] - want[k]));
+    CHECK_MSG(worst < 1e-5, "chunked vector off the weighted mean of its chunks by %g", worst);
+    CHECK_MSG(norm2(got, 64) < 0.999, "the mean of unit vectors is not normalized again (norm %.6f)", norm2(got, 64));
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(json_object_get(r, "usage"), "prompt_tokens")), 3 + 20);
+    CHECK_EQ_INT((int)vector_of(r, 0, short_one, 64), 64);
+    json_decref(r);
+    float alone[64];
+    CHECK_EQ_INT((int)embedding_of(p.port, "{\"input\": [5, 6, 7]}", alone), 64);
+    CHECK(!memcmp(alone, short_one, sizeof alone));
+    char *log = tu_read_text(p.log);
+    CHECK_CONTAINS(log, "-prompt-1-chunk-2: params: PoolingParams(");
+    free(log);
+    char over[256];
+    snprintf(over, sizeof over, "{\"input\": [[%s,%s]]}", ids[0], ids[1]); /* 28 tokens: within max_embed_len */
+    CHECK_EQ_INT((int)embedding_of(p.port, over, got), 64);
+    snprintf(over, sizeof over, "{\"input\": [[%s,%s,1,2,3]]}", ids[0], ids[1]);
+    expect_error(p.port, over, 400, "This model's maximum embedding input length is 30 tokens. However, you requested "
+                 "31 tokens in the input for embedding generation.");
+    snprintf(over, sizeof over, "{\"input\": [[%s]]}", ids[0]);
+    const route_case others[] = {{"/pooling", over, 400, "resulting in a maximum input length of 8 tokens"}};
+    expect_routes(p.port, others, 1); /* vLLM chunks only the embeddings requests */
+    kill(p.pid, SIGTERM);
+    CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
+
+    const char *plain_args[] = {"--host", "127.0.0.1", "--port", "0", "--dtype", "float32", "--max-model-len", "8",
+                                "--kv-cache-memory-bytes", "16M", "--num-threads", "1", "--pooler-config",
+                                "{\"max_embed_len\": 30}"};
+    p = sp_spawn(dir, dir, "unchunked", plain_args, sizeof plain_args / sizeof *plain_args);
+    CHECK_MSG(sp_wait_ready(&p, 30), "max_embed_len server did not start");
+    expect_error(p.port, over, 400, "This model's maximum position embeddings length is 8 tokens. However, you "
+                 "requested 20 tokens in the input for embedding generation. Please reduce the length of the input or "
+                 "enable chunked processing.");
+    kill(p.pid, SIGTERM);
+    CHECK_EQ_INT(sp_wait_exit(&p, 20), 0);
+}
+
 /* `cvllm bench serve --backend openai-embeddings` against a pooling server: every request succeeds,
  * and vLLM's pooling report (no generated-token rows, end-to-end latency only) and result keys. The
  * model has the whole vocabulary (dummy weights), since the random prompts use every id. */
@@ -907,6 +975,7 @@ int main(void) {
     test_reranker();
     test_classifier();
     test_token_embed();
+    test_chunked_embeddings();
     test_bench_embeddings();
     tu_remove_tree(dir);
     free(dir);

@@ -670,6 +670,11 @@ const char *cvllm_engine_class_label(const cvllm_engine *e, int32_t i) {
     const cv_pooler *p = &e->pooler;
     return e->pooling && p->task == CV_TASK_CLASSIFY && i >= 0 && i < p->num_labels ? p->labels[i] : NULL;
 }
+bool cvllm_engine_embed_chunking(const cvllm_engine *e, int64_t *max_embed_len) {
+    if (max_embed_len) *max_embed_len = e->pooling ? e->pooler.max_embed_len : 0;
+    return e->pooling && e->pooler.chunked;
+}
+
 const char *cvllm_engine_pooling_task(const cvllm_engine *e) { return e->pooling ? cv_pooler_task_name(&e->pooler) : NULL; }
 void cvllm_pooling_params_default(cvllm_pooling_params *p) {
     *p = (cvllm_pooling_params){.dimensions = 0, .normalize = -1, .task = NULL};

@@ -179,11 +179,20 @@ static int from_option(cv_pooler *p, const char *text) {
                 rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "pooler_config: %s must be a number%s", key, sigma ? " other than 0" : "");
             else if (sigma) p->logit_sigma = (float)json_number_value(v);
             else p->logit_mean = (float)json_number_value(v);
+        } else if (!strcmp(key, "enable_chunked_processing")) {
+            if (!json_is_boolean(v))
+                rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "pooler_config: enable_chunked_processing must be a boolean");
+            p->chunked = json_is_true(v);
+        } else if (!strcmp(key, "max_embed_len")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1)
+                rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "pooler_config: max_embed_len must be a positive integer");
+            else p->max_embed_len = (int64_t)json_integer_value(v);
         } else if (!strcmp(key, "normalize")) {
             rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Parameter `normalize` was removed; use `use_activation` instead.");
         } else {
             rc = cv_fail(CVLLM_ERR_UNSUPPORTED, "pooler_config: %s is not supported (cvllm reads pooling_type, "
-                         "seq_pooling_type, use_activation, dimensions, task, logit_mean and logit_sigma)", key);
+                         "seq_pooling_type, use_activation, dimensions, task, logit_mean, logit_sigma, "
+                         "enable_chunked_processing and max_embed_len)", key);
         }
     }
     json_decref(j);

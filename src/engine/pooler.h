@@ -67,6 +67,10 @@ typedef struct cv_pooler {
     cv_pool_act act_classify;    /* the classify task's activation (config.json's problem_type) */
     cv_pool_act act_score;       /* the score task's (a cross-encoder's sentence-transformers activation_fn) */
     float logit_mean, logit_sigma; /* --pooler-config's: scores become (x − mean) / sigma first (0, 1: none) */
+    /* --pooler-config's enable_chunked_processing and max_embed_len, which the server applies to
+     * embedding requests (cvllm_engine_embed_chunking): the pooler itself never sees a chunk */
+    bool chunked;
+    int64_t max_embed_len;       /* 0: not set */
 } cv_pooler;
 
 /* True for a *ForSequenceClassification architecture: vLLM's classify task, on the pooling runner

@@ -127,6 +127,9 @@ typedef struct cv_api_limits {
     bool scores;                /* /score and /rerank are served: an embedding model (token_embed: late
                                  * interaction), or a classifier of one label (vLLM enables its Scoring
                                  * API only for num_labels == 1) */
+    bool embed_chunked;         /* --pooler-config enable_chunked_processing: an embeddings input longer
+                                 * than max_model_len is embedded in chunks (embed_chunks.h) */
+    int64_t max_embed_len;      /* its max_embed_len: the longest embeddings input, 0: not set */
     int32_t token_width;        /* a token task's (token_embed, token_classify) row width, else 0 */
     const char *const *class_labels; /* a classifier's label names (cvllm_engine_class_label), else NULL */
     const char *const *input_types;  /* an embedder's input types and their prefixes (cvllm_engine_input_type) */

@@ -1766,8 +1766,17 @@ static int check_prompt(const cv_api_request *req, cv_api_prompt *p, const cv_ap
     for (size_t i = 0; i < p->n_ids; i++)
         if (p->ids[i] < 0 || p->ids[i] >= lim->vocab_size)
             return cv_api_fail(err, 400, param, "Token id %d is out of vocabulary", p->ids[i]);
+    if (req->kind == CV_API_EMBEDDING && lim->max_embed_len && P > lim->max_embed_len) /* vLLM's words */
+        return cv_api_fail(err, 400, NULL, "This model's maximum embedding input length is %lld tokens. However, you "
+                           "requested %lld tokens in the input for embedding generation. Please reduce the length of "
+                           "the input.", (long long)lim->max_embed_len, (long long)P);
     if (embedding) { /* nothing is generated: the prompt may fill the context (vLLM's renderer's message) */
-        if (P > L)
+        const bool embeddings = req->kind == CV_API_EMBEDDING; /* longer ones run in chunks (embed_chunks.h) */
+        if (P > L && embeddings && lim->max_embed_len && !lim->embed_chunked)
+            return cv_api_fail(err, 400, NULL, "This model's maximum position embeddings length is %lld tokens. However, "
+                               "you requested %lld tokens in the input for embedding generation. Please reduce the "
+                               "length of the input or enable chunked processing.", (long long)L, (long long)P);
+        if (P > L && !(embeddings && lim->embed_chunked))
             return cv_api_fail(err, 400, "input_tokens",
                                "You passed %lld input tokens and requested 0 output tokens. However, the model's context "
                                "length is only %lld tokens, resulting in a maximum input length of %lld tokens. Please "

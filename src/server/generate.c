@@ -33,6 +33,7 @@
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "server/beam_driver.h"
+#include "server/embed_chunks.h"
 #include "server/request_log.h"
 #include "server/server_internal.h"
 
@@ -50,12 +51,14 @@ struct gen_session {
     cvllm_grammar *grammar;     /* req.params.grammar's reference, or NULL */
     const char *lora;           /* the LoRA adapter it names (the server's), or NULL */
     cv_api_response resp;
-    gen_slot *slots;
+    gen_slot *slots;            /* an engine request's prompt */
+    size_t n_requests;          /* engine requests: one a prompt, or a chunk of a long embeddings input */
+    cv_embed_chunks *chunks;    /* a prompt each when an input runs in chunks, else NULL */
     uint64_t *ids;              /* engine request ids; the first n_submitted are valid */
     atomic_size_t n_submitted;
     cv_beam_driver **beams;     /* beam search: a driver a prompt; the first n_beams are valid */
     atomic_size_t n_beams;
-    size_t n_open;              /* prompts without their final event (or never submitted) */
+    size_t n_open;              /* engine requests without their final event (or never submitted) */
     double arrival;             /* when the body was complete, before tokenization (TTFT start) */
     atomic_bool aborted;
     bool replied;               /* the HTTP reply is finished */
@@ -76,10 +79,19 @@ static gen_session *session_new(cv_server *s, cv_http_req *r, cv_api_request *re
     g->req = *req;
     memset(req, 0, sizeof *req);
     if (s->load_tracking) atomic_fetch_add(&s->load, 1);
-    g->refs = 1 + (int)g->req.n_prompts;
-    g->n_open = g->req.n_prompts;
-    g->slots = cv_xcalloc(g->req.n_prompts, sizeof *g->slots);
-    g->ids = cv_xcalloc(g->req.n_prompts, sizeof *g->ids);
+    g->n_requests = g->req.n_prompts;
+    /* vLLM's chunked processing: an embeddings input past max_model_len, in chunks of it */
+    const size_t chunk_len = g->req.kind == CV_API_EMBEDDING && s->limits.embed_chunked ? (size_t)s->limits.max_model_len : 0;
+    for (size_t i = 0; i < g->req.n_prompts; i++)
+        g->n_requests += cv_embed_chunk_count(g->req.prompts[i].n_ids, chunk_len) - 1;
+    if (g->n_requests > g->req.n_prompts) {
+        g->chunks = cv_xcalloc(g->req.n_prompts, sizeof *g->chunks);
+        for (size_t i = 0; i < g->req.n_prompts; i++) cv_embed_chunks_init(&g->chunks[i], g->req.prompts[i].n_ids, chunk_len);
+    }
+    g->refs = 1 + (int)g->n_requests;
+    g->n_open = g->n_requests;
+    g->slots = cv_xcalloc(g->n_requests, sizeof *g->slots);
+    g->ids = cv_xcalloc(g->n_requests, sizeof *g->ids);
     if (g->req.beam_search) g->beams = cv_xcalloc(g->req.n_prompts, sizeof *g->beams);
     /* vLLM names the adapter in the replies of a LoRA request, the first served name otherwise */
     cv_api_response_init(&g->resp, &g->req, s->tok, lora ? lora : s->names[0], s->cached_details);
@@ -109,6 +121,8 @@ static void release(gen_session *g, int n) {
     if (g->next) g->next->prev = g->prev;
     pthread_cond_broadcast(&s->sessions_cv);
     pthread_mutex_unlock(&s->sessions_mu);
+    for (size_t i = 0; g->chunks && i < g->req.n_prompts; i++) cv_embed_chunks_free(&g->chunks[i]);
+    free(g->chunks);
     cv_api_response_free(&g->resp);
     cv_api_request_free(&g->req);
     cvllm_grammar_release(g->grammar);
@@ -175,10 +189,12 @@ static void log_id(const gen_session *g, size_t i, char *out, size_t cap) {
     else snprintf(out, cap, "%s-%zu", g->resp.id, i);
 }
 
-/* params NULL: an embedding request, whose PoolingParams vLLM logs. */
-static void log_received(const gen_session *g, size_t i, const cvllm_sampling_params *params) {
-    char id[128];
-    log_id(g, i, id, sizeof id);
+/* params NULL: an embedding request, whose PoolingParams vLLM logs; chunk k of a prompt in chunks
+ * (n_chunks > 1) is logged under vLLM's chunk id. */
+static void log_received(const gen_session *g, size_t i, size_t k, size_t n_chunks, const cvllm_sampling_params *params) {
+    char id[160];
+    if (n_chunks > 1) snprintf(id, sizeof id, "%s-prompt-%zu-chunk-%zu", g->resp.id, i, k);
+    else log_id(g, i, id, sizeof id);
     if (!params) {
         char repr[160], dims[16];
         const cvllm_pooling_params *p = &g->req.pooling;
@@ -242,9 +258,12 @@ static void on_event(void *user, cv_request_event *ev) {
     bool finished = ev->finished;
     int drop = finished ? 1 : 0;
     pthread_mutex_lock(&g->mu);
+    cv_embed_chunks *chunks = g->chunks && g->chunks[slot->prompt].n_chunks > 1 ? &g->chunks[slot->prompt] : NULL;
+    /* a chunk counts for its prompt once the prompt's last chunk has folded them all into ev */
+    const bool whole = !chunks || cv_embed_chunks_fold(chunks, ev);
     if (!g->replied) {
         bool stream = g->req.stream;
-        cv_api_response_apply(&g->resp, slot->prompt, ev, stream ? &g->sse : NULL, &g->sse_len, &g->sse_cap);
+        if (whole) cv_api_response_apply(&g->resp, slot->prompt, ev, stream ? &g->sse : NULL, &g->sse_len, &g->sse_cap);
         if (finished && g->s->log_outputs && !cv_api_kind_pools(g->req.kind)) log_generated(g, slot->prompt);
         bool last = finished && --g->n_open == 0;
         if (stream) {
@@ -286,48 +305,55 @@ static int start_beams(gen_session *g, size_t i) {
     return 0;
 }
 
-/* Submits one engine request per prompt (or starts its beam search), publishing each id before
- * checking for an abort. On failure the ones already in are aborted, the rest are written off, and
- * *err says why. The caller holds g->mu, so no event is folded before the reply has begun. */
+/* Submits one engine request per prompt (per chunk of a long embeddings input), or starts its beam
+ * search, publishing each id before checking for an abort. On failure the ones already in are
+ * aborted, the rest are written off, and *err says why. The caller holds g->mu, so no event is
+ * folded before the reply has begun. */
 static int submit_all(gen_session *g, cv_api_error *err) {
     const cv_api_request *req = &g->req;
+    const bool pooling = cv_api_kind_pools(req->kind);
+    const size_t chunk_len = (size_t)g->s->limits.max_model_len;
+    size_t j = 0; /* the engine request */
     for (size_t i = 0; i < req->n_prompts; i++) {
         const cv_api_prompt *p = &req->prompts[i];
-        cvllm_prompt prompt = {.token_ids = p->ids, .n_token_ids = p->n_ids, .cache_salt = req->cache_salt,
-                               .lora_name = g->lora};
         cvllm_sampling_params params = cv_api_prompt_params(req, i);
-        g->slots[i] = (gen_slot){g, i};
-        const bool pooling = cv_api_kind_pools(req->kind);
-        if (g->s->log_requests) log_received(g, i, pooling ? NULL : &params);
-        cv_submit sub = {.prompt = &prompt,
-                         .params = &params,
-                         .pooling = pooling ? &req->pooling : NULL,
-                         .on_event = on_event,
-                         .user = &g->slots[i],
-                         .arrival_time = g->arrival};
-        /* completions echo with max_tokens 0 generates nothing either way */
-        const bool beams = req->beam_search && !req->echo_only;
-        int rc = beams ? start_beams(g, i) : cv_engine_group_submit(g->s->group, &sub, &g->ids[i]);
-        if (rc == 0 && beams) continue;
-        if (rc == 0) {
-            atomic_fetch_add(&g->n_submitted, 1);
-            if (atomic_load(&g->aborted)) cv_engine_group_abort(g->s->group, g->ids[i]);
-            continue;
+        const size_t n_chunks = g->chunks ? g->chunks[i].n_chunks : 1;
+        for (size_t k = 0; k < n_chunks; k++, j++) {
+            const size_t begin = k * chunk_len, n = n_chunks > 1 && p->n_ids - begin > chunk_len ? chunk_len : p->n_ids - begin;
+            cvllm_prompt prompt = {.token_ids = p->ids + begin, .n_token_ids = n, .cache_salt = req->cache_salt,
+                                   .lora_name = g->lora};
+            g->slots[j] = (gen_slot){g, i};
+            if (g->s->log_requests) log_received(g, i, k, n_chunks, pooling ? NULL : &params);
+            cv_submit sub = {.prompt = &prompt,
+                             .params = &params,
+                             .pooling = pooling ? &req->pooling : NULL,
+                             .on_event = on_event,
+                             .user = &g->slots[j],
+                             .arrival_time = g->arrival};
+            /* completions echo with max_tokens 0 generates nothing either way */
+            const bool beams = req->beam_search && !req->echo_only;
+            int rc = beams ? start_beams(g, i) : cv_engine_group_submit(g->s->group, &sub, &g->ids[j]);
+            if (rc == 0 && beams) continue;
+            if (rc == 0) {
+                atomic_fetch_add(&g->n_submitted, 1);
+                if (atomic_load(&g->aborted)) cv_engine_group_abort(g->s->group, g->ids[j]);
+                continue;
+            }
+            int status = rc == CVLLM_ERR_INVALID_ARGUMENT || rc == CVLLM_ERR_CAPACITY ? 400
+                         : rc == CVLLM_ERR_UNAVAILABLE                                ? 503
+                                                                                      : 500;
+            if (rc == CVLLM_ERR_NOT_FOUND && g->lora) /* its adapter was unloaded since the name was looked up */
+                cv_api_fail(err, 404, "model", "The model `%.200s` does not exist.", g->lora);
+            else
+                cv_api_fail(err, status, NULL, "%s", cvllm_last_error());
+            size_t unsent = g->n_requests - j;
+            g->n_open -= unsent;
+            g->refs -= (int)unsent; /* the HTTP reference keeps refs above zero */
+            size_t n_in = atomic_load(&g->n_submitted), n_beams = atomic_load(&g->n_beams);
+            for (size_t m = 0; m < n_in; m++) cv_engine_group_abort(g->s->group, g->ids[m]);
+            for (size_t m = 0; m < n_beams; m++) cv_beam_driver_abort(g->beams[m]);
+            return -1;
         }
-        int status = rc == CVLLM_ERR_INVALID_ARGUMENT || rc == CVLLM_ERR_CAPACITY ? 400
-                     : rc == CVLLM_ERR_UNAVAILABLE                                ? 503
-                                                                                  : 500;
-        if (rc == CVLLM_ERR_NOT_FOUND && g->lora) /* its adapter was unloaded since the name was looked up */
-            cv_api_fail(err, 404, "model", "The model `%.200s` does not exist.", g->lora);
-        else
-            cv_api_fail(err, status, NULL, "%s", cvllm_last_error());
-        size_t unsent = req->n_prompts - i;
-        g->n_open -= unsent;
-        g->refs -= (int)unsent; /* the HTTP reference keeps refs above zero */
-        size_t n = atomic_load(&g->n_submitted), n_beams = atomic_load(&g->n_beams);
-        for (size_t k = 0; k < n; k++) cv_engine_group_abort(g->s->group, g->ids[k]);
-        for (size_t k = 0; k < n_beams; k++) cv_beam_driver_abort(g->beams[k]);
-        return -1;
     }
     return 0;
 }

@@ -483,6 +483,7 @@ static void pooling_limits(cv_server *s, const cvllm_engine *e) {
     l->token_width = !strncmp(l->pooling_task, "token_", 6) ? n : 0;
     if (l->token_width) return;
     if (embed) {
+        l->embed_chunked = cvllm_engine_embed_chunking(e, &l->max_embed_len);
         const char *prompt;
         while (cvllm_engine_input_type(e, l->n_input_types, &prompt)) l->n_input_types++;
         s->input_types = cv_xcalloc((size_t)l->n_input_types + 1, sizeof *s->input_types);

@@ -15,11 +15,14 @@
  * and a metadata header that is JSON).
  */
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "server/api.h"
+#include "server/embed_chunks.h"
 
 enum { MAX_MODEL_LEN = 64, VOCAB = 151936 };
 
@@ -105,11 +108,13 @@ static void answer(const cv_api_request *req) {
     cv_api_response_free(&resp);
 }
 
-/* A prepared pooling request fits the context; answer each prompt with a vector of `width`. */
-static void answer_pooling(const cv_api_request *req, size_t width) {
+/* A prepared pooling request fits the context, or for embeddings with chunked processing on,
+ * max_embed_len; answer each prompt with a vector of `width` (one a chunk, folded as the server does). */
+static void answer_pooling(const cv_api_request *req, const cv_api_limits *lim, size_t width) {
+    const bool chunked = req->kind == CV_API_EMBEDDING && lim->embed_chunked;
     for (size_t i = 0; i < req->n_prompts; i++) {
         const cv_api_prompt *p = &req->prompts[i];
-        require(p->n_ids > 0 && p->n_ids <= MAX_MODEL_LEN);
+        require(p->n_ids > 0 && (int64_t)p->n_ids <= (chunked ? lim->max_embed_len : MAX_MODEL_LEN));
         for (size_t t = 0; t < p->n_ids; t++) require(p->ids[t] >= 0 && p->ids[t] < VOCAB);
     }
     if (req->kind == CV_API_SCORE || req->kind == CV_API_RERANK)
@@ -119,9 +124,21 @@ static void answer_pooling(const cv_api_request *req, size_t width) {
     float v[4] = {0.5f, -0.25f, 0.125f, 1.0f};
     cv_completion_delta d = {.finish_reason = CVLLM_FINISH_STOP, .stop_token_id = -1};
     for (size_t i = 0; i < req->n_prompts; i++) {
-        cv_request_event ev = {.outputs = &d, .n_outputs = 1, .n_prompt_token_ids = req->prompts[i].n_ids,
-                               .finished = true, .embedding = v, .n_embedding = width};
-        cv_api_response_apply(&resp, i, &ev, NULL, NULL, NULL);
+        cv_embed_chunks c;
+        cv_embed_chunks_init(&c, req->prompts[i].n_ids, chunked ? MAX_MODEL_LEN : 0);
+        for (size_t k = 0; k < c.n_chunks; k++) {
+            const size_t n = k + 1 < c.n_chunks ? MAX_MODEL_LEN : req->prompts[i].n_ids - k * MAX_MODEL_LEN;
+            cv_request_event ev = {.outputs = &d, .n_outputs = 1, .n_prompt_token_ids = n, .finished = true,
+                                   .embedding = cv_xmalloc(sizeof v), .n_embedding = width};
+            memcpy(ev.embedding, v, sizeof v);
+            if (c.n_chunks == 1 || cv_embed_chunks_fold(&c, &ev)) {
+                require(ev.n_prompt_token_ids == req->prompts[i].n_ids && ev.n_embedding == width);
+                for (size_t m = 0; m < width; m++) require(fabsf(ev.embedding[m] - v[m]) < 1e-6f);
+                cv_api_response_apply(&resp, i, &ev, NULL, NULL, NULL);
+            }
+            free(ev.embedding);
+        }
+        cv_embed_chunks_free(&c);
     }
     require(cv_api_response_done(&resp));
     if ((req->kind == CV_API_EMBEDDING || req->kind == CV_API_POOLING) &&
@@ -165,12 +182,14 @@ static void parse_pooling(const char *body, size_t size, cv_api_limits lim, cons
     lim.input_types = embedder ? input_types : NULL;
     lim.input_prompts = embedder ? input_prompts : NULL;
     lim.n_input_types = embedder ? 2 : 0;
+    lim.embed_chunked = embedder; /* long embeddings inputs in chunks, up to max_embed_len */
+    lim.max_embed_len = embedder ? 3 * MAX_MODEL_LEN : 0;
     require(cv_api_kind_pools(cv_api_pooling_invocation(body, size, &lim)));
     cv_api_request req;
     cv_api_error err = {0};
     int rc = parse(body, size, &lim, &req, &err);
     if (rc == 0) rc = cv_api_prepare(&req, tokenizer(), &lim, &err);
-    if (rc == 0) answer_pooling(&req, reranker ? 1 : classifier ? 3 : 4);
+    if (rc == 0) answer_pooling(&req, &lim, reranker ? 1 : classifier ? 3 : 4);
     else check_error(&err);
     cv_api_request_free(&req);
 }
