@@ -57,13 +57,15 @@ static inline sp_proc sp_spawn(const char *model, const char *log_dir, const cha
     return p;
 }
 
-/* Waits for the "API server on http://127.0.0.1:PORT" line; false when the process died or timed out. */
+/* Waits for the "API server on http://127.0.0.1:PORT" line (https:// for HTTPS); false when the
+ * process died or timed out. */
 static inline bool sp_wait_ready(sp_proc *p, double seconds) {
-    static const char line[] = "API server on http://127.0.0.1:";
+    static const char line[] = "API server on http", host[] = "://127.0.0.1:";
     for (double t0 = sp_now(); sp_now() - t0 < seconds; usleep(50000)) {
         char *log = tu_read_text(p->log);
         char *at = strstr(log, line);
-        if (at) p->port = atoi(at + strlen(line));
+        if (at) at = strstr(at, host);
+        if (at) p->port = atoi(at + strlen(host));
         free(log);
         if (p->port > 0) return true;
         if (waitpid(p->pid, NULL, WNOHANG) == p->pid) return false;

@@ -185,8 +185,7 @@ static void test_bad_flags(void) {
     EXPECT_USAGE_ERROR("--default-chat-template-kwargs must be a JSON object", "--default-chat-template-kwargs", "[1]");
     EXPECT_USAGE_ERROR("cvllm serve: argument --chat-template-content-format: invalid choice: 'text' (choose from auto, "
                        "string, openai)", "--chat-template-content-format", "text");
-    EXPECT_USAGE_ERROR("--ssl-keyfile is not supported: cvllm serves plain HTTP only; put a TLS-terminating proxy in "
-                       "front of it", "--ssl-keyfile", "key.pem");
+    EXPECT_USAGE_ERROR("--ssl-keyfile needs --ssl-certfile", "--ssl-keyfile", "key.pem");
     EXPECT_USAGE_ERROR("--tool-parser-plugin is not supported: cvllm cannot load Python plugins", "--tool-parser-plugin=x.py");
     EXPECT_USAGE_ERROR("argument --allowed-origins: invalid loads value: 'http://a'", "--allowed-origins", "http://a");
     EXPECT_USAGE_ERROR("argument --fingerprint-mode: invalid choice: 'x'", "--fingerprint-mode", "x");

@@ -4,7 +4,9 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config git
           libjansson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev libxxhash-dev libyaml-dev
+          libssl-dev openssl
           libopenmpi-dev openmpi-bin python3 clang libclang-rt-14-dev)
+# OpenSSL (libssl-dev) serves HTTPS (src/server/tls.c); its command line (openssl) makes the tests' certificates.
 # OpenMPI (libopenmpi-dev, openmpi-bin) carries tensor parallelism between processes (src/executor/comm.c).
 # Node.js and npm run the OpenAI SDK test (tests/sdk); Debian's, unless a node is already installed.
 command -v node >/dev/null 2>&1 || packages+=(nodejs npm)

@@ -85,6 +85,13 @@ static const char usage[] =
     "  --disable-log-stats               no periodic throughput / KV-cache log line\n"
     "  --[no-]async-scheduling           overlap output processing with the next step (on)\n"
     "  --max-body-bytes N                larger request bodies get 413 (32M)\n"
+    "HTTPS (vLLM's names):\n"
+    "  --ssl-certfile FILE               serve HTTPS with this PEM certificate chain\n"
+    "  --ssl-keyfile FILE                its PEM private key (default: in the certfile)\n"
+    "  --ssl-ca-certs FILE               PEM CA certificates client certificates are checked against\n"
+    "  --ssl-cert-reqs N                 client certificates: 0 not asked for, 1 optional, 2 required (0)\n"
+    "  --ssl-ciphers LIST                OpenSSL cipher list for TLS 1.2 (TLS 1.3 keeps its own)\n"
+    "  --enable-ssl-refresh              reload the key, certificate and CA files when they change\n"
     "connection limits (uvicorn's names, cvllm's own where uvicorn has none):\n"
     "  --timeout-keep-alive S            close a connection idle for S seconds between requests (5)\n"
     "  --limit-concurrency N             open connections at most; at the cap the longest-idle one is\n"
@@ -367,10 +374,7 @@ static bool cors_flag(cv_args *a, serve_args *g) {
     return true;
 }
 
-/* (a server meant to be HTTPS must not come up as plain HTTP) */
 static const cv_refused_flag refused_serve_flags[] = {
-    {"--ssl-keyfile|--ssl-certfile|--ssl-ca-certs|--ssl-cert-reqs|--ssl-ciphers|--enable-ssl-refresh",
-     "cvllm serves plain HTTP only; put a TLS-terminating proxy in front of it"},
     {"--middleware|--tool-parser-plugin|--tool-server|--reasoning-parser-plugin", "cvllm cannot load Python plugins"},
     {"--headless|--tokens-only", "cvllm always serves the OpenAI API from this process"},
 };
@@ -388,10 +392,28 @@ static bool log_flag(cv_args *a, serve_args *g) {
     return true;
 }
 
+/* vLLM's HTTPS flags (uvicorn's): server/tls.h. */
+static bool tls_flag(cv_args *a, serve_args *g) {
+    cv_tls_options *t = &g->server.tls;
+    const char *v;
+    int64_t n;
+    if (cv_args_value(a, "--ssl-keyfile", &v)) t->keyfile = v;
+    else if (cv_args_value(a, "--ssl-certfile", &v)) t->certfile = v;
+    else if (cv_args_value(a, "--ssl-ca-certs", &v)) t->ca_certs = v;
+    else if (cv_args_value(a, "--ssl-ciphers", &v)) t->ciphers = v;
+    else if (cv_args_value(a, "--ssl-cert-reqs", &v)) {
+        if (cv_args_int(a, "--ssl-cert-reqs", v, 0, 2, &n)) t->cert_reqs = (int)n;
+    } else if (cv_args_flag(a, "--enable-ssl-refresh")) t->refresh = true;
+    else if (cv_args_flag(a, "--no-enable-ssl-refresh")) t->refresh = false;
+    else return false;
+    return true;
+}
+
 static bool server_flag(cv_args *a, serve_args *g) {
     const char *v;
     int64_t n;
-    if (cors_flag(a, g) || log_flag(a, g) || cv_args_refused(a, refused_serve_flags, CV_ARRAY_LEN(refused_serve_flags)))
+    if (cors_flag(a, g) || log_flag(a, g) || tls_flag(a, g) ||
+        cv_args_refused(a, refused_serve_flags, CV_ARRAY_LEN(refused_serve_flags)))
         return true;
     if (cv_args_value(a, "--host", &v)) g->server.host = v;
     else if (cv_args_value(a, "--uds", &v)) g->server.uds = v;
@@ -535,6 +557,29 @@ static int check_chat_template(const serve_args *g) {
     return 1;
 }
 
+/* The HTTPS flags, checked before the model loads: a key without its certificate is refused (the
+ * server would otherwise come up as plain HTTP), the files must load, and the flags that only
+ * shape HTTPS are said to do nothing without it. */
+static int check_tls(serve_args *g) {
+    const cv_tls_options *t = &g->server.tls;
+    if (!t->certfile) {
+        if (t->keyfile) {
+            fprintf(stderr, "cvllm serve: --ssl-keyfile needs --ssl-certfile (the certificate of that key)\n");
+            return 2;
+        }
+        if (t->ca_certs || t->ciphers || t->cert_reqs || t->refresh)
+            cv_warn("serve", "--ssl-ca-certs, --ssl-cert-reqs, --ssl-ciphers and --enable-ssl-refresh do nothing "
+                    "without --ssl-certfile: serving plain HTTP");
+        return 0;
+    }
+    if (cv_launch_job_rank() > 0) return 0; /* rank 0 serves HTTP */
+    if (cv_server_check_tls(t)) {
+        fprintf(stderr, "cvllm serve: %s\n", cvllm_last_error());
+        return 1;
+    }
+    return 0;
+}
+
 /* vLLM binds its address before it loads the model, so that one in use is said at once, not after
  * minutes of loading: so does this process, unless it is a worker rank of a tensor-parallel job
  * (world rank 0 serves HTTP). */
@@ -585,7 +630,7 @@ static int run_server(cv_args *a, serve_args *g) {
         cv_info("serve", "cvllm %s API server on unix:%s (model '%s')", CVLLM_VERSION, g->server.uds,
                 g->n_names ? g->names[0] : g->engine.model);
     else
-        cv_info("serve", "cvllm %s API server on http://%s:%d (model '%s')", CVLLM_VERSION,
+        cv_info("serve", "cvllm %s API server on %s://%s:%d (model '%s')", CVLLM_VERSION, g->server.tls.certfile ? "https" : "http",
                 g->server.host ? g->server.host : "0.0.0.0", cv_server_port(s), g->n_names ? g->names[0] : g->engine.model);
     int sig = wait_for_signal();
     if (sig == SIGTERM && getenv("OMPI_COMM_WORLD_SIZE")) fail_job(s);
@@ -607,6 +652,7 @@ int cmd_serve(int argc, char **argv) {
     int status = cv_args_init(&a, "serve", argc, argv);
     if (status == 0) status = parse_serve_args(&a, &g);
     if (status == 0) status = check_chat_template(&g);
+    if (status == 0) status = check_tls(&g);
     if (status == 0) status = bind_early(&g);
     if (status == 0 && cv_launch_wanted(&a, &g.engine)) {
         unbind(&g); /* the address was free: rank 0 binds it again */

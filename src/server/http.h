@@ -53,6 +53,7 @@ typedef struct cv_http_options {
     double timeout_request_header;    /* the whole request head must arrive within this, s */
     double timeout_io;                /* no progress reading a body or writing a reply for this long
                                        * closes the connection, s */
+    const struct cv_tls_options *tls; /* HTTPS when it names a certfile (tls.h); NULL: plain HTTP */
     bool bound;                       /* bound_fd is a socket from cv_http_bind(_unix), which the server
                                        * takes over (host and port are then not used) */
     int bound_fd;

@@ -64,6 +64,7 @@
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "server/http_parse.h"
+#include "server/tls.h"
 
 enum {
     READ_CHUNK = 64 * 1024,
@@ -125,11 +126,14 @@ struct conn {
     bool closed;                          /* fd closed */
     bool gone;                            /* the peer left or broke the connection */
     uint32_t events;                      /* the epoll interest set */
+    cv_tls_conn *tls;                     /* HTTPS: the session every byte goes through, else NULL */
+    bool tls_want_write;                  /* a TLS read waits for the socket to take output */
 };
 
 struct cv_http {
     cv_http_options o;
     cv_http_callbacks cb;
+    cv_tls *tls;                          /* HTTPS (o.tls), else NULL; loop thread */
     int lfd, ep, wake;
     int port;
     pthread_t loop;
@@ -187,7 +191,7 @@ static void set_events(conn *c, uint32_t ev) {
 static void update_events(conn *c) {
     uint32_t ev = EPOLLRDHUP;
     if (c->st != C_BUSY) ev |= EPOLLIN;
-    if (c->out_off < c->out_len) ev |= EPOLLOUT;
+    if (c->out_off < c->out_len || c->tls_want_write) ev |= EPOLLOUT;
     set_events(c, ev);
 }
 
@@ -211,16 +215,26 @@ static void out_append(conn *c, const char *p, size_t n) {
 static void close_fd(conn *c) {
     if (c->closed) return;
     epoll_ctl(c->h->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    cv_tls_free(c->tls);
+    c->tls = NULL;
     close(c->fd);
     c->closed = true;
     c->out_off = c->out_len = 0;
+}
+
+/* Ends our side once the last reply is out (TLS says so first: close_notify); caller holds c->mu. */
+static void end_output(conn *c) {
+    if (c->tls) cv_tls_close_notify(c->tls);
+    shutdown(c->fd, SHUT_WR);
 }
 
 /* Writes what the socket takes; caller holds c->mu. A broken pipe marks the peer gone. */
 static void flush_locked(conn *c) {
     bool moved = false;
     while (!c->closed && c->out_off < c->out_len) {
-        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        const char *p = c->out + c->out_off;
+        const size_t len = c->out_len - c->out_off;
+        ssize_t n = c->tls ? cv_tls_send(c->tls, p, len) : send(c->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             c->out_off += (size_t)n;
             moved = true;
@@ -290,7 +304,7 @@ static void reply_error(conn *c, int status, const char *message) {
     c->since = cv_now();
     c->in_len = 0;
     flush_locked(c);
-    if (c->out_off == c->out_len && !c->closed) shutdown(c->fd, SHUT_WR);
+    if (c->out_off == c->out_len && !c->closed) end_output(c);
     pthread_mutex_unlock(&c->mu);
     free(body);
 }
@@ -508,7 +522,7 @@ static void begin_linger(conn *c) {
     c->st = C_LINGER;
     c->since = cv_now();
     c->in_len = 0;
-    if (!c->closed && c->out_off == c->out_len) shutdown(c->fd, SHUT_WR);
+    if (!c->closed && c->out_off == c->out_len) end_output(c);
     update_events(c);
     pthread_mutex_unlock(&c->mu);
 }
@@ -702,11 +716,28 @@ static void process(conn *c) {
     }
 }
 
+/* recv(2) from the connection, through its TLS session if it has one (whose calls must not overlap
+ * the writers' under c->mu). */
+static ssize_t conn_recv(conn *c, void *buf, size_t n) {
+    if (!c->tls) return recv(c->fd, buf, n, MSG_DONTWAIT);
+    pthread_mutex_lock(&c->mu);
+    bool want_write = false;
+    ssize_t got = c->closed ? 0 : cv_tls_recv(c->tls, buf, n, &want_write);
+    const int e = errno;
+    if (want_write) {
+        c->tls_want_write = true;
+        update_events(c);
+    }
+    pthread_mutex_unlock(&c->mu);
+    errno = e;
+    return got;
+}
+
 static void on_readable(conn *c) {
     for (int rounds = 0; rounds < 4; rounds++) { /* bounded, so one client cannot hog the loop */
         if (c->st == C_LINGER) {
             char sink[4096];
-            ssize_t n = recv(c->fd, sink, sizeof sink, MSG_DONTWAIT);
+            ssize_t n = conn_recv(c, sink, sizeof sink);
             if (n > 0) continue;
             if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
             abandon(c);
@@ -717,7 +748,7 @@ static void on_readable(conn *c) {
             c->in_cap = want;
             c->in = cv_xrealloc(c->in, c->in_cap);
         }
-        ssize_t n = recv(c->fd, c->in + c->in_len, READ_CHUNK, MSG_DONTWAIT);
+        ssize_t n = conn_recv(c, c->in + c->in_len, READ_CHUNK);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (n <= 0) { /* EOF or error: nothing more will come */
@@ -738,7 +769,7 @@ static void on_event(conn *c, uint32_t ev) {
         pthread_mutex_lock(&c->mu);
         flush_locked(c);
         bool drained = c->out_off == c->out_len;
-        if (drained && c->st == C_LINGER && !c->closed) shutdown(c->fd, SHUT_WR);
+        if (drained && c->st == C_LINGER && !c->closed) end_output(c);
         pthread_mutex_unlock(&c->mu);
         if (drained && c->req) {
             try_complete(c);
@@ -749,7 +780,15 @@ static void on_event(conn *c, uint32_t ev) {
         if (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) abandon(c);
         return;
     }
-    if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) on_readable(c);
+    bool read_again = false; /* a TLS read that had to wait for the socket to take output */
+    if ((ev & EPOLLOUT) && c->tls_want_write) {
+        pthread_mutex_lock(&c->mu);
+        c->tls_want_write = false;
+        update_events(c);
+        pthread_mutex_unlock(&c->mu);
+        read_again = true;
+    }
+    if (read_again || (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) on_readable(c);
 }
 
 /* Clients are told apart by address; those of a Unix socket have none, so each is its own. */
@@ -762,8 +801,13 @@ static bool same_peer(const struct sockaddr_storage *a, const struct sockaddr_st
     return true;
 }
 
-/* Answers a connection that is refused before it is registered, then closes it. */
+/* Answers a connection that is refused before it is registered, then closes it. Over HTTPS it is
+ * closed unanswered: a reply would need the handshake the limit is there to spare. */
 static void refuse_socket(cv_http *h, int fd, const char *message) {
+    if (h->tls) {
+        close(fd);
+        return;
+    }
     char *body = h->cb.error_body(h->cb.user, 503, message);
     char head[256];
     int n = snprintf(head, sizeof head, "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
@@ -809,7 +853,13 @@ static void accept_all(cv_http *h) {
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        cv_tls_conn *tls = h->tls ? cv_tls_accept(h->tls, fd) : NULL;
+        if (h->tls && !tls) {
+            close(fd);
+            continue;
+        }
         conn *c = cv_xcalloc(1, sizeof *c);
+        c->tls = tls;
         c->h = h;
         c->fd = fd;
         c->peer = peer;
@@ -819,6 +869,7 @@ static void accept_all(cv_http *h) {
         struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
         if (epoll_ctl(h->ep, EPOLL_CTL_ADD, fd, &e) != 0) {
             pthread_mutex_destroy(&c->mu);
+            cv_tls_free(c->tls);
             free(c);
             close(fd);
             continue;
@@ -916,6 +967,7 @@ static void *loop_main(void *arg) {
         double now = cv_now();
         if (now >= next_tick || closing) {
             sweep(h, now, closing);
+            if (h->tls) cv_tls_refresh(h->tls, now);
             next_tick = now + TICK_MS / 1e3;
         }
         bury(h);
@@ -1026,12 +1078,21 @@ int cv_http_start(const cv_http_options *opts, const cv_http_callbacks *cb, cv_h
     if (h->o.max_connections <= 0) h->o.max_connections = DEFAULT_MAX_CONNECTIONS;
     if (h->o.max_connections_per_client <= 0) h->o.max_connections_per_client = h->o.max_connections;
     h->lfd = h->ep = h->wake = -1;
+    if (opts->tls && opts->tls->certfile) {
+        int rc = cv_tls_create(opts->tls, &h->tls);
+        if (rc) {
+            if (opts->bound) close(opts->bound_fd);
+            free(h);
+            return rc;
+        }
+    }
     int rc = opts->bound ? (h->lfd = opts->bound_fd, 0) : cv_http_bind(opts->host, opts->port, &h->lfd);
     if (!rc && listen(h->lfd, 1024) != 0) {
         rc = cv_fail(CVLLM_ERR_IO, "cannot listen on port %d: %s", bound_port(h->lfd), strerror(errno));
         close(h->lfd);
     }
     if (rc) {
+        cv_tls_destroy(h->tls);
         free(h);
         return rc;
     }
@@ -1045,6 +1106,7 @@ int cv_http_start(const cv_http_options *opts, const cv_http_callbacks *cb, cv_h
         if (h->ep >= 0) close(h->ep);
         if (h->wake >= 0) close(h->wake);
         close(h->lfd);
+        cv_tls_destroy(h->tls);
         free(h);
         return rc;
     }
@@ -1097,6 +1159,7 @@ void cv_http_stop(cv_http *h) {
     pthread_cond_destroy(&h->work_cv);
     pthread_cond_destroy(&h->idle_cv);
     pthread_mutex_destroy(&h->mu);
+    cv_tls_destroy(h->tls);
     free(h->done);
     free(h->workers);
     free(h);

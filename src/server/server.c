@@ -569,6 +569,7 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
         .timeout_keep_alive = o->timeout_keep_alive > 0 ? o->timeout_keep_alive : DEFAULT_KEEP_ALIVE_S,
         .timeout_request_header = o->timeout_request_header > 0 ? o->timeout_request_header : DEFAULT_HEADER_TIMEOUT_S,
         .timeout_io = IO_TIMEOUT_S,
+        .tls = &o->tls,
     };
     if (!o->bound && o->uds && (rc = cv_http_bind_unix(o->uds, &ho.bound_fd))) {
         free_server(s);
@@ -585,6 +586,13 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
 }
 
 int cv_server_bind(const char *host, int port, int *fd) { return cv_http_bind(host, port, fd); }
+
+int cv_server_check_tls(const cv_tls_options *tls) {
+    cv_tls *t;
+    int rc = cv_tls_create(tls, &t);
+    cv_tls_destroy(rc ? NULL : t);
+    return rc;
+}
 
 int cv_server_bind_unix(const char *path, int *fd) { return cv_http_bind_unix(path, fd); }
 

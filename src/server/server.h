@@ -14,6 +14,7 @@
 #include "chat/chat.h"
 #include "engine/engine_group.h"
 #include "server/api.h"
+#include "server/tls.h"
 
 typedef struct cv_server cv_server;
 
@@ -75,6 +76,7 @@ typedef struct cv_server_options {
     cv_api_structured_config structured; /* --structured-outputs-config's defaults (its string copied) */
     bool bound;                        /* bound_fd is from cv_server_bind: host and port are not used */
     int bound_fd;
+    cv_tls_options tls;                /* HTTPS when tls.certfile is set (vLLM's --ssl-* flags) */
 } cv_server_options;
 
 /* A socket bound to host:port, for cv_server_options.bound_fd: `serve` binds before it loads the
@@ -84,8 +86,13 @@ int cv_server_bind(const char *host, int port, int *fd);
 /* The same for a Unix socket (vLLM's --uds; see cv_http_bind_unix). */
 int cv_server_bind_unix(const char *path, int *fd);
 
+/* Loads the TLS files of `tls` and lets them go: `serve` checks them before it loads the model.
+ * Fails with cvllm_last_error's one line naming the flag and file. */
+int cv_server_check_tls(const cv_tls_options *tls);
+
 /* Binds (unless given a bound socket, which it owns from then on, failing or not) and starts
- * serving. Fails (with cvllm_last_error) when the address cannot be bound or a chat option is
+ * serving. Fails (with cvllm_last_error) when the address cannot be bound, the TLS files do not
+ * load, or a chat option is
  * invalid (an unknown parser name, kwargs that are not a JSON object, auto tool choice without a
  * tool-call parser). */
 int cv_server_start(cv_engine_group *group, const cv_server_options *opts, cv_server **out);

@@ -27,3 +27,6 @@ endif()
 # `cvllm serve` on an embedding model: /v1/embeddings as vLLM's pooling runner serves it.
 cv_add_test(test_server_embed SOURCES test_server_embed.c LIBS PkgConfig::CURL PkgConfig::JANSSON m TIMEOUT 120)
 add_dependencies(test_server_embed cvllm)
+# HTTPS (--ssl-*): certificates made by the openssl command line at run time.
+cv_add_test(test_server_tls SOURCES test_server_tls.c LIBS PkgConfig::CURL TIMEOUT 120)
+add_dependencies(test_server_tls cvllm)
