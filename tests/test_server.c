@@ -1844,6 +1844,254 @@ static char *ids_text(const int32_t *ids, int n) {
     return s;
 }
 
+
+/* An Anthropic event stream, as a client reads it: each record "event: NAME\ndata: JSON" whose type is
+ * NAME, content blocks started, written to and stopped in order (deltas to the open block only), the
+ * message framed by message_start ... message_delta, message_stop, and vLLM's "data: [DONE]" last. */
+typedef struct anthropic_stream {
+    bool well_formed;
+    char *events;      /* the event names, space-separated */
+    char *text, *thinking, *partial_json, *tool_name;
+    json_t *inputs;    /* each tool_use block's input, its input_json_delta pieces parsed */
+    char *stop_reason;
+    long input_tokens, output_tokens;
+} anthropic_stream;
+
+static anthropic_stream parse_anthropic_sse(const char *body) {
+    anthropic_stream a = {.well_formed = true, .events = calloc(1, 1), .text = calloc(1, 1), .thinking = calloc(1, 1),
+                          .partial_json = calloc(1, 1), .inputs = json_array()};
+    long open = -1, next = 0;
+    const char *p = body;
+    for (;;) {
+        const char *end = strstr(p, "\n\n");
+        if (!end) break;
+        if (!strncmp(p, "data: [DONE]", 12)) {
+            a.well_formed = a.well_formed && end[2] == 0 && strstr(a.events, "message_stop");
+            p = end + 2;
+            break;
+        }
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        char name[64] = "";
+        if (strncmp(p, "event: ", 7) || !nl || nl - p - 7 >= 64 || strncmp(nl + 1, "data: ", 6)) {
+            a.well_formed = false;
+            break;
+        }
+        memcpy(name, p + 7, (size_t)(nl - p - 7));
+        json_t *d = json_loadb(nl + 7, (size_t)(end - nl - 7), 0, NULL);
+        const char *type = json_string_value(json_object_get(d, "type"));
+        a.well_formed = a.well_formed && type && !strcmp(type, name);
+        append_str(&a.events, *a.events ? " " : "");
+        append_str(&a.events, name);
+        const long index = (long)json_integer_value(json_object_get(d, "index"));
+        if (!strcmp(name, "message_start")) {
+            a.input_tokens = (long)json_integer_value(json_object_get(json_object_get(json_object_get(d, "message"), "usage"),
+                                                                      "input_tokens"));
+        } else if (!strcmp(name, "content_block_start")) {
+            a.well_formed = a.well_formed && open < 0 && index == next;
+            open = index;
+            const json_t *b = json_object_get(d, "content_block");
+            if (json_object_get(b, "name")) {
+                free(a.tool_name);
+                a.tool_name = strdup(json_string_value(json_object_get(b, "name")));
+            }
+        } else if (!strcmp(name, "content_block_delta")) {
+            a.well_formed = a.well_formed && index == open;
+            const json_t *delta = json_object_get(d, "delta");
+            const char *kind = json_string_value(json_object_get(delta, "type"));
+            if (kind && !strcmp(kind, "text_delta")) append_str(&a.text, json_string_value(json_object_get(delta, "text")));
+            if (kind && !strcmp(kind, "thinking_delta"))
+                append_str(&a.thinking, json_string_value(json_object_get(delta, "thinking")));
+            if (kind && !strcmp(kind, "input_json_delta"))
+                append_str(&a.partial_json, json_string_value(json_object_get(delta, "partial_json")));
+        } else if (!strcmp(name, "content_block_stop")) {
+            a.well_formed = a.well_formed && index == open;
+            open = -1;
+            next++;
+            if (*a.partial_json) {
+                json_t *input = json_loads(a.partial_json, 0, NULL);
+                a.well_formed = a.well_formed && json_is_object(input);
+                json_array_append_new(a.inputs, input ? input : json_null());
+                *a.partial_json = 0;
+            }
+        } else if (!strcmp(name, "message_delta")) {
+            a.well_formed = a.well_formed && open < 0;
+            const char *reason = json_string_value(json_object_get(json_object_get(d, "delta"), "stop_reason"));
+            a.stop_reason = reason ? strdup(reason) : NULL;
+            a.output_tokens = (long)json_integer_value(json_object_get(json_object_get(d, "usage"), "output_tokens"));
+        }
+        json_decref(d);
+        p = end + 2;
+    }
+    a.well_formed = a.well_formed && !*p && !strncmp(a.events, "message_start", 13) &&
+                    strstr(a.events, "message_delta message_stop") != NULL;
+    return a;
+}
+
+static void free_anthropic_stream(anthropic_stream *a) {
+    free(a->events);
+    free(a->text);
+    free(a->thinking);
+    free(a->partial_json);
+    free(a->tool_name);
+    free(a->stop_reason);
+    json_decref(a->inputs);
+}
+
+/* The text of a message's first content block of `type`, or NULL. */
+static const char *block_text(const json_t *msg, const char *type, const char *key) {
+    size_t i;
+    const json_t *b;
+    json_array_foreach(json_object_get(msg, "content"), i, b) {
+        if (!strcmp(json_string_value(json_object_get(b, "type")), type)) return json_string_value(json_object_get(b, key));
+    }
+    return NULL;
+}
+
+/* vLLM's Anthropic Messages API: a message equals the chat completion of the same conversation
+ * (text, usage, stop reason), streamed as the event stream with the same text; count_tokens counts
+ * the prompt /tokenize counts for the translated conversation (tool_use and tool_result turns
+ * included); a forced tool choice gives a tool_use block, also streamed as input_json_delta; errors
+ * come in Anthropic's shape. */
+static void test_anthropic_messages(void) {
+    const char *chat = "{\"messages\":" MESSAGES ",\"max_tokens\":12,\"temperature\":0}";
+    reply r = http(&chat_srv, "POST", "/v1/chat/completions", chat);
+    json_t *cj = reply_json(&r);
+    const json_t *cmsg = json_object_get(json_array_get(json_object_get(cj, "choices"), 0), "message");
+    const char *content = json_string_value(json_object_get(cmsg, "content")),
+               *reasoning = json_string_value(json_object_get(cmsg, "reasoning"));
+    const json_int_t prompt_tokens = json_integer_value(json_object_get(json_object_get(cj, "usage"), "prompt_tokens"));
+    free(r.body);
+    const char *base = "{\"model\":\"" NAME "\",\"system\":\"You are helpful.\",\"messages\":[{\"role\":\"user\",\"content\":"
+                       "[{\"type\":\"text\",\"text\":\"What is the weather in Paris?\"}]}],\"max_tokens\":12,\"temperature\":0";
+    char *plain = tu_strdupf("%s%s", base, "}"), *streamed = tu_strdupf("%s%s", base, ",\"stream\":true}");
+    r = http(&chat_srv, "POST", "/v1/messages", plain);
+    CHECK_MSG(r.status == 200, "/v1/messages: %.300s", r.body);
+    json_t *m = reply_json(&r);
+    CHECK_STR_EQ(json_string_value(json_object_get(m, "type")), "message");
+    CHECK_STR_EQ(json_string_value(json_object_get(m, "role")), "assistant");
+    CHECK_STR_EQ(json_string_value(json_object_get(m, "model")), NAME);
+    CHECK_STR_EQ(json_string_value(json_object_get(m, "stop_reason")), "max_tokens");
+    CHECK_STR_EQ(block_text(m, "text", "text") ? block_text(m, "text", "text") : "", content ? content : "");
+    CHECK_STR_EQ(block_text(m, "thinking", "thinking") ? block_text(m, "thinking", "thinking") : "", reasoning ? reasoning : "");
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(m, "usage"), "input_tokens")), prompt_tokens);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(m, "usage"), "output_tokens")), 12);
+    json_decref(m);
+    free(r.body);
+    r = http(&chat_srv, "POST", "/v1/messages", streamed);
+    anthropic_stream a = parse_anthropic_sse(r.body);
+    CHECK_MSG(r.status == 200 && a.well_formed, "stream: %.600s", r.body);
+    CHECK_STR_EQ(a.text, content ? content : "");
+    CHECK_STR_EQ(a.thinking, reasoning ? reasoning : "");
+    CHECK_STR_EQ(a.stop_reason ? a.stop_reason : "", "max_tokens");
+    CHECK(a.input_tokens == prompt_tokens && a.output_tokens == 12);
+    free_anthropic_stream(&a);
+    free(r.body);
+    json_decref(cj);
+    free(plain);
+    free(streamed);
+
+    /* count_tokens of a conversation with a tool call and its result: /tokenize's count of the chat
+     * form the translation gives (arguments as Python's json.dumps prints them). */
+    const char *conversation =
+        "\"system\":[{\"type\":\"text\",\"text\":\"You are \"},{\"type\":\"text\",\"text\":\"helpful.\"}],\"messages\":["
+        "{\"role\":\"user\",\"content\":\"What is the weather in Paris?\"},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"Let me look.\"},{\"type\":\"tool_use\","
+        "\"id\":\"toolu_1\",\"name\":\"get_weather\",\"input\":{\"city\":\"Paris\",\"unit\":\"c\"}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\",\"content\":[{\"type\":"
+        "\"text\",\"text\":\"18 C\"}]},{\"type\":\"text\",\"text\":\"Thanks!\"}]}]";
+    char *count = tu_strdupf("{\"model\":\"" NAME "\",%s,\"tools\":[{\"name\":\"get_weather\",\"description\":\"Current "
+                             "weather\",\"input_schema\":{\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":"
+                             "[\"city\"]}}]}", conversation, "");
+    r = http(&chat_srv, "POST", "/v1/messages/count_tokens", count);
+    json_t *cnt = reply_json(&r);
+    const json_int_t counted = json_integer_value(json_object_get(cnt, "input_tokens"));
+    CHECK_MSG(r.status == 200 && counted > 0, "count_tokens: %.300s", r.body);
+    json_decref(cnt);
+    free(r.body);
+    const char *tokenize =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"You are helpful.\"},{\"role\":\"user\",\"content\":\"What is the "
+        "weather in Paris?\"},{\"role\":\"assistant\",\"content\":\"Let me look.\",\"tool_calls\":[{\"id\":\"toolu_1\","
+        "\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\", "
+        "\\\"unit\\\": \\\"c\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"toolu_1\",\"content\":\"18 C\"},{\"role\":"
+        "\"user\",\"content\":\"Thanks!\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+        "\"description\":\"Current weather\",\"parameters\":{\"properties\":{\"city\":{\"type\":\"string\"}},"
+        "\"required\":[\"city\"],\"type\":\"object\"}}}]}";
+    r = http(&chat_srv, "POST", "/tokenize", tokenize);
+    json_t *tk = reply_json(&r);
+    CHECK_EQ_INT(json_integer_value(json_object_get(tk, "count")), counted);
+    json_decref(tk);
+    free(r.body);
+    free(count);
+
+    /* tool_choice any (chat's "required"): the output is a call, a tool_use block */
+    const char *forced = "{\"model\":\"" NAME "\",\"messages\":[{\"role\":\"user\",\"content\":\"What is the weather in "
+                         "Paris?\"}],\"tools\":[{\"name\":\"get_weather\",\"input_schema\":{\"type\":\"object\",\"properties\":"
+                         "{\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"unit\"],\"additionalProperties\":false}}],"
+                         "\"tool_choice\":{\"type\":\"any\"},\"thinking\":{\"type\":\"disabled\"},\"max_tokens\":200,"
+                         "\"temperature\":0";
+    plain = tu_strdupf("%s%s", forced, "}");
+    streamed = tu_strdupf("%s%s", forced, ",\"stream\":true}");
+    r = http(&chat_srv, "POST", "/v1/messages", plain);
+    m = reply_json(&r);
+    CHECK_MSG(r.status == 200, "forced tool: %.300s", r.body);
+    CHECK_STR_EQ(json_string_value(json_object_get(m, "stop_reason")), "tool_use");
+    json_t *inputs = json_array(); /* the calls' inputs (the model may make several) */
+    size_t i;
+    const json_t *use;
+    json_array_foreach(json_object_get(m, "content"), i, use) {
+        CHECK_STR_EQ(json_string_value(json_object_get(use, "type")), "tool_use");
+        CHECK_STR_EQ(json_string_value(json_object_get(use, "name")), "get_weather");
+        const char *unit = json_string_value(json_object_get(json_object_get(use, "input"), "unit"));
+        CHECK_MSG(unit && (!strcmp(unit, "c") || !strcmp(unit, "f")), "tool_use input: %.300s", r.body);
+        json_array_append(inputs, json_object_get(use, "input"));
+    }
+    CHECK(json_array_size(inputs) > 0);
+    reply s = http(&chat_srv, "POST", "/v1/messages", streamed);
+    a = parse_anthropic_sse(s.body);
+    CHECK_MSG(a.well_formed, "forced tool stream: %.600s", s.body);
+    CHECK_MSG(json_equal(a.inputs, inputs), "streamed inputs differ: %.600s", s.body);
+    CHECK_STR_EQ(a.tool_name ? a.tool_name : "", "get_weather");
+    CHECK_STR_EQ(a.stop_reason ? a.stop_reason : "", "tool_use");
+    json_decref(inputs);
+    free_anthropic_stream(&a);
+    free(s.body);
+    json_decref(m);
+    free(r.body);
+    free(plain);
+    free(streamed);
+
+    /* errors in Anthropic's shape */
+    static const struct {
+        const char *body;
+        long status;
+        const char *message;
+    } bad[] = {
+        {"{\"model\":\"" NAME "\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 400, "Field required"},
+        {"{\"model\":\"" NAME "\",\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 400,
+         "max_tokens must be positive"},
+        {"{\"model\":\"" NAME "\",\"max_tokens\":5,\"messages\":[]}", 400, "messages must contain at least one item"},
+        {"{\"model\":\"" NAME "\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[]}]}", 400,
+         "message content must not be empty"},
+        {"{\"model\":\"" NAME "\",\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"Hi\"}]}", 400,
+         "Input should be 'user' or 'assistant'"},
+        {"{\"model\":\"" NAME "\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tool_choice\":"
+         "{\"type\":\"tool\"}}", 400, "tool_choice.name is required when tool_choice.type is 'tool'"},
+        {"{\"model\":\"nope\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 404,
+         "The model `nope` does not exist."},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        r = http(&chat_srv, "POST", "/v1/messages", bad[k].body);
+        json_t *e = reply_json(&r);
+        const json_t *err = json_object_get(e, "error");
+        const char *msg = json_string_value(json_object_get(err, "message"));
+        CHECK_MSG(r.status == bad[k].status && !strcmp(json_string_value(json_object_get(e, "type")), "error") &&
+                      json_is_string(json_object_get(err, "type")) && msg && strstr(msg, bad[k].message),
+                  "%s: %ld %.300s", bad[k].body, r.status, r.body);
+        json_decref(e);
+        free(r.body);
+    }
+}
+
 /* vLLM's beam search written again over the server's own single-token requests (greedy, so each
  * step's candidates are its top 2·width entries), for the reference checkpoint, whose 4,096-token
  * vocabulary holds no eos: width beams after `steps` steps, best first. */
@@ -2024,6 +2272,7 @@ int main(void) {
     test_chat_content_parts();
     test_request_fields();
     test_structured_outputs();
+    test_anthropic_messages();
     test_beam_search();
     test_request_ids_and_load();
     curl_easy_cleanup(easy);

@@ -2207,6 +2207,81 @@ static void test_tokens_as_ids_default(void) {
 /* --enable-log-requests prints the engine's parameters as vLLM's SamplingParams.__repr__ does: Python's
  * float reprs (shortest round trip, 1.0, 1e-05), str reprs (quotes chosen as Python chooses them),
  * None for what is unset. */
+/* The Anthropic event stream made of chat SSE records fed in two pieces (the state carries over):
+ * reasoning becomes a thinking block closed by its signature, content a text block, a stop string
+ * stop_reason "stop_sequence" with the string, the usage chunk message_delta, [DONE] message_stop
+ * then vLLM's [DONE]; an error record an error event. */
+static void test_anthropic_stream(void) {
+#define CHUNK(delta, finish) \
+    "data: {\"id\":\"chatcmpl-1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":" delta ",\"finish_reason\":" finish "}]," \
+    "\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\n"
+    const char *first = CHUNK("{\"role\":\"assistant\",\"content\":\"\"}", "null") CHUNK("{\"reasoning\":\"Let me\"}", "null")
+        CHUNK("{\"reasoning\":\" think\"}", "null");
+    const char *second = CHUNK("{\"content\":\"Paris\"}", "null")
+        "data: {\"id\":\"chatcmpl-1\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\".\"},\"finish_reason\":"
+        "\"stop\",\"stop_reason\":\"END\"}]}\n\n"
+        "data: {\"id\":\"chatcmpl-1\",\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":5}}\n\n"
+        "data: [DONE]\n\n";
+#undef CHUNK
+    cv_anthropic_stream *st = cv_anthropic_stream_new();
+    char *buf = NULL, *all = NULL;
+    size_t len = 0, cap = 0, all_len = 0, all_cap = 0;
+    for (int k = 0; k < 2; k++) {
+        const char *piece = k ? second : first;
+        len = 0;
+        cv_buf_append(&buf, &len, &cap, piece, strlen(piece));
+        cv_anthropic_stream_convert(st, &buf, &len, &cap);
+        cv_buf_append(&all, &all_len, &all_cap, buf, len);
+    }
+    cv_buf_append(&all, &all_len, &all_cap, "", 1);
+    static const char *const want[] = {
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"chatcmpl-1\",\"type\":\"message\","
+        "\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":"
+        "{\"input_tokens\":7,\"output_tokens\":0}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":"
+        "\"thinking\",\"thinking\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":"
+        "\"thinking_delta\",\"thinking\":\"Let me\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":"
+        "\"thinking_delta\",\"thinking\":\" think\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":"
+        "\"signature_delta\",\"signature\":\"", /* 32 hex digits */
+        "\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":"
+        "\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\","
+        "\"text\":\"Paris\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\","
+        "\"text\":\".\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"stop_sequence\","
+        "\"stop_sequence\":\"END\"},\"usage\":{\"input_tokens\":7,\"output_tokens\":5}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\ndata: [DONE]\n\n",
+    };
+    const char *at = all;
+    for (size_t k = 0; k < CV_ARRAY_LEN(want) && at; k++) {
+        CHECK_MSG(!strncmp(at, want[k], strlen(want[k])), "event %zu: expected %s, got %.200s", k, want[k], at);
+        at += strlen(want[k]);
+        if (k == 4) { /* the signature */
+            size_t hex = strspn(at, "0123456789abcdef");
+            CHECK_EQ_INT((int)hex, 32);
+            at += hex;
+        }
+    }
+    CHECK(at && *at == 0);
+    /* an error inside the stream */
+    len = 0;
+    const char *error = "data: {\"error\":{\"message\":\"boom\",\"type\":\"InternalServerError\",\"param\":null,\"code\":500}}\n\n";
+    cv_buf_append(&buf, &len, &cap, error, strlen(error));
+    cv_anthropic_stream_convert(st, &buf, &len, &cap);
+    cv_buf_append(&buf, &len, &cap, "", 1);
+    CHECK_STR_EQ(buf, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"InternalServerError\",\"message\":"
+                      "\"boom\"}}\n\n");
+    cv_anthropic_stream_free(st);
+    free(buf);
+    free(all);
+}
+
 /* embed_chunks.c: chunk counts, the weighted mean of a prompt's chunk vectors (non-final events carry
  * nothing), the whole prompt's usage, and a chunk without a vector (aborted) losing the prompt's. */
 static void test_embed_chunks(void) {
@@ -2309,6 +2384,7 @@ int main(void) {
     test_tokens_as_ids_default();
     test_sampling_params_repr();
     test_embed_chunks();
+    test_anthropic_stream();
     cvllm_tokenizer_destroy(tok);
     cv_chat_template_free(qwen3_tmpl);
     cv_chat_template_free(qwen36_tmpl);

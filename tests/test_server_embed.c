@@ -492,6 +492,9 @@ static void test_embedding_server(void) {
     r = call(port, "/v1/chat/completions", "{\"messages\": []}", &status);
     CHECK_EQ_INT(status, 404);
     json_decref(r);
+    r = call(port, "/v1/messages", "{\"messages\": []}", &status);
+    CHECK_EQ_INT(status, 404);
+    json_decref(r);
     r = call(port, "/v1/models", NULL, &status);
     CHECK_EQ_INT(status, 200);
     json_decref(r);

@@ -69,6 +69,7 @@ char *cv_api_error_json(const cv_api_error *err);
  * parsed, a request is then a chat completion or a completion (its kind says which). */
 typedef enum cv_api_kind {
     CV_API_COMPLETION, CV_API_CHAT, CV_API_INVOCATION,
+    CV_API_MESSAGES, /* /v1/messages: parsed into a CV_API_CHAT request with `anthropic` set */
     /* the pooling routes: one pooling request a prompt */
     CV_API_EMBEDDING, CV_API_SCORE, CV_API_RERANK, CV_API_CLASSIFY, CV_API_POOLING, CV_API_COHERE_EMBED
 } cv_api_kind;
@@ -220,6 +221,8 @@ typedef struct cv_api_request {
      * were the input; with truncate NONE, the most tokens an input may have (-1: no limit) */
     unsigned embedding_types;
     int64_t input_token_limit;
+    bool anthropic;             /* a chat completion made of an Anthropic Messages request: its reply and
+                                 * stream are rewritten in that API's shapes (api_anthropic.c) */
 } cv_api_request;
 
 int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
@@ -251,6 +254,10 @@ int cv_api_parse_pooling(const char *body, size_t len, const cv_api_limits *lim,
  * embedding_types (float, binary, ubinary, base64), truncate (NONE, START, END) with max_tokens. */
 int cv_api_parse_cohere_embed(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
                               cv_api_error *err);
+/* /v1/messages (count_only: /v1/messages/count_tokens), vLLM's Anthropic Messages API: the body is
+ * translated into a chat completion request and read as one (kind CV_API_CHAT, `anthropic` set). */
+int cv_api_parse_anthropic(const char *body, size_t len, const cv_api_limits *lim, bool count_only, cv_api_request *req,
+                           cv_api_error *err);
 /* The route /invocations takes on a pooling server, as vLLM's SageMaker router tries the request types
  * of the model's task in turn: a body with input (or messages) is the task's own (embeddings or
  * classify), else one with query and documents a rerank, else a score where scores are served. */
@@ -343,6 +350,17 @@ void cv_api_response_stream_end(cv_api_response *r, char **sse, size_t *sse_len,
 void cv_api_stream_error(const cv_api_error *err, char **sse, size_t *sse_len, size_t *sse_cap);
 /* The non-streaming body (free()). */
 char *cv_api_response_json(const cv_api_response *r); /* any kind but CV_API_COHERE_EMBED */
+/* An Anthropic request's message (free()), or NULL with *err (500) when a tool call's arguments are
+ * not a JSON object, which Anthropic's tool_use input must be. */
+char *cv_api_anthropic_json(const cv_api_response *r, cv_api_error *err);
+/* vLLM's Anthropic error body: {"type": "error", "error": {"type", "message"}} (free()). */
+char *cv_api_anthropic_error_json(const cv_api_error *err);
+/* An Anthropic stream: the chat stream's SSE records, as the server is about to send them, rewritten
+ * in place into the Messages API's events; the state carries over between calls. */
+typedef struct cv_anthropic_stream cv_anthropic_stream;
+cv_anthropic_stream *cv_anthropic_stream_new(void);
+void cv_anthropic_stream_free(cv_anthropic_stream *st);
+void cv_anthropic_stream_convert(cv_anthropic_stream *st, char **sse, size_t *len, size_t *cap);
 /* /v2/embed's reply (vLLM's CohereEmbedResponse), or NULL with *err when a binary type was asked of a
  * vector whose length is not a multiple of 8 (vLLM's 400, known only once the vectors are in). */
 char *cv_api_cohere_json(const cv_api_response *r, cv_api_error *err);

@@ -12,6 +12,11 @@
 
 #include "server/api.h"
 
+/* The request body as a JSON object, or NULL with vLLM's 400 in *err. */
+json_t *cv_api_parse_body(const char *body, size_t len, cv_api_error *err);
+/* A chat completion request already read as JSON (the Anthropic Messages API translates into one). */
+int cv_api_parse_chat_object(const json_t *root, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err);
+
 /* Parser states of one chat choice; only streaming keeps any (non-streaming parses at the end). */
 void cv_api_chat_choice_init(const cv_api_request *req, cv_api_choice *c);
 void cv_api_chat_choice_free(const cv_api_request *req, cv_api_choice *c);

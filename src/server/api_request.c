@@ -63,6 +63,7 @@
 #include "chat/jinja.h"
 #include "server/api.h"
 #include "server/api_fields.h"
+#include "server/api_internal.h"
 
 /* MAX_STOP_STRINGS and MAX_BAD_WORDS: vLLM's VLLM_MAX_STOP_STRINGS now defaults to 4, which cvllm does
  * not follow (clients send more); VLLM_MAX_NUM_BAD_WORDS is 128. */
@@ -989,7 +990,7 @@ static int parse_common(const json_t *o, const cv_api_limits *lim, bool chat, cv
     return parse_sampling(o, lim, chat, req, err);
 }
 
-static json_t *parse_body(const char *body, size_t len, cv_api_error *err) {
+json_t *cv_api_parse_body(const char *body, size_t len, cv_api_error *err) {
     json_error_t jerr;
     json_t *root = json_loadb(body, len, 0, &jerr);
     if (!root) {
@@ -1181,7 +1182,7 @@ int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *l
                             cv_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = CV_API_COMPLETION;
-    json_t *root = parse_body(body, len, err);
+    json_t *root = cv_api_parse_body(body, len, err);
     if (!root) return -1;
     int rc = parse_completion_fields(root, lim, req, err);
     if (!rc) log_ignored_fields(root, GENERATE_FIELDS, COMPLETION_FIELDS);
@@ -1564,7 +1565,7 @@ static int parse_chat_fields(const json_t *o, const cv_api_limits *lim, cv_api_r
 int cv_api_parse_invocation(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
                             cv_api_error *err) {
     memset(req, 0, sizeof *req);
-    json_t *root = parse_body(body, len, err);
+    json_t *root = cv_api_parse_body(body, len, err);
     if (!root) return -1;
     req->kind = CV_API_CHAT;
     int rc = parse_chat_fields(root, lim, req, err);
@@ -1581,13 +1582,20 @@ int cv_api_parse_invocation(const char *body, size_t len, const cv_api_limits *l
     return rc;
 }
 
+int cv_api_parse_chat_object(const json_t *root, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
+    memset(req, 0, sizeof *req);
+    req->kind = CV_API_CHAT;
+    int rc = parse_chat_fields(root, lim, req, err);
+    if (!rc) log_ignored_fields(root, GENERATE_FIELDS, CHAT_FIELDS);
+    return rc;
+}
+
 int cv_api_parse_chat(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = CV_API_CHAT;
-    json_t *root = parse_body(body, len, err);
+    json_t *root = cv_api_parse_body(body, len, err);
     if (!root) return -1;
-    int rc = parse_chat_fields(root, lim, req, err);
-    if (!rc) log_ignored_fields(root, GENERATE_FIELDS, CHAT_FIELDS);
+    int rc = cv_api_parse_chat_object(root, lim, req, err);
     json_decref(root);
     return rc;
 }
@@ -1630,7 +1638,7 @@ int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim
     memset(req, 0, sizeof *req);
     req->kind = CV_API_COMPLETION;
     req->truncate_prompt_tokens = -2;
-    json_t *root = parse_body(body, len, err);
+    json_t *root = cv_api_parse_body(body, len, err);
     if (!root) return -1;
     int rc = parse_tokenize_fields(root, lim, req, err);
     if (!rc) log_ignored_fields(root, req->kind == CV_API_CHAT ? TOKENIZE_CHAT_FIELDS : TOKENIZE_PROMPT_FIELDS, NULL);
@@ -1641,7 +1649,7 @@ int cv_api_parse_tokenize(const char *body, size_t len, const cv_api_limits *lim
 int cv_api_parse_detokenize(const char *body, size_t len, cv_api_request *req, cv_api_error *err) {
     memset(req, 0, sizeof *req);
     req->truncate_prompt_tokens = -2;
-    json_t *root = parse_body(body, len, err);
+    json_t *root = cv_api_parse_body(body, len, err);
     if (!root) return -1;
     cv_api_prompt p = {0};
     cv_loc tokens_at = {NULL, "tokens", 0};
@@ -1668,7 +1676,7 @@ static void lora_str(const json_t *root, const char *key, cv_pyerrors *l, char *
 
 int cv_api_parse_lora_adapter(const char *body, size_t len, bool load, cv_api_lora_request *req, cv_api_error *err) {
     memset(req, 0, sizeof *req);
-    json_t *root = parse_body(body, len, err);
+    json_t *root = cv_api_parse_body(body, len, err);
     if (!root) return -1;
     cv_pyerrors l = {0};
     lora_str(root, "lora_name", &l, &req->lora_name);
@@ -1923,7 +1931,7 @@ static int parse_pooling_route(const char *body, size_t len, const cv_api_limits
                                cv_api_request *req, cv_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = kind;
-    json_t *root = parse_body(body, len, err);
+    json_t *root = cv_api_parse_body(body, len, err);
     if (!root) return -1;
     int rc = parse_embedding_fields(root, lim, req, err);
     if (!rc)
@@ -2128,7 +2136,7 @@ int cv_api_parse_cohere_embed(const char *body, size_t len, const cv_api_limits 
                               cv_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = CV_API_COHERE_EMBED;
-    json_t *root = parse_body(body, len, err);
+    json_t *root = cv_api_parse_body(body, len, err);
     if (!root) return -1;
     int rc = parse_cohere_fields(root, lim, req, err);
     if (!rc) log_ignored_fields(root, COHERE_FIELDS, NULL);
@@ -2280,7 +2288,7 @@ static int parse_scoring(const char *body, size_t len, const cv_api_limits *lim,
                          cv_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = kind;
-    json_t *root = parse_body(body, len, err);
+    json_t *root = cv_api_parse_body(body, len, err);
     if (!root) return -1;
     int rc = kind == CV_API_SCORE ? parse_score_fields(root, lim, req, err) : parse_rerank_fields(root, lim, req, err);
     if (!rc) log_ignored_fields(root, SCORE_FIELDS, kind == CV_API_RERANK ? RERANK_FIELDS : NULL);

@@ -63,6 +63,7 @@ struct gen_session {
     atomic_bool aborted;
     bool replied;               /* the HTTP reply is finished */
     char *sse;                  /* a stream's bytes not yet pushed */
+    cv_anthropic_stream *anthropic; /* an Anthropic stream: rewrites them into its events, else NULL */
     size_t sse_len, sse_cap;
     gen_session *prev, *next;   /* cv_server.sessions */
 };
@@ -93,6 +94,7 @@ static gen_session *session_new(cv_server *s, cv_http_req *r, cv_api_request *re
     g->slots = cv_xcalloc(g->n_requests, sizeof *g->slots);
     g->ids = cv_xcalloc(g->n_requests, sizeof *g->ids);
     if (g->req.beam_search) g->beams = cv_xcalloc(g->req.n_prompts, sizeof *g->beams);
+    if (g->req.anthropic && g->req.stream) g->anthropic = cv_anthropic_stream_new();
     /* vLLM names the adapter in the replies of a LoRA request, the first served name otherwise */
     cv_api_response_init(&g->resp, &g->req, s->tok, lora ? lora : s->names[0], s->cached_details);
     pthread_mutex_lock(&s->sessions_mu);
@@ -131,6 +133,7 @@ static void release(gen_session *g, int n) {
     free(g->slots);
     free(g->ids);
     free(g->sse);
+    cv_anthropic_stream_free(g->anthropic);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
@@ -154,8 +157,16 @@ void cv_generate_abort_all(cv_server *s) {
     pthread_mutex_unlock(&s->sessions_mu);
 }
 
-/* Hands the stream bytes gathered so far to the connection; the caller holds g->mu. */
+/* An error reply in the shape of the request's API. */
+static void reply_error(cv_http_req *r, const cv_api_error *err, bool anthropic) {
+    if (anthropic) cv_server_reply_anthropic_error(r, err);
+    else cv_server_reply_error(r, err);
+}
+
+/* Hands the stream bytes gathered so far to the connection (an Anthropic stream's as its events);
+ * the caller holds g->mu. */
 static void push_sse(gen_session *g) {
+    if (g->anthropic && g->sse_len) cv_anthropic_stream_convert(g->anthropic, &g->sse, &g->sse_len, &g->sse_cap);
     if (g->sse_len == 0) return;
     cv_http_stream_push(g->http, g->sse, g->sse_len);
     g->sse_len = 0;
@@ -174,7 +185,7 @@ void cv_generate_fail_all(cv_server *s, const char *why) {
                 push_sse(g);
                 cv_http_stream_end(g->http);
             } else {
-                cv_server_reply_error(g->http, &err);
+                reply_error(g->http, &err, g->req.anthropic);
             }
             g->replied = true; /* the session stays: the process ends without the engine's last events */
         }
@@ -242,9 +253,11 @@ static void reply(gen_session *g) {
         return;
     }
     cv_api_error err;
-    char *json = req->kind == CV_API_COHERE_EMBED ? cv_api_cohere_json(&g->resp, &err) : cv_api_response_json(&g->resp);
+    char *json = req->kind == CV_API_COHERE_EMBED ? cv_api_cohere_json(&g->resp, &err)
+                 : req->anthropic             ? cv_api_anthropic_json(&g->resp, &err)
+                                              : cv_api_response_json(&g->resp);
     if (!json) {
-        cv_server_reply_error(g->http, &err);
+        reply_error(g->http, &err, req->anthropic);
         return;
     }
     cv_http_respond(g->http, 200, "application/json", json, strlen(json));
@@ -385,6 +398,7 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
              : kind == CV_API_CLASSIFY   ? cv_api_parse_classify(body, len, &s->limits, req, err)
              : kind == CV_API_POOLING    ? cv_api_parse_pooling(body, len, &s->limits, req, err)
              : kind == CV_API_COHERE_EMBED ? cv_api_parse_cohere_embed(body, len, &s->limits, req, err)
+             : kind == CV_API_MESSAGES   ? cv_api_parse_anthropic(body, len, &s->limits, false, req, err)
                                          : cv_api_parse_completion(body, len, &s->limits, req, err);
     if (rc) return rc;
     if (!cv_server_model_name(s, req->model, lora, err)) return -1;
@@ -402,7 +416,7 @@ void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind) {
     const char *lora;
     if (parse_and_prepare(s, kind, cv_http_body(r), cv_http_body_len(r), &req, &grammar, &lora, &err)) {
         cv_api_request_free(&req);
-        cv_server_reply_error(r, &err);
+        reply_error(r, &err, kind == CV_API_MESSAGES);
         return;
     }
     /* vLLM's _base_request_id: an X-Request-Id header names the reply (cmpl-ID) over the body's request_id */
@@ -418,7 +432,7 @@ void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind) {
     pthread_mutex_lock(&g->mu);
     if (submit_all(g, &err)) {
         g->replied = true;
-        cv_server_reply_error(r, &err);
+        reply_error(r, &err, g->req.anthropic);
         pthread_mutex_unlock(&g->mu);
         release(g, 1);
         return;

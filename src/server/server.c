@@ -46,6 +46,12 @@ void cv_server_reply_error(cv_http_req *r, const cv_api_error *err) {
     free(json);
 }
 
+void cv_server_reply_anthropic_error(cv_http_req *r, const cv_api_error *err) {
+    char *json = cv_api_anthropic_error_json(err);
+    cv_http_respond(r, err->status, "application/json", json, strlen(json));
+    free(json);
+}
+
 static void send_json(cv_http_req *r, json_t *o) {
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -167,6 +173,23 @@ static void handle_render(cv_server *s, cv_http_req *c, const char *body, size_t
     send_json(c, o);
 }
 
+/* /v1/messages/count_tokens, vLLM's: the prompt's tokens as /v1/messages would render them. */
+static void handle_count_tokens(cv_server *s, cv_http_req *c, const char *body, size_t len) {
+    cv_api_request req;
+    cv_api_error err;
+    int rc = cv_api_parse_anthropic(body, len, &s->limits, true, &req, &err);
+    if (!rc && !cv_server_model_name(s, req.model, NULL, &err)) rc = -1;
+    if (!rc) rc = cv_api_prepare(&req, s->tok, &s->limits, &err);
+    if (rc) {
+        cv_api_request_free(&req);
+        cv_server_reply_anthropic_error(c, &err);
+        return;
+    }
+    const json_int_t n = (json_int_t)req.prompts[0].n_ids;
+    cv_api_request_free(&req);
+    send_json(c, json_pack("{s:I, s:{s:I}}", "input_tokens", n, "context_management", "original_input_tokens", n));
+}
+
 static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, size_t len) {
     cv_api_request req;
     cv_api_error err;
@@ -193,7 +216,7 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 typedef enum route_id {
     R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
     R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS, R_SCORE, R_RERANK, R_CLASSIFY, R_POOLING,
-    R_COHERE_EMBED
+    R_COHERE_EMBED, R_MESSAGES, R_MESSAGES_COUNT
 } route_id;
 
 typedef struct route {
@@ -215,6 +238,8 @@ static const route routes[] = {
     {"/v1/completions", R_COMPLETIONS, "POST", true},
     {"/v1/chat/completions", R_CHAT, "POST", true},
     {"/v1/chat/completions/render", R_CHAT_RENDER, "POST", true},
+    {"/v1/messages", R_MESSAGES, "POST", true},                /* Anthropic's Messages API */
+    {"/v1/messages/count_tokens", R_MESSAGES_COUNT, "POST", true},
     {"/invocations", R_INVOCATIONS, "POST", true},
     {"/v1/load_lora_adapter", R_LOAD_LORA, "POST", true},     /* with runtime_lora only */
     {"/v1/unload_lora_adapter", R_UNLOAD_LORA, "POST", true}, /* with runtime_lora only */
@@ -277,7 +302,9 @@ static bool route_served(const cv_server *s, route_id id) {
     case R_UNLOAD_LORA: return s->runtime_lora;
     case R_COMPLETIONS:
     case R_CHAT:
-    case R_CHAT_RENDER: return !s->pooling;
+    case R_CHAT_RENDER:
+    case R_MESSAGES:
+    case R_MESSAGES_COUNT: return !s->pooling;
     case R_EMBEDDINGS:
     case R_COHERE_EMBED: return s->pooling && !strcmp(s->limits.pooling_task, "embed");
     case R_CLASSIFY: return s->pooling && !strcmp(s->limits.pooling_task, "classify");
@@ -379,6 +406,8 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
         return;
     case R_RERANK: cv_generate(s, r, CV_API_RERANK); return;
     case R_CHAT_RENDER: handle_render(s, r, body, len); return;
+    case R_MESSAGES: cv_generate(s, r, CV_API_MESSAGES); return;
+    case R_MESSAGES_COUNT: handle_count_tokens(s, r, body, len); return;
     case R_LOAD_LORA: cv_server_lora_route(s, r, body, len, true); return;
     case R_UNLOAD_LORA: cv_server_lora_route(s, r, body, len, false); return;
     }

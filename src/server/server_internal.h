@@ -64,6 +64,8 @@ struct cv_server {
 
 /* Replies with vLLM's JSON error; finishes the request. */
 void cv_server_reply_error(cv_http_req *r, const cv_api_error *err);
+/* The same in the Anthropic Messages API's error shape (vLLM's AnthropicErrorResponse). */
+void cv_server_reply_anthropic_error(cv_http_req *r, const cv_api_error *err);
 
 /* /v1/completions and /v1/chat/completions, once the body is complete (a worker thread). Always
  * finishes the request, now or from the engine's output thread. */

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/utf8.h"
 #include "server/api.h"
 #include "server/embed_chunks.h"
 
@@ -90,6 +91,21 @@ static void answer(const cv_api_request *req) {
     require(cv_api_response_done(&resp));
     if (req->stream) {
         cv_api_response_stream_end(&resp, &sse, &len, &cap);
+        if (req->anthropic) { /* its events: "event: NAME\ndata: JSON\n\n", then vLLM's data: [DONE] */
+            cv_anthropic_stream *st = cv_anthropic_stream_new();
+            cv_anthropic_stream_convert(st, &sse, &len, &cap);
+            cv_anthropic_stream_free(st);
+            cv_buf_append(&sse, &len, &cap, "", 1);
+            char *p = sse;
+            for (; !strncmp(p, "event: ", 7); p += 2) {
+                char *data = strstr(p, "\ndata: "), *end = data ? strstr(data, "\n\n") : NULL;
+                require(end != NULL);
+                require_json(data + 7, (size_t)(end - data - 7));
+                p = end;
+            }
+            require(!strcmp(p, "data: [DONE]\n\n"));
+            *sse = 0;
+        }
         /* Each event is "data: " PAYLOAD "\n\n"; the next one starts after the blank line, not at the next
          * "data: ", which an echoed prompt may hold inside a JSON string. */
         for (char *p = sse; p && *p; p += 2) {
@@ -103,6 +119,13 @@ static void answer(const cv_api_request *req) {
     char *body = cv_api_response_json(&resp);
     require_json(body, strlen(body));
     free(body);
+    if (req->anthropic) {
+        cv_api_error err;
+        body = cv_api_anthropic_json(&resp, &err);
+        if (body) require_json(body, strlen(body));
+        else check_error(&err);
+        free(body);
+    }
     free(sse);
     free(d);
     cv_api_response_free(&resp);
@@ -201,10 +224,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                          .gen_max_tokens = -1, .chat = chat_config()};
     cvllm_sampling_params_default(NULL, &lim.defaults);
     const char *body = (const char *)data;
-    for (int kind = 0; kind < 2; kind++) {
+    for (int kind = 0; kind < 3; kind++) { /* completion, chat, Anthropic messages */
         cv_api_request req;
         cv_api_error err = {0};
-        int rc = kind ? cv_api_parse_chat(body, size, &lim, &req, &err) : cv_api_parse_completion(body, size, &lim, &req, &err);
+        int rc = kind == 2 ? cv_api_parse_anthropic(body, size, &lim, false, &req, &err)
+                 : kind    ? cv_api_parse_chat(body, size, &lim, &req, &err)
+                           : cv_api_parse_completion(body, size, &lim, &req, &err);
         if (rc == 0) rc = cv_api_prepare(&req, tokenizer(), &lim, &err);
         if (rc == 0) answer(&req);
         else check_error(&err);
