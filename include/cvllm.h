@@ -75,6 +75,9 @@ cvllm_status cvllm_tokenizer_add_special_tokens(const cvllm_tokenizer *tok, int3
 
 /* Number of ids the tokenizer knows (base vocabulary plus added tokens). */
 int32_t cvllm_tokenizer_vocab_size(const cvllm_tokenizer *tok);
+/* The tokenizer's tokenizer_config.json as read (compact JSON text of its object; owned by the
+ * tokenizer), or NULL when the folder has none. */
+const char *cvllm_tokenizer_config(const cvllm_tokenizer *tok);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Engine                                                                                            */

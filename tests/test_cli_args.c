@@ -215,6 +215,16 @@ static void test_config_file(void) {
     CHECK_CONTAINS(err, "--compilation-config is accepted and ignored");
     free(err);
     free(path);
+    /* every bool of vLLM's serve has its --no- form (argparse's BooleanOptionalAction) */
+    err = expect_parsed(ARGS("serve", "/nonexistent", "--no-enable-auto-tool-choice", "--no-trust-request-chat-template",
+                             "--no-enable-prompt-tokens-details", "--no-return-tokens-as-token-ids",
+                             "--enable-tokenizer-info-endpoint", "--no-enable-log-requests", "--no-enable-log-outputs",
+                             "--no-async-scheduling", "--no-disable-log-stats", "--no-allow-credentials",
+                             "--no-enable-ssl-refresh", "--no-tokens-only", "--no-disable-fastapi-docs",
+                             "--cohere-format", "cmd3", "--no-enable-flash-late-interaction"));
+    CHECK_CONTAINS(err, "--cohere-format cmd3 is accepted and ignored");
+    CHECK_MSG(!strstr(err, "unknown option"), "%s", err);
+    free(err);
     path = tu_strdupf("%s/%s", tmp_dir, "bench.yaml");
     write_file("bench.yaml", "goodput: [ttft:5, latency:5]\n");
     expect_usage(ARGS("bench", "serve", "--config", path), "unknown metric 'latency'");

@@ -82,9 +82,11 @@ static void start_server(fixture *f, const char *load_format, cv_api_structured_
                             .enable_prompt_tokens_details = true, .max_body_bytes = MAX_BODY,
                             .chat_template = f->tmpl, .reasoning_parser = "qwen3", .enable_auto_tool_choice = true,
                             .tool_call_parser = "hermes", .structured = structured,
-                            /* the chat server (dummy weights) tracks load and echoes request ids */
+                            /* the chat server (dummy weights) tracks load, echoes request ids and has
+                             * /tokenizer_info */
                             .enable_request_id_headers = load_format != NULL,
-                            .enable_server_load_tracking = load_format != NULL};
+                            .enable_server_load_tracking = load_format != NULL,
+                            .enable_tokenizer_info = load_format != NULL};
     rc = cv_server_start(f->group, &so, &f->srv);
     CHECK_MSG(rc == 0, "server: %s", cvllm_last_error());
     if (rc) exit(1);
@@ -1845,6 +1847,24 @@ static char *ids_text(const int32_t *ids, int n) {
 }
 
 
+/* /tokenizer_info (--enable-tokenizer-info-endpoint): tokenizer_config.json as transformers holds it
+ * (added tokens and special tokens as their strings), the fast tokenizer's class; 404 without the
+ * flag. */
+static void test_tokenizer_info(void) {
+    reply r = http(&chat_srv, "GET", "/tokenizer_info", NULL);
+    json_t *j = reply_json(&r);
+    CHECK_MSG(r.status == 200, "/tokenizer_info: %.300s", r.body);
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "tokenizer_class")), "Qwen2TokenizerFast");
+    CHECK_STR_EQ(json_string_value(json_object_get(j, "eos_token")), "<|im_end|>");
+    CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(j, "added_tokens_decoder"), "151643")), "<|endoftext|>");
+    CHECK(json_is_string(json_object_get(j, "chat_template")) && !json_object_get(j, "vocab_file"));
+    json_decref(j);
+    free(r.body);
+    r = http(&ref_srv, "GET", "/tokenizer_info", NULL);
+    CHECK(is_error(&r, 404, "Not Found"));
+    free(r.body);
+}
+
 /* An Anthropic event stream, as a client reads it: each record "event: NAME\ndata: JSON" whose type is
  * NAME, content blocks started, written to and stopped in order (deltas to the open block only), the
  * message framed by message_start ... message_delta, message_stop, and vLLM's "data: [DONE]" last. */
@@ -2273,6 +2293,7 @@ int main(void) {
     test_request_fields();
     test_structured_outputs();
     test_anthropic_messages();
+    test_tokenizer_info();
     test_beam_search();
     test_request_ids_and_load();
     curl_easy_cleanup(easy);

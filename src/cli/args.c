@@ -575,6 +575,13 @@ static bool negated(cv_args *a, const char *names) {
     return false;
 }
 
+bool cv_args_bool(cv_args *a, const char *names, bool *out) {
+    if (cv_args_flag(a, names)) *out = true;
+    else if (negated(a, names)) *out = false;
+    else return false;
+    return true;
+}
+
 bool cv_args_refused(cv_args *a, const cv_refused_flag *flags, size_t n) {
     const char *arg = a->argv[a->i];
     const size_t len = strcspn(arg, "=");

@@ -85,6 +85,9 @@ bool cv_args_value(cv_args *a, const char *names, const char **value);
 /* True when argv[i] is exactly one of `names`; NAME=value is an error, as argparse's "ignored
  * explicit argument". */
 bool cv_args_flag(cv_args *a, const char *names);
+/* A bool of vLLM's (argparse's BooleanOptionalAction): one of `names` sets *out, its --no- form
+ * clears it. */
+bool cv_args_bool(cv_args *a, const char *names, bool *out);
 /* vLLM's nargs="+": NAME=v gives v; NAME v1 v2 ... takes the arguments up to the next option. The
  * values are appended to *items (realloc'd, the caller frees the array). */
 bool cv_args_list(cv_args *a, const char *names, const char ***items, size_t *n);

@@ -81,6 +81,7 @@ static const char usage[] =
     "  --enable-force-include-usage      a usage chunk on every stream\n"
     "  --enable-request-id-headers       replies carry X-Request-Id (the client's, else a new one)\n"
     "  --enable-server-load-tracking     /load counts the generations in flight\n"
+    "  --enable-tokenizer-info-endpoint  GET /tokenizer_info: the tokenizer's configuration\n"
     "  --shutdown-timeout S              on SIGTERM, let requests finish for up to S seconds (0)\n"
     "  --disable-log-stats               no periodic throughput / KV-cache log line\n"
     "  --[no-]async-scheduling           overlap output processing with the next step (on)\n"
@@ -130,9 +131,9 @@ static const cv_ignored_flag ignored_serve_flags[] = {
      * stack traces, no FastAPI docs */
     {"--disable-access-log-for-endpoints", CV_IGNORED_STRING, NULL},
     {"--log-config-file", CV_IGNORED_STRING, NULL},
-    {"--log-error-stack", CV_IGNORED_SWITCH, NULL},
+    {"--log-error-stack", CV_IGNORED_BOOL, NULL},
     {"--enable-log-deltas", CV_IGNORED_BOOL, NULL},
-    {"--enable-offline-docs", CV_IGNORED_SWITCH, NULL},
+    {"--enable-offline-docs", CV_IGNORED_BOOL, NULL},
     /* the path a proxy strips before forwarding; routing never sees it */
     {"--root-path", CV_IGNORED_STRING, NULL},
     /* h11's parser limits: cvllm's own parser has its own (docs/http.md) */
@@ -140,7 +141,13 @@ static const cv_ignored_flag ignored_serve_flags[] = {
     {"--h11-max-incomplete-event-size", CV_IGNORED_INT, NULL},
     {"--fingerprint-mode", CV_IGNORED_CHOICE, fingerprint_modes},
     {"--fingerprint-value", CV_IGNORED_STRING, NULL},
-    {"--enable-per-request-metrics", CV_IGNORED_SWITCH, NULL},
+    {"--enable-per-request-metrics", CV_IGNORED_BOOL, NULL},
+    /* the Cohere /cohere/v2/chat frontend's, and a GPU kernel for late-interaction scores */
+    {"--cohere-is-reasoning-model", CV_IGNORED_BOOL, NULL},
+    {"--cohere-format", CV_IGNORED_STRING, NULL},
+    {"--enable-flash-late-interaction", CV_IGNORED_BOOL, NULL},
+    /* the refused --headless and --tokens-only, turned off: the default */
+    {"--no-headless|--no-tokens-only", CV_IGNORED_SWITCH, NULL},
     /* multi-port external load balancing of data-parallel API servers: one server here */
     {"--data-parallel-supervisor-port", CV_IGNORED_INT, NULL},
     {"--dp-supervisor-probe-interval-s", CV_IGNORED_FLOAT, NULL},
@@ -149,8 +156,8 @@ static const cv_ignored_flag ignored_serve_flags[] = {
     {"--api-server-count|-asc", CV_IGNORED_INT, NULL},
     {"--uvicorn-log-level", CV_IGNORED_STRING, NULL},
     {"--response-role", CV_IGNORED_STRING, NULL},
-    {"--disable-fastapi-docs", CV_IGNORED_SWITCH, NULL},
-    {"--disable-uvicorn-access-log", CV_IGNORED_SWITCH, NULL},
+    {"--disable-fastapi-docs", CV_IGNORED_BOOL, NULL},
+    {"--disable-uvicorn-access-log", CV_IGNORED_BOOL, NULL},
     /* streamed chunks carry each step's tokens; the text is the same */
     {"--stream-interval", CV_IGNORED_INT, NULL},
     {"--show-hidden-metrics-for-version", CV_IGNORED_STRING, NULL},
@@ -335,11 +342,13 @@ static bool chat_flag(cv_args *a, serve_args *g) {
         cv_tool_parser_kind kind;
         if (v && cv_tool_parser_from_name(v, &kind)) cv_args_error(a, "%s", cvllm_last_error());
         g->server.tool_call_parser = v;
-    } else if (cv_args_flag(a, "--enable-auto-tool-choice")) g->server.enable_auto_tool_choice = true;
-    else if (cv_args_flag(a, "--exclude-tools-when-tool-choice-none")) g->server.exclude_tools_when_tool_choice_none = true;
-    else if (cv_args_flag(a, "--reasoning-content")) g->server.reasoning_content = true;
-    else if (cv_args_flag(a, "--trust-request-chat-template")) g->server.trust_request_chat_template = true;
-    else return structured_config(a, g);
+    } else if (cv_args_flag(a, "--reasoning-content")) {
+        g->server.reasoning_content = true;
+    } else if (!cv_args_bool(a, "--enable-auto-tool-choice", &g->server.enable_auto_tool_choice) &&
+               !cv_args_bool(a, "--exclude-tools-when-tool-choice-none", &g->server.exclude_tools_when_tool_choice_none) &&
+               !cv_args_bool(a, "--trust-request-chat-template", &g->server.trust_request_chat_template)) {
+        return structured_config(a, g);
+    }
     return true;
 }
 
@@ -370,9 +379,7 @@ static bool cors_flag(cv_args *a, serve_args *g) {
         *count[k] = n;
         return true;
     }
-    if (!cv_args_flag(a, "--allow-credentials")) return false;
-    g->server.allow_credentials = true;
-    return true;
+    return cv_args_bool(a, "--allow-credentials", &g->server.allow_credentials);
 }
 
 static const cv_refused_flag refused_serve_flags[] = {
@@ -384,10 +391,10 @@ static const cv_refused_flag refused_serve_flags[] = {
 static bool log_flag(cv_args *a, serve_args *g) {
     const char *v;
     int64_t n;
-    if (cv_args_flag(a, "--enable-log-requests")) g->server.log_requests = true;
-    else if (cv_args_flag(a, "--no-enable-log-requests|--disable-log-requests")) g->server.log_requests = false;
-    else if (cv_args_flag(a, "--enable-log-outputs")) g->server.log_outputs = true;
-    else if (cv_args_value(a, "--max-log-len", &v)) {
+    if (cv_args_flag(a, "--disable-log-requests")) g->server.log_requests = false; /* vLLM's older name */
+    else if (cv_args_bool(a, "--enable-log-requests", &g->server.log_requests) ||
+             cv_args_bool(a, "--enable-log-outputs", &g->server.log_outputs)) {
+    } else if (cv_args_value(a, "--max-log-len", &v)) {
         if (cv_args_int(a, "--max-log-len", v, 0, INT64_MAX, &n)) g->server.max_log_len = n;
     } else return false;
     return true;
@@ -404,9 +411,9 @@ static bool tls_flag(cv_args *a, serve_args *g) {
     else if (cv_args_value(a, "--ssl-ciphers", &v)) t->ciphers = v;
     else if (cv_args_value(a, "--ssl-cert-reqs", &v)) {
         if (cv_args_int(a, "--ssl-cert-reqs", v, 0, 2, &n)) t->cert_reqs = (int)n;
-    } else if (cv_args_flag(a, "--enable-ssl-refresh")) t->refresh = true;
-    else if (cv_args_flag(a, "--no-enable-ssl-refresh")) t->refresh = false;
-    else return false;
+    } else if (!cv_args_bool(a, "--enable-ssl-refresh", &t->refresh)) {
+        return false;
+    }
     return true;
 }
 
@@ -423,16 +430,17 @@ static bool server_flag(cv_args *a, serve_args *g) {
     } else if (cv_args_list(a, "--served-model-name", &g->names, &g->n_names)) {
     } else if (cv_args_list(a, "--lora-modules", &g->lora_items, &g->n_lora_items)) {
     } else if (cv_args_list(a, "--api-key", &g->keys, &g->n_keys)) {
-    } else if (cv_args_flag(a, "--enable-prompt-tokens-details")) g->server.enable_prompt_tokens_details = true;
-    else if (cv_args_flag(a, "--return-tokens-as-token-ids")) g->server.return_tokens_as_token_ids = true;
-    else if (cv_args_flag(a, "--enable-force-include-usage")) g->server.enable_force_include_usage = true;
-    else if (cv_args_flag(a, "--enable-request-id-headers")) g->server.enable_request_id_headers = true;
-    else if (cv_args_flag(a, "--enable-server-load-tracking")) g->server.enable_server_load_tracking = true;
-    else if (cv_args_value(a, "--shutdown-timeout", &v)) cv_args_float(a, "--shutdown-timeout", v, 0, 1e9, &g->shutdown_timeout);
-    else if (cv_args_flag(a, "--disable-log-stats")) g->disable_log_stats = true;
-    else if (cv_args_flag(a, "--async-scheduling")) g->async_scheduling = true;
-    else if (cv_args_flag(a, "--no-async-scheduling")) g->async_scheduling = false;
-    else if (cv_args_value(a, "--max-body-bytes", &v)) {
+    } else if (cv_args_bool(a, "--enable-prompt-tokens-details", &g->server.enable_prompt_tokens_details) ||
+               cv_args_bool(a, "--return-tokens-as-token-ids", &g->server.return_tokens_as_token_ids) ||
+               cv_args_bool(a, "--enable-force-include-usage", &g->server.enable_force_include_usage) ||
+               cv_args_bool(a, "--enable-request-id-headers", &g->server.enable_request_id_headers) ||
+               cv_args_bool(a, "--enable-server-load-tracking", &g->server.enable_server_load_tracking) ||
+               cv_args_bool(a, "--enable-tokenizer-info-endpoint", &g->server.enable_tokenizer_info) ||
+               cv_args_bool(a, "--disable-log-stats", &g->disable_log_stats) ||
+               cv_args_bool(a, "--async-scheduling", &g->async_scheduling)) {
+    } else if (cv_args_value(a, "--shutdown-timeout", &v)) {
+        cv_args_float(a, "--shutdown-timeout", v, 0, 1e9, &g->shutdown_timeout);
+    } else if (cv_args_value(a, "--max-body-bytes", &v)) {
         if (cv_args_int(a, "--max-body-bytes", v, 1024, INT64_MAX, &n)) g->server.max_body_bytes = (size_t)n;
     } else if (cv_args_value(a, "--timeout-keep-alive", &v)) {
         cv_args_float(a, "--timeout-keep-alive", v, 0.001, 1e6, &g->server.timeout_keep_alive);

@@ -173,6 +173,34 @@ static void handle_render(cv_server *s, cv_http_req *c, const char *body, size_t
     send_json(c, o);
 }
 
+/* vLLM's /tokenizer_info: the tokenizer's configuration as transformers holds it (tokenizer_config.json
+ * with its added tokens and special tokens as their strings, the file paths left out), its class,
+ * and --chat-template's text when one was given. */
+static void handle_tokenizer_info(cv_server *s, cv_http_req *c) {
+    const char *text = cvllm_tokenizer_config(s->tok);
+    json_t *o = text ? json_loads(text, 0, NULL) : json_object();
+    json_object_del(o, "vocab_file");
+    json_object_del(o, "merges_file");
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) { /* AddedToken objects: their content */
+        if (json_is_string(json_object_get(v, "content"))) json_object_set(o, key, json_object_get(v, "content"));
+    }
+    json_t *added = json_object_get(o, "added_tokens_decoder");
+    json_object_foreach(added, key, v) {
+        if (json_is_string(json_object_get(v, "content"))) json_object_set(added, key, json_object_get(v, "content"));
+    }
+    /* the class AutoTokenizer loads: the fast tokenizer of tokenizer.json */
+    const char *cls = json_string_value(json_object_get(o, "tokenizer_class"));
+    size_t n = cls ? strlen(cls) : 0;
+    json_object_set_new(o, "tokenizer_class", cls && (n < 4 || strcmp(cls + n - 4, "Fast"))
+                                                   ? json_sprintf("%sFast", cls)
+                                                   : json_string(cls ? cls : "PreTrainedTokenizerFast"));
+    if (s->chat_template_given && s->limits.chat && s->limits.chat->tmpl)
+        json_object_set_new(o, "chat_template", json_string(cv_chat_template_source(s->limits.chat->tmpl)));
+    send_json(c, o);
+}
+
 /* /v1/messages/count_tokens, vLLM's: the prompt's tokens as /v1/messages would render them. */
 static void handle_count_tokens(cv_server *s, cv_http_req *c, const char *body, size_t len) {
     cv_api_request req;
@@ -216,7 +244,7 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 typedef enum route_id {
     R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
     R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS, R_SCORE, R_RERANK, R_CLASSIFY, R_POOLING,
-    R_COHERE_EMBED, R_MESSAGES, R_MESSAGES_COUNT
+    R_COHERE_EMBED, R_MESSAGES, R_MESSAGES_COUNT, R_TOKENIZER_INFO
 } route_id;
 
 typedef struct route {
@@ -231,6 +259,7 @@ static const route routes[] = {
     {"/ping", R_PING, "GET POST", false},
     {"/version", R_VERSION, "GET", false},
     {"/load", R_LOAD, "GET", false},
+    {"/tokenizer_info", R_TOKENIZER_INFO, "GET", false},       /* with --enable-tokenizer-info-endpoint */
     {"/v1/models", R_MODELS, "GET", false},
     {"/metrics", R_METRICS, NULL, false},
     {"/tokenize", R_TOKENIZE, "POST", true},
@@ -300,6 +329,7 @@ static bool route_served(const cv_server *s, route_id id) {
     switch (id) {
     case R_LOAD_LORA:
     case R_UNLOAD_LORA: return s->runtime_lora;
+    case R_TOKENIZER_INFO: return s->tokenizer_info;
     case R_COMPLETIONS:
     case R_CHAT:
     case R_CHAT_RENDER:
@@ -408,6 +438,7 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     case R_CHAT_RENDER: handle_render(s, r, body, len); return;
     case R_MESSAGES: cv_generate(s, r, CV_API_MESSAGES); return;
     case R_MESSAGES_COUNT: handle_count_tokens(s, r, body, len); return;
+    case R_TOKENIZER_INFO: handle_tokenizer_info(s, r); return;
     case R_LOAD_LORA: cv_server_lora_route(s, r, body, len, true); return;
     case R_UNLOAD_LORA: cv_server_lora_route(s, r, body, len, false); return;
     }
@@ -577,6 +608,8 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     s->log_outputs = o->log_requests && o->log_outputs; /* vLLM: outputs need --enable-log-requests */
     s->max_log_len = o->max_log_len > 0 ? o->max_log_len : -1;
     s->load_tracking = o->enable_server_load_tracking;
+    s->tokenizer_info = o->enable_tokenizer_info;
+    s->chat_template_given = o->chat_template_given;
     s->max_body = o->max_body_bytes ? o->max_body_bytes : DEFAULT_MAX_BODY;
     s->started = (int64_t)time(NULL);
     s->http_metrics = cv_http_metrics_create();

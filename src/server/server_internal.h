@@ -49,6 +49,8 @@ struct cv_server {
     bool log_requests, log_outputs; /* request_log.h */
     int64_t max_log_len;          /* -1: whole */
     bool load_tracking;           /* --enable-server-load-tracking */
+    bool tokenizer_info;          /* --enable-tokenizer-info-endpoint: GET /tokenizer_info */
+    bool chat_template_given;     /* the template is --chat-template's (/tokenizer_info shows it) */
     atomic_long load;             /* generations in flight, with load_tracking (vLLM's server_load_metrics) */
     size_t max_body;
     int64_t started;              /* wall-clock seconds, for "created" of model cards */

@@ -52,6 +52,8 @@ cvllm_status cvllm_detokenize(const cvllm_tokenizer *tok, const int32_t *ids, si
                                              skip_special_tokens, text, &len);
 }
 
+const char *cvllm_tokenizer_config(const cvllm_tokenizer *tok) { return cv_tokenizer_config_json((const cv_tokenizer *)tok); }
+
 int32_t cvllm_tokenizer_vocab_size(const cvllm_tokenizer *tok) {
     return tok ? cv_tokenizer_vocab_size((const cv_tokenizer *)tok) : 0;
 }

@@ -63,6 +63,8 @@ char *cv_tokenizer_id_to_token(const cv_tokenizer *tok, int32_t id) {
     return out;
 }
 
+const char *cv_tokenizer_config_json(const cv_tokenizer *tok) { return tok->config_json; }
+
 const char *cv_tokenizer_special_string(const cv_tokenizer *tok, const char *which) {
     static const char suffix[] = "_token";
     size_t n = strlen(which), k = sizeof suffix - 1;

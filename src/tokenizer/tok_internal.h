@@ -66,6 +66,7 @@ struct cv_tokenizer {
     pcre2_code *word_re;          /* \w for single_word tokens, NULL when none needs it */
 
     char *eos_token, *pad_token, *bos_token, *unk_token; /* from tokenizer_config.json */
+    char *config_json;            /* tokenizer_config.json's object as compact JSON, NULL without one */
 
     /* post_processor's single template with add_special_tokens: post_ids[0 .. n_post_before) go
      * before the sequence, the next n_post_after after it (NULL and 0 when it adds nothing). */

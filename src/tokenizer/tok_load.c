@@ -634,6 +634,7 @@ static int load_config(cv_tokenizer *tok, const char *dir) {
     if (!rc) rc = config_token(cfg, "pad_token", &tok->pad_token);
     if (!rc) rc = config_token(cfg, "bos_token", &tok->bos_token);
     if (!rc) rc = config_token(cfg, "unk_token", &tok->unk_token);
+    if (!rc) tok->config_json = json_dumps(cfg, JSON_COMPACT);
     json_decref(cfg);
     return rc;
 }
@@ -788,6 +789,7 @@ void cv_tokenizer_free(cv_tokenizer *tok) {
     free(tok->pad_token);
     free(tok->bos_token);
     free(tok->unk_token);
+    free(tok->config_json);
     free(tok->post_ids);
     free(tok);
 }

@@ -59,6 +59,8 @@ char *cv_tokenizer_id_to_token(const cv_tokenizer *tok, int32_t id);
 /* tokenizer_config.json's eos_token / pad_token / bos_token / unk_token strings, NULL when absent.
  * `which` is the key ("eos_token") or its short form ("eos"). */
 const char *cv_tokenizer_special_string(const cv_tokenizer *tok, const char *which);
+/* tokenizer_config.json's object as compact JSON text, NULL when the folder has none. */
+const char *cv_tokenizer_config_json(const cv_tokenizer *tok);
 
 /* Incremental detokenizer: feed ids one at a time, get the text that became final. */
 typedef struct cv_detok {
