@@ -1847,6 +1847,139 @@ static char *ids_text(const int32_t *ids, int n) {
 }
 
 
+/* A Responses API event stream as a client reads it: each record "event: TYPE\ndata: JSON" whose type
+ * is TYPE and whose sequence_number counts from 0, response.created first and response.completed
+ * last (its response returned); the output_text deltas joined in *text. */
+static json_t *parse_responses_sse(const char *body, char **text, bool *well_formed) {
+    *text = calloc(1, 1);
+    *well_formed = true;
+    json_t *completed = NULL;
+    long seq = 0;
+    const char *p = body;
+    char first[64] = "", last[64] = "";
+    for (const char *end; (end = strstr(p, "\n\n")) != NULL; p = end + 2) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (strncmp(p, "event: ", 7) || !nl || nl - p - 7 >= 64 || strncmp(nl + 1, "data: ", 6)) {
+            *well_formed = false;
+            break;
+        }
+        snprintf(last, sizeof last, "%.*s", (int)(nl - p - 7), p + 7);
+        if (!*first) snprintf(first, sizeof first, "%s", last);
+        json_t *d = json_loadb(nl + 7, (size_t)(end - nl - 7), 0, NULL);
+        const char *type = json_string_value(json_object_get(d, "type"));
+        *well_formed = *well_formed && type && !strcmp(type, last) &&
+                       json_integer_value(json_object_get(d, "sequence_number")) == seq++;
+        if (!strcmp(last, "response.output_text.delta")) append_str(text, json_string_value(json_object_get(d, "delta")));
+        if (!strcmp(last, "response.completed")) completed = json_incref(json_object_get(d, "response"));
+        json_decref(d);
+    }
+    *well_formed = *well_formed && !*p && !strcmp(first, "response.created") && !strcmp(last, "response.completed");
+    return completed;
+}
+
+/* The text of a response's first output item of `type` (the message's output_text, the reasoning's
+ * reasoning_text), or NULL. */
+static const char *output_text(const json_t *response, const char *type) {
+    size_t i;
+    const json_t *item;
+    json_array_foreach(json_object_get(response, "output"), i, item) {
+        if (!strcmp(json_string_value(json_object_get(item, "type")), type))
+            return json_string_value(json_object_get(json_array_get(json_object_get(item, "content"), 0), "text"));
+    }
+    return NULL;
+}
+
+/* OpenAI's Responses API: a response equals the chat completion of the same conversation (text,
+ * reasoning, usage, incomplete at max_output_tokens), streamed as the Responses events with the same
+ * text and a response.completed equal to it; input items (a developer message, a function call and
+ * its output) make the prompt /tokenize makes of their chat form; what needs a stored response, and
+ * hosted tools, are refused. */
+static void test_responses_api(void) {
+    const char *chat = "{\"messages\":" MESSAGES ",\"max_tokens\":12,\"temperature\":0}";
+    reply r = http(&chat_srv, "POST", "/v1/chat/completions", chat);
+    json_t *cj = reply_json(&r);
+    const json_t *cmsg = json_object_get(json_array_get(json_object_get(cj, "choices"), 0), "message");
+    const char *content = json_string_value(json_object_get(cmsg, "content")),
+               *reasoning = json_string_value(json_object_get(cmsg, "reasoning"));
+    const json_int_t prompt_tokens = json_integer_value(json_object_get(json_object_get(cj, "usage"), "prompt_tokens"));
+    free(r.body);
+    const char *base = "{\"model\":\"" NAME "\",\"instructions\":\"You are helpful.\",\"input\":\"What is the weather in "
+                       "Paris?\",\"max_output_tokens\":12,\"temperature\":0";
+    char *plain = tu_strdupf("%s%s", base, "}"), *streamed = tu_strdupf("%s%s", base, ",\"stream\":true}");
+    r = http(&chat_srv, "POST", "/v1/responses", plain);
+    CHECK_MSG(r.status == 200, "/v1/responses: %.300s", r.body);
+    json_t *o = reply_json(&r);
+    CHECK(!strncmp(json_string_value(json_object_get(o, "id")), "resp_", 5));
+    CHECK_STR_EQ(json_string_value(json_object_get(o, "object")), "response");
+    CHECK_STR_EQ(json_string_value(json_object_get(o, "status")), "incomplete");
+    CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(o, "incomplete_details"), "reason")), "max_output_tokens");
+    CHECK_STR_EQ(json_string_value(json_object_get(o, "instructions")), "You are helpful.");
+    CHECK_EQ_INT(json_integer_value(json_object_get(o, "max_output_tokens")), 12);
+    CHECK_STR_EQ(output_text(o, "message") ? output_text(o, "message") : "", content ? content : "");
+    CHECK_STR_EQ(output_text(o, "reasoning") ? output_text(o, "reasoning") : "", reasoning ? reasoning : "");
+    const json_t *usage = json_object_get(o, "usage");
+    CHECK_EQ_INT(json_integer_value(json_object_get(usage, "input_tokens")), prompt_tokens);
+    CHECK_EQ_INT(json_integer_value(json_object_get(usage, "output_tokens")), 12);
+    CHECK_EQ_INT(json_integer_value(json_object_get(usage, "total_tokens")), prompt_tokens + 12);
+    free(r.body);
+    r = http(&chat_srv, "POST", "/v1/responses", streamed);
+    char *text;
+    bool ok;
+    json_t *done = parse_responses_sse(r.body, &text, &ok);
+    CHECK_MSG(r.status == 200 && ok && done, "stream: %.600s", r.body);
+    CHECK_STR_EQ(text, content ? content : "");
+    CHECK_STR_EQ(output_text(done, "message") ? output_text(done, "message") : "", content ? content : "");
+    CHECK_STR_EQ(json_string_value(json_object_get(done, "status")), "incomplete");
+    CHECK(json_equal(json_object_get(done, "usage"), usage));
+    json_decref(done);
+    free(text);
+    free(r.body);
+    json_decref(o);
+    json_decref(cj);
+    free(plain);
+    free(streamed);
+
+    /* input items: the prompt of their chat form */
+    const char *items =
+        "{\"model\":\"" NAME "\",\"max_output_tokens\":1,\"input\":[{\"type\":\"message\",\"role\":\"developer\","
+        "\"content\":\"You are helpful.\"},{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"What is the "
+        "weather in Paris?\"}]},{\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"get_weather\",\"arguments\":"
+        "\"{\\\"city\\\": \\\"Paris\\\"}\"},{\"type\":\"function_call_output\",\"call_id\":\"call_1\",\"output\":\"18 C\"}],"
+        "\"tools\":[{\"type\":\"function\",\"name\":\"get_weather\",\"description\":\"Current weather\",\"parameters\":{"
+        "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}]}";
+    r = http(&chat_srv, "POST", "/v1/responses", items);
+    o = reply_json(&r);
+    CHECK_MSG(r.status == 200, "items: %.300s", r.body);
+    const json_int_t in = json_integer_value(json_object_get(json_object_get(o, "usage"), "input_tokens"));
+    json_decref(o);
+    free(r.body);
+    const char *tokenize =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"You are helpful.\"},{\"role\":\"user\",\"content\":[{\"type\":"
+        "\"text\",\"text\":\"What is the weather in Paris?\"}]},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{"
+        "\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": "
+        "\\\"Paris\\\"}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"18 C\"}],\"tools\":" TOOLS "}";
+    r = http(&chat_srv, "POST", "/tokenize", tokenize);
+    json_t *tk = reply_json(&r);
+    CHECK_EQ_INT(json_integer_value(json_object_get(tk, "count")), in);
+    json_decref(tk);
+    free(r.body);
+
+    static const struct {
+        const char *body, *message;
+    } bad[] = {
+        {"{\"model\":\"" NAME "\",\"max_output_tokens\":5}", "Field required"},
+        {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"previous_response_id\":\"resp_1\"}", "previous_response_id needs stored"},
+        {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"background\":true}", "background needs stored responses"},
+        {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"tools\":[{\"type\":\"web_search\"}]}", "only function tools"},
+        {"{\"model\":\"" NAME "\",\"input\":[{\"type\":\"computer_call\"}]}", "input item of type 'computer_call'"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        r = http(&chat_srv, "POST", "/v1/responses", bad[k].body);
+        CHECK_MSG(is_error(&r, 400, bad[k].message), "%s", bad[k].body);
+        free(r.body);
+    }
+}
+
 /* /tokenizer_info (--enable-tokenizer-info-endpoint): tokenizer_config.json as transformers holds it
  * (added tokens and special tokens as their strings), the fast tokenizer's class; 404 without the
  * flag. */
@@ -2294,6 +2427,7 @@ int main(void) {
     test_structured_outputs();
     test_anthropic_messages();
     test_tokenizer_info();
+    test_responses_api();
     test_beam_search();
     test_request_ids_and_load();
     curl_easy_cleanup(easy);

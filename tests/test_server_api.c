@@ -2282,6 +2282,81 @@ static void test_anthropic_stream(void) {
     free(all);
 }
 
+/* The Responses events made of chat SSE records: a reasoning item, a message and a function call,
+ * each opened, written and closed in order with their ids and texts, sequence numbers from 0,
+ * response.created / in_progress first and response.completed with every item and the usage last;
+ * no [DONE]. The request's settings are echoed (instructions, tools, max_output_tokens). */
+static void test_responses_stream(void) {
+    cv_api_limits l = limits(4096, QWEN3_VOCAB);
+    cv_api_request req;
+    cv_api_error err;
+    const char *body = "{\"model\":\"m\",\"instructions\":\"Be brief.\",\"input\":\"Hi\",\"max_output_tokens\":9,\"stream\":true,"
+                       "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]}";
+    CHECK(cv_api_parse_responses(body, strlen(body), &l, &req, &err) == 0 && cv_api_prepare(&req, tok, &l, &err) == 0);
+    CHECK(req.stream && req.include_usage && req.continuous_usage && req.responses);
+#define CHUNK(delta, finish) \
+    "data: {\"id\":\"chatcmpl-ab\",\"created\":5,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":" delta \
+    ",\"finish_reason\":" finish "}],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\n"
+    const char *chat = CHUNK("{\"role\":\"assistant\",\"content\":\"\"}", "null") CHUNK("{\"reasoning\":\"Hm\"}", "null")
+        CHUNK("{\"content\":\"Yes\"}", "null")
+        CHUNK("{\"tool_calls\":[{\"index\":0,\"id\":\"chatcmpl-tool-cd\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+              "\"arguments\":\"{\\\"a\\\"\"}}]}", "null")
+        CHUNK("{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\": 1}\"}}]}", "\"tool_calls\"")
+        "data: {\"id\":\"chatcmpl-ab\",\"created\":5,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,"
+        "\"completion_tokens\":4}}\n\n"
+        "data: [DONE]\n\n";
+#undef CHUNK
+    cv_responses_stream *st = cv_responses_stream_new(&req);
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    cv_buf_append(&buf, &len, &cap, chat, strlen(chat));
+    cv_responses_stream_convert(st, &buf, &len, &cap);
+    cv_buf_append(&buf, &len, &cap, "", 1);
+    static const char *const want[] = {
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
+        "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done", "response.output_item.done", "response.completed"};
+    const char *p = buf;
+    json_t *completed = NULL;
+    for (size_t k = 0; k < CV_ARRAY_LEN(want); k++) {
+        char head[96];
+        snprintf(head, sizeof head, "event: %s\ndata: ", want[k]);
+        CHECK_MSG(!strncmp(p, head, strlen(head)), "event %zu: expected %s, got %.120s", k, want[k], p);
+        const char *end = strstr(p, "\n\n");
+        if (strncmp(p, head, strlen(head)) || !end) break;
+        json_t *d = json_loadb(p + strlen(head), (size_t)(end - p - strlen(head)), 0, NULL);
+        CHECK_EQ_INT((int)json_integer_value(json_object_get(d, "sequence_number")), (int)k);
+        if (k == 18) CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(d, "item"), "arguments")), "{\"a\": 1}");
+        if (k + 1 == CV_ARRAY_LEN(want)) completed = json_incref(json_object_get(d, "response"));
+        json_decref(d);
+        p = end + 2;
+    }
+    CHECK(*p == 0);
+    const json_t *out = json_object_get(completed, "output");
+    CHECK_EQ_INT((int)json_array_size(out), 3);
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(out, 0), "id")), "rs_ab");
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(json_object_get(json_array_get(out, 0), "content"), 0),
+                                                   "text")), "Hm");
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(json_object_get(json_array_get(out, 1), "content"), 0),
+                                                   "text")), "Yes");
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(out, 2), "call_id")), "call_cd");
+    CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(out, 2), "id")), "fc_cd");
+    CHECK_STR_EQ(json_string_value(json_object_get(completed, "id")), "resp_ab");
+    CHECK_STR_EQ(json_string_value(json_object_get(completed, "status")), "completed");
+    CHECK_STR_EQ(json_string_value(json_object_get(completed, "instructions")), "Be brief.");
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(completed, "max_output_tokens")), 9);
+    CHECK_EQ_INT((int)json_array_size(json_object_get(completed, "tools")), 1);
+    CHECK_EQ_INT((int)json_integer_value(json_object_get(json_object_get(completed, "usage"), "total_tokens")), 11);
+    json_decref(completed);
+    cv_responses_stream_free(st);
+    free(buf);
+    cv_api_request_free(&req);
+}
+
 /* embed_chunks.c: chunk counts, the weighted mean of a prompt's chunk vectors (non-final events carry
  * nothing), the whole prompt's usage, and a chunk without a vector (aborted) losing the prompt's. */
 static void test_embed_chunks(void) {
@@ -2385,6 +2460,7 @@ int main(void) {
     test_sampling_params_repr();
     test_embed_chunks();
     test_anthropic_stream();
+    test_responses_stream();
     cvllm_tokenizer_destroy(tok);
     cv_chat_template_free(qwen3_tmpl);
     cv_chat_template_free(qwen36_tmpl);

@@ -118,9 +118,10 @@ static const char usage[] =
     "                                    disable_any_whitespace, disable_additional_properties,\n"
     "                                    enable_in_reasoning, reasoning_parser; (cvllm) whitespace_pattern.\n"
     "                                    Dotted keys work too: --structured-outputs-config.backend xgrammar\n"
-    "Endpoints: /v1/completions /v1/chat/completions /v1/chat/completions/render /v1/messages (Anthropic's\n"
-    "Messages API) /v1/messages/count_tokens /v1/models /tokenize /detokenize /health /ping /version /load\n"
-    "/metrics /invocations; a pooling model: /v1/embeddings /v2/embed /classify /pooling /score /rerank.\n";
+    "Endpoints: /v1/completions /v1/chat/completions /v1/chat/completions/render /v1/responses (OpenAI's\n"
+    "Responses API) /v1/messages (Anthropic's Messages API) /v1/messages/count_tokens /v1/models /tokenize\n"
+    "/detokenize /health /ping /version /load /metrics /invocations; a pooling model: /v1/embeddings\n"
+    "/v2/embed /classify /pooling /score /rerank.\n";
 
 /* Flags of `vllm serve`'s frontend with no counterpart here: accepted with their values checked,
  * and logged once (the engine's own such flags are in args_engine.c). */

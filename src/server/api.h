@@ -69,7 +69,8 @@ char *cv_api_error_json(const cv_api_error *err);
  * parsed, a request is then a chat completion or a completion (its kind says which). */
 typedef enum cv_api_kind {
     CV_API_COMPLETION, CV_API_CHAT, CV_API_INVOCATION,
-    CV_API_MESSAGES, /* /v1/messages: parsed into a CV_API_CHAT request with `anthropic` set */
+    CV_API_MESSAGES,  /* /v1/messages: parsed into a CV_API_CHAT request with `anthropic` set */
+    CV_API_RESPONSES, /* /v1/responses: parsed into a CV_API_CHAT request with `responses` set */
     /* the pooling routes: one pooling request a prompt */
     CV_API_EMBEDDING, CV_API_SCORE, CV_API_RERANK, CV_API_CLASSIFY, CV_API_POOLING, CV_API_COHERE_EMBED
 } cv_api_kind;
@@ -223,6 +224,8 @@ typedef struct cv_api_request {
     int64_t input_token_limit;
     bool anthropic;             /* a chat completion made of an Anthropic Messages request: its reply and
                                  * stream are rewritten in that API's shapes (api_anthropic.c) */
+    json_t *responses;          /* one made of a Responses API request: the response object's settings
+                                 * (api_responses.c), else NULL */
 } cv_api_request;
 
 int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
@@ -257,6 +260,10 @@ int cv_api_parse_cohere_embed(const char *body, size_t len, const cv_api_limits 
 /* /v1/messages (count_only: /v1/messages/count_tokens), vLLM's Anthropic Messages API: the body is
  * translated into a chat completion request and read as one (kind CV_API_CHAT, `anthropic` set). */
 int cv_api_parse_anthropic(const char *body, size_t len, const cv_api_limits *lim, bool count_only, cv_api_request *req,
+                           cv_api_error *err);
+/* /v1/responses, OpenAI's Responses API as vLLM serves it: the body is translated into a chat
+ * completion request and read as one (kind CV_API_CHAT, `responses` set). */
+int cv_api_parse_responses(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
                            cv_api_error *err);
 /* The route /invocations takes on a pooling server, as vLLM's SageMaker router tries the request types
  * of the model's task in turn: a body with input (or messages) is the task's own (embeddings or
@@ -361,6 +368,14 @@ typedef struct cv_anthropic_stream cv_anthropic_stream;
 cv_anthropic_stream *cv_anthropic_stream_new(void);
 void cv_anthropic_stream_free(cv_anthropic_stream *st);
 void cv_anthropic_stream_convert(cv_anthropic_stream *st, char **sse, size_t *len, size_t *cap);
+/* A Responses API request's response object (free()). */
+char *cv_api_responses_json(const cv_api_response *r);
+/* Its stream: the chat stream's SSE records rewritten in place into the Responses events; the state
+ * carries over between calls, and reads the request (which must outlive it). */
+typedef struct cv_responses_stream cv_responses_stream;
+cv_responses_stream *cv_responses_stream_new(const cv_api_request *req);
+void cv_responses_stream_free(cv_responses_stream *st);
+void cv_responses_stream_convert(cv_responses_stream *st, char **sse, size_t *len, size_t *cap);
 /* /v2/embed's reply (vLLM's CohereEmbedResponse), or NULL with *err when a binary type was asked of a
  * vector whose length is not a multiple of 8 (vLLM's 400, known only once the vectors are in). */
 char *cv_api_cohere_json(const cv_api_response *r, cv_api_error *err);

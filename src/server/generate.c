@@ -64,6 +64,7 @@ struct gen_session {
     bool replied;               /* the HTTP reply is finished */
     char *sse;                  /* a stream's bytes not yet pushed */
     cv_anthropic_stream *anthropic; /* an Anthropic stream: rewrites them into its events, else NULL */
+    cv_responses_stream *responses; /* a Responses API stream: the same for its events, else NULL */
     size_t sse_len, sse_cap;
     gen_session *prev, *next;   /* cv_server.sessions */
 };
@@ -95,6 +96,7 @@ static gen_session *session_new(cv_server *s, cv_http_req *r, cv_api_request *re
     g->ids = cv_xcalloc(g->n_requests, sizeof *g->ids);
     if (g->req.beam_search) g->beams = cv_xcalloc(g->req.n_prompts, sizeof *g->beams);
     if (g->req.anthropic && g->req.stream) g->anthropic = cv_anthropic_stream_new();
+    if (g->req.responses && g->req.stream) g->responses = cv_responses_stream_new(&g->req);
     /* vLLM names the adapter in the replies of a LoRA request, the first served name otherwise */
     cv_api_response_init(&g->resp, &g->req, s->tok, lora ? lora : s->names[0], s->cached_details);
     pthread_mutex_lock(&s->sessions_mu);
@@ -134,6 +136,7 @@ static void release(gen_session *g, int n) {
     free(g->ids);
     free(g->sse);
     cv_anthropic_stream_free(g->anthropic);
+    cv_responses_stream_free(g->responses);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
@@ -167,6 +170,7 @@ static void reply_error(cv_http_req *r, const cv_api_error *err, bool anthropic)
  * the caller holds g->mu. */
 static void push_sse(gen_session *g) {
     if (g->anthropic && g->sse_len) cv_anthropic_stream_convert(g->anthropic, &g->sse, &g->sse_len, &g->sse_cap);
+    if (g->responses && g->sse_len) cv_responses_stream_convert(g->responses, &g->sse, &g->sse_len, &g->sse_cap);
     if (g->sse_len == 0) return;
     cv_http_stream_push(g->http, g->sse, g->sse_len);
     g->sse_len = 0;
@@ -255,6 +259,7 @@ static void reply(gen_session *g) {
     cv_api_error err;
     char *json = req->kind == CV_API_COHERE_EMBED ? cv_api_cohere_json(&g->resp, &err)
                  : req->anthropic             ? cv_api_anthropic_json(&g->resp, &err)
+                 : req->responses             ? cv_api_responses_json(&g->resp)
                                               : cv_api_response_json(&g->resp);
     if (!json) {
         reply_error(g->http, &err, req->anthropic);
@@ -399,6 +404,7 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
              : kind == CV_API_POOLING    ? cv_api_parse_pooling(body, len, &s->limits, req, err)
              : kind == CV_API_COHERE_EMBED ? cv_api_parse_cohere_embed(body, len, &s->limits, req, err)
              : kind == CV_API_MESSAGES   ? cv_api_parse_anthropic(body, len, &s->limits, false, req, err)
+             : kind == CV_API_RESPONSES  ? cv_api_parse_responses(body, len, &s->limits, req, err)
                                          : cv_api_parse_completion(body, len, &s->limits, req, err);
     if (rc) return rc;
     if (!cv_server_model_name(s, req->model, lora, err)) return -1;

@@ -244,7 +244,7 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 typedef enum route_id {
     R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
     R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS, R_SCORE, R_RERANK, R_CLASSIFY, R_POOLING,
-    R_COHERE_EMBED, R_MESSAGES, R_MESSAGES_COUNT, R_TOKENIZER_INFO
+    R_COHERE_EMBED, R_MESSAGES, R_MESSAGES_COUNT, R_TOKENIZER_INFO, R_RESPONSES
 } route_id;
 
 typedef struct route {
@@ -268,6 +268,7 @@ static const route routes[] = {
     {"/v1/chat/completions", R_CHAT, "POST", true},
     {"/v1/chat/completions/render", R_CHAT_RENDER, "POST", true},
     {"/v1/messages", R_MESSAGES, "POST", true},                /* Anthropic's Messages API */
+    {"/v1/responses", R_RESPONSES, "POST", true},              /* OpenAI's Responses API */
     {"/v1/messages/count_tokens", R_MESSAGES_COUNT, "POST", true},
     {"/invocations", R_INVOCATIONS, "POST", true},
     {"/v1/load_lora_adapter", R_LOAD_LORA, "POST", true},     /* with runtime_lora only */
@@ -334,7 +335,8 @@ static bool route_served(const cv_server *s, route_id id) {
     case R_CHAT:
     case R_CHAT_RENDER:
     case R_MESSAGES:
-    case R_MESSAGES_COUNT: return !s->pooling;
+    case R_MESSAGES_COUNT:
+    case R_RESPONSES: return !s->pooling;
     case R_EMBEDDINGS:
     case R_COHERE_EMBED: return s->pooling && !strcmp(s->limits.pooling_task, "embed");
     case R_CLASSIFY: return s->pooling && !strcmp(s->limits.pooling_task, "classify");
@@ -437,6 +439,7 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     case R_RERANK: cv_generate(s, r, CV_API_RERANK); return;
     case R_CHAT_RENDER: handle_render(s, r, body, len); return;
     case R_MESSAGES: cv_generate(s, r, CV_API_MESSAGES); return;
+    case R_RESPONSES: cv_generate(s, r, CV_API_RESPONSES); return;
     case R_MESSAGES_COUNT: handle_count_tokens(s, r, body, len); return;
     case R_TOKENIZER_INFO: handle_tokenizer_info(s, r); return;
     case R_LOAD_LORA: cv_server_lora_route(s, r, body, len, true); return;

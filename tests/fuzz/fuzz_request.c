@@ -91,10 +91,17 @@ static void answer(const cv_api_request *req) {
     require(cv_api_response_done(&resp));
     if (req->stream) {
         cv_api_response_stream_end(&resp, &sse, &len, &cap);
-        if (req->anthropic) { /* its events: "event: NAME\ndata: JSON\n\n", then vLLM's data: [DONE] */
-            cv_anthropic_stream *st = cv_anthropic_stream_new();
-            cv_anthropic_stream_convert(st, &sse, &len, &cap);
-            cv_anthropic_stream_free(st);
+        if (req->anthropic || req->responses) {
+            /* their events: "event: NAME\ndata: JSON\n\n"; Anthropic's then vLLM's data: [DONE] */
+            if (req->anthropic) {
+                cv_anthropic_stream *st = cv_anthropic_stream_new();
+                cv_anthropic_stream_convert(st, &sse, &len, &cap);
+                cv_anthropic_stream_free(st);
+            } else {
+                cv_responses_stream *st = cv_responses_stream_new(req);
+                cv_responses_stream_convert(st, &sse, &len, &cap);
+                cv_responses_stream_free(st);
+            }
             cv_buf_append(&sse, &len, &cap, "", 1);
             char *p = sse;
             for (; !strncmp(p, "event: ", 7); p += 2) {
@@ -103,7 +110,7 @@ static void answer(const cv_api_request *req) {
                 require_json(data + 7, (size_t)(end - data - 7));
                 p = end;
             }
-            require(!strcmp(p, "data: [DONE]\n\n"));
+            require(!strcmp(p, req->anthropic ? "data: [DONE]\n\n" : ""));
             *sse = 0;
         }
         /* Each event is "data: " PAYLOAD "\n\n"; the next one starts after the blank line, not at the next
@@ -124,6 +131,11 @@ static void answer(const cv_api_request *req) {
         body = cv_api_anthropic_json(&resp, &err);
         if (body) require_json(body, strlen(body));
         else check_error(&err);
+        free(body);
+    }
+    if (req->responses) {
+        body = cv_api_responses_json(&resp);
+        require_json(body, strlen(body));
         free(body);
     }
     free(sse);
@@ -224,10 +236,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                          .gen_max_tokens = -1, .chat = chat_config()};
     cvllm_sampling_params_default(NULL, &lim.defaults);
     const char *body = (const char *)data;
-    for (int kind = 0; kind < 3; kind++) { /* completion, chat, Anthropic messages */
+    for (int kind = 0; kind < 4; kind++) { /* completion, chat, Anthropic messages, Responses */
         cv_api_request req;
         cv_api_error err = {0};
-        int rc = kind == 2 ? cv_api_parse_anthropic(body, size, &lim, false, &req, &err)
+        int rc = kind == 3   ? cv_api_parse_responses(body, size, &lim, &req, &err)
+                 : kind == 2 ? cv_api_parse_anthropic(body, size, &lim, false, &req, &err)
                  : kind    ? cv_api_parse_chat(body, size, &lim, &req, &err)
                            : cv_api_parse_completion(body, size, &lim, &req, &err);
         if (rc == 0) rc = cv_api_prepare(&req, tokenizer(), &lim, &err);
