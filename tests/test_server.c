@@ -1847,6 +1847,28 @@ static char *ids_text(const int32_t *ids, int n) {
 }
 
 
+/* The greedy chat completion of MESSAGES in 12 tokens, which the other APIs' translations of the
+ * same conversation must reproduce: its content and reasoning ("" when none), prompt tokens. */
+typedef struct chat_reference {
+    json_t *reply;
+    const char *content, *reasoning;
+    json_int_t prompt_tokens;
+} chat_reference;
+
+static chat_reference chat_of_messages(void) {
+    reply r = http(&chat_srv, "POST", "/v1/chat/completions", "{\"messages\":" MESSAGES ",\"max_tokens\":12,\"temperature\":0}");
+    CHECK_EQ_INT(r.status, 200);
+    chat_reference ref = {.reply = reply_json(&r)};
+    free(r.body);
+    const json_t *msg = json_object_get(json_array_get(json_object_get(ref.reply, "choices"), 0), "message");
+    ref.content = json_string_value(json_object_get(msg, "content"));
+    ref.reasoning = json_string_value(json_object_get(msg, "reasoning"));
+    if (!ref.content) ref.content = "";
+    if (!ref.reasoning) ref.reasoning = "";
+    ref.prompt_tokens = json_integer_value(json_object_get(json_object_get(ref.reply, "usage"), "prompt_tokens"));
+    return ref;
+}
+
 /* A Responses API event stream as a client reads it: each record "event: TYPE\ndata: JSON" whose type
  * is TYPE and whose sequence_number counts from 0, response.created first and response.completed
  * last (its response returned); the output_text deltas joined in *text. */
@@ -1895,14 +1917,10 @@ static const char *output_text(const json_t *response, const char *type) {
  * its output) make the prompt /tokenize makes of their chat form; what needs a stored response, and
  * hosted tools, are refused. */
 static void test_responses_api(void) {
-    const char *chat = "{\"messages\":" MESSAGES ",\"max_tokens\":12,\"temperature\":0}";
-    reply r = http(&chat_srv, "POST", "/v1/chat/completions", chat);
-    json_t *cj = reply_json(&r);
-    const json_t *cmsg = json_object_get(json_array_get(json_object_get(cj, "choices"), 0), "message");
-    const char *content = json_string_value(json_object_get(cmsg, "content")),
-               *reasoning = json_string_value(json_object_get(cmsg, "reasoning"));
-    const json_int_t prompt_tokens = json_integer_value(json_object_get(json_object_get(cj, "usage"), "prompt_tokens"));
-    free(r.body);
+    chat_reference ref = chat_of_messages();
+    const char *content = ref.content, *reasoning = ref.reasoning;
+    const json_int_t prompt_tokens = ref.prompt_tokens;
+    reply r;
     const char *base = "{\"model\":\"" NAME "\",\"instructions\":\"You are helpful.\",\"input\":\"What is the weather in "
                        "Paris?\",\"max_output_tokens\":12,\"temperature\":0";
     char *plain = tu_strdupf("%s%s", base, "}"), *streamed = tu_strdupf("%s%s", base, ",\"stream\":true}");
@@ -1935,7 +1953,7 @@ static void test_responses_api(void) {
     free(text);
     free(r.body);
     json_decref(o);
-    json_decref(cj);
+    json_decref(ref.reply);
     free(plain);
     free(streamed);
 
@@ -2106,14 +2124,10 @@ static const char *block_text(const json_t *msg, const char *type, const char *k
  * included); a forced tool choice gives a tool_use block, also streamed as input_json_delta; errors
  * come in Anthropic's shape. */
 static void test_anthropic_messages(void) {
-    const char *chat = "{\"messages\":" MESSAGES ",\"max_tokens\":12,\"temperature\":0}";
-    reply r = http(&chat_srv, "POST", "/v1/chat/completions", chat);
-    json_t *cj = reply_json(&r);
-    const json_t *cmsg = json_object_get(json_array_get(json_object_get(cj, "choices"), 0), "message");
-    const char *content = json_string_value(json_object_get(cmsg, "content")),
-               *reasoning = json_string_value(json_object_get(cmsg, "reasoning"));
-    const json_int_t prompt_tokens = json_integer_value(json_object_get(json_object_get(cj, "usage"), "prompt_tokens"));
-    free(r.body);
+    chat_reference ref = chat_of_messages();
+    const char *content = ref.content, *reasoning = ref.reasoning;
+    const json_int_t prompt_tokens = ref.prompt_tokens;
+    reply r;
     const char *base = "{\"model\":\"" NAME "\",\"system\":\"You are helpful.\",\"messages\":[{\"role\":\"user\",\"content\":"
                        "[{\"type\":\"text\",\"text\":\"What is the weather in Paris?\"}]}],\"max_tokens\":12,\"temperature\":0";
     char *plain = tu_strdupf("%s%s", base, "}"), *streamed = tu_strdupf("%s%s", base, ",\"stream\":true}");
@@ -2139,7 +2153,7 @@ static void test_anthropic_messages(void) {
     CHECK(a.input_tokens == prompt_tokens && a.output_tokens == 12);
     free_anthropic_stream(&a);
     free(r.body);
-    json_decref(cj);
+    json_decref(ref.reply);
     free(plain);
     free(streamed);
 

@@ -24,7 +24,6 @@
  * (Qwen3's switch); a tool_result's content given as blocks is their text joined (vLLM prints the
  * Python list); tool argument deltas are matched to their tool_use block by the call's index.
  */
-#define _GNU_SOURCE /* memmem */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -420,12 +419,7 @@ struct cv_anthropic_stream {
 };
 
 static void emit(cv_anthropic_stream *st, const char *event, json_t *data) {
-    char *s = json_dumps(data, JSON_COMPACT);
-    json_decref(data);
-    char *rec = cv_xasprintf("event: %s\ndata: %s\n\n", event, s);
-    cv_buf_append(&st->out, &st->len, &st->cap, rec, strlen(rec));
-    free(rec);
-    free(s);
+    cv_api_sse_event(&st->out, &st->len, &st->cap, event, data);
 }
 
 static void stop_block(cv_anthropic_stream *st) {
@@ -517,31 +511,23 @@ void cv_anthropic_stream_free(cv_anthropic_stream *st) {
     free(st);
 }
 
+static void on_record(void *user, const json_t *c) {
+    cv_anthropic_stream *st = user;
+    const json_t *e = json_object_get(c, "error");
+    if (!c) {
+        emit(st, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+        cv_buf_append(&st->out, &st->len, &st->cap, "data: [DONE]\n\n", 14);
+    } else if (e) {
+        emit(st, "error", json_pack("{s:s, s:{s:O, s:O}}", "type", "error", "error", "type", json_object_get(e, "type"),
+                                    "message", json_object_get(e, "message")));
+    } else {
+        chunk(st, c);
+    }
+}
+
 void cv_anthropic_stream_convert(cv_anthropic_stream *st, char **sse, size_t *len, size_t *cap) {
     st->len = 0;
-    static const char prefix[] = "data: ";
-    for (const char *p = *sse, *end = *sse + *len; p < end;) {
-        const char *stop = memmem(p, (size_t)(end - p), "\n\n", 2);
-        const char *rec_end = stop ? stop : end;
-        assert(!strncmp(p, prefix, strlen(prefix))); /* the chat stream writes whole data: records */
-        const char *data = p + strlen(prefix);
-        const size_t n = (size_t)(rec_end - data);
-        if (n == 6 && !memcmp(data, "[DONE]", 6)) {
-            emit(st, "message_stop", json_pack("{s:s}", "type", "message_stop"));
-            cv_buf_append(&st->out, &st->len, &st->cap, "data: [DONE]\n\n", 14);
-        } else {
-            json_t *c = json_loadb(data, n, 0, NULL);
-            const json_t *e = json_object_get(c, "error");
-            if (e)
-                emit(st, "error", json_pack("{s:s, s:{s:O, s:O}}", "type", "error", "error", "type",
-                                            json_object_get(e, "type"), "message", json_object_get(e, "message")));
-            else if (c)
-                chunk(st, c);
-            json_decref(c);
-        }
-        p = stop ? stop + 2 : end;
-    }
-    /* the converted bytes replace the chat ones */
-    *len = 0;
+    cv_api_sse_records(*sse, *len, on_record, st);
+    *len = 0; /* the converted bytes replace the chat ones */
     cv_buf_append(sse, len, cap, st->out ? st->out : "", st->len);
 }

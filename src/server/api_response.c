@@ -12,6 +12,7 @@
  * logprobs the {content:[{token, logprob, bytes, top_logprobs}]} form. A chat choice's text becomes
  * content, reasoning and tool_calls in api_chat_output.c.
  */
+#define _GNU_SOURCE /* memmem */
 #include <assert.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -423,6 +424,34 @@ void cv_api_response_apply(cv_api_response *r, size_t pi, const cv_request_event
         else stream_completion_delta(r, pi, c, ci, d, sse, sse_len, sse_cap);
     }
     if (ev->finished) pr->finished = true;
+}
+
+void cv_api_sse_records(const char *sse, size_t len, void (*fn)(void *user, const json_t *payload), void *user) {
+    static const char prefix[] = "data: ";
+    for (const char *p = sse, *end = sse + len; p < end;) {
+        const char *stop = memmem(p, (size_t)(end - p), "\n\n", 2), *rec_end = stop ? stop : end;
+        assert(!strncmp(p, prefix, strlen(prefix))); /* the chat stream writes whole data: records */
+        const char *data = p + strlen(prefix);
+        const size_t n = (size_t)(rec_end - data);
+        if (n == 6 && !memcmp(data, "[DONE]", 6)) {
+            fn(user, NULL);
+        } else {
+            json_t *payload = json_loadb(data, n, 0, NULL);
+            assert(payload); /* written by append_chunk or cv_api_stream_error */
+            fn(user, payload);
+            json_decref(payload);
+        }
+        p = stop ? stop + 2 : end;
+    }
+}
+
+void cv_api_sse_event(char **buf, size_t *len, size_t *cap, const char *name, json_t *data) {
+    char *s = json_dumps(data, JSON_COMPACT);
+    json_decref(data);
+    char *rec = cv_xasprintf("event: %s\ndata: %s\n\n", name, s);
+    cv_buf_append(buf, len, cap, rec, strlen(rec));
+    free(rec);
+    free(s);
 }
 
 void cv_api_response_stream_end(cv_api_response *r, char **sse, size_t *len, size_t *cap) {

@@ -25,7 +25,6 @@
  * so previous_response_id and background, which need a stored response, are refused with a 400
  * that says so; hosted tools (web search, file search, code interpreter, MCP) are refused by type.
  */
-#define _GNU_SOURCE /* memmem */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,12 +423,7 @@ struct cv_responses_stream {
 static void emit(cv_responses_stream *st, const char *type, json_t *event) {
     json_object_set_new(event, "type", json_string(type));
     json_object_set_new(event, "sequence_number", json_integer(st->seq++));
-    char *s = json_dumps(event, JSON_COMPACT);
-    json_decref(event);
-    char *rec = cv_xasprintf("event: %s\ndata: %s\n\n", type, s);
-    cv_buf_append(&st->out, &st->len, &st->cap, rec, strlen(rec));
-    free(rec);
-    free(s);
+    cv_api_sse_event(&st->out, &st->len, &st->cap, type, event);
 }
 
 static json_int_t output_index(const cv_responses_stream *st) { return (json_int_t)json_array_size(st->output); }
@@ -591,27 +585,19 @@ void cv_responses_stream_free(cv_responses_stream *st) {
     free(st);
 }
 
+static void on_record(void *user, const json_t *c) {
+    cv_responses_stream *st = user;
+    const json_t *e = json_object_get(c, "error");
+    if (e) /* (and nothing for [DONE]: the stream ends with response.completed) */
+        emit(st, "error", json_pack("{s:O, s:O, s:O}", "code", json_object_get(e, "type"), "message",
+                                    json_object_get(e, "message"), "param", json_object_get(e, "param")));
+    else if (c)
+        chunk(st, c);
+}
+
 void cv_responses_stream_convert(cv_responses_stream *st, char **sse, size_t *len, size_t *cap) {
     st->len = 0;
-    static const char prefix[] = "data: ";
-    for (const char *p = *sse, *end = *sse + *len; p < end;) {
-        const char *stop = memmem(p, (size_t)(end - p), "\n\n", 2);
-        const char *rec_end = stop ? stop : end;
-        assert(!strncmp(p, prefix, strlen(prefix))); /* the chat stream writes whole data: records */
-        const char *data = p + strlen(prefix);
-        const size_t n = (size_t)(rec_end - data);
-        if (!(n == 6 && !memcmp(data, "[DONE]", 6))) { /* the Responses stream ends with response.completed */
-            json_t *c = json_loadb(data, n, 0, NULL);
-            const json_t *e = json_object_get(c, "error");
-            if (e)
-                emit(st, "error", json_pack("{s:O, s:O, s:O}", "code", json_object_get(e, "type"), "message",
-                                            json_object_get(e, "message"), "param", json_object_get(e, "param")));
-            else if (c)
-                chunk(st, c);
-            json_decref(c);
-        }
-        p = stop ? stop + 2 : end;
-    }
-    *len = 0;
+    cv_api_sse_records(*sse, *len, on_record, st);
+    *len = 0; /* the converted bytes replace the chat ones */
     cv_buf_append(sse, len, cap, st->out ? st->out : "", st->len);
 }
