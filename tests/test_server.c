@@ -2227,6 +2227,16 @@ static void test_anthropic_messages(void) {
     free(plain);
     free(streamed);
 
+    /* Anthropic's clients send the key as x-api-key */
+    const char *const good_key[] = {"x-api-key: " KEY, NULL}, *const bad_key[] = {"x-api-key: nope", NULL};
+    const char *hi = "{\"model\":\"" NAME "\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}";
+    r = http_with(&chat_srv, "POST", "/v1/messages", hi, NULL, good_key);
+    CHECK_MSG(r.status == 200, "x-api-key: %ld %.200s", r.status, r.body);
+    free_reply(&r);
+    r = http_with(&chat_srv, "POST", "/v1/messages", hi, NULL, bad_key);
+    CHECK_EQ_INT(r.status, 401);
+    free_reply(&r);
+
     /* errors in Anthropic's shape */
     static const struct {
         const char *body;

@@ -308,12 +308,15 @@ static bool same_secret(const char *a, const char *b) {
     return diff == 0;
 }
 
+/* The key is the Bearer token, or without one an x-api-key header's value: Anthropic's clients send
+ * theirs so (vLLM takes Bearer only; its issue 51572 and the pull requests for it take both). */
 static bool authorized(const cv_server *s, const cv_http_req *r) {
     if (s->n_keys == 0) return true;
     const char *h = cv_http_get_header(r, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    const char *key = h && !strncasecmp(h, "Bearer ", 7) ? h + 7 : cv_http_get_header(r, "x-api-key");
+    if (!key) return false;
     bool ok = false;
-    for (size_t i = 0; i < s->n_keys; i++) ok |= same_secret(h + 7, s->keys[i]);
+    for (size_t i = 0; i < s->n_keys; i++) ok |= same_secret(key, s->keys[i]);
     return ok;
 }
 
