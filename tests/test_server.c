@@ -86,7 +86,8 @@ static void start_server(fixture *f, const char *load_format, cv_api_structured_
                              * /tokenizer_info */
                             .enable_request_id_headers = load_format != NULL,
                             .enable_server_load_tracking = load_format != NULL,
-                            .enable_tokenizer_info = load_format != NULL};
+                            .enable_tokenizer_info = load_format != NULL,
+                            .responses_store = load_format != NULL};
     rc = cv_server_start(f->group, &so, &f->srv);
     CHECK_MSG(rc == 0, "server: %s", cvllm_last_error());
     if (rc) exit(1);
@@ -1986,8 +1987,8 @@ static void test_responses_api(void) {
         const char *body, *message;
     } bad[] = {
         {"{\"model\":\"" NAME "\",\"max_output_tokens\":5}", "Field required"},
-        {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"previous_response_id\":\"resp_1\"}", "previous_response_id needs stored"},
-        {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"background\":true}", "background needs stored responses"},
+        {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"previous_response_id\":\"abc\"}", "Expected an ID that begins with 'resp'"},
+        {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"background\":true}", "background responses are not supported"},
         {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"tools\":[{\"type\":\"web_search\"}]}", "only function tools"},
         {"{\"model\":\"" NAME "\",\"input\":[{\"type\":\"computer_call\"}]}", "input item of type 'computer_call'"},
     };
@@ -1996,6 +1997,97 @@ static void test_responses_api(void) {
         CHECK_MSG(is_error(&r, 400, bad[k].message), "%s", bad[k].body);
         free(r.body);
     }
+}
+
+/* One /v1/responses request on the chat server: its reply (200 expected) as JSON. */
+static json_t *respond(const char *body) {
+    reply r = http(&chat_srv, "POST", "/v1/responses", body);
+    CHECK_MSG(r.status == 200, "/v1/responses %s: %.300s", body, r.body);
+    json_t *o = reply_json(&r);
+    free(r.body);
+    return o;
+}
+
+/* The stored responses (VLLM_ENABLE_RESPONSES_API_STORE; the chat server has the store): GET
+ * /v1/responses/{id} returns a response as it was sent (streamed ones too, as response.completed
+ * carried them), store false keeps nothing, previous_response_id continues the conversation as
+ * vLLM does (the earlier messages, the earlier output as the assistant's turn, then the new input:
+ * the prompt /tokenize makes of them), and the refusals: an unknown id (404, also on a server that
+ * stores nothing), a cancel of a synchronous response. */
+static void test_responses_store(void) {
+    json_t *first = respond("{\"model\":\"" NAME "\",\"instructions\":\"You are helpful.\",\"input\":\"What is the weather "
+                            "in Paris?\",\"max_output_tokens\":4,\"temperature\":0}");
+    const char *id = json_string_value(json_object_get(first, "id"));
+    char *path = tu_strdupf("/v1/responses/%s%s", id ? id : "", "");
+    reply r = http(&chat_srv, "GET", path, NULL);
+    json_t *got = reply_json(&r);
+    CHECK_MSG(r.status == 200 && json_equal(got, first), "GET %s: %.300s", path, r.body);
+    json_decref(got);
+    free(r.body);
+    char *cancel = tu_strdupf("%s%s", path, "/cancel");
+    r = http(&chat_srv, "POST", cancel, NULL);
+    CHECK(is_error(&r, 400, "Cannot cancel a synchronous response."));
+    free(r.body);
+    free(cancel);
+
+    /* continued: the prompt of [system, user, assistant (the first output), user] */
+    char *next = tu_strdupf("{\"model\":\"" NAME "\",\"previous_response_id\":\"%s\",\"input\":\"And tomorrow?\","
+                            "\"max_output_tokens\":1,\"temperature\":0%s}", id ? id : "", "");
+    json_t *second = respond(next);
+    CHECK_STR_EQ(json_string_value(json_object_get(second, "previous_response_id")), id ? id : "");
+    const char *answer = output_text(first, "message");
+    json_t *tk = json_pack("{s:[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}, {s:s, s:s}]}", "messages", "role", "system", "content",
+                           "You are helpful.", "role", "user", "content", "What is the weather in Paris?", "role",
+                           "assistant", "content", answer ? answer : "", "role", "user", "content", "And tomorrow?");
+    char *tk_body = json_dumps(tk, 0);
+    r = http(&chat_srv, "POST", "/tokenize", tk_body);
+    json_t *count = reply_json(&r);
+    CHECK_EQ_INT(json_integer_value(json_object_get(count, "count")),
+                 json_integer_value(json_object_get(json_object_get(second, "usage"), "input_tokens")));
+    json_decref(count);
+    free(r.body);
+    free(tk_body);
+    json_decref(tk);
+    free(next);
+    json_decref(second);
+
+    /* streamed: stored as response.completed carried it */
+    r = http(&chat_srv, "POST", "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Hi\",\"max_output_tokens\":3,"
+                                                 "\"temperature\":0,\"stream\":true}");
+    char *text;
+    bool ok;
+    json_t *done = parse_responses_sse(r.body, &text, &ok);
+    free(text);
+    free(r.body);
+    CHECK(ok && done);
+    char *streamed_path = tu_strdupf("/v1/responses/%s%s", json_string_value(json_object_get(done, "id")), "");
+    r = http(&chat_srv, "GET", streamed_path, NULL);
+    got = reply_json(&r);
+    CHECK_MSG(r.status == 200 && json_equal(got, done), "GET %s: %.300s", streamed_path, r.body);
+    json_decref(got);
+    free(r.body);
+    free(streamed_path);
+    json_decref(done);
+
+    /* store false keeps nothing; unknown ids */
+    json_t *unstored = respond("{\"model\":\"" NAME "\",\"input\":\"Hi\",\"max_output_tokens\":1,\"store\":false}");
+    char *unstored_path = tu_strdupf("/v1/responses/%s%s", json_string_value(json_object_get(unstored, "id")), "");
+    r = http(&chat_srv, "GET", unstored_path, NULL);
+    CHECK(is_error(&r, 404, "not found"));
+    free(r.body);
+    free(unstored_path);
+    json_decref(unstored);
+    r = http(&chat_srv, "POST", "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Hi\",\"previous_response_id\":\"resp_nope\"}");
+    CHECK(is_error(&r, 404, "Response with id 'resp_nope' not found."));
+    free(r.body);
+    r = http(&ref_srv, "POST", "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Hi\",\"previous_response_id\":\"resp_nope\"}");
+    CHECK(is_error(&r, 404, "stored with VLLM_ENABLE_RESPONSES_API_STORE=1"));
+    free(r.body);
+    r = http(&ref_srv, "GET", path, NULL);
+    CHECK(is_error(&r, 404, "not found"));
+    free(r.body);
+    free(path);
+    json_decref(first);
 }
 
 /* /tokenizer_info (--enable-tokenizer-info-endpoint): tokenizer_config.json as transformers holds it
@@ -2452,6 +2544,7 @@ int main(void) {
     test_anthropic_messages();
     test_tokenizer_info();
     test_responses_api();
+    test_responses_store();
     test_beam_search();
     test_request_ids_and_load();
     curl_easy_cleanup(easy);

@@ -2292,7 +2292,7 @@ static void test_responses_stream(void) {
     cv_api_error err;
     const char *body = "{\"model\":\"m\",\"instructions\":\"Be brief.\",\"input\":\"Hi\",\"max_output_tokens\":9,\"stream\":true,"
                        "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]}";
-    CHECK(cv_api_parse_responses(body, strlen(body), &l, &req, &err) == 0 && cv_api_prepare(&req, tok, &l, &err) == 0);
+    CHECK(cv_api_parse_responses(body, strlen(body), &l, NULL, NULL, &req, &err) == 0 && cv_api_prepare(&req, tok, &l, &err) == 0);
     CHECK(req.stream && req.include_usage && req.continuous_usage && req.responses);
 #define CHUNK(delta, finish) \
     "data: {\"id\":\"chatcmpl-ab\",\"created\":5,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":" delta \

@@ -495,6 +495,10 @@ static int parse_serve_args(cv_args *a, serve_args *g) {
         g->keys[g->n_keys++] = env_key;
     }
     g->server.runtime_lora_updating = cv_vllm_env_true("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+    g->server.responses_store = cv_vllm_env_true("VLLM_ENABLE_RESPONSES_API_STORE");
+    if (g->server.responses_store) /* vLLM's warning */
+        cv_warn("serve", "VLLM_ENABLE_RESPONSES_API_STORE is enabled: /v1/responses keeps every response in memory "
+                "until the server stops, so memory grows with each one");
     if (lora_resolver(a, g)) return 2;
     g->server.model_root = g->engine.model;
     g->server.served_model_names = g->names;

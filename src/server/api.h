@@ -226,6 +226,8 @@ typedef struct cv_api_request {
                                  * stream are rewritten in that API's shapes (api_anthropic.c) */
     json_t *responses;          /* one made of a Responses API request: the response object's settings
                                  * (api_responses.c), else NULL */
+    json_t *responses_messages; /* ... the chat messages it answers, for the response store */
+    bool responses_store;       /* ... its `store` (true unless the request says false) */
 } cv_api_request;
 
 int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
@@ -261,10 +263,14 @@ int cv_api_parse_cohere_embed(const char *body, size_t len, const cv_api_limits 
  * translated into a chat completion request and read as one (kind CV_API_CHAT, `anthropic` set). */
 int cv_api_parse_anthropic(const char *body, size_t len, const cv_api_limits *lim, bool count_only, cv_api_request *req,
                            cv_api_error *err);
+/* The chat messages that continue stored response `id`'s conversation (a new reference), or NULL
+ * when none is stored under it (response_store.h). */
+typedef json_t *(*cv_api_history_fn)(void *ctx, const char *id);
 /* /v1/responses, OpenAI's Responses API as vLLM serves it: the body is translated into a chat
- * completion request and read as one (kind CV_API_CHAT, `responses` set). */
-int cv_api_parse_responses(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
-                           cv_api_error *err);
+ * completion request and read as one (kind CV_API_CHAT, `responses` set). A previous_response_id is
+ * looked up with `history` (NULL: the server stores no responses). */
+int cv_api_parse_responses(const char *body, size_t len, const cv_api_limits *lim, cv_api_history_fn history, void *ctx,
+                           cv_api_request *req, cv_api_error *err);
 /* The route /invocations takes on a pooling server, as vLLM's SageMaker router tries the request types
  * of the model's task in turn: a body with input (or messages) is the task's own (embeddings or
  * classify), else one with query and documents a rerank, else a score where scores are served. */
@@ -376,6 +382,8 @@ typedef struct cv_responses_stream cv_responses_stream;
 cv_responses_stream *cv_responses_stream_new(const cv_api_request *req);
 void cv_responses_stream_free(cv_responses_stream *st);
 void cv_responses_stream_convert(cv_responses_stream *st, char **sse, size_t *len, size_t *cap);
+/* The response object response.completed carried, once the stream has ended; NULL before. */
+const json_t *cv_responses_stream_final(const cv_responses_stream *st);
 /* /v2/embed's reply (vLLM's CohereEmbedResponse), or NULL with *err when a binary type was asked of a
  * vector whose length is not a multiple of 8 (vLLM's 400, known only once the vectors are in). */
 char *cv_api_cohere_json(const cv_api_response *r, cv_api_error *err);

@@ -1719,6 +1719,7 @@ void cv_api_request_free(cv_api_request *req) {
     free(req->forced_tool);
     json_decref(req->tools);
     json_decref(req->responses);
+    json_decref(req->responses_messages);
     free(req->constraint_spec);
     for (size_t i = 0; i < req->constraint.n_choices; i++) free(req->constraint_choices[i]);
     free(req->constraint_choices);

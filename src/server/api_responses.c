@@ -196,14 +196,28 @@ static int convert_format(const json_t *o, json_t *chat, cv_api_error *err) {
     return 0;
 }
 
-static int to_chat(const json_t *o, json_t **out, cv_api_error *err) {
+/* previous_response_id's conversation into b->msgs, as vLLM continues one. */
+static int continue_from(const json_t *o, cv_api_history_fn history, void *ctx, builder *b, cv_api_error *err) {
+    const char *id = json_string_value(json_object_get(o, "previous_response_id"));
+    if (!id) return 0;
+    if (strncmp(id, "resp", 4))
+        return cv_api_fail(err, 400, "previous_response_id", "Invalid 'previous_response_id': '%s'. Expected an ID that "
+                           "begins with 'resp'.", id);
+    json_t *messages = history ? history(ctx, id) : NULL;
+    if (!messages)
+        return cv_api_fail(err, 404, "previous_response_id", "Response with id '%s' not found.%s", id,
+                           history ? "" : " (responses are stored with VLLM_ENABLE_RESPONSES_API_STORE=1)");
+    json_array_extend(b->msgs, messages);
+    json_decref(messages);
+    return 0;
+}
+
+static int to_chat(const json_t *o, cv_api_history_fn history, void *ctx, json_t **out, cv_api_error *err) {
     const json_t *input = json_object_get(o, "input"), *instructions = json_object_get(o, "instructions");
     if (!input) return cv_api_pyfail(err, &(cv_loc){NULL, "input", 0}, o, "missing", CV_PY_MISSING, NULL);
-    if (json_is_string(json_object_get(o, "previous_response_id")))
-        return cv_api_fail(err, 400, "previous_response_id", "previous_response_id needs stored responses, which this "
-                           "server does not keep: send the conversation in `input`");
     if (json_is_true(json_object_get(o, "background")))
-        return cv_api_fail(err, 400, "background", "background needs stored responses, which this server does not keep");
+        return cv_api_fail(err, 400, "background", "background responses are not supported: this server answers each "
+                           "request while it waits");
     if (json_object_get(o, "prompt") && !json_is_null(json_object_get(o, "prompt")))
         return cv_api_value_error(err, o, "VLLMValidationError", "prompt", json_object_get(o, "prompt"),
                                   "prompt template is not supported");
@@ -213,10 +227,10 @@ static int to_chat(const json_t *o, json_t **out, cv_api_error *err) {
     builder b = {json_array(), NULL, NULL};
     if (json_string_length(instructions))
         json_array_append_new(b.msgs, json_pack("{s:s, s:O}", "role", "system", "content", instructions));
-    int rc = 0;
-    if (json_is_string(input)) {
+    int rc = continue_from(o, history, ctx, &b, err);
+    if (!rc && json_is_string(input)) {
         json_array_append_new(b.msgs, json_pack("{s:s, s:O}", "role", "user", "content", input));
-    } else if (json_is_array(input)) {
+    } else if (!rc && json_is_array(input)) {
         size_t i;
         const json_t *item;
         json_array_foreach(input, i, item) {
@@ -225,7 +239,7 @@ static int to_chat(const json_t *o, json_t **out, cv_api_error *err) {
         if (!rc) flush_calls(&b);
         if (!rc && b.reasoning) /* reasoning last: an assistant turn of its own */
             json_array_append_new(b.msgs, json_pack("{s:s, s:s, s:s}", "role", "assistant", "content", "", "reasoning", b.reasoning));
-    } else {
+    } else if (!rc) {
         rc = cv_api_pyfail(err, &(cv_loc){NULL, "input", 0}, input, "string_type", "Input should be a valid string", NULL);
     }
     free(b.reasoning);
@@ -278,20 +292,24 @@ static json_t *skeleton(const json_t *o) {
     json_object_set_new(s, "tools", json_is_array(tools) ? json_incref((json_t *)tools) : json_array());
     json_object_set_new(s, "parallel_tool_calls", json_boolean(!json_is_false(parallel)));
     json_object_set_new(s, "background", json_false());
-    json_object_set_new(s, "previous_response_id", json_null());
+    const json_t *prev = json_object_get(o, "previous_response_id");
+    json_object_set_new(s, "previous_response_id", json_is_string(prev) ? json_incref((json_t *)prev) : json_null());
     json_object_set_new(s, "prompt", json_null());
     json_object_set_new(s, "service_tier", json_string("auto"));
     json_object_set_new(s, "truncation", json_string("disabled"));
     return s;
 }
 
-int cv_api_parse_responses(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err) {
+int cv_api_parse_responses(const char *body, size_t len, const cv_api_limits *lim, cv_api_history_fn history, void *ctx,
+                           cv_api_request *req, cv_api_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = CV_API_CHAT;
     json_t *root = cv_api_parse_body(body, len, err), *chat = NULL;
-    int rc = root ? to_chat(root, &chat, err) : -1;
+    int rc = root ? to_chat(root, history, ctx, &chat, err) : -1;
     if (!rc) rc = cv_api_parse_chat_object(chat, lim, req, err);
     if (root) req->responses = skeleton(root);
+    if (chat) req->responses_messages = json_incref(json_object_get(chat, "messages"));
+    req->responses_store = !json_is_false(json_object_get(root, "store"));
     json_decref(root);
     json_decref(chat);
     return rc;
@@ -416,6 +434,7 @@ struct cv_responses_stream {
     size_t text_len, text_cap;
     json_t *logprobs;    /* a message's logprobs so far */
     char *finish;
+    json_t *final;       /* response.completed's response */
     char *out;
     size_t len, cap;
 };
@@ -494,6 +513,7 @@ static void open_item(cv_responses_stream *st, int kind, const char *chat_item_i
 
 static void stream_response(cv_responses_stream *st, const char *type, const char *status, json_t *usage) {
     json_t *o = response_object(st->req, st->chat_id, st->created, st->model, json_deep_copy(st->output), status, usage);
+    if (!strcmp(type, "response.completed")) st->final = json_incref(o);
     emit(st, type, json_pack("{s:o}", "response", o));
 }
 
@@ -581,9 +601,12 @@ void cv_responses_stream_free(cv_responses_stream *st) {
     free(st->text);
     json_decref(st->logprobs);
     free(st->finish);
+    json_decref(st->final);
     free(st->out);
     free(st);
 }
+
+const json_t *cv_responses_stream_final(const cv_responses_stream *st) { return st->final; }
 
 static void on_record(void *user, const json_t *c) {
     cv_responses_stream *st = user;

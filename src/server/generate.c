@@ -241,6 +241,16 @@ static void log_generated(const gen_session *g, size_t i) {
     }
 }
 
+/* A stored response's conversation, for previous_response_id. */
+static json_t *history(void *store, const char *id) { return cv_response_store_history(store, id); }
+
+/* A finished Responses API reply, kept when the server stores them and the request did not say
+ * store false. */
+static void store_response(gen_session *g, const json_t *response) {
+    if (g->s->responses && g->req.responses_store && response)
+        cv_response_store_put(g->s->responses, response, g->req.responses_messages);
+}
+
 /* The whole non-streaming reply: JSON, or an embeddings or /pooling request's raw bytes
  * (encoding_format bytes, with vLLM's metadata header; bytes_only without it). */
 static void reply(gen_session *g) {
@@ -265,6 +275,11 @@ static void reply(gen_session *g) {
         reply_error(g->http, &err, req->anthropic);
         return;
     }
+    if (req->responses) {
+        json_t *o = json_loads(json, 0, NULL);
+        store_response(g, o);
+        json_decref(o);
+    }
     cv_http_respond(g->http, 200, "application/json", json, strlen(json));
     free(json);
 }
@@ -287,6 +302,7 @@ static void on_event(void *user, cv_request_event *ev) {
         if (stream) {
             if (last) cv_api_response_stream_end(&g->resp, &g->sse, &g->sse_len, &g->sse_cap);
             push_sse(g);
+            if (last && g->responses) store_response(g, cv_responses_stream_final(g->responses));
             if (last) cv_http_stream_end(g->http);
         } else if (last) {
             /* Sent even to a client that left: the HTTP layer drops it, and the request is over. */
@@ -404,7 +420,8 @@ static int parse_and_prepare(cv_server *s, cv_api_kind kind, const char *body, s
              : kind == CV_API_POOLING    ? cv_api_parse_pooling(body, len, &s->limits, req, err)
              : kind == CV_API_COHERE_EMBED ? cv_api_parse_cohere_embed(body, len, &s->limits, req, err)
              : kind == CV_API_MESSAGES   ? cv_api_parse_anthropic(body, len, &s->limits, false, req, err)
-             : kind == CV_API_RESPONSES  ? cv_api_parse_responses(body, len, &s->limits, req, err)
+             : kind == CV_API_RESPONSES  ? cv_api_parse_responses(body, len, &s->limits, s->responses ? history : NULL,
+                                                              s->responses, req, err)
                                          : cv_api_parse_completion(body, len, &s->limits, req, err);
     if (rc) return rc;
     if (!cv_server_model_name(s, req->model, lora, err)) return -1;

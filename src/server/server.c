@@ -201,6 +201,36 @@ static void handle_tokenizer_info(cv_server *s, cv_http_req *c) {
     send_json(c, o);
 }
 
+/* The stored responses' paths: /v1/responses/ID and /v1/responses/ID/cancel. */
+static const char RESPONSE_ID_PREFIX[] = "/v1/responses/";
+
+/* GET /v1/responses/{id}: a stored response; POST /v1/responses/{id}/cancel: vLLM cancels only
+ * background responses, which this server does not run, so a stored one is refused as
+ * synchronous. Without the store nothing is found (vLLM's 404). */
+static void handle_stored_response(cv_server *s, cv_http_req *c) {
+    const char *id = cv_http_path(c) + strlen(RESPONSE_ID_PREFIX), *slash = strchr(id, '/');
+    const bool cancel = slash && !strcmp(slash, "/cancel");
+    const bool post = !strcmp(cv_http_method(c), "POST");
+    if ((slash && !cancel) || post != cancel) {
+        fail(c, slash && !cancel ? 404 : 405, slash && !cancel ? "Not Found" : "Method Not Allowed");
+        return;
+    }
+    char *key = cv_xstrndup(id, slash ? (size_t)(slash - id) : strlen(id));
+    json_t *response = s->responses ? cv_response_store_get(s->responses, key) : NULL;
+    cv_api_error err;
+    if (!response) {
+        cv_api_fail(&err, 404, NULL, "Response with id '%s' not found.", key);
+        cv_server_reply_error(c, &err);
+    } else if (cancel) {
+        cv_api_fail(&err, 400, NULL, "Cannot cancel a synchronous response.");
+        cv_server_reply_error(c, &err);
+        json_decref(response);
+    } else {
+        send_json(c, response);
+    }
+    free(key);
+}
+
 /* /v1/messages/count_tokens, vLLM's: the prompt's tokens as /v1/messages would render them. */
 static void handle_count_tokens(cv_server *s, cv_http_req *c, const char *body, size_t len) {
     cv_api_request req;
@@ -244,7 +274,7 @@ static void handle_detokenize(cv_server *s, cv_http_req *c, const char *body, si
 typedef enum route_id {
     R_HEALTH, R_PING, R_VERSION, R_LOAD, R_MODELS, R_METRICS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT,
     R_CHAT_RENDER, R_INVOCATIONS, R_LOAD_LORA, R_UNLOAD_LORA, R_EMBEDDINGS, R_SCORE, R_RERANK, R_CLASSIFY, R_POOLING,
-    R_COHERE_EMBED, R_MESSAGES, R_MESSAGES_COUNT, R_TOKENIZER_INFO, R_RESPONSES
+    R_COHERE_EMBED, R_MESSAGES, R_MESSAGES_COUNT, R_TOKENIZER_INFO, R_RESPONSES, R_RESPONSE_ID
 } route_id;
 
 typedef struct route {
@@ -350,9 +380,16 @@ static bool route_served(const cv_server *s, route_id id) {
     }
 }
 
+/* GET /v1/responses/{response_id} and POST /v1/responses/{response_id}/cancel: a path with an id in
+ * it, matched by its prefix (the metrics name it by its template, as vLLM's routes are named). */
+static const route response_id_route = {"/v1/responses/{response_id}", R_RESPONSE_ID, "GET POST", false};
+
 static const route *find_route(const cv_server *s, const char *url) {
     for (size_t i = 0; i < CV_ARRAY_LEN(routes); i++)
         if (!strcmp(url, routes[i].path)) return route_served(s, routes[i].id) ? &routes[i] : NULL;
+    if (!strncmp(url, RESPONSE_ID_PREFIX, strlen(RESPONSE_ID_PREFIX)) && url[strlen(RESPONSE_ID_PREFIX)] &&
+        route_served(s, R_RESPONSES))
+        return &response_id_route;
     return NULL;
 }
 
@@ -443,6 +480,7 @@ static void answer(cv_server *s, cv_http_req *r, const route *rt) {
     case R_CHAT_RENDER: handle_render(s, r, body, len); return;
     case R_MESSAGES: cv_generate(s, r, CV_API_MESSAGES); return;
     case R_RESPONSES: cv_generate(s, r, CV_API_RESPONSES); return;
+    case R_RESPONSE_ID: handle_stored_response(s, r); return;
     case R_MESSAGES_COUNT: handle_count_tokens(s, r, body, len); return;
     case R_TOKENIZER_INFO: handle_tokenizer_info(s, r); return;
     case R_LOAD_LORA: cv_server_lora_route(s, r, body, len, true); return;
@@ -566,6 +604,7 @@ static void pooling_limits(cv_server *s, const cvllm_engine *e) {
 
 static void free_server(cv_server *s) {
     cv_http_metrics_free(s->http_metrics);
+    cv_response_store_free(s->responses);
     free_strings(s->names, s->n_names);
     cv_server_loras_free(s);
     cv_cors_free(&s->cors);
@@ -615,6 +654,7 @@ int cv_server_start(cv_engine_group *group, const cv_server_options *o, cv_serve
     s->max_log_len = o->max_log_len > 0 ? o->max_log_len : -1;
     s->load_tracking = o->enable_server_load_tracking;
     s->tokenizer_info = o->enable_tokenizer_info;
+    if (o->responses_store) s->responses = cv_response_store_new();
     s->chat_template_given = o->chat_template_given;
     s->max_body = o->max_body_bytes ? o->max_body_bytes : DEFAULT_MAX_BODY;
     s->started = (int64_t)time(NULL);

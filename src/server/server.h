@@ -54,6 +54,8 @@ typedef struct cv_server_options {
     bool enable_request_id_headers;    /* every reply carries X-Request-Id: the request's own, or a new one */
     bool enable_server_load_tracking;  /* /load counts the generations in flight (else it says 0) */
     bool enable_tokenizer_info;        /* GET /tokenizer_info (vLLM's --enable-tokenizer-info-endpoint) */
+    bool responses_store;              /* vLLM's VLLM_ENABLE_RESPONSES_API_STORE: /v1/responses keeps what
+                                        * it answers (response_store.h) */
     size_t max_body_bytes;             /* larger bodies get 413; 0 = 32 MiB */
     /* Connection limits (uvicorn's names where it has them). */
     double timeout_keep_alive;         /* idle seconds allowed between requests; 0 = 5 */

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 #include "server/api.h"
+#include "server/response_store.h"
 #include "server/cors.h"
 #include "server/http.h"
 #include "server/metrics.h"
@@ -50,6 +51,7 @@ struct cv_server {
     int64_t max_log_len;          /* -1: whole */
     bool load_tracking;           /* --enable-server-load-tracking */
     bool tokenizer_info;          /* --enable-tokenizer-info-endpoint: GET /tokenizer_info */
+    cv_response_store *responses; /* VLLM_ENABLE_RESPONSES_API_STORE: the stored responses, else NULL */
     bool chat_template_given;     /* the template is --chat-template's (/tokenizer_info shows it) */
     atomic_long load;             /* generations in flight, with load_tracking (vLLM's server_load_metrics) */
     size_t max_body;

@@ -239,7 +239,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int kind = 0; kind < 4; kind++) { /* completion, chat, Anthropic messages, Responses */
         cv_api_request req;
         cv_api_error err = {0};
-        int rc = kind == 3   ? cv_api_parse_responses(body, size, &lim, &req, &err)
+        int rc = kind == 3   ? cv_api_parse_responses(body, size, &lim, NULL, NULL, &req, &err)
                  : kind == 2 ? cv_api_parse_anthropic(body, size, &lim, false, &req, &err)
                  : kind    ? cv_api_parse_chat(body, size, &lim, &req, &err)
                            : cv_api_parse_completion(body, size, &lim, &req, &err);

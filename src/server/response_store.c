@@ -1,0 +1,79 @@
+/*
+ * response_store.c — stored Responses API responses (see response_store.h): one JSON object keyed by
+ * response id, under a mutex.
+ */
+#include "server/response_store.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+struct cv_response_store {
+    pthread_mutex_t mu;
+    json_t *by_id; /* id → {"response": ..., "messages": [...]} */
+};
+
+cv_response_store *cv_response_store_new(void) {
+    cv_response_store *st = cv_xcalloc(1, sizeof *st);
+    pthread_mutex_init(&st->mu, NULL);
+    st->by_id = json_object();
+    return st;
+}
+
+void cv_response_store_free(cv_response_store *st) {
+    if (!st) return;
+    json_decref(st->by_id);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+void cv_response_store_put(cv_response_store *st, const json_t *response, const json_t *messages) {
+    const char *id = json_string_value(json_object_get(response, "id"));
+    if (!id) return;
+    json_t *entry = json_pack("{s:o, s:o}", "response", json_deep_copy(response), "messages", json_deep_copy(messages));
+    pthread_mutex_lock(&st->mu);
+    json_object_set_new(st->by_id, id, entry);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* A field of id's entry, a new reference, or NULL. */
+static json_t *entry_field(cv_response_store *st, const char *id, const char *field) {
+    pthread_mutex_lock(&st->mu);
+    json_t *v = json_object_get(json_object_get(st->by_id, id), field);
+    json_incref(v); /* the entry may be replaced once the lock is let go; the objects themselves never change */
+    pthread_mutex_unlock(&st->mu);
+    return v;
+}
+
+json_t *cv_response_store_get(cv_response_store *st, const char *id) { return entry_field(st, id, "response"); }
+
+json_t *cv_response_store_history(cv_response_store *st, const char *id) {
+    json_t *response = entry_field(st, id, "response"), *messages = entry_field(st, id, "messages");
+    if (!response || !messages) {
+        json_decref(response);
+        json_decref(messages);
+        return NULL;
+    }
+    json_t *history = json_deep_copy(messages);
+    json_decref(messages);
+    size_t i;
+    const json_t *item;
+    json_t *calls = NULL;
+    json_array_foreach(json_object_get(response, "output"), i, item) {
+        const char *type = json_string_value(json_object_get(item, "type"));
+        if (type && !strcmp(type, "message")) {
+            const json_t *part = json_array_get(json_object_get(item, "content"), 0);
+            json_array_append_new(history, json_pack("{s:s, s:O}", "role", "assistant", "content", json_object_get(part, "text")));
+        } else if (type && !strcmp(type, "function_call")) {
+            if (!calls) calls = json_array();
+            json_array_append_new(calls, json_pack("{s:O, s:s, s:{s:O, s:O}}", "id", json_object_get(item, "call_id"), "type",
+                                                   "function", "function", "name", json_object_get(item, "name"),
+                                                   "arguments", json_object_get(item, "arguments")));
+        }
+    }
+    if (calls) json_array_append_new(history, json_pack("{s:s, s:s, s:o}", "role", "assistant", "content", "", "tool_calls", calls));
+    json_decref(response);
+    return history;
+}
