@@ -21,9 +21,10 @@
  * deltas, their .done events and output_item.done, and response.completed with the whole
  * response; every event has its sequence_number.
  *
- * Not kept: responses are not stored (vLLM stores them only with VLLM_ENABLE_RESPONSES_API_STORE),
- * so previous_response_id and background, which need a stored response, are refused with a 400
- * that says so; hosted tools (web search, file search, code interpreter, MCP) are refused by type.
+ * previous_response_id continues a stored conversation (response_store.h, with vLLM's
+ * VLLM_ENABLE_RESPONSES_API_STORE): the server hands its messages in through cv_api_history_fn.
+ * background (a response run while the client polls) is refused, as are hosted tools (web search,
+ * file search, code interpreter, MCP), by type.
  */
 #include <assert.h>
 #include <stdlib.h>
