@@ -2,7 +2,8 @@
  * http.h — the HTTP/1.1 server the API is served through, as a small interface: a request arrives
  * (head, then the complete body), the application answers it once (a whole response, or a stream of
  * chunks), and hears when the client has gone. Nothing above this file knows which library or
- * event loop moves the bytes; http_server.c is the one backend (its design comment says why).
+ * event loop moves the bytes; http_server.c is the one backend (its design comment says why), with
+ * tls.c beneath it for HTTPS.
  *
  * Threads. Socket I/O runs on one event-loop thread. on_head runs there too and must not block (it
  * checks auth, route, method and content type). on_request runs on a small worker pool, so a

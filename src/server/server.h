@@ -95,9 +95,8 @@ int cv_server_check_tls(const cv_tls_options *tls);
 
 /* Binds (unless given a bound socket, which it owns from then on, failing or not) and starts
  * serving. Fails (with cvllm_last_error) when the address cannot be bound, the TLS files do not
- * load, or a chat option is
- * invalid (an unknown parser name, kwargs that are not a JSON object, auto tool choice without a
- * tool-call parser). */
+ * load, or a chat option is invalid (an unknown parser name, kwargs that are not a JSON object,
+ * auto tool choice without a tool-call parser). */
 int cv_server_start(cv_engine_group *group, const cv_server_options *opts, cv_server **out);
 
 /* The bound port (useful with port 0). */
