@@ -1900,16 +1900,22 @@ static json_t *parse_responses_sse(const char *body, char **text, bool *well_for
     return completed;
 }
 
-/* The text of a response's first output item of `type` (the message's output_text, the reasoning's
- * reasoning_text), or NULL. */
-static const char *output_text(const json_t *response, const char *type) {
+/* A list's first object whose "type" is `type`, or NULL. */
+static const json_t *first_of_type(const json_t *list, const char *type) {
     size_t i;
     const json_t *item;
-    json_array_foreach(json_object_get(response, "output"), i, item) {
-        if (!strcmp(json_string_value(json_object_get(item, "type")), type))
-            return json_string_value(json_object_get(json_array_get(json_object_get(item, "content"), 0), "text"));
+    json_array_foreach(list, i, item) {
+        if (!strcmp(json_string_value(json_object_get(item, "type")), type)) return item;
     }
     return NULL;
+}
+
+/* The text of a response's first output item of `type` (the message's output_text, the reasoning's
+ * reasoning_text), or "". */
+static const char *output_text(const json_t *response, const char *type) {
+    const json_t *item = first_of_type(json_object_get(response, "output"), type);
+    const char *text = json_string_value(json_object_get(json_array_get(json_object_get(item, "content"), 0), "text"));
+    return text ? text : "";
 }
 
 /* OpenAI's Responses API: a response equals the chat completion of the same conversation (text,
@@ -1919,8 +1925,6 @@ static const char *output_text(const json_t *response, const char *type) {
  * hosted tools, are refused. */
 static void test_responses_api(void) {
     chat_reference ref = chat_of_messages();
-    const char *content = ref.content, *reasoning = ref.reasoning;
-    const json_int_t prompt_tokens = ref.prompt_tokens;
     reply r;
     const char *base = "{\"model\":\"" NAME "\",\"instructions\":\"You are helpful.\",\"input\":\"What is the weather in "
                        "Paris?\",\"max_output_tokens\":12,\"temperature\":0";
@@ -1934,20 +1938,20 @@ static void test_responses_api(void) {
     CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(o, "incomplete_details"), "reason")), "max_output_tokens");
     CHECK_STR_EQ(json_string_value(json_object_get(o, "instructions")), "You are helpful.");
     CHECK_EQ_INT(json_integer_value(json_object_get(o, "max_output_tokens")), 12);
-    CHECK_STR_EQ(output_text(o, "message") ? output_text(o, "message") : "", content ? content : "");
-    CHECK_STR_EQ(output_text(o, "reasoning") ? output_text(o, "reasoning") : "", reasoning ? reasoning : "");
+    CHECK_STR_EQ(output_text(o, "message"), ref.content);
+    CHECK_STR_EQ(output_text(o, "reasoning"), ref.reasoning);
     const json_t *usage = json_object_get(o, "usage");
-    CHECK_EQ_INT(json_integer_value(json_object_get(usage, "input_tokens")), prompt_tokens);
+    CHECK_EQ_INT(json_integer_value(json_object_get(usage, "input_tokens")), ref.prompt_tokens);
     CHECK_EQ_INT(json_integer_value(json_object_get(usage, "output_tokens")), 12);
-    CHECK_EQ_INT(json_integer_value(json_object_get(usage, "total_tokens")), prompt_tokens + 12);
+    CHECK_EQ_INT(json_integer_value(json_object_get(usage, "total_tokens")), ref.prompt_tokens + 12);
     free(r.body);
     r = http(&chat_srv, "POST", "/v1/responses", streamed);
     char *text;
     bool ok;
     json_t *done = parse_responses_sse(r.body, &text, &ok);
     CHECK_MSG(r.status == 200 && ok && done, "stream: %.600s", r.body);
-    CHECK_STR_EQ(text, content ? content : "");
-    CHECK_STR_EQ(output_text(done, "message") ? output_text(done, "message") : "", content ? content : "");
+    CHECK_STR_EQ(text, ref.content);
+    CHECK_STR_EQ(output_text(done, "message"), ref.content);
     CHECK_STR_EQ(json_string_value(json_object_get(done, "status")), "incomplete");
     CHECK(json_equal(json_object_get(done, "usage"), usage));
     json_decref(done);
@@ -2200,14 +2204,10 @@ static void free_anthropic_stream(anthropic_stream *a) {
     json_decref(a->inputs);
 }
 
-/* The text of a message's first content block of `type`, or NULL. */
+/* The `key` text of a message's first content block of `type`, or "". */
 static const char *block_text(const json_t *msg, const char *type, const char *key) {
-    size_t i;
-    const json_t *b;
-    json_array_foreach(json_object_get(msg, "content"), i, b) {
-        if (!strcmp(json_string_value(json_object_get(b, "type")), type)) return json_string_value(json_object_get(b, key));
-    }
-    return NULL;
+    const char *text = json_string_value(json_object_get(first_of_type(json_object_get(msg, "content"), type), key));
+    return text ? text : "";
 }
 
 /* vLLM's Anthropic Messages API: a message equals the chat completion of the same conversation
@@ -2217,8 +2217,6 @@ static const char *block_text(const json_t *msg, const char *type, const char *k
  * come in Anthropic's shape. */
 static void test_anthropic_messages(void) {
     chat_reference ref = chat_of_messages();
-    const char *content = ref.content, *reasoning = ref.reasoning;
-    const json_int_t prompt_tokens = ref.prompt_tokens;
     reply r;
     const char *base = "{\"model\":\"" NAME "\",\"system\":\"You are helpful.\",\"messages\":[{\"role\":\"user\",\"content\":"
                        "[{\"type\":\"text\",\"text\":\"What is the weather in Paris?\"}]}],\"max_tokens\":12,\"temperature\":0";
@@ -2230,19 +2228,19 @@ static void test_anthropic_messages(void) {
     CHECK_STR_EQ(json_string_value(json_object_get(m, "role")), "assistant");
     CHECK_STR_EQ(json_string_value(json_object_get(m, "model")), NAME);
     CHECK_STR_EQ(json_string_value(json_object_get(m, "stop_reason")), "max_tokens");
-    CHECK_STR_EQ(block_text(m, "text", "text") ? block_text(m, "text", "text") : "", content ? content : "");
-    CHECK_STR_EQ(block_text(m, "thinking", "thinking") ? block_text(m, "thinking", "thinking") : "", reasoning ? reasoning : "");
-    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(m, "usage"), "input_tokens")), prompt_tokens);
+    CHECK_STR_EQ(block_text(m, "text", "text"), ref.content);
+    CHECK_STR_EQ(block_text(m, "thinking", "thinking"), ref.reasoning);
+    CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(m, "usage"), "input_tokens")), ref.prompt_tokens);
     CHECK_EQ_INT(json_integer_value(json_object_get(json_object_get(m, "usage"), "output_tokens")), 12);
     json_decref(m);
     free(r.body);
     r = http(&chat_srv, "POST", "/v1/messages", streamed);
     anthropic_stream a = parse_anthropic_sse(r.body);
     CHECK_MSG(r.status == 200 && a.well_formed, "stream: %.600s", r.body);
-    CHECK_STR_EQ(a.text, content ? content : "");
-    CHECK_STR_EQ(a.thinking, reasoning ? reasoning : "");
+    CHECK_STR_EQ(a.text, ref.content);
+    CHECK_STR_EQ(a.thinking, ref.reasoning);
     CHECK_STR_EQ(a.stop_reason ? a.stop_reason : "", "max_tokens");
-    CHECK(a.input_tokens == prompt_tokens && a.output_tokens == 12);
+    CHECK(a.input_tokens == ref.prompt_tokens && a.output_tokens == 12);
     free_anthropic_stream(&a);
     free(r.body);
     json_decref(ref.reply);

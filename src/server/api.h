@@ -374,8 +374,8 @@ typedef struct cv_anthropic_stream cv_anthropic_stream;
 cv_anthropic_stream *cv_anthropic_stream_new(void);
 void cv_anthropic_stream_free(cv_anthropic_stream *st);
 void cv_anthropic_stream_convert(cv_anthropic_stream *st, char **sse, size_t *len, size_t *cap);
-/* A Responses API request's response object (free()). */
-char *cv_api_responses_json(const cv_api_response *r);
+/* A Responses API request's response object (a new reference): the reply, and what the store keeps. */
+json_t *cv_api_responses_object(const cv_api_response *r);
 /* Its stream: the chat stream's SSE records rewritten in place into the Responses events; the state
  * carries over between calls, and reads the request (which must outlive it). */
 typedef struct cv_responses_stream cv_responses_stream;

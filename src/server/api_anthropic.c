@@ -24,7 +24,6 @@
  * (Qwen3's switch); a tool_result's content given as blocks is their text joined (vLLM prints the
  * Python list); tool argument deltas are matched to their tool_use block by the call's index.
  */
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -356,10 +355,7 @@ static json_t *signature(void) {
 }
 
 char *cv_api_anthropic_json(const cv_api_response *r, cv_api_error *err) {
-    char *text = cv_api_response_json(r);
-    json_t *chat = json_loads(text, 0, NULL);
-    free(text);
-    assert(chat);
+    json_t *chat = cv_api_generation_object(r);
     const json_t *choice = json_array_get(json_object_get(chat, "choices"), 0), *msg = json_object_get(choice, "message"),
                  *usage = json_object_get(chat, "usage");
     json_t *content = json_array();
@@ -526,8 +522,5 @@ static void on_record(void *user, const json_t *c) {
 }
 
 void cv_anthropic_stream_convert(cv_anthropic_stream *st, char **sse, size_t *len, size_t *cap) {
-    st->len = 0;
-    cv_api_sse_records(*sse, *len, on_record, st);
-    *len = 0; /* the converted bytes replace the chat ones */
-    cv_buf_append(sse, len, cap, st->out ? st->out : "", st->len);
+    cv_api_sse_translate(sse, len, cap, on_record, st, &st->out, &st->len, &st->cap);
 }

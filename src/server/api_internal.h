@@ -17,11 +17,16 @@ json_t *cv_api_parse_body(const char *body, size_t len, cv_api_error *err);
 /* A chat completion request already read as JSON (the Anthropic Messages API translates into one). */
 int cv_api_parse_chat_object(const json_t *root, const cv_api_limits *lim, cv_api_request *req, cv_api_error *err);
 
-/* The API translations of a chat stream (api_anthropic.c, api_responses.c): fn(user, payload) for
- * each record of the chat stream's bytes (whole "data: PAYLOAD\n\n" records), with the chunk or
- * error object, or NULL for "[DONE]"; and the events they write, "event: NAME\ndata: JSON\n\n" of
- * `data` (the reference taken) appended to *buf. */
-void cv_api_sse_records(const char *sse, size_t len, void (*fn)(void *user, const json_t *payload), void *user);
+/* A completions or chat completion reply as its JSON object (cv_api_response_json prints it; the API
+ * translations read it). */
+json_t *cv_api_generation_object(const cv_api_response *r);
+
+/* The API translations of a chat stream (api_anthropic.c, api_responses.c): the chat stream's bytes
+ * in *sse (whole "data: PAYLOAD\n\n" records) are replaced by what fn(user, payload) writes to the
+ * translation's buffer *out for each record's chunk or error object (NULL for "[DONE]"); and the
+ * events fn writes, "event: NAME\ndata: JSON\n\n" of `data` (the reference taken), appended to *buf. */
+void cv_api_sse_translate(char **sse, size_t *len, size_t *cap, void (*fn)(void *user, const json_t *payload), void *user,
+                          char **out, size_t *out_len, size_t *out_cap);
 void cv_api_sse_event(char **buf, size_t *len, size_t *cap, const char *name, json_t *data);
 
 /* Parser states of one chat choice; only streaming keeps any (non-streaming parses at the end). */

@@ -426,9 +426,11 @@ void cv_api_response_apply(cv_api_response *r, size_t pi, const cv_request_event
     if (ev->finished) pr->finished = true;
 }
 
-void cv_api_sse_records(const char *sse, size_t len, void (*fn)(void *user, const json_t *payload), void *user) {
+void cv_api_sse_translate(char **sse, size_t *len, size_t *cap, void (*fn)(void *user, const json_t *payload), void *user,
+                          char **out, size_t *out_len, size_t *out_cap) {
     static const char prefix[] = "data: ";
-    for (const char *p = sse, *end = sse + len; p < end;) {
+    *out_len = 0;
+    for (const char *p = *sse, *end = *sse + *len; p < end;) {
         const char *stop = memmem(p, (size_t)(end - p), "\n\n", 2), *rec_end = stop ? stop : end;
         assert(!strncmp(p, prefix, strlen(prefix))); /* the chat stream writes whole data: records */
         const char *data = p + strlen(prefix);
@@ -443,6 +445,8 @@ void cv_api_sse_records(const char *sse, size_t len, void (*fn)(void *user, cons
         }
         p = stop ? stop + 2 : end;
     }
+    *len = 0;
+    cv_buf_append(sse, len, cap, *out ? *out : "", *out_len);
 }
 
 void cv_api_sse_event(char **buf, size_t *len, size_t *cap, const char *name, json_t *data) {
@@ -805,6 +809,14 @@ char *cv_api_response_json(const cv_api_response *r) {
     if (req->kind == CV_API_CLASSIFY) return classify_json(r);
     assert(req->kind != CV_API_COHERE_EMBED); /* cv_api_cohere_json, which may refuse */
     if (cv_api_kind_pools(req->kind)) return score_json(r);
+    json_t *o = cv_api_generation_object(r);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+json_t *cv_api_generation_object(const cv_api_response *r) {
+    const cv_api_request *req = r->req;
     bool chat = req->kind == CV_API_CHAT;
     json_t *choices = json_array();
     size_t n = (size_t)req->params.n;
@@ -822,7 +834,5 @@ char *cv_api_response_json(const cv_api_response *r) {
         json_object_set_new(o, "prompt_text", req->return_prompt_text && p->text ? json_stringn(p->text, p->text_len) : json_null());
     }
     json_object_set_new(o, "kv_transfer_params", json_null());
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return s;
+    return o;
 }

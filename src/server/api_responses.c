@@ -26,7 +26,6 @@
  * background (a response run while the client polls) is refused, as are hosted tools (web search,
  * file search, code interpreter, MCP), by type.
  */
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -373,11 +372,8 @@ static json_t *call_item(const char *id, const char *call_id, const json_t *name
                      "function_call", "id", id, "status", status);
 }
 
-char *cv_api_responses_json(const cv_api_response *r) {
-    char *text = cv_api_response_json(r);
-    json_t *chat = json_loads(text, 0, NULL);
-    free(text);
-    assert(chat);
+json_t *cv_api_responses_object(const cv_api_response *r) {
+    json_t *chat = cv_api_generation_object(r);
     const char *chat_id = json_string_value(json_object_get(chat, "id"));
     const json_t *choice = json_array_get(json_object_get(chat, "choices"), 0), *msg = json_object_get(choice, "message");
     json_t *output = json_array();
@@ -410,9 +406,7 @@ char *cv_api_responses_json(const cv_api_response *r) {
                                 finish && !strcmp(finish, "length") ? "incomplete" : "completed",
                                 usage_of(json_object_get(chat, "usage")));
     json_decref(chat);
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return s;
+    return o;
 }
 
 /* ---- the event stream ------------------------------------------------------------------------------ */
@@ -620,8 +614,5 @@ static void on_record(void *user, const json_t *c) {
 }
 
 void cv_responses_stream_convert(cv_responses_stream *st, char **sse, size_t *len, size_t *cap) {
-    st->len = 0;
-    cv_api_sse_records(*sse, *len, on_record, st);
-    *len = 0; /* the converted bytes replace the chat ones */
-    cv_buf_append(sse, len, cap, st->out ? st->out : "", st->len);
+    cv_api_sse_translate(sse, len, cap, on_record, st, &st->out, &st->len, &st->cap);
 }

@@ -267,18 +267,16 @@ static void reply(gen_session *g) {
         return;
     }
     cv_api_error err;
+    json_t *response = req->responses ? cv_api_responses_object(&g->resp) : NULL;
+    store_response(g, response);
     char *json = req->kind == CV_API_COHERE_EMBED ? cv_api_cohere_json(&g->resp, &err)
                  : req->anthropic             ? cv_api_anthropic_json(&g->resp, &err)
-                 : req->responses             ? cv_api_responses_json(&g->resp)
+                 : response                   ? json_dumps(response, JSON_COMPACT)
                                               : cv_api_response_json(&g->resp);
+    json_decref(response);
     if (!json) {
         reply_error(g->http, &err, req->anthropic);
         return;
-    }
-    if (req->responses) {
-        json_t *o = json_loads(json, 0, NULL);
-        store_response(g, o);
-        json_decref(o);
     }
     cv_http_respond(g->http, 200, "application/json", json, strlen(json));
     free(json);

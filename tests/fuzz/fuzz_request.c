@@ -134,9 +134,9 @@ static void answer(const cv_api_request *req) {
         free(body);
     }
     if (req->responses) {
-        body = cv_api_responses_json(&resp);
-        require_json(body, strlen(body));
-        free(body);
+        json_t *o = cv_api_responses_object(&resp);
+        require(json_is_object(o) && json_is_array(json_object_get(o, "output")));
+        json_decref(o);
     }
     free(sse);
     free(d);
