@@ -101,6 +101,10 @@ typedef struct cvllm_engine_options {
     const char *hf_token;       /* vLLM's --hf-token: the bearer token for downloads; NULL = $HF_TOKEN,
                                  * else the token `huggingface-cli login` stored */
     const char *load_format;    /* "auto" (safetensors) or "dummy" (random weights); NULL = auto */
+    const char *model_loader_extra_config; /* vLLM's --model-loader-extra-config, a JSON object: with
+                                 * safetensors the keys vLLM's default loader takes (enable_multithread_load,
+                                 * num_threads, enable_weights_track; no effect, the files are mapped),
+                                 * with dummy none; another key fails create with vLLM's error */
     const char *dtype;          /* the compute dtype, vLLM's --dtype: "auto" (the checkpoint's torch_dtype),
                                  * "bfloat16" (GEMM inputs bf16, accumulation, norms, softmax, RoPE and the
                                  * residual stream f32), "float16" (runs as bfloat16: the CPU kernels have no
@@ -148,6 +152,15 @@ typedef struct cvllm_engine_options {
     int32_t max_logprobs;       /* largest logprobs / prompt_logprobs a request may ask for, 0 = 20 */
     uint64_t seed;              /* seeds dummy weights and requests without their own seed */
     bool enable_prefix_caching;
+    const char *mamba_cache_mode; /* vLLM's --mamba-cache-mode: which block boundaries of a hybrid model's
+                                 * prompts keep their recurrent state for prefix-cache hits: "all" (each
+                                 * boundary a step's tokens complete, as many as the checkpoint slots
+                                 * take), "align" (the last one a step completes: one checkpoint a
+                                 * sequence a step), "none" or NULL (with prefix caching on: all, as vLLM
+                                 * picks a mode then, with its warning). No effect without recurrent state */
+    int32_t mamba_block_size;   /* vLLM's --mamba-block-size: tokens between those boundaries, a multiple
+                                 * of block_size; 0 = block_size. Given with prefix caching off (and not
+                                 * equal to max_model_len), create fails with vLLM's error */
     const char *scheduling_policy; /* vLLM's --scheduling-policy: "fcfs" or "priority"; NULL = fcfs */
     const char *speculative_config; /* vLLM's JSON, e.g. {"method":"ngram","num_speculative_tokens":3}; NULL = off */
     const char *quantization;   /* vLLM's --quantization method name; NULL = as the checkpoint says.

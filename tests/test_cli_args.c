@@ -316,6 +316,26 @@ static void test_engine_flags(void) {
     CHECK_EQ_INT(generated_tokens(&r), 2);
     tu_run_free(&r);
     expect_usage(ARGS("serve", "/nonexistent", "--swap-space", "lots"), "--swap-space expects a number");
+    /* the loader's and the hybrid state's flags: parsed, then the engine's (test_engine_params) */
+    err = expect_parsed(ARGS("serve", "/nonexistent", "--ignore-patterns", "original/**/*", "*.pth",
+                             "--language-model-only", "--mamba-cache-mode", "align", "--mamba-block-size", "64",
+                             "--model-loader-extra-config", "{\"num_threads\": 2}"));
+    CHECK_CONTAINS(err, "--ignore-patterns is accepted and ignored");
+    CHECK_CONTAINS(err, "--language-model-only is accepted and ignored");
+    free(err);
+    expect_usage(ARGS("serve", "/nonexistent", "--mamba-cache-mode", "some"),
+                 "argument --mamba-cache-mode: invalid choice: 'some' (choose from 'align', 'all', 'none')");
+    expect_usage(ARGS("serve", "/nonexistent", "--mamba-block-size", "0"), "--mamba-block-size must be in [1,");
+    expect_usage(ARGS("serve", "/nonexistent", "--model-loader-extra-config", "[]"),
+                 "--model-loader-extra-config must be a JSON object");
+    expect_usage(ARGS("serve", "/nonexistent", "--ignore-patterns", "--language-model-only"),
+                 "--ignore-patterns needs at least one value");
+    /* the engine refuses what vLLM's config validation refuses */
+    r = run(ARGS("generate", model_dir, "--prompt-token-ids", "1,2,3", "--max-tokens", "2", "--max-model-len", "64",
+                 "--no-enable-prefix-caching", "--mamba-block-size", "32"));
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(tu_last_line(r.err), "--mamba-block-size can only be set with --enable-prefix-caching");
+    tu_run_free(&r);
 }
 
 /* --structured-outputs-config: vLLM's StructuredOutputsConfig keys and checks, whole or dotted. */

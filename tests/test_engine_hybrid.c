@@ -2,7 +2,8 @@
  * test_engine_hybrid.c — the engine on the MoE and hybrid (Gated DeltaNet) reference models,
  * Qwen3.5 dense among them: greedy ids equal Hugging Face's through the whole engine (chunked,
  * batched, preempted); prefix caching hits on the hybrid models, restores the checkpointed
- * recurrent state and gives the same logprobs as a cold run; n-gram and MTP speculative decoding
+ * recurrent state and gives the same logprobs as a cold run, at the boundaries --mamba-cache-mode and
+ * --mamba-block-size choose; n-gram and MTP speculative decoding
  * (which roll the state back) leave greedy output unchanged.
  */
 #include <math.h>
@@ -148,6 +149,65 @@ static void test_prefix_hit(const char *vec) {
     free(dir);
 }
 
+/* B after A, which shares A's first 40 tokens, on an engine with the given step budget, cache mode
+ * and checkpoint spacing: the tokens of B served from the cache, its output checked against `cold`
+ * (B alone). */
+static size_t shared_prefix_hit(const char *dir, int32_t budget, const char *mode, int32_t every,
+                                const outcome *cold) {
+    int32_t a[60], b[60];
+    for (int t = 0; t < 60; t++) a[t] = b[t] = (t * 97 + 5) % 4096;
+    for (int t = 40; t < 60; t++) b[t] = (t * 13 + 1) % 4096;
+    int32_t *pa[1] = {a}, *pb[1] = {b};
+    size_t len[1] = {60};
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = dir;
+    o.max_num_batched_tokens = budget;
+    o.kv_cache_memory_bytes = 8 << 20;
+    o.max_model_len = 256;
+    o.max_num_seqs = 8;
+    o.dtype = "float32";
+    o.mamba_cache_mode = mode;
+    o.mamba_block_size = every;
+    cvllm_engine *e = NULL;
+    CHECK_MSG(cvllm_engine_create(&o, &e) == 0, "%s: %s", dir, cvllm_last_error());
+    if (!e) return SIZE_MAX;
+    outcome first = {0}, warm = {0};
+    run(e, pa, len, 1, 8, &first);
+    run(e, pb, len, 1, 8, &warm);
+    CHECK(warm.n == 8 && memcmp(warm.ids, cold->ids, 8 * sizeof(int32_t)) == 0);
+    float worst = 0;
+    for (int t = 0; t < 8; t++) worst = fmaxf(worst, fabsf(warm.lp[t] - cold->lp[t]));
+    CHECK_MSG(worst < 1e-4f, "%s %s/%d: warm and cold logprobs differ by %g", dir, mode ? mode : "-", every, worst);
+    cvllm_engine_destroy(e);
+    return warm.cached;
+}
+
+/* --mamba-cache-mode and --mamba-block-size decide which boundaries keep the state, and so how much
+ * of the 40 shared tokens a hit can skip (blocks of 16): all boundaries (16, 32), every 32 tokens
+ * (32), or the last boundary of each step only (align: A in one step keeps 48 alone, which B does
+ * not share; in steps of 20 tokens, 16, 32 and 48). */
+static void test_checkpoint_spacing(const char *vec) {
+    char *dir = tu_model_dir(vec);
+    outcome cold = {0};
+    /* B alone: the reference output */
+    int32_t b[60];
+    for (int t = 0; t < 60; t++) b[t] = t < 40 ? (t * 97 + 5) % 4096 : (t * 13 + 1) % 4096;
+    int32_t *pb[1] = {b};
+    size_t len[1] = {60};
+    cvllm_engine *e = engine_for(dir, 1024, 8 << 20, NULL);
+    run(e, pb, len, 1, 8, &cold);
+    cvllm_engine_destroy(e);
+    CHECK_EQ_INT(shared_prefix_hit(dir, 1024, "all", 0, &cold), 32);
+    CHECK_EQ_INT(shared_prefix_hit(dir, 1024, "none", 0, &cold), 32);
+    CHECK_EQ_INT(shared_prefix_hit(dir, 1024, NULL, 32, &cold), 32);
+    CHECK_EQ_INT(shared_prefix_hit(dir, 1024, "all", 48, &cold), 0);
+    CHECK_EQ_INT(shared_prefix_hit(dir, 1024, "align", 0, &cold), 0);
+    CHECK_EQ_INT(shared_prefix_hit(dir, 20, "align", 0, &cold), 32);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
 /* lm-eval's loglikelihood requests on a hybrid model: max_tokens=1 with prompt logprobs, four
  * choices after a shared 50-token context, one at a time. Each finishes in the step that computes
  * its prompt, yet the context's blocks and their state checkpoints are kept, so choices 2 to 4
@@ -268,6 +328,7 @@ int main(void) {
     test_loglikelihood_hits("qwen3.5-moe-f32");
     test_loglikelihood_hits("qwen3-next-bf16");
     test_prefix_hit("qwen3.5-dense-bf16");
+    test_checkpoint_spacing("qwen3.5-moe-f32");
     test_spec_decode_rollback("qwen3.5-moe-f32");
     test_spec_decode_rollback("qwen3-next-bf16");
     test_mtp_identical("qwen3.5-moe-f32", "qwen3_5_mtp");

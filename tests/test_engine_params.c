@@ -3,8 +3,9 @@
  * through the public API on the tiny f32 reference checkpoint: allowed_token_ids, bad_words (also
  * under n-gram speculative decoding, whose verification samples several positions in one step),
  * priority under the "priority" scheduling policy (queue order and the preemption victim, against
- * "fcfs" on the same load), and each of their validation errors in vLLM's words; and the sampling
- * defaults --override-generation-config sets.
+ * "fcfs" on the same load), and each of their validation errors in vLLM's words; the sampling
+ * defaults --override-generation-config sets; and the refusals of the loader's extra config and the
+ * recurrent-state checkpoint options.
  *
  * The bad words are taken from the model's own unconstrained greedy output, so what must change is
  * known exactly: the output stays the same up to the position that would complete the word and
@@ -470,6 +471,46 @@ static void test_hf_overrides(void) {
     free(cfg);
 }
 
+/* --model-loader-extra-config, --mamba-block-size and --mamba-cache-mode, refused as vLLM refuses
+ * them (the spacing's effect is test_engine_hybrid's). */
+static void test_loader_and_state_options(void) {
+    cvllm_engine_options o = small_options(model_dir);
+    o.model_loader_extra_config = "{\"enable_multithread_load\": true, \"num_threads\": 4}";
+    CHECK_MSG(cvllm_engine_check(&o) == 0, "%s", cvllm_last_error());
+    o.model_loader_extra_config = "{\"num_threads\": 4, \"stream\": 1}";
+    CHECK_EQ_INT(cvllm_engine_check(&o), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "Unexpected extra config keys for load format auto: {'stream'}");
+    o.model_loader_extra_config = "[1]";
+    CHECK_EQ_INT(cvllm_engine_check(&o), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "model_loader_extra_config must be a JSON object");
+    o.load_format = "dummy";
+    o.model_loader_extra_config = "{\"num_threads\": 4}";
+    CHECK_EQ_INT(cvllm_engine_check(&o), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "Model loader extra config is not supported for load format dummy");
+    o.model_loader_extra_config = "{}";
+    CHECK_MSG(cvllm_engine_check(&o) == 0, "%s", cvllm_last_error());
+
+    o = small_options(model_dir);
+    o.mamba_block_size = 24;
+    CHECK_EQ_INT(cvllm_engine_check(&o), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "mamba_block_size 24 is not a multiple of block_size 16");
+    o.mamba_block_size = 32;
+    o.enable_prefix_caching = false;
+    CHECK_EQ_INT(cvllm_engine_check(&o), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "--mamba-block-size can only be set with --enable-prefix-caching");
+    o.mamba_block_size = 256; /* = max_model_len: vLLM's own default without prefix caching */
+    CHECK_MSG(cvllm_engine_check(&o) == 0, "%s", cvllm_last_error());
+    o.mamba_block_size = -16;
+    CHECK_EQ_INT(cvllm_engine_check(&o), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "mamba_block_size must be positive");
+    o = small_options(model_dir);
+    o.mamba_cache_mode = "some";
+    CHECK_EQ_INT(cvllm_engine_check(&o), CVLLM_ERR_INVALID_ARGUMENT);
+    CHECK_CONTAINS(cvllm_last_error(), "invalid mamba_cache_mode 'some'; choose from align, all, none");
+    o.mamba_cache_mode = "align";
+    CHECK_MSG(cvllm_engine_check(&o) == 0, "%s", cvllm_last_error());
+}
+
 /* vLLM's --download-dir: a hub id is looked up in that Hugging Face cache, not the environment's. */
 static void test_download_dir(void) {
     static const char commit[] = "0123456789abcdef0123456789abcdef01234567";
@@ -607,6 +648,7 @@ int main(void) {
     test_priority_order();
     test_priority_preemption();
     test_validation();
+    test_loader_and_state_options();
     tu_remove_tree(model_dir);
     free(model_dir);
     return cv_check_summary("test_engine_params");

@@ -120,6 +120,8 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     {"--enable-multimodal-encoder-data-parallel", CV_IGNORED_SWITCH, NULL},
     {"--allowed-local-media-path", CV_IGNORED_STRING, NULL},
     {"--allowed-media-domains", CV_IGNORED_STRING, NULL},
+    /* a Qwen3.5/3.6 checkpoint's vision tower is never loaded: cvllm runs its language model only */
+    {"--language-model-only", CV_IGNORED_BOOL, NULL},
     /* sliding windows (Qwen3's configs turn them off), one KV-cache manager for every layer kind,
      * Ray's profiler */
     {"--disable-sliding-window", CV_IGNORED_BOOL, NULL},
@@ -359,7 +361,8 @@ static bool int_option(cv_args *a, const char *name, int64_t min, int64_t max, i
 }
 
 bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
-    const char *v, *additional;
+    const char *v, *additional, **patterns = NULL;
+    size_t n_patterns = 0;
     int64_t n = 0;
     double d;
     if (int_option(a, "--max-model-len", 2, INT32_MAX, &n)) o->max_model_len = (int32_t)n;
@@ -398,6 +401,16 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     }
     else if (cv_args_flag(a, "--enable-prefix-caching")) o->enable_prefix_caching = true;
     else if (cv_args_flag(a, "--no-enable-prefix-caching")) o->enable_prefix_caching = false;
+    else if (choice_option(a, "--mamba-cache-mode", (const char *const[]){"align", "all", "none", NULL},
+                           &o->mamba_cache_mode)) {
+    } else if (int_option(a, "--mamba-block-size", 1, INT32_MAX, &n)) o->mamba_block_size = (int32_t)n;
+    else if (json_object_flag(a, "--model-loader-extra-config", &v)) o->model_loader_extra_config = v;
+    else if (cv_args_list(a, "--ignore-patterns", &patterns, &n_patterns)) {
+        free(patterns); /* the items are argv's */
+        if (!a->failed)
+            cv_args_note("--ignore-patterns is accepted and ignored: cvllm reads model.safetensors or the shards "
+                         "its index names, nothing else");
+    }
     else if (cv_args_flag(a, "--enable-lora")) o->enable_lora = true;
     else if (cv_args_flag(a, "--no-enable-lora")) o->enable_lora = false;
     else if (int_option(a, "--max-loras", 1, 1 << 16, &n)) o->max_loras = (int32_t)n;
@@ -439,6 +452,11 @@ const char cv_args_engine_help[] =
     "  --num-threads N              kernel threads (default: all CPUs)\n"
     "  --speculative-config, -sc JSON  e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}'\n"
     "  --[no-]enable-prefix-caching\n"
+    "  --mamba-cache-mode all|align|none  hybrid models' prefix caching: the recurrent state kept at every\n"
+    "                               block boundary a step completes (all; none means all when caching\n"
+    "                               is on) or at its last one (align)\n"
+    "  --mamba-block-size N         tokens between those boundaries, a multiple of --block-size\n"
+    "  --model-loader-extra-config JSON  vLLM's default loader's keys (no effect: weights are mapped)\n"
     "  --enable-lora  --max-loras N (1)  --max-lora-rank R (16)  LoRA adapters (serve: --lora-modules)\n"
     "  --quantization, -q METHOD    vLLM's method names (checked; the checkpoint decides)\n"
     "  --scheduling-policy fcfs|priority  queue order: arrival, or the requests' priority (lower first)\n"

@@ -113,6 +113,12 @@ static int check_options(const cvllm_engine_options *o) {
                              "classifies", convert)
                    : cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid convert '%s'; choose from auto, classify, embed, "
                              "mm_encoder_only, none, reward", convert);
+    const char *cache_mode = o->mamba_cache_mode;
+    if (cache_mode && strcmp(cache_mode, "all") && strcmp(cache_mode, "align") && strcmp(cache_mode, "none"))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid mamba_cache_mode '%s'; choose from align, all, none",
+                       cache_mode);
+    if (o->mamba_block_size < 0)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "mamba_block_size must be positive, got %d", o->mamba_block_size);
     const char *policy = o->scheduling_policy;
     if (policy && strcmp(policy, "fcfs") && strcmp(policy, "priority"))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid scheduling_policy '%s'; choose from fcfs, priority", policy);
@@ -185,6 +191,38 @@ static bool is_dummy_format(const char *load_format, int *rc) {
     if (!strcmp(load_format, "dummy")) return true;
     *rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid load format '%s'; choose from auto, safetensors, dummy", load_format);
     return false;
+}
+
+/* model_loader_extra_config as vLLM's loaders take it: DefaultModelLoader's keys for safetensors,
+ * none at all for dummy (DummyModelLoader). The keys change nothing here. */
+static int check_loader_extra_config(const cvllm_engine_options *o, bool dummy) {
+    static const char *const default_keys[] = {"enable_multithread_load", "num_threads", "enable_weights_track"};
+    if (!o->model_loader_extra_config) return 0;
+    const char *format = o->load_format ? o->load_format : "auto";
+    json_t *extra = json_loads(o->model_loader_extra_config, 0, NULL);
+    int rc = 0;
+    if (!json_is_object(extra))
+        rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "model_loader_extra_config must be a JSON object: %s",
+                     o->model_loader_extra_config);
+    else if (dummy && json_object_size(extra))
+        rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Model loader extra config is not supported for load format %s", format);
+    else {
+        char unexpected[512] = "";
+        size_t used = 0;
+        const char *key;
+        json_t *value;
+        json_object_foreach(extra, key, value) {
+            bool known = false;
+            for (size_t i = 0; i < CV_ARRAY_LEN(default_keys); i++) known = known || !strcmp(key, default_keys[i]);
+            if (!known && used < sizeof unexpected)
+                used += (size_t)snprintf(unexpected + used, sizeof unexpected - used, "%s'%s'", used ? ", " : "", key);
+        }
+        if (used)
+            rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "Unexpected extra config keys for load format %s: {%s}", format,
+                         unexpected);
+    }
+    json_decref(extra);
+    return rc;
 }
 
 static int weight_dtype(const char *dtype, cv_dtype config_dtype, cv_dtype *out) {
@@ -442,6 +480,22 @@ static void release_state_slot(cvllm_engine *e, cv_seq *seq) {
     seq->state_slot = -1;
 }
 
+/* mamba_cache_mode and mamba_block_size, as vLLM checks them (VllmConfig.validate_mamba_block_size),
+ * into the checkpoint spacing; a spacing that is not whole KV blocks cannot be hashed. Before the
+ * weights: the mode is kept (it is a caller's string) as state_ckpt_align. */
+static int resolve_state_checkpoints(cvllm_engine *e) {
+    const cvllm_engine_options *o = &e->opts;
+    const int32_t every = o->mamba_block_size ? o->mamba_block_size : o->block_size;
+    if (o->mamba_block_size && o->mamba_block_size != e->max_model_len && !o->enable_prefix_caching)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "--mamba-block-size can only be set with --enable-prefix-caching");
+    if (every % o->block_size)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "mamba_block_size %d is not a multiple of block_size %d: the "
+                       "recurrent state is checkpointed at KV-cache block boundaries", every, o->block_size);
+    e->state_ckpt_blocks = every / o->block_size;
+    e->state_ckpt_align = o->mamba_cache_mode && !strcmp(o->mamba_cache_mode, "align");
+    return 0;
+}
+
 /* Models with recurrent state need the model's state checkpoints for prefix caching (restoring a
  * prefix's state) and for speculative decoding (rolling the state back to the last accepted token). */
 static int check_state_support(cvllm_engine *e) {
@@ -452,6 +506,11 @@ static int check_state_support(cvllm_engine *e) {
         cv_warn("engine", "%s cannot checkpoint its recurrent state: prefix caching disabled", e->config.architecture);
         e->opts.enable_prefix_caching = false;
     }
+    if (e->state_prefix_caching)
+        cv_info("engine", "prefix caching on %s: the recurrent state is kept at %s %d-token boundary %s "
+                "(mamba_cache_mode %s)", e->config.architecture, e->state_ckpt_align ? "the last" : "every",
+                e->state_ckpt_blocks * e->opts.block_size, e->state_ckpt_align ? "each step reaches" : "of a prompt",
+                e->state_ckpt_align ? "align" : "all");
     if (e->spec.method != CV_SPEC_NONE && !m->state_checkpoints)
         return cv_fail(CVLLM_ERR_UNSUPPORTED, "speculative decoding on %s needs recurrent-state checkpoints, which "
                                               "this model does not provide", e->config.architecture);
@@ -471,7 +530,7 @@ static const int32_t *model_eos(const cvllm_engine *e, size_t *n) {
 static int check_engine(cvllm_engine *e, cv_footprint *fp, bool *known) {
     int rc;
     const bool dummy = is_dummy_format(e->opts.load_format, &rc);
-    if (rc) return rc;
+    if (rc || (rc = check_loader_extra_config(&e->opts, dummy))) return rc;
     const cv_hub_options access = {.revision = e->opts.revision, .cache_dir = e->opts.download_dir,
                                    .token = e->opts.hf_token};
     if ((rc = cv_resolve_model(e->opts.model, &access, !dummy, &e->model_dir))) return rc;
@@ -485,6 +544,7 @@ static int check_engine(cvllm_engine *e, cv_footprint *fp, bool *known) {
     if ((rc = cv_model_check_architecture(e->config.architecture))) return rc;
     if ((rc = load_generation_config(e))) return rc;
     if ((rc = resolve_max_model_len(e))) return rc;
+    if ((rc = resolve_state_checkpoints(e))) return rc;
     if ((rc = resolve_runner(e))) return rc;
     if ((rc = resolve_dtypes(e))) return rc;
     if ((rc = open_weights(e, dummy))) return rc;
@@ -1089,22 +1149,26 @@ static void push_checkpoint(cv_batch_buf *b, int32_t seq_index, size_t position,
     b->checkpoints[b->n_checkpoints++] = (cv_state_checkpoint){seq_index, (int32_t)position, slot};
 }
 
-/* Checkpoints of this step for one sequence, in position order: the state at the block boundaries
- * its real tokens complete (prefix caching), and after each position of a speculative verify pass
- * (rollback). When the pool cannot take them all in one step (none may be evicted before it is
- * written), the last boundaries win: they cover the longest prefixes. */
+/* Checkpoints of this step for one sequence, in position order: the state at the boundaries (every
+ * state_ckpt_blocks blocks; with align the last only) its real tokens complete (prefix caching), and
+ * after each position of a speculative verify pass (rollback). When the pool cannot take them all in
+ * one step (none may be evicted before it is written), the last boundaries win: they cover the
+ * longest prefixes. */
 static void request_checkpoints(cvllm_engine *e, cv_seq *seq, int32_t seq_index) {
     cv_batch_buf *b = &e->batch;
-    size_t bs = (size_t)e->opts.block_size, from = seq->num_computed;
-    size_t to = seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft);
-    if (e->state_prefix_caching && to / bs > from / bs) {
+    const size_t span = (size_t)e->opts.block_size * (size_t)e->state_ckpt_blocks, every = (size_t)e->state_ckpt_blocks;
+    const size_t from = seq->num_computed, to = seq->num_computed + (size_t)(seq->num_scheduled - seq->n_draft);
+    if (e->state_prefix_caching && to / span > from / span) {
         cv_scheduler_hash_blocks(&e->sched, seq);
-        size_t first = from / bs + 1, last = to / bs, room = (size_t)(e->states.n_ckpt - b->n_new_ckpts);
-        if (last - first + 1 > room) first = last + 1 - room;
-        for (size_t blk = first; blk <= last && room > 0; blk++) {
+        /* in blocks: the boundaries from + 1 … to reach, every `every` blocks */
+        size_t first = (from / span + 1) * every, last = to / span * every;
+        const size_t room = (size_t)(e->states.n_ckpt - b->n_new_ckpts);
+        if (e->state_ckpt_align) first = last;
+        if ((last - first) / every + 1 > room) first = room ? last - (room - 1) * every : last + 1;
+        for (size_t blk = first; blk <= last; blk += every) {
             cv_block_hash h = seq->block_hashes[blk - 1];
             if (cv_state_pool_has(&e->states, h)) continue;
-            push_checkpoint(b, seq_index, blk * bs - 1, cv_state_pool_checkpoint(&e->states, h));
+            push_checkpoint(b, seq_index, blk * (size_t)e->opts.block_size - 1, cv_state_pool_checkpoint(&e->states, h));
             b->new_ckpt_hashes[b->n_new_ckpts++] = h; /* fits: there are at least as many checkpoints */
         }
     }

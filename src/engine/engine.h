@@ -78,6 +78,8 @@ struct cvllm_engine {
     cv_logprob_entry *top_scratch; /* max_logprobs entries */
     cv_state_pool states;          /* recurrent state slots (hybrid models), else empty */
     bool state_prefix_caching;     /* prefix caching restores checkpointed recurrent state */
+    bool state_ckpt_align;         /* mamba_cache_mode align: a step checkpoints its last boundary only */
+    int32_t state_ckpt_blocks;     /* KV blocks between checkpointed boundaries (mamba_block_size) */
     int32_t vocab_size;
     int32_t max_model_len;
     int32_t max_logprobs;
