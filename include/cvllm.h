@@ -120,6 +120,9 @@ typedef struct cvllm_engine_options {
     int32_t max_num_batched_tokens; /* 0 = default (max(max_model_len, 2048) capped at 8192) */
     int32_t block_size;         /* KV cache block size in tokens, 0 = 16 */
     uint64_t kv_cache_memory_bytes; /* 0 = derived from gpu_memory_utilization */
+    int32_t num_gpu_blocks_override; /* vLLM's --num-gpu-blocks-override: the KV cache's blocks whatever
+                                 * the budget (vLLM's knob for testing preemption); at least one
+                                 * max_model_len request's; 0 = from the budget */
     double gpu_memory_utilization;  /* fraction of RAM for weights + KV + activations, 0 = 0.9 */
     int32_t num_threads;        /* kernel threads, 0 = all online CPUs (divided among the job's ranks on
                                  * this machine under tensor parallelism; see data_parallel_size) */

@@ -323,6 +323,23 @@ static void test_engine_flags(void) {
     CHECK_CONTAINS(err, "--ignore-patterns is accepted and ignored");
     CHECK_CONTAINS(err, "--language-model-only is accepted and ignored");
     free(err);
+    /* more of EngineArgs: GPU, multimodal and multi-node knobs */
+    err = expect_parsed(ARGS("serve", "/nonexistent", "--num-gpu-blocks-override", "20", "--cudagraph-capture-sizes",
+                             "1", "8", "--cuda-graph-sizes", "4", "-dcp", "1", "--all2all-backend", "naive",
+                             "--media-io-kwargs", "{\"video\": {\"num_frames\": 8}}", "--mm-processor-cache-type",
+                             "shm", "--no-aggregate-engine-logging", "--logits-processor-pattern", "x.*"));
+    CHECK_CONTAINS(err, "--cudagraph-capture-sizes is accepted and ignored");
+    CHECK_CONTAINS(err, "--media-io-kwargs is accepted and ignored");
+    CHECK_CONTAINS(err, "--no-aggregate-engine-logging is accepted and ignored");
+    free(err);
+    expect_usage(ARGS("serve", "/nonexistent", "--cudagraph-capture-sizes", "1", "0"),
+                 "--cudagraph-capture-sizes must be in [1, 2147483647], got '0'");
+    expect_usage(ARGS("serve", "/nonexistent", "--media-io-kwargs", "3"), "--media-io-kwargs must be a JSON object");
+    expect_usage(ARGS("serve", "/nonexistent", "--num-gpu-blocks-override", "0"), "--num-gpu-blocks-override must be in");
+    expect_usage(ARGS("serve", "/nonexistent", "--data-parallel-rank", "0"),
+                 "--data-parallel-rank is not supported: data parallelism across machines");
+    expect_usage(ARGS("serve", "/nonexistent", "--scheduler-cls", "my.Scheduler"),
+                 "--scheduler-cls is not supported: cvllm cannot load Python plugins");
     expect_usage(ARGS("serve", "/nonexistent", "--mamba-cache-mode", "some"),
                  "argument --mamba-cache-mode: invalid choice: 'some' (choose from 'align', 'all', 'none')");
     expect_usage(ARGS("serve", "/nonexistent", "--mamba-block-size", "0"), "--mamba-block-size must be in [1,");

@@ -27,12 +27,15 @@ typedef struct result {
     int32_t prompt_top1[256];
 } result;
 
+static int32_t blocks_override; /* num_gpu_blocks_override of make_engine's engines */
+
 static cvllm_engine *make_engine(const char *dir, int32_t budget, uint64_t kv_bytes, int32_t max_model_len) {
     cvllm_engine_options o;
     cvllm_engine_options_default(&o);
     o.model = dir;
     o.max_num_batched_tokens = budget;
     o.kv_cache_memory_bytes = kv_bytes;
+    o.num_gpu_blocks_override = blocks_override;
     o.max_model_len = max_model_len;
     o.num_threads = 2;
     o.block_size = 16;
@@ -147,12 +150,16 @@ static void test_greedy_matches_reference(const char *vec) {
 }
 
 /* 24 requests at once in a KV cache too small for all of them: preemption must happen, and every
- * reference prompt still yields the reference greedy ids. */
-static void test_batched_with_preemption(void) {
+ * reference prompt still yields the reference greedy ids. The cache is 320 tokens: a budget of
+ * that size, or 20 blocks of 16 by num_gpu_blocks_override whatever the budget. */
+static void test_batched_with_preemption(uint64_t kv_bytes, int32_t override) {
     const char *vec = "qwen3-dense-f32";
     char *dir = tu_model_dir(vec);
-    /* 2 layers × 2 (K,V) × 2 heads × 32 dims × 4 B = 1 KiB a token: 320 tokens of cache. */
-    cvllm_engine *e = make_engine(dir, 96, 320 * 1024, 200);
+    /* 2 layers × 2 (K,V) × 2 heads × 32 dims × 4 B = 1 KiB a token */
+    blocks_override = override;
+    cvllm_engine *e = make_engine(dir, 96, kv_bytes, 200);
+    blocks_override = 0;
+    CHECK_EQ_INT(e->kv_blocks, 21); /* and the pool's reserved block */
     json_t *ref = tu_load_ref(vec, "long150");
     size_t n_prompt, n_greedy;
     int32_t *prompt = tu_json_ids(ref, "prompt", &n_prompt);
@@ -184,6 +191,24 @@ static void test_batched_with_preemption(void) {
     free(want);
     json_decref(ref);
     cvllm_engine_destroy(e);
+    tu_remove_tree(dir);
+    free(dir);
+}
+
+/* An override that cannot hold one max_model_len request is refused, as a budget that small is. */
+static void test_blocks_override_too_small(void) {
+    char *dir = tu_model_dir("qwen3-dense-f32");
+    cvllm_engine_options o;
+    cvllm_engine_options_default(&o);
+    o.model = dir;
+    o.kv_cache_memory_bytes = 64 << 20;
+    o.max_model_len = 200;
+    o.num_gpu_blocks_override = 12;
+    CHECK_EQ_INT(cvllm_engine_check(&o), CVLLM_ERR_CAPACITY);
+    CHECK_CONTAINS(cvllm_last_error(), "num_gpu_blocks_override 12 holds 192 tokens, fewer than one request of "
+                                       "max_model_len 200 needs (13 blocks of 16)");
+    o.num_gpu_blocks_override = -1;
+    CHECK_EQ_INT(cvllm_engine_check(&o), CVLLM_ERR_INVALID_ARGUMENT);
     tu_remove_tree(dir);
     free(dir);
 }
@@ -742,7 +767,9 @@ static void test_batch_invariance(void) {
 int main(void) {
     static const char *dense[] = {"qwen3-dense-f32", "qwen3-dense-bf16", "qwen3-dense-tied-f32", "qwen3-dense-tied-bf16"};
     for (size_t i = 0; i < 4; i++) test_greedy_matches_reference(dense[i]);
-    test_batched_with_preemption();
+    test_batched_with_preemption(320 * 1024, 0);
+    test_batched_with_preemption(64 << 20, 20);
+    test_blocks_override_too_small();
     test_logprobs_match_reference();
     test_stop_conditions();
     test_seeded_sampling();

@@ -630,6 +630,26 @@ bool cv_args_ignored(cv_args *a, const cv_ignored_flag *flags, size_t n) {
             if (ok) cv_args_note("%s %s is accepted and ignored on this backend", flag, v);
             free(flag);
             return true;
+        case CV_IGNORED_JSON: {
+            if (!cv_args_value(a, f->names, &v)) break;
+            json_t *j = v ? json_loads(v, JSON_DECODE_ANY, NULL) : NULL;
+            if (v && !json_is_object(j)) cv_args_error(a, "%.*s must be a JSON object, got '%s'", len, f->names, v);
+            else if (v) cv_args_note("%.*s is accepted and ignored on this backend", len, f->names);
+            json_decref(j);
+            return true;
+        }
+        case CV_IGNORED_SIZES: {
+            const char **items = NULL;
+            size_t n_items = 0;
+            if (!cv_args_list(a, f->names, &items, &n_items)) break;
+            char *name = cv_xstrndup(f->names, (size_t)len);
+            bool valid = !a->failed;
+            for (size_t i = 0; valid && i < n_items; i++) valid = cv_args_int(a, name, items[i], 1, INT32_MAX, &x);
+            if (valid) cv_args_note("%s is accepted and ignored on this backend", name);
+            free(name);
+            free(items);
+            return true;
+        }
         }
     }
     return false;

@@ -113,6 +113,8 @@ typedef enum cv_ignored_kind {
     CV_IGNORED_FLOAT,  /* --name F */
     CV_IGNORED_STRING, /* --name VALUE */
     CV_IGNORED_CHOICE, /* --name VALUE, VALUE one of `choices` */
+    CV_IGNORED_JSON,   /* --name JSON, a JSON object */
+    CV_IGNORED_SIZES,  /* --name N [N ...] (argparse's nargs="+"), each N >= 1 */
 } cv_ignored_kind;
 
 typedef struct cv_ignored_flag {

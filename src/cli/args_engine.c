@@ -71,6 +71,7 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     /* LoRA: every adapter is kept in memory (no CPU cache to size), deltas are computed in f32 on one
      * rank whatever the dtype asked */
     {"--max-cpu-loras", CV_IGNORED_INT, NULL},
+    {"--lora-extra-vocab-size", CV_IGNORED_INT, NULL},
     {"--lora-dtype", CV_IGNORED_CHOICE, (const char *const[]){"auto", "float16", "bfloat16", NULL}},
     {"--fully-sharded-loras", CV_IGNORED_BOOL, NULL},
     /* AsyncEngineArgs, which `vllm bench throughput` takes as well as `vllm serve` */
@@ -90,6 +91,12 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     {"--tokenizer-pool-size", CV_IGNORED_INT, NULL},
     /* GPU kernels, graphs and tracing */
     {"--attention-backend", CV_IGNORED_STRING, NULL},
+    {"--cudagraph-capture-sizes|--cuda-graph-sizes", CV_IGNORED_SIZES, NULL},
+    {"--num-lookahead-slots", CV_IGNORED_INT, NULL},
+    /* which logits processors requests may name; cvllm refuses a request's logits_processors */
+    {"--logits-processor-pattern", CV_IGNORED_STRING, NULL},
+    {"--use-tqdm-on-load", CV_IGNORED_BOOL, NULL},
+    {"--aggregate-engine-logging", CV_IGNORED_BOOL, NULL},
     {"--disable-cascade-attn", CV_IGNORED_BOOL, NULL},
     {"--kv-sharing-fast-prefill", CV_IGNORED_BOOL, NULL},
     {"--max-cudagraph-capture-size", CV_IGNORED_INT, NULL},
@@ -106,6 +113,10 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     {"--mamba-cache-dtype", CV_IGNORED_CHOICE, (const char *const[]){"auto", "float32", "bfloat16", "float16", NULL}},
     /* expert load balancing across GPUs: routed experts stay where they are loaded */
     {"--enable-eplb", CV_IGNORED_BOOL, NULL},
+    {"--all2all-backend", CV_IGNORED_STRING, NULL},
+    {"--dbo-decode-token-threshold", CV_IGNORED_INT, NULL},
+    {"--dbo-prefill-token-threshold", CV_IGNORED_INT, NULL},
+    {"--disable-nccl-for-dp-synchronization", CV_IGNORED_BOOL, NULL},
     {"--num-redundant-experts", CV_IGNORED_INT, NULL},
     {"--eplb-config", CV_IGNORED_STRING, NULL},
     {"--expert-placement-strategy", CV_IGNORED_CHOICE, (const char *const[]){"linear", "round_robin", NULL}},
@@ -118,6 +129,15 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     {"--mm-encoder-tp-mode", CV_IGNORED_CHOICE, (const char *const[]){"weights", "data", NULL}},
     {"--disable-chunked-mm-input", CV_IGNORED_BOOL, NULL},
     {"--enable-multimodal-encoder-data-parallel", CV_IGNORED_SWITCH, NULL},
+    {"--enable-mm-embeds", CV_IGNORED_BOOL, NULL},
+    {"--interleave-mm-strings", CV_IGNORED_BOOL, NULL},
+    {"--media-io-kwargs", CV_IGNORED_JSON, NULL},
+    {"--mm-processor-cache-type", CV_IGNORED_CHOICE, (const char *const[]){"lru", "shm", NULL}},
+    {"--mm-shm-cache-max-object-size-mb", CV_IGNORED_INT, NULL},
+    {"--mm-encoder-attn-backend", CV_IGNORED_STRING, NULL},
+    {"--skip-mm-profiling", CV_IGNORED_BOOL, NULL},
+    {"--video-pruning-rate", CV_IGNORED_FLOAT, NULL},
+    {"--default-mm-loras", CV_IGNORED_JSON, NULL},
     {"--allowed-local-media-path", CV_IGNORED_STRING, NULL},
     {"--allowed-media-domains", CV_IGNORED_STRING, NULL},
     /* a Qwen3.5/3.6 checkpoint's vision tower is never loaded: cvllm runs its language model only */
@@ -137,11 +157,13 @@ static const cv_ignored_flag ignored_engine_flags[] = {
 /* Flags of vLLM's EngineArgs whose function cvllm lacks: refused rather than ignored. */
 static const cv_refused_flag refused_engine_flags[] = {
     {"--data-parallel-address|-dpa|--data-parallel-rpc-port|-dpp|--data-parallel-start-rank|-dpr|"
+     "--data-parallel-rank|-dpn|"
      "--data-parallel-hybrid-lb|--data-parallel-external-lb",
      "data parallelism across machines; cvllm runs -dp replicas in one process"},
     {"--kv-transfer-config|--kv-events-config|--kv-offloading-size|--kv-offloading-backend",
      "KV-cache transfer, events and offloading are not implemented"},
-    {"--logits-processors|--worker-extension-cls|--io-processor-plugin", "cvllm cannot load Python plugins"},
+    {"--logits-processors|--worker-extension-cls|--io-processor-plugin|--scheduler-cls",
+     "cvllm cannot load Python plugins"},
     {"--skip-tokenizer-init", "cvllm detokenizes every output"},
     {"--enable-prompt-embeds", "prompts are text or token ids"},
     {"--enable-return-routed-experts", "routed expert ids are not returned"},
@@ -373,6 +395,7 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
         if (n & (n - 1)) cv_args_error(a, "--block-size must be a power of two, got %lld", (long long)n);
     } else if (int_option(a, "--kv-cache-memory-bytes", 1, INT64_MAX, &n)) o->kv_cache_memory_bytes = (uint64_t)n;
     else if (int_option(a, "--max-logprobs", 0, 1 << 20, &n)) o->max_logprobs = (int32_t)n;
+    else if (int_option(a, "--num-gpu-blocks-override", 1, INT32_MAX - 1, &n)) o->num_gpu_blocks_override = (int32_t)n;
     else if (int_option(a, "--seed", 0, INT64_MAX, &n)) o->seed = (uint64_t)n;
     else if (int_option(a, "--num-threads", 0, 4096, &n)) o->num_threads = (int32_t)n;
     else if (cv_args_value(a, "--gpu-memory-utilization", &v)) {
@@ -420,6 +443,7 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (quantization(a, o) || scheduling_policy(a, o) || compilation_config(a)) {
     } else if (parallel_size(a, "--tensor-parallel-size|-tp", "tensor parallelism", &o->tensor_parallel_size) ||
                parallel_size(a, "--pipeline-parallel-size|-pp", "pipeline parallelism", NULL) ||
+               parallel_size(a, "--decode-context-parallel-size|-dcp", "decode context parallelism", NULL) ||
                parallel_size(a, "--data-parallel-size|-dp", "data parallelism outside `cvllm serve`",
                              strcmp(a->cmd, "serve") ? NULL : &o->data_parallel_size)) {
     } else if (json_object_flag(a, "--additional-config", &additional)) {
@@ -436,6 +460,7 @@ const char cv_args_engine_help[] =
     "  --max-num-batched-tokens N   token budget of one step (serve: 2048, otherwise 4096, as vLLM on CPU)\n"
     "  --block-size N               KV cache block size in tokens (16)\n"
     "  --kv-cache-memory-bytes N    KV cache size (else --gpu-memory-utilization of RAM)\n"
+    "  --num-gpu-blocks-override N  the KV cache's blocks whatever the budget (testing preemption)\n"
     "  --gpu-memory-utilization F   fraction of RAM for weights + KV cache (0.9)\n"
     "  --dtype auto|bfloat16|float16|float32  compute dtype (auto: the checkpoint's; float16 runs as bfloat16)\n"
     "  --kv-cache-dtype auto|bfloat16|float32  KV cache storage (auto: the compute dtype)\n"

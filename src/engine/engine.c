@@ -117,6 +117,9 @@ static int check_options(const cvllm_engine_options *o) {
     if (cache_mode && strcmp(cache_mode, "all") && strcmp(cache_mode, "align") && strcmp(cache_mode, "none"))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "invalid mamba_cache_mode '%s'; choose from align, all, none",
                        cache_mode);
+    if (o->num_gpu_blocks_override < 0 || o->num_gpu_blocks_override == INT32_MAX)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "num_gpu_blocks_override must be in [1, %d], got %d", INT32_MAX - 1,
+                       o->num_gpu_blocks_override);
     if (o->mamba_block_size < 0)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "mamba_block_size must be positive, got %d", o->mamba_block_size);
     const char *policy = o->scheduling_policy;

@@ -40,6 +40,7 @@ typedef struct memory_plan {
     double state_bytes;            /* the whole state pool */
     size_t block_bytes;
     int64_t kv_blocks;             /* usable blocks (the pool's reserved block 0 comes on top) */
+    int64_t computed_blocks;       /* with num_gpu_blocks_override: what the budget gave */
 } memory_plan;
 
 static double machine_ram_bytes(void) {
@@ -164,6 +165,16 @@ static int make_plan(const cvllm_engine *e, const cv_footprint *fp, bool state_p
     int64_t most_useful = (int64_t)running * need_blocks;
     if (plan->kv_blocks > most_useful) plan->kv_blocks = most_useful;
     if (plan->kv_blocks > INT32_MAX - 1) plan->kv_blocks = INT32_MAX - 1;
+    const int32_t override = e->opts.num_gpu_blocks_override;
+    if (override) {
+        /* the scheduler assumes one request of max_model_len fits, as the budget check above ensures */
+        if (override < need_blocks)
+            return cv_fail(CVLLM_ERR_CAPACITY, "num_gpu_blocks_override %d holds %lld tokens, fewer than one request "
+                           "of max_model_len %d needs (%lld blocks of %d)", override, (long long)override * bs,
+                           e->max_model_len, (long long)need_blocks, bs);
+        plan->computed_blocks = plan->kv_blocks;
+        plan->kv_blocks = override;
+    }
     return 0;
 }
 
@@ -188,6 +199,9 @@ int cv_kv_cache_create(cvllm_engine *e, const cv_footprint *estimate) {
         cv_state_pool_init(&e->states, plan.state_running, plan.state_spec, plan.state_ckpt);
     }
     const int32_t bs = e->opts.block_size;
+    if (e->opts.num_gpu_blocks_override)
+        cv_info("kv_cache", "Overriding num_gpu_blocks=%lld with num_gpu_blocks_override=%d",
+                (long long)plan.computed_blocks, e->opts.num_gpu_blocks_override);
     e->kv_blocks = (int32_t)plan.kv_blocks + 1; /* block 0 is reserved by the pool */
     if ((rc = cv_runner_alloc_cache(e->runner, e->kv_blocks, bs, e->kv_dtype, e->states.num_slots))) return rc;
     if (fp.state_bytes_per_seq)
