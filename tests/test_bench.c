@@ -4,7 +4,7 @@
  * the SSE parser fed at every split point and byte by byte, the per-request stream record for
  * completions and chat chunks (TTFT, ITL, latency, usage, failures), vLLM's metric definitions
  * (TPOT, pooled ITL, goodput, peaks, output counting without usage), --goodput parsing, and the
- * random dataset with the real Qwen3 tokenizer.
+ * random and prefix_repetition datasets with the real Qwen3 tokenizer.
  */
 #include <math.h>
 #include <stdio.h>
@@ -518,6 +518,41 @@ static void test_rerank_dataset(const cvllm_tokenizer *tok) {
     CHECK_CONTAINS(cvllm_last_error(), "leaves no room for a query");
 }
 
+/* prefix_repetition: num_prefixes × ⌊num_prompts / num_prefixes⌋ samples of prefix + suffix ids, those
+ * of one prefix adjacent in drawing order (disable_shuffle); shuffling permutes the same samples. */
+static void test_prefix_repetition_dataset(const cvllm_tokenizer *tok) {
+    cv_prefix_repetition_options o = {.num_prompts = 8, .prefix_len = 12, .suffix_len = 5, .num_prefixes = 3,
+                                      .output_len = 4, .seed = 9, .disable_shuffle = true};
+    cv_bench_sample *s, *t;
+    size_t n, m;
+    CHECK(cv_prefix_repetition_dataset(tok, &o, &s, &n) == 0);
+    CHECK_EQ_INT((int)n, 6);
+    for (size_t i = 0; i < n && n == 6; i++) {
+        CHECK_EQ_INT(s[i].prompt_len, 17);
+        CHECK_EQ_INT(s[i].output_len, 4);
+        const bool shared = !memcmp(s[i].ids, s[i ^ 1].ids, 12 * sizeof *s[i].ids);
+        const bool other = !memcmp(s[i].ids, s[(i + 2) % 6].ids, 12 * sizeof *s[i].ids);
+        CHECK_MSG(shared && !other, "sample %zu: prefix shared with its pair %d, with the next pair %d", i, shared, other);
+        CHECK(memcmp(s[i].ids + 12, s[i ^ 1].ids + 12, 5 * sizeof *s[i].ids) != 0);
+    }
+    o.disable_shuffle = false;
+    CHECK(cv_prefix_repetition_dataset(tok, &o, &t, &m) == 0);
+    CHECK_EQ_INT((int)m, 6);
+    bool moved = false, all_found = true;
+    for (size_t i = 0; i < m && m == n; i++) {
+        moved = moved || strcmp(t[i].prompt, s[i].prompt) != 0;
+        bool found = false;
+        for (size_t j = 0; j < n; j++) found = found || !strcmp(t[i].prompt, s[j].prompt);
+        all_found = all_found && found;
+    }
+    CHECK(moved && all_found);
+    cv_bench_samples_free(t, m);
+    cv_bench_samples_free(s, n);
+    o.num_prompts = 2;
+    CHECK(cv_prefix_repetition_dataset(tok, &o, &s, &n) == CVLLM_ERR_INVALID_ARGUMENT && s == NULL);
+    CHECK_CONTAINS(cvllm_last_error(), "num_requests (2) must be greater than or equal to num_prefixes (3)");
+}
+
 int main(void) {
     test_stats();
     test_py_float();
@@ -536,6 +571,7 @@ int main(void) {
         test_metrics(tok);
         test_dataset(tok);
         test_rerank_dataset(tok);
+        test_prefix_repetition_dataset(tok);
     }
     cvllm_tokenizer_destroy(tok);
     return cv_check_summary("test_bench");

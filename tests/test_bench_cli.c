@@ -22,6 +22,7 @@
 
 #include "base/error.h"
 #include "check.h"
+#include "cvllm.h"
 #include "testutil.h"
 
 #define QWEN_TOKENIZER CVLLM_SOURCE_DIR "/models/qwen3-tokenizer"
@@ -357,6 +358,113 @@ static void test_serve_sharegpt(void) {
     free(path);
 }
 
+/* --dataset-name custom: the .jsonl file's prompts in the order Python's random.shuffle gives for
+ * the seed (CPython: seed 7 orders a b c d as d b a c), random.choices filling up to --num-prompts
+ * (b, d), each sent as the chat template's rendering of it as a user message; then as they are
+ * (--skip-chat-template), in file order (--disable-shuffle), four only (--no-oversample). */
+static void test_serve_custom(void) {
+    static const char data[] = "{\"prompt\": \"alpha one\"}\n{\"prompt\": \"beta two\", \"id\": 2}\n\n"
+                               "{\"prompt\": \"gamma three\"}\n{\"prompt\": \"delta four\"}\n";
+    tu_write_file(tmp, "custom.jsonl", data, sizeof data - 1);
+    char *path = cv_xasprintf("%s/custom.jsonl", tmp);
+    server s = start_mock("custom", (const char *const[]){"--ttft-ms", "2", "--itl-ms", "1", NULL});
+    tu_run r = bench((const char *const[]){"serve", "--port", s.port, "--dataset-name", "custom", "--dataset-path", path,
+                                           "--num-prompts", "6", "--seed", "7", "--custom-output-len", "5",
+                                           "--max-concurrency", "1", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    static const char *const shuffled[] = {"delta four", "beta two", "alpha one", "gamma three", "beta two", "delta four"};
+    json_t *reqs = logged_requests(s.log);
+    CHECK_EQ_INT(json_array_size(reqs), 6);
+    for (size_t i = 0; i < json_array_size(reqs) && i < 6; i++) {
+        const json_t *b = json_array_get(reqs, i);
+        char *want = cv_xasprintf("<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", shuffled[i]);
+        CHECK_STR_EQ(json_string_value(json_object_get(b, "prompt")), want);
+        free(want);
+        CHECK_EQ_INT(json_integer_value(json_object_get(b, "max_tokens")), 5);
+    }
+    json_decref(reqs);
+    tu_run_free(&r);
+    stop_mock(&s);
+
+    static const char *const in_order[] = {"alpha one", "beta two", "gamma three", "delta four"};
+    s = start_mock("custom-raw", (const char *const[]){"--ttft-ms", "2", "--itl-ms", "1", NULL});
+    r = bench((const char *const[]){"serve", "--port", s.port, "--dataset-name", "custom", "--dataset-path", path,
+                                    "--num-prompts", "6", "--skip-chat-template", "--disable-shuffle", "--no-oversample",
+                                    "--max-concurrency", "1", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    check_row(r.out, "Successful requests:", "4");
+    reqs = logged_requests(s.log);
+    CHECK_EQ_INT(json_array_size(reqs), 4);
+    for (size_t i = 0; i < json_array_size(reqs) && i < 4; i++) {
+        const json_t *b = json_array_get(reqs, i);
+        CHECK_STR_EQ(json_string_value(json_object_get(b, "prompt")), in_order[i]);
+        CHECK_EQ_INT(json_integer_value(json_object_get(b, "max_tokens")), 256); /* vLLM's default */
+    }
+    json_decref(reqs);
+    tu_run_free(&r);
+    stop_mock(&s);
+
+    /* the file's problems, one line each */
+    static const char no_prompt[] = "{\"prompt\": \"fine\"}\n{\"text\": \"no prompt key\"}\n";
+    tu_write_file(tmp, "bad.jsonl", no_prompt, sizeof no_prompt - 1);
+    char *bad = cv_xasprintf("%s/bad.jsonl", tmp);
+    r = bench((const char *const[]){"serve", "--port", "1", "--model", "m", "--tokenizer", QWEN_TOKENIZER,
+                                    "--dataset-name", "custom", "--dataset-path", bad, NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "line 2: JSONL file must contain a 'prompt' column");
+    tu_run_free(&r);
+    r = bench((const char *const[]){"serve", "--port", "1", "--model", "m", "--tokenizer", QWEN_TOKENIZER,
+                                    "--dataset-name", "custom", "--dataset-path", "prompts.json", NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "Only JSONL format is supported for CustomDataset.");
+    tu_run_free(&r);
+    free(bad);
+    free(path);
+}
+
+/* --dataset-name prefix_repetition: 3 prefixes × ⌊7 / 3⌋ suffixes = 6 requests, each 12 + 5 tokens,
+ * each prefix's text opening two of them; the output length as asked, ignore_eos not forced. */
+static void test_serve_prefix_repetition(void) {
+    server s = start_mock("repetition", (const char *const[]){"--ttft-ms", "2", "--itl-ms", "1", NULL});
+    tu_run r = bench((const char *const[]){"serve", "--port", s.port, "--dataset-name", "prefix_repetition",
+                                           "--num-prompts", "7", "--prefix-repetition-prefix-len", "12",
+                                           "--prefix-repetition-suffix-len", "5", "--prefix-repetition-num-prefixes", "3",
+                                           "--prefix-repetition-output-len", "4", "--max-concurrency", "2", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    check_row(r.out, "Successful requests:", "6");
+    json_t *reqs = logged_requests(s.log);
+    CHECK_EQ_INT(json_array_size(reqs), 6);
+    cvllm_tokenizer *tok = NULL;
+    CHECK(cvllm_tokenizer_create(QWEN_TOKENIZER, &tok) == CVLLM_OK);
+    int32_t prefixes[6][12];
+    for (size_t i = 0; tok && i < json_array_size(reqs) && i < 6; i++) {
+        const json_t *b = json_array_get(reqs, i);
+        const char *prompt = json_string_value(json_object_get(b, "prompt"));
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK(prompt && cvllm_tokenize(tok, prompt, strlen(prompt), &ids, &n) == CVLLM_OK);
+        CHECK_MSG(n >= 15 && n <= 19, "request %zu: %zu tokens, about 17 expected", i, n);
+        memcpy(prefixes[i], ids, sizeof prefixes[i]);
+        cvllm_free(ids);
+        CHECK_EQ_INT(json_integer_value(json_object_get(b, "max_tokens")), 4);
+        CHECK(json_object_get(b, "ignore_eos") == NULL);
+    }
+    for (int i = 0; i < 6; i++) { /* each 12-token opening is another request's too, and one request's only */
+        int same = 0;
+        for (int j = 0; j < 6; j++) same += j != i && !memcmp(prefixes[i], prefixes[j], sizeof prefixes[i]);
+        CHECK_MSG(same == 1, "request %d shares its prefix with %d others, 1 expected", i, same);
+    }
+    cvllm_tokenizer_destroy(tok);
+    json_decref(reqs);
+    tu_run_free(&r);
+    stop_mock(&s);
+    r = bench((const char *const[]){"serve", "--port", "1", "--model", "m", "--tokenizer", QWEN_TOKENIZER,
+                                    "--dataset-name", "prefix_repetition", "--num-prompts", "2", NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "num_requests (2) must be greater than or equal to num_prefixes (10)");
+    tu_run_free(&r);
+}
+
 /* --lora-modules: each request names an adapter, as vLLM assigns them: random.choice from Python's
  * generator seeded with --seed (the random dataset leaves that generator alone), or round-robin. */
 static void test_serve_lora_modules(void) {
@@ -608,6 +716,8 @@ int main(void) {
     test_serve_ready_check_and_spec_decode();
     test_serve_ramp_up();
     test_serve_sharegpt();
+    test_serve_custom();
+    test_serve_prefix_repetition();
     test_serve_lora_modules();
     test_serve_chat_without_usage();
     test_serve_failures();

@@ -11,7 +11,9 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "base/rng.h"
+#include "bench/pyrandom.h"
 #include "tokenizer/tokenizer.h"
 
 enum { MAX_LENGTH_RETRIES = 10 };
@@ -199,6 +201,107 @@ int cv_random_rerank_dataset(const cvllm_tokenizer *tok, const cv_random_dataset
     *out = s;
     *n_out = n;
     return 0;
+}
+
+/* A prefix_repetition part: len ordinary ids drawn at random, fitted to len tokens; *ids gets them. */
+static int random_part(const cvllm_tokenizer *tok, cv_rng *rng, const int32_t *allowed, int32_t n_allowed,
+                       int32_t len, int32_t **ids, size_t *n) {
+    *ids = cv_xmalloc((size_t)len * sizeof **ids + 1);
+    for (int32_t k = 0; k < len; k++) (*ids)[k] = allowed[uniform_int(rng, 0, n_allowed - 1)];
+    *n = (size_t)len;
+    char *text = NULL;
+    const int rc = fit_to_length(tok, rng, allowed, n_allowed, len, ids, n, &text);
+    free(text);
+    return rc;
+}
+
+/* Sample `s` from a prefix and a suffix: their ids joined, as text. */
+static int join_parts(const cvllm_tokenizer *tok, const int32_t *prefix, size_t n_prefix, const int32_t *suffix,
+                      size_t n_suffix, int32_t output_len, cv_bench_sample *s) {
+    const size_t n = n_prefix + n_suffix;
+    s->ids = cv_xmalloc(n * sizeof *s->ids + 1);
+    if (n_prefix) memcpy(s->ids, prefix, n_prefix * sizeof *prefix);
+    if (n_suffix) memcpy(s->ids + n_prefix, suffix, n_suffix * sizeof *suffix);
+    s->prompt_len = (int32_t)n;
+    s->output_len = output_len;
+    char *text = NULL;
+    const int rc = cvllm_detokenize(tok, s->ids, n, false, &text);
+    if (!rc) s->prompt = cv_xstrdup(text);
+    cvllm_free(text);
+    return rc;
+}
+
+int cv_prefix_repetition_dataset(const cvllm_tokenizer *tok, const cv_prefix_repetition_options *o,
+                                 cv_bench_sample **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    if (o->num_prefixes < 1 || o->prefix_len < 0 || o->suffix_len < 0 || o->output_len < 1 ||
+        o->prefix_len + o->suffix_len < 1)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "prefix_repetition dataset: --prefix-repetition-num-prefixes and "
+                       "-output-len must be at least 1, the prefix and suffix lengths at least 0 and not both 0");
+    const size_t per = (size_t)(o->num_prompts / o->num_prefixes), n = per * (size_t)o->num_prefixes;
+    if (per == 0)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "num_requests (%d) must be greater than or equal to num_prefixes (%d)",
+                       o->num_prompts, o->num_prefixes);
+    int32_t n_allowed;
+    int32_t *allowed = allowed_ids(tok, cvllm_tokenizer_vocab_size(tok), &n_allowed);
+    if (n_allowed == 0) {
+        free(allowed);
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "prefix_repetition dataset: the vocabulary has no ordinary token");
+    }
+    cv_rng rng;
+    cv_rng_seed(&rng, o->seed);
+    cv_bench_sample *s = cv_xcalloc(n, sizeof *s);
+    int rc = 0;
+    for (size_t p = 0, k = 0; p < (size_t)o->num_prefixes && !rc; p++) {
+        int32_t *prefix = NULL;
+        size_t n_prefix = 0;
+        rc = random_part(tok, &rng, allowed, n_allowed, o->prefix_len, &prefix, &n_prefix);
+        for (size_t j = 0; j < per && !rc; j++, k++) {
+            int32_t *suffix = NULL;
+            size_t n_suffix = 0;
+            rc = random_part(tok, &rng, allowed, n_allowed, o->suffix_len, &suffix, &n_suffix);
+            if (!rc) rc = join_parts(tok, prefix, n_prefix, suffix, n_suffix, o->output_len, &s[k]);
+            free(suffix);
+        }
+        free(prefix);
+    }
+    free(allowed);
+    if (rc) {
+        cv_bench_samples_free(s, n);
+        return rc;
+    }
+    if (!o->disable_shuffle) { /* random.shuffle(requests), applied through an index */
+        size_t *order = cv_xmalloc(n * sizeof *order);
+        for (size_t i = 0; i < n; i++) order[i] = i;
+        cv_pyrandom r;
+        cv_pyrandom_seed(&r, o->seed);
+        cv_pyrandom_shuffle(&r, order, n);
+        cv_bench_sample *shuffled = cv_xmalloc(n * sizeof *shuffled);
+        for (size_t i = 0; i < n; i++) shuffled[i] = s[order[i]];
+        free(s);
+        free(order);
+        s = shuffled;
+    }
+    *out = s;
+    *n_out = n;
+    return 0;
+}
+
+size_t cv_bench_oversample(const cv_file_sampling *from, cv_bench_sample *s, size_t got) {
+    const size_t want = (size_t)from->num_prompts;
+    if (got == 0 || got >= want || from->no_oversample) return got;
+    cv_pyrandom r;
+    cv_pyrandom_seed(&r, from->seed);
+    for (size_t i = got; i < want; i++) {
+        const cv_bench_sample *one = &s[cv_pyrandom_choice(&r, got)];
+        s[i] = (cv_bench_sample){.prompt = cv_xstrdup(one->prompt), .prompt_len = one->prompt_len,
+                                 .output_len = one->output_len};
+        s[i].ids = cv_xmalloc(((size_t)one->prompt_len + 1) * sizeof *s[i].ids);
+        memcpy(s[i].ids, one->ids, (size_t)one->prompt_len * sizeof *one->ids);
+    }
+    cv_info("bench", "Oversampled requests to reach %zu total samples.", want);
+    return want;
 }
 
 void cv_bench_samples_free(cv_bench_sample *s, size_t n) {

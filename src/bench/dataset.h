@@ -1,6 +1,7 @@
 /*
- * dataset.h — vLLM's benchmark datasets: "random", synthetic prompts of controlled token length, and
- * "sharegpt", conversations from a file (below).
+ * dataset.h — vLLM's benchmark datasets: "random", synthetic prompts of controlled token length,
+ * "prefix_repetition", random prompts that share a few prefixes, and from files "sharegpt"
+ * (conversations) and "custom" (prompts, one a line) (below).
  *
  * Per request i: an input length drawn uniformly from [⌊L·(1−r)⌋, ⌈L·(1+r)⌉], an output length from
  * [max(1, ⌊O·(1−r)⌋), max(1, ⌈O·(1+r)⌉)] and an offset; the prompt is a shared random prefix of P
@@ -55,17 +56,57 @@ int cv_random_dataset(const cvllm_tokenizer *tok, const cv_random_dataset_option
 int cv_random_rerank_dataset(const cvllm_tokenizer *tok, const cv_random_dataset_options *opts, int32_t batch_size,
                              cv_bench_sample **out, size_t *n_out);
 
-/* vLLM's "sharegpt" dataset (sharegpt.c): a JSON list of {"conversations": [{"value": prompt},
- * {"value": completion}, ...]} entries, shuffled with Python's random.seed(seed), taken in that order
- * while they pass vLLM's length checks, then drawn again (random.choices) up to num_prompts. */
-typedef struct cv_sharegpt_options {
+/* vLLM's "prefix_repetition" (PrefixRepetitionRandomDataset): num_prefixes random prefixes of
+ * prefix_len tokens, each followed by num_prompts / num_prefixes random suffixes of suffix_len tokens
+ * (each part drawn from the ordinary tokens and fitted to its length as the random dataset's prompts
+ * are), output_len each, then shuffled with Python's random.seed(seed) unless disable_shuffle:
+ * *n_out = num_prefixes · ⌊num_prompts / num_prefixes⌋ samples, as vLLM makes (no oversampling). */
+typedef struct cv_prefix_repetition_options {
+    int32_t num_prompts, prefix_len, suffix_len, num_prefixes, output_len;
+    uint64_t seed;
+    bool disable_shuffle;
+} cv_prefix_repetition_options;
+
+int cv_prefix_repetition_dataset(const cvllm_tokenizer *tok, const cv_prefix_repetition_options *opts,
+                                 cv_bench_sample **out, size_t *n_out);
+
+/* How the file datasets pick their samples (vLLM's --disable-shuffle, --no-oversample): the entries
+ * are shuffled with Python's random.seed(seed) unless disable_shuffle, taken in that order up to
+ * num_prompts, and when fewer than num_prompts pass, drawn again with random.choices (re-seeded) up
+ * to num_prompts unless no_oversample (then the run has fewer requests). */
+typedef struct cv_file_sampling {
     const char *path;
     int32_t num_prompts;
-    int32_t output_len;      /* --sharegpt-output-len; -1: the completion's own token count */
     uint64_t seed;
+    bool disable_shuffle, no_oversample;
+} cv_file_sampling;
+
+/* vLLM's "sharegpt" dataset (sharegpt.c): a JSON list of {"conversations": [{"value": prompt},
+ * {"value": completion}, ...]} entries whose first two turns pass vLLM's length checks. */
+typedef struct cv_sharegpt_options {
+    cv_file_sampling from;
+    int32_t output_len;      /* --sharegpt-output-len; -1: the completion's own token count */
 } cv_sharegpt_options;
 
-int cv_sharegpt_dataset(const cvllm_tokenizer *tok, const cv_sharegpt_options *opts, cv_bench_sample **out);
+int cv_sharegpt_dataset(const cvllm_tokenizer *tok, const cv_sharegpt_options *opts, cv_bench_sample **out,
+                        size_t *n_out);
+
+/* vLLM's "custom" dataset (custom.c): a .jsonl file of {"prompt": text} lines, each prompt the user
+ * message of the model's chat template (rendered with the generation prompt, as transformers'
+ * apply_chat_template) unless skip_chat_template, output_len tokens each. */
+typedef struct cv_custom_options {
+    cv_file_sampling from;
+    const char *model;       /* whose chat template: a folder or hub id, as for the tokenizer */
+    int32_t output_len;      /* --custom-output-len */
+    bool skip_chat_template;
+} cv_custom_options;
+
+int cv_custom_dataset(const cvllm_tokenizer *tok, const cv_custom_options *opts, cv_bench_sample **out,
+                      size_t *n_out);
+
+/* The file datasets' last step (cv_file_sampling): s holds `got` samples and room for num_prompts;
+ * returns how many it holds after oversampling. */
+size_t cv_bench_oversample(const cv_file_sampling *from, cv_bench_sample *s, size_t got);
 void cv_bench_samples_free(cv_bench_sample *s, size_t n);
 
 #endif

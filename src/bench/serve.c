@@ -4,7 +4,8 @@
  *
  * The run follows vLLM's main(): resolve the model (the first one from /v1/models when --model is
  * not given), load the tokenizer locally (--tokenizer, else the model id), build the dataset with it
- * (random, or sharegpt from --dataset-path), turn each sample into a streaming /v1/completions or /v1/chat/completions body, release
+ * (random, random-rerank, prefix_repetition, or from --dataset-path sharegpt or custom), turn each
+ * sample into a streaming /v1/completions or /v1/chat/completions body, release
  * the requests on a Poisson/Gamma schedule through the client (client.h), and report. The API is
  * chosen by the endpoint (…/chat/completions means chat) or by --backend openai-chat. As in vLLM,
  * the random dataset turns --ignore-eos on so every request runs to its output length.
@@ -32,6 +33,7 @@
 #include "bench/serve.h"
 #include "bench/stats.h"
 #include "cli/args.h"
+#include "cli/args_internal.h"
 
 typedef struct serve_args {
     serve_config c;
@@ -50,6 +52,9 @@ typedef struct serve_args {
     int32_t num_warmups, logprobs, ready_check_timeout;
     bool ramp_start_given, ramp_end_given, metrics_given;
     int32_t sharegpt_output_len;     /* -1: each conversation's own */
+    int32_t custom_output_len;
+    bool skip_chat_template, disable_shuffle, no_oversample;
+    cv_prefix_repetition_options repetition;
     const char **lora_modules;       /* --lora-modules: adapter names the requests are spread over */
     size_t n_lora_modules;
     const char *lora_assignment;     /* "random" (vLLM's default) or "round-robin" */
@@ -61,9 +66,13 @@ static const char serve_usage[] =
     "usage: cvllm bench serve [--base-url URL | --host 127.0.0.1 --port 8000] [--endpoint /v1/completions]\n"
     "                         [--backend openai|openai-chat|openai-embeddings|vllm|vllm-rerank] [--model NAME]\n"
     "                         [--served-model-name NAME] [--tokenizer MODEL]\n"
-    "                         [--dataset-name random|random-rerank|sharegpt] [--dataset-path FILE]\n"
+    "                         [--dataset-name random|random-rerank|prefix_repetition|sharegpt|custom]\n"
+    "                         [--dataset-path FILE] [--disable-shuffle] [--no-oversample]\n"
     "                         [--random-batch-size 1]\n"
-    "                         [--sharegpt-output-len N] [--num-prompts 1000]\n"
+    "                         [--sharegpt-output-len N] [--custom-output-len 256] [--skip-chat-template]\n"
+    "                         [--prefix-repetition-prefix-len 256] [--prefix-repetition-suffix-len 256]\n"
+    "                         [--prefix-repetition-num-prefixes 10] [--prefix-repetition-output-len 128]\n"
+    "                         [--num-prompts 1000]\n"
     "                         [--random-input-len 1024] [--random-output-len 128] [--random-range-ratio 0]\n"
     "                         [--random-prefix-len 0] [--input-len N] [--output-len N] [--seed 0]\n"
     "                         [--request-rate inf] [--burstiness 1.0] [--max-concurrency N] [--ignore-eos]\n"
@@ -189,6 +198,11 @@ static bool parse_option(cv_args *a, serve_args *s) {
         int32_option(a, "--random-input-len", 0, &s->data.input_len) || int32_option(a, "--input-len", 0, &s->data.input_len) ||
         int32_option(a, "--random-output-len", 1, &s->data.output_len) ||
         int32_option(a, "--sharegpt-output-len", 1, &s->sharegpt_output_len) ||
+        int32_option(a, "--custom-output-len", 1, &s->custom_output_len) ||
+        int32_option(a, "--prefix-repetition-prefix-len", 0, &s->repetition.prefix_len) ||
+        int32_option(a, "--prefix-repetition-suffix-len", 0, &s->repetition.suffix_len) ||
+        int32_option(a, "--prefix-repetition-num-prefixes", 1, &s->repetition.num_prefixes) ||
+        int32_option(a, "--prefix-repetition-output-len", 1, &s->repetition.output_len) ||
         int32_option(a, "--random-prefix-len", 0, &s->data.prefix_len) ||
         int32_option(a, "--random-batch-size", 1, &s->random_batch_size) || int32_option(a, "--num-warmups", 0, &s->num_warmups) ||
         int32_option(a, "--logprobs", 0, &s->logprobs) ||
@@ -197,6 +211,8 @@ static bool parse_option(cv_args *a, serve_args *s) {
     if (rate_option(a, "--request-rate", &c->request_rate) || rate_option(a, "--burstiness", &c->burstiness)) return true;
     if (flag_option(a, "--ignore-eos", &s->ignore_eos) || flag_option(a, "--save-result", &c->save_result) ||
         flag_option(a, "--save-detailed", &c->save_detailed) || flag_option(a, "--append-result", &c->append_result) ||
+        flag_option(a, "--skip-chat-template|--custom-skip-chat-template", &s->skip_chat_template) ||
+        flag_option(a, "--disable-shuffle", &s->disable_shuffle) || flag_option(a, "--no-oversample", &s->no_oversample) ||
         cv_args_ignored(a, ignored_flags, CV_ARRAY_LEN(ignored_flags)))
         return true;
     if (cv_args_list(a, "--goodput", &s->goodput, &s->n_goodput) ||
@@ -238,13 +254,17 @@ static int validate(cv_args *a, serve_args *s) {
         s->headers = cv_xrealloc(s->headers, (s->n_headers + 1) * sizeof *s->headers);
         s->headers[s->n_headers++] = cv_xasprintf("%.*s: %s", (int)(eq - h), h, eq + 1);
     }
+    static const char *const datasets[] = {"random", "random-rerank", "prefix_repetition", "sharegpt", "custom", NULL};
     const bool rerank_data = !strcmp(s->dataset_name, "random-rerank");
-    if (strcmp(s->dataset_name, "random") != 0 && !rerank_data && strcmp(s->dataset_name, "sharegpt") != 0)
-        return cv_args_error(a, "--dataset-name %s is not supported (random, random-rerank, sharegpt)", s->dataset_name);
+    if (!cv_args_in_list(datasets, s->dataset_name))
+        return cv_args_error(a, "--dataset-name %s is not supported (random, random-rerank, prefix_repetition, "
+                             "sharegpt, custom)", s->dataset_name);
     if (strncmp(s->dataset_name, "random", 6) == 0 && s->dataset_path)
         return cv_args_error(a, "cannot use the '%s' dataset with --dataset-path %s", s->dataset_name, s->dataset_path);
     if (!strcmp(s->dataset_name, "sharegpt") && !s->dataset_path)
         return cv_args_error(a, "the 'sharegpt' dataset needs --dataset-path (e.g. ShareGPT_V3_unfiltered_cleaned_split.json)");
+    if (!strcmp(s->dataset_name, "custom") && !s->dataset_path)
+        return cv_args_error(a, "the 'custom' dataset needs --dataset-path (a .jsonl file of {\"prompt\": ...} lines)");
     if (strcmp(s->lora_assignment, "random") && strcmp(s->lora_assignment, "round-robin"))
         return cv_args_error(a, "argument --lora-assignment: invalid choice: '%s' (choose from 'random', 'round-robin')",
                              s->lora_assignment);
@@ -335,6 +355,9 @@ static void set_defaults(serve_args *s) {
     s->data.input_len = 1024;
     s->data.output_len = 128;
     s->sharegpt_output_len = -1;
+    s->custom_output_len = 256;
+    s->repetition = (cv_prefix_repetition_options){.prefix_len = 256, .suffix_len = 256, .num_prefixes = 10,
+                                                   .output_len = 128};
     s->logprobs = -1;
     s->sampling = json_object();
 }
@@ -661,14 +684,28 @@ static int run_serve(serve_args *s) {
         rc = cvllm_tokenizer_create(c->tokenizer_id, &tok);
         if (rc) cv_fail_prefix(rc, "cannot load the tokenizer '%s' (give --tokenizer)", c->tokenizer_id);
     }
-    const bool random = !strcmp(s->dataset_name, "random"), rerank = !strcmp(s->dataset_name, "random-rerank");
+    const char *name = s->dataset_name;
+    const bool random = !strcmp(name, "random");
+    const cv_file_sampling from = {.path = s->dataset_path, .num_prompts = c->num_prompts, .seed = s->data.seed,
+                                   .disable_shuffle = s->disable_shuffle, .no_oversample = s->no_oversample};
     s->n_samples = (size_t)c->num_prompts;
-    if (!rc && random) rc = cv_random_dataset(tok, &s->data, &samples);
-    if (!rc && rerank) rc = cv_random_rerank_dataset(tok, &s->data, s->random_batch_size, &samples, &s->n_samples);
-    if (!rc && !random && !rerank) {
-        const cv_sharegpt_options so = {.path = s->dataset_path, .num_prompts = c->num_prompts,
-                                        .output_len = s->sharegpt_output_len, .seed = s->data.seed};
-        rc = cv_sharegpt_dataset(tok, &so, &samples);
+    if (rc) {
+    } else if (random) {
+        rc = cv_random_dataset(tok, &s->data, &samples);
+    } else if (!strcmp(name, "random-rerank")) {
+        rc = cv_random_rerank_dataset(tok, &s->data, s->random_batch_size, &samples, &s->n_samples);
+    } else if (!strcmp(name, "prefix_repetition")) {
+        s->repetition.num_prompts = c->num_prompts;
+        s->repetition.seed = s->data.seed;
+        s->repetition.disable_shuffle = s->disable_shuffle;
+        rc = cv_prefix_repetition_dataset(tok, &s->repetition, &samples, &s->n_samples);
+    } else if (!strcmp(name, "sharegpt")) {
+        const cv_sharegpt_options so = {.from = from, .output_len = s->sharegpt_output_len};
+        rc = cv_sharegpt_dataset(tok, &so, &samples, &s->n_samples);
+    } else {
+        const cv_custom_options co = {.from = from, .model = c->tokenizer_id, .output_len = s->custom_output_len,
+                                      .skip_chat_template = s->skip_chat_template};
+        rc = cv_custom_dataset(tok, &co, &samples, &s->n_samples);
     }
     if (!rc) {
         if (random) s->ignore_eos = true; /* vLLM: random datasets run every request to its output length */

@@ -5,14 +5,14 @@
  * requests in vLLM's order. Each entry's first turn is the prompt and the second's token count the
  * output length (or --sharegpt-output-len); vLLM's is_valid_sequence drops prompts under 4 tokens or
  * over 1,024, outputs under 4 (unless the length is given) and pairs over 2,048 together. When fewer
- * than num_prompts pass, random.choices over the kept ones (re-seeded) fills up, as vLLM oversamples.
+ * than num_prompts pass, random.choices over the kept ones (re-seeded) fills up, as vLLM oversamples
+ * (cv_bench_oversample).
  */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
-#include "base/log.h"
 #include "bench/dataset.h"
 #include "bench/pyrandom.h"
 
@@ -30,14 +30,17 @@ static const char *turn(const json_t *conv, size_t k, size_t *len) {
     return json_string_value(v);
 }
 
-int cv_sharegpt_dataset(const cvllm_tokenizer *tok, const cv_sharegpt_options *o, cv_bench_sample **out) {
+int cv_sharegpt_dataset(const cvllm_tokenizer *tok, const cv_sharegpt_options *o, cv_bench_sample **out,
+                        size_t *n_out) {
     *out = NULL;
+    *n_out = 0;
+    const char *path = o->from.path;
     json_error_t err;
-    json_t *data = json_load_file(o->path, 0, &err);
-    if (!data) return cv_fail(CVLLM_ERR_IO, "sharegpt dataset %s: %s (line %d)", o->path, err.text, err.line);
+    json_t *data = json_load_file(path, 0, &err);
+    if (!data) return cv_fail(CVLLM_ERR_IO, "sharegpt dataset %s: %s (line %d)", path, err.text, err.line);
     if (!json_is_array(data)) {
         json_decref(data);
-        return cv_fail(CVLLM_ERR_FORMAT, "sharegpt dataset %s: expected a JSON list of conversations", o->path);
+        return cv_fail(CVLLM_ERR_FORMAT, "sharegpt dataset %s: expected a JSON list of conversations", path);
     }
     const size_t n_all = json_array_size(data);
     size_t *order = cv_xmalloc((n_all ? n_all : 1) * sizeof *order), n = 0;
@@ -45,10 +48,12 @@ int cv_sharegpt_dataset(const cvllm_tokenizer *tok, const cv_sharegpt_options *o
         const json_t *conv = json_object_get(json_array_get(data, i), "conversations");
         if (json_array_size(conv) >= 2) order[n++] = i;
     }
-    cv_pyrandom r;
-    cv_pyrandom_seed(&r, o->seed);
-    cv_pyrandom_shuffle(&r, order, n);
-    const size_t want = (size_t)o->num_prompts;
+    if (!o->from.disable_shuffle) {
+        cv_pyrandom r;
+        cv_pyrandom_seed(&r, o->from.seed);
+        cv_pyrandom_shuffle(&r, order, n);
+    }
+    const size_t want = (size_t)o->from.num_prompts;
     cv_bench_sample *s = cv_xcalloc(want ? want : 1, sizeof *s);
     size_t got = 0;
     int rc = 0;
@@ -76,22 +81,12 @@ int cv_sharegpt_dataset(const cvllm_tokenizer *tok, const cv_sharegpt_options *o
     free(order);
     json_decref(data);
     if (!rc && got == 0) rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "sharegpt dataset %s: no conversation passes the "
-                                      "length checks (prompt 4-1024 tokens, output at least 4, both at most 2048)", o->path);
-    if (!rc && got < want) {
-        cv_pyrandom_seed(&r, o->seed);
-        for (size_t i = got; i < want; i++) {
-            const cv_bench_sample *from = &s[cv_pyrandom_choice(&r, got)];
-            s[i] = (cv_bench_sample){.prompt = cv_xstrdup(from->prompt), .prompt_len = from->prompt_len,
-                                     .output_len = from->output_len};
-            s[i].ids = cv_xmalloc(((size_t)from->prompt_len + 1) * sizeof *s[i].ids);
-            memcpy(s[i].ids, from->ids, (size_t)from->prompt_len * sizeof *from->ids);
-        }
-        cv_info("bench", "Oversampled requests to reach %zu total samples.", want);
-    }
+                                      "length checks (prompt 4-1024 tokens, output at least 4, both at most 2048)", path);
     if (rc) {
         cv_bench_samples_free(s, want);
         return rc;
     }
     *out = s;
+    *n_out = cv_bench_oversample(&o->from, s, got);
     return 0;
 }

@@ -268,9 +268,10 @@ int cv_bench_throughput_main(int argc, char **argv) {
     if (!strcmp(t.dataset_name, "random")) {
         rc = cv_random_dataset(tok, &t.data, &samples);
     } else { /* vLLM: the conversations' own output lengths unless --output-len */
-        const cv_sharegpt_options so = {.path = t.dataset_path, .num_prompts = t.data.num_prompts,
-                                        .output_len = t.has_output_len ? t.data.output_len : -1, .seed = t.data.seed};
-        rc = cv_sharegpt_dataset(tok, &so, &samples);
+        const cv_sharegpt_options so = {
+            .from = {.path = t.dataset_path, .num_prompts = t.data.num_prompts, .seed = t.data.seed},
+            .output_len = t.has_output_len ? t.data.output_len : -1};
+        rc = cv_sharegpt_dataset(tok, &so, &samples, &n);
     }
     if (!rc) rc = check_fits(e, samples, n);
     if (!rc) rc = run_all(e, &t, samples, n, &tot);

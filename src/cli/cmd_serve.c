@@ -155,6 +155,7 @@ static const cv_ignored_flag ignored_serve_flags[] = {
     {"--dp-supervisor-probe-timeout-s", CV_IGNORED_FLOAT, NULL},
     {"--dp-supervisor-probe-failure-threshold", CV_IGNORED_INT, NULL},
     {"--api-server-count|-asc", CV_IGNORED_INT, NULL},
+    {"--disable-frontend-multiprocessing", CV_IGNORED_BOOL, NULL},
     {"--uvicorn-log-level", CV_IGNORED_STRING, NULL},
     {"--response-role", CV_IGNORED_STRING, NULL},
     {"--disable-fastapi-docs", CV_IGNORED_BOOL, NULL},

@@ -4,7 +4,7 @@ cv_add_test(test_bench SOURCES ${CMAKE_SOURCE_DIR}/tests/test_bench.c LIBS cv_be
 
 # The commands end to end: serve against tests/tools/mock_openai_server.py (python3), throughput and
 # latency on the reference checkpoint.
-cv_add_test(test_bench_cli SOURCES ${CMAKE_SOURCE_DIR}/tests/test_bench_cli.c LIBS cv_base TIMEOUT 150)
+cv_add_test(test_bench_cli SOURCES ${CMAKE_SOURCE_DIR}/tests/test_bench_cli.c LIBS cv_tokenizer TIMEOUT 150)
 add_dependencies(test_bench_cli cvllm)
 
 # Compile time of every constraint of the structured-outputs corpus (not a test: `bench_grammar_compile`).

@@ -1,0 +1,130 @@
+/*
+ * custom.c — vLLM's CustomDataset (vllm/benchmarks/datasets.py): prompts of one's own, a JSON object
+ * {"prompt": text} a line of a .jsonl file (other keys are kept by vLLM and unused, so ignored here),
+ * sampled as the other file datasets are (cv_file_sampling: Python's shuffle, num_prompts taken,
+ * random.choices to fill up). Unless --skip-chat-template, each prompt becomes the user message of
+ * the model's chat template, rendered with the generation prompt as transformers'
+ * apply_chat_template(tokenize=False) renders it, and that text is what the request sends; its
+ * token count (special tokens added as the tokenizer's __call__ adds them) is the prompt length.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "bench/dataset.h"
+#include "bench/pyrandom.h"
+#include "chat/chat.h"
+#include "loader/resolve.h"
+
+/* The prompts of the file's lines, in file order (*n of them; blank lines skipped). */
+static int read_prompts(const char *path, char ***prompts, size_t *n) {
+    *prompts = NULL;
+    *n = 0;
+    const size_t len = strlen(path);
+    if (len < 6 || strcmp(path + len - 6, ".jsonl"))
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "custom dataset %s: Only JSONL format is supported for CustomDataset.",
+                       path);
+    FILE *f = fopen(path, "r");
+    if (!f) return cv_fail(CVLLM_ERR_IO, "custom dataset %s: cannot open it", path);
+    char *line = NULL;
+    size_t cap = 0, line_no = 0;
+    ssize_t got;
+    int rc = 0;
+    while (!rc && (got = getline(&line, &cap, f)) >= 0) {
+        line_no++;
+        if (strspn(line, " \t\r\n") == (size_t)got) continue;
+        json_error_t err;
+        json_t *row = json_loadb(line, (size_t)got, 0, &err);
+        const json_t *prompt = json_object_get(row, "prompt");
+        if (!row)
+            rc = cv_fail(CVLLM_ERR_FORMAT, "custom dataset %s line %zu: %s", path, line_no, err.text);
+        else if (!json_is_string(prompt))
+            rc = cv_fail(CVLLM_ERR_FORMAT, "custom dataset %s line %zu: JSONL file must contain a 'prompt' column (a "
+                         "string on every line).", path, line_no);
+        else {
+            *prompts = cv_xrealloc(*prompts, (*n + 1) * sizeof **prompts);
+            (*prompts)[(*n)++] = cv_xstrndup(json_string_value(prompt), json_string_length(prompt));
+        }
+        json_decref(row);
+    }
+    free(line);
+    fclose(f);
+    if (!rc && *n == 0) rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "custom dataset %s: no prompt in it", path);
+    return rc;
+}
+
+/* The text the request sends for `prompt`: the chat template's rendering, or the prompt itself. */
+static int request_text(const cv_chat_template *tmpl, const char *prompt, char **text) {
+    if (!tmpl) {
+        *text = cv_xstrdup(prompt);
+        return 0;
+    }
+    json_t *messages = json_pack("[{s:s, s:s}]", "role", "user", "content", prompt);
+    const cv_chat_request req = {.messages = messages, .add_generation_prompt = true};
+    const int rc = cv_chat_render(tmpl, &req, text, NULL);
+    json_decref(messages);
+    return rc;
+}
+
+static int load_template(const char *model, cv_chat_template **out) {
+    char *dir = NULL;
+    int rc = cv_resolve_model(model, NULL, false, &dir);
+    if (!rc) rc = cv_chat_template_load(dir, NULL, out);
+    free(dir);
+    if (rc) cv_fail_prefix(rc, "custom dataset: the chat template of %s (--skip-chat-template sends the prompts as "
+                           "they are)", model);
+    return rc;
+}
+
+int cv_custom_dataset(const cvllm_tokenizer *tok, const cv_custom_options *o, cv_bench_sample **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    if (o->output_len < 1)
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "custom dataset: --custom-output-len must be at least 1, got %d",
+                       o->output_len);
+    char **prompts;
+    size_t n;
+    int rc = read_prompts(o->from.path, &prompts, &n);
+    cv_chat_template *tmpl = NULL;
+    if (!rc && !o->skip_chat_template) rc = load_template(o->model, &tmpl);
+    size_t *order = cv_xmalloc((n ? n : 1) * sizeof *order);
+    for (size_t i = 0; i < n; i++) order[i] = i;
+    if (!o->from.disable_shuffle) {
+        cv_pyrandom r;
+        cv_pyrandom_seed(&r, o->from.seed);
+        cv_pyrandom_shuffle(&r, order, n);
+    }
+    const size_t want = (size_t)o->from.num_prompts, take = n < want ? n : want;
+    cv_bench_sample *s = cv_xcalloc(want ? want : 1, sizeof *s);
+    for (size_t i = 0; i < take && !rc; i++) {
+        char *text = NULL;
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        rc = request_text(tmpl, prompts[order[i]], &text);
+        if (!rc) rc = cvllm_tokenize(tok, text, strlen(text), &ids, &n_ids);
+        if (!rc) rc = cvllm_tokenizer_add_special_tokens(tok, &ids, &n_ids);
+        if (!rc) {
+            s[i].prompt = text;
+            text = NULL;
+            s[i].ids = cv_xmalloc((n_ids + 1) * sizeof *s[i].ids);
+            memcpy(s[i].ids, ids, n_ids * sizeof *ids);
+            s[i].prompt_len = (int32_t)n_ids;
+            s[i].output_len = o->output_len;
+        }
+        free(text);
+        cvllm_free(ids);
+    }
+    for (size_t i = 0; i < n; i++) free(prompts[i]);
+    free(prompts);
+    free(order);
+    cv_chat_template_free(tmpl);
+    if (rc) {
+        cv_bench_samples_free(s, want);
+        return rc;
+    }
+    *out = s;
+    *n_out = cv_bench_oversample(&o->from, s, take);
+    return 0;
+}
