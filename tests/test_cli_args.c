@@ -327,10 +327,12 @@ static void test_engine_flags(void) {
     err = expect_parsed(ARGS("serve", "/nonexistent", "--num-gpu-blocks-override", "20", "--cudagraph-capture-sizes",
                              "1", "8", "--cuda-graph-sizes", "4", "-dcp", "1", "--all2all-backend", "naive",
                              "--media-io-kwargs", "{\"video\": {\"num_frames\": 8}}", "--mm-processor-cache-type",
-                             "shm", "--no-aggregate-engine-logging", "--logits-processor-pattern", "x.*"));
+                             "shm", "--no-aggregate-engine-logging", "--logits-processor-pattern", "x.*",
+                             "--disable-frontend-multiprocessing"));
     CHECK_CONTAINS(err, "--cudagraph-capture-sizes is accepted and ignored");
     CHECK_CONTAINS(err, "--media-io-kwargs is accepted and ignored");
     CHECK_CONTAINS(err, "--no-aggregate-engine-logging is accepted and ignored");
+    CHECK_CONTAINS(err, "--disable-frontend-multiprocessing is accepted and ignored");
     free(err);
     expect_usage(ARGS("serve", "/nonexistent", "--cudagraph-capture-sizes", "1", "0"),
                  "--cudagraph-capture-sizes must be in [1, 2147483647], got '0'");
