@@ -361,7 +361,8 @@ static void test_serve_sharegpt(void) {
 /* --dataset-name custom: the .jsonl file's prompts in the order Python's random.shuffle gives for
  * the seed (CPython: seed 7 orders a b c d as d b a c), random.choices filling up to --num-prompts
  * (b, d), each sent as the chat template's rendering of it as a user message; then as they are
- * (--skip-chat-template), in file order (--disable-shuffle), four only (--no-oversample). */
+ * (--skip-chat-template), in file order (--disable-shuffle), four only (--no-oversample); and
+ * spec_bench, the same from Spec-Bench's lines. */
 static void test_serve_custom(void) {
     static const char data[] = "{\"prompt\": \"alpha one\"}\n{\"prompt\": \"beta two\", \"id\": 2}\n\n"
                                "{\"prompt\": \"gamma three\"}\n{\"prompt\": \"delta four\"}\n";
@@ -404,6 +405,31 @@ static void test_serve_custom(void) {
     tu_run_free(&r);
     stop_mock(&s);
 
+    /* spec_bench: Spec-Bench's lines, the first turn of one category's */
+    static const char spec[] = "{\"question_id\": 1, \"category\": \"coding\", \"turns\": [\"Write code A\", \"More\"]}\n"
+                               "{\"question_id\": 2, \"category\": \"qa\", \"turns\": [\"What is B?\"]}\n"
+                               "{\"question_id\": 3, \"category\": \"coding\", \"turns\": [\"Write code C\"]}\n";
+    tu_write_file(tmp, "question.jsonl", spec, sizeof spec - 1);
+    char *questions = cv_xasprintf("%s/question.jsonl", tmp);
+    s = start_mock("spec-bench", (const char *const[]){"--ttft-ms", "2", "--itl-ms", "1", NULL});
+    r = bench((const char *const[]){"serve", "--port", s.port, "--dataset-name", "spec_bench", "--dataset-path",
+                                    questions, "--spec-bench-category", "coding", "--spec-bench-output-len", "9",
+                                    "--num-prompts", "2", "--skip-chat-template", "--disable-shuffle",
+                                    "--max-concurrency", "1", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    reqs = logged_requests(s.log);
+    CHECK_EQ_INT(json_array_size(reqs), 2);
+    static const char *const coding[] = {"Write code A", "Write code C"};
+    for (size_t i = 0; i < json_array_size(reqs) && i < 2; i++) {
+        const json_t *b = json_array_get(reqs, i);
+        CHECK_STR_EQ(json_string_value(json_object_get(b, "prompt")), coding[i]);
+        CHECK_EQ_INT(json_integer_value(json_object_get(b, "max_tokens")), 9);
+    }
+    json_decref(reqs);
+    tu_run_free(&r);
+    stop_mock(&s);
+    free(questions);
+
     /* the file's problems, one line each */
     static const char no_prompt[] = "{\"prompt\": \"fine\"}\n{\"text\": \"no prompt key\"}\n";
     tu_write_file(tmp, "bad.jsonl", no_prompt, sizeof no_prompt - 1);
@@ -417,6 +443,11 @@ static void test_serve_custom(void) {
                                     "--dataset-name", "custom", "--dataset-path", "prompts.json", NULL});
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, "Only JSONL format is supported for CustomDataset.");
+    tu_run_free(&r);
+    r = bench((const char *const[]){"serve", "--port", "1", "--model", "m", "--tokenizer", QWEN_TOKENIZER,
+                                    "--dataset-name", "spec_bench", "--dataset-path", bad, NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "line 1: JSONL file must contain a 'turns' column");
     tu_run_free(&r);
     free(bad);
     free(path);

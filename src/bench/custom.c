@@ -6,6 +6,9 @@
  * the model's chat template, rendered with the generation prompt as transformers'
  * apply_chat_template(tokenize=False) renders it, and that text is what the request sends; its
  * token count (special tokens added as the tokenizer's __call__ adds them) is the prompt length.
+ *
+ * vLLM's SpecBench, Spec-Bench's question.jsonl, is the same with the first of each line's "turns" as
+ * the prompt, the lines of one "category" only when one is given.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -18,16 +21,27 @@
 #include "chat/chat.h"
 #include "loader/resolve.h"
 
+/* A line's prompt: "prompt", or for Spec-Bench the first of "turns" when the line is of the category
+ * asked (*skip otherwise). NULL when the line has none. */
+static const json_t *line_prompt(const cv_custom_options *o, const json_t *row, bool *skip) {
+    *skip = false;
+    if (!o->spec_bench) return json_object_get(row, "prompt");
+    const char *category = json_string_value(json_object_get(row, "category"));
+    *skip = o->category && (!category || strcmp(category, o->category));
+    return json_array_get(json_object_get(row, "turns"), 0);
+}
+
 /* The prompts of the file's lines, in file order (*n of them; blank lines skipped). */
-static int read_prompts(const char *path, char ***prompts, size_t *n) {
+static int read_prompts(const cv_custom_options *o, char ***prompts, size_t *n) {
     *prompts = NULL;
     *n = 0;
+    const char *path = o->from.path, *what = o->spec_bench ? "spec_bench" : "custom";
     const size_t len = strlen(path);
-    if (len < 6 || strcmp(path + len - 6, ".jsonl"))
+    if (!o->spec_bench && (len < 6 || strcmp(path + len - 6, ".jsonl")))
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "custom dataset %s: Only JSONL format is supported for CustomDataset.",
                        path);
     FILE *f = fopen(path, "r");
-    if (!f) return cv_fail(CVLLM_ERR_IO, "custom dataset %s: cannot open it", path);
+    if (!f) return cv_fail(CVLLM_ERR_IO, "%s dataset %s: cannot open it", what, path);
     char *line = NULL;
     size_t cap = 0, line_no = 0;
     ssize_t got;
@@ -37,13 +51,15 @@ static int read_prompts(const char *path, char ***prompts, size_t *n) {
         if (strspn(line, " \t\r\n") == (size_t)got) continue;
         json_error_t err;
         json_t *row = json_loadb(line, (size_t)got, 0, &err);
-        const json_t *prompt = json_object_get(row, "prompt");
+        bool skip;
+        const json_t *prompt = line_prompt(o, row, &skip);
         if (!row)
-            rc = cv_fail(CVLLM_ERR_FORMAT, "custom dataset %s line %zu: %s", path, line_no, err.text);
+            rc = cv_fail(CVLLM_ERR_FORMAT, "%s dataset %s line %zu: %s", what, path, line_no, err.text);
         else if (!json_is_string(prompt))
-            rc = cv_fail(CVLLM_ERR_FORMAT, "custom dataset %s line %zu: JSONL file must contain a 'prompt' column (a "
-                         "string on every line).", path, line_no);
-        else {
+            rc = cv_fail(CVLLM_ERR_FORMAT, "%s dataset %s line %zu: JSONL file must contain a '%s' column (%s on every "
+                         "line).", what, path, line_no, o->spec_bench ? "turns" : "prompt",
+                         o->spec_bench ? "a list of strings" : "a string");
+        else if (!skip) {
             *prompts = cv_xrealloc(*prompts, (*n + 1) * sizeof **prompts);
             (*prompts)[(*n)++] = cv_xstrndup(json_string_value(prompt), json_string_length(prompt));
         }
@@ -51,7 +67,9 @@ static int read_prompts(const char *path, char ***prompts, size_t *n) {
     }
     free(line);
     fclose(f);
-    if (!rc && *n == 0) rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "custom dataset %s: no prompt in it", path);
+    if (!rc && *n == 0)
+        rc = cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "%s dataset %s: no prompt in it%s%s", what, path,
+                     o->category ? " of category " : "", o->category ? o->category : "");
     return rc;
 }
 
@@ -82,11 +100,11 @@ int cv_custom_dataset(const cvllm_tokenizer *tok, const cv_custom_options *o, cv
     *out = NULL;
     *n_out = 0;
     if (o->output_len < 1)
-        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "custom dataset: --custom-output-len must be at least 1, got %d",
-                       o->output_len);
+        return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "%s dataset: the output length must be at least 1, got %d",
+                       o->spec_bench ? "spec_bench" : "custom", o->output_len);
     char **prompts;
     size_t n;
-    int rc = read_prompts(o->from.path, &prompts, &n);
+    int rc = read_prompts(o, &prompts, &n);
     cv_chat_template *tmpl = NULL;
     if (!rc && !o->skip_chat_template) rc = load_template(o->model, &tmpl);
     size_t *order = cv_xmalloc((n ? n : 1) * sizeof *order);

@@ -1,7 +1,7 @@
 /*
  * dataset.h — vLLM's benchmark datasets: "random", synthetic prompts of controlled token length,
  * "prefix_repetition", random prompts that share a few prefixes, and from files "sharegpt"
- * (conversations) and "custom" (prompts, one a line) (below).
+ * (conversations), "custom" and "spec_bench" (prompts, one a line) (below).
  *
  * Per request i: an input length drawn uniformly from [⌊L·(1−r)⌋, ⌈L·(1+r)⌉], an output length from
  * [max(1, ⌊O·(1−r)⌋), max(1, ⌈O·(1+r)⌉)] and an offset; the prompt is a shared random prefix of P
@@ -93,12 +93,16 @@ int cv_sharegpt_dataset(const cvllm_tokenizer *tok, const cv_sharegpt_options *o
 
 /* vLLM's "custom" dataset (custom.c): a .jsonl file of {"prompt": text} lines, each prompt the user
  * message of the model's chat template (rendered with the generation prompt, as transformers'
- * apply_chat_template) unless skip_chat_template, output_len tokens each. */
+ * apply_chat_template) unless skip_chat_template, output_len tokens each. With spec_bench, vLLM's
+ * "spec_bench": Spec-Bench's {"category": c, "turns": [text, ...]} lines, the first turn the prompt,
+ * those of `category` only when it is not NULL. */
 typedef struct cv_custom_options {
     cv_file_sampling from;
     const char *model;       /* whose chat template: a folder or hub id, as for the tokenizer */
-    int32_t output_len;      /* --custom-output-len */
+    int32_t output_len;      /* --custom-output-len, --spec-bench-output-len */
     bool skip_chat_template;
+    bool spec_bench;
+    const char *category;    /* --spec-bench-category */
 } cv_custom_options;
 
 int cv_custom_dataset(const cvllm_tokenizer *tok, const cv_custom_options *opts, cv_bench_sample **out,

@@ -4,7 +4,7 @@
  *
  * The run follows vLLM's main(): resolve the model (the first one from /v1/models when --model is
  * not given), load the tokenizer locally (--tokenizer, else the model id), build the dataset with it
- * (random, random-rerank, prefix_repetition, or from --dataset-path sharegpt or custom), turn each
+ * (random, random-rerank, prefix_repetition, or from --dataset-path sharegpt, custom or spec_bench), turn each
  * sample into a streaming /v1/completions or /v1/chat/completions body, release
  * the requests on a Poisson/Gamma schedule through the client (client.h), and report. The API is
  * chosen by the endpoint (…/chat/completions means chat) or by --backend openai-chat. As in vLLM,
@@ -52,7 +52,8 @@ typedef struct serve_args {
     int32_t num_warmups, logprobs, ready_check_timeout;
     bool ramp_start_given, ramp_end_given, metrics_given;
     int32_t sharegpt_output_len;     /* -1: each conversation's own */
-    int32_t custom_output_len;
+    int32_t custom_output_len, spec_bench_output_len;
+    const char *spec_bench_category;
     bool skip_chat_template, disable_shuffle, no_oversample;
     cv_prefix_repetition_options repetition;
     const char **lora_modules;       /* --lora-modules: adapter names the requests are spread over */
@@ -66,10 +67,11 @@ static const char serve_usage[] =
     "usage: cvllm bench serve [--base-url URL | --host 127.0.0.1 --port 8000] [--endpoint /v1/completions]\n"
     "                         [--backend openai|openai-chat|openai-embeddings|vllm|vllm-rerank] [--model NAME]\n"
     "                         [--served-model-name NAME] [--tokenizer MODEL]\n"
-    "                         [--dataset-name random|random-rerank|prefix_repetition|sharegpt|custom]\n"
+    "                         [--dataset-name random|random-rerank|prefix_repetition|sharegpt|custom|spec_bench]\n"
     "                         [--dataset-path FILE] [--disable-shuffle] [--no-oversample]\n"
     "                         [--random-batch-size 1]\n"
     "                         [--sharegpt-output-len N] [--custom-output-len 256] [--skip-chat-template]\n"
+    "                         [--spec-bench-output-len 256] [--spec-bench-category C]\n"
     "                         [--prefix-repetition-prefix-len 256] [--prefix-repetition-suffix-len 256]\n"
     "                         [--prefix-repetition-num-prefixes 10] [--prefix-repetition-output-len 128]\n"
     "                         [--num-prompts 1000]\n"
@@ -192,13 +194,15 @@ static bool parse_option(cv_args *a, serve_args *s) {
         string_option(a, "--result-dir", &c->result_dir) || string_option(a, "--result-filename", &c->result_filename) ||
         string_option(a, "--extra-body", &s->extra_body) || string_option(a, "--request-id-prefix", &s->request_id_prefix) ||
         string_option(a, "--ramp-up-strategy", &c->ramp_up_strategy) ||
-        string_option(a, "--lora-assignment", &s->lora_assignment))
+        string_option(a, "--lora-assignment", &s->lora_assignment) ||
+        string_option(a, "--spec-bench-category", &s->spec_bench_category))
         return true;
     if (int32_option(a, "--num-prompts", 1, &c->num_prompts) || int32_option(a, "--max-concurrency", 1, &c->max_concurrency) ||
         int32_option(a, "--random-input-len", 0, &s->data.input_len) || int32_option(a, "--input-len", 0, &s->data.input_len) ||
         int32_option(a, "--random-output-len", 1, &s->data.output_len) ||
         int32_option(a, "--sharegpt-output-len", 1, &s->sharegpt_output_len) ||
         int32_option(a, "--custom-output-len", 1, &s->custom_output_len) ||
+        int32_option(a, "--spec-bench-output-len", 1, &s->spec_bench_output_len) ||
         int32_option(a, "--prefix-repetition-prefix-len", 0, &s->repetition.prefix_len) ||
         int32_option(a, "--prefix-repetition-suffix-len", 0, &s->repetition.suffix_len) ||
         int32_option(a, "--prefix-repetition-num-prefixes", 1, &s->repetition.num_prefixes) ||
@@ -254,17 +258,20 @@ static int validate(cv_args *a, serve_args *s) {
         s->headers = cv_xrealloc(s->headers, (s->n_headers + 1) * sizeof *s->headers);
         s->headers[s->n_headers++] = cv_xasprintf("%.*s: %s", (int)(eq - h), h, eq + 1);
     }
-    static const char *const datasets[] = {"random", "random-rerank", "prefix_repetition", "sharegpt", "custom", NULL};
+    static const char *const datasets[] = {"random", "random-rerank", "prefix_repetition", "sharegpt", "custom",
+                                           "spec_bench", NULL};
     const bool rerank_data = !strcmp(s->dataset_name, "random-rerank");
     if (!cv_args_in_list(datasets, s->dataset_name))
         return cv_args_error(a, "--dataset-name %s is not supported (random, random-rerank, prefix_repetition, "
-                             "sharegpt, custom)", s->dataset_name);
+                             "sharegpt, custom, spec_bench)", s->dataset_name);
     if (strncmp(s->dataset_name, "random", 6) == 0 && s->dataset_path)
         return cv_args_error(a, "cannot use the '%s' dataset with --dataset-path %s", s->dataset_name, s->dataset_path);
     if (!strcmp(s->dataset_name, "sharegpt") && !s->dataset_path)
         return cv_args_error(a, "the 'sharegpt' dataset needs --dataset-path (e.g. ShareGPT_V3_unfiltered_cleaned_split.json)");
     if (!strcmp(s->dataset_name, "custom") && !s->dataset_path)
         return cv_args_error(a, "the 'custom' dataset needs --dataset-path (a .jsonl file of {\"prompt\": ...} lines)");
+    if (!strcmp(s->dataset_name, "spec_bench") && !s->dataset_path)
+        return cv_args_error(a, "the 'spec_bench' dataset needs --dataset-path (Spec-Bench's question.jsonl)");
     if (strcmp(s->lora_assignment, "random") && strcmp(s->lora_assignment, "round-robin"))
         return cv_args_error(a, "argument --lora-assignment: invalid choice: '%s' (choose from 'random', 'round-robin')",
                              s->lora_assignment);
@@ -355,7 +362,7 @@ static void set_defaults(serve_args *s) {
     s->data.input_len = 1024;
     s->data.output_len = 128;
     s->sharegpt_output_len = -1;
-    s->custom_output_len = 256;
+    s->custom_output_len = s->spec_bench_output_len = 256;
     s->repetition = (cv_prefix_repetition_options){.prefix_len = 256, .suffix_len = 256, .num_prefixes = 10,
                                                    .output_len = 128};
     s->logprobs = -1;
@@ -703,8 +710,11 @@ static int run_serve(serve_args *s) {
         const cv_sharegpt_options so = {.from = from, .output_len = s->sharegpt_output_len};
         rc = cv_sharegpt_dataset(tok, &so, &samples, &s->n_samples);
     } else {
-        const cv_custom_options co = {.from = from, .model = c->tokenizer_id, .output_len = s->custom_output_len,
-                                      .skip_chat_template = s->skip_chat_template};
+        const bool spec_bench = !strcmp(name, "spec_bench");
+        const cv_custom_options co = {
+            .from = from, .model = c->tokenizer_id, .skip_chat_template = s->skip_chat_template,
+            .output_len = spec_bench ? s->spec_bench_output_len : s->custom_output_len, .spec_bench = spec_bench,
+            .category = s->spec_bench_category};
         rc = cv_custom_dataset(tok, &co, &samples, &s->n_samples);
     }
     if (!rc) {
