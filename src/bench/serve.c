@@ -176,10 +176,17 @@ static bool flag_option(cv_args *a, const char *name, bool *out) {
     return true;
 }
 
-/* Flags vLLM has that change nothing here: a progress bar we do not draw, remote code we never run. */
+/* Flags vLLM has that change nothing here: a progress bar we do not draw, remote code we never run,
+ * one tokenizer implementation. */
 static const cv_ignored_flag ignored_flags[] = {
     {"--disable-tqdm", CV_IGNORED_SWITCH, NULL},
     {"--trust-remote-code", CV_IGNORED_SWITCH, NULL},
+    {"--tokenizer-mode", CV_IGNORED_CHOICE, (const char *const[]){"auto", "hf", "slow", "mistral", "custom", NULL}},
+};
+
+/* Flags whose function this client lacks. */
+static const cv_refused_flag refused_flags[] = {
+    {"--profile", "it drives vLLM's torch profiler (/start_profile, /stop_profile), which cvllm serve does not have"},
 };
 
 static bool parse_option(cv_args *a, serve_args *s) {
@@ -217,7 +224,8 @@ static bool parse_option(cv_args *a, serve_args *s) {
         flag_option(a, "--save-detailed", &c->save_detailed) || flag_option(a, "--append-result", &c->append_result) ||
         flag_option(a, "--skip-chat-template|--custom-skip-chat-template", &s->skip_chat_template) ||
         flag_option(a, "--disable-shuffle", &s->disable_shuffle) || flag_option(a, "--no-oversample", &s->no_oversample) ||
-        cv_args_ignored(a, ignored_flags, CV_ARRAY_LEN(ignored_flags)))
+        cv_args_ignored(a, ignored_flags, CV_ARRAY_LEN(ignored_flags)) ||
+        cv_args_refused(a, refused_flags, CV_ARRAY_LEN(refused_flags)))
         return true;
     if (cv_args_list(a, "--goodput", &s->goodput, &s->n_goodput) ||
         cv_args_list(a, "--header", &s->header_args, &s->n_header_args) ||
