@@ -1992,7 +1992,6 @@ static void test_responses_api(void) {
     } bad[] = {
         {"{\"model\":\"" NAME "\",\"max_output_tokens\":5}", "Field required"},
         {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"previous_response_id\":\"abc\"}", "Expected an ID that begins with 'resp'"},
-        {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"background\":true}", "background responses are not supported"},
         {"{\"model\":\"" NAME "\",\"input\":\"Hi\",\"tools\":[{\"type\":\"web_search\"}]}", "only function tools"},
         {"{\"model\":\"" NAME "\",\"input\":[{\"type\":\"computer_call\"}]}", "input item of type 'computer_call'"},
     };
@@ -2092,6 +2091,84 @@ static void test_responses_store(void) {
     free(r.body);
     free(path);
     json_decref(first);
+}
+
+/* The stored response of `id` once it is no longer queued or in progress, polled for up to 30 s. */
+static json_t *settled_response(const char *id) {
+    char *path = tu_strdupf("/v1/responses/%s%s", id, "");
+    json_t *got = NULL;
+    for (int i = 0; i < 3000; i++) {
+        reply r = http(&chat_srv, "GET", path, NULL);
+        json_decref(got);
+        got = reply_json(&r);
+        free(r.body);
+        const char *status = json_string_value(json_object_get(got, "status"));
+        if (r.status != 200 || !status || (strcmp(status, "queued") && strcmp(status, "in_progress"))) break;
+        usleep(10000);
+    }
+    free(path);
+    return got;
+}
+
+/* background (with the store): answered at once "queued" (no output, no usage), then GET
+ * /v1/responses/{id} gives the finished response, equal to the same request answered while the client
+ * waits but for its id, timestamps and background; a cancel while it runs makes it "cancelled" for
+ * good and aborts the generation (the server's load drops back to 0 long before 3000 tokens); and
+ * vLLM's refusals: background without the store, with store false, and (here) with stream. */
+static void test_responses_background(void) {
+    static const char body[] = "{\"model\":\"" NAME "\",\"input\":\"What is the weather in Paris?\","
+                               "\"max_output_tokens\":5,\"temperature\":0%s}";
+    char *bg_body = tu_strdupf(body, ",\"background\":true", ""), *sync_body = tu_strdupf(body, "", "");
+    json_t *queued = respond(bg_body), *sync = respond(sync_body);
+    CHECK_STR_EQ(json_string_value(json_object_get(queued, "status")), "queued");
+    CHECK(json_array_size(json_object_get(queued, "output")) == 0 && json_is_null(json_object_get(queued, "usage")));
+    CHECK(json_is_true(json_object_get(queued, "background")));
+    const char *id = json_string_value(json_object_get(queued, "id"));
+    json_t *done = settled_response(id ? id : "");
+    CHECK_STR_EQ(json_string_value(json_object_get(done, "status")), json_string_value(json_object_get(sync, "status")));
+    CHECK_STR_EQ(output_text(done, "message"), output_text(sync, "message"));
+    CHECK_STR_EQ(output_text(done, "reasoning"), output_text(sync, "reasoning"));
+    CHECK(json_equal(json_object_get(done, "usage"), json_object_get(sync, "usage")));
+    CHECK_STR_EQ(json_string_value(json_object_get(done, "id")), id ? id : "");
+    json_decref(done);
+    json_decref(sync);
+    json_decref(queued);
+    free(bg_body);
+    free(sync_body);
+
+    /* cancelled while it runs: 3000 tokens, the end-of-text tokens barred */
+    queued = respond("{\"model\":\"" NAME "\",\"input\":\"Count to ten thousand.\",\"max_output_tokens\":3000,"
+                     "\"logit_bias\":{\"151643\":-100,\"151645\":-100},\"background\":true}");
+    id = json_string_value(json_object_get(queued, "id"));
+    char *cancel = tu_strdupf("/v1/responses/%s/cancel%s", id ? id : "", "");
+    reply r = http(&chat_srv, "POST", cancel, NULL);
+    json_t *cancelled = reply_json(&r);
+    CHECK_MSG(r.status == 200, "cancel: %.300s", r.body);
+    CHECK_STR_EQ(json_string_value(json_object_get(cancelled, "status")), "cancelled");
+    free(r.body);
+    json_decref(cancelled);
+    CHECK_EQ_INT(settled_load(&chat_srv), 0);
+    done = settled_response(id ? id : "");
+    CHECK_STR_EQ(json_string_value(json_object_get(done, "status")), "cancelled");
+    CHECK_EQ_INT(json_array_size(json_object_get(done, "output")), 0);
+    json_decref(done);
+    r = http(&chat_srv, "POST", cancel, NULL);
+    CHECK(is_error(&r, 400, "Cannot cancel a synchronous response."));
+    free(r.body);
+    free(cancel);
+    json_decref(queued);
+
+    r = http(&ref_srv, "POST", "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Hi\",\"background\":true}");
+    CHECK(is_error(&r, 400, "does not support `store=True` and therefore does not support the background mode"));
+    free(r.body);
+    r = http(&chat_srv, "POST", "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Hi\",\"background\":true,"
+                                                 "\"store\":false}");
+    CHECK(is_error(&r, 400, "background can only be used when `store` is true"));
+    free(r.body);
+    r = http(&chat_srv, "POST", "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Hi\",\"background\":true,"
+                                                 "\"stream\":true}");
+    CHECK(is_error(&r, 400, "background with stream is not supported"));
+    free(r.body);
 }
 
 /* /tokenizer_info (--enable-tokenizer-info-endpoint): tokenizer_config.json as transformers holds it
@@ -2543,6 +2620,7 @@ int main(void) {
     test_tokenizer_info();
     test_responses_api();
     test_responses_store();
+    test_responses_background();
     test_beam_search();
     test_request_ids_and_load();
     curl_easy_cleanup(easy);

@@ -228,6 +228,7 @@ typedef struct cv_api_request {
                                  * (api_responses.c), else NULL */
     json_t *responses_messages; /* ... the chat messages it answers, for the response store */
     bool responses_store;       /* ... its `store` (true unless the request says false) */
+    bool responses_background;  /* ... its `background`: answered "queued" at once, generated on */
 } cv_api_request;
 
 int cv_api_parse_completion(const char *body, size_t len, const cv_api_limits *lim, cv_api_request *req,
@@ -376,6 +377,9 @@ void cv_anthropic_stream_free(cv_anthropic_stream *st);
 void cv_anthropic_stream_convert(cv_anthropic_stream *st, char **sse, size_t *len, size_t *cap);
 /* A Responses API request's response object (a new reference): the reply, and what the store keeps. */
 json_t *cv_api_responses_object(const cv_api_response *r);
+/* A background request's first answer: its response object with status "queued", no output and no
+ * usage yet. */
+json_t *cv_api_responses_queued(const cv_api_response *r);
 /* Its stream: the chat stream's SSE records rewritten in place into the Responses events; the state
  * carries over between calls, and reads the request (which must outlive it). */
 typedef struct cv_responses_stream cv_responses_stream;

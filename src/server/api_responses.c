@@ -23,8 +23,9 @@
  *
  * previous_response_id continues a stored conversation (response_store.h, with vLLM's
  * VLLM_ENABLE_RESPONSES_API_STORE): the server hands its messages in through cv_api_history_fn.
- * background (a response run while the client polls) is refused, as are hosted tools (web search,
- * file search, code interpreter, MCP), by type.
+ * background (with the store only, as vLLM) is answered at once with the "queued" response
+ * (cv_api_responses_queued) while the generation runs on, for the client to poll; with stream too
+ * it is refused. Hosted tools (web search, file search, code interpreter, MCP) are refused by type.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -215,9 +216,17 @@ static int continue_from(const json_t *o, cv_api_history_fn history, void *ctx, 
 static int to_chat(const json_t *o, cv_api_history_fn history, void *ctx, json_t **out, cv_api_error *err) {
     const json_t *input = json_object_get(o, "input"), *instructions = json_object_get(o, "instructions");
     if (!input) return cv_api_pyfail(err, &(cv_loc){NULL, "input", 0}, o, "missing", CV_PY_MISSING, NULL);
-    if (json_is_true(json_object_get(o, "background")))
-        return cv_api_fail(err, 400, "background", "background responses are not supported: this server answers each "
-                           "request while it waits");
+    if (json_is_true(json_object_get(o, "background"))) {
+        if (json_is_false(json_object_get(o, "store")))
+            return cv_api_value_error(err, o, "ValueError", NULL, NULL, "background can only be used when `store` is true");
+        if (!history)
+            return cv_api_fail(err, 400, NULL, "This vLLM engine does not support `store=True` and therefore does not "
+                               "support the background mode. To enable these features, set the environment variable "
+                               "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.");
+        if (json_is_true(json_object_get(o, "stream")))
+            return cv_api_fail(err, 400, "background", "background with stream is not supported by this server: poll "
+                               "GET /v1/responses/{response_id} instead");
+    }
     if (json_object_get(o, "prompt") && !json_is_null(json_object_get(o, "prompt")))
         return cv_api_value_error(err, o, "VLLMValidationError", "prompt", json_object_get(o, "prompt"),
                                   "prompt template is not supported");
@@ -291,7 +300,7 @@ static json_t *skeleton(const json_t *o) {
     json_object_set_new(s, "tool_choice", choice ? json_incref((json_t *)choice) : json_string("auto"));
     json_object_set_new(s, "tools", json_is_array(tools) ? json_incref((json_t *)tools) : json_array());
     json_object_set_new(s, "parallel_tool_calls", json_boolean(!json_is_false(parallel)));
-    json_object_set_new(s, "background", json_false());
+    json_object_set_new(s, "background", json_boolean(json_is_true(json_object_get(o, "background"))));
     const json_t *prev = json_object_get(o, "previous_response_id");
     json_object_set_new(s, "previous_response_id", json_is_string(prev) ? json_incref((json_t *)prev) : json_null());
     json_object_set_new(s, "prompt", json_null());
@@ -310,6 +319,7 @@ int cv_api_parse_responses(const char *body, size_t len, const cv_api_limits *li
     if (root) req->responses = skeleton(root);
     if (chat) req->responses_messages = json_incref(json_object_get(chat, "messages"));
     req->responses_store = !json_is_false(json_object_get(root, "store"));
+    req->responses_background = json_is_true(json_object_get(root, "background"));
     json_decref(root);
     json_decref(chat);
     return rc;
@@ -370,6 +380,10 @@ static json_t *message_item(const char *id, const json_t *text, const json_t *lo
 static json_t *call_item(const char *id, const char *call_id, const json_t *name, const json_t *args, const char *status) {
     return json_pack("{s:O, s:s, s:O, s:s, s:s, s:s}", "arguments", args, "call_id", call_id, "name", name, "type",
                      "function_call", "id", id, "status", status);
+}
+
+json_t *cv_api_responses_queued(const cv_api_response *r) {
+    return response_object(r->req, r->id, r->created, r->model, json_array(), "queued", NULL);
 }
 
 json_t *cv_api_responses_object(const cv_api_response *r) {

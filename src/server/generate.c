@@ -66,6 +66,8 @@ struct gen_session {
     cv_anthropic_stream *anthropic; /* an Anthropic stream: rewrites them into its events, else NULL */
     cv_responses_stream *responses; /* a Responses API stream: the same for its events, else NULL */
     size_t sse_len, sse_cap;
+    char *response_id;          /* a background Responses API request's: answered at once, its reply
+                                 * is the stored response (http is NULL after the answer) */
     gen_session *prev, *next;   /* cv_server.sessions */
 };
 
@@ -137,6 +139,7 @@ static void release(gen_session *g, int n) {
     free(g->sse);
     cv_anthropic_stream_free(g->anthropic);
     cv_responses_stream_free(g->responses);
+    free(g->response_id);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
@@ -152,6 +155,13 @@ static void abort_session(gen_session *g, const char *why) {
 }
 
 static void on_gone(void *arg) { abort_session(arg, "client disconnected"); }
+
+void cv_generate_abort_response(cv_server *s, const char *response_id) {
+    pthread_mutex_lock(&s->sessions_mu);
+    for (gen_session *g = s->sessions; g; g = g->next)
+        if (g->response_id && !strcmp(g->response_id, response_id)) abort_session(g, "cancelled");
+    pthread_mutex_unlock(&s->sessions_mu);
+}
 
 void cv_generate_abort_all(cv_server *s) {
     pthread_mutex_lock(&s->sessions_mu);
@@ -184,7 +194,9 @@ void cv_generate_fail_all(cv_server *s, const char *why) {
     for (gen_session *g = s->sessions; g; g = g->next) {
         pthread_mutex_lock(&g->mu);
         if (!g->replied) { /* the reply has begun: cv_generate holds g->mu until then */
-            if (g->req.stream) {
+            if (g->response_id) {
+                cv_response_store_fail(s->responses, g->response_id);
+            } else if (g->req.stream) {
                 cv_api_stream_error(&err, &g->sse, &g->sse_len, &g->sse_cap);
                 push_sse(g);
                 cv_http_stream_end(g->http);
@@ -251,10 +263,43 @@ static void store_response(gen_session *g, const json_t *response) {
         cv_response_store_put(g->s->responses, response, g->req.responses_messages);
 }
 
+/* A background request's answer: the response "queued", which the store keeps "in_progress" (the
+ * generation is submitted) from before the client can ask for it. The caller holds g->mu, so the
+ * generation cannot finish first. */
+static void answer_background(gen_session *g) {
+    json_t *queued = cv_api_responses_queued(&g->resp), *stored = json_deep_copy(queued);
+    g->response_id = cv_xstrdup(json_string_value(json_object_get(queued, "id")));
+    json_object_set_new(stored, "status", json_string("in_progress"));
+    cv_response_store_put(g->s->responses, stored, g->req.responses_messages);
+    char *json = json_dumps(queued, JSON_COMPACT);
+    cv_http_respond(g->http, 200, "application/json", json, strlen(json));
+    g->http = NULL;
+    cv_info("server", "response %s runs in the background", g->response_id);
+    free(json);
+    json_decref(stored);
+    json_decref(queued);
+}
+
+/* A background request's end: the finished response replaces the stored one unless it was
+ * cancelled; a generation aborted otherwise (the server stopping) leaves it "failed". */
+static void finish_background(gen_session *g) {
+    if (atomic_load(&g->aborted)) {
+        cv_response_store_fail(g->s->responses, g->response_id);
+        return;
+    }
+    json_t *response = cv_api_responses_object(&g->resp);
+    cv_response_store_finish(g->s->responses, response, g->req.responses_messages);
+    json_decref(response);
+}
+
 /* The whole non-streaming reply: JSON, or an embeddings or /pooling request's raw bytes
  * (encoding_format bytes, with vLLM's metadata header; bytes_only without it). */
 static void reply(gen_session *g) {
     const cv_api_request *req = &g->req;
+    if (g->response_id) {
+        finish_background(g);
+        return;
+    }
     if ((req->kind == CV_API_EMBEDDING || req->kind == CV_API_POOLING) &&
         (req->encoding == CV_ENC_BYTES || req->encoding == CV_ENC_BYTES_ONLY)) {
         size_t len;
@@ -449,7 +494,8 @@ void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind) {
     gen_session *g = session_new(s, r, &req, grammar, lora, arrival);
     /* OpenAI's `user` identifies the end user for abuse monitoring: it goes to the log only. */
     if (g->req.user) cv_info("server", "request %s from user '%.200s'", g->resp.id, g->req.user);
-    cv_http_on_gone(r, on_gone, g);
+    const bool background = g->req.responses_background; /* runs on when its client has gone */
+    if (!background) cv_http_on_gone(r, on_gone, g);
     pthread_mutex_lock(&g->mu);
     if (submit_all(g, &err)) {
         g->replied = true;
@@ -458,7 +504,8 @@ void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind) {
         release(g, 1);
         return;
     }
-    if (g->req.stream) cv_http_stream_begin(r, 200, "text/event-stream; charset=utf-8");
+    if (background) answer_background(g);
+    else if (g->req.stream) cv_http_stream_begin(r, 200, "text/event-stream; charset=utf-8");
     pthread_mutex_unlock(&g->mu);
     /* The HTTP reference now belongs to whichever event finishes the reply. */
 }

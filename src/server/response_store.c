@@ -38,6 +38,49 @@ void cv_response_store_put(cv_response_store *st, const json_t *response, const 
     pthread_mutex_unlock(&st->mu);
 }
 
+/* The stored status of id, under st->mu. */
+static const char *status_locked(cv_response_store *st, const char *id) {
+    return json_string_value(json_object_get(json_object_get(json_object_get(st->by_id, id), "response"), "status"));
+}
+
+/* Replaces the stored response of id by a copy with `status`, under st->mu. */
+static void set_status_locked(cv_response_store *st, const char *id, const char *status) {
+    json_t *entry = json_object_get(st->by_id, id);
+    if (!entry) return;
+    json_t *response = json_deep_copy(json_object_get(entry, "response"));
+    json_object_set_new(response, "status", json_string(status));
+    json_t *copy = json_pack("{s:o, s:O}", "response", response, "messages", json_object_get(entry, "messages"));
+    json_object_set_new(st->by_id, id, copy); /* readers may hold the old objects: they are never changed */
+}
+
+void cv_response_store_finish(cv_response_store *st, const json_t *response, const json_t *messages) {
+    const char *id = json_string_value(json_object_get(response, "id"));
+    if (!id) return;
+    json_t *entry = json_pack("{s:o, s:o}", "response", json_deep_copy(response), "messages", json_deep_copy(messages));
+    pthread_mutex_lock(&st->mu);
+    const char *status = status_locked(st, id);
+    if (status && !strcmp(status, "cancelled")) json_decref(entry);
+    else json_object_set_new(st->by_id, id, entry);
+    pthread_mutex_unlock(&st->mu);
+}
+
+void cv_response_store_fail(cv_response_store *st, const char *id) {
+    pthread_mutex_lock(&st->mu);
+    const char *status = status_locked(st, id);
+    if (status && strcmp(status, "cancelled")) set_status_locked(st, id, "failed");
+    pthread_mutex_unlock(&st->mu);
+}
+
+json_t *cv_response_store_cancel(cv_response_store *st, const char *id, bool *cancelled) {
+    pthread_mutex_lock(&st->mu);
+    const char *status = status_locked(st, id);
+    *cancelled = status && (!strcmp(status, "queued") || !strcmp(status, "in_progress"));
+    if (*cancelled) set_status_locked(st, id, "cancelled");
+    json_t *response = json_incref(json_object_get(json_object_get(st->by_id, id), "response"));
+    pthread_mutex_unlock(&st->mu);
+    return response;
+}
+
 /* A field of id's entry, a new reference, or NULL. */
 static json_t *entry_field(cv_response_store *st, const char *id, const char *field) {
     pthread_mutex_lock(&st->mu);

@@ -204,9 +204,10 @@ static void handle_tokenizer_info(cv_server *s, cv_http_req *c) {
 /* The stored responses' paths: /v1/responses/ID and /v1/responses/ID/cancel. */
 static const char RESPONSE_ID_PREFIX[] = "/v1/responses/";
 
-/* GET /v1/responses/{id}: a stored response; POST /v1/responses/{id}/cancel: vLLM cancels only
- * background responses, which this server does not run, so a stored one is refused as
- * synchronous. Without the store nothing is found (vLLM's 404). */
+/* GET /v1/responses/{id}: a stored response, as it is now; POST /v1/responses/{id}/cancel: a
+ * background response still queued or in progress becomes "cancelled" and its generation is
+ * aborted; any other is refused as synchronous, in vLLM's words. Without the store nothing is found
+ * (vLLM's 404). */
 static void handle_stored_response(cv_server *s, cv_http_req *c) {
     const char *id = cv_http_path(c) + strlen(RESPONSE_ID_PREFIX), *slash = strchr(id, '/');
     const bool cancel = slash && !strcmp(slash, "/cancel");
@@ -216,16 +217,20 @@ static void handle_stored_response(cv_server *s, cv_http_req *c) {
         return;
     }
     char *key = cv_xstrndup(id, slash ? (size_t)(slash - id) : strlen(id));
-    json_t *response = s->responses ? cv_response_store_get(s->responses, key) : NULL;
+    bool cancelled = false;
+    json_t *response = !s->responses ? NULL
+                       : cancel      ? cv_response_store_cancel(s->responses, key, &cancelled)
+                                     : cv_response_store_get(s->responses, key);
     cv_api_error err;
     if (!response) {
         cv_api_fail(&err, 404, NULL, "Response with id '%s' not found.", key);
         cv_server_reply_error(c, &err);
-    } else if (cancel) {
+    } else if (cancel && !cancelled) {
         cv_api_fail(&err, 400, NULL, "Cannot cancel a synchronous response.");
         cv_server_reply_error(c, &err);
         json_decref(response);
     } else {
+        if (cancelled) cv_generate_abort_response(s, key);
         send_json(c, response);
     }
     free(key);

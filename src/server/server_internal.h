@@ -77,6 +77,8 @@ void cv_generate(cv_server *s, cv_http_req *r, cv_api_kind kind);
 
 /* Aborts every generation in flight (server shutdown); their clients get finish_reason "abort". */
 void cv_generate_abort_all(cv_server *s);
+/* Aborts the background Responses API request of that response id, if one still runs. */
+void cv_generate_abort_response(cv_server *s, const char *response_id);
 /* Answers every generation in flight with a 500 error saying `why` (a stream: an error chunk, then
  * [DONE]) without waiting for the engine, which has failed; generations that begin later abort. */
 void cv_generate_fail_all(cv_server *s, const char *why);
