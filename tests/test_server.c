@@ -2113,8 +2113,9 @@ static json_t *settled_response(const char *id) {
 /* background (with the store): answered at once "queued" (no output, no usage), then GET
  * /v1/responses/{id} gives the finished response, equal to the same request answered while the client
  * waits but for its id, timestamps and background; a cancel while it runs makes it "cancelled" for
- * good and aborts the generation (the server's load drops back to 0 long before 3000 tokens); and
- * vLLM's refusals: background without the store, with store false, and (here) with stream. */
+ * good and aborts the generation (the server's load drops back to 0 long before 3000 tokens); with
+ * stream, the events, replayed from the store by GET ?stream=true&starting_after=N; and vLLM's
+ * refusals: background without the store, with store false, a replay of a response without events. */
 static void test_responses_background(void) {
     static const char body[] = "{\"model\":\"" NAME "\",\"input\":\"What is the weather in Paris?\","
                                "\"max_output_tokens\":5,\"temperature\":0%s}";
@@ -2165,10 +2166,97 @@ static void test_responses_background(void) {
                                                  "\"store\":false}");
     CHECK(is_error(&r, 400, "background can only be used when `store` is true"));
     free(r.body);
-    r = http(&chat_srv, "POST", "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Hi\",\"background\":true,"
-                                                 "\"stream\":true}");
-    CHECK(is_error(&r, 400, "background with stream is not supported"));
+
+    /* with stream: the POST gets the events, which stay in the store: GET ?stream=true&starting_after=2
+     * replays those after the third, and the stored response is response.completed's */
+    r = http(&chat_srv, "POST", "/v1/responses", "{\"model\":\"" NAME "\",\"input\":\"Hi\",\"max_output_tokens\":4,"
+                                                 "\"temperature\":0,\"background\":true,\"stream\":true}");
+    char *text;
+    bool ok;
+    json_t *completed = parse_responses_sse(r.body, &text, &ok);
+    CHECK_MSG(r.status == 200 && ok && completed, "%.300s", r.body);
+    const char *sid = json_string_value(json_object_get(completed, "id"));
+    char *replay = tu_strdupf("/v1/responses/%s?stream=true&starting_after=2%s", sid ? sid : "", "");
+    reply again = http(&chat_srv, "GET", replay, NULL);
+    const char *tail = r.body;
+    for (int k = 0; k < 3 && tail; k++) tail = strstr(tail, "\n\n") ? strstr(tail, "\n\n") + 2 : NULL;
+    CHECK_MSG(again.status == 200 && tail && !strcmp(again.body, tail), "replay: %.300s", again.body);
+    CHECK(strstr(again.body, "\"sequence_number\":3") != NULL);
+    free(again.body);
+    json_t *kept = settled_response(sid ? sid : "");
+    CHECK(json_equal(kept, completed));
+    json_decref(kept);
+    free(replay);
+    free(text);
     free(r.body);
+    json_decref(completed);
+    /* followed while it runs: the POST's stream and a GET joined after its first event get the same
+     * events (the GET all but the first), and both end when it is cancelled */
+    static const char long_body[] = "{\"model\":\"" NAME "\",\"input\":\"Count to ten thousand.\",\"max_output_tokens\":3000,"
+                                    "\"logit_bias\":{\"151643\":-100,\"151645\":-100},\"background\":true,\"stream\":true}";
+    post *producer = post_new(&chat_srv, long_body, NULL);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/responses", chat_srv.base);
+    curl_easy_setopt(producer->c, CURLOPT_URL, url);
+    CURLM *m = curl_multi_init();
+    curl_multi_add_handle(m, producer->c);
+    int running = 1;
+    char *live_id = NULL;
+    for (int spins = 0; running && !live_id && spins < 3000; spins++) { /* until response.created is in */
+        curl_multi_perform(m, &running);
+        const char *at = producer->r.body ? strstr(producer->r.body, "\"id\":\"resp_") : NULL;
+        if (at && strstr(at, "\n\n")) live_id = cv_xstrndup(at + 6, strcspn(at + 6, "\""));
+        else curl_multi_poll(m, NULL, 0, 10, NULL);
+    }
+    CHECK_MSG(live_id, "no response.created: %.300s", producer->r.body ? producer->r.body : "");
+    post *follower = post_new(&chat_srv, "", NULL);
+    snprintf(url, sizeof url, "%s/v1/responses/%s?stream=true&starting_after=0", chat_srv.base, live_id ? live_id : "");
+    curl_easy_setopt(follower->c, CURLOPT_URL, url);
+    curl_easy_setopt(follower->c, CURLOPT_HTTPGET, 1L);
+    curl_multi_add_handle(m, follower->c);
+    for (int spins = 0; spins < 3000 && !(follower->r.body && strstr(follower->r.body, "\n\n")); spins++) {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 10, NULL);
+    }
+    char *stop = tu_strdupf("/v1/responses/%s/cancel%s", live_id ? live_id : "", "");
+    r = http(&chat_srv, "POST", stop, NULL);
+    CHECK_MSG(r.status == 200, "cancel: %.300s", r.body);
+    free(r.body);
+    free(stop);
+    while (running) {
+        curl_multi_perform(m, &running);
+        if (running) curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    const char *produced = producer->r.body ? producer->r.body : "", *second = strstr(produced, "\n\n");
+    CHECK(!strstr(produced, "response.completed"));
+    CHECK_MSG(second && follower->r.body && !strcmp(follower->r.body, second + 2), "follower: %.200s",
+              follower->r.body ? follower->r.body : "(nothing)");
+    curl_multi_remove_handle(m, producer->c);
+    curl_multi_remove_handle(m, follower->c);
+    curl_multi_cleanup(m);
+    post_free(producer);
+    post_free(follower);
+    CHECK_EQ_INT(settled_load(&chat_srv), 0);
+    json_t *gone = settled_response(live_id ? live_id : "");
+    CHECK_STR_EQ(json_string_value(json_object_get(gone, "status")), "cancelled");
+    json_decref(gone);
+    free(live_id);
+
+    /* a non-streamed one has no events; starting_after must be a number */
+    json_t *plain = respond("{\"model\":\"" NAME "\",\"input\":\"Hi\",\"max_output_tokens\":1,\"background\":true}");
+    const char *pid = json_string_value(json_object_get(plain, "id"));
+    char *events = tu_strdupf("/v1/responses/%s?stream=true%s", pid ? pid : "", "");
+    r = http(&chat_srv, "GET", events, NULL);
+    CHECK(is_error(&r, 400, "Unknown response_id"));
+    free(r.body);
+    free(events);
+    events = tu_strdupf("/v1/responses/%s?stream=1&starting_after=x%s", pid ? pid : "", "");
+    r = http(&chat_srv, "GET", events, NULL);
+    CHECK(is_error(&r, 400, "starting_after: Input should be a valid integer"));
+    free(r.body);
+    free(events);
+    json_decref(settled_response(pid ? pid : ""));
+    json_decref(plain);
 }
 
 /* /tokenizer_info (--enable-tokenizer-info-endpoint): tokenizer_config.json as transformers holds it

@@ -24,8 +24,9 @@
  * previous_response_id continues a stored conversation (response_store.h, with vLLM's
  * VLLM_ENABLE_RESPONSES_API_STORE): the server hands its messages in through cv_api_history_fn.
  * background (with the store only, as vLLM) is answered at once with the "queued" response
- * (cv_api_responses_queued) while the generation runs on, for the client to poll; with stream too
- * it is refused. Hosted tools (web search, file search, code interpreter, MCP) are refused by type.
+ * (cv_api_responses_queued), or with stream with the events, while the generation runs on for the
+ * client to poll or follow. Hosted tools (web search, file search, code interpreter, MCP) are
+ * refused by type.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -223,9 +224,6 @@ static int to_chat(const json_t *o, cv_api_history_fn history, void *ctx, json_t
             return cv_api_fail(err, 400, NULL, "This vLLM engine does not support `store=True` and therefore does not "
                                "support the background mode. To enable these features, set the environment variable "
                                "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.");
-        if (json_is_true(json_object_get(o, "stream")))
-            return cv_api_fail(err, 400, "background", "background with stream is not supported by this server: poll "
-                               "GET /v1/responses/{response_id} instead");
     }
     if (json_object_get(o, "prompt") && !json_is_null(json_object_get(o, "prompt")))
         return cv_api_value_error(err, o, "VLLMValidationError", "prompt", json_object_get(o, "prompt"),

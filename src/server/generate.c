@@ -182,7 +182,9 @@ static void push_sse(gen_session *g) {
     if (g->anthropic && g->sse_len) cv_anthropic_stream_convert(g->anthropic, &g->sse, &g->sse_len, &g->sse_cap);
     if (g->responses && g->sse_len) cv_responses_stream_convert(g->responses, &g->sse, &g->sse_len, &g->sse_cap);
     if (g->sse_len == 0) return;
-    cv_http_stream_push(g->http, g->sse, g->sse_len);
+    if (!g->response_id) cv_http_stream_push(g->http, g->sse, g->sse_len);
+    else if (!atomic_load(&g->aborted)) /* a cancelled background stream ends where it was cancelled */
+        cv_response_store_events_add(g->s->responses, g->response_id, g->sse, g->sse_len);
     g->sse_len = 0;
 }
 
@@ -196,6 +198,7 @@ void cv_generate_fail_all(cv_server *s, const char *why) {
         if (!g->replied) { /* the reply has begun: cv_generate holds g->mu until then */
             if (g->response_id) {
                 cv_response_store_fail(s->responses, g->response_id);
+                cv_response_store_events_end(s->responses, g->response_id);
             } else if (g->req.stream) {
                 cv_api_stream_error(&err, &g->sse, &g->sse_len, &g->sse_cap);
                 push_sse(g);
@@ -264,32 +267,45 @@ static void store_response(gen_session *g, const json_t *response) {
 }
 
 /* A background request's answer: the response "queued", which the store keeps "in_progress" (the
- * generation is submitted) from before the client can ask for it. The caller holds g->mu, so the
- * generation cannot finish first. */
+ * generation is submitted) from before the client can ask for it; with stream, the event stream,
+ * which the request's connection follows from the store's event log as any GET of it would. The
+ * caller holds g->mu, so the generation cannot finish first. */
 static void answer_background(gen_session *g) {
     json_t *queued = cv_api_responses_queued(&g->resp), *stored = json_deep_copy(queued);
     g->response_id = cv_xstrdup(json_string_value(json_object_get(queued, "id")));
     json_object_set_new(stored, "status", json_string("in_progress"));
     cv_response_store_put(g->s->responses, stored, g->req.responses_messages);
-    char *json = json_dumps(queued, JSON_COMPACT);
-    cv_http_respond(g->http, 200, "application/json", json, strlen(json));
+    if (g->req.stream) {
+        cv_response_store_events_open(g->s->responses, g->response_id);
+        cv_response_store_events_follow(g->s->responses, g->response_id, g->http, -1);
+    } else {
+        char *json = json_dumps(queued, JSON_COMPACT);
+        cv_http_respond(g->http, 200, "application/json", json, strlen(json));
+        free(json);
+    }
     g->http = NULL;
     cv_info("server", "response %s runs in the background", g->response_id);
-    free(json);
     json_decref(stored);
     json_decref(queued);
 }
 
-/* A background request's end: the finished response replaces the stored one unless it was
- * cancelled; a generation aborted otherwise (the server stopping) leaves it "failed". */
+/* A background request's end: the finished response (a stream's as response.completed carried it)
+ * replaces the stored one unless it was cancelled; a generation aborted otherwise (the server
+ * stopping) leaves it "failed". A stream's log ends, and with it its followers' streams. */
 static void finish_background(gen_session *g) {
+    cv_response_store *st = g->s->responses;
     if (atomic_load(&g->aborted)) {
-        cv_response_store_fail(g->s->responses, g->response_id);
-        return;
+        cv_response_store_fail(st, g->response_id);
+    } else if (g->responses) {
+        const json_t *final = cv_responses_stream_final(g->responses);
+        if (final) cv_response_store_finish(st, final, g->req.responses_messages);
+        else cv_response_store_fail(st, g->response_id);
+    } else {
+        json_t *response = cv_api_responses_object(&g->resp);
+        cv_response_store_finish(st, response, g->req.responses_messages);
+        json_decref(response);
     }
-    json_t *response = cv_api_responses_object(&g->resp);
-    cv_response_store_finish(g->s->responses, response, g->req.responses_messages);
-    json_decref(response);
+    if (g->req.stream) cv_response_store_events_end(st, g->response_id);
 }
 
 /* The whole non-streaming reply: JSON, or an embeddings or /pooling request's raw bytes
@@ -345,8 +361,12 @@ static void on_event(void *user, cv_request_event *ev) {
         if (stream) {
             if (last) cv_api_response_stream_end(&g->resp, &g->sse, &g->sse_len, &g->sse_cap);
             push_sse(g);
-            if (last && g->responses) store_response(g, cv_responses_stream_final(g->responses));
-            if (last) cv_http_stream_end(g->http);
+            if (last && g->response_id) {
+                finish_background(g);
+            } else if (last) {
+                if (g->responses) store_response(g, cv_responses_stream_final(g->responses));
+                cv_http_stream_end(g->http);
+            }
         } else if (last) {
             /* Sent even to a client that left: the HTTP layer drops it, and the request is over. */
             reply(g);

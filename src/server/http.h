@@ -12,8 +12,9 @@
  * (the engine's output thread, typically). on_gone and on_complete run on the loop thread.
  *
  * Ownership. A cv_http_req is valid from on_head until the application has finished it: exactly one
- * of cv_http_respond, cv_http_stream_end, or (when on_head answered) nothing more. After the finish
- * call the application must not touch it. A client that leaves does not end the request early: the
+ * of cv_http_respond, cv_http_stream_end, or (when on_head answered) nothing more. on_head answered
+ * when it finished the request or began its stream (which it then ends later, from any thread);
+ * on_request is not called then. After the finish call the application must not touch it. A client that leaves does not end the request early: the
  * application is told (on_gone) so it can stop work, and its finish call then only releases.
  */
 #ifndef CV_HTTP_H
@@ -84,6 +85,7 @@ void cv_http_stop(cv_http *h);
 /* The request. Strings stay valid until the finish call. */
 const char *cv_http_method(const cv_http_req *r);
 const char *cv_http_path(const cv_http_req *r);      /* percent-decoded, without the query */
+const char *cv_http_query(const cv_http_req *r);     /* as sent, after the '?'; "" when none */
 const char *cv_http_get_header(const cv_http_req *r, const char *name); /* case-insensitive; NULL if absent */
 const char *cv_http_body(const cv_http_req *r);      /* NUL-terminated; "" before on_request */
 size_t cv_http_body_len(const cv_http_req *r);

@@ -86,6 +86,7 @@ struct cv_http_req {
     cv_http_head parsed;
     char method[16];
     char *path;
+    char *query;                          /* after the '?', "" when none */
     char *body;
     size_t body_len, body_cap;
     void *data;
@@ -93,6 +94,7 @@ struct cv_http_req {
     bool head_only;                       /* HEAD: the headers of the reply, not its body */
     bool chunked_out;                     /* a stream in chunked coding (HTTP/1.1) */
     bool finished;                        /* the application's finish call happened (conn->mu) */
+    bool began;                           /* its stream has begun (conn->mu) */
     bool handed_back;                     /* ... and is over: it touches nothing more (server mutex) */
     void (*gone)(void *);
     void *gone_arg;
@@ -314,6 +316,7 @@ static void reply_error(conn *c, int status, const char *message) {
 
 const char *cv_http_method(const cv_http_req *r) { return r->method; }
 const char *cv_http_path(const cv_http_req *r) { return r->path; }
+const char *cv_http_query(const cv_http_req *r) { return r->query; }
 const char *cv_http_body(const cv_http_req *r) { return r->body ? r->body : ""; }
 size_t cv_http_body_len(const cv_http_req *r) { return r->body_len; }
 void cv_http_set_data(cv_http_req *r, void *data) { r->data = data; }
@@ -363,6 +366,7 @@ void cv_http_stream_begin(cv_http_req *r, int status, const char *content_type) 
     conn *c = r->c;
     pthread_mutex_lock(&c->mu);
     r->status = status;
+    r->began = true;
     /* HTTP/1.0 has no chunked coding: its stream ends when the connection does. */
     r->chunked_out = r->parsed.version_minor >= 1 && !r->head_only;
     if (!r->chunked_out) c->close_after = true;
@@ -480,6 +484,7 @@ static void free_req(cv_http_req *r) {
     free(r->extra_headers);
     free(r->head);
     free(r->path);
+    free(r->query);
     free(r->body);
     free(r);
 }
@@ -609,7 +614,9 @@ static void start_request(conn *c, const cv_http_head *hd) {
     }
     snprintf(r->method, sizeof r->method, "%.*s", (int)hd->method_len, hd->method);
     r->path = cv_xcalloc(1, hd->target_len + 1);
-    if (cv_http_decode_path(r->parsed.target, hd->target_len, r->path, hd->target_len + 1, NULL) < 0) r->path[0] = '\0';
+    const char *query = NULL;
+    if (cv_http_decode_path(r->parsed.target, hd->target_len, r->path, hd->target_len + 1, &query) < 0) r->path[0] = '\0';
+    r->query = query ? cv_xstrndup(query, (size_t)(r->parsed.target + hd->target_len - query)) : cv_xstrdup("");
     r->head_only = !strcmp(r->method, "HEAD");
     consume_in(c, hd->head_len);
     c->req = r;
@@ -628,7 +635,7 @@ static void start_request(conn *c, const cv_http_head *hd) {
     }
     h->cb.on_head(h->cb.user, r);
     pthread_mutex_lock(&c->mu);
-    bool answered = r->finished;
+    bool answered = r->finished || r->began; /* a stream begun here is finished from elsewhere */
     pthread_mutex_unlock(&c->mu);
     if (answered) {
         /* An early answer leaves any body unread: the connection cannot carry another request. */

@@ -4,16 +4,48 @@
  */
 #include "server/response_store.h"
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 
+/* A background stream's events and who follows them. */
+typedef struct event_log {
+    char *id;
+    char **events;               /* whole SSE events, numbered by their index */
+    size_t *lens;
+    size_t n, cap;
+    char *partial;               /* bytes of an event not yet whole */
+    size_t partial_len;
+    bool done;
+    cv_http_req **followers;     /* streams begun, to end with the log */
+    size_t n_followers, cap_followers;
+    struct event_log *next;
+} event_log;
+
 struct cv_response_store {
     pthread_mutex_t mu;
     json_t *by_id; /* id → {"response": ..., "messages": [...]} */
+    event_log *logs;
 };
+
+static event_log *find_log(cv_response_store *st, const char *id) {
+    event_log *l = st->logs;
+    while (l && strcmp(l->id, id)) l = l->next;
+    return l;
+}
+
+static void free_log(event_log *l) {
+    for (size_t i = 0; i < l->n; i++) free(l->events[i]);
+    free(l->events);
+    free(l->lens);
+    free(l->partial);
+    free(l->followers);
+    free(l->id);
+    free(l);
+}
 
 cv_response_store *cv_response_store_new(void) {
     cv_response_store *st = cv_xcalloc(1, sizeof *st);
@@ -24,6 +56,12 @@ cv_response_store *cv_response_store_new(void) {
 
 void cv_response_store_free(cv_response_store *st) {
     if (!st) return;
+    while (st->logs) {
+        event_log *l = st->logs;
+        st->logs = l->next;
+        assert(l->n_followers == 0); /* every generation ends its log before the server stops */
+        free_log(l);
+    }
     json_decref(st->by_id);
     pthread_mutex_destroy(&st->mu);
     free(st);
@@ -79,6 +117,81 @@ json_t *cv_response_store_cancel(cv_response_store *st, const char *id, bool *ca
     json_t *response = json_incref(json_object_get(json_object_get(st->by_id, id), "response"));
     pthread_mutex_unlock(&st->mu);
     return response;
+}
+
+void cv_response_store_events_open(cv_response_store *st, const char *id) {
+    event_log *l = cv_xcalloc(1, sizeof *l);
+    l->id = cv_xstrdup(id);
+    pthread_mutex_lock(&st->mu);
+    l->next = st->logs;
+    st->logs = l;
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* Appends the whole events of partial + sse to l's list, keeping an unfinished tail. */
+static void split_events(event_log *l, const char *sse, size_t len) {
+    l->partial = cv_xrealloc(l->partial, l->partial_len + len + 1);
+    memcpy(l->partial + l->partial_len, sse, len);
+    l->partial_len += len;
+    l->partial[l->partial_len] = '\0';
+    size_t start = 0;
+    for (const char *end; (end = strstr(l->partial + start, "\n\n"));) {
+        const size_t n = (size_t)(end + 2 - (l->partial + start));
+        if (l->n == l->cap) {
+            l->cap = l->cap ? 2 * l->cap : 64;
+            l->events = cv_xrealloc(l->events, l->cap * sizeof *l->events);
+            l->lens = cv_xrealloc(l->lens, l->cap * sizeof *l->lens);
+        }
+        l->events[l->n] = cv_xstrndup(l->partial + start, n);
+        l->lens[l->n++] = n;
+        start += n;
+    }
+    memmove(l->partial, l->partial + start, l->partial_len - start + 1);
+    l->partial_len -= start;
+}
+
+void cv_response_store_events_add(cv_response_store *st, const char *id, const char *sse, size_t len) {
+    pthread_mutex_lock(&st->mu);
+    event_log *l = find_log(st, id);
+    if (l && !l->done) {
+        const size_t first = l->n;
+        split_events(l, sse, len);
+        for (size_t f = 0; f < l->n_followers; f++)
+            for (size_t i = first; i < l->n; i++) cv_http_stream_push(l->followers[f], l->events[i], l->lens[i]);
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+void cv_response_store_events_end(cv_response_store *st, const char *id) {
+    pthread_mutex_lock(&st->mu);
+    event_log *l = find_log(st, id);
+    if (l && !l->done) {
+        l->done = true;
+        for (size_t f = 0; f < l->n_followers; f++) cv_http_stream_end(l->followers[f]);
+        l->n_followers = 0;
+    }
+    pthread_mutex_unlock(&st->mu);
+}
+
+bool cv_response_store_events_follow(cv_response_store *st, const char *id, cv_http_req *r, long starting_after) {
+    pthread_mutex_lock(&st->mu);
+    event_log *l = find_log(st, id);
+    if (l) {
+        cv_http_stream_begin(r, 200, "text/event-stream; charset=utf-8");
+        for (size_t i = starting_after < 0 ? 0 : (size_t)starting_after + 1; i < l->n; i++)
+            cv_http_stream_push(r, l->events[i], l->lens[i]);
+        if (l->done) {
+            cv_http_stream_end(r);
+        } else {
+            if (l->n_followers == l->cap_followers) {
+                l->cap_followers = l->cap_followers ? 2 * l->cap_followers : 4;
+                l->followers = cv_xrealloc(l->followers, l->cap_followers * sizeof *l->followers);
+            }
+            l->followers[l->n_followers++] = r;
+        }
+    }
+    pthread_mutex_unlock(&st->mu);
+    return l != NULL;
 }
 
 /* A field of id's entry, a new reference, or NULL. */

@@ -11,12 +11,18 @@
  *
  * A background response is kept from the start with its status ("in_progress"), replaced by the
  * finished one unless it was cancelled meanwhile (vLLM keeps a cancelled response as it was then).
+ * A streamed one also keeps its events, as vLLM's event store does: whoever follows them (the
+ * request's own connection, then GET /v1/responses/{id}?stream=true&starting_after=N) gets those
+ * after event N so far, then each as it comes, and the end of the stream when the generation ends.
  */
 #ifndef CV_SERVER_RESPONSE_STORE_H
 #define CV_SERVER_RESPONSE_STORE_H
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
+
+#include "server/http.h"
 
 typedef struct cv_response_store cv_response_store;
 
@@ -36,6 +42,15 @@ void cv_response_store_fail(cv_response_store *st, const char *id);
  * it (a new reference) with *cancelled true. Otherwise the stored response, *cancelled false, or
  * NULL when there is none. */
 json_t *cv_response_store_cancel(cv_response_store *st, const char *id, bool *cancelled);
+/* A background stream's events (see the top). The generation opens its log, adds each SSE chunk it
+ * makes (whole events: "event: ...\ndata: ...\n\n", numbered from 0 in order) and ends it. */
+void cv_response_store_events_open(cv_response_store *st, const char *id);
+void cv_response_store_events_add(cv_response_store *st, const char *id, const char *sse, size_t len);
+void cv_response_store_events_end(cv_response_store *st, const char *id);
+/* Streams id's events after number starting_after (-1: all) to r, a request not yet answered, and
+ * the later ones as they come: r's stream is begun now and ended with the log. False (r untouched)
+ * when id has no event log. */
+bool cv_response_store_events_follow(cv_response_store *st, const char *id, cv_http_req *r, long starting_after);
 /* The stored response object of `id` (a new reference), or NULL. */
 json_t *cv_response_store_get(cv_response_store *st, const char *id);
 /* The chat messages that continue the conversation of `id` (a new reference), or NULL. */

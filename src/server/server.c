@@ -204,10 +204,48 @@ static void handle_tokenizer_info(cv_server *s, cv_http_req *c) {
 /* The stored responses' paths: /v1/responses/ID and /v1/responses/ID/cancel. */
 static const char RESPONSE_ID_PREFIX[] = "/v1/responses/";
 
-/* GET /v1/responses/{id}: a stored response, as it is now; POST /v1/responses/{id}/cancel: a
- * background response still queued or in progress becomes "cancelled" and its generation is
- * aborted; any other is refused as synchronous, in vLLM's words. Without the store nothing is found
- * (vLLM's 404). */
+/* The query parameter `name` of the request ("" for a bare name), copied into out; false when
+ * absent. */
+static bool query_param(cv_http_req *c, const char *name, char *out, size_t cap) {
+    const size_t n = strlen(name);
+    for (const char *p = cv_http_query(c); p && *p;) {
+        const size_t len = strcspn(p, "&");
+        if (len >= n && !strncmp(p, name, n) && (len == n || p[n] == '=')) {
+            const size_t v = len > n ? len - n - 1 : 0;
+            snprintf(out, cap, "%.*s", (int)v, p + len - v);
+            return true;
+        }
+        p += len + (p[len] == '&');
+    }
+    return false;
+}
+
+/* GET /v1/responses/{id}?stream=true&starting_after=N, vLLM's replay of a background stream: the
+ * events after number N (all without it), then those still to come. Answers the request; false
+ * (nothing sent) when the query does not ask for a stream. */
+static bool follow_stored_events(cv_server *s, cv_http_req *c, const char *key) {
+    char stream[16] = "", after[32] = "";
+    query_param(c, "stream", stream, sizeof stream);
+    if (strcasecmp(stream, "true") && strcmp(stream, "1") && strcasecmp(stream, "yes") && strcasecmp(stream, "on"))
+        return false;
+    char *end = NULL;
+    const long n = query_param(c, "starting_after", after, sizeof after) ? strtol(after, &end, 10) : -1;
+    cv_api_error err;
+    if (end && (end == after || *end || n < 0)) {
+        cv_api_fail(&err, 400, "starting_after", "starting_after: Input should be a valid integer, unable to parse "
+                    "string as an integer");
+        cv_server_reply_error(c, &err);
+    } else if (!cv_response_store_events_follow(s->responses, key, c, n)) {
+        cv_api_fail(&err, 400, "response_id", "Unknown response_id: %s", key);
+        cv_server_reply_error(c, &err);
+    }
+    return true;
+}
+
+/* GET /v1/responses/{id}: a stored response, as it is now (or a background stream's events, see
+ * follow_stored_events); POST /v1/responses/{id}/cancel: a background response still queued or in
+ * progress becomes "cancelled" and its generation is aborted; any other is refused as synchronous,
+ * in vLLM's words. Without the store nothing is found (vLLM's 404). */
 static void handle_stored_response(cv_server *s, cv_http_req *c) {
     const char *id = cv_http_path(c) + strlen(RESPONSE_ID_PREFIX), *slash = strchr(id, '/');
     const bool cancel = slash && !strcmp(slash, "/cancel");
@@ -229,9 +267,11 @@ static void handle_stored_response(cv_server *s, cv_http_req *c) {
         cv_api_fail(&err, 400, NULL, "Cannot cancel a synchronous response.");
         cv_server_reply_error(c, &err);
         json_decref(response);
-    } else {
+    } else if (cancel || !follow_stored_events(s, c, key)) {
         if (cancelled) cv_generate_abort_response(s, key);
         send_json(c, response);
+    } else {
+        json_decref(response);
     }
     free(key);
 }
