@@ -14,6 +14,10 @@
  * that final event for every submitted request, also after an abort, so the session is freed
  * exactly once, by whichever side lets go last.
  *
+ * A background Responses API request is answered as soon as it is submitted (the "queued" response,
+ * or its stream's first bytes from the response store's event log); its client may then go without
+ * aborting it, and its end is written to the response store instead of a connection.
+ *
  * A beam search request (use_beam_search) runs one cv_beam_driver per prompt instead of one engine
  * request (beam_driver.h); the driver's final event arrives through the same callback, as the prompt's
  * only event, so the reply is built the same way.
