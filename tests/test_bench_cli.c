@@ -453,6 +453,74 @@ static void test_serve_custom(void) {
     free(path);
 }
 
+/* --dataset-name sonnet: the lines of a file after vLLM's instruction, the file's first lines shared by
+ * every prompt, the rest drawn, each prompt within --sonnet-input-len tokens of the chat template's
+ * rendering, which the completions API is sent (the chat API gets the bare prompt); the same seed
+ * draws the same prompts; an input length below the instruction's own is vLLM's error. */
+static void test_serve_sonnet(void) {
+    char poem[2048] = "";
+    for (int i = 0; i < 14; i++) {
+        char line[96];
+        snprintf(line, sizeof line, "Line %d of the sonnet, with words that rhyme %s\n", i, i % 2 ? "anew" : "in time");
+        strcat(poem, line);
+    }
+    tu_write_file(tmp, "sonnet.txt", poem, strlen(poem));
+    char *path = cv_xasprintf("%s/sonnet.txt", tmp);
+    const char *args[] = {"serve", "--port", NULL, "--dataset-name", "sonnet", "--dataset-path", path, "--num-prompts", "3",
+                          "--sonnet-input-len", "140", "--sonnet-prefix-len", "70", "--sonnet-output-len", "7",
+                          "--seed", "3", "--max-concurrency", "1", NULL, NULL, NULL, NULL, NULL};
+    json_t *runs[2];
+    for (int k = 0; k < 2; k++) {
+        server s = start_mock(k ? "sonnet-again" : "sonnet", (const char *const[]){"--ttft-ms", "2", "--itl-ms", "1", NULL});
+        args[2] = s.port;
+        tu_run r = bench(args);
+        CHECK_MSG(r.status == 0, "%s", r.err);
+        runs[k] = logged_requests(s.log);
+        tu_run_free(&r);
+        stop_mock(&s);
+    }
+    static const char head[] = "<|im_start|>user\nPick as many lines as you can from these poem lines:\nLine 0 of the sonnet";
+    cvllm_tokenizer *tok = NULL;
+    CHECK(cvllm_tokenizer_create(QWEN_TOKENIZER, &tok) == CVLLM_OK);
+    CHECK_EQ_INT(json_array_size(runs[0]), 3);
+    for (size_t i = 0; i < json_array_size(runs[0]); i++) {
+        const json_t *b = json_array_get(runs[0], i);
+        const char *prompt = json_string_value(json_object_get(b, "prompt"));
+        CHECK_MSG(prompt && !strncmp(prompt, head, sizeof head - 1), "prompt %zu: %.120s", i, prompt ? prompt : "");
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK(tok && prompt && cvllm_tokenize(tok, prompt, strlen(prompt), &ids, &n) == CVLLM_OK);
+        CHECK_MSG(n > 70 && n <= 140, "prompt %zu: %zu tokens", i, n);
+        cvllm_free(ids);
+        CHECK_EQ_INT(json_integer_value(json_object_get(b, "max_tokens")), 7);
+    }
+    CHECK(json_equal(runs[0], runs[1]));
+    json_decref(runs[0]);
+    json_decref(runs[1]);
+    cvllm_tokenizer_destroy(tok);
+    server s = start_mock("sonnet-chat", (const char *const[]){"--ttft-ms", "2", "--itl-ms", "1", NULL});
+    args[2] = s.port;
+    args[17] = "--backend";
+    args[18] = "openai-chat";
+    args[19] = "--endpoint";
+    args[20] = "/v1/chat/completions";
+    tu_run r = bench(args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    json_t *chat = logged_requests(s.log);
+    const json_t *msg = json_array_get(json_object_get(json_array_get(chat, 0), "messages"), 0);
+    const char *content = json_string_value(json_object_get(msg, "content"));
+    CHECK_MSG(content && !strncmp(content, "Pick as many lines", 18), "%.120s", content ? content : "(none)");
+    json_decref(chat);
+    tu_run_free(&r);
+    stop_mock(&s);
+    r = bench((const char *const[]){"serve", "--port", "1", "--model", "m", "--tokenizer", QWEN_TOKENIZER, "--dataset-name",
+                                    "sonnet", "--dataset-path", path, "--sonnet-input-len", "5", NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "'input_len' must be higher than the base prompt length");
+    tu_run_free(&r);
+    free(path);
+}
+
 /* --dataset-name prefix_repetition: 3 prefixes × ⌊7 / 3⌋ suffixes = 6 requests, each 12 + 5 tokens,
  * each prefix's text opening two of them; the output length as asked, ignore_eos not forced. */
 static void test_serve_prefix_repetition(void) {
@@ -594,10 +662,11 @@ static void test_serve_failures(void) {
         const char *args[12], *message;
     } usage[] = {
         {{"serve", "--bogus"}, "unknown option --bogus"},
-        {{"serve", "--dataset-name", "sonnet"}, "--dataset-name sonnet is not supported"},
+        {{"serve", "--dataset-name", "burstgpt"}, "--dataset-name burstgpt is not supported"},
         {{"serve", "--dataset-name", "sharegpt"}, "the 'sharegpt' dataset needs --dataset-path"},
         {{"serve", "--dataset-name", "custom"}, "the 'custom' dataset needs --dataset-path"},
         {{"serve", "--dataset-name", "spec_bench"}, "the 'spec_bench' dataset needs --dataset-path"},
+        {{"serve", "--dataset-name", "sonnet"}, "the 'sonnet' dataset needs --dataset-path"},
         {{"serve", "--dataset-name", "random", "--dataset-path", "x.jsonl"}, "cannot use the 'random' dataset with"},
         {{"serve", "--prefix-repetition-num-prefixes", "0"}, "--prefix-repetition-num-prefixes must be in"},
         {{"serve", "--profile"}, "--profile is not supported: it drives vLLM's torch profiler"},
@@ -755,6 +824,7 @@ int main(void) {
     test_serve_sharegpt();
     test_serve_custom();
     test_serve_prefix_repetition();
+    test_serve_sonnet();
     test_serve_lora_modules();
     test_serve_chat_without_usage();
     test_serve_failures();

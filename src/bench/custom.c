@@ -73,8 +73,7 @@ static int read_prompts(const cv_custom_options *o, char ***prompts, size_t *n) 
     return rc;
 }
 
-/* The text the request sends for `prompt`: the chat template's rendering, or the prompt itself. */
-static int request_text(const cv_chat_template *tmpl, const char *prompt, char **text) {
+int cv_bench_chat_text(const cv_chat_template *tmpl, const char *prompt, char **text) {
     if (!tmpl) {
         *text = cv_xstrdup(prompt);
         return 0;
@@ -86,13 +85,18 @@ static int request_text(const cv_chat_template *tmpl, const char *prompt, char *
     return rc;
 }
 
-static int load_template(const char *model, cv_chat_template **out) {
+int cv_bench_chat_template(const char *model, cv_chat_template **out) {
     char *dir = NULL;
     int rc = cv_resolve_model(model, NULL, false, &dir);
     if (!rc) rc = cv_chat_template_load(dir, NULL, out);
     free(dir);
-    if (rc) cv_fail_prefix(rc, "custom dataset: the chat template of %s (--skip-chat-template sends the prompts as "
-                           "they are)", model);
+    if (rc) cv_fail_prefix(rc, "the chat template of %s", model);
+    return rc;
+}
+
+int cv_bench_token_count(const cvllm_tokenizer *tok, const char *text, int32_t **ids, size_t *n) {
+    int rc = cvllm_tokenize(tok, text, strlen(text), ids, n);
+    if (!rc) rc = cvllm_tokenizer_add_special_tokens(tok, ids, n);
     return rc;
 }
 
@@ -106,7 +110,9 @@ int cv_custom_dataset(const cvllm_tokenizer *tok, const cv_custom_options *o, cv
     size_t n;
     int rc = read_prompts(o, &prompts, &n);
     cv_chat_template *tmpl = NULL;
-    if (!rc && !o->skip_chat_template) rc = load_template(o->model, &tmpl);
+    if (!rc && !o->skip_chat_template && (rc = cv_bench_chat_template(o->model, &tmpl)))
+        cv_fail_prefix(rc, "%s dataset (--skip-chat-template sends the prompts as they are)",
+                       o->spec_bench ? "spec_bench" : "custom");
     size_t *order = cv_xmalloc((n ? n : 1) * sizeof *order);
     for (size_t i = 0; i < n; i++) order[i] = i;
     if (!o->from.disable_shuffle) {
@@ -120,9 +126,8 @@ int cv_custom_dataset(const cvllm_tokenizer *tok, const cv_custom_options *o, cv
         char *text = NULL;
         int32_t *ids = NULL;
         size_t n_ids = 0;
-        rc = request_text(tmpl, prompts[order[i]], &text);
-        if (!rc) rc = cvllm_tokenize(tok, text, strlen(text), &ids, &n_ids);
-        if (!rc) rc = cvllm_tokenizer_add_special_tokens(tok, &ids, &n_ids);
+        rc = cv_bench_chat_text(tmpl, prompts[order[i]], &text);
+        if (!rc) rc = cv_bench_token_count(tok, text, &ids, &n_ids);
         if (!rc) {
             s[i].prompt = text;
             text = NULL;

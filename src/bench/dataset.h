@@ -1,7 +1,7 @@
 /*
  * dataset.h — vLLM's benchmark datasets: "random", synthetic prompts of controlled token length,
  * "prefix_repetition", random prompts that share a few prefixes, and from files "sharegpt"
- * (conversations), "custom" and "spec_bench" (prompts, one a line) (below).
+ * (conversations), "custom" and "spec_bench" (prompts, one a line) and "sonnet" (poem lines) (below).
  *
  * Per request i: an input length drawn uniformly from [⌊L·(1−r)⌋, ⌈L·(1+r)⌉], an output length from
  * [max(1, ⌊O·(1−r)⌋), max(1, ⌈O·(1+r)⌉)] and an offset; the prompt is a shared random prefix of P
@@ -107,6 +107,31 @@ typedef struct cv_custom_options {
 
 int cv_custom_dataset(const cvllm_tokenizer *tok, const cv_custom_options *opts, cv_bench_sample **out,
                       size_t *n_out);
+
+/* vLLM's "sonnet" dataset (sonnet.c): prompts made of a file's lines (Shakespeare's sonnets in vLLM's
+ * benchmarks/sonnet.txt) after "Pick as many lines as you can from these poem lines:\n", the first
+ * lines of the file shared by every prompt (about prefix_len tokens with the chat template's), the
+ * rest drawn with Python's random.choices seeded with `seed`, as many as make about input_len tokens
+ * in the chat template; a prompt longer than input_len is drawn again. The request sends the
+ * template's rendering (chat_endpoint false) or the prompt (true: the server renders it), as vLLM
+ * does per backend. */
+typedef struct cv_sonnet_options {
+    const char *path, *model; /* model: whose chat template, as for the tokenizer */
+    int32_t num_prompts, input_len, output_len, prefix_len;
+    uint64_t seed;
+    bool chat_endpoint;
+} cv_sonnet_options;
+
+int cv_sonnet_dataset(const cvllm_tokenizer *tok, const cv_sonnet_options *opts, cv_bench_sample **out);
+
+/* Helpers of the datasets that read a chat template (custom.c): the template of a model folder or
+ * hub id; a prompt as the user message of it, rendered with the generation prompt (tmpl NULL: the
+ * prompt as it is); the tokens of a text as the tokenizer's __call__ counts them (special tokens
+ * added by its post-processor). */
+typedef struct cv_chat_template cv_chat_template;
+int cv_bench_chat_template(const char *model, cv_chat_template **out);
+int cv_bench_chat_text(const cv_chat_template *tmpl, const char *prompt, char **text);
+int cv_bench_token_count(const cvllm_tokenizer *tok, const char *text, int32_t **ids, size_t *n);
 
 /* The file datasets' last step (cv_file_sampling): s holds `got` samples and room for num_prompts;
  * returns how many it holds after oversampling. */

@@ -4,7 +4,8 @@
  *
  * The run follows vLLM's main(): resolve the model (the first one from /v1/models when --model is
  * not given), load the tokenizer locally (--tokenizer, else the model id), build the dataset with it
- * (random, random-rerank, prefix_repetition, or from --dataset-path sharegpt, custom or spec_bench), turn each
+ * (random, random-rerank, prefix_repetition, or from --dataset-path sharegpt, custom, spec_bench or
+ * sonnet), turn each
  * sample into a streaming /v1/completions or /v1/chat/completions body, release
  * the requests on a Poisson/Gamma schedule through the client (client.h), and report. The API is
  * chosen by the endpoint (…/chat/completions means chat) or by --backend openai-chat. As in vLLM,
@@ -53,6 +54,7 @@ typedef struct serve_args {
     bool ramp_start_given, ramp_end_given, metrics_given;
     int32_t sharegpt_output_len;     /* -1: each conversation's own */
     int32_t custom_output_len, spec_bench_output_len;
+    int32_t sonnet_input_len, sonnet_output_len, sonnet_prefix_len;
     const char *spec_bench_category;
     bool skip_chat_template, disable_shuffle, no_oversample;
     cv_prefix_repetition_options repetition;
@@ -67,11 +69,12 @@ static const char serve_usage[] =
     "usage: cvllm bench serve [--base-url URL | --host 127.0.0.1 --port 8000] [--endpoint /v1/completions]\n"
     "                         [--backend openai|openai-chat|openai-embeddings|vllm|vllm-rerank] [--model NAME]\n"
     "                         [--served-model-name NAME] [--tokenizer MODEL]\n"
-    "                         [--dataset-name random|random-rerank|prefix_repetition|sharegpt|custom|spec_bench]\n"
+    "                         [--dataset-name random|random-rerank|prefix_repetition|sharegpt|custom|spec_bench|sonnet]\n"
     "                         [--dataset-path FILE] [--disable-shuffle] [--no-oversample]\n"
     "                         [--random-batch-size 1]\n"
     "                         [--sharegpt-output-len N] [--custom-output-len 256] [--skip-chat-template]\n"
     "                         [--spec-bench-output-len 256] [--spec-bench-category C]\n"
+    "                         [--sonnet-input-len 550] [--sonnet-output-len 150] [--sonnet-prefix-len 200]\n"
     "                         [--prefix-repetition-prefix-len 256] [--prefix-repetition-suffix-len 256]\n"
     "                         [--prefix-repetition-num-prefixes 10] [--prefix-repetition-output-len 128]\n"
     "                         [--num-prompts 1000]\n"
@@ -210,6 +213,9 @@ static bool parse_option(cv_args *a, serve_args *s) {
         int32_option(a, "--sharegpt-output-len", 1, &s->sharegpt_output_len) ||
         int32_option(a, "--custom-output-len", 1, &s->custom_output_len) ||
         int32_option(a, "--spec-bench-output-len", 1, &s->spec_bench_output_len) ||
+        int32_option(a, "--sonnet-input-len", 1, &s->sonnet_input_len) ||
+        int32_option(a, "--sonnet-output-len", 1, &s->sonnet_output_len) ||
+        int32_option(a, "--sonnet-prefix-len", 0, &s->sonnet_prefix_len) ||
         int32_option(a, "--prefix-repetition-prefix-len", 0, &s->repetition.prefix_len) ||
         int32_option(a, "--prefix-repetition-suffix-len", 0, &s->repetition.suffix_len) ||
         int32_option(a, "--prefix-repetition-num-prefixes", 1, &s->repetition.num_prefixes) ||
@@ -267,11 +273,11 @@ static int validate(cv_args *a, serve_args *s) {
         s->headers[s->n_headers++] = cv_xasprintf("%.*s: %s", (int)(eq - h), h, eq + 1);
     }
     static const char *const datasets[] = {"random", "random-rerank", "prefix_repetition", "sharegpt", "custom",
-                                           "spec_bench", NULL};
+                                           "spec_bench", "sonnet", NULL};
     const bool rerank_data = !strcmp(s->dataset_name, "random-rerank");
     if (!cv_args_in_list(datasets, s->dataset_name))
         return cv_args_error(a, "--dataset-name %s is not supported (random, random-rerank, prefix_repetition, "
-                             "sharegpt, custom, spec_bench)", s->dataset_name);
+                             "sharegpt, custom, spec_bench, sonnet)", s->dataset_name);
     if (strncmp(s->dataset_name, "random", 6) == 0 && s->dataset_path)
         return cv_args_error(a, "cannot use the '%s' dataset with --dataset-path %s", s->dataset_name, s->dataset_path);
     if (!strcmp(s->dataset_name, "sharegpt") && !s->dataset_path)
@@ -280,6 +286,8 @@ static int validate(cv_args *a, serve_args *s) {
         return cv_args_error(a, "the 'custom' dataset needs --dataset-path (a .jsonl file of {\"prompt\": ...} lines)");
     if (!strcmp(s->dataset_name, "spec_bench") && !s->dataset_path)
         return cv_args_error(a, "the 'spec_bench' dataset needs --dataset-path (Spec-Bench's question.jsonl)");
+    if (!strcmp(s->dataset_name, "sonnet") && !s->dataset_path)
+        return cv_args_error(a, "the 'sonnet' dataset needs --dataset-path (vLLM's benchmarks/sonnet.txt)");
     if (strcmp(s->lora_assignment, "random") && strcmp(s->lora_assignment, "round-robin"))
         return cv_args_error(a, "argument --lora-assignment: invalid choice: '%s' (choose from 'random', 'round-robin')",
                              s->lora_assignment);
@@ -371,6 +379,9 @@ static void set_defaults(serve_args *s) {
     s->data.output_len = 128;
     s->sharegpt_output_len = -1;
     s->custom_output_len = s->spec_bench_output_len = 256;
+    s->sonnet_input_len = 550;
+    s->sonnet_output_len = 150;
+    s->sonnet_prefix_len = 200;
     s->repetition = (cv_prefix_repetition_options){.prefix_len = 256, .suffix_len = 256, .num_prefixes = 10,
                                                    .output_len = 128};
     s->logprobs = -1;
@@ -714,6 +725,13 @@ static int run_serve(serve_args *s) {
         s->repetition.seed = s->data.seed;
         s->repetition.disable_shuffle = s->disable_shuffle;
         rc = cv_prefix_repetition_dataset(tok, &s->repetition, &samples, &s->n_samples);
+    } else if (!strcmp(name, "sonnet")) {
+        /* vLLM sends the template's rendering, except to a chat API, which renders the prompt itself */
+        const cv_sonnet_options so = {.path = s->dataset_path, .model = c->tokenizer_id, .num_prompts = c->num_prompts,
+                                      .input_len = s->sonnet_input_len, .output_len = s->sonnet_output_len,
+                                      .prefix_len = s->sonnet_prefix_len, .seed = s->data.seed,
+                                      .chat_endpoint = c->api == CV_API_CHAT};
+        rc = cv_sonnet_dataset(tok, &so, &samples);
     } else if (!strcmp(name, "sharegpt")) {
         const cv_sharegpt_options so = {.from = from, .output_len = s->sharegpt_output_len};
         rc = cv_sharegpt_dataset(tok, &so, &samples, &s->n_samples);
