@@ -128,15 +128,8 @@ int cv_custom_dataset(const cvllm_tokenizer *tok, const cv_custom_options *o, cv
         size_t n_ids = 0;
         rc = cv_bench_chat_text(tmpl, prompts[order[i]], &text);
         if (!rc) rc = cv_bench_token_count(tok, text, &ids, &n_ids);
-        if (!rc) {
-            s[i].prompt = text;
-            text = NULL;
-            s[i].ids = cv_xmalloc((n_ids + 1) * sizeof *s[i].ids);
-            memcpy(s[i].ids, ids, n_ids * sizeof *ids);
-            s[i].prompt_len = (int32_t)n_ids;
-            s[i].output_len = o->output_len;
-        }
-        free(text);
+        if (!rc) cv_bench_sample_take(&s[i], text, ids, n_ids, o->output_len);
+        else free(text);
         cvllm_free(ids);
     }
     for (size_t i = 0; i < n; i++) free(prompts[i]);

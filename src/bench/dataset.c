@@ -288,6 +288,14 @@ int cv_prefix_repetition_dataset(const cvllm_tokenizer *tok, const cv_prefix_rep
     return 0;
 }
 
+void cv_bench_sample_take(cv_bench_sample *s, char *prompt, const int32_t *ids, size_t n, int32_t output_len) {
+    s->prompt = prompt;
+    s->ids = cv_xmalloc((n + 1) * sizeof *s->ids);
+    if (n) memcpy(s->ids, ids, n * sizeof *ids);
+    s->prompt_len = (int32_t)n;
+    s->output_len = output_len;
+}
+
 size_t cv_bench_oversample(const cv_file_sampling *from, cv_bench_sample *s, size_t got) {
     const size_t want = (size_t)from->num_prompts;
     if (got == 0 || got >= want || from->no_oversample) return got;
@@ -295,10 +303,7 @@ size_t cv_bench_oversample(const cv_file_sampling *from, cv_bench_sample *s, siz
     cv_pyrandom_seed(&r, from->seed);
     for (size_t i = got; i < want; i++) {
         const cv_bench_sample *one = &s[cv_pyrandom_choice(&r, got)];
-        s[i] = (cv_bench_sample){.prompt = cv_xstrdup(one->prompt), .prompt_len = one->prompt_len,
-                                 .output_len = one->output_len};
-        s[i].ids = cv_xmalloc(((size_t)one->prompt_len + 1) * sizeof *s[i].ids);
-        memcpy(s[i].ids, one->ids, (size_t)one->prompt_len * sizeof *one->ids);
+        cv_bench_sample_take(&s[i], cv_xstrdup(one->prompt), one->ids, (size_t)one->prompt_len, one->output_len);
     }
     cv_info("bench", "Oversampled requests to reach %zu total samples.", want);
     return want;

@@ -133,6 +133,9 @@ int cv_bench_chat_template(const char *model, cv_chat_template **out);
 int cv_bench_chat_text(const cv_chat_template *tmpl, const char *prompt, char **text);
 int cv_bench_token_count(const cvllm_tokenizer *tok, const char *text, int32_t **ids, size_t *n);
 
+/* Fills *s: `prompt` (cv_xmalloc'd, taken over), a copy of its n token ids, output_len. */
+void cv_bench_sample_take(cv_bench_sample *s, char *prompt, const int32_t *ids, size_t n, int32_t output_len);
+
 /* The file datasets' last step (cv_file_sampling): s holds `got` samples and room for num_prompts;
  * returns how many it holds after oversampling. */
 size_t cv_bench_oversample(const cv_file_sampling *from, cv_bench_sample *s, size_t got);

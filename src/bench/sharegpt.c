@@ -69,12 +69,7 @@ int cv_sharegpt_dataset(const cvllm_tokenizer *tok, const cv_sharegpt_options *o
         cvllm_free(cids);
         const int32_t output_len = o->output_len >= 0 ? o->output_len : (int32_t)n_cids;
         if (!rc && valid_sequence((int32_t)n_ids, output_len, o->output_len >= 0)) {
-            s[got].prompt = cv_xstrndup(prompt, plen);
-            s[got].ids = cv_xmalloc((n_ids ? n_ids : 1) * sizeof *s[got].ids);
-            memcpy(s[got].ids, ids, n_ids * sizeof *ids);
-            s[got].prompt_len = (int32_t)n_ids;
-            s[got].output_len = output_len;
-            got++;
+            cv_bench_sample_take(&s[got++], cv_xstrndup(prompt, plen), ids, n_ids, output_len);
         }
         cvllm_free(ids);
     }

@@ -106,18 +106,9 @@ int cv_sonnet_dataset(const cvllm_tokenizer *tok, const cv_sonnet_options *o, cv
             rc = cv_bench_chat_text(tmpl, prompt, &formatted);
             if (!rc) rc = cv_bench_token_count(tok, formatted, &ids, &n_ids);
             if (!rc && n_ids <= (size_t)o->input_len) {
-                if (o->chat_endpoint) {
-                    s[got].prompt = prompt;
-                    prompt = NULL;
-                } else {
-                    s[got].prompt = formatted;
-                    formatted = NULL;
-                }
-                s[got].ids = cv_xmalloc((n_ids + 1) * sizeof *s[got].ids);
-                memcpy(s[got].ids, ids, n_ids * sizeof *ids);
-                s[got].prompt_len = (int32_t)n_ids;
-                s[got].output_len = o->output_len;
-                got++;
+                char **sent = o->chat_endpoint ? &prompt : &formatted;
+                cv_bench_sample_take(&s[got++], *sent, ids, n_ids, o->output_len);
+                *sent = NULL;
             }
             cvllm_free(ids);
             free(formatted);
