@@ -2191,7 +2191,8 @@ static void test_responses_background(void) {
     free(r.body);
     json_decref(completed);
     /* followed while it runs: the POST's stream and a GET joined after its first event get the same
-     * events (the GET all but the first), and both end when it is cancelled */
+     * events (the GET all but the first), a third GET that hangs up harms neither, and both end when
+     * it is cancelled */
     static const char long_body[] = "{\"model\":\"" NAME "\",\"input\":\"Count to ten thousand.\",\"max_output_tokens\":3000,"
                                     "\"logit_bias\":{\"151643\":-100,\"151645\":-100},\"background\":true,\"stream\":true}";
     post *producer = post_new(&chat_srv, long_body, NULL);
@@ -2215,6 +2216,22 @@ static void test_responses_background(void) {
     curl_easy_setopt(follower->c, CURLOPT_HTTPGET, 1L);
     curl_multi_add_handle(m, follower->c);
     for (int spins = 0; spins < 3000 && !(follower->r.body && strstr(follower->r.body, "\n\n")); spins++) {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 10, NULL);
+    }
+    /* a third follows a moment and hangs up: the stream goes on for the others */
+    post *quitter = post_new(&chat_srv, "", NULL);
+    curl_easy_setopt(quitter->c, CURLOPT_URL, url);
+    curl_easy_setopt(quitter->c, CURLOPT_HTTPGET, 1L);
+    curl_multi_add_handle(m, quitter->c);
+    for (int spins = 0; spins < 3000 && !(quitter->r.body && strstr(quitter->r.body, "\n\n")); spins++) {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 10, NULL);
+    }
+    curl_multi_remove_handle(m, quitter->c);
+    post_free(quitter);
+    const size_t before = follower->r.len;
+    for (int spins = 0; spins < 3000 && follower->r.len == before; spins++) {
         curl_multi_perform(m, &running);
         curl_multi_poll(m, NULL, 0, 10, NULL);
     }

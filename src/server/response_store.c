@@ -6,10 +6,26 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+
+/* A request following a log. Its client may leave at any time: the HTTP layer says so (under the
+ * connection's lock, so only a flag is raised) and the log ends that request at its next event. */
+typedef struct follower {
+    cv_http_req *r;
+    atomic_bool gone;
+} follower;
+
+static void follower_gone(void *arg) { atomic_store(&((follower *)arg)->gone, true); }
+
+/* Ends f's stream: after that the HTTP layer calls follower_gone no more, so f can go. */
+static void end_follower(follower *f) {
+    cv_http_stream_end(f->r);
+    free(f);
+}
 
 /* A background stream's events and who follows them. */
 typedef struct event_log {
@@ -20,7 +36,7 @@ typedef struct event_log {
     char *partial;               /* bytes of an event not yet whole */
     size_t partial_len;
     bool done;
-    cv_http_req **followers;     /* streams begun, to end with the log */
+    follower **followers;        /* streams begun, to end with the log */
     size_t n_followers, cap_followers;
     struct event_log *next;
 } event_log;
@@ -156,8 +172,17 @@ void cv_response_store_events_add(cv_response_store *st, const char *id, const c
     if (l && !l->done) {
         const size_t first = l->n;
         split_events(l, sse, len);
-        for (size_t f = 0; f < l->n_followers; f++)
-            for (size_t i = first; i < l->n; i++) cv_http_stream_push(l->followers[f], l->events[i], l->lens[i]);
+        size_t kept = 0;
+        for (size_t f = 0; f < l->n_followers; f++) {
+            follower *fw = l->followers[f];
+            if (atomic_load(&fw->gone)) {
+                end_follower(fw);
+                continue;
+            }
+            for (size_t i = first; i < l->n; i++) cv_http_stream_push(fw->r, l->events[i], l->lens[i]);
+            l->followers[kept++] = fw;
+        }
+        l->n_followers = kept;
     }
     pthread_mutex_unlock(&st->mu);
 }
@@ -167,7 +192,7 @@ void cv_response_store_events_end(cv_response_store *st, const char *id) {
     event_log *l = find_log(st, id);
     if (l && !l->done) {
         l->done = true;
-        for (size_t f = 0; f < l->n_followers; f++) cv_http_stream_end(l->followers[f]);
+        for (size_t f = 0; f < l->n_followers; f++) end_follower(l->followers[f]);
         l->n_followers = 0;
     }
     pthread_mutex_unlock(&st->mu);
@@ -187,7 +212,10 @@ bool cv_response_store_events_follow(cv_response_store *st, const char *id, cv_h
                 l->cap_followers = l->cap_followers ? 2 * l->cap_followers : 4;
                 l->followers = cv_xrealloc(l->followers, l->cap_followers * sizeof *l->followers);
             }
-            l->followers[l->n_followers++] = r;
+            follower *fw = cv_xcalloc(1, sizeof *fw);
+            fw->r = r;
+            cv_http_on_gone(r, follower_gone, fw); /* a client gone already raises the flag now */
+            l->followers[l->n_followers++] = fw;
         }
     }
     pthread_mutex_unlock(&st->mu);

@@ -13,7 +13,8 @@
  * finished one unless it was cancelled meanwhile (vLLM keeps a cancelled response as it was then).
  * A streamed one also keeps its events, as vLLM's event store does: whoever follows them (the
  * request's own connection, then GET /v1/responses/{id}?stream=true&starting_after=N) gets those
- * after event N so far, then each as it comes, and the end of the stream when the generation ends.
+ * after event N so far, then each as it comes, and the end of the stream when the generation ends
+ * (a follower whose client left is let go at the next event).
  */
 #ifndef CV_SERVER_RESPONSE_STORE_H
 #define CV_SERVER_RESPONSE_STORE_H
