@@ -690,7 +690,8 @@ static void test_serve_failures(void) {
          "Ramp-up start RPS must be less than end RPS"},
         {{"serve", "--ramp-up-strategy", "step", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "4"}, "invalid choice: 'step'"},
         {{"throughput", "--model", "x"}, "--input-len must be provided"},
-        {{"throughput", "--model", "x", "--input-len", "4", "--dataset-name", "sonnet"}, "not supported"},
+        {{"throughput", "--model", "x", "--input-len", "4", "--dataset-name", "burstgpt"}, "not supported"},
+        {{"throughput", "--model", "x", "--dataset-name", "sonnet"}, "the 'sonnet' dataset needs --dataset-path"},
         {{"nonsense"}, "unknown benchmark 'nonsense'"},
     };
     for (size_t i = 0; i < CV_ARRAY_LEN(usage); i++) {
@@ -766,10 +767,37 @@ static void test_throughput(const char *model) {
     CHECK_EQ_INT(r.status, 2);
     CHECK_CONTAINS(r.err, "the 'sharegpt' dataset needs --dataset-path");
     tu_run_free(&r);
+    /* sonnet on the same model: the chat template's rendering, within --input-len, --output-len each */
+    char poem[1024] = "";
+    for (int i = 0; i < 10; i++) {
+        char verse[80];
+        snprintf(verse, sizeof verse, "Shall I compare thee, line %d, to a summer's day?\n", i);
+        strcat(poem, verse);
+    }
+    tu_write_file(tmp, "poem.txt", poem, strlen(poem));
+    char *poem_path = cv_xasprintf("%s/poem.txt", tmp);
+    r = bench((const char *const[]){"throughput", "--model", full, "--load-format", "dummy", "--dataset-name", "sonnet",
+                                    "--dataset-path", poem_path, "--num-prompts", "3", "--input-len", "90",
+                                    "--output-len", "5", "--prefix-len", "40", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "\nTotal num output tokens:  15\n");
+    pt = line_of(r.out, "Total num prompt tokens:");
+    CHECK_MSG(pt && atol(pt + 24) > 3 * 40 && atol(pt + 24) <= 3 * 90, "%s", pt ? pt : "no prompt tokens line");
+    tu_run_free(&r);
+    free(poem_path);
     tu_remove_tree(full);
     free(full);
     free(cfg);
     free(data);
+
+    /* prefix_repetition on the 4096-token model: 2 prefixes × ⌊7 / 2⌋ = 6 requests of 16 + 8 ids */
+    r = bench((const char *const[]){"throughput", "--model", model, "--dataset-name", "prefix_repetition", "--num-prompts",
+                                    "7", "--prefix-repetition-prefix-len", "16", "--prefix-repetition-suffix-len", "8",
+                                    "--prefix-repetition-num-prefixes", "2", "--prefix-repetition-output-len", "4",
+                                    "--max-model-len", "64", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "\nTotal num prompt tokens:  144\nTotal num output tokens:  24\n");
+    tu_run_free(&r);
 
     r = bench((const char *const[]){"throughput", "--model", model, "--input-len", "60", "--output-len", "8",
                                     "--num-prompts", "2", "--max-model-len", "64", NULL});

@@ -203,12 +203,14 @@ int cv_random_rerank_dataset(const cvllm_tokenizer *tok, const cv_random_dataset
     return 0;
 }
 
-/* A prefix_repetition part: len ordinary ids drawn at random, fitted to len tokens; *ids gets them. */
+/* A prefix_repetition part: len ordinary ids drawn at random, fitted to len tokens unless exact;
+ * *ids gets them. */
 static int random_part(const cvllm_tokenizer *tok, cv_rng *rng, const int32_t *allowed, int32_t n_allowed,
-                       int32_t len, int32_t **ids, size_t *n) {
+                       int32_t len, bool exact, int32_t **ids, size_t *n) {
     *ids = cv_xmalloc((size_t)len * sizeof **ids + 1);
     for (int32_t k = 0; k < len; k++) (*ids)[k] = allowed[uniform_int(rng, 0, n_allowed - 1)];
     *n = (size_t)len;
+    if (exact) return 0;
     char *text = NULL;
     const int rc = fit_to_length(tok, rng, allowed, n_allowed, len, ids, n, &text);
     free(text);
@@ -243,8 +245,8 @@ int cv_prefix_repetition_dataset(const cvllm_tokenizer *tok, const cv_prefix_rep
     if (per == 0)
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "num_requests (%d) must be greater than or equal to num_prefixes (%d)",
                        o->num_prompts, o->num_prefixes);
-    int32_t n_allowed;
-    int32_t *allowed = allowed_ids(tok, cvllm_tokenizer_vocab_size(tok), &n_allowed);
+    int32_t n_allowed, vocab = cvllm_tokenizer_vocab_size(tok);
+    int32_t *allowed = allowed_ids(tok, o->vocab_limit > 0 && o->vocab_limit < vocab ? o->vocab_limit : vocab, &n_allowed);
     if (n_allowed == 0) {
         free(allowed);
         return cv_fail(CVLLM_ERR_INVALID_ARGUMENT, "prefix_repetition dataset: the vocabulary has no ordinary token");
@@ -256,11 +258,11 @@ int cv_prefix_repetition_dataset(const cvllm_tokenizer *tok, const cv_prefix_rep
     for (size_t p = 0, k = 0; p < (size_t)o->num_prefixes && !rc; p++) {
         int32_t *prefix = NULL;
         size_t n_prefix = 0;
-        rc = random_part(tok, &rng, allowed, n_allowed, o->prefix_len, &prefix, &n_prefix);
+        rc = random_part(tok, &rng, allowed, n_allowed, o->prefix_len, o->exact_ids, &prefix, &n_prefix);
         for (size_t j = 0; j < per && !rc; j++, k++) {
             int32_t *suffix = NULL;
             size_t n_suffix = 0;
-            rc = random_part(tok, &rng, allowed, n_allowed, o->suffix_len, &suffix, &n_suffix);
+            rc = random_part(tok, &rng, allowed, n_allowed, o->suffix_len, o->exact_ids, &suffix, &n_suffix);
             if (!rc) rc = join_parts(tok, prefix, n_prefix, suffix, n_suffix, o->output_len, &s[k]);
             free(suffix);
         }

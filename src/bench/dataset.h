@@ -65,6 +65,8 @@ typedef struct cv_prefix_repetition_options {
     int32_t num_prompts, prefix_len, suffix_len, num_prefixes, output_len;
     uint64_t seed;
     bool disable_shuffle;
+    int32_t vocab_limit;     /* ids drawn below this; 0 = the tokenizer's vocabulary */
+    bool exact_ids;          /* the drawn ids as they are, not fitted through text (as the random dataset's) */
 } cv_prefix_repetition_options;
 
 int cv_prefix_repetition_dataset(const cvllm_tokenizer *tok, const cv_prefix_repetition_options *opts,

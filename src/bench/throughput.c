@@ -1,8 +1,10 @@
 /*
  * throughput.c — `cvllm bench throughput`: vLLM's offline throughput benchmark
- * (vllm/benchmarks/throughput.py). The whole dataset (random, or sharegpt from --dataset-path, see
- * dataset.h) goes into the engine at once and the clock covers queueing to the
- * last token; the scheduler's batching is what is being measured.
+ * (vllm/benchmarks/throughput.py). The whole dataset (random or prefix_repetition, or from
+ * --dataset-path sharegpt or sonnet, see dataset.h) goes into the engine at once and the clock covers
+ * queueing to the last token; the scheduler's batching is what is being measured. vLLM's throughput
+ * runs sonnet with the chat template's rendering and its prefix from --prefix-len, its lengths from
+ * --input-len and --output-len (550 and 150 when not given).
  *
  * As vLLM's run_vllm(): every request samples with temperature 1.0 and top_p 1.0 (explicit
  * parameters, so generation_config.json plays no part), ignores EOS and stops at its dataset output
@@ -33,13 +35,15 @@
 #include "bench/dataset.h"
 #include "bench/pyrandom.h"
 #include "cli/args.h"
+#include "cli/args_internal.h"
 #include "cli/launch.h"
 #include "cvllm.h"
 
 typedef struct throughput_args {
     cvllm_engine_options engine;
     cv_random_dataset_options data;
-    const char *dataset_name, *dataset_path; /* "random" or "sharegpt" (from dataset_path) */
+    const char *dataset_name, *dataset_path; /* "random", "prefix_repetition"; "sharegpt", "sonnet" (from dataset_path) */
+    cv_prefix_repetition_options repetition;
     bool has_input_len, has_output_len, beam_search;
     int32_t n;
     const char *output_json;
@@ -53,7 +57,10 @@ typedef struct totals {
 
 static const char throughput_usage[] =
     "usage: cvllm bench throughput --model MODEL --input-len N [--output-len 128] [--num-prompts 1000]\n"
-    "                              [--n 1] [--dataset-name random|sharegpt] [--dataset-path FILE]\n"
+    "                              [--n 1] [--dataset-name random|prefix_repetition|sharegpt|sonnet]\n"
+    "                              [--dataset-path FILE] [--prefix-repetition-prefix-len 256]\n"
+    "                              [--prefix-repetition-suffix-len 256] [--prefix-repetition-num-prefixes 10]\n"
+    "                              [--prefix-repetition-output-len 128]\n"
     "                              [--prefix-len 0] [--random-range-ratio 0]\n"
     "                              [--use-beam-search] [--output-json FILE] [--backend vllm]\n"
     "                              [--enable-lora --lora-path ADAPTER [--max-loras N]] [engine options]\n"
@@ -70,9 +77,10 @@ static bool int32_option(cv_args *a, const char *name, int64_t min, int32_t *out
 
 static bool dataset_option(cv_args *a, throughput_args *t) {
     const char *v;
+    static const char *const datasets[] = {"random", "prefix_repetition", "sharegpt", "sonnet", NULL};
     if (cv_args_value(a, "--dataset-name", &v)) {
-        if (v && strcmp(v, "random") != 0 && strcmp(v, "sharegpt") != 0)
-            cv_args_error(a, "--dataset-name %s is not supported (random, sharegpt)", v);
+        if (v && !cv_args_in_list(datasets, v))
+            cv_args_error(a, "--dataset-name %s is not supported (random, prefix_repetition, sharegpt, sonnet)", v);
         else if (v) t->dataset_name = v;
         return true;
     }
@@ -96,9 +104,12 @@ static bool dataset_option(cv_args *a, throughput_args *t) {
         t->has_output_len = true;
         return true;
     }
-    return
-           int32_option(a, "--num-prompts", 1, &t->data.num_prompts) ||
-           int32_option(a, "--prefix-len", 0, &t->data.prefix_len) || int32_option(a, "--n", 1, &t->n);
+    return int32_option(a, "--num-prompts", 1, &t->data.num_prompts) ||
+           int32_option(a, "--prefix-len", 0, &t->data.prefix_len) || int32_option(a, "--n", 1, &t->n) ||
+           int32_option(a, "--prefix-repetition-prefix-len", 0, &t->repetition.prefix_len) ||
+           int32_option(a, "--prefix-repetition-suffix-len", 0, &t->repetition.suffix_len) ||
+           int32_option(a, "--prefix-repetition-num-prefixes", 1, &t->repetition.num_prefixes) ||
+           int32_option(a, "--prefix-repetition-output-len", 1, &t->repetition.output_len);
 }
 
 static int parse_throughput_args(cv_args *a, throughput_args *t) {
@@ -107,6 +118,8 @@ static int parse_throughput_args(cv_args *a, throughput_args *t) {
     t->data.output_len = 128;
     t->dataset_name = "random";
     t->n = 1;
+    t->repetition = (cv_prefix_repetition_options){.prefix_len = 256, .suffix_len = 256, .num_prefixes = 10,
+                                                   .output_len = 128};
     while (a->i < a->argc && !a->failed) {
         const char *arg = a->argv[a->i], *v;
         if (cv_args_flag(a, "--help|-h")) {
@@ -130,9 +143,11 @@ static int parse_throughput_args(cv_args *a, throughput_args *t) {
     if (a->failed) return 2;
     if (!t->engine.model) return cv_args_error(a, "no model given (--model MODEL)");
     const bool random = !strcmp(t->dataset_name, "random");
-    if (random && t->dataset_path)
-        return cv_args_error(a, "the random dataset needs no --dataset-path (use --dataset-name sharegpt for a file)");
-    if (!random && !t->dataset_path) return cv_args_error(a, "the 'sharegpt' dataset needs --dataset-path");
+    const bool from_file = !strcmp(t->dataset_name, "sharegpt") || !strcmp(t->dataset_name, "sonnet");
+    if (!from_file && t->dataset_path)
+        return cv_args_error(a, "the %s dataset needs no --dataset-path (use --dataset-name sharegpt for a file)",
+                             t->dataset_name);
+    if (from_file && !t->dataset_path) return cv_args_error(a, "the '%s' dataset needs --dataset-path", t->dataset_name);
     if (random && !t->has_input_len) return cv_args_error(a, "--input-len must be provided for a random dataset");
     if (t->engine.enable_lora && !t->lora_path) return cv_args_error(a, "LoRA path must be provided when enable_lora is True");
     if (t->engine.enable_lora && t->beam_search) return cv_args_error(a, "BeamSearch API does not support LoRA");
@@ -267,6 +282,19 @@ int cv_bench_throughput_main(int argc, char **argv) {
     int rc;
     if (!strcmp(t.dataset_name, "random")) {
         rc = cv_random_dataset(tok, &t.data, &samples);
+    } else if (!strcmp(t.dataset_name, "prefix_repetition")) {
+        t.repetition.num_prompts = t.data.num_prompts;
+        t.repetition.seed = t.data.seed;
+        t.repetition.vocab_limit = t.data.vocab_limit;
+        t.repetition.exact_ids = t.data.exact_ids;
+        rc = cv_prefix_repetition_dataset(tok, &t.repetition, &samples, &n);
+    } else if (!strcmp(t.dataset_name, "sonnet")) {
+        const cv_sonnet_options so = {.path = t.dataset_path, .model = t.engine.tokenizer ? t.engine.tokenizer : t.engine.model,
+                                      .num_prompts = t.data.num_prompts,
+                                      .input_len = t.has_input_len ? t.data.input_len : 550,
+                                      .output_len = t.has_output_len ? t.data.output_len : 150,
+                                      .prefix_len = t.data.prefix_len, .seed = t.data.seed};
+        rc = cv_sonnet_dataset(tok, &so, &samples);
     } else { /* vLLM: the conversations' own output lengths unless --output-len */
         const cv_sharegpt_options so = {
             .from = {.path = t.dataset_path, .num_prompts = t.data.num_prompts, .seed = t.data.seed},
