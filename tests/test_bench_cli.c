@@ -521,6 +521,50 @@ static void test_serve_sonnet(void) {
     free(path);
 }
 
+/* BurstGPT's trace: GPT-4's rows with a response (three here), request and response token counts. */
+static const char burst_csv[] = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                                "5,ChatGPT,40,30,70,Conversation log\n"
+                                "6,GPT-4,12,5,17,Conversation log\n"
+                                "9,GPT-4,20,0,20,Conversation log\n"
+                                "12,GPT-4,7,9,16,API log\n"
+                                "15,GPT-4,16,3,19,Conversation log\n";
+
+/* --dataset-name burstgpt: the three rows drawn once each for three prompts (their response tokens as
+ * max_tokens), with replacement for more; a file without the columns is refused. */
+static void test_serve_burstgpt(void) {
+    tu_write_file(tmp, "burst.csv", burst_csv, sizeof burst_csv - 1);
+    char *path = cv_xasprintf("%s/burst.csv", tmp);
+    for (int k = 0; k < 2; k++) {
+        server s = start_mock(k ? "burst-more" : "burst", (const char *const[]){"--ttft-ms", "2", "--itl-ms", "1", NULL});
+        tu_run r = bench((const char *const[]){"serve", "--port", s.port, "--dataset-name", "burstgpt", "--dataset-path",
+                                               path, "--num-prompts", k ? "8" : "3", "--max-concurrency", "2", NULL});
+        CHECK_MSG(r.status == 0, "%s", r.err);
+        json_t *reqs = logged_requests(s.log);
+        CHECK_EQ_INT(json_array_size(reqs), k ? 8 : 3);
+        int seen[10] = {0};
+        for (size_t i = 0; i < json_array_size(reqs); i++) {
+            const json_t *b = json_array_get(reqs, i);
+            const json_int_t max = json_integer_value(json_object_get(b, "max_tokens"));
+            CHECK_MSG(max == 5 || max == 9 || max == 3, "max_tokens %lld", (long long)max);
+            if (max >= 0 && max < 10) seen[max]++;
+            CHECK(json_string_length(json_object_get(b, "prompt")) > 0);
+        }
+        if (!k) CHECK(seen[5] == 1 && seen[9] == 1 && seen[3] == 1);
+        json_decref(reqs);
+        tu_run_free(&r);
+        stop_mock(&s);
+    }
+    tu_write_file(tmp, "not-burst.csv", "a,b\n1,2\n", 8);
+    char *bad = cv_xasprintf("%s/not-burst.csv", tmp);
+    tu_run r = bench((const char *const[]){"serve", "--port", "1", "--model", "m", "--tokenizer", QWEN_TOKENIZER,
+                                           "--dataset-name", "burstgpt", "--dataset-path", bad, NULL});
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "the header lacks a Model, Request tokens or Response tokens column");
+    tu_run_free(&r);
+    free(bad);
+    free(path);
+}
+
 /* --dataset-name prefix_repetition: 3 prefixes × ⌊7 / 3⌋ suffixes = 6 requests, each 12 + 5 tokens,
  * each prefix's text opening two of them; the output length as asked, ignore_eos not forced. */
 static void test_serve_prefix_repetition(void) {
@@ -662,7 +706,8 @@ static void test_serve_failures(void) {
         const char *args[12], *message;
     } usage[] = {
         {{"serve", "--bogus"}, "unknown option --bogus"},
-        {{"serve", "--dataset-name", "burstgpt"}, "--dataset-name burstgpt is not supported"},
+        {{"serve", "--dataset-name", "hf"}, "--dataset-name hf is not supported"},
+        {{"serve", "--dataset-name", "burstgpt"}, "the 'burstgpt' dataset needs --dataset-path"},
         {{"serve", "--dataset-name", "sharegpt"}, "the 'sharegpt' dataset needs --dataset-path"},
         {{"serve", "--dataset-name", "custom"}, "the 'custom' dataset needs --dataset-path"},
         {{"serve", "--dataset-name", "spec_bench"}, "the 'spec_bench' dataset needs --dataset-path"},
@@ -690,7 +735,7 @@ static void test_serve_failures(void) {
          "Ramp-up start RPS must be less than end RPS"},
         {{"serve", "--ramp-up-strategy", "step", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "4"}, "invalid choice: 'step'"},
         {{"throughput", "--model", "x"}, "--input-len must be provided"},
-        {{"throughput", "--model", "x", "--input-len", "4", "--dataset-name", "burstgpt"}, "not supported"},
+        {{"throughput", "--model", "x", "--input-len", "4", "--dataset-name", "hf"}, "not supported"},
         {{"throughput", "--model", "x", "--dataset-name", "sonnet"}, "the 'sonnet' dataset needs --dataset-path"},
         {{"nonsense"}, "unknown benchmark 'nonsense'"},
     };
@@ -790,6 +835,16 @@ static void test_throughput(const char *model) {
     free(cfg);
     free(data);
 
+    /* burstgpt on the 4096-token model: its three rows, 12 + 7 + 16 prompt and 5 + 9 + 3 output tokens */
+    tu_write_file(tmp, "burst.csv", burst_csv, sizeof burst_csv - 1);
+    char *burst = cv_xasprintf("%s/burst.csv", tmp);
+    r = bench((const char *const[]){"throughput", "--model", model, "--dataset-name", "burstgpt", "--dataset-path", burst,
+                                    "--num-prompts", "3", "--max-model-len", "64", NULL});
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "\nTotal num prompt tokens:  35\nTotal num output tokens:  17\n");
+    tu_run_free(&r);
+    free(burst);
+
     /* prefix_repetition on the 4096-token model: 2 prefixes × ⌊7 / 2⌋ = 6 requests of 16 + 8 ids */
     r = bench((const char *const[]){"throughput", "--model", model, "--dataset-name", "prefix_repetition", "--num-prompts",
                                     "7", "--prefix-repetition-prefix-len", "16", "--prefix-repetition-suffix-len", "8",
@@ -853,6 +908,7 @@ int main(void) {
     test_serve_custom();
     test_serve_prefix_repetition();
     test_serve_sonnet();
+    test_serve_burstgpt();
     test_serve_lora_modules();
     test_serve_chat_without_usage();
     test_serve_failures();

@@ -1,7 +1,8 @@
 /*
  * dataset.h — vLLM's benchmark datasets: "random", synthetic prompts of controlled token length,
  * "prefix_repetition", random prompts that share a few prefixes, and from files "sharegpt"
- * (conversations), "custom" and "spec_bench" (prompts, one a line) and "sonnet" (poem lines) (below).
+ * (conversations), "custom" and "spec_bench" (prompts, one a line), "sonnet" (poem lines) and
+ * "burstgpt" (a trace's token counts) (below).
  *
  * Per request i: an input length drawn uniformly from [⌊L·(1−r)⌋, ⌈L·(1+r)⌉], an output length from
  * [max(1, ⌊O·(1−r)⌋), max(1, ⌈O·(1+r)⌉)] and an offset; the prompt is a shared random prefix of P
@@ -125,6 +126,17 @@ typedef struct cv_sonnet_options {
 } cv_sonnet_options;
 
 int cv_sonnet_dataset(const cvllm_tokenizer *tok, const cv_sonnet_options *opts, cv_bench_sample **out);
+
+/* vLLM's "burstgpt" dataset (burstgpt.c): the BurstGPT trace's GPT-4 rows with a response, num_prompts
+ * of them drawn, each a synthetic prompt of its request tokens and its response tokens to generate. */
+typedef struct cv_burstgpt_options {
+    const char *path;
+    int32_t num_prompts;
+    uint64_t seed;
+    int32_t vocab_limit;     /* prompt ids below this; 0 = the tokenizer's vocabulary */
+} cv_burstgpt_options;
+
+int cv_burstgpt_dataset(const cvllm_tokenizer *tok, const cv_burstgpt_options *opts, cv_bench_sample **out);
 
 /* Helpers of the datasets that read a chat template (custom.c): the template of a model folder or
  * hub id; a prompt as the user message of it, rendered with the generation prompt (tmpl NULL: the

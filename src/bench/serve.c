@@ -4,8 +4,8 @@
  *
  * The run follows vLLM's main(): resolve the model (the first one from /v1/models when --model is
  * not given), load the tokenizer locally (--tokenizer, else the model id), build the dataset with it
- * (random, random-rerank, prefix_repetition, or from --dataset-path sharegpt, custom, spec_bench or
- * sonnet), turn each
+ * (random, random-rerank, prefix_repetition, or from --dataset-path sharegpt, custom, spec_bench,
+ * sonnet or burstgpt), turn each
  * sample into a streaming /v1/completions or /v1/chat/completions body, release
  * the requests on a Poisson/Gamma schedule through the client (client.h), and report. The API is
  * chosen by the endpoint (…/chat/completions means chat) or by --backend openai-chat. As in vLLM,
@@ -69,7 +69,8 @@ static const char serve_usage[] =
     "usage: cvllm bench serve [--base-url URL | --host 127.0.0.1 --port 8000] [--endpoint /v1/completions]\n"
     "                         [--backend openai|openai-chat|openai-embeddings|vllm|vllm-rerank] [--model NAME]\n"
     "                         [--served-model-name NAME] [--tokenizer MODEL]\n"
-    "                         [--dataset-name random|random-rerank|prefix_repetition|sharegpt|custom|spec_bench|sonnet]\n"
+    "                         [--dataset-name random|random-rerank|prefix_repetition|sharegpt|custom|spec_bench|\n"
+    "                         sonnet|burstgpt]\n"
     "                         [--dataset-path FILE] [--disable-shuffle] [--no-oversample]\n"
     "                         [--random-batch-size 1]\n"
     "                         [--sharegpt-output-len N] [--custom-output-len 256] [--skip-chat-template]\n"
@@ -273,11 +274,11 @@ static int validate(cv_args *a, serve_args *s) {
         s->headers[s->n_headers++] = cv_xasprintf("%.*s: %s", (int)(eq - h), h, eq + 1);
     }
     static const char *const datasets[] = {"random", "random-rerank", "prefix_repetition", "sharegpt", "custom",
-                                           "spec_bench", "sonnet", NULL};
+                                           "spec_bench", "sonnet", "burstgpt", NULL};
     const bool rerank_data = !strcmp(s->dataset_name, "random-rerank");
     if (!cv_args_in_list(datasets, s->dataset_name))
         return cv_args_error(a, "--dataset-name %s is not supported (random, random-rerank, prefix_repetition, "
-                             "sharegpt, custom, spec_bench, sonnet)", s->dataset_name);
+                             "sharegpt, custom, spec_bench, sonnet, burstgpt)", s->dataset_name);
     if (strncmp(s->dataset_name, "random", 6) == 0 && s->dataset_path)
         return cv_args_error(a, "cannot use the '%s' dataset with --dataset-path %s", s->dataset_name, s->dataset_path);
     if (!strcmp(s->dataset_name, "sharegpt") && !s->dataset_path)
@@ -288,6 +289,8 @@ static int validate(cv_args *a, serve_args *s) {
         return cv_args_error(a, "the 'spec_bench' dataset needs --dataset-path (Spec-Bench's question.jsonl)");
     if (!strcmp(s->dataset_name, "sonnet") && !s->dataset_path)
         return cv_args_error(a, "the 'sonnet' dataset needs --dataset-path (vLLM's benchmarks/sonnet.txt)");
+    if (!strcmp(s->dataset_name, "burstgpt") && !s->dataset_path)
+        return cv_args_error(a, "the 'burstgpt' dataset needs --dataset-path (BurstGPT_without_fails_2.csv)");
     if (strcmp(s->lora_assignment, "random") && strcmp(s->lora_assignment, "round-robin"))
         return cv_args_error(a, "argument --lora-assignment: invalid choice: '%s' (choose from 'random', 'round-robin')",
                              s->lora_assignment);
@@ -732,6 +735,9 @@ static int run_serve(serve_args *s) {
                                       .prefix_len = s->sonnet_prefix_len, .seed = s->data.seed,
                                       .chat_endpoint = c->api == CV_API_CHAT};
         rc = cv_sonnet_dataset(tok, &so, &samples);
+    } else if (!strcmp(name, "burstgpt")) {
+        const cv_burstgpt_options bo = {.path = s->dataset_path, .num_prompts = c->num_prompts, .seed = s->data.seed};
+        rc = cv_burstgpt_dataset(tok, &bo, &samples);
     } else if (!strcmp(name, "sharegpt")) {
         const cv_sharegpt_options so = {.from = from, .output_len = s->sharegpt_output_len};
         rc = cv_sharegpt_dataset(tok, &so, &samples, &s->n_samples);

@@ -1,7 +1,7 @@
 /*
  * throughput.c — `cvllm bench throughput`: vLLM's offline throughput benchmark
  * (vllm/benchmarks/throughput.py). The whole dataset (random or prefix_repetition, or from
- * --dataset-path sharegpt or sonnet, see dataset.h) goes into the engine at once and the clock covers
+ * --dataset-path sharegpt, sonnet or burstgpt, see dataset.h) goes into the engine at once and the clock covers
  * queueing to the last token; the scheduler's batching is what is being measured. vLLM's throughput
  * runs sonnet with the chat template's rendering and its prefix from --prefix-len, its lengths from
  * --input-len and --output-len (550 and 150 when not given).
@@ -57,7 +57,7 @@ typedef struct totals {
 
 static const char throughput_usage[] =
     "usage: cvllm bench throughput --model MODEL --input-len N [--output-len 128] [--num-prompts 1000]\n"
-    "                              [--n 1] [--dataset-name random|prefix_repetition|sharegpt|sonnet]\n"
+    "                              [--n 1] [--dataset-name random|prefix_repetition|sharegpt|sonnet|burstgpt]\n"
     "                              [--dataset-path FILE] [--prefix-repetition-prefix-len 256]\n"
     "                              [--prefix-repetition-suffix-len 256] [--prefix-repetition-num-prefixes 10]\n"
     "                              [--prefix-repetition-output-len 128]\n"
@@ -77,10 +77,11 @@ static bool int32_option(cv_args *a, const char *name, int64_t min, int32_t *out
 
 static bool dataset_option(cv_args *a, throughput_args *t) {
     const char *v;
-    static const char *const datasets[] = {"random", "prefix_repetition", "sharegpt", "sonnet", NULL};
+    static const char *const datasets[] = {"random", "prefix_repetition", "sharegpt", "sonnet", "burstgpt", NULL};
     if (cv_args_value(a, "--dataset-name", &v)) {
         if (v && !cv_args_in_list(datasets, v))
-            cv_args_error(a, "--dataset-name %s is not supported (random, prefix_repetition, sharegpt, sonnet)", v);
+            cv_args_error(a, "--dataset-name %s is not supported (random, prefix_repetition, sharegpt, sonnet, burstgpt)",
+                          v);
         else if (v) t->dataset_name = v;
         return true;
     }
@@ -143,7 +144,8 @@ static int parse_throughput_args(cv_args *a, throughput_args *t) {
     if (a->failed) return 2;
     if (!t->engine.model) return cv_args_error(a, "no model given (--model MODEL)");
     const bool random = !strcmp(t->dataset_name, "random");
-    const bool from_file = !strcmp(t->dataset_name, "sharegpt") || !strcmp(t->dataset_name, "sonnet");
+    const bool from_file = !strcmp(t->dataset_name, "sharegpt") || !strcmp(t->dataset_name, "sonnet") ||
+                           !strcmp(t->dataset_name, "burstgpt");
     if (!from_file && t->dataset_path)
         return cv_args_error(a, "the %s dataset needs no --dataset-path (use --dataset-name sharegpt for a file)",
                              t->dataset_name);
@@ -295,6 +297,10 @@ int cv_bench_throughput_main(int argc, char **argv) {
                                       .output_len = t.has_output_len ? t.data.output_len : 150,
                                       .prefix_len = t.data.prefix_len, .seed = t.data.seed};
         rc = cv_sonnet_dataset(tok, &so, &samples);
+    } else if (!strcmp(t.dataset_name, "burstgpt")) {
+        const cv_burstgpt_options bo = {.path = t.dataset_path, .num_prompts = t.data.num_prompts, .seed = t.data.seed,
+                                        .vocab_limit = t.data.vocab_limit};
+        rc = cv_burstgpt_dataset(tok, &bo, &samples);
     } else { /* vLLM: the conversations' own output lengths unless --output-len */
         const cv_sharegpt_options so = {
             .from = {.path = t.dataset_path, .num_prompts = t.data.num_prompts, .seed = t.data.seed},
