@@ -1,6 +1,9 @@
 /*
  * response_store.c — stored Responses API responses (see response_store.h): one JSON object keyed by
- * response id, under a mutex.
+ * response id, and a list of the background streams' event logs, under one mutex. The HTTP pushes
+ * to a log's followers happen under it too, which orders them (pushes to one request must not race);
+ * the HTTP layer never calls back into the store while it holds a connection's lock (a follower's
+ * departure only raises its flag).
  */
 #include "server/response_store.h"
 
