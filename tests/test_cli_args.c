@@ -328,11 +328,13 @@ static void test_engine_flags(void) {
                              "1", "8", "--cuda-graph-sizes", "4", "-dcp", "1", "--all2all-backend", "naive",
                              "--media-io-kwargs", "{\"video\": {\"num_frames\": 8}}", "--mm-processor-cache-type",
                              "shm", "--no-aggregate-engine-logging", "--logits-processor-pattern", "x.*",
-                             "--disable-frontend-multiprocessing"));
+                             "--disable-frontend-multiprocessing", "--prefix-match-unit", "64",
+                             "--enable-mamba-fine-grained-prefix-cache"));
     CHECK_CONTAINS(err, "--cudagraph-capture-sizes is accepted and ignored");
     CHECK_CONTAINS(err, "--media-io-kwargs is accepted and ignored");
     CHECK_CONTAINS(err, "--no-aggregate-engine-logging is accepted and ignored");
     CHECK_CONTAINS(err, "--disable-frontend-multiprocessing is accepted and ignored");
+    CHECK_CONTAINS(err, "--prefix-match-unit 64 is accepted and ignored");
     free(err);
     expect_usage(ARGS("serve", "/nonexistent", "--cudagraph-capture-sizes", "1", "0"),
                  "--cudagraph-capture-sizes must be in [1, 2147483647], got '0'");

@@ -111,6 +111,10 @@ static const cv_ignored_flag ignored_engine_flags[] = {
     /* the recurrent state of Gated DeltaNet layers is kept in f32 */
     {"--mamba-ssm-cache-dtype", CV_IGNORED_CHOICE, (const char *const[]){"auto", "float32", "bfloat16", "float16", NULL}},
     {"--mamba-cache-dtype", CV_IGNORED_CHOICE, (const char *const[]){"auto", "float32", "bfloat16", "float16", NULL}},
+    /* finer prefix-cache hits than a block (vLLM's hybrid models' large blocks want them): cvllm's hits
+     * land on its --block-size blocks, its hybrid checkpoints on --mamba-block-size */
+    {"--prefix-match-unit", CV_IGNORED_INT, NULL},
+    {"--enable-mamba-fine-grained-prefix-cache", CV_IGNORED_BOOL, NULL},
     /* expert load balancing across GPUs: routed experts stay where they are loaded */
     {"--enable-eplb", CV_IGNORED_BOOL, NULL},
     {"--all2all-backend", CV_IGNORED_STRING, NULL},
