@@ -94,7 +94,7 @@ int cv_bench_chat_template(const char *model, cv_chat_template **out) {
     return rc;
 }
 
-int cv_bench_token_count(const cvllm_tokenizer *tok, const char *text, int32_t **ids, size_t *n) {
+int cv_bench_encode(const cvllm_tokenizer *tok, const char *text, int32_t **ids, size_t *n) {
     int rc = cvllm_tokenize(tok, text, strlen(text), ids, n);
     if (!rc) rc = cvllm_tokenizer_add_special_tokens(tok, ids, n);
     return rc;
@@ -127,7 +127,7 @@ int cv_custom_dataset(const cvllm_tokenizer *tok, const cv_custom_options *o, cv
         int32_t *ids = NULL;
         size_t n_ids = 0;
         rc = cv_bench_chat_text(tmpl, prompts[order[i]], &text);
-        if (!rc) rc = cv_bench_token_count(tok, text, &ids, &n_ids);
+        if (!rc) rc = cv_bench_encode(tok, text, &ids, &n_ids);
         if (!rc) cv_bench_sample_take(&s[i], text, ids, n_ids, o->output_len);
         else free(text);
         cvllm_free(ids);

@@ -140,12 +140,12 @@ int cv_burstgpt_dataset(const cvllm_tokenizer *tok, const cv_burstgpt_options *o
 
 /* Helpers of the datasets that read a chat template (custom.c): the template of a model folder or
  * hub id; a prompt as the user message of it, rendered with the generation prompt (tmpl NULL: the
- * prompt as it is); the tokens of a text as the tokenizer's __call__ counts them (special tokens
- * added by its post-processor). */
+ * prompt as it is); the ids of a text as the tokenizer's __call__ gives them (special tokens added by
+ * its post-processor; *ids is cvllm_free'd). */
 typedef struct cv_chat_template cv_chat_template;
 int cv_bench_chat_template(const char *model, cv_chat_template **out);
 int cv_bench_chat_text(const cv_chat_template *tmpl, const char *prompt, char **text);
-int cv_bench_token_count(const cvllm_tokenizer *tok, const char *text, int32_t **ids, size_t *n);
+int cv_bench_encode(const cvllm_tokenizer *tok, const char *text, int32_t **ids, size_t *n);
 
 /* Fills *s: `prompt` (cv_xmalloc'd, taken over), a copy of its n token ids, output_len. */
 void cv_bench_sample_take(cv_bench_sample *s, char *prompt, const int32_t *ids, size_t n, int32_t output_len);

@@ -42,7 +42,7 @@ static int read_lines(const char *path, char ***lines, size_t *n) {
 
 static int count_tokens(const cvllm_tokenizer *tok, const char *text, size_t *n) {
     int32_t *ids = NULL;
-    const int rc = cv_bench_token_count(tok, text, &ids, n);
+    const int rc = cv_bench_encode(tok, text, &ids, n);
     cvllm_free(ids);
     return rc;
 }
@@ -104,7 +104,7 @@ int cv_sonnet_dataset(const cvllm_tokenizer *tok, const cv_sonnet_options *o, cv
             int32_t *ids = NULL;
             size_t n_ids = 0;
             rc = cv_bench_chat_text(tmpl, prompt, &formatted);
-            if (!rc) rc = cv_bench_token_count(tok, formatted, &ids, &n_ids);
+            if (!rc) rc = cv_bench_encode(tok, formatted, &ids, &n_ids);
             if (!rc && n_ids <= (size_t)o->input_len) {
                 char **sent = o->chat_endpoint ? &prompt : &formatted;
                 cv_bench_sample_take(&s[got++], *sent, ids, n_ids, o->output_len);
