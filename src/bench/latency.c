@@ -49,20 +49,20 @@ static int parse_latency_args(cv_args *a, latency_args *l) {
     l->input_len = 32, l->output_len = 128, l->batch_size = 8, l->n = 1, l->warmup = 10, l->iters = 30;
     while (a->i < a->argc && !a->failed) {
         const char *arg = a->argv[a->i], *v;
-        int64_t x;
         if (cv_args_flag(a, "--help|-h")) {
             fputs(latency_usage, stdout);
             fputs(cv_args_engine_help, stdout);
             return -1;
         }
         if (cv_args_engine(a, &l->engine)) continue;
-        if (cv_args_value(a, "--input-len", &v)) { if (cv_args_int(a, "--input-len", v, 1, INT32_MAX, &x)) l->input_len = (int32_t)x; }
-        else if (cv_args_value(a, "--output-len", &v)) { if (cv_args_int(a, "--output-len", v, 1, INT32_MAX, &x)) l->output_len = (int32_t)x; }
-        else if (cv_args_value(a, "--batch-size", &v)) { if (cv_args_int(a, "--batch-size", v, 1, 1 << 20, &x)) l->batch_size = (int32_t)x; }
-        else if (cv_args_value(a, "--n", &v)) { if (cv_args_int(a, "--n", v, 1, 1 << 16, &x)) l->n = (int32_t)x; }
-        else if (cv_args_value(a, "--num-iters-warmup", &v)) { if (cv_args_int(a, "--num-iters-warmup", v, 0, 1 << 20, &x)) l->warmup = (int32_t)x; }
-        else if (cv_args_value(a, "--num-iters", &v)) { if (cv_args_int(a, "--num-iters", v, 1, 1 << 20, &x)) l->iters = (int32_t)x; }
-        else if (cv_args_value(a, "--output-json", &v)) l->output_json = v;
+        if (cv_args_int32_option(a, "--input-len", 1, INT32_MAX, &l->input_len) ||
+            cv_args_int32_option(a, "--output-len", 1, INT32_MAX, &l->output_len) ||
+            cv_args_int32_option(a, "--batch-size", 1, 1 << 20, &l->batch_size) ||
+            cv_args_int32_option(a, "--n", 1, 1 << 16, &l->n) ||
+            cv_args_int32_option(a, "--num-iters-warmup", 0, 1 << 20, &l->warmup) ||
+            cv_args_int32_option(a, "--num-iters", 1, 1 << 20, &l->iters))
+            continue;
+        if (cv_args_value(a, "--output-json", &v)) l->output_json = v;
         else if (cv_args_flag(a, "--profile")) l->profile = true;
         else if (cv_args_flag(a, "--use-beam-search")) l->beam_search = true;
         else if (arg[0] != '-' && !l->engine.model) { l->engine.model = arg; a->i++; }

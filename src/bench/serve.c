@@ -151,14 +151,6 @@ static bool parse_percentiles(cv_args *a, const char *list, serve_config *c) {
     return c->n_percentiles > 0;
 }
 
-static bool int32_option(cv_args *a, const char *name, int64_t min, int32_t *out) {
-    const char *v;
-    int64_t x;
-    if (!cv_args_value(a, name, &v)) return false;
-    if (cv_args_int(a, name, v, min, INT32_MAX, &x)) *out = (int32_t)x;
-    return true;
-}
-
 static bool string_option(cv_args *a, const char *name, const char **out) {
     const char *v;
     if (!cv_args_value(a, name, &v)) return false;
@@ -208,23 +200,26 @@ static bool parse_option(cv_args *a, serve_args *s) {
         string_option(a, "--lora-assignment", &s->lora_assignment) ||
         string_option(a, "--spec-bench-category", &s->spec_bench_category))
         return true;
-    if (int32_option(a, "--num-prompts", 1, &c->num_prompts) || int32_option(a, "--max-concurrency", 1, &c->max_concurrency) ||
-        int32_option(a, "--random-input-len", 0, &s->data.input_len) || int32_option(a, "--input-len", 0, &s->data.input_len) ||
-        int32_option(a, "--random-output-len", 1, &s->data.output_len) ||
-        int32_option(a, "--sharegpt-output-len", 1, &s->sharegpt_output_len) ||
-        int32_option(a, "--custom-output-len", 1, &s->custom_output_len) ||
-        int32_option(a, "--spec-bench-output-len", 1, &s->spec_bench_output_len) ||
-        int32_option(a, "--sonnet-input-len", 1, &s->sonnet_input_len) ||
-        int32_option(a, "--sonnet-output-len", 1, &s->sonnet_output_len) ||
-        int32_option(a, "--sonnet-prefix-len", 0, &s->sonnet_prefix_len) ||
-        int32_option(a, "--prefix-repetition-prefix-len", 0, &s->repetition.prefix_len) ||
-        int32_option(a, "--prefix-repetition-suffix-len", 0, &s->repetition.suffix_len) ||
-        int32_option(a, "--prefix-repetition-num-prefixes", 1, &s->repetition.num_prefixes) ||
-        int32_option(a, "--prefix-repetition-output-len", 1, &s->repetition.output_len) ||
-        int32_option(a, "--random-prefix-len", 0, &s->data.prefix_len) ||
-        int32_option(a, "--random-batch-size", 1, &s->random_batch_size) || int32_option(a, "--num-warmups", 0, &s->num_warmups) ||
-        int32_option(a, "--logprobs", 0, &s->logprobs) ||
-        int32_option(a, "--ready-check-timeout-sec", 0, &s->ready_check_timeout))
+    if (cv_args_int32_option(a, "--num-prompts", 1, INT32_MAX, &c->num_prompts) ||
+        cv_args_int32_option(a, "--max-concurrency", 1, INT32_MAX, &c->max_concurrency) ||
+        cv_args_int32_option(a, "--random-input-len", 0, INT32_MAX, &s->data.input_len) ||
+        cv_args_int32_option(a, "--input-len", 0, INT32_MAX, &s->data.input_len) ||
+        cv_args_int32_option(a, "--random-output-len", 1, INT32_MAX, &s->data.output_len) ||
+        cv_args_int32_option(a, "--sharegpt-output-len", 1, INT32_MAX, &s->sharegpt_output_len) ||
+        cv_args_int32_option(a, "--custom-output-len", 1, INT32_MAX, &s->custom_output_len) ||
+        cv_args_int32_option(a, "--spec-bench-output-len", 1, INT32_MAX, &s->spec_bench_output_len) ||
+        cv_args_int32_option(a, "--sonnet-input-len", 1, INT32_MAX, &s->sonnet_input_len) ||
+        cv_args_int32_option(a, "--sonnet-output-len", 1, INT32_MAX, &s->sonnet_output_len) ||
+        cv_args_int32_option(a, "--sonnet-prefix-len", 0, INT32_MAX, &s->sonnet_prefix_len) ||
+        cv_args_int32_option(a, "--prefix-repetition-prefix-len", 0, INT32_MAX, &s->repetition.prefix_len) ||
+        cv_args_int32_option(a, "--prefix-repetition-suffix-len", 0, INT32_MAX, &s->repetition.suffix_len) ||
+        cv_args_int32_option(a, "--prefix-repetition-num-prefixes", 1, INT32_MAX, &s->repetition.num_prefixes) ||
+        cv_args_int32_option(a, "--prefix-repetition-output-len", 1, INT32_MAX, &s->repetition.output_len) ||
+        cv_args_int32_option(a, "--random-prefix-len", 0, INT32_MAX, &s->data.prefix_len) ||
+        cv_args_int32_option(a, "--random-batch-size", 1, INT32_MAX, &s->random_batch_size) ||
+        cv_args_int32_option(a, "--num-warmups", 0, INT32_MAX, &s->num_warmups) ||
+        cv_args_int32_option(a, "--logprobs", 0, INT32_MAX, &s->logprobs) ||
+        cv_args_int32_option(a, "--ready-check-timeout-sec", 0, INT32_MAX, &s->ready_check_timeout))
         return true;
     if (rate_option(a, "--request-rate", &c->request_rate) || rate_option(a, "--burstiness", &c->burstiness)) return true;
     if (flag_option(a, "--ignore-eos", &s->ignore_eos) || flag_option(a, "--save-result", &c->save_result) ||

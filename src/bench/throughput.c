@@ -67,14 +67,6 @@ static const char throughput_usage[] =
     "Runs --num-prompts random requests through the engine at once and prints vLLM's\n"
     "\"Throughput: X requests/s, Y total tokens/s, Z output tokens/s\".\n";
 
-static bool int32_option(cv_args *a, const char *name, int64_t min, int32_t *out) {
-    const char *v;
-    int64_t x;
-    if (!cv_args_value(a, name, &v)) return false;
-    if (cv_args_int(a, name, v, min, INT32_MAX, &x)) *out = (int32_t)x;
-    return true;
-}
-
 static bool dataset_option(cv_args *a, throughput_args *t) {
     const char *v;
     static const char *const datasets[] = {"random", "prefix_repetition", "sharegpt", "sonnet", "burstgpt", NULL};
@@ -97,20 +89,21 @@ static bool dataset_option(cv_args *a, throughput_args *t) {
         cv_args_float(a, "--random-range-ratio", v, 0, 0.999999, &t->data.range_ratio);
         return true;
     }
-    if (int32_option(a, "--input-len", 1, &t->data.input_len)) {
+    if (cv_args_int32_option(a, "--input-len", 1, INT32_MAX, &t->data.input_len)) {
         t->has_input_len = true;
         return true;
     }
-    if (int32_option(a, "--output-len", 1, &t->data.output_len)) {
+    if (cv_args_int32_option(a, "--output-len", 1, INT32_MAX, &t->data.output_len)) {
         t->has_output_len = true;
         return true;
     }
-    return int32_option(a, "--num-prompts", 1, &t->data.num_prompts) ||
-           int32_option(a, "--prefix-len", 0, &t->data.prefix_len) || int32_option(a, "--n", 1, &t->n) ||
-           int32_option(a, "--prefix-repetition-prefix-len", 0, &t->repetition.prefix_len) ||
-           int32_option(a, "--prefix-repetition-suffix-len", 0, &t->repetition.suffix_len) ||
-           int32_option(a, "--prefix-repetition-num-prefixes", 1, &t->repetition.num_prefixes) ||
-           int32_option(a, "--prefix-repetition-output-len", 1, &t->repetition.output_len);
+    return cv_args_int32_option(a, "--num-prompts", 1, INT32_MAX, &t->data.num_prompts) ||
+           cv_args_int32_option(a, "--prefix-len", 0, INT32_MAX, &t->data.prefix_len) ||
+           cv_args_int32_option(a, "--n", 1, INT32_MAX, &t->n) ||
+           cv_args_int32_option(a, "--prefix-repetition-prefix-len", 0, INT32_MAX, &t->repetition.prefix_len) ||
+           cv_args_int32_option(a, "--prefix-repetition-suffix-len", 0, INT32_MAX, &t->repetition.suffix_len) ||
+           cv_args_int32_option(a, "--prefix-repetition-num-prefixes", 1, INT32_MAX, &t->repetition.num_prefixes) ||
+           cv_args_int32_option(a, "--prefix-repetition-output-len", 1, INT32_MAX, &t->repetition.output_len);
 }
 
 static int parse_throughput_args(cv_args *a, throughput_args *t) {

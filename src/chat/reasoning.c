@@ -6,6 +6,7 @@
  * the bytes that decide it have arrived (or the output ended), which is what makes the result
  * independent of how the output was cut into deltas.
  */
+#define _GNU_SOURCE /* memmem */
 #include <assert.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +20,8 @@ enum { R_START_CONTENT, R_START_REASONING, R_REASONING, R_CONTENT };
 static const char THINK_OPEN[] = "<think>", THINK_CLOSE[] = "</think>";
 static const char TOOL_CALL[] = "<tool_call>", FUNCTION[] = "<function";
 
-static const char *find(const char *h, size_t hn, const char *n) {
-    size_t nn = strlen(n);
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == n[0] && memcmp(h + i, n, nn) == 0)
-            return h + i;
-    return NULL;
-}
+/* The first n in h[0, hn), or NULL. */
+static const char *find(const char *h, size_t hn, const char *n) { return memmem(h, hn, n, strlen(n)); }
 
 static const char *find_last(const char *h, size_t hn, const char *n) {
     size_t nn = strlen(n);

@@ -10,6 +10,7 @@
  * and Python literals that are not JSON (single-quoted strings, tuples) are kept as strings where
  * vLLM would run ast.literal_eval.
  */
+#define _GNU_SOURCE /* memmem */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -36,13 +37,8 @@ int cv_tool_parser_from_name(const char *name, cv_tool_parser_kind *out) {
     return 0;
 }
 
-static const char *find(const char *h, size_t hn, const char *n) {
-    size_t nn = strlen(n);
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == n[0] && memcmp(h + i, n, nn) == 0)
-            return h + i;
-    return NULL;
-}
+/* The first n in h[0, hn), or NULL. */
+static const char *find(const char *h, size_t hn, const char *n) { return memmem(h, hn, n, strlen(n)); }
 
 /* ---- one call ---------------------------------------------------------------------------------- */
 

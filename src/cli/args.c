@@ -518,6 +518,20 @@ bool cv_args_int(cv_args *a, const char *flag, const char *s, int64_t min, int64
     return true;
 }
 
+bool cv_args_int_option(cv_args *a, const char *names, int64_t min, int64_t max, int64_t *out) {
+    const char *v;
+    if (!cv_args_value(a, names, &v)) return false;
+    cv_args_int(a, names, v, min, max, out);
+    return true;
+}
+
+bool cv_args_int32_option(cv_args *a, const char *names, int32_t min, int32_t max, int32_t *out) {
+    int64_t x = *out;
+    if (!cv_args_int_option(a, names, min, max, &x)) return false;
+    *out = (int32_t)x;
+    return true;
+}
+
 bool cv_args_float(cv_args *a, const char *flag, const char *s, double min, double max, double *out) {
     if (!s) return false;
     char *end;

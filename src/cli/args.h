@@ -103,6 +103,10 @@ bool cv_args_unknown(cv_args *a);
  * suffixes (1k = 1000, 1K = 1024). */
 bool cv_args_int(cv_args *a, const char *flag, const char *s, int64_t min, int64_t max, int64_t *out);
 bool cv_args_float(cv_args *a, const char *flag, const char *s, double min, double max, double *out);
+/* An integer option: true when argv[i] is one of `names` (as cv_args_value); its value, checked by
+ * cv_args_int against [min, max], goes to *out, which an error leaves as it was. */
+bool cv_args_int_option(cv_args *a, const char *names, int64_t min, int64_t max, int64_t *out);
+bool cv_args_int32_option(cv_args *a, const char *names, int32_t min, int32_t max, int32_t *out);
 
 /* A vLLM flag that means nothing in cvllm: accepted so vLLM command lines run unchanged, its value
  * checked, and logged as ignored. */

@@ -379,29 +379,22 @@ static bool runner_option(cv_args *a, cvllm_engine_options *o) {
     return false;
 }
 
-static bool int_option(cv_args *a, const char *name, int64_t min, int64_t max, int64_t *out) {
-    const char *v;
-    if (!cv_args_value(a, name, &v)) return false;
-    cv_args_int(a, name, v, min, max, out);
-    return true;
-}
-
 bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     const char *v, *additional, **patterns = NULL;
     size_t n_patterns = 0;
     int64_t n = 0;
     double d;
-    if (int_option(a, "--max-model-len", 2, INT32_MAX, &n)) o->max_model_len = (int32_t)n;
-    else if (int_option(a, "--max-num-seqs", 1, 1 << 20, &n)) o->max_num_seqs = (int32_t)n;
-    else if (int_option(a, "--max-num-batched-tokens", 1, 1 << 24, &n)) o->max_num_batched_tokens = (int32_t)n;
-    else if (int_option(a, "--block-size", 1, 1 << 16, &n)) {
+    if (cv_args_int_option(a, "--max-model-len", 2, INT32_MAX, &n)) o->max_model_len = (int32_t)n;
+    else if (cv_args_int_option(a, "--max-num-seqs", 1, 1 << 20, &n)) o->max_num_seqs = (int32_t)n;
+    else if (cv_args_int_option(a, "--max-num-batched-tokens", 1, 1 << 24, &n)) o->max_num_batched_tokens = (int32_t)n;
+    else if (cv_args_int_option(a, "--block-size", 1, 1 << 16, &n)) {
         o->block_size = (int32_t)n;
         if (n & (n - 1)) cv_args_error(a, "--block-size must be a power of two, got %lld", (long long)n);
-    } else if (int_option(a, "--kv-cache-memory-bytes", 1, INT64_MAX, &n)) o->kv_cache_memory_bytes = (uint64_t)n;
-    else if (int_option(a, "--max-logprobs", 0, 1 << 20, &n)) o->max_logprobs = (int32_t)n;
-    else if (int_option(a, "--num-gpu-blocks-override", 1, INT32_MAX - 1, &n)) o->num_gpu_blocks_override = (int32_t)n;
-    else if (int_option(a, "--seed", 0, INT64_MAX, &n)) o->seed = (uint64_t)n;
-    else if (int_option(a, "--num-threads", 0, 4096, &n)) o->num_threads = (int32_t)n;
+    } else if (cv_args_int_option(a, "--kv-cache-memory-bytes", 1, INT64_MAX, &n)) o->kv_cache_memory_bytes = (uint64_t)n;
+    else if (cv_args_int_option(a, "--max-logprobs", 0, 1 << 20, &n)) o->max_logprobs = (int32_t)n;
+    else if (cv_args_int_option(a, "--num-gpu-blocks-override", 1, INT32_MAX - 1, &n)) o->num_gpu_blocks_override = (int32_t)n;
+    else if (cv_args_int_option(a, "--seed", 0, INT64_MAX, &n)) o->seed = (uint64_t)n;
+    else if (cv_args_int_option(a, "--num-threads", 0, 4096, &n)) o->num_threads = (int32_t)n;
     else if (cv_args_value(a, "--gpu-memory-utilization", &v)) {
         if (cv_args_float(a, "--gpu-memory-utilization", v, 1e-6, 1.0, &d)) o->gpu_memory_utilization = d;
     } else if (cv_args_value(a, "--dtype", &v)) o->dtype = v;
@@ -430,7 +423,7 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     else if (cv_args_flag(a, "--no-enable-prefix-caching")) o->enable_prefix_caching = false;
     else if (choice_option(a, "--mamba-cache-mode", (const char *const[]){"align", "all", "none", NULL},
                            &o->mamba_cache_mode)) {
-    } else if (int_option(a, "--mamba-block-size", 1, INT32_MAX, &n)) o->mamba_block_size = (int32_t)n;
+    } else if (cv_args_int_option(a, "--mamba-block-size", 1, INT32_MAX, &n)) o->mamba_block_size = (int32_t)n;
     else if (json_object_flag(a, "--model-loader-extra-config", &v)) o->model_loader_extra_config = v;
     else if (cv_args_list(a, "--ignore-patterns", &patterns, &n_patterns)) {
         free(patterns); /* the items are argv's */
@@ -440,8 +433,8 @@ bool cv_args_engine(cv_args *a, cvllm_engine_options *o) {
     }
     else if (cv_args_flag(a, "--enable-lora")) o->enable_lora = true;
     else if (cv_args_flag(a, "--no-enable-lora")) o->enable_lora = false;
-    else if (int_option(a, "--max-loras", 1, 1 << 16, &n)) o->max_loras = (int32_t)n;
-    else if (int_option(a, "--max-lora-rank", 1, 512, &n)) o->max_lora_rank = (int32_t)n; /* the engine checks it */
+    else if (cv_args_int_option(a, "--max-loras", 1, 1 << 16, &n)) o->max_loras = (int32_t)n;
+    else if (cv_args_int_option(a, "--max-lora-rank", 1, 512, &n)) o->max_lora_rank = (int32_t)n; /* the engine checks it */
     else if (cv_args_flag(a, "--enable-expert-parallel|-ep")) o->enable_expert_parallel = true;
     else if (cv_args_flag(a, "--no-enable-expert-parallel")) o->enable_expert_parallel = false;
     else if (quantization(a, o) || scheduling_policy(a, o) || compilation_config(a)) {
