@@ -24,7 +24,8 @@ json_t *cv_api_generation_object(const cv_api_response *r);
 /* The API translations of a chat stream (api_anthropic.c, api_responses.c): the chat stream's bytes
  * in *sse (whole "data: PAYLOAD\n\n" records) are replaced by what fn(user, payload) writes to the
  * translation's buffer *out for each record's chunk or error object (NULL for "[DONE]"); and the
- * events fn writes, "event: NAME\ndata: JSON\n\n" of `data` (the reference taken), appended to *buf. */
+ * events fn writes, "event: NAME\ndata: JSON\n\n" of `data` (the reference taken), appended to *buf;
+ * with no NAME, the bare "data: JSON\n\n" record of the OpenAI streams. */
 void cv_api_sse_translate(char **sse, size_t *len, size_t *cap, void (*fn)(void *user, const json_t *payload), void *user,
                           char **out, size_t *out_len, size_t *out_cap);
 void cv_api_sse_event(char **buf, size_t *len, size_t *cap, const char *name, json_t *data);

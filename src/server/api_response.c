@@ -305,12 +305,7 @@ static void append_chunk(cv_api_response *r, json_t *choice, char **sse, size_t 
         json_object_set_new(o, "prompt_text", json_stringn(p->text ? p->text : "", p->text ? p->text_len : 0));
         r->prompt_text_sent = true;
     }
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    cv_buf_append(sse, len, cap, "data: ", 6);
-    cv_buf_append(sse, len, cap, s, strlen(s));
-    cv_buf_append(sse, len, cap, "\n\n", 2);
-    free(s);
+    cv_api_sse_event(sse, len, cap, NULL, o);
 }
 
 /* The prompt as text, for completions echo (token prompts are decoded). */
@@ -452,7 +447,7 @@ void cv_api_sse_translate(char **sse, size_t *len, size_t *cap, void (*fn)(void 
 void cv_api_sse_event(char **buf, size_t *len, size_t *cap, const char *name, json_t *data) {
     char *s = json_dumps(data, JSON_COMPACT);
     json_decref(data);
-    char *rec = cv_xasprintf("event: %s\ndata: %s\n\n", name, s);
+    char *rec = name ? cv_xasprintf("event: %s\ndata: %s\n\n", name, s) : cv_xasprintf("data: %s\n\n", s);
     cv_buf_append(buf, len, cap, rec, strlen(rec));
     free(rec);
     free(s);
@@ -463,12 +458,7 @@ void cv_api_response_stream_end(cv_api_response *r, char **sse, size_t *len, siz
         json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", r->id, "object",
                               r->req->kind == CV_API_CHAT ? "chat.completion.chunk" : "text_completion", "created",
                               (json_int_t)r->created, "model", r->model, "choices", "usage", usage_json(r));
-        char *s = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        cv_buf_append(sse, len, cap, "data: ", 6);
-        cv_buf_append(sse, len, cap, s, strlen(s));
-        cv_buf_append(sse, len, cap, "\n\n", 2);
-        free(s);
+        cv_api_sse_event(sse, len, cap, NULL, o);
     }
     cv_buf_append(sse, len, cap, "data: [DONE]\n\n", 14);
 }
