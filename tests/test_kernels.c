@@ -469,6 +469,21 @@ static void test_format(cv_threadpool *pool, cv_dtype dtype) {
     }
 }
 
+/* Decode tiles with and without their asks ahead (cv_cpu_stream_asks: the CPU decides which runs
+ * by default): a hint never changes the bits, so both equal the reference on the active path. */
+static void test_stream_asks(cv_threadpool *pool, bool vnni) {
+    const bool was = cv_cpu_stream_asks();
+    for (int ask = 0; ask <= 1; ask++) {
+        cv_cpu_stream_asks_enable(ask);
+        CHECK(cv_cpu_stream_asks() == (ask == 1));
+        test_format(pool, CV_DTYPE_I8);
+        if (vnni) continue; /* the float formats do not use VNNI */
+        test_format(pool, CV_DTYPE_BF16);
+        test_format(pool, CV_DTYPE_F8_E4M3);
+    }
+    cv_cpu_stream_asks_enable(was);
+}
+
 /* The row-major views through cv_linear, split into parts as a fused projection would be: the same
  * bits as the whole matrix in one part. */
 static void test_views(cv_threadpool *pool) {
@@ -1250,6 +1265,13 @@ static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
     CHECK(cv_format_gemm_bf16(CV_WFORMAT_FP8_PANELS) == (fp8 ? &cv_avx512_panels_fp8_dot : NULL));
     CHECK(cv_wformat_bf16_input(CV_WFORMAT_FP8_PANELS) == fp8);
     if (!fp8) printf("test_kernels: FP8 on bf16 inputs (vdpbf16ps) skipped: this CPU has no AVX512-VBMI\n");
+    const bool asks = cv_cpu_stream_asks();
+    for (int ask = 0; ask <= 1; ask++) { /* the decode tiles with and without their asks ahead */
+        cv_cpu_stream_asks_enable(ask);
+        test_bf16_dot(pools[1 % n_pools], CV_DTYPE_BF16);
+        if (fp8) test_bf16_dot(pools[1 % n_pools], CV_DTYPE_F8_E4M3);
+    }
+    cv_cpu_stream_asks_enable(asks);
     for (size_t p = 0; p < n_pools; p++) {
         test_bf16_dot(pools[p], CV_DTYPE_BF16);
         if (fp8) {
@@ -2359,6 +2381,7 @@ int main(void) {
             test_round_bf16_rows(pools[p]);
         }
         test_i8_extremes(pools[1]);
+        test_stream_asks(pools[1], kernel_paths[path].vnni);
         if (kernel_paths[path].vnni) continue;
         test_rmsnorm();
         test_row_ops();

@@ -24,6 +24,13 @@
  * first question asks for it, and a CPU, kernel or VM that says no runs the AVX-512 kernels. Where
  * it is granted, bf16 compute always uses it — a tile product does 16× the multiply-adds of an f32
  * FMA — and the int8 formats do too. CVLLM_AMX=0 switches it off (a tuning knob, like CVLLM_ISA).
+ *
+ * Whether a decode tile asks for the lines ahead of its weight streams (software prefetch, formats.h
+ * cv_panel_ahead) depends on the CPU's own prefetchers: a one-token product reads each thread's
+ * share as a few long streams, which AMD's follow by themselves, and there the asks only took load
+ * slots and miss buffers (Zen 5, 2 threads: the 0.6B's int8 decode GEMVs 37-38 → 43-45 GB/s, the
+ * bf16 lm_head shape +3-6 %, docs/performance.md); other CPUs keep them (not measured without).
+ * CVLLM_STREAM_ASKS=0|1 overrides (a tuning knob).
  */
 #include <cpuid.h>
 #include <stdlib.h>
@@ -146,6 +153,30 @@ int cv_cpu_vnni_enable(bool on) {
     __atomic_store_n(&vnni_state, on ? 1 : -1, __ATOMIC_RELEASE);
     return 0;
 }
+
+static int asks_state; /* 0: not decided yet, 1: ask, -1: do not */
+
+static int decide_asks(void) {
+    __builtin_cpu_init();
+    const char *env = getenv("CVLLM_STREAM_ASKS");
+    bool ask = !__builtin_cpu_is("amd");
+    if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) ask = env[0] == '1';
+    else if (env && *env) cv_warn("kernels", "CVLLM_STREAM_ASKS=%s is not 0 or 1; ignored", env);
+    cv_info("kernels", "decode weight streams: %s", ask ? "software prefetch 1 KiB ahead of each stream"
+                                                       : "the hardware prefetchers alone (no software prefetch)");
+    return ask ? 1 : -1;
+}
+
+bool cv_cpu_stream_asks(void) {
+    int s = __atomic_load_n(&asks_state, __ATOMIC_ACQUIRE);
+    if (!s) {
+        s = decide_asks();
+        __atomic_store_n(&asks_state, s, __ATOMIC_RELEASE);
+    }
+    return s > 0;
+}
+
+void cv_cpu_stream_asks_enable(bool on) { __atomic_store_n(&asks_state, on ? 1 : -1, __ATOMIC_RELEASE); }
 
 /* AMX-BF16, AMX-TILE, AMX-INT8: CPUID leaf 7 subleaf 0, EDX bits 22, 24, 25; the OS saves the tile
  * state (XCR0 bits 17 and 18); and Linux grants it to this process (XFEATURE_XTILEDATA = 18). */

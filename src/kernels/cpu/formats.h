@@ -59,6 +59,7 @@ typedef struct cv_panel_tile {
     int64_t ldx;          /* between token rows, in elements of x */
     const float *x_scale; /* int8 input: token 0's scale, per token; NULL: 1 */
     bool first, last;     /* the first k block (else continue from y); the last one */
+    bool ask;             /* a decode tile on a CPU whose decode tiles ask ahead (cv_cpu_stream_asks) */
     float *y;
     int64_t ldy;
     int mr, np, n_out;
@@ -67,9 +68,10 @@ typedef struct cv_panel_tile {
 typedef void (*cv_panel_fn)(const cv_panel_tile *t);
 
 /* A tile of at most CV_STREAM_TOKENS tokens (a decode step) reads each weight byte once, from
- * memory. Its kernel asks (prefetches) CV_PANEL_AHEAD bytes ahead in each panel it streams, on top of
- * the hardware prefetchers (+12-15 % GEMV bandwidth on the lm_head shape, 2 threads), and the driver
- * asks for the next tile's aux data as the tile starts. */
+ * memory. Where cv_cpu_stream_asks() says so (t->ask), its kernel asks (prefetches) CV_PANEL_AHEAD
+ * bytes ahead in each panel it streams, on top of the hardware prefetchers (+12-15 % GEMV bandwidth
+ * on the lm_head shape when a tile's panels were short streams side by side); the driver asks for
+ * the next tile's aux data as the tile starts, on every CPU. */
 enum { CV_STREAM_TOKENS = 2, CV_PANEL_AHEAD = 1024 };
 
 /* What panel j of tile t asks for while it reads byte `at` of its k range (`span` bytes a panel):
@@ -159,6 +161,12 @@ bool cv_cpu_vnni(void);
 /* Tests switch the VNNI kernels off to run the plain AVX-512 ones on a CPU that has both (not while
  * kernels run). Switching on a CPU without VNNI: CVLLM_ERR_UNSUPPORTED. */
 int cv_cpu_vnni_enable(bool on);
+
+/* Decode tiles ask ahead in their weight streams (software prefetch): not on AMD CPUs, whose
+ * prefetchers follow the streams alone; CVLLM_STREAM_ASKS=0|1 overrides. Decided and logged at the
+ * first question. Tests and benchmarks switch it (not while kernels run); the bits never change. */
+bool cv_cpu_stream_asks(void);
+void cv_cpu_stream_asks_enable(bool on);
 
 /* The CPU has AMX (tiles, bf16 and int8 products), this process was granted the tile state, AVX-512
  * is the active path, and AMX is not switched off (CVLLM_AMX=0, cv_cpu_amx_enable). Decided and

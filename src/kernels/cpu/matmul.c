@@ -137,6 +137,7 @@ static void panel_range(const linear_job *job, int part, int64_t p0, int64_t p1,
         .ldx = job->ldx,
         .first = g0 == 0,
         .last = g1 == job->groups,
+        .ask = m1 - m0 <= CV_STREAM_TOKENS && cv_cpu_stream_asks(),
         .ldy = ldy,
     };
     for (int64_t p = p0; p < p1; p += kern->nr) {

@@ -120,7 +120,7 @@ INLINE void tile_body(const cv_panel_tile *t, const bool int8, const bool TWO, c
         }
         if (s < t->mr && whole_panel(t, 0) && (!NP2 || whole_panel(t, 1))) /* y's row s, for C_END's stores */
             for (int j = 0; j < (NP2 ? 2 : 1); j++) __builtin_prefetch(y_at(t, 0, j) + s * t->ldy, 1, 3);
-        if (!TWO && t->mr <= CV_STREAM_TOKENS) /* decode streams weights from memory: ask ahead of the tile loads */
+        if (!TWO && t->ask) /* decode streams weights from memory: ask ahead of the tile loads */
             for (int l = 0; l < STEP_GROUPS; l++) {
                 const int64_t at = (s * STEP_GROUPS + l) * TILE_BYTES, span = groups * TILE_BYTES;
                 _mm_prefetch(cv_panel_ahead(t, 0, at, span), _MM_HINT_T0);

@@ -20,7 +20,7 @@ INLINE void bf16_tile(const cv_panel_tile *t, const int MR) {
     const int64_t full = t->k / 2; /* pairs with both halves in the row; an odd k leaves a half pair */
     for (int64_t p = 0; p < full; p++) {
         __m256 lo[2], hi[2];
-        if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, 0, p * 64, (t->k + 1) / 2 * 64), _MM_HINT_T0);
+        if (MR <= CV_STREAM_TOKENS && t->ask) _mm_prefetch(cv_panel_ahead(t, 0, p * 64, (t->k + 1) / 2 * 64), _MM_HINT_T0);
         for (int h = 0; h < 2; h++) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(t->w + p * 64 + h * 32));
             lo[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));

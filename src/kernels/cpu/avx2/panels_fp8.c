@@ -18,7 +18,7 @@ INLINE void fp8_tile(const cv_panel_tile *t, const int MR) {
         for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
         for (int64_t k = b0; k < b1; k++) {
             const uint8_t *p = t->w + k * 16;
-            if (MR <= CV_STREAM_TOKENS && k % 4 == 0) _mm_prefetch(cv_panel_ahead(t, 0, k * 16, t->k * 16), _MM_HINT_T0);
+            if (MR <= CV_STREAM_TOKENS && t->ask && k % 4 == 0) _mm_prefetch(cv_panel_ahead(t, 0, k * 16, t->k * 16), _MM_HINT_T0);
             const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p)), 7), top);
             const __m256 w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), w1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
             for (int i = 0; i < MR; i++) {

@@ -45,7 +45,7 @@ INLINE void i8_half(const cv_panel_tile *t, const int MR, const int h, __m256i a
     const int64_t groups = (t->k + 3) / 4; /* x is zero past the row, so whole groups are read */
     for (int64_t g = 0; g < groups; g++) {
         const uint8_t *p = t->w + g * 64 + 32 * h;
-        if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, 0, g * 64 + 32 * h, groups * 64), _MM_HINT_T0);
+        if (MR <= CV_STREAM_TOKENS && t->ask) _mm_prefetch(cv_panel_ahead(t, 0, g * 64 + 32 * h, groups * 64), _MM_HINT_T0);
         const __m256i w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
         const __m256i w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 16)));
         for (int i = 0; i < MR; i++) {
@@ -66,7 +66,7 @@ INLINE void i8_tile(const cv_panel_tile *t, const int MR) {
         const int64_t groups = (t->k + 3) / 4;
         for (int64_t g = 0; g < groups; g++) {
             const uint8_t *p = t->w + g * 64;
-            _mm_prefetch(cv_panel_ahead(t, 0, g * 64, groups * 64), _MM_HINT_T0);
+            if (t->ask) _mm_prefetch(cv_panel_ahead(t, 0, g * 64, groups * 64), _MM_HINT_T0);
             __m256i xb[2];
             for (int i = 0; i < MR; i++) {
                 int32_t quad;

@@ -29,7 +29,7 @@ INLINE void bf16_tile(const cv_panel_tile *t, const int MR, const int NP) {
         __m512 lo[3], hi[3];
         for (int j = 0; j < NP; j++) {
             const uint8_t *w = t->w + j * t->panel_stride + p * 64;
-            if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, j, p * 64, (t->k + 1) / 2 * 64), _MM_HINT_T0);
+            if (MR <= CV_STREAM_TOKENS && t->ask) _mm_prefetch(cv_panel_ahead(t, j, p * 64, (t->k + 1) / 2 * 64), _MM_HINT_T0);
             __m512i v = _mm512_loadu_si512(w);
             lo[j] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
             hi[j] = _mm512_castsi512_ps(_mm512_and_si512(v, top));

@@ -54,7 +54,7 @@ BF16 INLINE void dot_tile(const cv_panel_tile *t, const int MR, const int NP) {
         __m512bh w[3];
         for (int j = 0; j < NP; j++) {
             const uint8_t *src = t->w + j * t->panel_stride + p * 64;
-            if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, j, p * 64, pairs * 64), _MM_HINT_T0);
+            if (MR <= CV_STREAM_TOKENS && t->ask) _mm_prefetch(cv_panel_ahead(t, j, p * 64, pairs * 64), _MM_HINT_T0);
             w[j] = (__m512bh)_mm512_loadu_si512(src);
         }
         for (int i = 0; i < MR; i++) {

@@ -45,7 +45,7 @@ INLINE void fp8_tile(const cv_panel_tile *t, const int MR, const int NP) {
                 __m512 w0[3], w1[3];
                 for (int j = 0; j < NP; j++) {
                     const uint8_t *p = t->w + j * t->panel_stride + k * 16;
-                    if (MR <= CV_STREAM_TOKENS && h == 0)
+                    if (MR <= CV_STREAM_TOKENS && t->ask && h == 0)
                         _mm_prefetch(cv_panel_ahead(t, j, k * 16, t->k * 16), _MM_HINT_T0);
                     widen32(p + 16 * h, &w0[j], &w1[j]);
                 }

@@ -112,7 +112,7 @@ DOT INLINE void dot_tile(const cv_panel_tile *t, const int MR, const int NP) {
             for (int j = 0; j < NP; j++) a[i][j] = b[i][j] = _mm512_setzero_ps();
         for (int64_t k = b0; k < b1; k += 4) {
             for (int j = 0; j < NP; j++) {
-                if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, j, k * 16, t->k * 16), _MM_HINT_T0);
+                if (MR <= CV_STREAM_TOKENS && t->ask) _mm_prefetch(cv_panel_ahead(t, j, k * 16, t->k * 16), _MM_HINT_T0);
                 __m512bh w0, w1;
                 widen64(&r, group_codes(t, j, k), &w0, &w1);
                 for (int i = 0; i < MR; i++) {

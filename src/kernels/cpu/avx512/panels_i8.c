@@ -65,7 +65,7 @@ VNNI INLINE void i8_vnni_tile(const cv_panel_tile *t, const int MR, const int NP
         __v16si w[3];
         for (int j = 0; j < NP; j++) {
             const uint8_t *p = t->w + j * t->panel_stride + g * 64;
-            if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, j, g * 64, groups * 64), _MM_HINT_T0);
+            if (MR <= CV_STREAM_TOKENS && t->ask) _mm_prefetch(cv_panel_ahead(t, j, g * 64, groups * 64), _MM_HINT_T0);
             w[j] = (__v16si)_mm512_loadu_si512(p);
         }
         for (int i = 0; i < MR; i++) {
@@ -95,7 +95,7 @@ INLINE void i8_madd_tile(const cv_panel_tile *t, const int MR, const int NP) {
         __m512i wlo[2], whi[2];
         for (int j = 0; j < NP; j++) {
             const uint8_t *p = t->w + j * t->panel_stride + g * 64;
-            if (MR <= CV_STREAM_TOKENS) _mm_prefetch(cv_panel_ahead(t, j, g * 64, groups * 64), _MM_HINT_T0);
+            if (MR <= CV_STREAM_TOKENS && t->ask) _mm_prefetch(cv_panel_ahead(t, j, g * 64, groups * 64), _MM_HINT_T0);
             wlo[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
             whi[j] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(p + 32)));
         }
