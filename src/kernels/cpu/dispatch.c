@@ -33,6 +33,7 @@
  * CVLLM_STREAM_ASKS=0|1 overrides (a tuning knob).
  */
 #include <cpuid.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -155,8 +156,10 @@ int cv_cpu_vnni_enable(bool on) {
 }
 
 static int asks_state; /* 0: not decided yet, 1: ask, -1: do not */
+static pthread_once_t asks_once = PTHREAD_ONCE_INIT;
 
-static int decide_asks(void) {
+/* Once (pthread_once): the first question comes from the pool's threads at once. */
+static void decide_asks(void) {
     __builtin_cpu_init();
     const char *env = getenv("CVLLM_STREAM_ASKS");
     bool ask = !__builtin_cpu_is("amd");
@@ -164,19 +167,22 @@ static int decide_asks(void) {
     else if (env && *env) cv_warn("kernels", "CVLLM_STREAM_ASKS=%s is not 0 or 1; ignored", env);
     cv_info("kernels", "decode weight streams: %s", ask ? "software prefetch 1 KiB ahead of each stream"
                                                        : "the hardware prefetchers alone (no software prefetch)");
-    return ask ? 1 : -1;
+    __atomic_store_n(&asks_state, ask ? 1 : -1, __ATOMIC_RELEASE);
 }
 
 bool cv_cpu_stream_asks(void) {
     int s = __atomic_load_n(&asks_state, __ATOMIC_ACQUIRE);
     if (!s) {
-        s = decide_asks();
-        __atomic_store_n(&asks_state, s, __ATOMIC_RELEASE);
+        pthread_once(&asks_once, decide_asks);
+        s = __atomic_load_n(&asks_state, __ATOMIC_ACQUIRE);
     }
     return s > 0;
 }
 
-void cv_cpu_stream_asks_enable(bool on) { __atomic_store_n(&asks_state, on ? 1 : -1, __ATOMIC_RELEASE); }
+void cv_cpu_stream_asks_enable(bool on) {
+    pthread_once(&asks_once, decide_asks); /* a later first question must not undo this */
+    __atomic_store_n(&asks_state, on ? 1 : -1, __ATOMIC_RELEASE);
+}
 
 /* AMX-BF16, AMX-TILE, AMX-INT8: CPUID leaf 7 subleaf 0, EDX bits 22, 24, 25; the OS saves the tile
  * state (XCR0 bits 17 and 18); and Linux grants it to this process (XFEATURE_XTILEDATA = 18). */
