@@ -626,6 +626,9 @@ CASES = [
  ("{% if false %}a{% elif none %}b{% elif 'x' %}c{% else %}d{% endif %}{% if [] %}e{% endif %}", {}),
  ("{{ d.items()|list }}{{ d.keys()|list }}{{ d.values()|list }}{{ d.get('a') }}{{ d.get('z', 9) }}{{ d.get('z') }}{{ d['a'] }}{{ d.a }}", {"d": {"a": 1, "b": [2]}}),
  ("{%- generation -%}gen {{ 1 }}{%- endgeneration %}|{{ messages[0]['content'] }}", {"messages": [{"content": "c"}]}),
+ # printf-style: string precision and width in code points, flags, fields longer than any fixed buffer
+ ("{{ '%5.3s|%-5s|%05s|%.0s|%3s|%-4r|' % ('abcdef', 'ab', 'ab', 'xyz', '\u00e9', 'q') }}{{ '%-8.3f|%+d|% d|%08.2f|%.f' % (3.14159, 5, 7, -2.5, 2.5) }}", {}),
+ ("{{ '%600d' % 5 }}|{{ '%-600s' % 'x' }}|{{ '%.400f' % 1e300 }}", {}),
 ]
 # Rendering fails in Python; the message is kept only for raise_exception().
 ERRORS = [
@@ -633,6 +636,7 @@ ERRORS = [
  ("{{ 'x' in none }}", {}), ("{{ [1,2].append(3) }}", {}), ("{{ raise_exception('boom: ' ~ 42) }}", {}),
  ("{{ undefined_thing|tojson }}", {}), ("{{ 1 / 0 }}", {}), ("{{ 1 < 'a' }}", {}), ("{{ range(200000)|length }}", {}),
  ("{{ x() }}", {}), ("{% for a, b in [1] %}{% endfor %}", {}), ("{{ 'abc'[::0] }}", {}),
+ ("{{ '%99999999999s' % 'a' }}", {}), ("{{ '%.99999999999d' % 1 }}", {}),
 ]
 
 
@@ -648,7 +652,8 @@ def write_jinja_cases():
                 raise SystemExit("expected an error: " + src)
             except jinja2.exceptions.TemplateError as e:
                 case["error"] = e.message if type(e) is jinja2.exceptions.TemplateError else None
-            except (TypeError, ValueError, ZeroDivisionError, OverflowError, jinja2.exceptions.SecurityError):
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError, MemoryError,
+                    jinja2.exceptions.SecurityError):
                 case["error"] = None
             f.write(json.dumps(case, ensure_ascii=False) + "\n")
 

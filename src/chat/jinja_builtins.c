@@ -415,6 +415,62 @@ static bool has_affix(jctx *c, jv s, const jv *fix, bool prefix) {
 
 /* ---- printf-style formatting (str % args) ------------------------------------------------------- */
 
+/* The digits of a width or precision at *i (none: `none`; Python reads "%.f" as precision 0), bounded: a template asks for a million characters at most, so snprintf's int never
+ * overflows and a runaway width fails with a message instead of gigabytes of padding. */
+enum { FORMAT_COUNT_MAX = 1 << 20 };
+
+static long format_count(jctx *c, const jv *fmt, size_t *i, const char *what, long none) {
+    if (*i >= fmt->n || fmt->s[*i] < '0' || fmt->s[*i] > '9')
+        return none;
+    long v = 0;
+    for (; *i < fmt->n && fmt->s[*i] >= '0' && fmt->s[*i] <= '9'; (*i)++) {
+        v = v * 10 + (fmt->s[*i] - '0');
+        if (v > FORMAT_COUNT_MAX)
+            jfail(c, "format %s too large (at most %d)", what, FORMAT_COUNT_MAX);
+    }
+    return v;
+}
+
+/* "%" flags width .prec length conv into spec (40 bytes: 5 flags, two 7-digit numbers). */
+static void format_spec(char *spec, const char *flags, long width, long prec, const char *length, char conv) {
+    int n = sprintf(spec, "%%%s", flags);
+    if (width >= 0)
+        n += sprintf(spec + n, "%ld", width);
+    if (prec >= 0)
+        n += sprintf(spec + n, ".%ld", prec);
+    sprintf(spec + n, "%s%c", length, conv);
+}
+
+/* One number through spec, into a buffer of its own length (a wide field or a long %f is not cut). */
+static void put_formatted(jctx *c, jbuf *b, const char *spec, bool integer, long long i, double f) {
+    const int n = integer ? snprintf(NULL, 0, spec, i) : snprintf(NULL, 0, spec, f);
+    if (n < 0)
+        jfail(c, "cannot format a number with %s", spec);
+    char *tmp = ja_alloc(&c->arena, (size_t)n + 1);
+    if (integer)
+        snprintf(tmp, (size_t)n + 1, spec, i);
+    else
+        snprintf(tmp, (size_t)n + 1, spec, f);
+    jb_put(b, tmp, (size_t)n);
+}
+
+/* %s and %r: the first prec code points of s (all when prec < 0), padded with spaces to width code
+ * points, on the left unless left-justified — Python's str formatting ('0' pads strings with spaces). */
+static void put_padded(jbuf *b, const char *s, size_t n, long prec, long width, bool left) {
+    size_t bytes = 0, points = 0;
+    while (bytes < n && (prec < 0 || points < (size_t)prec)) {
+        size_t adv;
+        ju_decode(s + bytes, n - bytes, &adv);
+        bytes += adv;
+        points++;
+    }
+    for (long k = (long)points; !left && k < width; k++)
+        jb_putc(b, ' ');
+    jb_put(b, s, bytes);
+    for (long k = (long)points; left && k < width; k++)
+        jb_putc(b, ' ');
+}
+
 jv jb_percent_format(jctx *c, const jv *fmt, const jv *args) {
     jbuf b;
     jb_init(&b, &c->arena);
@@ -441,16 +497,16 @@ jv jb_percent_format(jctx *c, const jv *fmt, const jv *args) {
                 jfail(c, "KeyError: '%.*s'", (int)(e - i - 1), fmt->s + i + 1);
             i = e + 1;
         }
-        char spec[32] = "%";
-        size_t sl = 1;
-        while (i < fmt->n && strchr("-+ #0", fmt->s[i]) && sl < 8)
-            spec[sl++] = fmt->s[i++];
-        while (i < fmt->n && fmt->s[i] >= '0' && fmt->s[i] <= '9' && sl < 16)
-            spec[sl++] = fmt->s[i++];
+        char flags[8] = "";
+        size_t nf = 0;
+        for (; i < fmt->n && fmt->s[i] && strchr("-+ #0", fmt->s[i]); i++)
+            if (nf < sizeof flags - 1 && !memchr(flags, fmt->s[i], nf))
+                flags[nf++] = fmt->s[i];
+        const long width = format_count(c, fmt, &i, "width", -1);
+        long prec = -1;
         if (i < fmt->n && fmt->s[i] == '.') {
-            spec[sl++] = fmt->s[i++];
-            while (i < fmt->n && fmt->s[i] >= '0' && fmt->s[i] <= '9' && sl < 24)
-                spec[sl++] = fmt->s[i++];
+            i++;
+            prec = format_count(c, fmt, &i, "precision", 0);
         }
         if (i >= fmt->n)
             jfail(c, "incomplete format");
@@ -465,7 +521,7 @@ jv jb_percent_format(jctx *c, const jv *fmt, const jv *args) {
             val = tuple ? &args->l->v[argi] : args;
             argi++;
         }
-        char out[512];
+        char spec[40];
         switch (conv) {
         case 's':
         case 'r': {
@@ -475,15 +531,7 @@ jv jb_percent_format(jctx *c, const jv *fmt, const jv *args) {
                 jv_str(c, &t, val);
             else
                 jv_repr(c, &t, val);
-            spec[sl++] = '.';
-            spec[sl++] = '*';
-            spec[sl++] = 's';
-            spec[sl] = 0;
-            /* width counts bytes here; fine for the ASCII templates use it with */
-            int w = snprintf(NULL, 0, spec, (int)t.n, t.p ? t.p : "");
-            char *tmp = ja_alloc(&c->arena, (size_t)w + 1);
-            snprintf(tmp, (size_t)w + 1, spec, (int)t.n, t.p ? t.p : "");
-            jb_put(&b, tmp, (size_t)w);
+            put_padded(&b, t.p, t.n, prec, width, strchr(flags, '-') != NULL);
             continue;
         }
         case 'd':
@@ -494,12 +542,9 @@ jv jb_percent_format(jctx *c, const jv *fmt, const jv *args) {
             if (val->type != JV_INT && val->type != JV_BOOL && val->type != JV_FLOAT)
                 jfail(c, "%%%c format: a real number is required, not %s", conv, jv_type_name(val->type));
             long long v = val->type == JV_FLOAT ? (long long)val->f : val->type == JV_INT ? val->i : val->b;
-            spec[sl++] = 'l';
-            spec[sl++] = 'l';
-            spec[sl++] = conv == 'i' ? 'd' : conv;
-            spec[sl] = 0;
-            snprintf(out, sizeof out, spec, v);
-            break;
+            format_spec(spec, flags, width, prec, "ll", conv == 'i' ? 'd' : conv);
+            put_formatted(c, &b, spec, true, v, 0);
+            continue;
         }
         case 'f':
         case 'F':
@@ -510,14 +555,12 @@ jv jb_percent_format(jctx *c, const jv *fmt, const jv *args) {
             if (val->type != JV_INT && val->type != JV_BOOL && val->type != JV_FLOAT)
                 jfail(c, "must be real number, not %s", jv_type_name(val->type));
             double v = val->type == JV_FLOAT ? val->f : val->type == JV_INT ? (double)val->i : val->b;
-            spec[sl++] = conv;
-            spec[sl] = 0;
-            snprintf(out, sizeof out, spec, v);
-            break;
+            format_spec(spec, flags, width, prec, "", conv);
+            put_formatted(c, &b, spec, false, 0, v);
+            continue;
         }
         default: jfail(c, "unsupported format character '%c'", conv);
         }
-        jb_puts(&b, out);
     }
     if (argi < nargs && args->type != JV_DICT)
         jfail(c, "not all arguments converted during string formatting");
