@@ -629,6 +629,7 @@ CASES = [
  # printf-style: string precision and width in code points, flags, fields longer than any fixed buffer
  ("{{ '%5.3s|%-5s|%05s|%.0s|%3s|%-4r|' % ('abcdef', 'ab', 'ab', 'xyz', '\u00e9', 'q') }}{{ '%-8.3f|%+d|% d|%08.2f|%.f' % (3.14159, 5, 7, -2.5, 2.5) }}", {}),
  ("{{ '%600d' % 5 }}|{{ '%-600s' % 'x' }}|{{ '%.400f' % 1e300 }}", {}),
+ ("{{ '%05.3d|%05x|%#x|%#o|%+.3d|%-6x|%#08X|% o|%x|%d|%.0d|%#.3x|%#5o|%+x|% 5d|%-+5d|%0-5d|%i' % (5, -255, -255, 8, 5, -10, 255, 8, true, -2.7, 0, 5, 0, 10, 42, 3, 3, -9) }}", {}),
 ]
 # Rendering fails in Python; the message is kept only for raise_exception().
 ERRORS = [
@@ -636,7 +637,8 @@ ERRORS = [
  ("{{ 'x' in none }}", {}), ("{{ [1,2].append(3) }}", {}), ("{{ raise_exception('boom: ' ~ 42) }}", {}),
  ("{{ undefined_thing|tojson }}", {}), ("{{ 1 / 0 }}", {}), ("{{ 1 < 'a' }}", {}), ("{{ range(200000)|length }}", {}),
  ("{{ x() }}", {}), ("{% for a, b in [1] %}{% endfor %}", {}), ("{{ 'abc'[::0] }}", {}),
- ("{{ '%99999999999s' % 'a' }}", {}), ("{{ '%.99999999999d' % 1 }}", {}),
+ ("{{ '%99999999999s' % 'a' }}", {}), ("{{ '%.99999999999d' % 1 }}", {}), ("{{ '%x' % 2.5 }}", {}),
+ ("{{ '%d' % 'a' }}", {}),
 ]
 
 

@@ -431,44 +431,74 @@ static long format_count(jctx *c, const jv *fmt, size_t *i, const char *what, lo
     return v;
 }
 
-/* "%" flags width .prec length conv into spec (40 bytes: 5 flags, two 7-digit numbers). */
-static void format_spec(char *spec, const char *flags, long width, long prec, const char *length, char conv) {
+/* "%" flags width .prec conv into spec (40 bytes: 5 flags, two 7-digit numbers). */
+static void format_spec(char *spec, const char *flags, long width, long prec, char conv) {
     int n = sprintf(spec, "%%%s", flags);
     if (width >= 0)
         n += sprintf(spec + n, "%ld", width);
     if (prec >= 0)
         n += sprintf(spec + n, ".%ld", prec);
-    sprintf(spec + n, "%s%c", length, conv);
+    sprintf(spec + n, "%c", conv);
 }
 
-/* One number through spec, into a buffer of its own length (a wide field or a long %f is not cut). */
-static void put_formatted(jctx *c, jbuf *b, const char *spec, bool integer, long long i, double f) {
-    const int n = integer ? snprintf(NULL, 0, spec, i) : snprintf(NULL, 0, spec, f);
+/* A float through spec, into a buffer of its own length (a wide field or a long %f is not cut). */
+static void put_double(jctx *c, jbuf *b, const char *spec, double f) {
+    const int n = snprintf(NULL, 0, spec, f);
     if (n < 0)
         jfail(c, "cannot format a number with %s", spec);
     char *tmp = ja_alloc(&c->arena, (size_t)n + 1);
-    if (integer)
-        snprintf(tmp, (size_t)n + 1, spec, i);
-    else
-        snprintf(tmp, (size_t)n + 1, spec, f);
+    snprintf(tmp, (size_t)n + 1, spec, f);
     jb_put(b, tmp, (size_t)n);
+}
+
+static void put_fill(jbuf *b, char ch, long n) {
+    for (; n > 0; n--)
+        jb_putc(b, ch);
 }
 
 /* %s and %r: the first prec code points of s (all when prec < 0), padded with spaces to width code
  * points, on the left unless left-justified — Python's str formatting ('0' pads strings with spaces). */
 static void put_padded(jbuf *b, const char *s, size_t n, long prec, long width, bool left) {
-    size_t bytes = 0, points = 0;
-    while (bytes < n && (prec < 0 || points < (size_t)prec)) {
+    size_t bytes = 0;
+    long points = 0;
+    while (bytes < n && (prec < 0 || points < prec)) {
         size_t adv;
         ju_decode(s + bytes, n - bytes, &adv);
         bytes += adv;
         points++;
     }
-    for (long k = (long)points; !left && k < width; k++)
-        jb_putc(b, ' ');
+    if (!left)
+        put_fill(b, ' ', width - points);
     jb_put(b, s, bytes);
-    for (long k = (long)points; left && k < width; k++)
-        jb_putc(b, ' ');
+    if (left)
+        put_fill(b, ' ', width - points);
+}
+
+/* %d %i %x %X %o as Python writes an int (not C): a '-' sign of its own before the digits of the
+ * magnitude, '+' or ' ' for the others when flagged; '#' puts 0x, 0X or 0o after the sign; at least
+ * prec digits; '0' fills the width with zeros between those and the digits, even with a precision;
+ * else spaces before, or after when left-justified ('-'). */
+static void put_int(jbuf *b, long long v, char conv, const char *flags, long prec, long width) {
+    char digits[24];
+    const unsigned long long m = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    const char *base = conv == 'o' ? "%llo" : conv == 'x' ? "%llx" : conv == 'X' ? "%llX" : "%llu";
+    const long nd = snprintf(digits, sizeof digits, base, m);
+    const char *sign = v < 0 ? "-" : strchr(flags, '+') ? "+" : strchr(flags, ' ') ? " " : "";
+    const char *prefix = !strchr(flags, '#') ? "" : conv == 'x' ? "0x" : conv == 'X' ? "0X" : conv == 'o' ? "0o" : "";
+    long zeros = prec > nd ? prec - nd : 0;
+    const long len = (long)(strlen(sign) + strlen(prefix)) + zeros + nd;
+    const bool left = strchr(flags, '-') != NULL;
+    long pad = width > len ? width - len : 0;
+    if (!left && strchr(flags, '0'))
+        zeros += pad, pad = 0;
+    if (!left)
+        put_fill(b, ' ', pad);
+    jb_puts(b, sign);
+    jb_puts(b, prefix);
+    put_fill(b, '0', zeros);
+    jb_put(b, digits, (size_t)nd);
+    if (left)
+        put_fill(b, ' ', pad);
 }
 
 jv jb_percent_format(jctx *c, const jv *fmt, const jv *args) {
@@ -521,7 +551,6 @@ jv jb_percent_format(jctx *c, const jv *fmt, const jv *args) {
             val = tuple ? &args->l->v[argi] : args;
             argi++;
         }
-        char spec[40];
         switch (conv) {
         case 's':
         case 'r': {
@@ -539,11 +568,16 @@ jv jb_percent_format(jctx *c, const jv *fmt, const jv *args) {
         case 'x':
         case 'X':
         case 'o': {
-            if (val->type != JV_INT && val->type != JV_BOOL && val->type != JV_FLOAT)
-                jfail(c, "%%%c format: a real number is required, not %s", conv, jv_type_name(val->type));
-            long long v = val->type == JV_FLOAT ? (long long)val->f : val->type == JV_INT ? val->i : val->b;
-            format_spec(spec, flags, width, prec, "ll", conv == 'i' ? 'd' : conv);
-            put_formatted(c, &b, spec, true, v, 0);
+            const bool real = conv == 'd' || conv == 'i';
+            if (val->type != JV_INT && val->type != JV_BOOL && (!real || val->type != JV_FLOAT))
+                jfail(c, "%%%c format: %s is required, not %s", conv, real ? "a real number" : "an integer",
+                      jv_type_name(val->type));
+            if (val->type == JV_FLOAT && (isnan(val->f) || isinf(val->f)))
+                jfail(c, "cannot convert float %s to integer", isnan(val->f) ? "NaN" : "infinity");
+            if (val->type == JV_FLOAT && !(fabs(val->f) < 0x1p63))
+                jfail(c, "%%%c format of a float beyond 2^63 is not supported", conv);
+            put_int(&b, val->type == JV_FLOAT ? (long long)val->f : val->type == JV_INT ? val->i : val->b, conv, flags,
+                    prec, width);
             continue;
         }
         case 'f':
@@ -555,8 +589,9 @@ jv jb_percent_format(jctx *c, const jv *fmt, const jv *args) {
             if (val->type != JV_INT && val->type != JV_BOOL && val->type != JV_FLOAT)
                 jfail(c, "must be real number, not %s", jv_type_name(val->type));
             double v = val->type == JV_FLOAT ? val->f : val->type == JV_INT ? (double)val->i : val->b;
-            format_spec(spec, flags, width, prec, "", conv);
-            put_formatted(c, &b, spec, false, 0, v);
+            char spec[40];
+            format_spec(spec, flags, width, prec, conv);
+            put_double(c, &b, spec, v);
             continue;
         }
         default: jfail(c, "unsupported format character '%c'", conv);
