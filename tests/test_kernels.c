@@ -1268,8 +1268,8 @@ static void test_bf16_compute(cv_threadpool *const *pools, size_t n_pools) {
     const bool asks = cv_cpu_stream_asks();
     for (int ask = 0; ask <= 1; ask++) { /* the decode tiles with and without their asks ahead */
         cv_cpu_stream_asks_enable(ask);
-        test_bf16_dot(pools[1 % n_pools], CV_DTYPE_BF16);
-        if (fp8) test_bf16_dot(pools[1 % n_pools], CV_DTYPE_F8_E4M3);
+        test_bf16_dot(pools[n_pools - 1], CV_DTYPE_BF16);
+        if (fp8) test_bf16_dot(pools[n_pools - 1], CV_DTYPE_F8_E4M3);
     }
     cv_cpu_stream_asks_enable(asks);
     for (size_t p = 0; p < n_pools; p++) {

@@ -66,6 +66,7 @@ typedef struct linear_job {
     int x_size;               /* bytes per element */
     const float *x_scale;
     int64_t m;
+    bool asks;                /* cv_cpu_stream_asks(), read once a product for its decode tiles */
     bool split_tokens;
     int n_parts;
     int64_t part_first[MAX_PARTS + 1]; /* part j owns rows (row-major) or panels [part_first[j], part_first[j+1]) */
@@ -137,7 +138,7 @@ static void panel_range(const linear_job *job, int part, int64_t p0, int64_t p1,
         .ldx = job->ldx,
         .first = g0 == 0,
         .last = g1 == job->groups,
-        .ask = m1 - m0 <= CV_STREAM_TOKENS && cv_cpu_stream_asks(),
+        .ask = m1 - m0 <= CV_STREAM_TOKENS && job->asks,
         .ldy = ldy,
     };
     for (int64_t p = p0; p < p1; p += kern->nr) {
@@ -297,7 +298,7 @@ static void run_job(cv_threadpool *pool, linear_job *job) {
 static void job_init(linear_job *job, const cv_weight *w, const cv_act *x, int64_t m) {
     assert((unsigned)w->format < CV_WFORMAT_COUNT);
     const cv_format_traits *f = cv_formats[w->format];
-    *job = (linear_job){.w = w, .f = f, .kern = cv_format_gemm(w->format, m), .m = m};
+    *job = (linear_job){.w = w, .f = f, .kern = cv_format_gemm(w->format, m), .m = m, .asks = cv_cpu_stream_asks()};
     const cv_gemm_kernel *bf16_kern = x->bf16 ? cv_format_gemm_bf16(w->format) : NULL;
     if (bf16_kern) {
         job->kern = bf16_kern;
